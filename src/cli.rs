@@ -1,0 +1,255 @@
+//! Command line: raw flags as clap parses them ([`Args`]), checked into the configuration the
+//! rest of the program runs on ([`Config`]).
+
+use crate::logging;
+use crate::serve;
+use clap::{Parser, Subcommand};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const ABOUT: &str = "Keeps exactly one pod running for every ImmortalContainer.";
+const LONG_ABOUT: &str = "\
+Keeps exactly one pod running for every ImmortalContainer (immortalcontainer.flugel.it/v1alpha1).
+
+For an object NAME it keeps the pod NAME-immortalpod, running spec.image in a container called
+acontainer, and creates a new one whenever that pod is deleted or terminates. status.currentPod
+names the pod; status.startTimes counts the pods started for the object.
+
+Cluster access, first match wins: --kubeconfig, $KUBECONFIG, ~/.kube/config, then the in-cluster
+service account. Logs go to stderr; the level comes from RUST_LOG (default info).";
+
+const AFTER_HELP: &str = "\
+Examples:
+  immortal-operator --kubeconfig ~/.kube/config
+  RUST_LOG=debug immortal-operator --namespace demo --log-format json 2> operator.log
+  immortal-operator trace demo/web --log operator.log";
+
+#[derive(Debug, Parser)]
+#[command(name = "immortal-operator", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Kubeconfig file to use (overrides $KUBECONFIG and ~/.kube/config).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use instead of the current one.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Serve ImmortalContainers in this namespace only (default: all namespaces).
+    #[arg(long, short = 'n', value_name = "NS")]
+    pub namespace: Option<String>,
+
+    /// Log line format.
+    #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
+    pub log_format: logging::Format,
+
+    /// Reconcile threads. Never two on the same object.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub workers: usize,
+
+    /// Elect a leader among replicas through a Lease; only the leader writes.
+    #[arg(long)]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, then the kubeconfig or
+    /// service-account namespace).
+    #[arg(long, value_name = "NS")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "immortal-operator", value_name = "NAME")]
+    pub leader_election_id: String,
+
+    /// How long a Lease stays valid without renewal (e.g. 15s, 1m).
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    pub lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up and exits.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub renew_deadline: Duration,
+
+    /// How often to try to acquire or renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub retry_period: Duration,
+
+    /// Address of the Prometheus /metrics endpoint (":8080" = all interfaces; "0" disables).
+    #[arg(long, default_value = ":8080", value_name = "ADDR")]
+    pub metrics_bind_address: String,
+
+    /// Address of the /healthz and /readyz probes ("0" disables).
+    #[arg(long, default_value = ":8081", value_name = "ADDR")]
+    pub health_probe_bind_address: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print one object's reconciliation history from the operator's JSON logs.
+    Trace(TraceArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TraceArgs {
+    /// The object, as NAMESPACE/NAME.
+    #[arg(value_name = "NAMESPACE/NAME")]
+    pub object: String,
+    /// JSON log file to read (default: standard input).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+}
+
+/// `15s`, `2m`, `500ms`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?} (e.g. 15s, 2m, 500ms)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("invalid duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Leader-election settings as given; the namespace is resolved once the cluster is known.
+#[derive(Debug, Clone)]
+pub struct LeaderFlags {
+    pub namespace: Option<String>,
+    pub name: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub namespace: Option<String>,
+    pub log_format: logging::Format,
+    pub workers: usize,
+    pub leader: Option<LeaderFlags>,
+    pub metrics_addr: Option<SocketAddr>,
+    pub probe_addr: Option<SocketAddr>,
+}
+
+/// A flag combination that cannot run.
+#[derive(Debug, PartialEq)]
+pub struct InvalidFlags(pub String);
+
+impl fmt::Display for InvalidFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidFlags {}
+
+impl TryFrom<Args> for Config {
+    type Error = InvalidFlags;
+
+    fn try_from(a: Args) -> Result<Config, InvalidFlags> {
+        if a.workers == 0 || a.workers > 256 {
+            return Err(InvalidFlags(format!("--workers must be between 1 and 256, got {}", a.workers)));
+        }
+        if let Some(ns) = &a.namespace {
+            if ns.is_empty() {
+                return Err(InvalidFlags("--namespace must not be empty".into()));
+            }
+        }
+        let leader = if a.leader_elect {
+            if a.renew_deadline >= a.lease_duration {
+                return Err(InvalidFlags(format!(
+                    "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?})",
+                    a.renew_deadline, a.lease_duration
+                )));
+            }
+            if a.retry_period >= a.renew_deadline || a.retry_period.is_zero() {
+                return Err(InvalidFlags(format!(
+                    "--retry-period ({:?}) must be positive and shorter than --renew-deadline ({:?})",
+                    a.retry_period, a.renew_deadline
+                )));
+            }
+            if a.lease_duration < Duration::from_secs(1) {
+                return Err(InvalidFlags("--lease-duration must be at least 1s".into()));
+            }
+            Some(LeaderFlags {
+                namespace: a.leader_election_namespace.or_else(|| std::env::var("POD_NAMESPACE").ok()).filter(|s| !s.is_empty()),
+                name: a.leader_election_id,
+                lease_duration: a.lease_duration,
+                renew_deadline: a.renew_deadline,
+                retry_period: a.retry_period,
+            })
+        } else {
+            None
+        };
+        let metrics_addr = serve::parse_bind(&a.metrics_bind_address).map_err(|e| InvalidFlags(format!("--metrics-bind-address: {e}")))?;
+        let probe_addr =
+            serve::parse_bind(&a.health_probe_bind_address).map_err(|e| InvalidFlags(format!("--health-probe-bind-address: {e}")))?;
+        Ok(Config {
+            kubeconfig: a.kubeconfig,
+            context: a.context,
+            namespace: a.namespace,
+            log_format: a.log_format,
+            workers: a.workers,
+            leader,
+            metrics_addr,
+            probe_addr,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let a = Args::try_parse_from(std::iter::once("immortal-operator").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        Config::try_from(a).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn defaults_serve_all_namespaces_with_one_worker() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.namespace, None);
+        assert_eq!(c.workers, 1);
+        assert!(c.leader.is_none());
+        assert_eq!(c.metrics_addr, Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(c.probe_addr, Some("0.0.0.0:8081".parse().unwrap()));
+    }
+
+    #[test]
+    fn durations_parse_like_go_flags() {
+        assert_eq!(parse_duration("15s").unwrap(), Duration::from_secs(15));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5y").is_err());
+    }
+
+    #[test]
+    fn inconsistent_leader_election_timings_are_refused() {
+        let e = parse(&["--leader-elect", "--lease-duration", "5s", "--renew-deadline", "10s"]).unwrap_err();
+        assert!(e.contains("--renew-deadline"), "{e}");
+        assert!(parse(&["--leader-elect"]).unwrap().leader.is_some());
+    }
+
+    #[test]
+    fn zero_workers_and_bad_addresses_are_refused() {
+        assert!(parse(&["--workers", "0"]).unwrap_err().contains("--workers"));
+        assert!(parse(&["--metrics-bind-address", "x"]).unwrap_err().contains("--metrics-bind-address"));
+        assert_eq!(parse(&["--metrics-bind-address", "0"]).unwrap().metrics_addr, None);
+    }
+}

@@ -1,0 +1,353 @@
+//! Wires the stages together: cluster config → client → watcher threads → (leader election) →
+//! reconcile workers, and takes them down in order on SIGTERM/SIGINT.
+//!
+//! Shutdown follows the ripgrep/crossbeam pattern: one `quit` channel whose sender is dropped
+//! to wake every blocking loop at once; the queue is shut down so workers finish their
+//! in-flight reconcile and return; the leader releases its Lease; the process exits 0. A second
+//! signal exits at once.
+
+use crate::cli::Config;
+use crate::client::{self, Client};
+use crate::events::{self, Recorder};
+use crate::kubeconfig::{self, LoadOptions};
+use crate::leader::{self, Elector};
+use crate::metrics;
+use crate::queue::{Queue, Trigger};
+use crate::reconcile::{self, Cluster, Next, Trace};
+use crate::resources::{GROUP, VERSION};
+use crate::serve::{self, Endpoints, Health};
+use crate::watcher::{Backoff, Kind, Watcher};
+use crossbeam_channel::{select, Receiver, Sender};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long start-up keeps trying to reach the API server (and find our CRD) before it gives
+/// up with a clear message instead of retrying silently forever.
+const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Exit code for a configuration or cluster problem found at start.
+const EXIT_CONFIG: u8 = 1;
+
+/// Runs the operator until a signal; returns the process exit code.
+pub fn run(config: Config) -> ExitCode {
+    let opts = LoadOptions { kubeconfig: config.kubeconfig.clone(), context: config.context.clone() };
+    let cluster = match kubeconfig::load(&opts) {
+        Ok(c) => c,
+        Err(e) => return fail_at_start(&e.to_string()),
+    };
+    let source = cluster.source.clone();
+    let server = cluster.server.clone();
+    let default_ns = cluster.default_namespace.clone();
+    // One connection per worker, one per watcher, one for events and one for the lease.
+    let client = match Client::new(cluster, config.workers + 4) {
+        Ok(c) => c,
+        Err(e) => return fail_at_start(&e.to_string()),
+    };
+    log::info!(
+        target: "controller",
+        server = server.as_str(), config = source.as_str(),
+        namespace = config.namespace.as_deref().unwrap_or("(all)"), workers = config.workers as u64,
+        version = env!("CARGO_PKG_VERSION");
+        "starting"
+    );
+
+    // The first signal drops `quit_tx`, waking every loop that selects on `quit`.
+    let (quit_tx, quit) = crossbeam_channel::bounded::<()>(0);
+    if let Err(e) = listen_for_signals(quit_tx) {
+        return fail_at_start(&format!("cannot install signal handlers: {e}"));
+    }
+
+    if let Err(msg) = preflight(&client, &quit) {
+        return fail_at_start(&msg);
+    }
+    if is_quitting(&quit) {
+        return ExitCode::SUCCESS;
+    }
+
+    let health = Arc::new(Health::new(vec![client::Resource::ImmortalContainers.short(), client::Resource::Pods.short()]));
+    let host = server.trim_start_matches("https://").trim_start_matches("http://").split('/').next().unwrap_or("").to_string();
+    for (addr, what, name) in [(config.metrics_addr, Endpoints::Metrics, "metrics"), (config.probe_addr, Endpoints::Probes, "probes")] {
+        if let Some(addr) = addr {
+            match serve::spawn(addr, what, health.clone(), host.clone()) {
+                Ok(a) => log::info!(target: "controller", address = a.to_string().as_str(); "serving {name}"),
+                Err(e) => return fail_at_start(&format!("cannot serve {name} on {addr}: {e}")),
+            }
+        }
+    }
+
+    // Watchers: ImmortalContainers and our pods. They fill the queue from their first list on,
+    // also while this replica stands by, so a new leader starts with a warm queue.
+    let queue = Arc::new(Queue::new());
+    let (synced_tx, synced) = crossbeam_channel::unbounded();
+    let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
+    for kind in [Kind::immortal_containers(config.namespace.clone()), Kind::pods(config.namespace.clone())] {
+        let w = Watcher::new(client.clone(), kind, queue.clone(), quit.clone(), synced_tx.clone());
+        let sentinel = Sentinel { health: health.clone(), dead: dead_tx.clone(), name: "watcher" };
+        let spawned = thread::Builder::new().name(format!("watch-{}", w.kind.resource.short())).spawn(move || {
+            let _sentinel = sentinel;
+            w.run()
+        });
+        if let Err(e) = spawned {
+            return fail_at_start(&format!("cannot start watcher thread: {e}"));
+        }
+    }
+    drop(synced_tx);
+
+    // Reconcile starts once both first lists are in: before that, a missing pod may only be
+    // missing from a list not yet read.
+    let mut pending = 2;
+    while pending > 0 {
+        select! {
+            recv(synced) -> r => match r {
+                Ok(resource) => {
+                    pending -= 1;
+                    health.synced.fetch_add(1, Ordering::Relaxed);
+                    log::info!(target: "controller", resource = resource; "initial list complete");
+                }
+                Err(_) => return fail_running("a watcher stopped before its first list"),
+            },
+            recv(dead) -> _ => return fail_running("a watcher thread died"),
+            recv(quit) -> _ => return stopped(),
+        }
+    }
+
+    let elector = match &config.leader {
+        Some(flags) => {
+            let namespace = flags.namespace.clone().or(default_ns).unwrap_or_else(|| "default".into());
+            let settings = leader::Settings {
+                namespace,
+                name: flags.name.clone(),
+                identity: leader::identity(),
+                lease_duration: flags.lease_duration,
+                renew_deadline: flags.renew_deadline,
+                retry_period: flags.retry_period,
+            };
+            let elector = Arc::new(Elector::new(client.clone(), settings));
+            if !elector.acquire(&quit) {
+                return stopped();
+            }
+            Some(elector)
+        }
+        None => {
+            metrics::set_leader(true);
+            None
+        }
+    };
+    let renewer = elector.clone().map(|e| {
+        let quit = quit.clone();
+        thread::Builder::new().name("lease".into()).spawn(move || e.keep_renewing(&quit))
+    });
+    let renewer = match renewer.transpose() {
+        Ok(r) => r,
+        Err(e) => return fail_running(&format!("cannot start lease thread: {e}")),
+    };
+
+    let (recorder, event_rx) = Recorder::channel();
+    let identity = elector.as_ref().map(|e| e.identity().to_string()).unwrap_or_else(leader::identity);
+    {
+        let client = client.clone();
+        if let Err(e) = thread::Builder::new().name("events".into()).spawn(move || events::run(client, event_rx, identity)) {
+            return fail_running(&format!("cannot start events thread: {e}"));
+        }
+    }
+    let api = Arc::new(Cluster { client: client.clone(), events: recorder });
+    let run_id = crate::util::rand_u64() as u16;
+    let mut workers = Vec::with_capacity(config.workers);
+    for i in 0..config.workers {
+        let (queue, api) = (queue.clone(), api.clone());
+        let sentinel = Sentinel { health: health.clone(), dead: dead_tx.clone(), name: "worker" };
+        match thread::Builder::new().name(format!("reconcile-{i}")).spawn(move || {
+            let _sentinel = sentinel;
+            work(&queue, &*api, run_id)
+        }) {
+            Ok(h) => workers.push(h),
+            Err(e) => return fail_running(&format!("cannot start worker thread: {e}")),
+        }
+    }
+    drop(api);
+    log::info!(target: "controller", workers = config.workers as u64; "reconciling");
+
+    select! {
+        recv(quit) -> _ => {}
+        recv(dead) -> r => {
+            let what = r.unwrap_or("thread");
+            return fail_running(&format!("a {what} thread died; exiting so the kubelet restarts the operator"));
+        }
+    }
+
+    // Graceful shutdown: workers finish the reconcile they are in, then the lease goes.
+    log::info!(target: "controller", "shutting down: finishing in-flight reconciles");
+    let started = Instant::now();
+    queue.shutdown();
+    for w in workers {
+        let _ = w.join();
+    }
+    if let Some(r) = renewer {
+        let _ = r.join();
+    }
+    if let Some(e) = &elector {
+        e.release();
+    }
+    log::info!(target: "controller", elapsed_ms = started.elapsed().as_millis() as u64; "stopped");
+    log::logger().flush();
+    ExitCode::SUCCESS
+}
+
+/// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic.
+struct Sentinel {
+    health: Arc<Health>,
+    dead: Sender<&'static str>,
+    name: &'static str,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.health.dead.store(true, Ordering::Relaxed);
+            let _ = self.dead.send(self.name);
+        }
+    }
+}
+
+/// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
+/// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
+fn work(queue: &Queue, api: &Cluster, run_id: u16) {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    while let Some((key, trigger)) = queue.get() {
+        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{run_id:04x}-{n}");
+        let trigger_s = trigger.to_string();
+        let started = Instant::now();
+        // Our pod's deletion is the one trigger after which the pod is known to be absent.
+        let pod_gone = matches!(&trigger, Trigger::Watch { resource: "pod", event, .. } if event == "DELETED");
+        log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
+        let result = reconcile::reconcile(api, &Trace { id: &id, key: &key }, pod_gone);
+        let elapsed = started.elapsed();
+        let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+        let elapsed_ms = format!("{elapsed_ms:.1}");
+        match result {
+            Ok(Next::Done) => {
+                queue.forget(&key);
+                metrics::record_reconcile("success", elapsed);
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    result = "success", elapsed_ms = elapsed_ms.as_str();
+                    "reconciled"
+                );
+            }
+            Ok(Next::RequeueAfter(after)) => {
+                queue.forget(&key);
+                queue.add_after(key.clone(), after, Trigger::Scheduled);
+                metrics::record_reconcile("requeue_after", elapsed);
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms.as_str();
+                    "reconciled"
+                );
+            }
+            Err(e) => {
+                let after = queue.add_rate_limited(key.clone());
+                metrics::record_reconcile("error", elapsed);
+                let error = e.to_string();
+                let denied = matches!(e, reconcile::Error::Denied { .. });
+                // A person must act on a refusal, or on an error that keeps coming back.
+                let level = if denied || queue.num_requeues(&key) > 8 { log::Level::Warn } else { log::Level::Info };
+                log::log!(
+                    target: "reconcile", level,
+                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    result = "error", error = error.as_str(), requeue_after_ms = after.as_millis() as u64,
+                    elapsed_ms = elapsed_ms.as_str();
+                    "reconcile failed"
+                );
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+/// Checks, before anything starts, that the server answers and serves our resource: a wrong
+/// kubeconfig, refused credentials or a missing CRD end the program with a message that says
+/// which. Unreachable servers and a CRD not yet established are retried for a while, since both
+/// happen briefly when a cluster and the operator are deployed together.
+fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
+    let path = format!("/apis/{GROUP}/{VERSION}");
+    let deadline = Instant::now() + PREFLIGHT_PATIENCE;
+    let mut backoff = Backoff::new();
+    loop {
+        let err = match client.get_path::<serde_json::Value>(&path) {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let server = &client.config().server;
+        let msg = match &err {
+            e if e.is_unauthorized() => {
+                return Err(format!("the API server at {server} refused our credentials (401 Unauthorized); check the kubeconfig user"))
+            }
+            e if e.is_forbidden() => return Err(format!("the API server at {server} forbids reading {path}: {e}")),
+            e if e.is_not_found() => format!(
+                "the API server at {server} does not serve {GROUP}/{VERSION}: the ImmortalContainer CRD is not installed \
+                 (install it with `make install` or `kubectl apply -k config/crd`)"
+            ),
+            client::Error::Credentials(e) => return Err(format!("cannot get credentials: {e}")),
+            e => format!("cannot reach the API server at {server}: {e}"),
+        };
+        if Instant::now() >= deadline {
+            return Err(msg);
+        }
+        log::warn!(target: "controller", error = err.to_string().as_str(); "{msg}; retrying");
+        let wait = backoff.next_delay().min(deadline.saturating_duration_since(Instant::now()));
+        if !matches!(quit.recv_timeout(wait), Err(crossbeam_channel::RecvTimeoutError::Timeout)) {
+            return Ok(());
+        }
+    }
+}
+
+fn is_quitting(quit: &Receiver<()>) -> bool {
+    matches!(quit.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected))
+}
+
+/// First SIGTERM/SIGINT: drop `quit_tx` (graceful). Second: exit at once.
+fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    thread::Builder::new().name("signals".into()).spawn(move || {
+        let mut quit_tx = Some(quit_tx);
+        for sig in signals.forever() {
+            if quit_tx.take().is_some() {
+                log::info!(target: "controller", signal = sig; "signal received; shutting down (send again to exit at once)");
+            } else {
+                log::warn!(target: "controller", signal = sig; "second signal; exiting now");
+                log::logger().flush();
+                std::process::exit(130);
+            }
+        }
+    })?;
+    Ok(())
+}
+
+fn fail_at_start(msg: &str) -> ExitCode {
+    // One message, where a person looks: plain on stderr; JSON log collectors get it too.
+    if crate::logging::is_json() {
+        log::error!(target: "controller", "{msg}");
+        log::logger().flush();
+    }
+    eprintln!("immortal-operator: {msg}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+fn fail_running(msg: &str) -> ExitCode {
+    log::error!(target: "controller", "{msg}");
+    log::logger().flush();
+    ExitCode::FAILURE
+}
+
+fn stopped() -> ExitCode {
+    log::info!(target: "controller", "stopped before reconciling");
+    log::logger().flush();
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,239 @@
+//! Kubernetes Events about ImmortalContainers, written off the reconcile path by a thread of
+//! their own.
+//!
+//! As client-go's recorder: a repeat of the same reason and message for the same object within
+//! [`DEDUP_WINDOW`] bumps `count` and `lastTimestamp` of the existing Event instead of creating
+//! another, and a per-object token bucket (burst 25, one more every 5 minutes, client-go's
+//! spam filter) keeps a hot error from flooding the API server. Events are best effort: a
+//! failed write is logged at DEBUG and dropped, never retried in a loop.
+
+use crate::client::{Client, Resource};
+use crate::reconcile::Note;
+use crate::resources::{ImmortalContainer, API_VERSION, KIND, MAX_NAME_LEN};
+use crate::util;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use serde_json::json;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+/// A repeated Event within this window updates the first one.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(600);
+const BURST: f64 = 25.0;
+const REFILL_EVERY: Duration = Duration::from_secs(300);
+/// Events waiting to be written; beyond this they are dropped (the reconcile never waits).
+const BACKLOG: usize = 1024;
+
+/// What the reconcile thread hands over: the object reference and the note.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub note: Note,
+}
+
+/// Cheap handle the reconcile side records through.
+#[derive(Clone)]
+pub struct Recorder {
+    tx: Sender<Pending>,
+}
+
+impl Recorder {
+    /// A recorder whose events go to `rx`; [`run`] drains it.
+    pub fn channel() -> (Recorder, Receiver<Pending>) {
+        let (tx, rx) = crossbeam_channel::bounded(BACKLOG);
+        (Recorder { tx }, rx)
+    }
+
+    pub fn record(&self, ic: &ImmortalContainer, note: Note) {
+        let p = Pending {
+            namespace: ic.metadata.namespace.clone(),
+            name: ic.metadata.name.clone(),
+            uid: ic.metadata.uid.clone(),
+            note,
+        };
+        if let Err(TrySendError::Full(p)) = self.tx.try_send(p) {
+            log::debug!(target: "events", object = format!("{}/{}", p.namespace, p.name).as_str(), reason = p.note.reason; "event backlog full, dropped");
+        }
+    }
+}
+
+/// An Event already written, for deduplication.
+struct Written {
+    name: String,
+    count: i64,
+    first: String,
+    at: Instant,
+}
+
+/// Per-object token bucket.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Decides, for each event, whether to create, bump or drop it. Kept apart from I/O for tests.
+#[derive(Default)]
+pub struct Book {
+    written: HashMap<u64, Written>,
+    buckets: HashMap<String, Bucket>,
+    last_prune: Option<Instant>,
+}
+
+/// What to do with one event.
+#[derive(Debug, PartialEq)]
+pub enum Decision {
+    Create { name: String },
+    Bump { name: String, count: i64, first: String },
+    Drop,
+}
+
+impl Book {
+    pub fn decide(&mut self, p: &Pending, now: Instant) -> Decision {
+        self.prune(now);
+        let b = self.buckets.entry(p.uid.clone()).or_insert(Bucket { tokens: BURST, at: now });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() / REFILL_EVERY.as_secs_f64()).min(BURST);
+        b.at = now;
+        if b.tokens < 1.0 {
+            return Decision::Drop;
+        }
+        b.tokens -= 1.0;
+        let key = dedup_key(p);
+        match self.written.get_mut(&key) {
+            Some(w) if now.duration_since(w.at) < DEDUP_WINDOW => {
+                w.count += 1;
+                w.at = now;
+                Decision::Bump { name: w.name.clone(), count: w.count, first: w.first.clone() }
+            }
+            _ => {
+                let name = event_name(&p.name);
+                self.written.insert(key, Written { name: name.clone(), count: 1, first: util::now_rfc3339(), at: now });
+                Decision::Create { name }
+            }
+        }
+    }
+
+    /// Forgets what left the window, so memory follows recent activity, not the object count.
+    fn prune(&mut self, now: Instant) {
+        if self.last_prune.is_some_and(|t| now.duration_since(t) < Duration::from_secs(60)) {
+            return;
+        }
+        self.last_prune = Some(now);
+        self.written.retain(|_, w| now.duration_since(w.at) < DEDUP_WINDOW);
+        self.buckets.retain(|_, b| b.tokens < BURST || now.duration_since(b.at) < REFILL_EVERY);
+    }
+}
+
+fn dedup_key(p: &Pending) -> u64 {
+    let mut h = DefaultHasher::new();
+    (&p.uid, p.note.reason, &p.note.message, p.note.warning).hash(&mut h);
+    h.finish()
+}
+
+/// `<object>.<16 hex digits>`, as client-go names events, with the object part shortened so
+/// the whole stays a valid name even for a 253-character object name.
+pub fn event_name(object: &str) -> String {
+    let suffix = format!("{:016x}", util::rand_u64());
+    let room = MAX_NAME_LEN - suffix.len() - 1;
+    let base = object.get(..room.min(object.len())).unwrap_or(object).trim_end_matches(['.', '-']);
+    format!("{base}.{suffix}")
+}
+
+/// Drains `rx` until every sender is gone, writing events through `client`.
+pub fn run(client: Client, rx: Receiver<Pending>, instance: String) {
+    let mut book = Book::default();
+    for p in rx {
+        let now = util::now_rfc3339();
+        let object = format!("{}/{}", p.namespace, p.name);
+        let result = match book.decide(&p, Instant::now()) {
+            Decision::Drop => {
+                log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event rate-limited, dropped");
+                continue;
+            }
+            Decision::Create { name } => {
+                let body = json!({
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": { "name": name, "namespace": p.namespace },
+                    "involvedObject": {
+                        "apiVersion": API_VERSION, "kind": KIND,
+                        "name": p.name, "namespace": p.namespace, "uid": p.uid,
+                    },
+                    "reason": p.note.reason,
+                    "message": p.note.message,
+                    "type": if p.note.warning { "Warning" } else { "Normal" },
+                    "source": { "component": "immortal-operator" },
+                    "reportingComponent": "immortal-operator",
+                    "reportingInstance": instance,
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "count": 1,
+                });
+                client.create::<serde_json::Value>(Resource::Events, &p.namespace, &body).map(drop)
+            }
+            Decision::Bump { name, count, first } => {
+                let patch = json!({ "count": count, "lastTimestamp": now, "firstTimestamp": first });
+                client.merge_patch::<serde_json::Value>(Resource::Events, &p.namespace, &name, &patch).map(drop)
+            }
+        };
+        match result {
+            Ok(()) => log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event recorded"),
+            Err(e) => {
+                log::debug!(target: "events", object = object.as_str(), reason = p.note.reason, error = e.to_string().as_str(); "event not recorded")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(uid: &str, reason: &'static str, message: &str) -> Pending {
+        Pending {
+            namespace: "ns".into(),
+            name: "web".into(),
+            uid: uid.into(),
+            note: Note { warning: true, reason, message: message.into() },
+        }
+    }
+
+    #[test]
+    fn a_repeat_within_the_window_bumps_the_first_event() {
+        let mut book = Book::default();
+        let t = Instant::now();
+        let Decision::Create { name } = book.decide(&pending("u", "PodNameConflict", "m"), t) else { panic!() };
+        match book.decide(&pending("u", "PodNameConflict", "m"), t + Duration::from_secs(30)) {
+            Decision::Bump { name: n, count, .. } => assert_eq!((n, count), (name, 2)),
+            d => panic!("{d:?}"),
+        }
+        // Another message is another event.
+        assert!(matches!(book.decide(&pending("u", "PodNameConflict", "other"), t), Decision::Create { .. }));
+        // After the window, a new event.
+        assert!(matches!(
+            book.decide(&pending("u", "PodNameConflict", "m"), t + DEDUP_WINDOW + Duration::from_secs(31)),
+            Decision::Create { .. }
+        ));
+    }
+
+    #[test]
+    fn a_hot_object_is_rate_limited_after_its_burst() {
+        let mut book = Book::default();
+        let t = Instant::now();
+        let decisions: Vec<_> = (0..30).map(|i| book.decide(&pending("hot", "X", &i.to_string()), t)).collect();
+        assert_eq!(decisions.iter().filter(|d| **d == Decision::Drop).count(), 5);
+        // Another object is not affected.
+        assert!(matches!(book.decide(&pending("calm", "X", "m"), t), Decision::Create { .. }));
+        // One token comes back every five minutes.
+        assert!(matches!(book.decide(&pending("hot", "X", "later"), t + REFILL_EVERY), Decision::Create { .. }));
+    }
+
+    #[test]
+    fn event_names_stay_valid_for_the_longest_object_names() {
+        let n = event_name(&"a".repeat(253));
+        assert!(n.len() <= MAX_NAME_LEN, "{}", n.len());
+        assert!(event_name("web").starts_with("web."));
+    }
+}

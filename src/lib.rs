@@ -1,0 +1,27 @@
+//! immortal-operator: keeps exactly one pod alive for every ImmortalContainer.
+//!
+//! The data flow, one module per stage: [`cli`] flags → [`kubeconfig`] (with [`tls`] and
+//! [`auth`]) → [`client`] → two [`watcher`] threads pushing `namespace/name` keys into the
+//! [`queue`] → [`reconcile`] workers, wired together and shut down by [`controller`].
+//! [`resources`] holds the API types; [`events`], [`leader`], [`metrics`] and [`serve`] are
+//! what running in production adds; [`trace`] reads the logs back.
+
+pub mod auth;
+pub mod cli;
+pub mod client;
+pub mod controller;
+pub mod events;
+pub mod kubeconfig;
+pub mod leader;
+pub mod logging;
+pub mod metrics;
+pub mod queue;
+pub mod reconcile;
+pub mod resources;
+pub mod serve;
+pub mod tls;
+pub mod trace;
+#[cfg(test)]
+mod testutil;
+pub mod util;
+pub mod watcher;

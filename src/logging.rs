@@ -1,0 +1,182 @@
+//! Log output: readable `key=value` text or one JSON object per line, from `log` records and
+//! their structured fields.
+//!
+//! Level contract: ERROR the process will exit or gave up; WARN a person must act (RBAC,
+//! invalid spec, a pod name held by someone else); INFO lifecycle and one line per reconcile
+//! outcome plus every API write; DEBUG watch restarts, relists, queue decisions; TRACE request
+//! lines. Field vocabulary: `object`, `kind`/`resource`, `rv`, `reconcile_id`, `trigger`,
+//! `action`, `result`, `requeue_after_ms`, `elapsed_ms`, `error`. Request lines carry method,
+//! path and code only: headers (and so tokens) are never logged.
+
+use crate::util;
+use log::kv::{Error as KvError, Key, Value, VisitSource};
+use std::fmt::Write as _;
+use std::io::Write;
+use std::time::SystemTime;
+
+/// Output format, from `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Installs the global logger. Level from `RUST_LOG` (env_logger syntax), default `info`; the
+/// HTTP and TLS libraries stay at `warn` unless `RUST_LOG` names them.
+pub fn init(format: Format) {
+    JSON.store(format == Format::Json, std::sync::atomic::Ordering::Relaxed);
+    let mut b = env_logger::Builder::new();
+    b.filter_level(log::LevelFilter::Info)
+        .filter_module("ureq", log::LevelFilter::Warn)
+        .filter_module("rustls", log::LevelFilter::Warn);
+    if let Ok(spec) = std::env::var("RUST_LOG") {
+        b.parse_filters(&spec);
+    }
+    b.format(move |buf, record| {
+        let line = render(format, SystemTime::now(), record);
+        buf.write_all(line.as_bytes())
+    });
+    // Tests may initialise twice; the first logger wins.
+    let _ = b.try_init();
+}
+
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether logs are JSON (machines read them) rather than text (people do).
+pub fn is_json() -> bool {
+    JSON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Formats one record as a line (newline included).
+pub fn render(format: Format, now: SystemTime, record: &log::Record) -> String {
+    let ts = util::rfc3339_millis(now);
+    let target = short_target(record.target());
+    let msg = record.args().to_string();
+    let mut out = String::with_capacity(160);
+    match format {
+        Format::Text => {
+            let _ = write!(out, "{ts} {:<5} {target}: {msg}", record.level());
+            let _ = record.key_values().visit(&mut TextFields(&mut out));
+        }
+        Format::Json => {
+            out.push_str("{\"ts\":\"");
+            out.push_str(&ts);
+            out.push_str("\",\"level\":\"");
+            out.push_str(record.level().as_str());
+            out.push_str("\",\"target\":");
+            push_json_str(&mut out, target);
+            out.push_str(",\"msg\":");
+            push_json_str(&mut out, &msg);
+            let _ = record.key_values().visit(&mut JsonFields(&mut out));
+            out.push('}');
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// `immortal_operator::reconcile` → `reconcile`; explicit targets pass through.
+fn short_target(t: &str) -> &str {
+    t.rsplit("::").next().unwrap_or(t)
+}
+
+struct TextFields<'a>(&'a mut String);
+
+impl<'kvs> VisitSource<'kvs> for TextFields<'_> {
+    fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), KvError> {
+        let v = value.to_string();
+        // Quote values a reader (or `cut`) would otherwise split.
+        if v.is_empty() || v.contains([' ', '"', '=']) {
+            let _ = write!(self.0, " {key}={v:?}");
+        } else {
+            let _ = write!(self.0, " {key}={v}");
+        }
+        Ok(())
+    }
+}
+
+struct JsonFields<'a>(&'a mut String);
+
+impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
+    fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), KvError> {
+        self.0.push(',');
+        push_json_str(self.0, key.as_str());
+        self.0.push(':');
+        if let Some(n) = value.to_u64() {
+            let _ = write!(self.0, "{n}");
+        } else if let Some(n) = value.to_i64() {
+            let _ = write!(self.0, "{n}");
+        } else if let Some(b) = value.to_bool() {
+            let _ = write!(self.0, "{b}");
+        } else {
+            push_json_str(self.0, &value.to_string());
+        }
+        Ok(())
+    }
+}
+
+fn push_json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn with_record(f: impl FnOnce(&log::Record) -> String) -> String {
+        let kvs: [(&str, Value); 4] = [
+            ("object", Value::from("ns/web")),
+            ("reconcile_id", Value::from(7u64)),
+            ("ready", Value::from(true)),
+            ("error", Value::from("api error 500: \"boom\"")),
+        ];
+        let args = format_args!("reconciled");
+        let record = log::Record::builder()
+            .args(args)
+            .level(log::Level::Info)
+            .target("immortal_operator::reconcile")
+            .key_values(&kvs)
+            .build();
+        f(&record)
+    }
+
+    #[test]
+    fn json_lines_are_valid_json_with_typed_fields() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_352_323_042);
+        let line = with_record(|r| render(Format::Json, t, r));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["ts"], "2026-11-22T12:58:43.042Z");
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["target"], "reconcile");
+        assert_eq!(v["msg"], "reconciled");
+        assert_eq!(v["object"], "ns/web");
+        assert_eq!(v["reconcile_id"], 7);
+        assert_eq!(v["ready"], true);
+        assert_eq!(v["error"], "api error 500: \"boom\"");
+    }
+
+    #[test]
+    fn text_lines_are_key_value_and_quote_what_needs_it() {
+        let line = with_record(|r| render(Format::Text, UNIX_EPOCH, r));
+        assert_eq!(
+            line,
+            "1970-01-01T00:00:00.000Z INFO  reconcile: reconciled object=ns/web reconcile_id=7 ready=true \
+             error=\"api error 500: \\\"boom\\\"\"\n"
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! Deduplicating work queue of `namespace/name` keys, with client-go's workqueue semantics.
+//!
+//! - A key is queued at most once ("dirty"); adding it again while queued is a no-op.
+//! - A key is never handed to two workers at once: one added while it is being processed is
+//!   handed out again after [`Queue::done`].
+//! - Delayed adds keep the earliest deadline.
+//! - [`Queue::add_rate_limited`] backs a failing key off exponentially, 5 ms doubling to 1000 s
+//!   (client-go's `DefaultItemBasedRateLimiter`); [`Queue::forget`] resets it after a success.
+//! - [`Queue::shutdown`] wakes every waiter; `get` then returns `None`.
+//!
+//! Each queued key carries the [`Trigger`] that queued it, so the reconcile log can say why it
+//! ran. Only keys and triggers are stored: never objects.
+
+use crate::metrics;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// First delay of a failing key.
+const BASE_DELAY: Duration = Duration::from_millis(5);
+/// Longest delay of a failing key.
+const MAX_DELAY: Duration = Duration::from_secs(1000);
+
+/// Why a key was queued. Logged with the reconcile it causes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// A watch event: resource short name, event type, the object's resourceVersion.
+    Watch { resource: &'static str, event: String, rv: String },
+    /// A (re)list enqueued every known key.
+    Relist { resource: &'static str },
+    /// Requeued after a failed reconcile.
+    Retry,
+    /// Requeued on purpose after a delay the reconcile asked for.
+    Scheduled,
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Trigger::Watch { resource, event, rv } => write!(f, "{resource} {event} rv={rv}"),
+            Trigger::Relist { resource } => write!(f, "{resource} relist"),
+            Trigger::Retry => f.write_str("retry after error"),
+            Trigger::Scheduled => f.write_str("scheduled requeue"),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Keys ready to hand out, in order.
+    ready: VecDeque<String>,
+    /// Keys queued and not yet handed out, with what queued them (the latest trigger wins).
+    dirty: HashMap<String, Trigger>,
+    /// Keys a worker holds now.
+    processing: HashSet<String>,
+    /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
+    /// stale entries (a later add with an earlier deadline leaves the old one in the heap).
+    waiting: HashMap<String, (Instant, Trigger)>,
+    timers: BinaryHeap<Reverse<(Instant, String)>>,
+    /// Consecutive failures per key, for the rate limiter.
+    failures: HashMap<String, u32>,
+    /// When each dirty key was added, for the queue-duration metric.
+    added_at: HashMap<String, Instant>,
+    shutting_down: bool,
+}
+
+/// The queue. Share it with `Arc`.
+#[derive(Default)]
+pub struct Queue {
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+impl Queue {
+    pub fn new() -> Queue {
+        Queue::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A worker that panicked while holding the lock leaves consistent state behind (every
+        // mutation below is completed before any call that could panic), so keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `key` now.
+    pub fn add(&self, key: String, trigger: Trigger) {
+        let mut st = self.lock();
+        if Self::insert(&mut st, key, trigger) {
+            self.cond.notify_one();
+        }
+    }
+
+    /// Marks `key` dirty; returns whether a waiter should be woken.
+    fn insert(st: &mut State, key: String, trigger: Trigger) -> bool {
+        if st.shutting_down {
+            return false;
+        }
+        metrics::queue_add();
+        if let Some(t) = st.dirty.get_mut(&key) {
+            *t = trigger;
+            return false;
+        }
+        st.added_at.insert(key.clone(), Instant::now());
+        let processing = st.processing.contains(&key);
+        st.dirty.insert(key.clone(), trigger);
+        if processing {
+            // Handed out again by `done`.
+            return false;
+        }
+        st.ready.push_back(key);
+        metrics::queue_depth(st.ready.len());
+        true
+    }
+
+    /// Queues `key` after `delay`; an earlier pending deadline for the same key wins.
+    pub fn add_after(&self, key: String, delay: Duration, trigger: Trigger) {
+        if delay.is_zero() {
+            return self.add(key, trigger);
+        }
+        let deadline = Instant::now() + delay;
+        let mut st = self.lock();
+        if st.shutting_down {
+            return;
+        }
+        match st.waiting.get(&key) {
+            Some((d, _)) if *d <= deadline => return,
+            _ => {}
+        }
+        st.waiting.insert(key.clone(), (deadline, trigger));
+        st.timers.push(Reverse((deadline, key)));
+        // A waiting `get` may need to wake earlier than it planned.
+        self.cond.notify_one();
+    }
+
+    /// Queues `key` after its rate-limited backoff; returns the delay chosen.
+    pub fn add_rate_limited(&self, key: String) -> Duration {
+        let delay = {
+            let mut st = self.lock();
+            let n = st.failures.entry(key.clone()).or_insert(0);
+            let delay = backoff(*n);
+            *n = n.saturating_add(1);
+            delay
+        };
+        metrics::queue_retry();
+        self.add_after(key, delay, Trigger::Retry);
+        delay
+    }
+
+    /// How many times `key` has failed in a row.
+    pub fn num_requeues(&self, key: &str) -> u32 {
+        self.lock().failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Resets the backoff of `key` (after a successful reconcile).
+    pub fn forget(&self, key: &str) {
+        self.lock().failures.remove(key);
+    }
+
+    /// Blocks until a key is ready and hands it out, or returns `None` once shut down.
+    /// The caller must call [`Queue::done`] with the key when finished.
+    pub fn get(&self) -> Option<(String, Trigger)> {
+        let mut st = self.lock();
+        loop {
+            if st.shutting_down {
+                return None;
+            }
+            let next_deadline = Self::promote_due(&mut st);
+            if let Some(key) = st.ready.pop_front() {
+                metrics::queue_depth(st.ready.len());
+                let trigger = st.dirty.remove(&key).unwrap_or(Trigger::Scheduled);
+                if let Some(t) = st.added_at.remove(&key) {
+                    metrics::queue_wait(t.elapsed());
+                }
+                st.processing.insert(key.clone());
+                return Some((key, trigger));
+            }
+            st = match next_deadline {
+                // A timer, not a poll: we sleep exactly until the next delayed key is due, or
+                // until an add wakes us.
+                Some(d) => {
+                    let wait = d.saturating_duration_since(Instant::now());
+                    self.cond.wait_timeout(st, wait).unwrap_or_else(|p| p.into_inner()).0
+                }
+                None => self.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+    }
+
+    /// Moves due delayed keys to ready; returns the next pending deadline.
+    fn promote_due(st: &mut State) -> Option<Instant> {
+        let now = Instant::now();
+        while let Some(Reverse((deadline, _))) = st.timers.peek() {
+            if *deadline > now {
+                return Some(*deadline);
+            }
+            let Reverse((deadline, key)) = st.timers.pop().expect("peeked");
+            // Skip stale heap entries: the key was re-added with another deadline.
+            match st.waiting.get(&key) {
+                Some((d, _)) if *d == deadline => {}
+                _ => continue,
+            }
+            let (_, trigger) = st.waiting.remove(&key).expect("checked");
+            Self::insert(st, key, trigger);
+        }
+        None
+    }
+
+    /// Marks `key` finished; if it was added meanwhile it becomes ready again.
+    pub fn done(&self, key: &str) {
+        let mut st = self.lock();
+        st.processing.remove(key);
+        if st.dirty.contains_key(key) && !st.shutting_down {
+            st.ready.push_back(key.to_string());
+            metrics::queue_depth(st.ready.len());
+            self.cond.notify_one();
+        }
+    }
+
+    /// Stops handing out keys and wakes every waiter.
+    pub fn shutdown(&self) {
+        self.lock().shutting_down = true;
+        self.cond.notify_all();
+    }
+
+    /// Keys ready to be handed out now.
+    pub fn len(&self) -> usize {
+        self.lock().ready.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ready keys and their triggers, for other modules' tests.
+    #[cfg(test)]
+    pub(crate) fn lock_for_tests(&self) -> (Vec<String>, HashMap<String, Trigger>) {
+        let st = self.lock();
+        (st.ready.iter().cloned().collect(), st.dirty.clone())
+    }
+}
+
+/// Delay after `failures` consecutive failures: 5 ms · 2^failures, at most 1000 s.
+pub fn backoff(failures: u32) -> Duration {
+    let factor = 1u64.checked_shl(failures.min(40)).unwrap_or(u64::MAX);
+    let ms = (BASE_DELAY.as_millis() as u64).saturating_mul(factor);
+    Duration::from_millis(ms).min(MAX_DELAY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::thread;
+
+    fn t() -> Trigger {
+        Trigger::Scheduled
+    }
+
+    #[test]
+    fn adding_a_queued_key_again_does_not_duplicate_it() {
+        let q = Queue::new();
+        q.add("ns/a".into(), t());
+        q.add("ns/a".into(), t());
+        q.add("ns/b".into(), t());
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.get().unwrap().0, "ns/a");
+        assert_eq!(q.get().unwrap().0, "ns/b");
+    }
+
+    #[test]
+    fn the_latest_trigger_of_a_deduplicated_key_is_reported() {
+        let q = Queue::new();
+        q.add("ns/a".into(), Trigger::Relist { resource: "pod" });
+        q.add("ns/a".into(), Trigger::Watch { resource: "pod", event: "DELETED".into(), rv: "9".into() });
+        assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9");
+    }
+
+    #[test]
+    fn a_key_being_processed_is_not_handed_out_twice_and_comes_back_after_done() {
+        let q = Queue::new();
+        q.add("ns/a".into(), t());
+        let (k, _) = q.get().unwrap();
+        q.add("ns/a".into(), t());
+        // Still processing: not ready.
+        assert_eq!(q.len(), 0);
+        q.done(&k);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get().unwrap().0, "ns/a");
+    }
+
+    #[test]
+    fn done_without_a_new_add_leaves_nothing_behind() {
+        let q = Queue::new();
+        q.add("ns/a".into(), t());
+        let (k, _) = q.get().unwrap();
+        q.done(&k);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn two_workers_never_hold_the_same_key() {
+        let q = Arc::new(Queue::new());
+        let busy = Arc::new(Mutex::new(HashSet::new()));
+        let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let (q, busy, handled) = (q.clone(), busy.clone(), handled.clone());
+                thread::spawn(move || {
+                    while let Some((k, _)) = q.get() {
+                        assert!(busy.lock().unwrap().insert(k.clone()), "{k} handed out twice");
+                        thread::yield_now();
+                        busy.lock().unwrap().remove(&k);
+                        handled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        q.done(&k);
+                    }
+                })
+            })
+            .collect();
+        for i in 0..2000 {
+            q.add(format!("ns/{}", i % 7), t());
+        }
+        // Let the workers drain, bounded in time.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (!q.is_empty() || !q.lock().processing.is_empty()) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        q.shutdown();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert!(handled.load(std::sync::atomic::Ordering::SeqCst) >= 7);
+    }
+
+    #[test]
+    fn delayed_add_becomes_ready_at_its_deadline() {
+        let q = Queue::new();
+        let start = Instant::now();
+        q.add_after("ns/a".into(), Duration::from_millis(30), t());
+        assert!(q.is_empty());
+        assert_eq!(q.get().unwrap().0, "ns/a");
+        assert!(start.elapsed() >= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn delayed_adds_keep_the_earliest_deadline() {
+        let q = Queue::new();
+        q.add_after("ns/a".into(), Duration::from_secs(3600), t());
+        q.add_after("ns/a".into(), Duration::from_millis(10), t());
+        q.add_after("ns/a".into(), Duration::from_secs(60), t());
+        let (k, _) = q.get().unwrap();
+        assert_eq!(k, "ns/a");
+        q.done(&k);
+        // The stale one-hour and one-minute entries are gone: nothing else is pending.
+        assert!(q.lock().waiting.is_empty());
+    }
+
+    #[test]
+    fn rate_limited_backoff_doubles_from_5ms_to_1000s_and_resets_on_forget() {
+        assert_eq!(backoff(0), Duration::from_millis(5));
+        assert_eq!(backoff(1), Duration::from_millis(10));
+        assert_eq!(backoff(10), Duration::from_millis(5120));
+        assert_eq!(backoff(30), Duration::from_secs(1000));
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(1000));
+        let q = Queue::new();
+        assert_eq!(q.add_rate_limited("ns/a".into()), Duration::from_millis(5));
+        assert_eq!(q.add_rate_limited("ns/a".into()), Duration::from_millis(10));
+        assert_eq!(q.num_requeues("ns/a"), 2);
+        q.forget("ns/a");
+        assert_eq!(q.num_requeues("ns/a"), 0);
+        assert_eq!(q.add_rate_limited("ns/a".into()), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn shutdown_wakes_every_waiter() {
+        let q = Arc::new(Queue::new());
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                thread::spawn(move || q.get())
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(20));
+        q.shutdown();
+        for w in waiters {
+            assert_eq!(w.join().unwrap(), None);
+        }
+        q.add("ns/a".into(), t());
+        assert!(q.get().is_none());
+    }
+}

@@ -1,0 +1,324 @@
+//! The Kubernetes objects the operator reads and writes, reduced to the fields it uses.
+//!
+//! Unknown fields are ignored on decode (serde's default), so a pod the API server returns with
+//! all its defaults (tolerations, volumes, managedFields...) costs only what we keep. Desired
+//! and actual state are compared on the fields we set, never on whole objects: the server adds
+//! defaults (see the `*-pod-create` fixture).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// API group of the custom resource.
+pub const GROUP: &str = "immortalcontainer.flugel.it";
+/// Served version of the custom resource.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of the custom resource, as ownerReferences and events name it.
+pub const API_VERSION: &str = "immortalcontainer.flugel.it/v1alpha1";
+/// Kind of the custom resource.
+pub const KIND: &str = "ImmortalContainer";
+/// Plural resource name, as it appears in URLs.
+pub const PLURAL: &str = "immortalcontainers";
+/// The one container of every immortal pod.
+pub const CONTAINER_NAME: &str = "acontainer";
+/// Suffix appended to the object's name to name its pod.
+pub const POD_SUFFIX: &str = "-immortalpod";
+/// Label put on every pod the operator creates; the pod watcher selects on it so the operator
+/// never streams the rest of the cluster's pods.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "immortal-operator";
+/// Label carrying the owner's uid: always 36 characters, so it is a valid label value whatever
+/// the length of the owner's name (names go to 253, label values stop at 63).
+pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
+/// Annotation recording the image the pod was created for, so the pod watcher can tell, from
+/// the pod alone, that someone changed the pod's image behind our back.
+pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
+/// Longest object name Kubernetes accepts (DNS-1123 subdomain).
+pub const MAX_NAME_LEN: usize = 253;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+}
+
+impl ObjectMeta {
+    /// The ownerReference marked `controller: true`, if any (there is at most one).
+    pub fn controller(&self) -> Option<&OwnerReference> {
+        self.owner_references.iter().find(|o| o.controller == Some(true))
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<bool>,
+}
+
+impl OwnerReference {
+    /// Whether this reference points at an ImmortalContainer (any version of our group).
+    pub fn is_immortal_container(&self) -> bool {
+        self.kind == KIND && self.api_version.split('/').next() == Some(GROUP)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ImmortalContainer
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImmortalContainer {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ImmortalContainerSpec,
+    #[serde(default)]
+    pub status: ImmortalContainerStatus,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ImmortalContainerSpec {
+    #[serde(default)]
+    pub image: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImmortalContainerStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_pod: Option<String>,
+    #[serde(default)]
+    pub start_times: i64,
+    /// UID of the last pod counted in `start_times`. A pod we control whose uid differs has not
+    /// been counted yet: that is how a count lost to a crash or a 409 is repaired.
+    #[serde(rename = "lastCountedPodUID", default, skip_serializing_if = "Option::is_none")]
+    pub last_counted_pod_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A status condition in the shape the API conventions (and `metav1.Condition`) give it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub last_transition_time: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pod
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pod {
+    #[serde(default, rename = "apiVersion", skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: PodSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PodStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[serde(default)]
+    pub containers: Vec<Container>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Container {
+    pub name: String,
+    #[serde(default)]
+    pub image: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+}
+
+impl Pod {
+    /// `status.phase`, or "" when the server has not set one.
+    pub fn phase(&self) -> &str {
+        self.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    }
+
+    /// A pod in phase Succeeded or Failed never runs again (restartPolicy aside, the kubelet
+    /// does not restart a terminated pod): it has to be replaced.
+    pub fn is_terminated(&self) -> bool {
+        matches!(self.phase(), "Succeeded" | "Failed")
+    }
+
+    /// Image of our container, if the pod has it.
+    pub fn container_image(&self) -> Option<&str> {
+        self.spec.containers.iter().find(|c| c.name == CONTAINER_NAME).map(|c| c.image.as_str())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events (core/v1)
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub involved_object: ObjectReference,
+    pub reason: String,
+    pub message: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub source: EventSource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_timestamp: Option<String>,
+    #[serde(default)]
+    pub count: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reporting_component: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reporting_instance: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventSource {
+    #[serde(default)]
+    pub component: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// API machinery
+
+/// The `Status` object the API server answers errors with (and puts in watch ERROR events).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub code: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<StatusDetails>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDetails {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<StatusCause>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusCause {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub field: String,
+}
+
+/// `namespace/name`, the key that crosses threads.
+pub fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Splits a `namespace/name` key; `None` when it has no slash.
+pub fn split_key(key: &str) -> Option<(&str, &str)> {
+    key.split_once('/')
+}
+
+/// Name of the pod kept for the object called `name`.
+pub fn pod_name(name: &str) -> String {
+    format!("{name}{POD_SUFFIX}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_recorded_pod_keeping_only_the_fields_we_use() {
+        let pod: Pod = serde_json::from_str(&crate::testutil::fixture("14-pod-get").1).unwrap();
+        assert_eq!(pod.metadata.name, "example-immortalpod");
+        assert_eq!(pod.container_image(), Some("nginx:latest"));
+        let owner = pod.metadata.controller().unwrap();
+        assert!(owner.is_immortal_container());
+        assert_eq!(owner.name, "example");
+        assert!(!pod.is_terminated());
+    }
+
+    #[test]
+    fn splits_keys_at_the_first_slash() {
+        assert_eq!(split_key("ns/name"), Some(("ns", "name")));
+        assert_eq!(split_key("nokey"), None);
+        assert_eq!(key("a", "b"), "a/b");
+    }
+}

@@ -1,0 +1,507 @@
+//! Builds the rustls client configuration the API client's agents use, from kubeconfig-style PEM inputs.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+/// Why a TLS configuration could not be built. Never retried: the inputs come from configuration
+/// and will not change by trying again. Messages never contain certificate or key bytes, so the
+/// caller can prefix them with where the input came from and show them as is.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The CA bundle holds no usable certificate (not PEM, or every certificate is malformed).
+    Ca(String),
+    /// The client certificate PEM holds no usable certificate.
+    ClientCertificate(String),
+    /// The client key PEM holds no private key, or one rustls cannot sign with.
+    ClientKey(String),
+    /// The client key is valid but is not the key of the client certificate (for example an EC
+    /// key next to an RSA certificate).
+    KeyMismatch,
+    /// The tls-server-name is neither a DNS name nor an IP address.
+    ServerName(String),
+    /// rustls refused the configuration itself (no usable protocol versions); a build problem.
+    Config(String),
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsError::Ca(why) => write!(f, "bad certificate authority: {why}"),
+            TlsError::ClientCertificate(why) => write!(f, "bad client certificate: {why}"),
+            TlsError::ClientKey(why) => write!(f, "bad client key: {why}"),
+            TlsError::KeyMismatch => f.write_str("client key does not match client certificate"),
+            TlsError::ServerName(name) => write!(f, "invalid tls-server-name {name:?}"),
+            TlsError::Config(why) => write!(f, "tls configuration rejected: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+/// Builds a client configuration.
+///
+/// - `ca_pem`: the certificate-authority bundle; `None` trusts the public web roots
+///   (webpki-roots), which is what client-go does with the system pool when no CA is configured.
+/// - `insecure`: `insecure-skip-tls-verify`; the server certificate is not checked at all (its
+///   handshake signature still is). `ca_pem` and `server_name` are then ignored; kubectl refuses
+///   a CA together with insecure, and the kubeconfig loader enforces that before calling here.
+/// - `server_name`: `tls-server-name`; the certificate is verified against this name instead of
+///   the URL host. ureq 2 takes the name from the URL, so this is done by a verifier that swaps the
+///   name. Note that SNI is still the URL host (none at all for an IP), unlike client-go, which
+///   also sends this name as SNI; API servers pick their certificate by SNI only when configured
+///   with several, so this is rarely visible.
+/// - `client_auth`: client certificate chain and private key (PKCS#1, SEC1 or PKCS#8), as PEM.
+pub fn client_config(
+    ca_pem: Option<&[u8]>,
+    insecure: bool,
+    server_name: Option<&str>,
+    client_auth: Option<(Vec<u8>, Vec<u8>)>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let algorithms = provider.signature_verification_algorithms;
+
+    let verifier: Arc<dyn ServerCertVerifier> = if insecure {
+        Arc::new(NoServerVerification { algorithms })
+    } else {
+        let roots = match ca_pem {
+            Some(pem) => root_store(pem)?,
+            None => RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            },
+        };
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| TlsError::Ca(e.to_string()))?;
+        match server_name {
+            Some(name) => {
+                let name = ServerName::try_from(name.to_string())
+                    .map_err(|_| TlsError::ServerName(name.to_string()))?;
+                Arc::new(FixedNameVerifier {
+                    inner: webpki,
+                    name,
+                })
+            }
+            None => webpki,
+        }
+    };
+
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+
+    let config = match client_auth {
+        None => builder.with_no_client_auth(),
+        Some((cert_pem, key_pem)) => {
+            let chain = certificates(&cert_pem).map_err(TlsError::ClientCertificate)?;
+            let key = PrivateKeyDer::from_pem_slice(&key_pem)
+                .map_err(|e| TlsError::ClientKey(pem_problem(&e, "private key")))?;
+            // rustls checks that the key's public half is the certificate's (CertifiedKey::keys_match).
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| match e {
+                    rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch,
+                    other => TlsError::ClientKey(other.to_string()),
+                })?
+        }
+    };
+    Ok(Arc::new(config))
+}
+
+/// All certificates in a PEM bundle, in order (leaf first for a client chain).
+fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let mut certs = Vec::new();
+    for item in CertificateDer::pem_slice_iter(pem) {
+        certs.push(item.map_err(|e| pem_problem(&e, "certificate"))?);
+    }
+    if certs.is_empty() {
+        return Err("no certificate found in PEM".to_string());
+    }
+    Ok(certs)
+}
+
+/// A root store from a CA bundle. Like Go's `AppendCertsFromPEM`, certificates that do not parse
+/// are skipped as long as at least one does.
+fn root_store(pem: &[u8]) -> Result<RootCertStore, TlsError> {
+    let certs = certificates(pem).map_err(TlsError::Ca)?;
+    let mut roots = RootCertStore::empty();
+    let (added, _skipped) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(TlsError::Ca("no valid certificate in bundle".to_string()));
+    }
+    Ok(roots)
+}
+
+/// A short description of a PEM problem. Written here rather than using the error's Display,
+/// which may quote lines of the input (possibly key material).
+fn pem_problem(error: &rustls::pki_types::pem::Error, wanted: &str) -> String {
+    use rustls::pki_types::pem::Error;
+    match error {
+        Error::NoItemsFound => format!("no {wanted} found in PEM"),
+        Error::MissingSectionEnd { .. } => "unterminated PEM block".to_string(),
+        Error::IllegalSectionStart { .. } => "malformed PEM header line".to_string(),
+        Error::Base64Decode(_) => "invalid base64 inside PEM block".to_string(),
+        _ => "invalid PEM".to_string(),
+    }
+}
+
+/// Verifies the server certificate against a fixed name (tls-server-name) instead of the name
+/// the connection was opened with; everything else is the normal webpki verification.
+#[derive(Debug)]
+struct FixedNameVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    name: ServerName<'static>,
+}
+
+impl ServerCertVerifier for FixedNameVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(end_entity, intermediates, &self.name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// insecure-skip-tls-verify: accepts any server certificate. The handshake signature is still
+/// checked, so the peer at least holds the key of the certificate it sent.
+#[derive(Debug)]
+struct NoServerVerification {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for NoServerVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::path::PathBuf;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    pub(crate) fn fixture(name: &str) -> Vec<u8> {
+        let path = fixture_path(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("read fixture {}: {e}", path.display()))
+    }
+
+    pub(crate) fn fixture_path(name: &str) -> PathBuf {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls")).join(name)
+    }
+
+    /// What the test server saw: the client's certificate, if it sent one.
+    pub(crate) type ServerOutcome = Result<Option<Vec<u8>>, String>;
+
+    /// Serves one HTTPS request on 127.0.0.1 with `cert`/`key`, optionally requiring a client
+    /// certificate signed by the test CA. Returns the port and a channel with the outcome.
+    pub(crate) fn one_shot_server(
+        cert: &str,
+        key: &str,
+        require_client_cert: bool,
+    ) -> (u16, mpsc::Receiver<ServerOutcome>) {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&fixture(cert))
+            .map(|c| c.unwrap())
+            .collect();
+        let key = PrivateKeyDer::from_pem_slice(&fixture(key)).unwrap();
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = if require_client_cert {
+            let mut roots = RootCertStore::empty();
+            roots.add_parsable_certificates(
+                CertificateDer::pem_slice_iter(&fixture("ca.crt")).map(|c| c.unwrap()),
+            );
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let config = Arc::new(builder.with_single_cert(chain, key).unwrap());
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let outcome = (|| -> ServerOutcome {
+                let (tcp, _) = listener.accept().map_err(|e| e.to_string())?;
+                tcp.set_read_timeout(Some(Duration::from_secs(5))).ok();
+                tcp.set_write_timeout(Some(Duration::from_secs(5))).ok();
+                let conn = rustls::ServerConnection::new(config).map_err(|e| e.to_string())?;
+                let mut tls = rustls::StreamOwned::new(conn, tcp);
+                let mut buf = [0u8; 4096];
+                let mut request = Vec::new();
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = tls.read(&mut buf).map_err(|e| e.to_string())?;
+                    if n == 0 {
+                        return Err("client closed".into());
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let peer = tls
+                    .conn
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| c.as_ref().to_vec());
+                tls.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                )
+                .map_err(|e| e.to_string())?;
+                tls.conn.send_close_notify();
+                tls.flush().ok();
+                Ok(peer)
+            })();
+            let _ = tx.send(outcome);
+        });
+        (port, rx)
+    }
+
+    /// GETs https://{host}:{port}/ with an agent built on `config`; bounded by a 5 s timeout.
+    pub(crate) fn get(config: Arc<ClientConfig>, host: &str, port: u16) -> Result<String, String> {
+        let agent = ureq::AgentBuilder::new()
+            .tls_config(config)
+            .timeout(Duration::from_secs(5))
+            .build();
+        let response = agent
+            .get(&format!("https://{host}:{port}/"))
+            .call()
+            .map_err(|e| e.to_string())?;
+        response.into_string().map_err(|e| e.to_string())
+    }
+
+    fn server_outcome(rx: &mpsc::Receiver<ServerOutcome>) -> ServerOutcome {
+        rx.recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| Err("server did not finish".into()))
+    }
+
+    fn der_of(pem_name: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(&fixture(pem_name))
+            .unwrap()
+            .as_ref()
+            .to_vec()
+    }
+
+    #[test]
+    fn connects_by_ip_to_server_signed_by_configured_ca() {
+        let (port, rx) = one_shot_server("server.crt", "server.key", false);
+        let config = client_config(Some(&fixture("ca.crt")), false, None, None).unwrap();
+        assert_eq!(get(config, "127.0.0.1", port).unwrap(), "ok");
+        assert_eq!(server_outcome(&rx).unwrap(), None);
+    }
+
+    #[test]
+    fn rejects_server_signed_by_another_ca() {
+        let (port, _rx) = one_shot_server("server.crt", "server.key", false);
+        let config = client_config(Some(&fixture("other-ca.crt")), false, None, None).unwrap();
+        let err = get(config, "127.0.0.1", port).unwrap_err();
+        assert!(err.contains("UnknownIssuer"), "{err}");
+    }
+
+    #[test]
+    fn without_ca_public_roots_do_not_trust_a_private_ca() {
+        let (port, _rx) = one_shot_server("server.crt", "server.key", false);
+        let config = client_config(None, false, None, None).unwrap();
+        let err = get(config, "127.0.0.1", port).unwrap_err();
+        assert!(err.contains("UnknownIssuer"), "{err}");
+    }
+
+    #[test]
+    fn dns_only_certificate_fails_by_ip_without_tls_server_name() {
+        let (port, _rx) = one_shot_server("server-dns-only.crt", "server-dns-only.key", false);
+        let config = client_config(Some(&fixture("ca.crt")), false, None, None).unwrap();
+        let err = get(config, "127.0.0.1", port).unwrap_err();
+        assert!(err.contains("not valid for name"), "{err}");
+    }
+
+    #[test]
+    fn tls_server_name_verifies_dns_only_certificate_reached_by_ip() {
+        let (port, rx) = one_shot_server("server-dns-only.crt", "server-dns-only.key", false);
+        let config = client_config(
+            Some(&fixture("ca.crt")),
+            false,
+            Some("kubernetes.test"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(get(config, "127.0.0.1", port).unwrap(), "ok");
+        assert!(server_outcome(&rx).is_ok());
+    }
+
+    #[test]
+    fn tls_server_name_that_the_certificate_lacks_is_rejected() {
+        let (port, _rx) = one_shot_server("server.crt", "server.key", false);
+        let config = client_config(
+            Some(&fixture("ca.crt")),
+            false,
+            Some("kubernetes.test"),
+            None,
+        )
+        .unwrap();
+        let err = get(config, "127.0.0.1", port).unwrap_err();
+        assert!(
+            err.contains("not valid for name \"kubernetes.test\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn insecure_accepts_a_server_from_an_unknown_ca() {
+        let (port, rx) = one_shot_server("server-dns-only.crt", "server-dns-only.key", false);
+        let config = client_config(None, true, None, None).unwrap();
+        assert_eq!(get(config, "127.0.0.1", port).unwrap(), "ok");
+        assert!(server_outcome(&rx).is_ok());
+    }
+
+    fn presents_client_certificate(cert: &str, key: &str) {
+        let (port, rx) = one_shot_server("server.crt", "server.key", true);
+        let config = client_config(
+            Some(&fixture("ca.crt")),
+            false,
+            None,
+            Some((fixture(cert), fixture(key))),
+        )
+        .unwrap();
+        assert_eq!(get(config, "127.0.0.1", port).unwrap(), "ok");
+        assert_eq!(server_outcome(&rx).unwrap(), Some(der_of(cert)));
+    }
+
+    #[test]
+    fn presents_rsa_pkcs1_client_certificate() {
+        presents_client_certificate("client-rsa.crt", "client-rsa.key");
+    }
+
+    #[test]
+    fn presents_ec_sec1_client_certificate() {
+        presents_client_certificate("client-ec.crt", "client-ec.key");
+    }
+
+    #[test]
+    fn presents_pkcs8_client_certificate() {
+        presents_client_certificate("client-pkcs8.crt", "client-pkcs8.key");
+    }
+
+    #[test]
+    fn server_requiring_client_certificate_refuses_client_without_one() {
+        let (port, rx) = one_shot_server("server.crt", "server.key", true);
+        let config = client_config(Some(&fixture("ca.crt")), false, None, None).unwrap();
+        assert!(get(config, "127.0.0.1", port).is_err());
+        assert!(server_outcome(&rx).is_err());
+    }
+
+    #[test]
+    fn ec_key_with_rsa_certificate_is_a_key_mismatch() {
+        let err = client_config(
+            Some(&fixture("ca.crt")),
+            false,
+            None,
+            Some((fixture("client-rsa.crt"), fixture("client-ec.key"))),
+        )
+        .unwrap_err();
+        assert!(matches!(err, TlsError::KeyMismatch), "{err}");
+    }
+
+    #[test]
+    fn certificate_given_as_key_reports_missing_key_without_echoing_it() {
+        let err = client_config(
+            None,
+            false,
+            None,
+            Some((fixture("client-rsa.crt"), fixture("client-rsa.crt"))),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bad client key: no private key found in PEM"
+        );
+    }
+
+    #[test]
+    fn ca_that_is_not_pem_is_rejected() {
+        let err = client_config(Some(b"not a certificate"), false, None, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bad certificate authority: no certificate found in PEM"
+        );
+    }
+
+    #[test]
+    fn invalid_tls_server_name_is_rejected() {
+        let err =
+            client_config(Some(&fixture("ca.crt")), false, Some("bad name!"), None).unwrap_err();
+        assert!(matches!(err, TlsError::ServerName(_)), "{err}");
+    }
+}
