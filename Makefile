@@ -1,0 +1,143 @@
+# immortal-operator: build, test, run locally, demo against the test API server, deploy.
+# `make` (or `make help`) lists the targets.
+
+# Image for docker-build and deploy, e.g. make deploy IMG=ghcr.io/me/immortal-operator:v0.1.0
+IMG ?= immortal-operator:latest
+KUBECTL ?= kubectl
+CARGO ?= cargo
+CONTAINER_TOOL ?= docker
+# Extra operator flags for run and demo, e.g. make run ARGS="--namespace team-a --workers 4"
+ARGS ?=
+
+# Where cargo puts binaries: honour CARGO_TARGET_DIR as cargo does.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+DEMO_DIR := .demo
+DEMO_KUBECTL := $(KUBECTL) --kubeconfig $(DEMO_DIR)/kubeconfig
+SAMPLE := config/samples/immortalcontainer.yaml
+
+.DEFAULT_GOAL := help
+.PHONY: help build test run demo demo-stop install uninstall render deploy undeploy \
+	docker-build fmt lint
+
+help: ## List the targets
+	@echo 'Usage: make TARGET [IMG=...] [ARGS=...]'
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build the release binaries
+	$(CARGO) build --release
+
+test: ## Run the whole test suite (cargo-nextest if installed, else cargo test)
+	@# nextest does not run doctests, so they get their own cargo test --doc pass.
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		echo '$(CARGO) nextest run --workspace && $(CARGO) test --workspace --doc'; \
+		$(CARGO) nextest run --workspace && $(CARGO) test --workspace --doc; \
+	else \
+		echo '$(CARGO) test --workspace'; \
+		$(CARGO) test --workspace; \
+	fi
+
+run: ## Run the operator locally with $KUBECONFIG or ~/.kube/config (none: make demo)
+	@if [ -n "$$KUBECONFIG" ] || [ -f "$$HOME/.kube/config" ]; then \
+		$(CARGO) run --release -- $(ARGS); \
+	else \
+		case ' $(ARGS)' in \
+		*' --kubeconfig'*) $(CARGO) run --release -- $(ARGS) ;; \
+		*) echo 'no kubeconfig ($$KUBECONFIG unset, no ~/.kube/config): running make demo'; \
+		   $(MAKE) --no-print-directory demo ;; \
+		esac; \
+	fi
+
+demo: ## Start the test API server and the operator in the background, create the sample
+	@mkdir -p $(DEMO_DIR)
+	@if [ -f $(DEMO_DIR)/server.pid ] && kill -0 "$$(cat $(DEMO_DIR)/server.pid)" 2>/dev/null; then \
+		echo 'a demo is already running: make demo-stop first'; exit 1; \
+	fi
+	$(CARGO) build --release -p immortal-operator -p kube-testserver
+	@# A stale kubeconfig from an earlier run must not be mistaken for the new server's.
+	@rm -f $(DEMO_DIR)/kubeconfig
+	nohup $(TARGET_DIR)/release/kube-testserver --dir $(DEMO_DIR) \
+		--crd config/crd/immortalcontainers.yaml > $(DEMO_DIR)/server.log 2>&1 & \
+		echo $$! > $(DEMO_DIR)/server.pid
+	@# The server writes its kubeconfig once it is listening; wait for it (at most 30s).
+	@i=0; until [ -s $(DEMO_DIR)/kubeconfig ]; do \
+		if ! kill -0 "$$(cat $(DEMO_DIR)/server.pid)" 2>/dev/null; then \
+			echo 'kube-testserver exited; $(DEMO_DIR)/server.log says:'; \
+			tail -n 20 $(DEMO_DIR)/server.log; rm -f $(DEMO_DIR)/server.pid; exit 1; \
+		fi; \
+		i=$$((i + 1)); \
+		if [ $$i -gt 150 ]; then \
+			echo 'no $(DEMO_DIR)/kubeconfig after 30s; see $(DEMO_DIR)/server.log'; \
+			$(MAKE) --no-print-directory demo-stop; exit 1; \
+		fi; \
+		sleep 0.2; \
+	done
+	nohup $(TARGET_DIR)/release/immortal-operator --kubeconfig $(DEMO_DIR)/kubeconfig $(ARGS) \
+		> $(DEMO_DIR)/operator.log 2>&1 & \
+		echo $$! > $(DEMO_DIR)/operator.pid
+	@# Retried briefly: the kubeconfig can appear a moment before the server answers.
+	@i=0; until $(DEMO_KUBECTL) create -f $(SAMPLE); do \
+		if $(DEMO_KUBECTL) get -f $(SAMPLE) >/dev/null 2>&1; then break; fi; \
+		i=$$((i + 1)); \
+		if [ $$i -ge 10 ]; then \
+			echo 'could not create the sample; stopping the demo'; \
+			$(MAKE) --no-print-directory demo-stop; exit 1; \
+		fi; \
+		sleep 1; \
+	done
+	@echo
+	@echo 'The demo is running: kube-testserver (pid '"$$(cat $(DEMO_DIR)/server.pid)"'),' \
+		'immortal-operator (pid '"$$(cat $(DEMO_DIR)/operator.pid)"').'
+	@echo 'Watch it work:'
+	@echo '  $(DEMO_KUBECTL) get ic,pods'
+	@echo '  $(DEMO_KUBECTL) delete pod example-immortalpod   # comes back; STARTS goes up'
+	@echo '  $(DEMO_KUBECTL) get ic,pods'
+	@echo '  tail -f $(DEMO_DIR)/operator.log'
+	@echo 'Stop it: make demo-stop'
+
+demo-stop: ## Stop the demo's operator and test API server
+	@# Only signal a pid that still runs one of our binaries, never a process that reused it.
+	@for p in operator server; do \
+		f=$(DEMO_DIR)/$$p.pid; [ -f $$f ] || continue; pid=$$(cat $$f); \
+		case "$$(ps -p "$$pid" -o comm= 2>/dev/null)" in \
+		*immortal-oper*|*kube-testserv*) kill "$$pid" && echo "stopped $$p (pid $$pid)" ;; \
+		*) echo "$$p (pid $$pid) was not running" ;; \
+		esac; \
+		rm -f $$f; \
+	done
+
+install: ## Install the CRD into the cluster of the current kubeconfig
+	$(KUBECTL) apply -k config/crd
+
+uninstall: ## Remove the CRD (and with it every ImmortalContainer and its pod)
+	$(KUBECTL) delete -k config/crd --ignore-not-found
+
+# kustomize cannot take an absolute path as a resource, so the overlay reaches config/ through
+# a symlink. IMG is split into the images: fields: a tag is the part after the last ':' of the
+# last path segment (so registry:5000/x keeps its port), a digest the part after '@'.
+render: ## Print the manifests deploy applies, with the image set to IMG
+	@set -e; dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+	ln -s "$(CURDIR)/config" "$$dir/config"; \
+	img='$(IMG)'; ref=$${img%%@*}; \
+	case "$${ref##*/}" in *:*) name=$${ref%:*}; tag=$${ref##*:} ;; *) name=$$ref; tag=latest ;; esac; \
+	case "$$img" in *@*) pin="digest: $${img#*@}" ;; *) pin="newTag: $$tag" ;; esac; \
+	printf '%s\n' 'resources: [config/default]' 'images:' '  - name: immortal-operator' \
+		"    newName: $$name" "    $$pin" > "$$dir/kustomization.yaml"; \
+	$(KUBECTL) kustomize "$$dir"
+
+deploy: ## Deploy CRD, RBAC and the operator (image IMG) to the current cluster
+	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
+	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$out"; \
+	$(KUBECTL) apply -f "$$out"
+
+undeploy: ## Remove everything deploy created, CRD and ImmortalContainers included
+	$(KUBECTL) delete -k config/default --ignore-not-found
+
+docker-build: ## Build the operator image IMG
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+fmt: ## Format all code
+	$(CARGO) fmt --all
+
+lint: ## Check formatting and run clippy with warnings as errors
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
