@@ -6,7 +6,7 @@ use std::io::{self, Read};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
 
@@ -388,7 +388,7 @@ impl ExecPlugin {
             .filter(|t| !t.is_empty())
         {
             None => None,
-            Some(text) => Some(parse_rfc3339(text).ok_or_else(|| {
+            Some(text) => Some(crate::util::parse_rfc3339(text).ok_or_else(|| {
                 self.error(format!(
                     "exec plugin {command:?} returned an invalid expirationTimestamp {text:?}"
                 ))
@@ -419,81 +419,6 @@ impl ExecPlugin {
             expires,
         })
     }
-}
-
-/// Parses an RFC 3339 timestamp (`2024-01-02T03:04:05Z`, optional fraction, `Z` or `±hh:mm`),
-/// as Kubernetes writes `metav1.Time`. None if it is not one.
-pub(crate) fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let b = text.as_bytes();
-    let num = |range: std::ops::Range<usize>| -> Option<i64> {
-        let digits = b.get(range)?;
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
-    };
-    let sep = |i: usize, allowed: &[u8]| b.get(i).is_some_and(|c| allowed.contains(c));
-    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
-        return None;
-    }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut i = 19;
-    let mut nanos = 0u32;
-    if sep(i, b".") {
-        let start = i + 1;
-        i = start;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        let digits = &text[start..i.min(start + 9)];
-        nanos = digits.parse::<u32>().ok()? * 10u32.pow(9 - digits.len() as u32);
-    }
-    let offset = match b.get(i)? {
-        b'Z' | b'z' if b.len() == i + 1 => 0,
-        sign @ (b'+' | b'-') if b.len() == i + 6 && sep(i + 3, b":") => {
-            let minutes = num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?;
-            if *sign == b'+' {
-                minutes * 60
-            } else {
-                -minutes * 60
-            }
-        }
-        _ => return None,
-    };
-    // A leap second (:60) is read as :59; a second early does not matter for expiry.
-    let seconds =
-        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second.min(59)
-            - offset;
-    let whole = Duration::from_secs(seconds.unsigned_abs());
-    let base = if seconds >= 0 {
-        UNIX_EPOCH.checked_add(whole)?
-    } else {
-        UNIX_EPOCH.checked_sub(whole)?
-    };
-    base.checked_add(Duration::from_nanos(u64::from(nanos)))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
 }
 
 #[cfg(test)]
@@ -577,27 +502,7 @@ exit "$(cat "$dir/exit-code" 2>/dev/null || echo 0)"
     const V1: &str = "client.authentication.k8s.io/v1";
     const V1BETA1: &str = "client.authentication.k8s.io/v1beta1";
 
-    /// RFC 3339 for `time` (whole seconds, UTC), the inverse of `parse_rfc3339`.
-    fn rfc3339(time: SystemTime) -> String {
-        let secs = time.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
-        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-        // Howard Hinnant's civil_from_days.
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        format!(
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-            rem / 3600,
-            rem / 60 % 60,
-            rem % 60
-        )
-    }
+    use crate::util::rfc3339;
 
     #[test]
     fn exec_v1_token_is_cached_until_invalidated() {
@@ -983,41 +888,4 @@ exit "$(cat "$dir/exit-code" 2>/dev/null || echo 0)"
         }
     }
 
-    #[test]
-    fn rfc3339_timestamps_parse_with_fractions_and_offsets() {
-        let at = |secs: u64, nanos: u32| Some(UNIX_EPOCH + Duration::new(secs, nanos));
-        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), at(0, 0));
-        assert_eq!(parse_rfc3339("2024-02-29T12:34:56Z"), at(1_709_210_096, 0));
-        assert_eq!(
-            parse_rfc3339("2024-02-29T14:34:56.5+02:00"),
-            at(1_709_210_096, 500_000_000)
-        );
-        assert_eq!(
-            parse_rfc3339("2024-02-29t12:34:56.123456789z"),
-            at(1_709_210_096, 123_456_789)
-        );
-        assert_eq!(
-            parse_rfc3339("2024-02-29T07:04:56-05:30"),
-            at(1_709_210_096, 0)
-        );
-        assert_eq!(
-            parse_rfc3339("1969-12-31T23:59:59Z"),
-            Some(UNIX_EPOCH - Duration::from_secs(1))
-        );
-        for bad in [
-            "",
-            "tomorrow",
-            "2024-02-29",
-            "2024-02-29T12:34:56",
-            "2024-13-01T00:00:00Z",
-            "2024-02-29T12:34:56+0200",
-            "2024-02-29T12:34:56.Z",
-        ] {
-            assert_eq!(parse_rfc3339(bad), None, "{bad}");
-        }
-        let now = SystemTime::now();
-        let whole =
-            UNIX_EPOCH + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap().as_secs());
-        assert_eq!(parse_rfc3339(&rfc3339(now)), Some(whole));
-    }
 }

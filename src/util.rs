@@ -1,7 +1,7 @@
 //! Small helpers several stages share: a random source for jitter and RFC 3339 timestamps.
 
 use std::cell::Cell;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 thread_local! {
     static RNG: Cell<u64> = Cell::new(seed());
@@ -73,52 +73,91 @@ fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
     (y, m, d, (rem / 3600) as u32, (rem % 3600 / 60) as u32, (rem % 60) as u32)
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` into seconds since the epoch.
-pub fn parse_rfc3339(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+/// Parses an RFC 3339 timestamp (`2024-01-02T03:04:05Z`, optional fraction, `Z` or `±hh:mm`),
+/// as Kubernetes writes `metav1.Time`. None if it is not one.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let digits = b.get(range)?;
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    let sep = |i: usize, allowed: &[u8]| b.get(i).is_some_and(|c| allowed.contains(c));
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d, h, mi, sec) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
         return None;
     }
-    let mut rest = &s[19..];
-    if let Some(r) = rest.strip_prefix('.') {
-        let digits = r.bytes().take_while(u8::is_ascii_digit).count();
-        rest = &r[digits..];
+    let mut i = 19;
+    let mut nanos = 0u32;
+    if sep(i, b".") {
+        let start = i + 1;
+        i = start;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let digits = &text[start..i.min(start + 9)];
+        nanos = digits.parse::<u32>().ok()? * 10u32.pow(9 - digits.len() as u32);
     }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) && &rest[3..4] == ":" => {
-            let v = rest[1..3].parse::<i64>().ok()? * 3600 + rest[4..6].parse::<i64>().ok()? * 60;
-            if rest.starts_with('-') { -v } else { v }
+    let offset = match b.get(i)? {
+        b'Z' | b'z' if b.len() == i + 1 => 0,
+        sign @ (b'+' | b'-') if b.len() == i + 6 && sep(i + 3, b":") => {
+            let minutes = num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?;
+            if *sign == b'+' {
+                minutes * 60
+            } else {
+                -minutes * 60
+            }
         }
         _ => return None,
     };
-    // days from civil
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + mi * 60 + sec - offset)
+    // A leap second (:60) is read as :59; a second early does not matter for expiry.
+    let seconds =
+        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second.min(59)
+            - offset;
+    let whole = Duration::from_secs(seconds.unsigned_abs());
+    let base = if seconds >= 0 {
+        UNIX_EPOCH.checked_add(whole)?
+    } else {
+        UNIX_EPOCH.checked_sub(whole)?
+    };
+    base.checked_add(Duration::from_nanos(u64::from(nanos)))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn formats_and_parses_rfc3339_round_trip() {
         let t = UNIX_EPOCH + Duration::from_secs(1_795_352_323);
         assert_eq!(rfc3339(t), "2026-11-22T12:58:43Z");
-        assert_eq!(parse_rfc3339("2026-11-22T12:58:43Z"), Some(1_795_352_323));
-        assert_eq!(parse_rfc3339("2026-11-22T13:58:43.123+01:00"), Some(1_795_352_323));
+        assert_eq!(parse_rfc3339("2026-11-22T12:58:43Z"), Some(t));
+        assert_eq!(parse_rfc3339("2026-11-22T13:58:43+01:00"), Some(t));
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(parse_rfc3339("not a time"), None);
         assert_eq!(parse_rfc3339("2026-13-01T00:00:00Z"), None);
@@ -131,5 +170,43 @@ mod tests {
             assert!((0.0..1.0).contains(&f));
             assert!((170..=230).contains(&rand_range(170, 230)));
         }
+    }
+
+    #[test]
+    fn rfc3339_timestamps_parse_with_fractions_and_offsets() {
+        let at = |secs: u64, nanos: u32| Some(UNIX_EPOCH + Duration::new(secs, nanos));
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), at(0, 0));
+        assert_eq!(parse_rfc3339("2024-02-29T12:34:56Z"), at(1_709_210_096, 0));
+        assert_eq!(
+            parse_rfc3339("2024-02-29T14:34:56.5+02:00"),
+            at(1_709_210_096, 500_000_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2024-02-29t12:34:56.123456789z"),
+            at(1_709_210_096, 123_456_789)
+        );
+        assert_eq!(
+            parse_rfc3339("2024-02-29T07:04:56-05:30"),
+            at(1_709_210_096, 0)
+        );
+        assert_eq!(
+            parse_rfc3339("1969-12-31T23:59:59Z"),
+            Some(UNIX_EPOCH - Duration::from_secs(1))
+        );
+        for bad in [
+            "",
+            "tomorrow",
+            "2024-02-29",
+            "2024-02-29T12:34:56",
+            "2024-13-01T00:00:00Z",
+            "2024-02-29T12:34:56+0200",
+            "2024-02-29T12:34:56.Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        let now = SystemTime::now();
+        let whole =
+            UNIX_EPOCH + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap().as_secs());
+        assert_eq!(parse_rfc3339(&rfc3339(now)), Some(whole));
     }
 }
