@@ -887,5 +887,4 @@ exit "$(cat "$dir/exit-code" 2>/dev/null || echo 0)"
             assert_eq!(format!("{credentials:?}"), expected);
         }
     }
-
 }

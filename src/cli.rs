@@ -105,15 +105,23 @@ pub struct TraceArgs {
 /// `15s`, `2m`, `500ms`, `1h`, or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?} (e.g. 15s, 2m, 500ms)"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (e.g. 15s, 2m, 500ms)"))?;
     let secs = match unit {
         "" | "s" => n,
         "ms" => n / 1000.0,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use ms, s, m or h)"
+            ))
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("invalid duration {s:?}"));
@@ -161,7 +169,10 @@ impl TryFrom<Args> for Config {
 
     fn try_from(a: Args) -> Result<Config, InvalidFlags> {
         if a.workers == 0 || a.workers > 256 {
-            return Err(InvalidFlags(format!("--workers must be between 1 and 256, got {}", a.workers)));
+            return Err(InvalidFlags(format!(
+                "--workers must be between 1 and 256, got {}",
+                a.workers
+            )));
         }
         if let Some(ns) = &a.namespace {
             if ns.is_empty() {
@@ -185,7 +196,10 @@ impl TryFrom<Args> for Config {
                 return Err(InvalidFlags("--lease-duration must be at least 1s".into()));
             }
             Some(LeaderFlags {
-                namespace: a.leader_election_namespace.or_else(|| std::env::var("POD_NAMESPACE").ok()).filter(|s| !s.is_empty()),
+                namespace: a
+                    .leader_election_namespace
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .filter(|s| !s.is_empty()),
                 name: a.leader_election_id,
                 lease_duration: a.lease_duration,
                 renew_deadline: a.renew_deadline,
@@ -194,9 +208,10 @@ impl TryFrom<Args> for Config {
         } else {
             None
         };
-        let metrics_addr = serve::parse_bind(&a.metrics_bind_address).map_err(|e| InvalidFlags(format!("--metrics-bind-address: {e}")))?;
-        let probe_addr =
-            serve::parse_bind(&a.health_probe_bind_address).map_err(|e| InvalidFlags(format!("--health-probe-bind-address: {e}")))?;
+        let metrics_addr = serve::parse_bind(&a.metrics_bind_address)
+            .map_err(|e| InvalidFlags(format!("--metrics-bind-address: {e}")))?;
+        let probe_addr = serve::parse_bind(&a.health_probe_bind_address)
+            .map_err(|e| InvalidFlags(format!("--health-probe-bind-address: {e}")))?;
         Ok(Config {
             kubeconfig: a.kubeconfig,
             context: a.context,
@@ -215,7 +230,9 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Config, String> {
-        let a = Args::try_parse_from(std::iter::once("immortal-operator").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        let a =
+            Args::try_parse_from(std::iter::once("immortal-operator").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())?;
         Config::try_from(a).map_err(|e| e.0)
     }
 
@@ -241,15 +258,31 @@ mod tests {
 
     #[test]
     fn inconsistent_leader_election_timings_are_refused() {
-        let e = parse(&["--leader-elect", "--lease-duration", "5s", "--renew-deadline", "10s"]).unwrap_err();
+        let e = parse(&[
+            "--leader-elect",
+            "--lease-duration",
+            "5s",
+            "--renew-deadline",
+            "10s",
+        ])
+        .unwrap_err();
         assert!(e.contains("--renew-deadline"), "{e}");
         assert!(parse(&["--leader-elect"]).unwrap().leader.is_some());
     }
 
     #[test]
     fn zero_workers_and_bad_addresses_are_refused() {
-        assert!(parse(&["--workers", "0"]).unwrap_err().contains("--workers"));
-        assert!(parse(&["--metrics-bind-address", "x"]).unwrap_err().contains("--metrics-bind-address"));
-        assert_eq!(parse(&["--metrics-bind-address", "0"]).unwrap().metrics_addr, None);
+        assert!(parse(&["--workers", "0"])
+            .unwrap_err()
+            .contains("--workers"));
+        assert!(parse(&["--metrics-bind-address", "x"])
+            .unwrap_err()
+            .contains("--metrics-bind-address"));
+        assert_eq!(
+            parse(&["--metrics-bind-address", "0"])
+                .unwrap()
+                .metrics_addr,
+            None
+        );
     }
 }

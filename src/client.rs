@@ -33,7 +33,7 @@ pub enum Error {
     /// The API server answered 4xx/5xx. Carries the parsed `Status` (synthesised from the HTTP
     /// code when the body was not one). Callers decide from the code: 404/409/410/422 are
     /// answers, 429/5xx are transient, 401/403 need a person.
-    Api(Status),
+    Api(Box<Status>),
     /// No HTTP answer: DNS, connect, TLS handshake, timeout, connection reset. Transient.
     Transport(String),
     /// A 2xx answer whose body did not decode as the expected type. A bug or a version skew;
@@ -302,7 +302,9 @@ fn reason_for(code: u16) -> &'static str {
 
 /// `Retry-After` in seconds (the API server only sends the delta-seconds form).
 fn retry_after(header: Option<&str>) -> Option<Duration> {
-    header.and_then(|h| h.trim().parse::<u64>().ok()).map(Duration::from_secs)
+    header
+        .and_then(|h| h.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -434,7 +436,9 @@ impl Client {
                     }
                     if (code == 429 || code == 503) && attempt < THROTTLE_ATTEMPTS {
                         let backoff = Duration::from_millis(200 << attempt);
-                        let wait = wait.unwrap_or(backoff).max(backoff.min(Duration::from_secs(1)));
+                        let wait = wait
+                            .unwrap_or(backoff)
+                            .max(backoff.min(Duration::from_secs(1)));
                         if wait <= MAX_RETRY_AFTER {
                             log::debug!(
                                 target: "client",
@@ -446,12 +450,13 @@ impl Client {
                             continue;
                         }
                     }
-                    return Err(Error::Api(status));
+                    return Err(Error::Api(Box::new(status)));
                 }
             }
         }
     }
 
+    #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.
     fn send_once(&self, req: &Req) -> Result<ureq::Response, ureq::Error> {
         let agent = match self.agent() {
             Ok(a) => a,
@@ -481,7 +486,12 @@ impl Client {
     }
 
     fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
-        self.json(&Req { method: "GET", path, body: None, timeout: REQUEST_TIMEOUT })
+        self.json(&Req {
+            method: "GET",
+            path,
+            body: None,
+            timeout: REQUEST_TIMEOUT,
+        })
     }
 
     /// GET of any path (discovery documents), decoded as `T`.
@@ -509,7 +519,13 @@ impl Client {
     }
 
     /// Deletes a pod only if it still has `uid`.
-    pub fn delete_pod(&self, ns: &str, name: &str, uid: &str, grace: Option<u32>) -> Result<(), Error> {
+    pub fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        grace: Option<u32>,
+    ) -> Result<(), Error> {
         let body = delete_body(uid, grace);
         let path = object_path(Resource::Pods, ns, name);
         let resp = self.send(&Req {
@@ -532,7 +548,10 @@ impl Client {
         patch: &serde_json::Value,
     ) -> Result<ImmortalContainer, Error> {
         let body = patch.to_string();
-        let path = format!("{}/status", object_path(Resource::ImmortalContainers, ns, name));
+        let path = format!(
+            "{}/status",
+            object_path(Resource::ImmortalContainers, ns, name)
+        );
         self.json(&Req {
             method: "PATCH",
             path: &path,
@@ -559,7 +578,12 @@ impl Client {
     }
 
     /// GET of any namespaced object, decoded as `T`.
-    pub fn get_object<T: DeserializeOwned>(&self, res: Resource, ns: &str, name: &str) -> Result<T, Error> {
+    pub fn get_object<T: DeserializeOwned>(
+        &self,
+        res: Resource,
+        ns: &str,
+        name: &str,
+    ) -> Result<T, Error> {
         self.get(&object_path(res, ns, name))
     }
 
@@ -626,7 +650,10 @@ impl Client {
             body: None,
             timeout: Duration::from_secs(params.timeout_seconds as u64) + WATCH_GRACE,
         })?;
-        Ok(Box::new(BufReader::with_capacity(64 * 1024, resp.into_reader())))
+        Ok(Box::new(BufReader::with_capacity(
+            64 * 1024,
+            resp.into_reader(),
+        )))
     }
 }
 
@@ -650,7 +677,10 @@ mod tests {
             "/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/fixtures/immortalcontainers/example"
         );
         assert_eq!(collection_path(Resource::Pods, None), "/api/v1/pods");
-        assert_eq!(collection_path(Resource::Events, Some("ns")), "/api/v1/namespaces/ns/events");
+        assert_eq!(
+            collection_path(Resource::Events, Some("ns")),
+            "/api/v1/namespaces/ns/events"
+        );
         assert_eq!(
             collection_path(Resource::Leases, Some("op")),
             "/apis/coordination.k8s.io/v1/namespaces/op/leases"
@@ -675,14 +705,22 @@ mod tests {
         );
         // No resourceVersion: the server replays every object as ADDED, which we never want
         // from a watch (we list first), so the parameter is simply absent, never "0".
-        let q = watch_query(&WatchParams { label_selector: None, resource_version: "", timeout_seconds: 5 });
+        let q = watch_query(&WatchParams {
+            label_selector: None,
+            resource_version: "",
+            timeout_seconds: 5,
+        });
         assert_eq!(q, "?watch=true&allowWatchBookmarks=true&timeoutSeconds=5");
     }
 
     #[test]
     fn list_query_pages_with_limit_and_continue() {
         assert_eq!(list_query(&ListParams::default()), "");
-        let q = list_query(&ListParams { label_selector: None, limit: Some(500), continue_token: Some("a+b=") });
+        let q = list_query(&ListParams {
+            label_selector: None,
+            limit: Some(500),
+            continue_token: Some("a+b="),
+        });
         assert_eq!(q, "?limit=500&continue=a%2Bb%3D");
     }
 
@@ -698,7 +736,7 @@ mod tests {
     #[test]
     fn parses_recorded_not_found() {
         let (code, body) = fixture("09-ic-get-not-found");
-        let e = Error::Api(parse_status(code, &body));
+        let e = Error::Api(Box::new(parse_status(code, &body)));
         assert!(e.is_not_found());
         assert!(!e.is_transient());
         assert_eq!(e.to_string(), "api error 404 NotFound: immortalcontainers.immortalcontainer.flugel.it \"missing\" not found");
@@ -707,19 +745,19 @@ mod tests {
     #[test]
     fn tells_already_exists_from_conflict() {
         let (code, body) = fixture("12-pod-create-already-exists");
-        let e = Error::Api(parse_status(code, &body));
+        let e = Error::Api(Box::new(parse_status(code, &body)));
         assert!(e.is_already_exists() && !e.is_conflict());
         let (code, body) = fixture("19-ic-status-merge-patch-stale-rv-conflict");
-        let e = Error::Api(parse_status(code, &body));
+        let e = Error::Api(Box::new(parse_status(code, &body)));
         assert!(e.is_conflict() && !e.is_already_exists());
         let (code, body) = fixture("24-pod-delete-uid-precondition-mismatch");
-        assert!(Error::Api(parse_status(code, &body)).is_conflict());
+        assert!(Error::Api(Box::new(parse_status(code, &body))).is_conflict());
     }
 
     #[test]
     fn invalid_keeps_its_causes() {
         let (code, body) = fixture("13-pod-create-invalid-label-too-long");
-        let e = Error::Api(parse_status(code, &body));
+        let e = Error::Api(Box::new(parse_status(code, &body)));
         assert!(e.is_invalid());
         let Error::Api(s) = &e else { unreachable!() };
         assert!(!s.details.as_ref().unwrap().causes.is_empty());
@@ -729,9 +767,9 @@ mod tests {
     #[test]
     fn parses_forbidden_unauthorized_and_unsupported_media_type() {
         let (code, body) = fixture("26-forbidden-list-pods");
-        assert!(Error::Api(parse_status(code, &body)).is_forbidden());
+        assert!(Error::Api(Box::new(parse_status(code, &body))).is_forbidden());
         let (code, body) = fixture("27-unauthorized");
-        assert!(Error::Api(parse_status(code, &body)).is_unauthorized());
+        assert!(Error::Api(Box::new(parse_status(code, &body))).is_unauthorized());
         let (code, body) = fixture("20-ic-strategic-merge-patch-unsupported");
         let s = parse_status(code, &body);
         assert_eq!((s.code, s.reason.as_str()), (415, "UnsupportedMediaType"));
@@ -741,7 +779,7 @@ mod tests {
     fn synthesises_status_from_a_body_that_is_not_one() {
         let s = parse_status(503, "<html>upstream unavailable</html>");
         assert_eq!((s.code, s.reason.as_str()), (503, "ServiceUnavailable"));
-        assert!(Error::Api(s).is_transient());
+        assert!(Error::Api(Box::new(s)).is_transient());
         let s = parse_status(429, "");
         assert_eq!(s.message, "HTTP 429");
     }

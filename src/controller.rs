@@ -33,7 +33,10 @@ const EXIT_CONFIG: u8 = 1;
 
 /// Runs the operator until a signal; returns the process exit code.
 pub fn run(config: Config) -> ExitCode {
-    let opts = LoadOptions { kubeconfig: config.kubeconfig.clone(), context: config.context.clone() };
+    let opts = LoadOptions {
+        kubeconfig: config.kubeconfig.clone(),
+        context: config.context.clone(),
+    };
     let cluster = match kubeconfig::load(&opts) {
         Ok(c) => c,
         Err(e) => return fail_at_start(&e.to_string()),
@@ -67,12 +70,26 @@ pub fn run(config: Config) -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
-    let health = Arc::new(Health::new(vec![client::Resource::ImmortalContainers.short(), client::Resource::Pods.short()]));
-    let host = server.trim_start_matches("https://").trim_start_matches("http://").split('/').next().unwrap_or("").to_string();
-    for (addr, what, name) in [(config.metrics_addr, Endpoints::Metrics, "metrics"), (config.probe_addr, Endpoints::Probes, "probes")] {
+    let health = Arc::new(Health::new(vec![
+        client::Resource::ImmortalContainers.short(),
+        client::Resource::Pods.short(),
+    ]));
+    let host = server
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    for (addr, what, name) in [
+        (config.metrics_addr, Endpoints::Metrics, "metrics"),
+        (config.probe_addr, Endpoints::Probes, "probes"),
+    ] {
         if let Some(addr) = addr {
             match serve::spawn(addr, what, health.clone(), host.clone()) {
-                Ok(a) => log::info!(target: "controller", address = a.to_string().as_str(); "serving {name}"),
+                Ok(a) => {
+                    log::info!(target: "controller", address = a.to_string().as_str(); "serving {name}")
+                }
                 Err(e) => return fail_at_start(&format!("cannot serve {name} on {addr}: {e}")),
             }
         }
@@ -83,13 +100,28 @@ pub fn run(config: Config) -> ExitCode {
     let queue = Arc::new(Queue::new());
     let (synced_tx, synced) = crossbeam_channel::unbounded();
     let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
-    for kind in [Kind::immortal_containers(config.namespace.clone()), Kind::pods(config.namespace.clone())] {
-        let w = Watcher::new(client.clone(), kind, queue.clone(), quit.clone(), synced_tx.clone());
-        let sentinel = Sentinel { health: health.clone(), dead: dead_tx.clone(), name: "watcher" };
-        let spawned = thread::Builder::new().name(format!("watch-{}", w.kind.resource.short())).spawn(move || {
-            let _sentinel = sentinel;
-            w.run()
-        });
+    for kind in [
+        Kind::immortal_containers(config.namespace.clone()),
+        Kind::pods(config.namespace.clone()),
+    ] {
+        let w = Watcher::new(
+            client.clone(),
+            kind,
+            queue.clone(),
+            quit.clone(),
+            synced_tx.clone(),
+        );
+        let sentinel = Sentinel {
+            health: health.clone(),
+            dead: dead_tx.clone(),
+            name: "watcher",
+        };
+        let spawned = thread::Builder::new()
+            .name(format!("watch-{}", w.kind.resource.short()))
+            .spawn(move || {
+                let _sentinel = sentinel;
+                w.run()
+            });
         if let Err(e) = spawned {
             return fail_at_start(&format!("cannot start watcher thread: {e}"));
         }
@@ -116,7 +148,11 @@ pub fn run(config: Config) -> ExitCode {
 
     let elector = match &config.leader {
         Some(flags) => {
-            let namespace = flags.namespace.clone().or(default_ns).unwrap_or_else(|| "default".into());
+            let namespace = flags
+                .namespace
+                .clone()
+                .or(default_ns)
+                .unwrap_or_else(|| "default".into());
             let settings = leader::Settings {
                 namespace,
                 name: flags.name.clone(),
@@ -138,7 +174,9 @@ pub fn run(config: Config) -> ExitCode {
     };
     let renewer = elector.clone().map(|e| {
         let quit = quit.clone();
-        thread::Builder::new().name("lease".into()).spawn(move || e.keep_renewing(&quit))
+        thread::Builder::new()
+            .name("lease".into())
+            .spawn(move || e.keep_renewing(&quit))
     });
     let renewer = match renewer.transpose() {
         Ok(r) => r,
@@ -146,23 +184,38 @@ pub fn run(config: Config) -> ExitCode {
     };
 
     let (recorder, event_rx) = Recorder::channel();
-    let identity = elector.as_ref().map(|e| e.identity().to_string()).unwrap_or_else(leader::identity);
+    let identity = elector
+        .as_ref()
+        .map(|e| e.identity().to_string())
+        .unwrap_or_else(leader::identity);
     {
         let client = client.clone();
-        if let Err(e) = thread::Builder::new().name("events".into()).spawn(move || events::run(client, event_rx, identity)) {
+        if let Err(e) = thread::Builder::new()
+            .name("events".into())
+            .spawn(move || events::run(client, event_rx, identity))
+        {
             return fail_running(&format!("cannot start events thread: {e}"));
         }
     }
-    let api = Arc::new(Cluster { client: client.clone(), events: recorder });
+    let api = Arc::new(Cluster {
+        client: client.clone(),
+        events: recorder,
+    });
     let run_id = crate::util::rand_u64() as u16;
     let mut workers = Vec::with_capacity(config.workers);
     for i in 0..config.workers {
         let (queue, api) = (queue.clone(), api.clone());
-        let sentinel = Sentinel { health: health.clone(), dead: dead_tx.clone(), name: "worker" };
-        match thread::Builder::new().name(format!("reconcile-{i}")).spawn(move || {
-            let _sentinel = sentinel;
-            work(&queue, &*api, run_id)
-        }) {
+        let sentinel = Sentinel {
+            health: health.clone(),
+            dead: dead_tx.clone(),
+            name: "worker",
+        };
+        match thread::Builder::new()
+            .name(format!("reconcile-{i}"))
+            .spawn(move || {
+                let _sentinel = sentinel;
+                work(&queue, &api, run_id)
+            }) {
             Ok(h) => workers.push(h),
             Err(e) => return fail_running(&format!("cannot start worker thread: {e}")),
         }
@@ -222,7 +275,8 @@ fn work(queue: &Queue, api: &Cluster, run_id: u16) {
         let trigger_s = trigger.to_string();
         let started = Instant::now();
         // Our pod's deletion is the one trigger after which the pod is known to be absent.
-        let pod_gone = matches!(&trigger, Trigger::Watch { resource: "pod", event, .. } if event == "DELETED");
+        let pod_gone =
+            matches!(&trigger, Trigger::Watch { resource: "pod", event, .. } if event == "DELETED");
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
         let result = reconcile::reconcile(api, &Trace { id: &id, key: &key }, pod_gone);
         let elapsed = started.elapsed();
@@ -256,7 +310,11 @@ fn work(queue: &Queue, api: &Cluster, run_id: u16) {
                 let error = e.to_string();
                 let denied = matches!(e, reconcile::Error::Denied { .. });
                 // A person must act on a refusal, or on an error that keeps coming back.
-                let level = if denied || queue.num_requeues(&key) > 8 { log::Level::Warn } else { log::Level::Info };
+                let level = if denied || queue.num_requeues(&key) > 8 {
+                    log::Level::Warn
+                } else {
+                    log::Level::Info
+                };
                 log::log!(
                     target: "reconcile", level,
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
@@ -300,15 +358,23 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
             return Err(msg);
         }
         log::warn!(target: "controller", error = err.to_string().as_str(); "{msg}; retrying");
-        let wait = backoff.next_delay().min(deadline.saturating_duration_since(Instant::now()));
-        if !matches!(quit.recv_timeout(wait), Err(crossbeam_channel::RecvTimeoutError::Timeout)) {
+        let wait = backoff
+            .next_delay()
+            .min(deadline.saturating_duration_since(Instant::now()));
+        if !matches!(
+            quit.recv_timeout(wait),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout)
+        ) {
             return Ok(());
         }
     }
 }
 
 fn is_quitting(quit: &Receiver<()>) -> bool {
-    matches!(quit.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected))
+    matches!(
+        quit.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    )
 }
 
 /// First SIGTERM/SIGINT: drop `quit_tx` (graceful). Second: exit at once.

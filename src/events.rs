@@ -85,16 +85,26 @@ pub struct Book {
 /// What to do with one event.
 #[derive(Debug, PartialEq)]
 pub enum Decision {
-    Create { name: String },
-    Bump { name: String, count: i64, first: String },
+    Create {
+        name: String,
+    },
+    Bump {
+        name: String,
+        count: i64,
+        first: String,
+    },
     Drop,
 }
 
 impl Book {
     pub fn decide(&mut self, p: &Pending, now: Instant) -> Decision {
         self.prune(now);
-        let b = self.buckets.entry(p.uid.clone()).or_insert(Bucket { tokens: BURST, at: now });
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() / REFILL_EVERY.as_secs_f64()).min(BURST);
+        let b = self.buckets.entry(p.uid.clone()).or_insert(Bucket {
+            tokens: BURST,
+            at: now,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() / REFILL_EVERY.as_secs_f64())
+            .min(BURST);
         b.at = now;
         if b.tokens < 1.0 {
             return Decision::Drop;
@@ -105,11 +115,23 @@ impl Book {
             Some(w) if now.duration_since(w.at) < DEDUP_WINDOW => {
                 w.count += 1;
                 w.at = now;
-                Decision::Bump { name: w.name.clone(), count: w.count, first: w.first.clone() }
+                Decision::Bump {
+                    name: w.name.clone(),
+                    count: w.count,
+                    first: w.first.clone(),
+                }
             }
             _ => {
                 let name = event_name(&p.name);
-                self.written.insert(key, Written { name: name.clone(), count: 1, first: util::now_rfc3339(), at: now });
+                self.written.insert(
+                    key,
+                    Written {
+                        name: name.clone(),
+                        count: 1,
+                        first: util::now_rfc3339(),
+                        at: now,
+                    },
+                );
                 Decision::Create { name }
             }
         }
@@ -117,12 +139,17 @@ impl Book {
 
     /// Forgets what left the window, so memory follows recent activity, not the object count.
     fn prune(&mut self, now: Instant) {
-        if self.last_prune.is_some_and(|t| now.duration_since(t) < Duration::from_secs(60)) {
+        if self
+            .last_prune
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(60))
+        {
             return;
         }
         self.last_prune = Some(now);
-        self.written.retain(|_, w| now.duration_since(w.at) < DEDUP_WINDOW);
-        self.buckets.retain(|_, b| b.tokens < BURST || now.duration_since(b.at) < REFILL_EVERY);
+        self.written
+            .retain(|_, w| now.duration_since(w.at) < DEDUP_WINDOW);
+        self.buckets
+            .retain(|_, b| b.tokens < BURST || now.duration_since(b.at) < REFILL_EVERY);
     }
 }
 
@@ -137,7 +164,10 @@ fn dedup_key(p: &Pending) -> u64 {
 pub fn event_name(object: &str) -> String {
     let suffix = format!("{:016x}", util::rand_u64());
     let room = MAX_NAME_LEN - suffix.len() - 1;
-    let base = object.get(..room.min(object.len())).unwrap_or(object).trim_end_matches(['.', '-']);
+    let base = object
+        .get(..room.min(object.len()))
+        .unwrap_or(object)
+        .trim_end_matches(['.', '-']);
     format!("{base}.{suffix}")
 }
 
@@ -171,15 +201,22 @@ pub fn run(client: Client, rx: Receiver<Pending>, instance: String) {
                     "lastTimestamp": now,
                     "count": 1,
                 });
-                client.create::<serde_json::Value>(Resource::Events, &p.namespace, &body).map(drop)
+                client
+                    .create::<serde_json::Value>(Resource::Events, &p.namespace, &body)
+                    .map(drop)
             }
             Decision::Bump { name, count, first } => {
-                let patch = json!({ "count": count, "lastTimestamp": now, "firstTimestamp": first });
-                client.merge_patch::<serde_json::Value>(Resource::Events, &p.namespace, &name, &patch).map(drop)
+                let patch =
+                    json!({ "count": count, "lastTimestamp": now, "firstTimestamp": first });
+                client
+                    .merge_patch::<serde_json::Value>(Resource::Events, &p.namespace, &name, &patch)
+                    .map(drop)
             }
         };
         match result {
-            Ok(()) => log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event recorded"),
+            Ok(()) => {
+                log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event recorded")
+            }
             Err(e) => {
                 log::debug!(target: "events", object = object.as_str(), reason = p.note.reason, error = e.to_string().as_str(); "event not recorded")
             }
@@ -196,7 +233,11 @@ mod tests {
             namespace: "ns".into(),
             name: "web".into(),
             uid: uid.into(),
-            note: Note { warning: true, reason, message: message.into() },
+            note: Note {
+                warning: true,
+                reason,
+                message: message.into(),
+            },
         }
     }
 
@@ -204,16 +245,28 @@ mod tests {
     fn a_repeat_within_the_window_bumps_the_first_event() {
         let mut book = Book::default();
         let t = Instant::now();
-        let Decision::Create { name } = book.decide(&pending("u", "PodNameConflict", "m"), t) else { panic!() };
-        match book.decide(&pending("u", "PodNameConflict", "m"), t + Duration::from_secs(30)) {
+        let Decision::Create { name } = book.decide(&pending("u", "PodNameConflict", "m"), t)
+        else {
+            panic!()
+        };
+        match book.decide(
+            &pending("u", "PodNameConflict", "m"),
+            t + Duration::from_secs(30),
+        ) {
             Decision::Bump { name: n, count, .. } => assert_eq!((n, count), (name, 2)),
             d => panic!("{d:?}"),
         }
         // Another message is another event.
-        assert!(matches!(book.decide(&pending("u", "PodNameConflict", "other"), t), Decision::Create { .. }));
+        assert!(matches!(
+            book.decide(&pending("u", "PodNameConflict", "other"), t),
+            Decision::Create { .. }
+        ));
         // After the window, a new event.
         assert!(matches!(
-            book.decide(&pending("u", "PodNameConflict", "m"), t + DEDUP_WINDOW + Duration::from_secs(31)),
+            book.decide(
+                &pending("u", "PodNameConflict", "m"),
+                t + DEDUP_WINDOW + Duration::from_secs(31)
+            ),
             Decision::Create { .. }
         ));
     }
@@ -222,12 +275,23 @@ mod tests {
     fn a_hot_object_is_rate_limited_after_its_burst() {
         let mut book = Book::default();
         let t = Instant::now();
-        let decisions: Vec<_> = (0..30).map(|i| book.decide(&pending("hot", "X", &i.to_string()), t)).collect();
-        assert_eq!(decisions.iter().filter(|d| **d == Decision::Drop).count(), 5);
+        let decisions: Vec<_> = (0..30)
+            .map(|i| book.decide(&pending("hot", "X", &i.to_string()), t))
+            .collect();
+        assert_eq!(
+            decisions.iter().filter(|d| **d == Decision::Drop).count(),
+            5
+        );
         // Another object is not affected.
-        assert!(matches!(book.decide(&pending("calm", "X", "m"), t), Decision::Create { .. }));
+        assert!(matches!(
+            book.decide(&pending("calm", "X", "m"), t),
+            Decision::Create { .. }
+        ));
         // One token comes back every five minutes.
-        assert!(matches!(book.decide(&pending("hot", "X", "later"), t + REFILL_EVERY), Decision::Create { .. }));
+        assert!(matches!(
+            book.decide(&pending("hot", "X", "later"), t + REFILL_EVERY),
+            Decision::Create { .. }
+        ));
     }
 
     #[test]

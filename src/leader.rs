@@ -70,7 +70,12 @@ pub struct Elector {
 
 impl Elector {
     pub fn new(client: Client, s: Settings) -> Elector {
-        Elector { client, s, observed: Mutex::new(None), ours: Mutex::new(None) }
+        Elector {
+            client,
+            s,
+            observed: Mutex::new(None),
+            ours: Mutex::new(None),
+        }
     }
 
     pub fn identity(&self) -> &str {
@@ -94,7 +99,9 @@ impl Elector {
                         last_holder = h;
                     }
                 }
-                Err(e) => log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "cannot acquire lease"),
+                Err(e) => {
+                    log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "cannot acquire lease")
+                }
             }
             // client-go waits retryPeriod with a jitter factor of 1.2.
             let wait = self.s.retry_period.mul_f64(1.0 + 1.2 * util::rand_f64());
@@ -109,7 +116,10 @@ impl Elector {
     pub fn keep_renewing(&self, quit: &Receiver<()>) {
         let mut last_renew = Instant::now();
         loop {
-            if !matches!(quit.recv_timeout(self.s.retry_period), Err(RecvTimeoutError::Timeout)) {
+            if !matches!(
+                quit.recv_timeout(self.s.retry_period),
+                Err(RecvTimeoutError::Timeout)
+            ) {
                 return;
             }
             match self.try_acquire_or_renew() {
@@ -135,7 +145,9 @@ impl Elector {
     /// Gives the lease up so a standby takes over at its next retry instead of waiting for
     /// expiry (client-go's ReleaseOnCancel: empty holder, duration 1 s).
     pub fn release(&self) {
-        let Some(mut lease) = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        let Some(mut lease) = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
         let now = micro_time(SystemTime::now());
         lease.spec.holder_identity = None;
         lease.spec.lease_duration_seconds = Some(1);
@@ -145,9 +157,16 @@ impl Elector {
             Ok(b) => b,
             Err(_) => return,
         };
-        match self.client.replace::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &body) {
-            Ok(_) => log::info!(target: "leader", lease = self.lease_key().as_str(); "released lease"),
-            Err(e) => log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "could not release lease; a standby takes over once it expires"),
+        match self
+            .client
+            .replace::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &body)
+        {
+            Ok(_) => {
+                log::info!(target: "leader", lease = self.lease_key().as_str(); "released lease")
+            }
+            Err(e) => {
+                log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "could not release lease; a standby takes over once it expires")
+            }
         }
         metrics::set_leader(false);
     }
@@ -159,33 +178,48 @@ impl Elector {
     fn try_acquire_or_renew(&self) -> Result<Attempt, client::Error> {
         let now = micro_time(SystemTime::now());
         let duration = self.s.lease_duration.as_secs() as i64;
-        let current = match self.client.get_object::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name) {
-            Ok(l) => l,
-            Err(e) if e.is_not_found() => {
-                let lease = Lease {
-                    metadata: ObjectMeta { name: self.s.name.clone(), namespace: self.s.namespace.clone(), ..Default::default() },
-                    spec: LeaseSpec {
-                        holder_identity: Some(self.s.identity.clone()),
-                        lease_duration_seconds: Some(duration),
-                        acquire_time: Some(now.clone()),
-                        renew_time: Some(now),
-                        lease_transitions: Some(0),
-                    },
-                };
-                let mut body = serde_json::to_value(&lease).map_err(|e| client::Error::Decode(e.to_string()))?;
-                body["apiVersion"] = "coordination.k8s.io/v1".into();
-                body["kind"] = "Lease".into();
-                return match self.client.create::<Lease>(Resource::Leases, &self.s.namespace, &body) {
-                    Ok(l) => {
-                        self.remember(l);
-                        Ok(Attempt::Held)
-                    }
-                    Err(e) if e.is_already_exists() => Ok(Attempt::HeldBy("another replica".into())),
-                    Err(e) => Err(e),
-                };
-            }
-            Err(e) => return Err(e),
-        };
+        let current =
+            match self
+                .client
+                .get_object::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name)
+            {
+                Ok(l) => l,
+                Err(e) if e.is_not_found() => {
+                    let lease = Lease {
+                        metadata: ObjectMeta {
+                            name: self.s.name.clone(),
+                            namespace: self.s.namespace.clone(),
+                            ..Default::default()
+                        },
+                        spec: LeaseSpec {
+                            holder_identity: Some(self.s.identity.clone()),
+                            lease_duration_seconds: Some(duration),
+                            acquire_time: Some(now.clone()),
+                            renew_time: Some(now),
+                            lease_transitions: Some(0),
+                        },
+                    };
+                    let mut body = serde_json::to_value(&lease)
+                        .map_err(|e| client::Error::Decode(e.to_string()))?;
+                    body["apiVersion"] = "coordination.k8s.io/v1".into();
+                    body["kind"] = "Lease".into();
+                    return match self.client.create::<Lease>(
+                        Resource::Leases,
+                        &self.s.namespace,
+                        &body,
+                    ) {
+                        Ok(l) => {
+                            self.remember(l);
+                            Ok(Attempt::Held)
+                        }
+                        Err(e) if e.is_already_exists() => {
+                            Ok(Attempt::HeldBy("another replica".into()))
+                        }
+                        Err(e) => Err(e),
+                    };
+                }
+                Err(e) => return Err(e),
+            };
 
         let holder = current.spec.holder_identity.clone().unwrap_or_default();
         let observed_at = {
@@ -199,8 +233,15 @@ impl Elector {
                 }
             }
         };
-        let their_duration = Duration::from_secs(current.spec.lease_duration_seconds.unwrap_or(duration).max(0) as u64);
-        if !holder.is_empty() && holder != self.s.identity && observed_at.elapsed() < their_duration {
+        let their_duration = Duration::from_secs(
+            current
+                .spec
+                .lease_duration_seconds
+                .unwrap_or(duration)
+                .max(0) as u64,
+        );
+        if !holder.is_empty() && holder != self.s.identity && observed_at.elapsed() < their_duration
+        {
             return Ok(Attempt::HeldBy(holder));
         }
 
@@ -212,10 +253,14 @@ impl Elector {
             next.spec.acquire_time = Some(now);
             next.spec.lease_transitions = Some(current.spec.lease_transitions.unwrap_or(0) + 1);
         }
-        let mut body = serde_json::to_value(&next).map_err(|e| client::Error::Decode(e.to_string()))?;
+        let mut body =
+            serde_json::to_value(&next).map_err(|e| client::Error::Decode(e.to_string()))?;
         body["apiVersion"] = "coordination.k8s.io/v1".into();
         body["kind"] = "Lease".into();
-        match self.client.replace::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &body) {
+        match self
+            .client
+            .replace::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &body)
+        {
             Ok(l) => {
                 self.remember(l);
                 Ok(Attempt::Held)
@@ -227,7 +272,8 @@ impl Elector {
     }
 
     fn remember(&self, l: Lease) {
-        *self.observed.lock().unwrap_or_else(|p| p.into_inner()) = Some((l.spec.clone(), Instant::now()));
+        *self.observed.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((l.spec.clone(), Instant::now()));
         *self.ours.lock().unwrap_or_else(|p| p.into_inner()) = Some(l);
     }
 }
@@ -235,7 +281,10 @@ impl Elector {
 /// `metav1.MicroTime`: RFC 3339 with microseconds, as Leases carry it.
 fn micro_time(t: SystemTime) -> String {
     let s = util::rfc3339(t);
-    let micros = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.subsec_micros()).unwrap_or(0);
+    let micros = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_micros())
+        .unwrap_or(0);
     format!("{}.{micros:06}Z", &s[..s.len() - 1])
 }
 
@@ -245,7 +294,11 @@ pub fn identity() -> String {
     let base = std::env::var("POD_NAME")
         .ok()
         .filter(|s| !s.is_empty())
-        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()))
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "immortal-operator".to_string());
     format!("{base}_{:08x}", util::rand_u64() as u32)

@@ -19,9 +19,9 @@ pub mod queue;
 pub mod reconcile;
 pub mod resources;
 pub mod serve;
-pub mod tls;
-pub mod trace;
 #[cfg(test)]
 mod testutil;
+pub mod tls;
+pub mod trace;
 pub mod util;
 pub mod watcher;

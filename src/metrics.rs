@@ -15,9 +15,9 @@ pub const CONTROLLER: &str = "immortalcontainer";
 
 /// controller-runtime's reconcile-time buckets.
 const RECONCILE_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
-    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0,
-    30.0, 40.0, 50.0, 60.0,
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0,
 ];
 /// client-go's workqueue buckets: 10 ns · 10^i.
 const QUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
@@ -54,7 +54,11 @@ impl Histogram {
         }
         let count = self.count.load(Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_micros.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{labels}}} {}",
+            self.sum_micros.load(Relaxed) as f64 / 1e6
+        );
         let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
     }
 }
@@ -104,7 +108,10 @@ fn registry() -> &'static Registry {
 }
 
 fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
-    *m.lock().unwrap_or_else(|p| p.into_inner()).entry(k).or_insert(0) += 1;
+    *m.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(k)
+        .or_insert(0) += 1;
 }
 
 /// One API request answered with `code` (0: no answer).
@@ -147,7 +154,8 @@ pub fn set_leader(is_leader: bool) {
 fn watch_stats(resource: &'static str) -> &'static WatchStats {
     let mut w = registry().watches.lock().unwrap_or_else(|p| p.into_inner());
     // One leaked allocation per watched resource (two in all), so lock-free updates afterwards.
-    w.entry(resource).or_insert_with(|| Box::leak(Box::default()))
+    w.entry(resource)
+        .or_insert_with(|| Box::leak(Box::default()))
 }
 
 pub fn watch_restarted(resource: &'static str) {
@@ -159,7 +167,9 @@ pub fn watch_relisted(resource: &'static str) {
 /// The server said something on this resource's watch (an event or a bookmark) or a list
 /// completed: the connection is alive.
 pub fn watch_heard(resource: &'static str) {
-    watch_stats(resource).last_heard_ms.store(unix_ms(), Relaxed);
+    watch_stats(resource)
+        .last_heard_ms
+        .store(unix_ms(), Relaxed);
 }
 /// Seconds since the server last spoke on this resource's watch; `None` if it never did.
 pub fn watch_silence(resource: &'static str) -> Option<Duration> {
@@ -168,7 +178,10 @@ pub fn watch_silence(resource: &'static str) -> Option<Duration> {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// The whole registry in Prometheus text exposition format 0.0.4.
@@ -181,56 +194,108 @@ pub fn render(host: &str) -> String {
 
     out.push_str("# HELP controller_runtime_reconcile_total Total number of reconciliations per controller\n");
     out.push_str("# TYPE controller_runtime_reconcile_total counter\n");
-    let results = r.reconcile_results.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let results = r
+        .reconcile_results
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     for res in ["error", "requeue", "requeue_after", "success"] {
         let n = results.get(res).copied().unwrap_or(0);
-        let _ = writeln!(out, "controller_runtime_reconcile_total{{{ctl},result=\"{res}\"}} {n}");
+        let _ = writeln!(
+            out,
+            "controller_runtime_reconcile_total{{{ctl},result=\"{res}\"}} {n}"
+        );
     }
     out.push_str("# HELP controller_runtime_reconcile_errors_total Total number of reconciliation errors per controller\n");
     out.push_str("# TYPE controller_runtime_reconcile_errors_total counter\n");
-    let _ = writeln!(out, "controller_runtime_reconcile_errors_total{{{ctl}}} {}", r.reconcile_errors.load(Relaxed));
+    let _ = writeln!(
+        out,
+        "controller_runtime_reconcile_errors_total{{{ctl}}} {}",
+        r.reconcile_errors.load(Relaxed)
+    );
     out.push_str("# HELP controller_runtime_reconcile_time_seconds Length of time per reconciliation per controller\n");
     out.push_str("# TYPE controller_runtime_reconcile_time_seconds histogram\n");
-    r.reconcile_time.render(&mut out, "controller_runtime_reconcile_time_seconds", &ctl);
+    r.reconcile_time
+        .render(&mut out, "controller_runtime_reconcile_time_seconds", &ctl);
 
-    out.push_str("# HELP workqueue_depth Current depth of workqueue\n# TYPE workqueue_depth gauge\n");
-    let _ = writeln!(out, "workqueue_depth{{{name}}} {}", r.queue_depth.load(Relaxed));
+    out.push_str(
+        "# HELP workqueue_depth Current depth of workqueue\n# TYPE workqueue_depth gauge\n",
+    );
+    let _ = writeln!(
+        out,
+        "workqueue_depth{{{name}}} {}",
+        r.queue_depth.load(Relaxed)
+    );
     out.push_str("# HELP workqueue_adds_total Total number of adds handled by workqueue\n# TYPE workqueue_adds_total counter\n");
-    let _ = writeln!(out, "workqueue_adds_total{{{name}}} {}", r.queue_adds.load(Relaxed));
+    let _ = writeln!(
+        out,
+        "workqueue_adds_total{{{name}}} {}",
+        r.queue_adds.load(Relaxed)
+    );
     out.push_str("# HELP workqueue_retries_total Total number of retries handled by workqueue\n# TYPE workqueue_retries_total counter\n");
-    let _ = writeln!(out, "workqueue_retries_total{{{name}}} {}", r.queue_retries.load(Relaxed));
+    let _ = writeln!(
+        out,
+        "workqueue_retries_total{{{name}}} {}",
+        r.queue_retries.load(Relaxed)
+    );
     out.push_str("# HELP workqueue_queue_duration_seconds How long in seconds an item stays in workqueue before being requested\n");
     out.push_str("# TYPE workqueue_queue_duration_seconds histogram\n");
-    r.queue_wait.render(&mut out, "workqueue_queue_duration_seconds", &name);
+    r.queue_wait
+        .render(&mut out, "workqueue_queue_duration_seconds", &name);
     out.push_str("# HELP workqueue_work_duration_seconds How long in seconds processing an item from workqueue takes\n");
     out.push_str("# TYPE workqueue_work_duration_seconds histogram\n");
-    r.queue_work.render(&mut out, "workqueue_work_duration_seconds", &name);
+    r.queue_work
+        .render(&mut out, "workqueue_work_duration_seconds", &name);
 
     out.push_str("# HELP rest_client_requests_total Number of HTTP requests, partitioned by status code, method, and host\n");
     out.push_str("# TYPE rest_client_requests_total counter\n");
     for ((method, code), n) in r.requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-        let code = if *code == 0 { "<error>".to_string() } else { code.to_string() };
-        let _ = writeln!(out, "rest_client_requests_total{{code=\"{code}\",host=\"{host}\",method=\"{method}\"}} {n}");
+        let code = if *code == 0 {
+            "<error>".to_string()
+        } else {
+            code.to_string()
+        };
+        let _ = writeln!(
+            out,
+            "rest_client_requests_total{{code=\"{code}\",host=\"{host}\",method=\"{method}\"}} {n}"
+        );
     }
 
     out.push_str("# HELP leader_election_master_status Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master\n");
     out.push_str("# TYPE leader_election_master_status gauge\n");
-    let _ = writeln!(out, "leader_election_master_status{{name=\"immortal-operator\"}} {}", r.leader.load(Relaxed));
+    let _ = writeln!(
+        out,
+        "leader_election_master_status{{name=\"immortal-operator\"}} {}",
+        r.leader.load(Relaxed)
+    );
 
     out.push_str("# HELP immortal_watch_restarts_total Watch streams re-opened, per resource\n# TYPE immortal_watch_restarts_total counter\n");
     let watches = r.watches.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for (res, s) in &watches {
-        let _ = writeln!(out, "immortal_watch_restarts_total{{resource=\"{res}\"}} {}", s.restarts.load(Relaxed));
+        let _ = writeln!(
+            out,
+            "immortal_watch_restarts_total{{resource=\"{res}\"}} {}",
+            s.restarts.load(Relaxed)
+        );
     }
     out.push_str("# HELP immortal_watch_relists_total Full relists, per resource\n# TYPE immortal_watch_relists_total counter\n");
     for (res, s) in &watches {
-        let _ = writeln!(out, "immortal_watch_relists_total{{resource=\"{res}\"}} {}", s.relists.load(Relaxed));
+        let _ = writeln!(
+            out,
+            "immortal_watch_relists_total{{resource=\"{res}\"}} {}",
+            s.relists.load(Relaxed)
+        );
     }
     out.push_str("# HELP immortal_watch_last_event_age_seconds Seconds since the last watch event or bookmark, per resource\n");
     out.push_str("# TYPE immortal_watch_last_event_age_seconds gauge\n");
     for res in watches.keys() {
-        let age = watch_silence(res).unwrap_or_else(|| r.started.elapsed()).as_secs_f64();
-        let _ = writeln!(out, "immortal_watch_last_event_age_seconds{{resource=\"{res}\"}} {age:.3}");
+        let age = watch_silence(res)
+            .unwrap_or_else(|| r.started.elapsed())
+            .as_secs_f64();
+        let _ = writeln!(
+            out,
+            "immortal_watch_last_event_age_seconds{{resource=\"{res}\"}} {age:.3}"
+        );
     }
     out.push_str("# HELP immortal_pods_created_total Pods created, by cause\n# TYPE immortal_pods_created_total counter\n");
     for (cause, n) in r.pods.lock().unwrap_or_else(|p| p.into_inner()).iter() {
@@ -250,7 +315,9 @@ mod tests {
         watch_heard("pod");
         let text = render("127.0.0.1:6443");
         assert!(text.contains("controller_runtime_reconcile_total{controller=\"immortalcontainer\",result=\"success\"}"));
-        assert!(text.contains("rest_client_requests_total{code=\"200\",host=\"127.0.0.1:6443\",method=\"GET\"}"));
+        assert!(text.contains(
+            "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:6443\",method=\"GET\"}"
+        ));
         assert!(text.contains("controller_runtime_reconcile_time_seconds_bucket{controller=\"immortalcontainer\",le=\"0.005\"}"));
         assert!(text.contains("workqueue_depth{name=\"immortalcontainer\"}"));
         assert!(text.contains("immortal_watch_last_event_age_seconds{resource=\"pod\"}"));

@@ -27,7 +27,11 @@ const MAX_DELAY: Duration = Duration::from_secs(1000);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {
     /// A watch event: resource short name, event type, the object's resourceVersion.
-    Watch { resource: &'static str, event: String, rv: String },
+    Watch {
+        resource: &'static str,
+        event: String,
+        rv: String,
+    },
     /// A (re)list enqueued every known key.
     Relist { resource: &'static str },
     /// Requeued after a failed reconcile.
@@ -39,7 +43,11 @@ pub enum Trigger {
 impl fmt::Display for Trigger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Trigger::Watch { resource, event, rv } => write!(f, "{resource} {event} rv={rv}"),
+            Trigger::Watch {
+                resource,
+                event,
+                rv,
+            } => write!(f, "{resource} {event} rv={rv}"),
             Trigger::Relist { resource } => write!(f, "{resource} relist"),
             Trigger::Retry => f.write_str("retry after error"),
             Trigger::Scheduled => f.write_str("scheduled requeue"),
@@ -181,7 +189,10 @@ impl Queue {
                 // until an add wakes us.
                 Some(d) => {
                     let wait = d.saturating_duration_since(Instant::now());
-                    self.cond.wait_timeout(st, wait).unwrap_or_else(|p| p.into_inner()).0
+                    self.cond
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
                 }
                 None => self.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
             };
@@ -273,7 +284,14 @@ mod tests {
     fn the_latest_trigger_of_a_deduplicated_key_is_reported() {
         let q = Queue::new();
         q.add("ns/a".into(), Trigger::Relist { resource: "pod" });
-        q.add("ns/a".into(), Trigger::Watch { resource: "pod", event: "DELETED".into(), rv: "9".into() });
+        q.add(
+            "ns/a".into(),
+            Trigger::Watch {
+                resource: "pod",
+                event: "DELETED".into(),
+                rv: "9".into(),
+            },
+        );
         assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9");
     }
 
@@ -309,7 +327,10 @@ mod tests {
                 let (q, busy, handled) = (q.clone(), busy.clone(), handled.clone());
                 thread::spawn(move || {
                     while let Some((k, _)) = q.get() {
-                        assert!(busy.lock().unwrap().insert(k.clone()), "{k} handed out twice");
+                        assert!(
+                            busy.lock().unwrap().insert(k.clone()),
+                            "{k} handed out twice"
+                        );
                         thread::yield_now();
                         busy.lock().unwrap().remove(&k);
                         handled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

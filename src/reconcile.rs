@@ -9,9 +9,9 @@
 
 use crate::client;
 use crate::resources::{
-    self, Condition, Container, ImmortalContainer, ImmortalContainerStatus, ObjectMeta, OwnerReference, Pod,
-    PodSpec, API_VERSION, CONTAINER_NAME, IMAGE_ANNOTATION, KIND, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    MAX_NAME_LEN, OWNER_UID_LABEL,
+    self, Condition, Container, ImmortalContainer, ImmortalContainerStatus, ObjectMeta,
+    OwnerReference, Pod, PodSpec, API_VERSION, CONTAINER_NAME, IMAGE_ANNOTATION, KIND,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, OWNER_UID_LABEL,
 };
 use crate::util;
 use serde_json::{json, Map, Value};
@@ -30,11 +30,26 @@ pub const READY: &str = "Ready";
 /// The API calls reconcile makes. [`client::Client`] is the real one; tests use a fake that
 /// records every call.
 pub trait Api {
-    fn get_immortal_container(&self, ns: &str, name: &str) -> Result<ImmortalContainer, client::Error>;
+    fn get_immortal_container(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error>;
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error>;
     fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error>;
-    fn delete_pod(&self, ns: &str, name: &str, uid: &str, grace: Option<u32>) -> Result<(), client::Error>;
-    fn patch_status(&self, ns: &str, name: &str, patch: &Value) -> Result<ImmortalContainer, client::Error>;
+    fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        grace: Option<u32>,
+    ) -> Result<(), client::Error>;
+    fn patch_status(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<ImmortalContainer, client::Error>;
     /// Records a Kubernetes Event about `ic` (best effort: never fails the reconcile).
     fn record(&self, ic: &ImmortalContainer, note: Note);
 }
@@ -46,7 +61,11 @@ pub struct Cluster {
 }
 
 impl Api for Cluster {
-    fn get_immortal_container(&self, ns: &str, name: &str) -> Result<ImmortalContainer, client::Error> {
+    fn get_immortal_container(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
         self.client.get_immortal_container(ns, name)
     }
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
@@ -55,10 +74,21 @@ impl Api for Cluster {
     fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error> {
         self.client.create_pod(ns, pod)
     }
-    fn delete_pod(&self, ns: &str, name: &str, uid: &str, grace: Option<u32>) -> Result<(), client::Error> {
+    fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        grace: Option<u32>,
+    ) -> Result<(), client::Error> {
         self.client.delete_pod(ns, name, uid, grace)
     }
-    fn patch_status(&self, ns: &str, name: &str, patch: &Value) -> Result<ImmortalContainer, client::Error> {
+    fn patch_status(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<ImmortalContainer, client::Error> {
         self.client.patch_immortal_container_status(ns, name, patch)
     }
     fn record(&self, ic: &ImmortalContainer, note: Note) {
@@ -91,10 +121,16 @@ pub enum Next {
 pub enum Error {
     /// An API call failed in a way a retry may fix: 5xx, 429, no answer, a 409 from a stale
     /// read, a pod name still held by a pod being deleted.
-    Transient { action: &'static str, source: client::Error },
+    Transient {
+        action: &'static str,
+        source: client::Error,
+    },
     /// The API server refused us (401/403): a person must fix RBAC or credentials. Retried
     /// with backoff, since that fix needs no restart.
-    Denied { action: &'static str, source: client::Error },
+    Denied {
+        action: &'static str,
+        source: client::Error,
+    },
 }
 
 impl Error {
@@ -175,14 +211,21 @@ pub fn desired_pod(ic: &ImmortalContainer) -> Pod {
             }],
             ..Default::default()
         },
-        spec: PodSpec { containers: vec![Container { name: CONTAINER_NAME.into(), image: ic.spec.image.clone() }] },
+        spec: PodSpec {
+            containers: vec![Container {
+                name: CONTAINER_NAME.into(),
+                image: ic.spec.image.clone(),
+            }],
+        },
         status: None,
     }
 }
 
 /// Whether `pod` is controlled by `ic` (its controller reference names this very object).
 fn controlled_by(pod: &Pod, ic: &ImmortalContainer) -> bool {
-    pod.metadata.controller().is_some_and(|o| o.is_immortal_container() && o.uid == ic.metadata.uid)
+    pod.metadata
+        .controller()
+        .is_some_and(|o| o.is_immortal_container() && o.uid == ic.metadata.uid)
 }
 
 /// Describes who holds a pod name that is not ours, for the condition message.
@@ -252,7 +295,11 @@ impl<A: Api> Run<'_, A> {
             return Ok(Next::Done);
         }
         if self.ic.spec.image.trim().is_empty() {
-            self.fail_permanently("InvalidSpec", "InvalidSpec", "spec.image is empty".to_string());
+            self.fail_permanently(
+                "InvalidSpec",
+                "InvalidSpec",
+                "spec.image is empty".to_string(),
+            );
             return Ok(Next::Done);
         }
 
@@ -283,12 +330,15 @@ impl<A: Api> Run<'_, A> {
                     Created::NameTaken => {
                         return Err(Error::Transient {
                             action: "create pod",
-                            source: client::Error::Api(resources::Status {
+                            source: client::Error::Api(Box::new(resources::Status {
                                 code: 409,
                                 reason: "AlreadyExists".into(),
-                                message: format!("pod {} appeared while we created it", self.pod_name),
+                                message: format!(
+                                    "pod {} appeared while we created it",
+                                    self.pod_name
+                                ),
                                 ..Default::default()
-                            }),
+                            })),
                         })
                     }
                     Created::Rejected => return Ok(Next::Done),
@@ -315,7 +365,11 @@ impl<A: Api> Run<'_, A> {
                 // Its DELETED event brings us back; creating now would only earn AlreadyExists.
                 let replacing = self.ready_reason() == Some("PodReplacing");
                 if !replacing {
-                    self.set_ready(false, "PodTerminating", &format!("pod {} is being deleted", self.pod_name));
+                    self.set_ready(
+                        false,
+                        "PodTerminating",
+                        &format!("pod {} is being deleted", self.pod_name),
+                    );
                 }
                 return Ok(Next::Done);
             }
@@ -333,10 +387,18 @@ impl<A: Api> Run<'_, A> {
                 // Graceful: the container is running. Its DELETED event brings us back to
                 // create the replacement.
                 self.delete(&pod, None, &why)?;
-                self.set_ready(false, "PodReplacing", &format!("replacing pod {}: {why}", self.pod_name));
+                self.set_ready(
+                    false,
+                    "PodReplacing",
+                    &format!("replacing pod {}: {why}", self.pod_name),
+                );
                 return Ok(Next::Done);
             }
-            self.set_ready(true, "PodRunning", &format!("pod {} runs {}", self.pod_name, self.ic.spec.image));
+            self.set_ready(
+                true,
+                "PodRunning",
+                &format!("pod {} runs {}", self.pod_name, self.ic.spec.image),
+            );
             return Ok(Next::Done);
         }
     }
@@ -370,12 +432,30 @@ impl<A: Api> Run<'_, A> {
                 let msg = format!("pod {} runs {}", self.pod_name, self.ic.spec.image);
                 self.set_ready(true, "PodRunning", &msg);
                 let (reason, message) = match cause {
-                    Cause::New => ("PodCreated", format!("Created pod {} with image {}", self.pod_name, self.ic.spec.image)),
-                    Cause::Deleted => ("PodReplaced", format!("Created pod {}: the previous one was deleted", self.pod_name)),
-                    Cause::Terminated => ("PodReplaced", format!("Created pod {}: the previous one terminated", self.pod_name)),
+                    Cause::New => (
+                        "PodCreated",
+                        format!(
+                            "Created pod {} with image {}",
+                            self.pod_name, self.ic.spec.image
+                        ),
+                    ),
+                    Cause::Deleted => (
+                        "PodReplaced",
+                        format!(
+                            "Created pod {}: the previous one was deleted",
+                            self.pod_name
+                        ),
+                    ),
+                    Cause::Terminated => (
+                        "PodReplaced",
+                        format!("Created pod {}: the previous one terminated", self.pod_name),
+                    ),
                     Cause::ImageChanged => (
                         "PodReplaced",
-                        format!("Created pod {} with image {}: the image changed", self.pod_name, self.ic.spec.image),
+                        format!(
+                            "Created pod {} with image {}: the image changed",
+                            self.pod_name, self.ic.spec.image
+                        ),
                     ),
                 };
                 self.note(false, reason, message);
@@ -391,7 +471,11 @@ impl<A: Api> Run<'_, A> {
             }
             Err(e) => {
                 if e.is_forbidden() {
-                    self.note(true, "PodCreateFailed", format!("Cannot create pod {}: {e}", self.pod_name));
+                    self.note(
+                        true,
+                        "PodCreateFailed",
+                        format!("Cannot create pod {}: {e}", self.pod_name),
+                    );
                 }
                 Err(Error::from_api("create pod", e))
             }
@@ -399,9 +483,12 @@ impl<A: Api> Run<'_, A> {
     }
 
     fn delete(&mut self, pod: &Pod, grace: Option<u32>, why: &str) -> Result<(), Error> {
-        match self.api.delete_pod(self.ns, &pod.metadata.name, &pod.metadata.uid, grace) {
-            // NotFound: someone beat us to it, which is what we wanted.
-            Ok(()) | Err(client::Error::Api(resources::Status { code: 404, .. })) => {
+        // NotFound: someone beat us to it, which is what we wanted.
+        let result = self
+            .api
+            .delete_pod(self.ns, &pod.metadata.name, &pod.metadata.uid, grace);
+        match result.or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) }) {
+            Ok(()) => {
                 log::info!(
                     target: "reconcile",
                     reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
@@ -423,7 +510,11 @@ impl<A: Api> Run<'_, A> {
     }
 
     fn ready_reason(&self) -> Option<&str> {
-        self.status.conditions.iter().find(|c| c.type_ == READY).map(|c| c.reason.as_str())
+        self.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .map(|c| c.reason.as_str())
     }
 
     /// Sets the Ready condition; returns whether its status or reason changed (the moments worth
@@ -467,7 +558,14 @@ impl<A: Api> Run<'_, A> {
     }
 
     fn note(&self, warning: bool, reason: &'static str, message: String) {
-        self.api.record(self.ic, Note { warning, reason, message });
+        self.api.record(
+            self.ic,
+            Note {
+                warning,
+                reason,
+                message,
+            },
+        );
     }
 
     /// Writes status if it differs from what was read, as a JSON merge patch of the changed
@@ -475,8 +573,13 @@ impl<A: Api> Run<'_, A> {
     /// since, the patch fails with 409 and the next reconcile recounts from fresh state, so a
     /// pod is never counted twice.
     fn write_status(&self) -> Result<(), Error> {
-        let Some(patch) = status_patch(self.ic, &self.status) else { return Ok(()) };
-        match self.api.patch_status(self.ns, &self.ic.metadata.name, &patch) {
+        let Some(patch) = status_patch(self.ic, &self.status) else {
+            return Ok(());
+        };
+        match self
+            .api
+            .patch_status(self.ns, &self.ic.metadata.name, &patch)
+        {
             Ok(_) => {
                 log::info!(
                     target: "reconcile",
@@ -520,12 +623,16 @@ pub fn status_patch(ic: &ImmortalContainer, want: &ImmortalContainerStatus) -> O
     }
     if want.conditions != have.conditions {
         // Merge patch replaces lists whole: send them all.
-        st.insert("conditions".into(), serde_json::to_value(&want.conditions).unwrap_or(Value::Null));
+        st.insert(
+            "conditions".into(),
+            serde_json::to_value(&want.conditions).unwrap_or(Value::Null),
+        );
     }
     if st.is_empty() {
         return None;
     }
-    let counted = want.start_times != have.start_times || want.last_counted_pod_uid != have.last_counted_pod_uid;
+    let counted = want.start_times != have.start_times
+        || want.last_counted_pod_uid != have.last_counted_pod_uid;
     let mut patch = json!({ "status": st });
     if counted {
         patch["metadata"] = json!({ "resourceVersion": ic.metadata.resource_version });
@@ -552,7 +659,12 @@ mod tests {
     }
 
     fn api_err(code: u16, reason: &str) -> client::Error {
-        client::Error::Api(Status { code, reason: reason.into(), message: reason.into(), ..Default::default() })
+        client::Error::Api(Box::new(Status {
+            code,
+            reason: reason.into(),
+            message: reason.into(),
+            ..Default::default()
+        }))
     }
 
     impl Fake {
@@ -567,19 +679,31 @@ mod tests {
     }
 
     impl Api for Fake {
-        fn get_immortal_container(&self, _: &str, name: &str) -> Result<ImmortalContainer, client::Error> {
+        fn get_immortal_container(
+            &self,
+            _: &str,
+            name: &str,
+        ) -> Result<ImmortalContainer, client::Error> {
             self.calls.borrow_mut().push(format!("GET ic/{name}"));
-            self.ic.borrow().clone().ok_or_else(|| api_err(404, "NotFound"))
+            self.ic
+                .borrow()
+                .clone()
+                .ok_or_else(|| api_err(404, "NotFound"))
         }
         fn get_pod(&self, _: &str, name: &str) -> Result<Pod, client::Error> {
             self.calls.borrow_mut().push(format!("GET pod/{name}"));
             if let Some(e) = self.failing("get_pod") {
                 return Err(e);
             }
-            self.pod.borrow().clone().ok_or_else(|| api_err(404, "NotFound"))
+            self.pod
+                .borrow()
+                .clone()
+                .ok_or_else(|| api_err(404, "NotFound"))
         }
         fn create_pod(&self, _: &str, pod: &Pod) -> Result<Pod, client::Error> {
-            self.calls.borrow_mut().push(format!("POST pod/{}", pod.metadata.name));
+            self.calls
+                .borrow_mut()
+                .push(format!("POST pod/{}", pod.metadata.name));
             if let Some(e) = self.failing("create_pod") {
                 return Err(e);
             }
@@ -589,13 +713,23 @@ mod tests {
             let mut p = pod.clone();
             *self.next_uid.borrow_mut() += 1;
             p.metadata.uid = format!("pod-uid-{}", self.next_uid.borrow());
-            p.status = Some(PodStatus { phase: Some("Pending".into()) });
+            p.status = Some(PodStatus {
+                phase: Some("Pending".into()),
+            });
             *self.pod.borrow_mut() = Some(p.clone());
             Ok(p)
         }
-        fn delete_pod(&self, _: &str, name: &str, uid: &str, grace: Option<u32>) -> Result<(), client::Error> {
+        fn delete_pod(
+            &self,
+            _: &str,
+            name: &str,
+            uid: &str,
+            grace: Option<u32>,
+        ) -> Result<(), client::Error> {
             let g = grace.map(|g| format!(" grace={g}")).unwrap_or_default();
-            self.calls.borrow_mut().push(format!("DELETE pod/{name} uid={uid}{g}"));
+            self.calls
+                .borrow_mut()
+                .push(format!("DELETE pod/{name} uid={uid}{g}"));
             if let Some(e) = self.failing("delete_pod") {
                 return Err(e);
             }
@@ -606,8 +740,15 @@ mod tests {
             }
             Ok(())
         }
-        fn patch_status(&self, _: &str, name: &str, patch: &Value) -> Result<ImmortalContainer, client::Error> {
-            self.calls.borrow_mut().push(format!("PATCH ic/{name}/status"));
+        fn patch_status(
+            &self,
+            _: &str,
+            name: &str,
+            patch: &Value,
+        ) -> Result<ImmortalContainer, client::Error> {
+            self.calls
+                .borrow_mut()
+                .push(format!("PATCH ic/{name}/status"));
             if let Some(e) = self.failing("patch_status") {
                 return Err(e);
             }
@@ -646,7 +787,9 @@ mod tests {
                 generation: Some(1),
                 ..Default::default()
             },
-            spec: resources::ImmortalContainerSpec { image: image.into() },
+            spec: resources::ImmortalContainerSpec {
+                image: image.into(),
+            },
             status: Default::default(),
         }
     }
@@ -676,7 +819,14 @@ mod tests {
         let f = fake(ic("web", "nginx"));
         assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
         // A new object has no pod yet: create first, no GET of the pod.
-        assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod", "PATCH ic/web/status"]);
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "POST pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
         let st = status(&f);
         assert_eq!(st.start_times, 1);
         assert_eq!(st.current_pod.as_deref(), Some("web-immortalpod"));
@@ -692,12 +842,21 @@ mod tests {
         o.metadata.uid = "09ff1c2a-773e-4ed4-824a-51e4cd7a3baf".into();
         let p = desired_pod(&o);
         assert_eq!(p.metadata.name.len(), 253);
-        assert_eq!(p.spec.containers, vec![Container { name: "acontainer".into(), image: "nginx:1.27".into() }]);
+        assert_eq!(
+            p.spec.containers,
+            vec![Container {
+                name: "acontainer".into(),
+                image: "nginx:1.27".into()
+            }]
+        );
         for v in p.metadata.labels.values() {
             assert!(v.len() <= 63, "label value {v} too long");
         }
         let owner = p.metadata.controller().unwrap();
-        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("ImmortalContainer", o.metadata.name.as_str()));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("ImmortalContainer", o.metadata.name.as_str())
+        );
         assert_eq!(owner.block_owner_deletion, Some(true));
     }
 
@@ -725,8 +884,23 @@ mod tests {
         *f.pod.borrow_mut() = None;
         f.calls.borrow_mut().clear();
         // Triggered by the pod's DELETED event: create without looking first.
-        reconcile(&f, &Trace { id: "2", key: "ns/web" }, true).unwrap();
-        assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod", "PATCH ic/web/status"]);
+        reconcile(
+            &f,
+            &Trace {
+                id: "2",
+                key: "ns/web",
+            },
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "POST pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
         assert_eq!(status(&f).start_times, 2);
         assert_eq!(f.notes.borrow().last().unwrap().reason, "PodReplaced");
     }
@@ -735,7 +909,9 @@ mod tests {
     fn replaces_a_terminated_pod_in_one_reconcile() {
         let f = fake(ic("web", "nginx"));
         run(&f, "ns/web").unwrap();
-        f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus { phase: Some("Failed".into()) });
+        f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
+            phase: Some("Failed".into()),
+        });
         f.calls.borrow_mut().clear();
         run(&f, "ns/web").unwrap();
         assert_eq!(
@@ -749,7 +925,10 @@ mod tests {
             ]
         );
         assert_eq!(status(&f).start_times, 2);
-        assert_eq!(status(&f).last_counted_pod_uid.as_deref(), Some("pod-uid-2"));
+        assert_eq!(
+            status(&f).last_counted_pod_uid.as_deref(),
+            Some("pod-uid-2")
+        );
     }
 
     #[test]
@@ -766,7 +945,12 @@ mod tests {
         run(&f, "ns/web").unwrap();
         assert_eq!(
             f.calls(),
-            ["GET ic/web", "GET pod/web-immortalpod", "DELETE pod/web-immortalpod uid=pod-uid-1", "PATCH ic/web/status"]
+            [
+                "GET ic/web",
+                "GET pod/web-immortalpod",
+                "DELETE pod/web-immortalpod uid=pod-uid-1",
+                "PATCH ic/web/status"
+            ]
         );
         assert_eq!(ready(&f), ("False".into(), "PodReplacing".into()));
         // Still terminating: nothing to do.
@@ -775,30 +959,74 @@ mod tests {
         assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
         // Gone: the replacement runs the new image.
         *f.pod.borrow_mut() = None;
-        reconcile(&f, &Trace { id: "3", key: "ns/web" }, true).unwrap();
-        assert_eq!(f.pod.borrow().as_ref().unwrap().container_image(), Some("nginx:2"));
+        reconcile(
+            &f,
+            &Trace {
+                id: "3",
+                key: "ns/web",
+            },
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            f.pod.borrow().as_ref().unwrap().container_image(),
+            Some("nginx:2")
+        );
         assert_eq!(status(&f).start_times, 2);
-        assert!(f.notes.borrow().last().unwrap().message.contains("the image changed"));
+        assert!(f
+            .notes
+            .borrow()
+            .last()
+            .unwrap()
+            .message
+            .contains("the image changed"));
     }
 
     #[test]
     fn a_pod_that_is_not_ours_is_left_alone_and_reported() {
         let f = fake(ic("web", "nginx"));
         *f.pod.borrow_mut() = Some(Pod {
-            metadata: ObjectMeta { name: "web-immortalpod".into(), uid: "foreign".into(), ..Default::default() },
-            spec: PodSpec { containers: vec![Container { name: "x".into(), image: "busybox".into() }] },
+            metadata: ObjectMeta {
+                name: "web-immortalpod".into(),
+                uid: "foreign".into(),
+                ..Default::default()
+            },
+            spec: PodSpec {
+                containers: vec![Container {
+                    name: "x".into(),
+                    image: "busybox".into(),
+                }],
+            },
             ..Default::default()
         });
-        assert_eq!(run(&f, "ns/web").unwrap(), Next::RequeueAfter(CONFLICT_RETRY));
+        assert_eq!(
+            run(&f, "ns/web").unwrap(),
+            Next::RequeueAfter(CONFLICT_RETRY)
+        );
         // Create first (new object), AlreadyExists, look, leave it: no DELETE, no second POST.
-        assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod", "GET pod/web-immortalpod", "PATCH ic/web/status"]);
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "POST pod/web-immortalpod",
+                "GET pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
         assert_eq!(ready(&f), ("False".into(), "PodNameConflict".into()));
         assert_eq!(status(&f).start_times, 0);
         assert!(f.notes.borrow()[0].warning);
         // Looking again later changes nothing and writes nothing.
         f.calls.borrow_mut().clear();
         run(&f, "ns/web").unwrap();
-        assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod", "GET pod/web-immortalpod"]);
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "POST pod/web-immortalpod",
+                "GET pod/web-immortalpod"
+            ]
+        );
         assert_eq!(f.notes.borrow().len(), 1, "the Warning is not repeated");
     }
 
@@ -811,7 +1039,9 @@ mod tests {
         *f.pod.borrow_mut() = Some(stale);
         run(&f, "ns/web").unwrap();
         let st = status(&f);
-        assert!(st.conditions[0].message.contains("earlier ImmortalContainer of the same name"));
+        assert!(st.conditions[0]
+            .message
+            .contains("earlier ImmortalContainer of the same name"));
         assert!(!f.calls().iter().any(|c| c.starts_with("DELETE")));
     }
 
@@ -821,14 +1051,25 @@ mod tests {
         let f = fake(ic(&long, "nginx"));
         let key = format!("ns/{long}");
         assert_eq!(run(&f, &key).unwrap(), Next::Done);
-        assert_eq!(f.calls(), [format!("GET ic/{long}"), format!("PATCH ic/{long}/status")]);
+        assert_eq!(
+            f.calls(),
+            [format!("GET ic/{long}"), format!("PATCH ic/{long}/status")]
+        );
         let st = status(&f);
         assert_eq!(st.conditions[0].reason, "PodNameTooLong");
-        assert!(st.conditions[0].message.contains("253"), "{}", st.conditions[0].message);
+        assert!(
+            st.conditions[0].message.contains("253"),
+            "{}",
+            st.conditions[0].message
+        );
         assert_eq!(f.notes.borrow()[0].reason, "InvalidSpec");
         f.calls.borrow_mut().clear();
         run(&f, &key).unwrap();
-        assert_eq!(f.calls(), [format!("GET ic/{long}")], "nothing new to write");
+        assert_eq!(
+            f.calls(),
+            [format!("GET ic/{long}")],
+            "nothing new to write"
+        );
     }
 
     #[test]
@@ -840,7 +1081,10 @@ mod tests {
         *f.pod.borrow_mut() = Some(p);
         run(&f, "ns/web").unwrap();
         assert_eq!(status(&f).start_times, 1);
-        assert_eq!(status(&f).last_counted_pod_uid.as_deref(), Some("left-behind"));
+        assert_eq!(
+            status(&f).last_counted_pod_uid.as_deref(),
+            Some("left-behind")
+        );
         run(&f, "ns/web").unwrap();
         assert_eq!(status(&f).start_times, 1);
     }
@@ -848,13 +1092,25 @@ mod tests {
     #[test]
     fn a_status_conflict_is_retried_and_the_retry_does_not_count_twice() {
         let f = fake(ic("web", "nginx"));
-        f.fail.borrow_mut().push(("patch_status", api_err(409, "Conflict")));
+        f.fail
+            .borrow_mut()
+            .push(("patch_status", api_err(409, "Conflict")));
         let err = run(&f, "ns/web").unwrap_err();
-        assert!(matches!(err, Error::Transient { action: "patch status", .. }));
+        assert!(matches!(
+            err,
+            Error::Transient {
+                action: "patch status",
+                ..
+            }
+        ));
         assert_eq!(status(&f).start_times, 0);
         run(&f, "ns/web").unwrap();
         assert_eq!(status(&f).start_times, 1);
-        assert_eq!(f.calls().iter().filter(|c| c.starts_with("POST")).count(), 2, "second POST met AlreadyExists");
+        assert_eq!(
+            f.calls().iter().filter(|c| c.starts_with("POST")).count(),
+            2,
+            "second POST met AlreadyExists"
+        );
     }
 
     #[test]
@@ -875,9 +1131,19 @@ mod tests {
     #[test]
     fn server_errors_are_transient_and_forbidden_is_denied() {
         let f = fake(ic("web", "nginx"));
-        f.fail.borrow_mut().push(("create_pod", api_err(500, "InternalError")));
-        assert!(matches!(run(&f, "ns/web"), Err(Error::Transient { action: "create pod", .. })));
-        f.fail.borrow_mut().push(("create_pod", api_err(403, "Forbidden")));
+        f.fail
+            .borrow_mut()
+            .push(("create_pod", api_err(500, "InternalError")));
+        assert!(matches!(
+            run(&f, "ns/web"),
+            Err(Error::Transient {
+                action: "create pod",
+                ..
+            })
+        ));
+        f.fail
+            .borrow_mut()
+            .push(("create_pod", api_err(403, "Forbidden")));
         assert!(matches!(run(&f, "ns/web"), Err(Error::Denied { .. })));
         assert_eq!(f.notes.borrow()[0].reason, "PodCreateFailed");
     }
@@ -885,7 +1151,9 @@ mod tests {
     #[test]
     fn a_pod_the_server_rejects_becomes_a_condition() {
         let f = fake(ic("web", "nginx"));
-        f.fail.borrow_mut().push(("create_pod", api_err(422, "Invalid")));
+        f.fail
+            .borrow_mut()
+            .push(("create_pod", api_err(422, "Invalid")));
         assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
         assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
     }
@@ -895,9 +1163,13 @@ mod tests {
         let f = fake(ic("web", "nginx"));
         run(&f, "ns/web").unwrap();
         let t0 = status(&f).conditions[0].last_transition_time.clone();
-        f.ic.borrow_mut().as_mut().unwrap().status.conditions[0].last_transition_time = "2000-01-01T00:00:00Z".into();
+        f.ic.borrow_mut().as_mut().unwrap().status.conditions[0].last_transition_time =
+            "2000-01-01T00:00:00Z".into();
         run(&f, "ns/web").unwrap();
-        assert_eq!(status(&f).conditions[0].last_transition_time, "2000-01-01T00:00:00Z");
+        assert_eq!(
+            status(&f).conditions[0].last_transition_time,
+            "2000-01-01T00:00:00Z"
+        );
         assert!(!t0.is_empty());
     }
 }

@@ -64,7 +64,9 @@ pub struct ObjectMeta {
 impl ObjectMeta {
     /// The ownerReference marked `controller: true`, if any (there is at most one).
     pub fn controller(&self) -> Option<&OwnerReference> {
-        self.owner_references.iter().find(|o| o.controller == Some(true))
+        self.owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
     }
 }
 
@@ -117,7 +119,11 @@ pub struct ImmortalContainerStatus {
     pub start_times: i64,
     /// UID of the last pod counted in `start_times`. A pod we control whose uid differs has not
     /// been counted yet: that is how a count lost to a crash or a 409 is repaired.
-    #[serde(rename = "lastCountedPodUID", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "lastCountedPodUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub last_counted_pod_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -147,7 +153,11 @@ pub struct Condition {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pod {
-    #[serde(default, rename = "apiVersion", skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        rename = "apiVersion",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub api_version: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
@@ -182,7 +192,10 @@ pub struct PodStatus {
 impl Pod {
     /// `status.phase`, or "" when the server has not set one.
     pub fn phase(&self) -> &str {
-        self.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+        self.status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("")
     }
 
     /// A pod in phase Succeeded or Failed never runs again (restartPolicy aside, the kubelet
@@ -193,7 +206,11 @@ impl Pod {
 
     /// Image of our container, if the pod has it.
     pub fn container_image(&self) -> Option<&str> {
-        self.spec.containers.iter().find(|c| c.name == CONTAINER_NAME).map(|c| c.image.as_str())
+        self.spec
+            .containers
+            .iter()
+            .find(|c| c.name == CONTAINER_NAME)
+            .map(|c| c.image.as_str())
     }
 }
 

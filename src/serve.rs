@@ -31,7 +31,11 @@ pub struct Health {
 
 impl Health {
     pub fn new(resources: Vec<&'static str>) -> Health {
-        Health { watchers: AtomicUsize::new(resources.len()), resources, ..Default::default() }
+        Health {
+            watchers: AtomicUsize::new(resources.len()),
+            resources,
+            ..Default::default()
+        }
     }
 
     /// Live unless a thread died.
@@ -45,13 +49,20 @@ impl Health {
     /// Ready once every first list completed and while every watch hears from the server.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
-        let (synced, all) = (self.synced.load(Ordering::Relaxed), self.watchers.load(Ordering::Relaxed));
+        let (synced, all) = (
+            self.synced.load(Ordering::Relaxed),
+            self.watchers.load(Ordering::Relaxed),
+        );
         if synced < all {
-            return Err(format!("{synced} of {all} watches have completed their first list"));
+            return Err(format!(
+                "{synced} of {all} watches have completed their first list"
+            ));
         }
         for r in &self.resources {
             match metrics::watch_silence(r) {
-                Some(d) if d > MAX_WATCH_SILENCE => return Err(format!("{r} watch silent for {}s", d.as_secs())),
+                Some(d) if d > MAX_WATCH_SILENCE => {
+                    return Err(format!("{r} watch silent for {}s", d.as_secs()))
+                }
                 _ => {}
             }
         }
@@ -65,8 +76,14 @@ pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
     if s == "0" || s.is_empty() {
         return Ok(None);
     }
-    let full = if s.starts_with(':') { format!("0.0.0.0{s}") } else { s.to_string() };
-    full.parse().map(Some).map_err(|_| format!("invalid bind address {s:?} (want HOST:PORT, :PORT or 0)"))
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_string()
+    };
+    full.parse()
+        .map(Some)
+        .map_err(|_| format!("invalid bind address {s:?} (want HOST:PORT, :PORT or 0)"))
 }
 
 /// Which endpoints a listener serves.
@@ -78,18 +95,30 @@ pub enum Endpoints {
 
 /// Binds `addr` and serves on a thread of its own. A bind failure is returned: a port taken by
 /// someone else is a configuration error the user must see at start.
-pub fn spawn(addr: SocketAddr, what: Endpoints, health: Arc<Health>, host: String) -> std::io::Result<SocketAddr> {
+pub fn spawn(
+    addr: SocketAddr,
+    what: Endpoints,
+    health: Arc<Health>,
+    host: String,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let local = listener.local_addr()?;
-    std::thread::Builder::new().name("http".into()).spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let _ = handle(conn, what, &health, &host);
-        }
-    })?;
+    std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let _ = handle(conn, what, &health, &host);
+            }
+        })?;
     Ok(local)
 }
 
-fn handle(mut conn: TcpStream, what: Endpoints, health: &Health, host: &str) -> std::io::Result<()> {
+fn handle(
+    mut conn: TcpStream,
+    what: Endpoints,
+    health: &Health,
+    host: &str,
+) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut request_line = String::new();
@@ -102,7 +131,11 @@ fn handle(mut conn: TcpStream, what: Endpoints, health: &Health, host: &str) -> 
     let path = request_line.split_whitespace().nth(1).unwrap_or("/");
     let path = path.split('?').next().unwrap_or(path);
     let (code, ctype, body) = match (what, path) {
-        (Endpoints::Metrics, "/metrics") => (200, "text/plain; version=0.0.4; charset=utf-8", metrics::render(host)),
+        (Endpoints::Metrics, "/metrics") => (
+            200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics::render(host),
+        ),
         (Endpoints::Probes, "/healthz" | "/livez") => verdict(health.live()),
         (Endpoints::Probes, "/readyz") => verdict(health.ready()),
         _ => (404, "text/plain", "not found\n".to_string()),
@@ -142,8 +175,14 @@ mod tests {
 
     #[test]
     fn bind_addresses_follow_controller_runtime() {
-        assert_eq!(parse_bind(":8080").unwrap(), Some("0.0.0.0:8080".parse().unwrap()));
-        assert_eq!(parse_bind("127.0.0.1:9").unwrap(), Some("127.0.0.1:9".parse().unwrap()));
+        assert_eq!(
+            parse_bind(":8080").unwrap(),
+            Some("0.0.0.0:8080".parse().unwrap())
+        );
+        assert_eq!(
+            parse_bind("127.0.0.1:9").unwrap(),
+            Some("127.0.0.1:9".parse().unwrap())
+        );
         assert_eq!(parse_bind("0").unwrap(), None);
         assert!(parse_bind("nonsense").is_err());
     }
@@ -151,10 +190,19 @@ mod tests {
     #[test]
     fn probes_turn_ready_after_the_first_lists_and_unlive_when_a_thread_dies() {
         let health = Arc::new(Health::new(vec!["probe-test-resource"]));
-        let addr = spawn("127.0.0.1:0".parse().unwrap(), Endpoints::Probes, health.clone(), String::new()).unwrap();
+        let addr = spawn(
+            "127.0.0.1:0".parse().unwrap(),
+            Endpoints::Probes,
+            health.clone(),
+            String::new(),
+        )
+        .unwrap();
         assert!(get(addr, "/healthz").starts_with("HTTP/1.1 200"));
         let r = get(addr, "/readyz");
-        assert!(r.starts_with("HTTP/1.1 503") && r.contains("0 of 1 watches"), "{r}");
+        assert!(
+            r.starts_with("HTTP/1.1 503") && r.contains("0 of 1 watches"),
+            "{r}"
+        );
         health.synced.fetch_add(1, Ordering::Relaxed);
         metrics::watch_heard("probe-test-resource");
         assert!(get(addr, "/readyz").starts_with("HTTP/1.1 200"));
@@ -165,8 +213,17 @@ mod tests {
 
     #[test]
     fn metrics_endpoint_serves_prometheus_text() {
-        let addr = spawn("127.0.0.1:0".parse().unwrap(), Endpoints::Metrics, Arc::default(), "h".into()).unwrap();
+        let addr = spawn(
+            "127.0.0.1:0".parse().unwrap(),
+            Endpoints::Metrics,
+            Arc::default(),
+            "h".into(),
+        )
+        .unwrap();
         let r = get(addr, "/metrics");
-        assert!(r.starts_with("HTTP/1.1 200") && r.contains("workqueue_depth"), "{r}");
+        assert!(
+            r.starts_with("HTTP/1.1 200") && r.contains("workqueue_depth"),
+            "{r}"
+        );
     }
 }

@@ -18,7 +18,10 @@ pub fn run(args: &TraceArgs) -> ExitCode {
         Some(path) => match std::fs::File::open(path) {
             Ok(f) => Box::new(BufReader::new(f)),
             Err(e) => {
-                eprintln!("immortal-operator trace: cannot open {}: {e}", path.display());
+                eprintln!(
+                    "immortal-operator trace: cannot open {}: {e}",
+                    path.display()
+                );
                 return ExitCode::from(2);
             }
         },
@@ -52,7 +55,9 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
     let mut order: Vec<String> = Vec::new();
     let mut found = 0;
     for line in input.lines().map_while(Result::ok) {
-        let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
         if v.get("object").and_then(Value::as_str) != Some(object) {
             continue;
         }
@@ -66,7 +71,11 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
         };
         let p = open.entry(id.clone()).or_insert_with(|| {
             order.push(id.clone());
-            Pending { started: ts.clone(), trigger: String::new(), steps: Vec::new() }
+            Pending {
+                started: ts.clone(),
+                trigger: String::new(),
+                steps: Vec::new(),
+            }
         });
         if p.trigger.is_empty() {
             p.trigger = s("trigger");
@@ -76,8 +85,16 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
             "reconciled" | "reconcile failed" => {
                 let p = open.remove(&id).expect("entry exists");
                 order.retain(|o| o != &id);
-                let trigger = if p.trigger.is_empty() { s("trigger") } else { p.trigger };
-                let _ = writeln!(out, "{}  reconcile {id}  triggered by: {trigger}", p.started);
+                let trigger = if p.trigger.is_empty() {
+                    s("trigger")
+                } else {
+                    p.trigger
+                };
+                let _ = writeln!(
+                    out,
+                    "{}  reconcile {id}  triggered by: {trigger}",
+                    p.started
+                );
                 for step in &p.steps {
                     let _ = writeln!(out, "    {step}");
                 }
@@ -91,7 +108,10 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
                 let _ = writeln!(out, "    {outcome} ({} ms)", s("elapsed_ms"));
             }
             msg => {
-                let action = v.get("action").map(render).unwrap_or_else(|| msg.to_string());
+                let action = v
+                    .get("action")
+                    .map(render)
+                    .unwrap_or_else(|| msg.to_string());
                 let detail = fields(&v);
                 p.steps.push(format!("{action}:{detail}"));
             }
@@ -100,11 +120,18 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
     // Reconciles the log ends in the middle of (the operator was killed).
     for id in order {
         if let Some(p) = open.remove(&id) {
-            let _ = writeln!(out, "{}  reconcile {id}  triggered by: {}", p.started, p.trigger);
+            let _ = writeln!(
+                out,
+                "{}  reconcile {id}  triggered by: {}",
+                p.started, p.trigger
+            );
             for step in &p.steps {
                 let _ = writeln!(out, "    {step}");
             }
-            let _ = writeln!(out, "    → no outcome logged (the operator stopped during this reconcile)");
+            let _ = writeln!(
+                out,
+                "    → no outcome logged (the operator stopped during this reconcile)"
+            );
         }
     }
     (out, found)
@@ -115,7 +142,16 @@ fn fields(v: &Value) -> String {
     let mut s = String::new();
     if let Some(m) = v.as_object() {
         for (k, val) in m {
-            if matches!(k.as_str(), "ts" | "level" | "target" | "msg" | "object" | "reconcile_id" | "trigger" | "action") {
+            if matches!(
+                k.as_str(),
+                "ts" | "level"
+                    | "target"
+                    | "msg"
+                    | "object"
+                    | "reconcile_id"
+                    | "trigger"
+                    | "action"
+            ) {
                 continue;
             }
             let _ = write!(s, " {k}={}", render(val));

@@ -8,7 +8,10 @@ thread_local! {
 }
 
 fn seed() -> u64 {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
     let local = 0u8;
     // Time, process and the address of a stack slot: distinct per thread and per process.
     (nanos ^ ((std::process::id() as u64) << 32) ^ (&local as *const u8 as u64)) | 1
@@ -39,7 +42,10 @@ pub fn rand_range(lo: u64, hi: u64) -> u64 {
 /// `t` as RFC 3339 UTC with seconds precision (`2026-11-22T12:58:43Z`), the form Kubernetes
 /// uses in `metav1.Time` fields.
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let (y, mo, d, h, mi, s) = civil(secs);
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }
@@ -48,7 +54,10 @@ pub fn rfc3339(t: SystemTime) -> String {
 pub fn rfc3339_millis(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let (y, mo, day, h, mi, s) = civil(d.as_secs());
-    format!("{y:04}-{mo:02}-{day:02}T{h:02}:{mi:02}:{s:02}.{:03}Z", d.subsec_millis())
+    format!(
+        "{y:04}-{mo:02}-{day:02}T{h:02}:{mi:02}:{s:02}.{:03}Z",
+        d.subsec_millis()
+    )
 }
 
 /// Now, as [`rfc3339`].
@@ -70,7 +79,14 @@ fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, (rem / 3600) as u32, (rem % 3600 / 60) as u32, (rem % 60) as u32)
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        (rem % 3600 / 60) as u32,
+        (rem % 60) as u32,
+    )
 }
 
 /// Parses an RFC 3339 timestamp (`2024-01-02T03:04:05Z`, optional fraction, `Z` or `±hh:mm`),
@@ -158,7 +174,10 @@ mod tests {
         assert_eq!(rfc3339(t), "2026-11-22T12:58:43Z");
         assert_eq!(parse_rfc3339("2026-11-22T12:58:43Z"), Some(t));
         assert_eq!(parse_rfc3339("2026-11-22T13:58:43+01:00"), Some(t));
-        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
         assert_eq!(parse_rfc3339("not a time"), None);
         assert_eq!(parse_rfc3339("2026-13-01T00:00:00Z"), None);
     }

@@ -82,7 +82,10 @@ impl Seen {
     }
     fn observed_generation(&self) -> Option<i64> {
         match &self.status {
-            SeenStatus::Object { observed_generation, .. } => *observed_generation,
+            SeenStatus::Object {
+                observed_generation,
+                ..
+            } => *observed_generation,
             _ => None,
         }
     }
@@ -127,7 +130,11 @@ impl Kind {
         Kind {
             resource: Resource::Pods,
             namespace,
-            label_selector: Some(format!("{}={}", resources::MANAGED_BY_LABEL, resources::MANAGED_BY_VALUE)),
+            label_selector: Some(format!(
+                "{}={}",
+                resources::MANAGED_BY_LABEL,
+                resources::MANAGED_BY_VALUE
+            )),
             key_of: pod_owner_key,
             relevant: pod_event_relevant,
         }
@@ -159,7 +166,13 @@ pub fn pod_event_relevant(event: &str, o: &Seen) -> bool {
         return true;
     }
     let want = o.metadata.annotations.get(IMAGE_ANNOTATION);
-    let have = o.spec.containers.as_deref().unwrap_or(&[]).iter().find(|c| c.name == resources::CONTAINER_NAME);
+    let have = o
+        .spec
+        .containers
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .find(|c| c.name == resources::CONTAINER_NAME);
     match (want, have) {
         (Some(want), Some(have)) => *want != have.image,
         // Not shaped as we create pods: let reconcile look at it.
@@ -169,18 +182,34 @@ pub fn pod_event_relevant(event: &str, o: &Seen) -> bool {
 
 /// The key of the ImmortalContainer controlling a pod.
 pub fn pod_owner_key(o: &Seen) -> Option<String> {
-    let owner = o.metadata.controller().filter(|r| r.is_immortal_container())?;
+    let owner = o
+        .metadata
+        .controller()
+        .filter(|r| r.is_immortal_container())?;
     Some(resources::key(&o.metadata.namespace, &owner.name))
 }
 
 /// Where a watcher gets its lists and streams: the API client, or a script in tests.
 pub trait Source {
-    fn list_page(&self, kind: &Kind, continue_token: Option<&str>) -> Result<ListPage<Seen>, client::Error>;
-    fn watch(&self, kind: &Kind, rv: &str, timeout_secs: u32) -> Result<Box<dyn BufRead + Send>, client::Error>;
+    fn list_page(
+        &self,
+        kind: &Kind,
+        continue_token: Option<&str>,
+    ) -> Result<ListPage<Seen>, client::Error>;
+    fn watch(
+        &self,
+        kind: &Kind,
+        rv: &str,
+        timeout_secs: u32,
+    ) -> Result<Box<dyn BufRead + Send>, client::Error>;
 }
 
 impl Source for Client {
-    fn list_page(&self, kind: &Kind, continue_token: Option<&str>) -> Result<ListPage<Seen>, client::Error> {
+    fn list_page(
+        &self,
+        kind: &Kind,
+        continue_token: Option<&str>,
+    ) -> Result<ListPage<Seen>, client::Error> {
         let params = ListParams {
             label_selector: kind.label_selector.as_deref(),
             limit: Some(LIST_PAGE),
@@ -189,7 +218,12 @@ impl Source for Client {
         self.list(kind.resource, kind.namespace.as_deref(), &params)
     }
 
-    fn watch(&self, kind: &Kind, rv: &str, timeout_secs: u32) -> Result<Box<dyn BufRead + Send>, client::Error> {
+    fn watch(
+        &self,
+        kind: &Kind,
+        rv: &str,
+        timeout_secs: u32,
+    ) -> Result<Box<dyn BufRead + Send>, client::Error> {
         let params = WatchParams {
             label_selector: kind.label_selector.as_deref(),
             resource_version: rv,
@@ -259,8 +293,21 @@ pub struct Watcher<S: Source> {
 }
 
 impl<S: Source> Watcher<S> {
-    pub fn new(source: S, kind: Kind, queue: Arc<Queue>, quit: Receiver<()>, synced: Sender<&'static str>) -> Self {
-        Watcher { source, kind, queue, quit, synced: Some(synced), known: HashSet::new() }
+    pub fn new(
+        source: S,
+        kind: Kind,
+        queue: Arc<Queue>,
+        quit: Receiver<()>,
+        synced: Sender<&'static str>,
+    ) -> Self {
+        Watcher {
+            source,
+            kind,
+            queue,
+            quit,
+            synced: Some(synced),
+            known: HashSet::new(),
+        }
     }
 
     fn name(&self) -> &'static str {
@@ -293,7 +340,8 @@ impl<S: Source> Watcher<S> {
                 },
                 State::Watch { mut rv } => {
                     let started = Instant::now();
-                    let timeout = util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
+                    let timeout =
+                        util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
                     match self.source.watch(&self.kind, &rv, timeout) {
                         Err(e) if e.is_gone() => {
                             log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "watch answered 410, relisting");
@@ -319,7 +367,9 @@ impl<S: Source> Watcher<S> {
                                     log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resourceVersion expired, relisting");
                                     State::List
                                 }
-                                StreamEnd::Clean if heard || started.elapsed() >= MIN_HEALTHY_STREAM => {
+                                StreamEnd::Clean
+                                    if heard || started.elapsed() >= MIN_HEALTHY_STREAM =>
+                                {
                                     log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "watch ended, re-watching");
                                     State::Watch { rv }
                                 }
@@ -346,7 +396,10 @@ impl<S: Source> Watcher<S> {
     }
 
     fn quitting(&self) -> bool {
-        matches!(self.quit.try_recv(), Ok(()) | Err(crossbeam_channel::TryRecvError::Disconnected))
+        matches!(
+            self.quit.try_recv(),
+            Ok(()) | Err(crossbeam_channel::TryRecvError::Disconnected)
+        )
     }
 
     /// Waits `d` unless shutdown comes first; returns whether to go on.
@@ -390,7 +443,12 @@ impl<S: Source> Watcher<S> {
                         let rv = page.metadata.resource_version;
                         let vanished = self.known.difference(&listed).count();
                         for key in listed.iter().chain(self.known.difference(&listed)) {
-                            self.queue.add(key.clone(), Trigger::Relist { resource: self.name() });
+                            self.queue.add(
+                                key.clone(),
+                                Trigger::Relist {
+                                    resource: self.name(),
+                                },
+                            );
                         }
                         log::debug!(
                             target: "watcher",
@@ -408,7 +466,11 @@ impl<S: Source> Watcher<S> {
 
     /// Reads a stream to its end, enqueuing keys; `rv` follows every event. Returns how the
     /// stream ended and whether the server said anything at all.
-    fn consume(&mut self, mut stream: Box<dyn BufRead + Send>, rv: &mut String) -> (StreamEnd, bool) {
+    fn consume(
+        &mut self,
+        mut stream: Box<dyn BufRead + Send>,
+        rv: &mut String,
+    ) -> (StreamEnd, bool) {
         let mut line = String::new();
         let mut heard = false;
         loop {
@@ -435,14 +497,18 @@ impl<S: Source> Watcher<S> {
 
     /// Applies one event line. `Err` ends the stream.
     fn handle_line(&mut self, line: &str, rv: &mut String) -> Result<(), StreamEnd> {
-        let ev: WatchEvent = serde_json::from_str(line).map_err(|e| StreamEnd::Failed(format!("undecodable event: {e}")))?;
+        let ev: WatchEvent = serde_json::from_str(line)
+            .map_err(|e| StreamEnd::Failed(format!("undecodable event: {e}")))?;
         match ev.type_.as_str() {
             "ERROR" => {
                 let o = &ev.object;
                 if o.code == 410 {
                     return Err(StreamEnd::Expired);
                 }
-                Err(StreamEnd::Failed(format!("watch error {} {}: {}", o.code, o.reason, o.message)))
+                Err(StreamEnd::Failed(format!(
+                    "watch error {} {}: {}",
+                    o.code, o.reason, o.message
+                )))
             }
             "BOOKMARK" => {
                 if !ev.object.metadata.resource_version.is_empty() {
@@ -455,7 +521,9 @@ impl<S: Source> Watcher<S> {
                 if !o.metadata.resource_version.is_empty() {
                     rv.clone_from(&o.metadata.resource_version);
                 }
-                let Some(key) = (self.kind.key_of)(o) else { return Ok(()) };
+                let Some(key) = (self.kind.key_of)(o) else {
+                    return Ok(());
+                };
                 let relevant = (self.kind.relevant)(event, o);
                 log::trace!(
                     target: "watcher",
@@ -468,12 +536,18 @@ impl<S: Source> Watcher<S> {
                     self.known.insert(key.clone());
                 }
                 if relevant {
-                    let trigger = Trigger::Watch { resource: self.name(), event: event.to_string(), rv: rv.clone() };
+                    let trigger = Trigger::Watch {
+                        resource: self.name(),
+                        event: event.to_string(),
+                        rv: rv.clone(),
+                    };
                     self.queue.add(key, trigger);
                 }
                 Ok(())
             }
-            other => Err(StreamEnd::Failed(format!("unknown watch event type {other:?}"))),
+            other => Err(StreamEnd::Failed(format!(
+                "unknown watch event type {other:?}"
+            ))),
         }
     }
 }
@@ -482,10 +556,10 @@ impl<S: Source> Watcher<S> {
 mod tests {
     use super::*;
     use crate::resources::Status;
+    use crate::testutil::fixture_events;
     use std::collections::VecDeque;
     use std::io::Cursor;
     use std::sync::Mutex;
-    use crate::testutil::fixture_events;
 
     /// A scripted API: each call pops the next answer and records what was asked.
     #[derive(Default)]
@@ -497,15 +571,29 @@ mod tests {
     }
 
     impl Source for &Script {
-        fn list_page(&self, _: &Kind, token: Option<&str>) -> Result<ListPage<Seen>, client::Error> {
-            self.calls.lock().unwrap().push(format!("list continue={}", token.unwrap_or("")));
+        fn list_page(
+            &self,
+            _: &Kind,
+            token: Option<&str>,
+        ) -> Result<ListPage<Seen>, client::Error> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("list continue={}", token.unwrap_or("")));
             self.next_list()
         }
-        fn watch(&self, _: &Kind, rv: &str, _: u32) -> Result<Box<dyn BufRead + Send>, client::Error> {
+        fn watch(
+            &self,
+            _: &Kind,
+            rv: &str,
+            _: u32,
+        ) -> Result<Box<dyn BufRead + Send>, client::Error> {
             self.calls.lock().unwrap().push(format!("watch rv={rv}"));
             let next = self.watches.lock().unwrap().pop_front();
             match next {
-                Some(r) => r.map(|body| Box::new(Cursor::new(body.into_bytes())) as Box<dyn BufRead + Send>),
+                Some(r) => r.map(|body| {
+                    Box::new(Cursor::new(body.into_bytes())) as Box<dyn BufRead + Send>
+                }),
                 None => {
                     // Script exhausted: shut the watcher down.
                     self.quit_tx.lock().unwrap().take();
@@ -517,7 +605,11 @@ mod tests {
 
     impl Script {
         fn next_list(&self) -> Result<ListPage<Seen>, client::Error> {
-            self.lists.lock().unwrap().pop_front().unwrap_or_else(|| Err(client::Error::Transport("no more lists".into())))
+            self.lists
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Err(client::Error::Transport("no more lists".into())))
         }
     }
 
@@ -534,13 +626,20 @@ mod tests {
             })
             .collect();
         ListPage {
-            metadata: client::ListMeta { resource_version: rv.into(), continue_token: cont.map(String::from) },
+            metadata: client::ListMeta {
+                resource_version: rv.into(),
+                continue_token: cont.map(String::from),
+            },
             items,
         }
     }
 
     fn gone() -> client::Error {
-        client::Error::Api(Status { code: 410, reason: "Expired".into(), ..Default::default() })
+        client::Error::Api(Box::new(Status {
+            code: 410,
+            reason: "Expired".into(),
+            ..Default::default()
+        }))
     }
 
     /// Runs a pod watcher over `script` until the script runs out; returns the calls it made
@@ -553,12 +652,19 @@ mod tests {
         let w = Watcher::new(script, Kind::pods(None), queue.clone(), quit_rx, synced_tx);
         let handle = std::thread::scope(|s| s.spawn(move || w.run()).join());
         handle.unwrap();
-        assert_eq!(synced_rx.try_recv().ok(), Some("pod"), "watcher must report its first list");
+        assert_eq!(
+            synced_rx.try_recv().ok(),
+            Some("pod"),
+            "watcher must report its first list"
+        );
         let mut queued = Vec::new();
         queue.shutdown();
         let st = queue.lock_for_tests();
         for k in st.0 {
-            queued.push((k.clone(), st.1.get(&k).map(|t| t.to_string()).unwrap_or_default()));
+            queued.push((
+                k.clone(),
+                st.1.get(&k).map(|t| t.to_string()).unwrap_or_default(),
+            ));
         }
         (script.calls.lock().unwrap().clone(), queued)
     }
@@ -566,30 +672,60 @@ mod tests {
     #[test]
     fn lists_then_watches_from_the_lists_resource_version() {
         let s = Script::default();
-        s.lists.lock().unwrap().push_back(Ok(page("100", &[("ns", "a")], None)));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("100", &[("ns", "a")], None)));
         let (calls, queued) = run(&s);
-        assert_eq!(calls[..2], ["list continue=".to_string(), "watch rv=100".to_string()]);
+        assert_eq!(
+            calls[..2],
+            ["list continue=".to_string(), "watch rv=100".to_string()]
+        );
         assert_eq!(queued, vec![("ns/a".to_string(), "pod relist".to_string())]);
     }
 
     #[test]
     fn follows_list_pages_with_continue() {
         let s = Script::default();
-        s.lists.lock().unwrap().push_back(Ok(page("", &[("ns", "a")], Some("tok"))));
-        s.lists.lock().unwrap().push_back(Ok(page("120", &[("ns", "b")], None)));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("", &[("ns", "a")], Some("tok"))));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("120", &[("ns", "b")], None)));
         let (calls, queued) = run(&s);
-        assert_eq!(calls[..3], ["list continue=", "list continue=tok", "watch rv=120"].map(String::from));
+        assert_eq!(
+            calls[..3],
+            ["list continue=", "list continue=tok", "watch rv=120"].map(String::from)
+        );
         assert_eq!(queued.len(), 2);
     }
 
     #[test]
     fn an_expired_continue_token_restarts_the_list_from_the_first_page() {
         let s = Script::default();
-        s.lists.lock().unwrap().push_back(Ok(page("", &[("ns", "a")], Some("tok"))));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("", &[("ns", "a")], Some("tok"))));
         s.lists.lock().unwrap().push_back(Err(gone()));
-        s.lists.lock().unwrap().push_back(Ok(page("130", &[("ns", "a")], None)));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("130", &[("ns", "a")], None)));
         let (calls, _) = run(&s);
-        assert_eq!(calls[..4], ["list continue=", "list continue=tok", "list continue=", "watch rv=130"].map(String::from));
+        assert_eq!(
+            calls[..4],
+            [
+                "list continue=",
+                "list continue=tok",
+                "list continue=",
+                "watch rv=130"
+            ]
+            .map(String::from)
+        );
     }
 
     #[test]
@@ -597,24 +733,51 @@ mod tests {
         // The recorded stream: MODIFIED (Failed), MODIFIED (deleting), DELETED, BOOKMARK rv 970.
         let events = fixture_events("30-watch-pods-from-list-rv").join("\n") + "\n";
         let s = Script::default();
-        s.lists.lock().unwrap().push_back(Ok(page("967", &[], None)));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("967", &[], None)));
         s.watches.lock().unwrap().push_back(Ok(events));
         let (calls, queued) = run(&s);
-        assert_eq!(calls[..3], ["list continue=", "watch rv=967", "watch rv=970"].map(String::from));
+        assert_eq!(
+            calls[..3],
+            ["list continue=", "watch rv=967", "watch rv=970"].map(String::from)
+        );
         // The Failed pod and its deletion both concern fixtures/example; the queue holds it
         // once, with the latest trigger. The "deleting" MODIFIED alone would not queue it.
-        assert_eq!(queued, vec![("fixtures/example".to_string(), "pod DELETED rv=970".to_string())]);
+        assert_eq!(
+            queued,
+            vec![(
+                "fixtures/example".to_string(),
+                "pod DELETED rv=970".to_string()
+            )]
+        );
     }
 
     #[test]
     fn in_stream_410_relists_and_enqueues_objects_that_vanished() {
         let expired = fixture_events("28-watch-expired-resource-version-410").join("\n");
         let s = Script::default();
-        s.lists.lock().unwrap().push_back(Ok(page("963", &[("ns", "a"), ("ns", "b")], None)));
-        s.lists.lock().unwrap().push_back(Ok(page("990", &[("ns", "a")], None)));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("963", &[("ns", "a"), ("ns", "b")], None)));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("990", &[("ns", "a")], None)));
         s.watches.lock().unwrap().push_back(Ok(expired));
         let (calls, queued) = run(&s);
-        assert_eq!(calls[..4], ["list continue=", "watch rv=963", "list continue=", "watch rv=990"].map(String::from));
+        assert_eq!(
+            calls[..4],
+            [
+                "list continue=",
+                "watch rv=963",
+                "list continue=",
+                "watch rv=990"
+            ]
+            .map(String::from)
+        );
         let mut keys: Vec<_> = queued.into_iter().map(|(k, _)| k).collect();
         keys.sort();
         // ns/b's pod vanished while the watch was down: its owner is reconciled too.
@@ -628,27 +791,55 @@ mod tests {
         s.lists.lock().unwrap().push_back(Ok(page("9", &[], None)));
         s.watches.lock().unwrap().push_back(Err(gone()));
         let (calls, _) = run(&s);
-        assert_eq!(calls[..4], ["list continue=", "watch rv=5", "list continue=", "watch rv=9"].map(String::from));
+        assert_eq!(
+            calls[..4],
+            [
+                "list continue=",
+                "watch rv=5",
+                "list continue=",
+                "watch rv=9"
+            ]
+            .map(String::from)
+        );
     }
 
     #[test]
     fn a_failed_watch_backs_off_and_rewatches_from_the_same_version() {
         let s = Script::default();
         s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
-        s.watches.lock().unwrap().push_back(Err(client::Error::Transport("connection reset".into())));
+        s.watches
+            .lock()
+            .unwrap()
+            .push_back(Err(client::Error::Transport("connection reset".into())));
         let start = Instant::now();
         let (calls, _) = run(&s);
-        assert_eq!(calls[..3], ["list continue=", "watch rv=5", "watch rv=5"].map(String::from));
+        assert_eq!(
+            calls[..3],
+            ["list continue=", "watch rv=5", "watch rv=5"].map(String::from)
+        );
         // The first backoff step is 0.8 s ± 20 %.
-        assert!(start.elapsed() >= Duration::from_millis(640), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_millis(640),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
     fn backoff_doubles_from_800ms_to_30s_with_jitter_and_resets() {
         let mut b = Backoff::new();
         let d: Vec<_> = (0..8).map(|_| b.next_delay().as_millis() as f64).collect();
-        for (i, want) in [800.0, 1600.0, 3200.0, 6400.0, 12800.0, 25600.0, 30000.0, 30000.0].iter().enumerate() {
-            assert!(d[i] >= want * 0.8 - 1.0 && d[i] <= (want * 1.2f64).min(30000.0), "step {i}: {}", d[i]);
+        for (i, want) in [
+            800.0, 1600.0, 3200.0, 6400.0, 12800.0, 25600.0, 30000.0, 30000.0,
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert!(
+                d[i] >= want * 0.8 - 1.0 && d[i] <= (want * 1.2f64).min(30000.0),
+                "step {i}: {}",
+                d[i]
+            );
         }
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(960));
@@ -673,17 +864,23 @@ mod tests {
             "metadata": {"annotations": {IMAGE_ANNOTATION: "nginx"}},
             "spec": {"containers": [{"name": "acontainer", "image": "evil"}]}}));
         assert!(pod_event_relevant("MODIFIED", &retagged));
-        let deleting = seen(serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
-            "status": {"phase": "Failed"}}));
+        let deleting = seen(
+            serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"phase": "Failed"}}),
+        );
         assert!(!pod_event_relevant("MODIFIED", &deleting));
     }
 
     #[test]
     fn our_own_status_writes_do_not_requeue_an_immortal_container() {
         let seen = |v: serde_json::Value| -> Seen { serde_json::from_value(v).unwrap() };
-        let written = seen(serde_json::json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}}));
+        let written = seen(
+            serde_json::json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}}),
+        );
         assert!(!ic_event_relevant("MODIFIED", &written));
-        let edited = seen(serde_json::json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}));
+        let edited = seen(
+            serde_json::json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}),
+        );
         assert!(ic_event_relevant("MODIFIED", &edited));
         assert!(ic_event_relevant("ADDED", &written));
     }
@@ -692,6 +889,9 @@ mod tests {
     fn decodes_a_status_object_in_an_error_event() {
         let line = &fixture_events("28-watch-expired-resource-version-410")[0];
         let ev: WatchEvent = serde_json::from_str(line).unwrap();
-        assert_eq!((ev.type_.as_str(), ev.object.code, ev.object.reason.as_str()), ("ERROR", 410, "Expired"));
+        assert_eq!(
+            (ev.type_.as_str(), ev.object.code, ev.object.reason.as_str()),
+            ("ERROR", 410, "Expired")
+        );
     }
 }
