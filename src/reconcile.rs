@@ -276,6 +276,8 @@ pub fn reconcile<A: Api>(api: &A, trace: &Trace, pod_gone_hint: bool) -> Result<
         status: ic.status.clone(),
     };
     run.status.observed_generation = ic.metadata.generation;
+    // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
+    run.status.start_times.get_or_insert(0);
     let next = run.sync(pod_gone_hint)?;
     run.write_status()?;
     Ok(next)
@@ -352,6 +354,7 @@ impl<A: Api> Run<'_, A> {
                     holder(&pod, self.ic)
                 );
                 if self.set_ready(false, "PodNameConflict", &msg) {
+                    log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodNameConflict"; "{msg}");
                     self.note(true, "PodNameConflict", msg);
                 }
                 return Ok(Next::RequeueAfter(CONFLICT_RETRY));
@@ -406,7 +409,7 @@ impl<A: Api> Run<'_, A> {
     /// Why the pod is absent, judged from status: no pod counted yet means this is the first;
     /// a replacement in progress means the image changed; otherwise it was deleted.
     fn absent_cause(&self) -> Cause {
-        if self.status.start_times == 0 && self.status.last_counted_pod_uid.is_none() {
+        if self.status.start_times.unwrap_or(0) == 0 && self.status.last_counted_pod_uid.is_none() {
             Cause::New
         } else if self.ready_reason() == Some("PodReplacing") {
             Cause::ImageChanged
@@ -504,7 +507,7 @@ impl<A: Api> Run<'_, A> {
     /// Counts the pod with `uid` unless it is the one counted last.
     fn count(&mut self, uid: &str) {
         if self.status.last_counted_pod_uid.as_deref() != Some(uid) {
-            self.status.start_times += 1;
+            *self.status.start_times.get_or_insert(0) += 1;
             self.status.last_counted_pod_uid = Some(uid.to_string());
         }
     }
@@ -584,7 +587,7 @@ impl<A: Api> Run<'_, A> {
                 log::info!(
                     target: "reconcile",
                     reconcile_id = self.trace.id, object = self.trace.key, action = "patch_status",
-                    start_times = self.status.start_times, ready = self.ready_reason().unwrap_or("");
+                    start_times = self.status.start_times.unwrap_or(0), ready = self.ready_reason().unwrap_or("");
                     "updated status"
                 );
                 Ok(())
@@ -631,7 +634,8 @@ pub fn status_patch(ic: &ImmortalContainer, want: &ImmortalContainerStatus) -> O
     if st.is_empty() {
         return None;
     }
-    let counted = want.start_times != have.start_times
+    // Writing the first explicit 0 counts nothing; only a change of count needs a fresh read.
+    let counted = want.start_times.unwrap_or(0) != have.start_times.unwrap_or(0)
         || want.last_counted_pod_uid != have.last_counted_pod_uid;
     let mut patch = json!({ "status": st });
     if counted {
@@ -758,7 +762,7 @@ mod tests {
                 ic.status.current_pod = v.as_str().map(String::from);
             }
             if let Some(v) = st.get("startTimes") {
-                ic.status.start_times = v.as_i64().unwrap();
+                ic.status.start_times = v.as_i64();
             }
             if let Some(v) = st.get("lastCountedPodUID") {
                 ic.status.last_counted_pod_uid = v.as_str().map(String::from);
@@ -828,7 +832,7 @@ mod tests {
             ]
         );
         let st = status(&f);
-        assert_eq!(st.start_times, 1);
+        assert_eq!(st.start_times, Some(1));
         assert_eq!(st.current_pod.as_deref(), Some("web-immortalpod"));
         assert_eq!(st.last_counted_pod_uid.as_deref(), Some("pod-uid-1"));
         assert_eq!(st.observed_generation, Some(1));
@@ -867,7 +871,7 @@ mod tests {
         f.calls.borrow_mut().clear();
         assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
         assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
-        assert_eq!(status(&f).start_times, 1);
+        assert_eq!(status(&f).start_times, Some(1));
     }
 
     #[test]
@@ -901,7 +905,7 @@ mod tests {
                 "PATCH ic/web/status"
             ]
         );
-        assert_eq!(status(&f).start_times, 2);
+        assert_eq!(status(&f).start_times, Some(2));
         assert_eq!(f.notes.borrow().last().unwrap().reason, "PodReplaced");
     }
 
@@ -924,7 +928,7 @@ mod tests {
                 "PATCH ic/web/status"
             ]
         );
-        assert_eq!(status(&f).start_times, 2);
+        assert_eq!(status(&f).start_times, Some(2));
         assert_eq!(
             status(&f).last_counted_pod_uid.as_deref(),
             Some("pod-uid-2")
@@ -972,7 +976,7 @@ mod tests {
             f.pod.borrow().as_ref().unwrap().container_image(),
             Some("nginx:2")
         );
-        assert_eq!(status(&f).start_times, 2);
+        assert_eq!(status(&f).start_times, Some(2));
         assert!(f
             .notes
             .borrow()
@@ -1014,7 +1018,7 @@ mod tests {
             ]
         );
         assert_eq!(ready(&f), ("False".into(), "PodNameConflict".into()));
-        assert_eq!(status(&f).start_times, 0);
+        assert_eq!(status(&f).start_times, Some(0), "an explicit zero");
         assert!(f.notes.borrow()[0].warning);
         // Looking again later changes nothing and writes nothing.
         f.calls.borrow_mut().clear();
@@ -1080,13 +1084,13 @@ mod tests {
         p.metadata.uid = "left-behind".into();
         *f.pod.borrow_mut() = Some(p);
         run(&f, "ns/web").unwrap();
-        assert_eq!(status(&f).start_times, 1);
+        assert_eq!(status(&f).start_times, Some(1));
         assert_eq!(
             status(&f).last_counted_pod_uid.as_deref(),
             Some("left-behind")
         );
         run(&f, "ns/web").unwrap();
-        assert_eq!(status(&f).start_times, 1);
+        assert_eq!(status(&f).start_times, Some(1));
     }
 
     #[test]
@@ -1103,9 +1107,9 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(status(&f).start_times, 0);
+        assert_eq!(status(&f).start_times, None, "nothing was written");
         run(&f, "ns/web").unwrap();
-        assert_eq!(status(&f).start_times, 1);
+        assert_eq!(status(&f).start_times, Some(1));
         assert_eq!(
             f.calls().iter().filter(|c| c.starts_with("POST")).count(),
             2,
@@ -1117,13 +1121,14 @@ mod tests {
     fn a_count_carries_the_resource_version_it_was_computed_from() {
         let o = ic("web", "nginx");
         let mut want = o.status.clone();
-        want.start_times = 1;
+        want.start_times = Some(1);
         want.last_counted_pod_uid = Some("u".into());
         let p = status_patch(&o, &want).unwrap();
         assert_eq!(p["metadata"]["resourceVersion"], "10");
-        // A condition-only change needs no precondition.
+        // A condition-only change, or the first explicit zero, needs no precondition.
         let mut want = o.status.clone();
         want.observed_generation = Some(1);
+        want.start_times = Some(0);
         assert!(status_patch(&o, &want).unwrap().get("metadata").is_none());
         assert!(status_patch(&o, &o.status).is_none());
     }

@@ -115,8 +115,9 @@ pub struct ImmortalContainerSpec {
 pub struct ImmortalContainerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_pod: Option<String>,
-    #[serde(default)]
-    pub start_times: i64,
+    /// `None` until the operator first writes status, so it can write an explicit 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_times: Option<i64>,
     /// UID of the last pod counted in `start_times`. A pod we control whose uid differs has not
     /// been counted yet: that is how a count lost to a crash or a 409 is repaired.
     #[serde(
