@@ -1,0 +1,834 @@
+//! The API layer: routes a request to discovery or to a resource verb, applies injected
+//! faults, authentication and authorization, and performs the verb on the store.
+
+use crate::auth::Attributes;
+use crate::discovery;
+use crate::http::Request;
+use crate::patch::{self, PatchError};
+use crate::resources::{self, Class, ResourceDef};
+use crate::selector::Selector;
+use crate::server::Shared;
+use crate::status::{ApiError, Cause, Details};
+use crate::store::{not_served, DeleteOpts, EventType, NamespaceState, Obj, Propagation, Store, WatchStart};
+use crate::table;
+use crate::util;
+use crate::validate;
+use crate::watch::{Start, WatchPlan};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What to send back.
+pub enum Reply {
+    /// A whole JSON response.
+    Json { code: u16, body: Vec<u8>, headers: Vec<(&'static str, String)> },
+    /// A watch stream on the resource with this storage key.
+    Watch(Box<WatchPlan>, String),
+}
+
+fn ok_value(code: u16, v: &Value) -> Reply {
+    Reply::Json { code, body: serde_json::to_vec(v).unwrap_or_default(), headers: Vec::new() }
+}
+
+fn ok_bytes(code: u16, body: Vec<u8>) -> Reply {
+    Reply::Json { code, body, headers: Vec::new() }
+}
+
+fn error(e: ApiError) -> Reply {
+    let headers = e.retry_after().map(|s| vec![("Retry-After", s.to_string())]).unwrap_or_default();
+    log::debug!(code = e.code(); "request failed");
+    Reply::Json { code: e.code(), body: e.to_json(), headers }
+}
+
+/// A resource request's path, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub group: String,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub resource: String,
+    pub name: Option<String>,
+    pub sub: Option<String>,
+}
+
+impl Target {
+    /// `pods` or `pods/status`, as counters and rules name it.
+    fn label(&self) -> String {
+        match &self.sub {
+            Some(s) => format!("{}/{s}", self.resource),
+            None => self.resource.clone(),
+        }
+    }
+}
+
+/// Where a path leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Version,
+    Health,
+    CoreVersions,
+    GroupList,
+    Group(String),
+    ResourceList(String, String),
+    Resource(Target),
+    OpenApiRoot,
+    OpenApi(String, String),
+    Unknown,
+}
+
+/// Parses the path (`/api/v1/...`, `/apis/GROUP/VERSION/...`, discovery, /version).
+pub fn parse_route(path: &str) -> Route {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["version"] => return Route::Version,
+        ["healthz" | "livez" | "readyz", ..] => return Route::Health,
+        ["api"] => return Route::CoreVersions,
+        ["apis"] => return Route::GroupList,
+        ["apis", g] => return Route::Group(g.to_string()),
+        ["api", v] => return Route::ResourceList(String::new(), v.to_string()),
+        ["apis", g, v] => return Route::ResourceList(g.to_string(), v.to_string()),
+        ["openapi", "v3"] => return Route::OpenApiRoot,
+        ["openapi", "v3", "api", v] => return Route::OpenApi(String::new(), v.to_string()),
+        ["openapi", "v3", "apis", g, v] => return Route::OpenApi(g.to_string(), v.to_string()),
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Route::Unknown,
+    };
+    // `namespaces/NS/RESOURCE...` unless it is the namespace object's own subresource
+    // (`namespaces/NAME/status`, `namespaces/NAME/finalize`).
+    let namespaced = rest.len() >= 3 && rest[0] == "namespaces" && !(rest.len() == 3 && matches!(rest[2], "status" | "finalize"));
+    let (namespace, rest) = if namespaced { (Some(rest[1].to_string()), &rest[2..]) } else { (None, rest) };
+    let (resource, name, sub) = match rest {
+        [r] => (*r, None, None),
+        [r, n] => (*r, Some(n.to_string()), None),
+        [r, n, s] => (*r, Some(n.to_string()), Some(s.to_string())),
+        _ => return Route::Unknown,
+    };
+    Route::Resource(Target {
+        group: group.to_string(),
+        version: version.to_string(),
+        namespace,
+        resource: resource.to_string(),
+        name,
+        sub,
+    })
+}
+
+fn is_true(v: Option<&str>) -> bool {
+    matches!(v, Some("true" | "1" | "True"))
+}
+
+/// The authorization verb of a request.
+fn verb_of(req: &Request, route: &Route) -> &'static str {
+    let Route::Resource(t) = route else {
+        return match req.method.as_str() {
+            "GET" | "HEAD" => "get",
+            "POST" => "post",
+            "PUT" => "put",
+            "PATCH" => "patch",
+            "DELETE" => "delete",
+            _ => "unknown",
+        };
+    };
+    match (req.method.as_str(), t.name.is_some()) {
+        ("GET", _) if is_true(req.param("watch")) => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+/// Handles one request.
+pub fn handle(shared: &Shared, req: &Request) -> Reply {
+    let route = parse_route(&req.path);
+    let verb = verb_of(req, &route);
+    let label = match &route {
+        Route::Resource(t) => t.label(),
+        _ => req.path.clone(),
+    };
+    *shared.counts().entry((verb.to_string(), label)).or_insert(0) += 1;
+
+    let mut target_text = req.path.clone();
+    if !req.query.is_empty() {
+        let q: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        target_text = format!("{target_text}?{}", q.join("&"));
+    }
+    if let Some(e) = shared.faults().take(verb, &target_text) {
+        return error(e);
+    }
+
+    let authorized = {
+        let users = shared.users.read().unwrap_or_else(|e| e.into_inner());
+        match users.authenticate(req.header("authorization")) {
+            None => Err(ApiError::Unauthorized),
+            Some(user) => match &route {
+                Route::Resource(t) => {
+                    let attrs = Attributes {
+                        verb,
+                        group: &t.group,
+                        resource: &t.resource,
+                        subresource: t.sub.as_deref(),
+                        namespace: t.namespace.as_deref(),
+                        name: t.name.as_deref(),
+                    };
+                    if user.allows(verb, &attrs.rule_resource()) {
+                        Ok(())
+                    } else {
+                        Err(attrs.forbidden(&user.name))
+                    }
+                }
+                _ => Ok(()),
+            },
+        }
+    };
+    if let Err(e) = authorized {
+        return error(e);
+    }
+
+    let result = match route {
+        Route::Version => Ok(ok_value(200, &discovery::version())),
+        Route::Health => Ok(ok_bytes(200, b"ok".to_vec())),
+        Route::CoreVersions => Ok(ok_value(200, &discovery::core_versions(shared.port))),
+        Route::GroupList => Ok(ok_value(200, &discovery::group_list(&shared.store().defs()))),
+        Route::Group(g) => discovery::group(&g, &shared.store().defs()).map(|v| ok_value(200, &v)).ok_or_else(not_served),
+        Route::ResourceList(g, v) => {
+            discovery::resource_list(&g, &v, &shared.store().defs()).map(|v| ok_value(200, &v)).ok_or_else(not_served)
+        }
+        Route::OpenApiRoot => Ok(ok_value(200, &discovery::openapi_root(&shared.store().defs()))),
+        Route::OpenApi(g, v) => {
+            discovery::openapi_group_version(&g, &v, &shared.store().defs()).map(|v| ok_value(200, &v)).ok_or_else(not_served)
+        }
+        Route::Unknown => Err(not_served()),
+        Route::Resource(t) => match verb {
+            "get" => get(shared, req, &t),
+            "list" => list(shared, req, &t),
+            "watch" => watch(shared, req, &t),
+            "create" => create(shared, req, &t),
+            "update" => update(shared, req, &t),
+            "patch" => patch(shared, req, &t),
+            "delete" => delete(shared, req, &t),
+            "deletecollection" => delete_collection(shared, req, &t),
+            _ => Err(ApiError::MethodNotAllowed("the server does not allow this method on the requested resource".into())),
+        },
+    };
+    result.unwrap_or_else(error)
+}
+
+/// Creates `obj` at the collection `path` as the admin would, without counting the request
+/// or applying faults (used to pre-install the CRD).
+pub fn create_direct(shared: &Shared, path: &str, obj: Value) -> Result<(), ApiError> {
+    let Route::Resource(t) = parse_route(path) else { return Err(not_served()) };
+    let req = Request {
+        method: "POST".into(),
+        path: path.into(),
+        body: serde_json::to_vec(&obj).unwrap_or_default(),
+        ..Request::default()
+    };
+    create(shared, &req, &t).map(|_| ())
+}
+
+/// GET of `path` (an object or a collection, with an optional query) without HTTP, auth,
+/// faults or counters; `None` unless it would answer 200.
+pub fn get_direct(shared: &Shared, path: &str) -> Option<Value> {
+    let (p, q) = path.split_once('?').unwrap_or((path, ""));
+    let req = Request { method: "GET".into(), path: p.into(), query: util::parse_query(q), ..Request::default() };
+    let Route::Resource(t) = parse_route(p) else { return None };
+    let reply = if t.name.is_some() { get(shared, &req, &t) } else { list(shared, &req, &t) };
+    match reply {
+        Ok(Reply::Json { code: 200, body, .. }) => serde_json::from_slice(&body).ok(),
+        _ => None,
+    }
+}
+
+/// The resource a target names, checked for scope and subresource.
+fn lookup(store: &Store, t: &Target, verb: &str) -> Result<Arc<ResourceDef>, ApiError> {
+    let def = store.resolve(&t.group, &t.version, &t.resource).ok_or_else(not_served)?;
+    let collection_read = matches!(verb, "list" | "watch");
+    if def.namespaced && t.namespace.is_none() && verb == "deletecollection" {
+        return Err(not_served());
+    }
+    if def.namespaced && t.namespace.is_none() && !collection_read {
+        return Err(not_served());
+    }
+    if !def.namespaced && t.namespace.is_some() {
+        return Err(not_served());
+    }
+    match t.sub.as_deref() {
+        None => {}
+        Some("status") if def.status_subresource && matches!(verb, "get" | "update" | "patch") => {}
+        Some(_) if verb == "deletecollection" => return Err(not_served()),
+        Some(_) => return Err(not_served()),
+    }
+    Ok(def)
+}
+
+/// Parses a JSON (or YAML) request body into an object.
+fn parse_body(req: &Request) -> Result<Value, ApiError> {
+    let yaml = req.header("content-type").is_some_and(|c| c.contains("yaml"));
+    let v: Value = if yaml {
+        serde_yaml::from_slice(&req.body).map_err(|e| ApiError::BadRequest(format!("yaml: {e}")))?
+    } else {
+        serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}")))?
+    };
+    Ok(v)
+}
+
+fn as_object(v: Value) -> Result<Map<String, Value>, ApiError> {
+    match v {
+        Value::Object(m) => Ok(m),
+        _ => Err(ApiError::BadRequest("the body of the request must be a JSON object".into())),
+    }
+}
+
+fn meta_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
+    resources::obj_mut(obj, "metadata")
+}
+
+fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
+    v["metadata"][field].as_str().unwrap_or("")
+}
+
+fn encode(def: &ResourceDef, version: &str, obj: &Value) -> Vec<u8> {
+    resources::encode_object(def, version, obj)
+}
+
+fn get(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let name = t.name.as_deref().unwrap_or("");
+    let (def, obj, rv) = {
+        let store = shared.store();
+        let def = lookup(&store, t, "get")?;
+        let obj = store.get(&def.key(), t.namespace.as_deref().unwrap_or(""), name).ok_or_else(|| def.not_found(name))?;
+        (def, obj, store.rv())
+    };
+    if table::wants_table(req.header("accept")) {
+        return Ok(ok_value(200, &table::render(&def, &t.version, &[obj], rv, None, req.param("includeObject"))));
+    }
+    Ok(ok_bytes(200, encode(&def, &t.version, &obj)))
+}
+
+fn selectors(req: &Request, def: &ResourceDef, name: Option<&str>) -> Result<(Selector, Selector), ApiError> {
+    let labels = Selector::parse_labels(req.param("labelSelector").unwrap_or("")).map_err(ApiError::BadRequest)?;
+    let mut field_text = req.param("fieldSelector").unwrap_or("").to_string();
+    if let Some(n) = name {
+        // A watch on one object is a watch with a name field selector.
+        if !field_text.is_empty() {
+            field_text.push(',');
+        }
+        field_text.push_str(&format!("metadata.name={n}"));
+    }
+    let fields = Selector::parse_fields(&field_text, def.class).map_err(ApiError::BadRequest)?;
+    Ok((labels, fields))
+}
+
+/// `continue` tokens: hex of `rv\0namespace\0name` of the last item sent.
+fn encode_continue(rv: u64, key: &(String, String)) -> String {
+    util::hex(format!("{rv}\0{}\0{}", key.0, key.1).as_bytes())
+}
+
+fn decode_continue(token: &str) -> Option<(u64, (String, String))> {
+    let text = String::from_utf8(util::unhex(token)?).ok()?;
+    let mut parts = text.split('\0');
+    let rv = parts.next()?.parse().ok()?;
+    let ns = parts.next()?.to_string();
+    let name = parts.next()?.to_string();
+    Some((rv, (ns, name)))
+}
+
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+fn list(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let limit: usize = req.param("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let token = req.param("continue").filter(|c| !c.is_empty());
+    let (def, items, next, rv) = {
+        let store = shared.store();
+        let def = lookup(&store, t, "list")?;
+        let (labels, fields) = selectors(req, &def, None)?;
+        let (list_rv, after) = match token {
+            None => (store.rv(), None),
+            Some(tok) => {
+                let (rv, after) = decode_continue(tok)
+                    .ok_or_else(|| ApiError::BadRequest("continue key is not valid: invalid continue token".into()))?;
+                if rv < store.compacted() {
+                    return Err(ApiError::Expired(CONTINUE_EXPIRED.into()));
+                }
+                (rv, Some(after))
+            }
+        };
+        let (items, next) = store.list(&def.key(), t.namespace.as_deref(), after, limit, |o| {
+            labels.matches_labels(o) && fields.matches_fields(o)
+        });
+        (def, items, next, list_rv)
+    };
+    let cont = next.map(|k| encode_continue(rv, &k));
+    if table::wants_table(req.header("accept")) {
+        return Ok(ok_value(200, &table::render(&def, &t.version, &items, rv, cont.as_deref(), req.param("includeObject"))));
+    }
+    Ok(ok_bytes(200, encode_list(&def, &t.version, &items, rv, cont.as_deref())))
+}
+
+/// A `<Kind>List` of `items`. Built by hand so the items (already JSON values) are written
+/// once, without copying them into a list value first.
+fn encode_list(def: &ResourceDef, version: &str, items: &[Obj], rv: u64, cont: Option<&str>) -> Vec<u8> {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    match cont {
+        Some(c) => meta["continue"] = json!(c),
+        // Unstructured lists (custom resources) always carry `continue` (fixture 10).
+        None if def.is_custom() => meta["continue"] = json!(""),
+        None => {}
+    }
+    let mut out = Vec::with_capacity(256 + items.len() * 1024);
+    out.extend_from_slice(b"{\"kind\":");
+    out.extend(serde_json::to_vec(&def.list_kind).unwrap_or_default());
+    out.extend_from_slice(b",\"apiVersion\":");
+    out.extend(serde_json::to_vec(&def.api_version(version)).unwrap_or_default());
+    out.extend_from_slice(b",\"metadata\":");
+    out.extend(serde_json::to_vec(&meta).unwrap_or_default());
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if def.is_custom() {
+            resources::write_object(&mut out, def, version, item);
+        } else {
+            let _ = serde_json::to_writer(&mut out, &**item);
+        }
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+/// Default watch length when the client gives no `timeoutSeconds`: kube-apiserver's
+/// `--min-request-timeout` (it randomizes up to twice that).
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let from = match req.param("resourceVersion") {
+        None | Some("") | Some("0") => None,
+        Some(s) => Some(s.parse::<u64>().map_err(|_| {
+            ApiError::BadRequest(format!("resourceVersion: Invalid value: {s:?}: strconv.ParseUint: parsing {s:?}: invalid syntax"))
+        })?),
+    };
+    // 0 or absent means the server's default, as in kube-apiserver.
+    let timeout = req
+        .param("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
+    let bookmarks = is_true(req.param("allowWatchBookmarks"));
+    let mut store = shared.store();
+    let def = lookup(&store, t, "watch")?;
+    let (labels, fields) = selectors(req, &def, t.name.as_deref())?;
+    let key = def.key();
+    let start = match store.watch(&key, t.namespace.as_deref(), from) {
+        WatchStart::Started { id, rx, backlog } => Start::Started { id, rx, backlog },
+        WatchStart::Expired { requested, oldest } => {
+            Start::Expired(ApiError::Expired(format!("too old resource version: {requested} ({oldest})")))
+        }
+    };
+    let from = from.unwrap_or_else(|| store.rv());
+    drop(store);
+    let table = table::wants_table(req.header("accept")).then(|| req.param("includeObject").map(String::from));
+    let plan = WatchPlan { def, version: t.version.clone(), start, labels, fields, timeout, bookmarks, from, table };
+    Ok(Reply::Watch(Box::new(plan), key))
+}
+
+/// Checks `apiVersion`/`kind` in a body against the resource, then removes them (objects
+/// are stored without them).
+fn strip_type(def: &ResourceDef, version: &str, obj: &mut Map<String, Value>) -> Result<(), ApiError> {
+    let want = def.api_version(version);
+    if let Some(av) = obj.remove("apiVersion").as_ref().and_then(Value::as_str) {
+        if !av.is_empty() && av != want {
+            return Err(ApiError::BadRequest(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want})"
+            )));
+        }
+    }
+    if let Some(k) = obj.remove("kind").as_ref().and_then(Value::as_str) {
+        if !k.is_empty() && k != def.kind {
+            return Err(ApiError::BadRequest(format!("the kind in the data ({k}) does not match the expected kind ({})", def.kind)));
+        }
+    }
+    Ok(())
+}
+
+/// Puts the request's namespace into the object, refusing a different one in the body.
+fn set_namespace(def: &ResourceDef, t: &Target, obj: &mut Map<String, Value>) -> Result<(), ApiError> {
+    let meta = meta_mut(obj);
+    if !def.namespaced {
+        meta.remove("namespace");
+        return Ok(());
+    }
+    let ns = t.namespace.clone().unwrap_or_default();
+    if let Some(body_ns) = meta.get("namespace").and_then(Value::as_str) {
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+    }
+    meta.insert("namespace".into(), json!(ns));
+    Ok(())
+}
+
+/// Validation common to creates and updates, plus the resource's own rules.
+fn validation_causes(def: &ResourceDef, version: &str, obj: &Value) -> Vec<Cause> {
+    let mut causes = validate::validate_metadata(def, &obj["metadata"]);
+    causes.extend(validate::validate_object(def, obj, version));
+    if def.class == Class::Crd {
+        if let Err(c) = resources::from_crd(obj) {
+            causes.extend(c);
+        }
+    }
+    causes
+}
+
+/// Drops unknown fields of custom resources (structural-schema pruning). With
+/// `fieldValidation=Strict` (what kubectl sends) an unknown field is an error instead, as on
+/// a real server.
+fn prune(req: &Request, def: &ResourceDef, version: &str, obj: &mut Value) -> Result<(), ApiError> {
+    let Some(schema) = def.schema(version).filter(|_| def.is_custom()) else { return Ok(()) };
+    let mut removed = Vec::new();
+    validate::prune(schema, obj, "", &mut removed);
+    if req.param("fieldValidation") == Some("Strict") && !removed.is_empty() {
+        let fields: Vec<String> = removed.iter().map(|f| format!("unknown field {f:?}")).collect();
+        return Err(ApiError::BadRequest(format!("strict decoding error: {}", fields.join(", "))));
+    }
+    Ok(())
+}
+
+fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let mut obj = as_object(parse_body(req)?)?;
+    let mut store = shared.store();
+    let def = lookup(&store, t, "create")?;
+    if t.name.is_some() {
+        return Err(ApiError::MethodNotAllowed("the server does not allow this method on the requested resource".into()));
+    }
+    strip_type(&def, &t.version, &mut obj)?;
+    set_namespace(&def, t, &mut obj)?;
+    let now = util::now_rfc3339();
+    let meta = meta_mut(&mut obj);
+    if meta.get("resourceVersion").and_then(Value::as_str).is_some_and(|rv| !rv.is_empty()) {
+        return Err(ApiError::Internal("resourceVersion should not be set on objects to be created".into()));
+    }
+    let mut name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    if name.is_empty() {
+        if let Some(prefix) = meta.get("generateName").and_then(Value::as_str).filter(|p| !p.is_empty()) {
+            name = format!("{prefix}{}", util::name_suffix());
+            meta.insert("name".into(), json!(name));
+        }
+    }
+    meta.insert("uid".into(), json!(util::new_uid()));
+    meta.insert("creationTimestamp".into(), json!(now));
+    for server_owned in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields", "generation"] {
+        meta.remove(server_owned);
+    }
+    resources::apply_defaults(&def, &mut obj);
+    resources::prepare_create(&def, &mut obj, &now);
+    let mut obj = Value::Object(obj);
+    prune(req, &def, &t.version, &mut obj)?;
+
+    // Admission (namespace lifecycle) comes before validation, as on a real server.
+    if let Some(ns) = t.namespace.as_deref().filter(|_| def.namespaced) {
+        match store.namespace_state(ns) {
+            NamespaceState::Active => {}
+            NamespaceState::Missing => {
+                return Err(ApiError::NotFound(
+                    format!("namespaces {ns:?} not found"),
+                    Details { name: ns.to_string(), kind: "namespaces".into(), ..Details::default() },
+                ))
+            }
+            NamespaceState::Terminating => {
+                return Err(ApiError::Forbidden(
+                    format!(
+                        "{} {name:?} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                        def.key()
+                    ),
+                    def.details(&name),
+                ))
+            }
+        }
+    }
+    let causes = validation_causes(&def, &t.version, &obj);
+    if !causes.is_empty() {
+        return Err(def.invalid(&name, causes));
+    }
+    let key = def.key();
+    if store.get(&key, t.namespace.as_deref().unwrap_or(""), &name).is_some() {
+        return Err(def.already_exists(&name));
+    }
+    let stored = store.commit(&key, EventType::Added, obj, None);
+    if def.class == Class::Crd {
+        if let Ok(custom) = resources::from_crd(&stored) {
+            store.serve(custom);
+        }
+    }
+    drop(store);
+    Ok(ok_bytes(201, encode(&def, &t.version, &stored)))
+}
+
+/// The shared end of PUT and PATCH: `new` is the whole intended object. Checks name,
+/// namespace and the resourceVersion precondition, keeps server-owned fields, applies the
+/// status-subresource rules, validates, and skips the write when nothing changed (the real
+/// server keeps the resourceVersion then).
+fn write_update(
+    req: &Request,
+    store: &mut Store,
+    def: &ResourceDef,
+    t: &Target,
+    cur: Obj,
+    mut new: Map<String, Value>,
+    require_rv: bool,
+) -> Result<Obj, ApiError> {
+    let name = t.name.as_deref().unwrap_or("");
+    {
+        let meta = meta_mut(&mut new);
+        match meta.get("name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() && n != name => {
+                return Err(ApiError::BadRequest(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )))
+            }
+            _ => {
+                meta.insert("name".into(), json!(name));
+            }
+        }
+    }
+    set_namespace(def, t, &mut new)?;
+    let cur_rv = meta_str(&cur, "resourceVersion").to_string();
+    let meta = meta_mut(&mut new);
+    match meta.get("resourceVersion").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+        Some(rv) if rv != cur_rv => return Err(def.conflict_modified(name)),
+        Some(_) => {}
+        None if require_rv && !def.unconditional_update() => {
+            return Err(def.invalid(
+                name,
+                vec![Cause::invalid("metadata.resourceVersion", "0x0", "must be specified for an update")],
+            ))
+        }
+        None => {}
+    }
+    for owned in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+        match cur["metadata"].get(owned) {
+            Some(v) => {
+                meta.insert(owned.into(), v.clone());
+            }
+            None => {
+                meta.remove(owned);
+            }
+        }
+    }
+    meta.remove("selfLink");
+    meta.remove("managedFields");
+    meta.insert("resourceVersion".into(), json!(cur_rv));
+    let status_write = t.sub.as_deref() == Some("status");
+    if status_write {
+        resources::prepare_status_update(&cur, &mut new);
+    } else {
+        resources::prepare_update(def, &cur, &mut new);
+    }
+    resources::apply_defaults(def, &mut new);
+    let mut new = Value::Object(new);
+    prune(req, def, &t.version, &mut new)?;
+    let mut causes = validation_causes(def, &t.version, &new);
+    if def.class == Class::Pod && !status_write {
+        causes.extend(validate::validate_pod_update(&cur, &new));
+    }
+    if !causes.is_empty() {
+        return Err(def.invalid(name, causes));
+    }
+    if new == *cur {
+        return Ok(cur);
+    }
+    let key = def.key();
+    let stored = store.update(&key, new, cur);
+    if def.class == Class::Crd {
+        if let Ok(custom) = resources::from_crd(&stored) {
+            store.serve(custom);
+        }
+    }
+    Ok(stored)
+}
+
+fn update(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let mut new = as_object(parse_body(req)?)?;
+    let name = t.name.as_deref().unwrap_or("");
+    let mut store = shared.store();
+    let def = lookup(&store, t, "update")?;
+    strip_type(&def, &t.version, &mut new)?;
+    let cur = store.get(&def.key(), t.namespace.as_deref().unwrap_or(""), name).ok_or_else(|| def.not_found(name))?;
+    let stored = write_update(req, &mut store, &def, t, cur, new, true)?;
+    drop(store);
+    Ok(ok_bytes(200, encode(&def, &t.version, &stored)))
+}
+
+/// The patch types a resource accepts, for the 415 message (fixture 20).
+fn unsupported_patch(def: &ResourceDef) -> ApiError {
+    let mut types = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".to_string();
+    if !def.is_custom() {
+        types.push_str(", application/strategic-merge-patch+json");
+    }
+    ApiError::UnsupportedMediaType(format!(
+        "the body of the request was in an unknown format - accepted media types include: {types}"
+    ))
+}
+
+fn patch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let name = t.name.as_deref().unwrap_or("");
+    let content_type = req.header("content-type").unwrap_or("").split(';').next().unwrap_or("").trim().to_string();
+    let mut store = shared.store();
+    let def = lookup(&store, t, "patch")?;
+    let strategic = content_type == "application/strategic-merge-patch+json";
+    let supported = matches!(content_type.as_str(), "application/merge-patch+json" | "application/json-patch+json")
+        || (strategic && !def.is_custom());
+    if !supported {
+        return Err(unsupported_patch(&def));
+    }
+    let body: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
+    let cur = store.get(&def.key(), t.namespace.as_deref().unwrap_or(""), name).ok_or_else(|| def.not_found(name))?;
+    let mut doc = (*cur).clone();
+    if content_type == "application/json-patch+json" {
+        // JSON patch paths address the object as clients see it, with kind and apiVersion.
+        doc["kind"] = json!(def.kind);
+        doc["apiVersion"] = json!(def.api_version(&t.version));
+        patch::json_patch(&mut doc, &body).map_err(|e| match e {
+            PatchError::Malformed(m) => ApiError::BadRequest(m),
+            PatchError::Failed(m) => ApiError::invalid(&def.kind_label(), def.kind_details(name), vec![Cause::invalid("", "\"\"", &m)]),
+        })?;
+    } else {
+        if !body.is_object() {
+            return Err(ApiError::BadRequest("a merge patch must be a JSON object".into()));
+        }
+        if strategic {
+            patch::strategic_merge(&mut doc, &body);
+        } else {
+            patch::merge_patch(&mut doc, &body);
+        }
+    }
+    let mut new = as_object(doc)?;
+    strip_type(&def, &t.version, &mut new)?;
+    let stored = write_update(req, &mut store, &def, t, cur, new, false)?;
+    drop(store);
+    Ok(ok_bytes(200, encode(&def, &t.version, &stored)))
+}
+
+/// DeleteOptions from the body and the query.
+fn delete_opts(req: &Request) -> Result<DeleteOpts, ApiError> {
+    let mut opts = DeleteOpts::default();
+    let body: Value = if req.body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        parse_body(req)?
+    };
+    opts.uid = body["preconditions"]["uid"].as_str().map(String::from);
+    opts.resource_version = body["preconditions"]["resourceVersion"].as_str().map(String::from);
+    let policy = body["propagationPolicy"].as_str().or(req.param("propagationPolicy"));
+    let orphan = body["orphanDependents"].as_bool() == Some(true) || is_true(req.param("orphanDependents"));
+    if policy == Some("Orphan") || (policy.is_none() && orphan) {
+        opts.propagation = Propagation::Orphan;
+    }
+    match policy {
+        None | Some("Orphan" | "Background" | "Foreground") => Ok(opts),
+        Some(p) => Err(ApiError::invalid(
+            "DeleteOptions",
+            Details::default(),
+            vec![Cause::not_supported("propagationPolicy", &format!("{p:?}"), "\"Foreground\", \"Background\", \"Orphan\"")],
+        )),
+    }
+}
+
+fn delete(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let opts = delete_opts(req)?;
+    let name = t.name.as_deref().unwrap_or("");
+    let ns = t.namespace.as_deref().unwrap_or("");
+    let mut store = shared.store();
+    let def = lookup(&store, t, "delete")?;
+    if t.sub.is_some() {
+        return Err(not_served());
+    }
+    let key = def.key();
+    let last = store.delete(&key, ns, name, &opts)?;
+    let pending = store.get(&key, ns, name).is_some();
+    drop(store);
+    if pending || def.returns_deleted_object() {
+        return Ok(ok_bytes(200, encode(&def, &t.version, &last)));
+    }
+    let status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": name, "group": def.group, "kind": def.plural, "uid": meta_str(&last, "uid")},
+    });
+    Ok(ok_value(200, &status))
+}
+
+/// DELETE of a collection: every object matching the selectors, each deleted as a single
+/// DELETE would; answers the list of what was deleted.
+fn delete_collection(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let opts = delete_opts(req)?;
+    let mut store = shared.store();
+    let def = lookup(&store, t, "deletecollection")?;
+    let (labels, fields) = selectors(req, &def, None)?;
+    let key = def.key();
+    let (items, _) = store.list(&key, t.namespace.as_deref(), None, 0, |o| labels.matches_labels(o) && fields.matches_fields(o));
+    let mut deleted = Vec::with_capacity(items.len());
+    for item in items {
+        let (ns, name) = (meta_str(&item, "namespace").to_string(), meta_str(&item, "name").to_string());
+        match store.delete(&key, &ns, &name, &opts) {
+            Ok(last) => deleted.push(last),
+            Err(e) => log::debug!(error = e.to_string().as_str(); "deletecollection skipped an object"),
+        }
+    }
+    let rv = store.rv();
+    drop(store);
+    Ok(ok_bytes(200, encode_list(&def, &t.version, &deleted, rv, None)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(group: &str, version: &str, ns: Option<&str>, resource: &str, name: Option<&str>, sub: Option<&str>) -> Route {
+        Route::Resource(Target {
+            group: group.into(),
+            version: version.into(),
+            namespace: ns.map(String::from),
+            resource: resource.into(),
+            name: name.map(String::from),
+            sub: sub.map(String::from),
+        })
+    }
+
+    #[test]
+    fn paths_route_to_resources_and_discovery() {
+        assert_eq!(parse_route("/api/v1/pods"), target("", "v1", None, "pods", None, None));
+        assert_eq!(parse_route("/api/v1/namespaces/default/pods/p/status"), target("", "v1", Some("default"), "pods", Some("p"), Some("status")));
+        assert_eq!(parse_route("/api/v1/namespaces/foo"), target("", "v1", None, "namespaces", Some("foo"), None));
+        assert_eq!(parse_route("/api/v1/namespaces/foo/status"), target("", "v1", None, "namespaces", Some("foo"), Some("status")));
+        assert_eq!(parse_route("/api/v1/namespaces/foo/pods"), target("", "v1", Some("foo"), "pods", None, None));
+        assert_eq!(
+            parse_route("/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/x/immortalcontainers/e/status"),
+            target("immortalcontainer.flugel.it", "v1alpha1", Some("x"), "immortalcontainers", Some("e"), Some("status"))
+        );
+        assert_eq!(parse_route("/apis/g"), Route::Group("g".into()));
+        assert_eq!(parse_route("/apis/g/v1"), Route::ResourceList("g".into(), "v1".into()));
+        assert_eq!(parse_route("/version"), Route::Version);
+        assert_eq!(parse_route("/openapi/v2"), Route::Unknown);
+        assert_eq!(parse_route("/openapi/v3/apis/g/v1"), Route::OpenApi("g".into(), "v1".into()));
+    }
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let k = ("ns".to_string(), "name".to_string());
+        assert_eq!(decode_continue(&encode_continue(42, &k)), Some((42, k)));
+        assert_eq!(decode_continue("zz"), None);
+    }
+}

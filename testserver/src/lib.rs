@@ -1,0 +1,282 @@
+//! kube-testserver: an in-memory Kubernetes API server over TLS, faithful to the recorded
+//! kube-apiserver fixtures, with fault injection, for end-to-end tests and the local demo.
+//!
+//! ```no_run
+//! let server = kube_testserver::TestServer::start(kube_testserver::Options::default())?;
+//! println!("KUBECONFIG={}", server.kubeconfig_path().display());
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+// `ApiError` carries a `Status`'s details (~200 bytes); it is only built on the error path of
+// a request, where boxing would buy nothing measurable.
+#![allow(clippy::result_large_err)]
+
+mod api;
+mod auth;
+mod discovery;
+mod faults;
+mod http;
+mod patch;
+mod resources;
+mod selector;
+mod server;
+mod status;
+mod store;
+mod table;
+mod tls;
+mod util;
+mod validate;
+mod watch;
+
+pub use auth::Rule;
+pub use faults::FailRule;
+
+use server::{Listener, Shared};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+/// The ImmortalContainer CRD, embedded so the binary works from any directory.
+pub const IMMORTALCONTAINER_CRD: &str = include_str!("../../config/crd/immortalcontainers.yaml");
+
+/// Where the CRD lives in the source tree; read at start when present, so an edited CRD is
+/// served without rebuilding.
+const CRD_SOURCE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/crd/immortalcontainers.yaml");
+
+/// How to start a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Where `kubeconfig`, `ca.crt`, `tls.crt` and `tls.key` are written. `None`: a fresh
+    /// directory under the system temp dir, removed when the server is dropped.
+    pub dir: Option<PathBuf>,
+    /// CRD YAML to pre-install; `None`: the project's ImmortalContainer CRD.
+    pub crd_path: Option<PathBuf>,
+    /// Whether to pre-install the CRD (otherwise tests create it through the API).
+    pub install_crd: bool,
+    /// Events retained per resource for watches resuming from a resourceVersion.
+    pub history: usize,
+    /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            port: 0,
+            dir: None,
+            crd_path: None,
+            install_crd: true,
+            history: 10_000,
+            bookmark_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A running server. Dropping it closes the listener and every connection.
+pub struct TestServer {
+    shared: Arc<Shared>,
+    listener: Mutex<Option<Listener>>,
+    port: u16,
+    dir: PathBuf,
+    remove_dir: bool,
+    ca_pem: String,
+    admin_token: String,
+}
+
+fn fresh_dir() -> io::Result<PathBuf> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let mut rnd = [0u8; 4];
+    util::random_bytes(&mut rnd);
+    let dir = std::env::temp_dir().join(format!(
+        "kube-testserver-{}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed),
+        util::hex(&rnd)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn invalid_data(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+impl TestServer {
+    /// Generates certificates, binds 127.0.0.1, installs the CRD if asked, writes the admin
+    /// kubeconfig and starts serving.
+    pub fn start(opts: Options) -> io::Result<TestServer> {
+        let certs = tls::generate()?;
+        let (dir, remove_dir) = match &opts.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (d.clone(), false)
+            }
+            None => (fresh_dir()?, true),
+        };
+        let (tcp, port) = Listener::bind(opts.port)?;
+        let (gc_tx, gc_rx) = mpsc::channel();
+        let store = store::Store::new(opts.history, gc_tx);
+        let admin_token = util::new_token();
+        let mut users = auth::Users::default();
+        users.add(&admin_token, auth::User { name: "admin".into(), rules: None });
+        let shared = Arc::new(Shared::new(store, users, opts.bookmark_interval, port, certs.config.clone()));
+
+        if opts.install_crd {
+            let yaml = match &opts.crd_path {
+                Some(p) => std::fs::read_to_string(p)?,
+                None => std::fs::read_to_string(CRD_SOURCE_PATH).unwrap_or_else(|_| IMMORTALCONTAINER_CRD.to_string()),
+            };
+            let crd: serde_json::Value =
+                serde_yaml::from_str(&yaml).map_err(|e| invalid_data(format!("crd yaml: {e}")))?;
+            api::create_direct(&shared, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+                .map_err(|e| invalid_data(format!("crd rejected: {e}")))?;
+        }
+
+        // The collector holds only a weak reference: it ends when the server is gone and
+        // the store (holding the sending side) is dropped.
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new().name("kube-testserver-gc".into()).spawn(move || {
+            while let Ok(job) = gc_rx.recv() {
+                let Some(shared) = weak.upgrade() else { break };
+                shared.store().collect(job);
+            }
+        })?;
+
+        let listener = Listener::start(shared.clone(), tcp)?;
+        let server = TestServer {
+            shared,
+            listener: Mutex::new(Some(listener)),
+            port,
+            dir,
+            remove_dir,
+            ca_pem: certs.ca_pem.clone(),
+            admin_token,
+        };
+        std::fs::write(server.dir.join("ca.crt"), &certs.ca_pem)?;
+        std::fs::write(server.dir.join("tls.crt"), &certs.server_cert_pem)?;
+        tls::write_private(&server.dir.join("tls.key"), &certs.server_key_pem)?;
+        server.write_kubeconfig(&server.kubeconfig_path(), &server.admin_token)?;
+        log::debug!(port = port; "kube-testserver started");
+        Ok(server)
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The kubeconfig with the admin token.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// The CA certificate clients must trust, PEM.
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
+    }
+
+    /// The token allowed to do everything.
+    pub fn admin_token(&self) -> String {
+        self.admin_token.clone()
+    }
+
+    /// Adds a user authenticated by `token` and allowed only what `rules` allow (403
+    /// otherwise). Re-adding a token replaces its user.
+    pub fn add_user(&self, name: &str, token: &str, rules: Vec<Rule>) {
+        let mut users = self.shared.users.write().unwrap_or_else(|e| e.into_inner());
+        users.add(token, auth::User { name: name.to_string(), rules: Some(rules) });
+    }
+
+    /// Writes a kubeconfig for this server authenticating with `token`.
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> io::Result<()> {
+        let user = {
+            let users = self.shared.users.read().unwrap_or_else(|e| e.into_inner());
+            users
+                .authenticate(Some(&format!("Bearer {token}")))
+                .map_or_else(|| "user".to_string(), |u| u.name.clone())
+        };
+        tls::write_private(path, &tls::kubeconfig(&self.url(), &self.ca_pem, &user, token))
+    }
+
+    /// Ends every open watch stream abruptly: the connection closes without the final chunk.
+    pub fn drop_watches(&self) {
+        self.shared.store().drop_watches();
+    }
+
+    /// As after an API-server restart with compaction: every resourceVersion before the
+    /// current one is too old (watches from them get the in-stream 410), and open watches end.
+    pub fn expire_all(&self) {
+        self.shared.store().expire_all();
+    }
+
+    /// Makes the next matching requests fail (see [`FailRule`]).
+    pub fn fail_next(&self, rule: FailRule) {
+        self.shared.faults().add(rule);
+    }
+
+    /// Delays every request by `d` before it is handled (`Duration::ZERO` to stop).
+    pub fn set_latency(&self, d: Duration) {
+        self.shared.faults().latency = d;
+    }
+
+    /// Closes the listener and every connection; data and certificates are kept.
+    pub fn stop_listening(&self) {
+        let listener = self.listener.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(l) = listener {
+            l.stop();
+        }
+        self.shared.store().drop_watches();
+        self.shared.close_connections();
+    }
+
+    /// Listens again on the same port, with the same data and certificates.
+    pub fn start_listening(&self) -> io::Result<()> {
+        let mut slot = self.listener.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return Ok(());
+        }
+        let (tcp, _) = Listener::bind(self.port)?;
+        *slot = Some(Listener::start(self.shared.clone(), tcp)?);
+        Ok(())
+    }
+
+    /// Handled requests by `(verb, resource)`: verbs get, list, watch, create, update,
+    /// patch, delete; resources like `pods`, `immortalcontainers/status`, or the path for
+    /// non-resource requests (`/apis`).
+    pub fn request_counts(&self) -> BTreeMap<(String, String), u64> {
+        self.shared.counts().clone()
+    }
+
+    pub fn reset_request_counts(&self) {
+        self.shared.counts().clear();
+    }
+
+    /// Watch streams currently open.
+    pub fn open_watches(&self) -> usize {
+        self.shared.store().open_watches()
+    }
+
+    /// The JSON a GET of `path` would answer (an object or a list), bypassing HTTP, auth,
+    /// faults and counters; `None` when it would not answer 200.
+    pub fn get_json(&self, path: &str) -> Option<serde_json::Value> {
+        api::get_direct(&self.shared, path)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop_listening();
+        if self.remove_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Listening and connections: an accept thread, a thread per TLS connection serving
+//! keep-alive HTTP/1.1 requests, and the state all of them share.
+
+use crate::api::{self, Reply};
+use crate::auth::Users;
+use crate::faults::{Counts, Faults};
+use crate::http::{Conn, HttpError};
+use crate::status::ApiError;
+use crate::store::Store;
+use crate::watch::{self, Ended};
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// State shared by the accept thread, connection threads, the GC thread and `TestServer`.
+pub struct Shared {
+    store: Mutex<Store>,
+    pub users: RwLock<Users>,
+    pub faults: Mutex<Faults>,
+    pub counts: Mutex<Counts>,
+    pub bookmark_interval: Duration,
+    pub port: u16,
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Open connections, so `stop_listening` can close them.
+    conns: Mutex<HashMap<u64, TcpStream>>,
+    next_conn: AtomicU64,
+}
+
+/// Locks a mutex even if a thread panicked while holding it: the data are plain maps that a
+/// panic cannot leave half-written in a way that matters to a test server.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub fn new(store: Store, users: Users, bookmark_interval: Duration, port: u16, tls: Arc<rustls::ServerConfig>) -> Shared {
+        Shared {
+            store: Mutex::new(store),
+            users: RwLock::new(users),
+            faults: Mutex::new(Faults::default()),
+            counts: Mutex::new(Counts::new()),
+            bookmark_interval,
+            port,
+            tls,
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+        }
+    }
+
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
+    }
+
+    pub fn faults(&self) -> MutexGuard<'_, Faults> {
+        lock(&self.faults)
+    }
+
+    pub fn counts(&self) -> MutexGuard<'_, Counts> {
+        lock(&self.counts)
+    }
+
+    /// Closes every open connection (both directions), so their threads end.
+    pub fn close_connections(&self) {
+        for (_, s) in lock(&self.conns).drain() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// A running accept loop.
+pub struct Listener {
+    stop: Arc<AtomicBool>,
+    addr: SocketAddr,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Listener {
+    /// Binds `127.0.0.1:port` (0 = any free port). std sets SO_REUSEADDR, so the same port
+    /// can be bound again right after `stop`.
+    pub fn bind(port: u16) -> io::Result<(TcpListener, u16)> {
+        let l = TcpListener::bind(("127.0.0.1", port))?;
+        let port = l.local_addr()?.port();
+        Ok((l, port))
+    }
+
+    /// Starts accepting on `listener`.
+    pub fn start(shared: Arc<Shared>, listener: TcpListener) -> io::Result<Listener> {
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = thread::Builder::new()
+            .name("kube-testserver-accept".into())
+            .spawn(move || accept_loop(shared, listener, flag))?;
+        Ok(Listener { stop, addr, thread: Some(thread) })
+    }
+
+    /// Stops accepting and closes the listening socket (joins the accept thread).
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // accept() does not return when another thread closes the socket; a connection
+        // does wake it, and it then sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: Arc<AtomicBool>) {
+    for incoming in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let tcp = match incoming {
+            Ok(t) => t,
+            Err(e) => {
+                log::debug!("accept failed: {e}");
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        match tcp.try_clone() {
+            Ok(c) => {
+                lock(&shared.conns).insert(id, c);
+            }
+            Err(e) => {
+                log::debug!("cannot track connection: {e}");
+                continue;
+            }
+        }
+        let s = shared.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("kube-testserver-conn-{id}"))
+            .spawn(move || {
+                serve_connection(&s, tcp);
+                lock(&s.conns).remove(&id);
+            });
+        if let Err(e) = spawned {
+            log::debug!("cannot spawn connection thread: {e}");
+            if let Some(c) = lock(&shared.conns).remove(&id) {
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+/// Serves requests on one connection until the client closes it, a watch is dropped, or an
+/// error makes the stream unusable.
+fn serve_connection(shared: &Shared, tcp: TcpStream) {
+    let tls = match rustls::ServerConnection::new(shared.tls.clone()) {
+        Ok(t) => t,
+        Err(e) => {
+            log::debug!("tls setup failed: {e}");
+            return;
+        }
+    };
+    let mut conn = Conn::new(rustls::StreamOwned::new(tls, tcp));
+    loop {
+        let req = match conn.read_request() {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(HttpError::Io(e)) => {
+                log::debug!("connection error: {e}");
+                return;
+            }
+            Err(HttpError::Malformed(why)) => {
+                log::debug!("malformed request: {why}");
+                let body = ApiError::BadRequest(why.to_string()).to_json();
+                let _ = conn.write_response(400, &[], &body, true);
+                return;
+            }
+            Err(HttpError::TooLarge) => {
+                let _ = conn.write_response(413, &[], &ApiError::TooLarge.to_json(), true);
+                return;
+            }
+        };
+        let latency = shared.faults().latency;
+        if !latency.is_zero() {
+            thread::sleep(latency);
+        }
+        log::trace!(method = req.method.as_str(), path = req.path.as_str(); "request");
+        let keep_alive = req.keep_alive();
+        match api::handle(shared, &req) {
+            Reply::Json { code, body, headers } => {
+                if conn.write_response(code, &headers, &body, !keep_alive).is_err() {
+                    return;
+                }
+            }
+            Reply::Watch(plan, key) => {
+                if watch::serve(shared, &mut conn, *plan, key) == Ended::Dropped {
+                    return;
+                }
+            }
+        }
+        if !keep_alive {
+            return;
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Serving one watch: a chunked stream of JSON events, one per line, with selector
+//! transitions, bookmarks and the timeout as kube-apiserver's watch cache does them.
+
+use crate::http::Conn;
+use crate::resources::{self, ResourceDef};
+use crate::selector::Selector;
+use crate::server::Shared;
+use crate::status::ApiError;
+use crate::table;
+use crate::store::{Event, EventType};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How the watch starts.
+pub enum Start {
+    /// Registered: send `backlog`, then what arrives on `rx`.
+    Started { id: u64, rx: Receiver<Arc<Event>>, backlog: Vec<Arc<Event>> },
+    /// The requested version is too old: one in-stream ERROR event, then a clean end
+    /// (fixture 28).
+    Expired(ApiError),
+}
+
+/// Everything a watch stream needs, prepared by the API layer under the store lock.
+pub struct WatchPlan {
+    pub def: Arc<ResourceDef>,
+    pub version: String,
+    pub start: Start,
+    pub labels: Selector,
+    pub fields: Selector,
+    pub timeout: Duration,
+    pub bookmarks: bool,
+    /// The version the client asked to start after, for bookmarks before any event.
+    pub from: u64,
+    /// `Some(includeObject)` when the client asked for Table events (`kubectl get -w`).
+    pub table: Option<Option<String>>,
+}
+
+/// How a watch stream ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The timeout elapsed (or the start was Expired): the last chunk was sent and the
+    /// connection can serve the next request.
+    Clean,
+    /// The watch was dropped (fault injection, server stop) or the client went away: the
+    /// connection must be closed without the last chunk.
+    Dropped,
+}
+
+/// Forgets the watch in the store when the stream ends, however it ends.
+struct Registration<'a> {
+    shared: &'a Shared,
+    key: String,
+    id: u64,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.shared.store().unwatch(&self.key, self.id);
+    }
+}
+
+fn frame(typ: &str, object: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(object.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(typ.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(object);
+    out.extend_from_slice(b"}\n");
+    out
+}
+
+struct Stream<'a, S: Read + Write> {
+    conn: &'a mut Conn<S>,
+    plan: &'a WatchPlan,
+    last_rv: u64,
+    sent_columns: bool,
+}
+
+impl<S: Read + Write> Stream<'_, S> {
+    fn matches(&self, obj: &Value) -> bool {
+        self.plan.labels.matches_labels(obj) && self.plan.fields.matches_fields(obj)
+    }
+
+    /// Sends `ev` as this watch sees it. With selectors, an update that makes an object
+    /// match is ADDED and one that makes it stop matching is DELETED with the previous
+    /// content at the new version (the watch cache's `convertToWatchEvent`).
+    fn send(&mut self, ev: &Event) -> std::io::Result<()> {
+        self.last_rv = self.last_rv.max(ev.rv);
+        let cur = self.matches(&ev.object);
+        let prev = ev.prev.as_ref().is_some_and(|p| self.matches(p));
+        let (typ, object) = match ev.typ {
+            EventType::Added | EventType::Deleted if cur => (ev.typ.as_str(), ev.object.clone()),
+            EventType::Modified if cur && prev => ("MODIFIED", ev.object.clone()),
+            EventType::Modified if cur => ("ADDED", ev.object.clone()),
+            EventType::Modified if prev => {
+                let Some(p) = &ev.prev else { return Ok(()) };
+                let mut old = (**p).clone();
+                old["metadata"]["resourceVersion"] = Value::String(ev.rv.to_string());
+                ("DELETED", Arc::new(old))
+            }
+            _ => return Ok(()),
+        };
+        let bytes = match &self.plan.table {
+            Some(include) => {
+                let mut t = table::render(&self.plan.def, &self.plan.version, &[object], ev.rv, None, include.as_deref());
+                // Column definitions only once, as the real server sends them.
+                if self.sent_columns {
+                    t["columnDefinitions"] = Value::Array(Vec::new());
+                }
+                self.sent_columns = true;
+                serde_json::to_vec(&t).unwrap_or_default()
+            }
+            None if Arc::ptr_eq(&object, &ev.object) && self.plan.version == self.plan.def.preferred_version() => {
+                ev.encoded(&self.plan.def).to_vec()
+            }
+            None => resources::encode_object(&self.plan.def, &self.plan.version, &object),
+        };
+        self.conn.write_chunk(&frame(typ, &bytes))
+    }
+
+    fn send_bookmark(&mut self, rv: u64) -> std::io::Result<()> {
+        let rv = rv.max(self.last_rv);
+        self.last_rv = rv;
+        let obj = resources::bookmark_object(&self.plan.def, &self.plan.version, rv);
+        let bytes = serde_json::to_vec(&obj).unwrap_or_default();
+        self.conn.write_chunk(&frame("BOOKMARK", &bytes))
+    }
+}
+
+/// When the next bookmark is due: every `interval`, but also ~2 s before the deadline so the
+/// client can resume from a fresh version; none when that moment has passed (kube-apiserver's
+/// `cacheWatcher.nextBookmarkTime`).
+fn next_bookmark(now: Instant, interval: Duration, deadline: Instant) -> Option<Instant> {
+    let periodic = now + interval;
+    let pre_timeout = deadline.checked_sub(Duration::from_secs(2)).unwrap_or(now);
+    let at = periodic.min(pre_timeout);
+    (at > now).then_some(at)
+}
+
+/// Streams the watch on `conn` until it times out, is dropped, or the client goes away.
+pub fn serve<S: Read + Write>(shared: &Shared, conn: &mut Conn<S>, plan: WatchPlan, key: String) -> Ended {
+    if conn.start_chunked(200).is_err() {
+        return Ended::Dropped;
+    }
+    let (id, rx, backlog) = match &plan.start {
+        Start::Expired(err) => {
+            let status = serde_json::to_vec(&err.to_value()).unwrap_or_default();
+            let ok = conn.write_chunk(&frame("ERROR", &status)).and_then(|_| conn.end_chunked());
+            return if ok.is_ok() { Ended::Clean } else { Ended::Dropped };
+        }
+        Start::Started { id, rx, backlog } => (*id, rx, backlog),
+    };
+    let _registration = Registration { shared, key, id };
+    let started = Instant::now();
+    let deadline = started + plan.timeout;
+    let mut stream = Stream { conn, plan: &plan, last_rv: plan.from, sent_columns: false };
+    for ev in backlog {
+        if stream.send(ev).is_err() {
+            return Ended::Dropped;
+        }
+    }
+    let mut bookmark_at = if plan.bookmarks { next_bookmark(started, shared.bookmark_interval, deadline) } else { None };
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return match stream.conn.end_chunked() {
+                Ok(()) => Ended::Clean,
+                Err(_) => Ended::Dropped,
+            };
+        }
+        let wake = bookmark_at.map_or(deadline, |b| b.min(deadline));
+        match rx.recv_timeout(wake.saturating_duration_since(now)) {
+            Ok(ev) => {
+                if stream.send(&ev).is_err() {
+                    return Ended::Dropped;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let now = Instant::now();
+                if bookmark_at.is_some_and(|b| b <= now) {
+                    // Every commit up to the version read here is already in the channel
+                    // (commits send under the same lock), so send those first: a bookmark
+                    // must never skip an event the client has not seen.
+                    let rv = shared.store().rv();
+                    while let Ok(ev) = rx.try_recv() {
+                        if stream.send(&ev).is_err() {
+                            return Ended::Dropped;
+                        }
+                    }
+                    if stream.send_bookmark(rv).is_err() {
+                        return Ended::Dropped;
+                    }
+                    bookmark_at = next_bookmark(now, shared.bookmark_interval, deadline);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return Ended::Dropped,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bookmarks_come_periodically_and_two_seconds_before_the_deadline() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(5);
+        assert_eq!(next_bookmark(now, Duration::from_secs(60), deadline), Some(now + Duration::from_secs(3)));
+        assert_eq!(next_bookmark(now, Duration::from_secs(1), deadline), Some(now + Duration::from_secs(1)));
+        assert_eq!(next_bookmark(now + Duration::from_secs(3), Duration::from_secs(60), deadline), None);
+    }
+
+    #[test]
+    fn frame_is_one_json_line() {
+        let f = frame("ADDED", b"{\"a\":1}");
+        assert_eq!(f, b"{\"type\":\"ADDED\",\"object\":{\"a\":1}}\n");
+    }
+}

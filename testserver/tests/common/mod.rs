@@ -1,0 +1,210 @@
+//! Test helpers: an HTTPS client (ureq trusting the server's CA), watch readers, and a
+//! time bound for every test.
+
+#![allow(dead_code)]
+
+use kube_testserver::TestServer;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs `f` on a thread and fails the test if it takes longer than `secs`.
+pub fn bounded<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(v) => {
+            let _ = handle.join();
+            v
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test did not finish within {secs}s"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => panic!("test thread ended without a result"),
+        },
+    }
+}
+
+/// A response: status, headers we look at, body as JSON (Null if not JSON).
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub code: u16,
+    pub body: Value,
+    pub content_type: String,
+    pub retry_after: Option<String>,
+}
+
+/// An HTTPS client for one server and one token.
+#[derive(Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+    token: String,
+}
+
+pub fn tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.expect("ca pem")).expect("add ca");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(config)
+}
+
+impl Client {
+    pub fn new(server: &TestServer, token: &str) -> Client {
+        let agent = ureq::AgentBuilder::new()
+            .tls_config(tls_config(&server.ca_pem()))
+            .timeout_connect(Duration::from_secs(5))
+            .timeout_read(Duration::from_secs(10))
+            .timeout_write(Duration::from_secs(10))
+            .build();
+        Client { agent, base: server.url(), token: token.to_string() }
+    }
+
+    pub fn admin(server: &TestServer) -> Client {
+        Client::new(server, &server.admin_token())
+    }
+
+    fn req(&self, method: &str, path: &str) -> ureq::Request {
+        let r = self.agent.request(method, &format!("{}{}", self.base, path));
+        if self.token.is_empty() {
+            r
+        } else {
+            r.set("Authorization", &format!("Bearer {}", self.token))
+        }
+    }
+
+    /// Sends a request; transport errors are returned as `Err`.
+    pub fn try_send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<&str>) -> Result<Resp, String> {
+        let mut r = self.req(method, path);
+        if let Some(ct) = content_type {
+            r = r.set("Content-Type", ct);
+        }
+        let result = match body {
+            Some(b) => r.send_string(b),
+            None => r.call(),
+        };
+        let resp = match result {
+            Ok(resp) => resp,
+            Err(ureq::Error::Status(_, resp)) => resp,
+            Err(e) => return Err(e.to_string()),
+        };
+        let code = resp.status();
+        let content_type = resp.header("content-type").unwrap_or("").to_string();
+        let retry_after = resp.header("retry-after").map(String::from);
+        let text = resp.into_string().map_err(|e| e.to_string())?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Ok(Resp { code, body, content_type, retry_after })
+    }
+
+    pub fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<&str>) -> Resp {
+        self.try_send(method, path, content_type, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.send("GET", path, None, None)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Resp {
+        self.send("POST", path, Some("application/json"), Some(&body.to_string()))
+    }
+
+    pub fn put(&self, path: &str, body: &Value) -> Resp {
+        self.send("PUT", path, Some("application/json"), Some(&body.to_string()))
+    }
+
+    pub fn merge_patch(&self, path: &str, body: &Value) -> Resp {
+        self.send("PATCH", path, Some("application/merge-patch+json"), Some(&body.to_string()))
+    }
+
+    pub fn delete(&self, path: &str, body: Option<&Value>) -> Resp {
+        let text = body.map(Value::to_string);
+        self.send("DELETE", path, Some("application/json"), text.as_deref())
+    }
+
+    /// Opens a watch (the path must carry `watch=true`); panics unless it answers 200.
+    pub fn watch(&self, path: &str) -> Watch {
+        let resp = match self.req("GET", path).call() {
+            Ok(r) => r,
+            Err(e) => panic!("watch {path}: {e}"),
+        };
+        assert_eq!(resp.status(), 200, "watch {path}");
+        let chunked = resp.header("transfer-encoding").unwrap_or("").to_string();
+        let content_type = resp.header("content-type").unwrap_or("").to_string();
+        Watch { reader: BufReader::new(resp.into_reader()), chunked, content_type }
+    }
+}
+
+/// An open watch stream.
+pub struct Watch {
+    reader: BufReader<Box<dyn Read + Send + Sync + 'static>>,
+    pub chunked: String,
+    pub content_type: String,
+}
+
+/// How reading a watch stream ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    /// The final chunk arrived: the server closed the stream cleanly.
+    Clean,
+    /// The connection broke mid-stream (no final chunk).
+    Broken(String),
+}
+
+impl Watch {
+    /// The next event, `Ok(None)` at a clean end, `Err` when the stream broke.
+    pub fn next(&mut self) -> Result<Option<Value>, String> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => Ok(None),
+            Ok(_) => serde_json::from_str(&line).map(Some).map_err(|e| format!("bad event {line:?}: {e}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Reads events until the stream ends; returns them and how it ended.
+    pub fn collect(mut self) -> (Vec<Value>, End) {
+        let mut events = Vec::new();
+        loop {
+            match self.next() {
+                Ok(Some(e)) => events.push(e),
+                Ok(None) => return (events, End::Clean),
+                Err(e) => return (events, End::Broken(e)),
+            }
+        }
+    }
+}
+
+/// The `type` of each event.
+pub fn types(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["type"].as_str().unwrap_or("?").to_string()).collect()
+}
+
+pub const IC: &str = "/apis/immortalcontainer.flugel.it/v1alpha1";
+
+pub fn ic_body(name: &str, image: &str) -> Value {
+    serde_json::json!({"apiVersion": "immortalcontainer.flugel.it/v1alpha1", "kind": "ImmortalContainer",
+        "metadata": {"name": name}, "spec": {"image": image}})
+}
+
+pub fn pod_body(name: &str, owner: Option<(&str, &str)>) -> Value {
+    let mut p = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "acontainer", "image": "nginx:latest"}]}});
+    if let Some((owner_name, uid)) = owner {
+        p["metadata"]["ownerReferences"] = serde_json::json!([{"apiVersion": "immortalcontainer.flugel.it/v1alpha1",
+            "kind": "ImmortalContainer", "name": owner_name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+    }
+    p
+}
