@@ -17,7 +17,7 @@ SAMPLE := config/samples/immortalcontainer.yaml
 
 .DEFAULT_GOAL := help
 .PHONY: help build test run demo demo-stop install uninstall render deploy undeploy \
-	docker-build fmt lint
+	docker-build fmt lint bench
 
 help: ## List the targets
 	@echo 'Usage: make TARGET [IMG=...] [ARGS=...]'
@@ -134,6 +134,13 @@ undeploy: ## Remove everything deploy created, CRD and ImmortalContainers includ
 
 docker-build: ## Build the operator image IMG
 	$(CONTAINER_TOOL) build -t $(IMG) .
+
+# The operator is built first so the bench measures the current code; --operator points at
+# it explicitly (TARGET_DIR honours CARGO_TARGET_DIR). Results also go to bench-results.json.
+bench: ## Benchmark the operator (BENCH_ARGS="--objects 10000" or "--kubeconfig PATH")
+	$(CARGO) build --release -p immortal-operator
+	$(CARGO) run --release -p immortal-bench -- \
+		--operator $(TARGET_DIR)/release/immortal-operator $(BENCH_ARGS)
 
 fmt: ## Format all code
 	$(CARGO) fmt --all

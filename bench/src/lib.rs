@@ -1,0 +1,851 @@
+//! immortal-bench: measures immortal-operator against a bare-client floor on the same server.
+//!
+//! One [`run`] goes through the phases in order, each in a namespace of its own:
+//! **floor** (no operator: N pod creates + N status merge patches, at 1 and at C connections),
+//! **backlog** (N objects exist, then the operator starts; time until all converged),
+//! **bulk** (a second operator, idle first, then N objects created from C threads),
+//! **recovery** (K pods deleted, then K pods marked Failed, one at a time; latency to the
+//! replacement's ADDED event). Correctness is checked after each operator phase by listing
+//! everything; CPU and memory are read from the operator's /proc, never the bench's (the test
+//! server runs in the bench's process).
+
+pub mod cluster;
+pub mod observe;
+pub mod operator;
+pub mod report;
+
+use cluster::{Api, Cluster, Counts, Snapshot};
+use immortal_operator::client::{self, Resource};
+use immortal_operator::reconcile;
+use immortal_operator::resources::{
+    self, Condition, ImmortalContainer, ImmortalContainerStatus, Pod, CONTAINER_NAME,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_UID_LABEL,
+};
+use observe::Observer;
+use operator::Operator;
+use report::{Convergence, Floor, Latency, Machine, Process, Report, Requests};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Image of every object. Never pulled by the test server; small and always pullable on a
+/// real cluster.
+pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.9";
+
+/// How long the state must stay unchanged before a phase's objects are checked: long enough
+/// for a late extra write (a double count) to show up.
+const SETTLE: Duration = Duration::from_millis(300);
+/// The longest the settling may take.
+const SETTLE_MAX: Duration = Duration::from_secs(5);
+/// At most this many correctness problems are listed per phase; the rest are counted.
+const MAX_LISTED: usize = 20;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `None`: start the test API server in this process.
+    pub kubeconfig: Option<PathBuf>,
+    /// The operator binary.
+    pub operator: PathBuf,
+    pub objects: usize,
+    pub connections: usize,
+    pub recovery: usize,
+    /// Passed to the operator as `--workers`.
+    pub workers: usize,
+    pub image: String,
+    /// The whole run's budget; every wait gives up (with an error naming what it waited for)
+    /// when it is spent.
+    pub timeout: Duration,
+    /// Print one line per phase to stderr.
+    pub progress: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            kubeconfig: None,
+            operator: PathBuf::from("immortal-operator"),
+            objects: 1000,
+            connections: 64,
+            recovery: 50,
+            workers: 1,
+            image: DEFAULT_IMAGE.into(),
+            timeout: Duration::from_secs(3600),
+            progress: false,
+        }
+    }
+}
+
+/// Why a run stopped before it could report. Nothing is retried: the bench reports, a person
+/// looks. (Wrong results are not errors: they are [`Report::failures`].)
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad flags, no operator binary, the test server would not start, the kubeconfig would not
+    /// load, the CRD is not installed, a thread could not be spawned.
+    Setup(String),
+    /// A request of the bench's own failed (the floor's, creating objects, deleting pods).
+    Api {
+        action: String,
+        source: client::Error,
+    },
+    /// The operator would not start, exited early, or would not stop on SIGTERM; its /proc or
+    /// /metrics could not be read.
+    Operator(String),
+    /// The run's time budget ran out while waiting; says what was still missing.
+    Timeout(String),
+}
+
+impl Error {
+    fn api(action: &str, source: client::Error) -> Error {
+        Error::Api {
+            action: action.to_string(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Setup(m) => write!(f, "setup: {m}"),
+            Error::Api { action, source } => write!(f, "{action}: {source}"),
+            Error::Operator(m) => write!(f, "operator: {m}"),
+            Error::Timeout(m) => write!(f, "timeout: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Runs every phase and returns the report (with its checks filled in). Correctness problems
+/// are in `failures`; an `Err` means the run could not go on.
+pub fn run(cfg: &Config) -> Result<Report, Error> {
+    if cfg.objects == 0 || cfg.connections == 0 || cfg.workers == 0 {
+        return Err(Error::Setup(
+            "--objects, --connections and --workers must be at least 1".into(),
+        ));
+    }
+    let deadline = Instant::now() + cfg.timeout;
+    let binary_bytes = std::fs::metadata(&cfg.operator)
+        .map_err(|e| {
+            Error::Setup(format!(
+                "operator binary {}: {e} (build it: cargo build --release)",
+                cfg.operator.display()
+            ))
+        })?
+        .len();
+    let machine = Machine::read();
+    // The floor's C threads, the bench's 4 watches, and some room.
+    let cluster = Cluster::connect(
+        cfg.kubeconfig.as_deref(),
+        cfg.connections.max(cfg.workers) + 8,
+    )?;
+    let logs = std::env::temp_dir().join(format!("immortal-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&logs)
+        .map_err(|e| Error::Setup(format!("cannot create {}: {e}", logs.display())))?;
+    let mut report = Report {
+        machine,
+        against: cluster.describe(),
+        operator: cfg.operator.display().to_string(),
+        operator_binary_bytes: binary_bytes,
+        objects: cfg.objects,
+        connections: cfg.connections,
+        recoveries: cfg.recovery,
+        workers: cfg.workers,
+        floor: Vec::new(),
+        backlog: None,
+        bulk: None,
+        recovery_deleted: None,
+        recovery_failed: None,
+        recovery_requests: None,
+        backlog_operator: None,
+        bulk_operator: None,
+        checks: Vec::new(),
+        failures: Vec::new(),
+        logs: logs.display().to_string(),
+    };
+    let run = Run {
+        cfg,
+        cluster: &cluster,
+        deadline,
+        logs: &logs,
+    };
+    let result = run.phases(&mut report);
+    for e in cluster.cleanup() {
+        run.say(&e);
+    }
+    result?;
+    report.checks = report.checks();
+    if report.failures.is_empty() {
+        let _ = std::fs::remove_dir_all(&logs);
+        report.logs.clear();
+    }
+    Ok(report)
+}
+
+struct Run<'a> {
+    cfg: &'a Config,
+    cluster: &'a Cluster,
+    deadline: Instant,
+    logs: &'a Path,
+}
+
+impl Run<'_> {
+    fn say(&self, msg: &str) {
+        if self.cfg.progress {
+            eprintln!("immortal-bench: {msg}");
+        }
+    }
+
+    fn api(&self) -> &Api {
+        &self.cluster.api
+    }
+
+    fn phases(&self, report: &mut Report) -> Result<(), Error> {
+        // Floor: at 1 connection, at C, and at --workers when the operator gets more than one.
+        let floor_ns = self.cluster.create_namespace("floor")?;
+        let mut conns = vec![1, self.cfg.connections];
+        if self.cfg.workers > 1 {
+            conns.push(self.cfg.workers);
+        }
+        conns.sort_unstable();
+        conns.dedup();
+        for (k, &c) in conns.iter().enumerate() {
+            let f = self.floor(&floor_ns, &format!("f{k}-"), c)?;
+            self.say(&format!(
+                "floor at {c} connection(s): {:.3} s, {:.0} requests/s",
+                f.seconds, f.requests_per_second
+            ));
+            report.floor.push(f);
+        }
+        let floor_secs = |c: usize| {
+            report
+                .floor
+                .iter()
+                .find(|f| f.connections == c)
+                .map(|f| f.seconds)
+        };
+        let floor_1 = floor_secs(1).unwrap_or(f64::NAN);
+        let floor_w = (self.cfg.workers > 1)
+            .then(|| floor_secs(self.cfg.workers))
+            .flatten();
+
+        // Backlog: its own operator, started on N existing objects.
+        let (mut backlog, process) = self.backlog(&mut report.failures)?;
+        backlog.ratio_to_floor_1 = backlog.seconds / floor_1;
+        backlog.ratio_to_floor_workers = floor_w.map(|f| backlog.seconds / f);
+        self.say(&format!(
+            "backlog: {:.3} s ({:.2}x floor@1)",
+            backlog.seconds, backlog.ratio_to_floor_1
+        ));
+        report.backlog = Some(backlog);
+        report.backlog_operator = Some(process);
+
+        // Bulk and recovery: a second operator, measured idle first.
+        let ns = self.cluster.create_namespace("bulk")?;
+        let obs = Observer::start(self.api(), &ns, self.deadline)?;
+        let log = self.logs.join("operator-bulk.log");
+        let mut op = Operator::spawn(
+            &self.cfg.operator,
+            self.cluster.kubeconfig(),
+            &ns,
+            self.cfg.workers,
+            &log,
+        )?;
+        op.wait_ready(self.deadline)?;
+        // Ready means both first lists are in; give the threads a moment to park.
+        thread::sleep(Duration::from_millis(200));
+        let idle = op.usage()?;
+        self.say(&format!("idle: rss {} KiB", idle.rss_kib));
+
+        let mut bulk = self.bulk(&ns, &obs, &mut op, &mut report.failures)?;
+        bulk.ratio_to_floor_1 = bulk.seconds / floor_1;
+        bulk.ratio_to_floor_workers = floor_w.map(|f| bulk.seconds / f);
+        self.say(&format!("bulk: {:.3} s", bulk.seconds));
+        report.bulk = Some(bulk);
+
+        let (deleted, failed, requests) =
+            self.recovery(&ns, &obs, &mut op, &mut report.failures)?;
+        self.say(&format!(
+            "recovery: deleted p50 {:.2} ms, failed p50 {:.2} ms",
+            deleted.p50_ms, failed.p50_ms
+        ));
+        report.recovery_deleted = Some(deleted);
+        report.recovery_failed = Some(failed);
+        report.recovery_requests = Some(requests);
+
+        let end = op.usage()?;
+        let exit_code = op.stop()?;
+        if exit_code != Some(0) {
+            report.failures.push(format!(
+                "bulk operator: exit code {exit_code:?} after SIGTERM, want 0"
+            ));
+        }
+        report.bulk_operator = Some(Process {
+            idle: Some(idle),
+            end,
+            exit_code,
+        });
+        Ok(())
+    }
+
+    /// N objects created untimed, then N pod creates and N status patches from `conns`
+    /// threads, each timed.
+    fn floor(&self, ns: &str, prefix: &str, conns: usize) -> Result<Floor, Error> {
+        let n = self.cfg.objects;
+        let api = self.api();
+        let image = &self.cfg.image;
+        let ics = parallel(n, self.cfg.connections, self.deadline, |i| {
+            api.create_immortal_container(ns, &format!("{prefix}{i}"), image)
+        })?;
+        let started = Instant::now();
+        let pods = parallel(n, conns, self.deadline, |i| {
+            api.create_pod(ns, &reconcile::desired_pod(&ics[i]))
+        })?;
+        let pods_secs = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        parallel(n, conns, self.deadline, |i| {
+            api.patch_status(
+                ns,
+                &ics[i].metadata.name,
+                &first_status_patch(&ics[i], &pods[i]),
+            )
+        })?;
+        let patches_secs = started.elapsed().as_secs_f64();
+        let seconds = pods_secs + patches_secs;
+        Ok(Floor {
+            connections: conns,
+            pod_creates_seconds: pods_secs,
+            status_patches_seconds: patches_secs,
+            seconds,
+            requests_per_second: (2 * n) as f64 / seconds,
+        })
+    }
+
+    fn backlog(&self, failures: &mut Vec<String>) -> Result<(Convergence, Process), Error> {
+        let n = self.cfg.objects;
+        let ns = self.cluster.create_namespace("backlog")?;
+        let api = self.api();
+        parallel(n, self.cfg.connections, self.deadline, |i| {
+            api.create_immortal_container(&ns, &format!("ic-{i}"), &self.cfg.image)
+        })?;
+        let obs = Observer::start(api, &ns, self.deadline)?;
+        obs.expect(n);
+        let before = self.cluster.snapshot();
+        let log = self.logs.join("operator-backlog.log");
+        let mut op = Operator::spawn(
+            &self.cfg.operator,
+            self.cluster.kubeconfig(),
+            &ns,
+            self.cfg.workers,
+            &log,
+        )?;
+        let converged = self.converge(&ns, &obs, &mut op, "backlog", n)?;
+        let seconds = converged
+            .saturating_duration_since(op.spawned_at)
+            .as_secs_f64();
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        let usage = op.usage()?;
+        let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, n as u64)?;
+        let problems = verify(api, &ns, &|_| 1)?;
+        let correct = problems.is_empty();
+        failures.extend(problems.into_iter().map(|p| format!("backlog: {p}")));
+        let exit_code = op.stop()?;
+        if exit_code != Some(0) {
+            failures.push(format!(
+                "backlog operator: exit code {exit_code:?} after SIGTERM, want 0"
+            ));
+        }
+        Ok((
+            Convergence {
+                seconds,
+                ratio_to_floor_1: 0.0,
+                ratio_to_floor_workers: None,
+                cpu_seconds: usage.cpu_seconds,
+                cpu_seconds_per_1000_objects: usage.cpu_seconds * 1000.0 / n as f64,
+                requests,
+                correct,
+            },
+            Process {
+                idle: None,
+                end: usage,
+                exit_code,
+            },
+        ))
+    }
+
+    fn bulk(
+        &self,
+        ns: &str,
+        obs: &Observer,
+        op: &mut Operator,
+        failures: &mut Vec<String>,
+    ) -> Result<Convergence, Error> {
+        let n = self.cfg.objects;
+        let api = self.api();
+        let before = self.cluster.snapshot();
+        let metrics_before = op.requests_by_method()?;
+        let cpu_before = op.usage()?.cpu_seconds;
+        obs.expect(n);
+        let started = Instant::now();
+        parallel(n, self.cfg.connections, self.deadline, |i| {
+            api.create_immortal_container(ns, &format!("ic-{i}"), &self.cfg.image)
+        })?;
+        let converged = self.converge(ns, obs, op, "bulk", n)?;
+        let seconds = converged.saturating_duration_since(started).as_secs_f64();
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        let cpu = op.usage()?.cpu_seconds - cpu_before;
+        let requests = self.requests(
+            &before,
+            &self.cluster.snapshot(),
+            op,
+            Some(&metrics_before),
+            n as u64,
+        )?;
+        let problems = verify(api, ns, &|_| 1)?;
+        let correct = problems.is_empty();
+        failures.extend(problems.into_iter().map(|p| format!("bulk: {p}")));
+        Ok(Convergence {
+            seconds,
+            ratio_to_floor_1: 0.0,
+            ratio_to_floor_workers: None,
+            cpu_seconds: cpu,
+            cpu_seconds_per_1000_objects: cpu * 1000.0 / n as f64,
+            requests,
+            correct,
+        })
+    }
+
+    /// K pods deleted, then K marked Failed, one at a time, each on the next object.
+    fn recovery(
+        &self,
+        ns: &str,
+        obs: &Observer,
+        op: &mut Operator,
+        failures: &mut Vec<String>,
+    ) -> Result<(Latency, Latency, Requests), Error> {
+        let n = self.cfg.objects;
+        let k = self.cfg.recovery;
+        let api = self.api();
+        let mut starts: BTreeMap<String, i64> = (0..n).map(|i| (format!("ic-{i}"), 1)).collect();
+        let before = self.cluster.snapshot();
+        let metrics_before = op.requests_by_method()?;
+        let mut deleted = Vec::with_capacity(k);
+        let mut failed = Vec::with_capacity(k);
+        for round in 0..2 * k {
+            let name = format!("ic-{}", round % n);
+            let pod = resources::pod_name(&name);
+            let old = obs
+                .lock()
+                .pods
+                .get(&pod)
+                .map(|p| p.uid.clone())
+                .ok_or_else(|| {
+                    Error::Timeout(format!("recovery: pod {pod} is not there to remove"))
+                })?;
+            if round < k {
+                api.delete_pod(ns, &pod, &old)?;
+            } else {
+                api.fail_pod(ns, &pod)?;
+            }
+            let answered = Instant::now();
+            let what = format!(
+                "a new pod {pod} after {}",
+                if round < k {
+                    "its deletion"
+                } else {
+                    "it failed"
+                }
+            );
+            obs.wait_until(
+                self.deadline,
+                &what,
+                || op.check_alive(),
+                |s| {
+                    s.pods
+                        .get(&pod)
+                        .is_some_and(|p| p.uid != old && !p.deleting)
+                },
+            )?;
+            let added = obs.lock().pods.get(&pod).map(|p| p.added_at);
+            // The replacement can be seen before the answer is read: count that as 0.
+            let latency = added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered));
+            if round < k {
+                deleted.push(latency);
+            } else {
+                failed.push(latency);
+            }
+            // Let the count land before the next round, so rounds do not overlap.
+            let want = starts.get(&name).copied().unwrap_or(1) + 1;
+            starts.insert(name.clone(), want);
+            let what = format!("{name} to count start {want}");
+            obs.wait_until(
+                self.deadline,
+                &what,
+                || op.check_alive(),
+                |s| s.ics.get(&name).is_some_and(|i| i.start_times >= want),
+            )?;
+        }
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        let requests = self.requests(
+            &before,
+            &self.cluster.snapshot(),
+            op,
+            Some(&metrics_before),
+            2 * k as u64,
+        )?;
+        let problems = verify(api, ns, &|name| starts.get(name).copied().unwrap_or(1))?;
+        failures.extend(problems.into_iter().map(|p| format!("recovery: {p}")));
+        Ok((
+            Latency::from_samples(&deleted),
+            Latency::from_samples(&failed),
+            requests,
+        ))
+    }
+
+    /// Waits for `n` pods and started objects; returns when the last arrived. On timeout,
+    /// lists what is still missing.
+    fn converge(
+        &self,
+        ns: &str,
+        obs: &Observer,
+        op: &mut Operator,
+        phase: &str,
+        n: usize,
+    ) -> Result<Instant, Error> {
+        let waited = obs.wait_until(
+            self.deadline,
+            &format!("{phase} to converge"),
+            || op.check_alive(),
+            |s| s.converged_at.is_some(),
+        );
+        if let Err(e) = waited {
+            let (pods, started) = {
+                let s = obs.lock();
+                (s.pods.len(), s.started)
+            };
+            let missing = verify(self.api(), ns, &|_| 1)
+                .map(|p| p.join("; "))
+                .unwrap_or_default();
+            return Err(match e {
+                Error::Timeout(m) => Error::Timeout(format!(
+                    "{m}: {pods}/{n} pods, {started}/{n} statuses; {missing}"
+                )),
+                other => other,
+            });
+        }
+        Ok(obs.lock().converged_at.unwrap_or_else(Instant::now))
+    }
+
+    /// The operator's requests between two snapshots: the server's counts minus the bench's
+    /// own where the server's are available, its /metrics otherwise (and as a cross-check).
+    fn requests(
+        &self,
+        before: &Snapshot,
+        after: &Snapshot,
+        op: &Operator,
+        metrics_before: Option<&BTreeMap<String, u64>>,
+        pods_created: u64,
+    ) -> Result<Requests, Error> {
+        let metrics = cluster::diff(
+            &op.requests_by_method()?,
+            metrics_before.unwrap_or(&Counts::new()),
+        );
+        let metrics_total = metrics.values().sum();
+        let (by_verb, source) = match cluster::operator_requests(before, after) {
+            Some(c) => (c, "test server"),
+            None => (metrics, "operator metrics"),
+        };
+        let total: u64 = by_verb.values().sum();
+        Ok(Requests {
+            pods_created,
+            total,
+            per_pod_created: total as f64 / pods_created.max(1) as f64,
+            by_verb,
+            source: source.into(),
+            metrics_total: Some(metrics_total),
+        })
+    }
+}
+
+/// The status the operator writes after creating an object's first pod, as the same merge
+/// patch (built by the operator's own function), so the floor's patches cost the server what
+/// the operator's do.
+pub fn first_status_patch(ic: &ImmortalContainer, pod: &Pod) -> Value {
+    let generation = ic.metadata.generation;
+    let want = ImmortalContainerStatus {
+        current_pod: Some(pod.metadata.name.clone()),
+        start_times: Some(1),
+        last_counted_pod_uid: Some(pod.metadata.uid.clone()),
+        observed_generation: generation,
+        conditions: vec![Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            observed_generation: generation,
+            last_transition_time: immortal_operator::util::now_rfc3339(),
+            reason: "PodRunning".into(),
+            message: format!("pod {} runs {}", pod.metadata.name, ic.spec.image),
+        }],
+    };
+    reconcile::status_patch(ic, &want).unwrap_or_else(|| serde_json::json!({}))
+}
+
+/// Runs `f(0..n)` on `threads` threads (thread t takes t, t + threads, ...) and returns the
+/// results in index order; the first error (or the deadline) stops every thread.
+pub fn parallel<T: Send>(
+    n: usize,
+    threads: usize,
+    deadline: Instant,
+    f: impl Fn(usize) -> Result<T, Error> + Sync,
+) -> Result<Vec<T>, Error> {
+    let threads = threads.clamp(1, n.max(1));
+    let slots: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    thread::scope(|s| {
+        for t in 0..threads {
+            let (f, slots, failed, stop) = (&f, &slots, &failed, &stop);
+            s.spawn(move || {
+                for i in (t..n).step_by(threads) {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    let r = if Instant::now() >= deadline {
+                        Err(Error::Timeout("the run's time budget ran out".into()))
+                    } else {
+                        f(i)
+                    };
+                    match r {
+                        Ok(v) => slots.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(v),
+                        Err(e) => {
+                            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                            failed
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert(e);
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let slots = slots.into_inner().unwrap_or_else(|p| p.into_inner());
+    // Every slot is filled when no thread failed.
+    Ok(slots.into_iter().flatten().collect())
+}
+
+/// Lists `ns` and checks every object against what the operator promises: `status.startTimes`
+/// equal to `want_starts(name)`, `currentPod` naming its pod, that pod existing, controlled by
+/// the object, labelled, annotated and running `spec.image` in `acontainer`; and no other pod.
+/// Returns the problems found (empty: correct).
+pub fn verify(
+    api: &Api,
+    ns: &str,
+    want_starts: &dyn Fn(&str) -> i64,
+) -> Result<Vec<String>, Error> {
+    let (ics, _) = api.list_all::<ImmortalContainer>(Resource::ImmortalContainers, ns)?;
+    let (pods, _) = api.list_all::<Pod>(Resource::Pods, ns)?;
+    let mut pods: BTreeMap<String, Pod> = pods
+        .into_iter()
+        .map(|p| (p.metadata.name.clone(), p))
+        .collect();
+    let mut problems = Vec::new();
+    for ic in &ics {
+        let name = &ic.metadata.name;
+        let pod_name = resources::pod_name(name);
+        let want = want_starts(name);
+        if ic.status.start_times != Some(want) {
+            problems.push(format!(
+                "{name}: startTimes {}, want {want}",
+                ic.status
+                    .start_times
+                    .map_or_else(|| "unset".to_string(), |n| n.to_string())
+            ));
+        }
+        if ic.status.current_pod.as_deref() != Some(pod_name.as_str()) {
+            problems.push(format!(
+                "{name}: currentPod {:?}, want {pod_name:?}",
+                ic.status.current_pod
+            ));
+        }
+        match pods.remove(&pod_name) {
+            None => problems.push(format!("{name}: pod {pod_name} missing")),
+            Some(pod) => problems.extend(pod_problems(ic, &pod)),
+        }
+    }
+    problems.extend(pods.keys().map(|p| format!("extra pod {p}")));
+    if problems.len() > MAX_LISTED {
+        let more = problems.len() - MAX_LISTED;
+        problems.truncate(MAX_LISTED);
+        problems.push(format!("... and {more} more"));
+    }
+    Ok(problems)
+}
+
+/// What is wrong with `pod` as the pod of `ic`.
+fn pod_problems(ic: &ImmortalContainer, pod: &Pod) -> Vec<String> {
+    let name = &pod.metadata.name;
+    let mut out = Vec::new();
+    match pod.metadata.controller() {
+        Some(o) if o.uid == ic.metadata.uid && o.block_owner_deletion == Some(true) => {}
+        other => out.push(format!(
+            "pod {name}: controller {other:?}, want {}",
+            ic.metadata.uid
+        )),
+    }
+    let labels = &pod.metadata.labels;
+    if labels.get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_VALUE)
+        || labels.get(OWNER_UID_LABEL) != Some(&ic.metadata.uid)
+    {
+        out.push(format!("pod {name}: labels {labels:?}"));
+    }
+    let annotated = pod.metadata.annotations.get(resources::IMAGE_ANNOTATION);
+    if annotated != Some(&ic.spec.image) {
+        out.push(format!("pod {name}: image annotation {annotated:?}"));
+    }
+    let containers: Vec<(&str, &str)> = pod
+        .spec
+        .containers
+        .iter()
+        .map(|c| (c.name.as_str(), c.image.as_str()))
+        .collect();
+    if containers != [(CONTAINER_NAME, ic.spec.image.as_str())] {
+        out.push(format!("pod {name}: containers {containers:?}"));
+    }
+    if pod.metadata.deletion_timestamp.is_some() || pod.is_terminated() {
+        out.push(format!(
+            "pod {name}: not running (phase {:?}, deleting {})",
+            pod.phase(),
+            pod.metadata.deletion_timestamp.is_some()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use immortal_operator::resources::ObjectMeta;
+
+    #[test]
+    fn parallel_returns_results_in_index_order() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = parallel(10, 3, deadline, |i| Ok(i * 2)).expect("no error");
+        assert_eq!(got, (0..10).map(|i| i * 2).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn parallel_stops_at_the_first_error() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = parallel(100, 4, deadline, |i| {
+            if i == 7 {
+                Err(Error::Setup("seven".into()))
+            } else {
+                Ok(i)
+            }
+        });
+        assert!(matches!(got, Err(Error::Setup(m)) if m == "seven"));
+    }
+
+    #[test]
+    fn parallel_gives_up_past_the_deadline() {
+        let got = parallel(3, 1, Instant::now(), Ok);
+        assert!(matches!(got, Err(Error::Timeout(_))));
+    }
+
+    #[test]
+    fn the_floors_status_patch_is_the_operators_first_write() {
+        let ic = ImmortalContainer {
+            metadata: ObjectMeta {
+                name: "a".into(),
+                uid: "u1".into(),
+                resource_version: "42".into(),
+                generation: Some(1),
+                ..Default::default()
+            },
+            spec: resources::ImmortalContainerSpec {
+                image: "nginx".into(),
+            },
+            ..Default::default()
+        };
+        let mut pod = reconcile::desired_pod(&ic);
+        pod.metadata.uid = "p1".into();
+        let patch = first_status_patch(&ic, &pod);
+        assert_eq!(patch["status"]["startTimes"], 1);
+        assert_eq!(patch["status"]["currentPod"], "a-immortalpod");
+        assert_eq!(patch["status"]["lastCountedPodUID"], "p1");
+        assert_eq!(patch["status"]["conditions"][0]["type"], "Ready");
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+    }
+
+    #[test]
+    fn verify_names_the_missing_pod_the_extra_pod_and_the_wrong_count() {
+        let cluster = Cluster::connect(None, 4).expect("test server");
+        let ns = cluster.create_namespace("verify").expect("namespace");
+        let api = &cluster.api;
+        let good = api
+            .create_immortal_container(&ns, "good", "nginx")
+            .expect("ic");
+        let pod = api
+            .create_pod(&ns, &reconcile::desired_pod(&good))
+            .expect("pod");
+        api.patch_status(&ns, "good", &first_status_patch(&good, &pod))
+            .expect("status");
+        assert_eq!(
+            verify(api, &ns, &|_| 1).expect("verify"),
+            Vec::<String>::new()
+        );
+
+        api.create_immortal_container(&ns, "lonely", "nginx")
+            .expect("ic");
+        let mut stray = reconcile::desired_pod(&good);
+        stray.metadata.name = "stray".into();
+        api.create_pod(&ns, &stray).expect("stray pod");
+        let problems =
+            verify(api, &ns, &|name| if name == "good" { 2 } else { 1 }).expect("verify");
+        assert_eq!(
+            problems,
+            [
+                "good: startTimes 1, want 2",
+                "lonely: startTimes unset, want 1",
+                "lonely: currentPod None, want \"lonely-immortalpod\"",
+                "lonely: pod lonely-immortalpod missing",
+                "extra pod stray",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pod_built_by_the_operator_has_no_problems_and_a_stranger_has_several() {
+        let ic = ImmortalContainer {
+            metadata: ObjectMeta {
+                name: "a".into(),
+                uid: "u1".into(),
+                ..Default::default()
+            },
+            spec: resources::ImmortalContainerSpec {
+                image: "nginx".into(),
+            },
+            ..Default::default()
+        };
+        let pod = reconcile::desired_pod(&ic);
+        assert_eq!(pod_problems(&ic, &pod), Vec::<String>::new());
+        let stranger = Pod {
+            metadata: ObjectMeta {
+                name: "a-immortalpod".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(pod_problems(&ic, &stranger).len(), 4);
+    }
+}

@@ -1,0 +1,102 @@
+//! The `immortal-bench` binary (`make bench`): flags → run → table on stdout, JSON to a file.
+
+use clap::Parser;
+use immortal_bench::{run, Config, DEFAULT_IMAGE};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Benchmarks immortal-operator against a bare-client floor on the same API server.
+///
+/// Runs against an in-process test API server, or with --kubeconfig against a cluster that has
+/// the ImmortalContainer CRD installed (the bench works in fresh namespaces and deletes them).
+/// Exit code: 0 all correct, 1 a correctness check failed, 2 the run could not finish.
+#[derive(Debug, Parser)]
+#[command(name = "immortal-bench", version)]
+struct Args {
+    /// Benchmark this cluster instead of the in-process test API server.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// The operator binary [default: $CARGO_TARGET_DIR/release/immortal-operator, else the one
+    /// next to this binary, else target/release/immortal-operator].
+    #[arg(long, value_name = "PATH")]
+    operator: Option<PathBuf>,
+    /// ImmortalContainers per phase.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    objects: usize,
+    /// Parallel connections of the floor and of the bulk creates.
+    #[arg(long, default_value_t = 64, value_name = "C")]
+    connections: usize,
+    /// Pods deleted, then pods marked Failed, one at a time.
+    #[arg(long, default_value_t = 50, value_name = "K")]
+    recovery: usize,
+    /// Reconcile workers of the operator (--workers).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    workers: usize,
+    /// Where to write the results as JSON.
+    #[arg(long, default_value = "bench-results.json", value_name = "FILE")]
+    json: PathBuf,
+    /// Image of every ImmortalContainer.
+    #[arg(long, default_value = DEFAULT_IMAGE, value_name = "IMAGE")]
+    image: String,
+    /// Give up (exit 2) when the whole run takes longer, in seconds.
+    #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
+    timeout: u64,
+}
+
+/// Where `cargo build --release` put the operator.
+fn default_operator() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("release").join("immortal-operator");
+    }
+    // `cargo run --release -p immortal-bench` runs target/release/immortal-bench.
+    if let Some(sibling) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("immortal-operator")))
+        .filter(|p| p.is_file())
+    {
+        return sibling;
+    }
+    PathBuf::from("target/release/immortal-operator")
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let cfg = Config {
+        kubeconfig: args.kubeconfig,
+        operator: args.operator.unwrap_or_else(default_operator),
+        objects: args.objects,
+        connections: args.connections,
+        recovery: args.recovery,
+        workers: args.workers,
+        image: args.image,
+        timeout: Duration::from_secs(args.timeout),
+        progress: true,
+    };
+    let report = match run(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("immortal-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    print!("{}", report.table());
+    match serde_json::to_string_pretty(&report) {
+        Ok(json) => match std::fs::write(&args.json, json + "\n") {
+            Ok(()) => println!("results: {}", args.json.display()),
+            Err(e) => {
+                eprintln!("immortal-bench: cannot write {}: {e}", args.json.display());
+                return ExitCode::from(2);
+            }
+        },
+        Err(e) => {
+            eprintln!("immortal-bench: cannot encode the results: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

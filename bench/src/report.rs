@@ -1,0 +1,451 @@
+//! The results of a run: what was measured, the targets next to it, the machine it ran on, and
+//! the plain-text table `make bench` prints.
+
+use crate::operator::Usage;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Where the run happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub cpu_model: String,
+    pub cores: usize,
+    pub kernel: String,
+    /// When the run started (RFC 3339, UTC).
+    pub date: String,
+}
+
+impl Machine {
+    /// Reads /proc/cpuinfo and /proc/sys/kernel/osrelease; unknown fields say "unknown".
+    pub fn read() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|k| format!("Linux {}", k.trim()))
+            .unwrap_or_else(|_| "unknown".into());
+        Machine {
+            cpu_model,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel,
+            date: immortal_operator::util::now_rfc3339(),
+        }
+    }
+}
+
+/// The bare client's time for N pod creates and N status merge patches.
+#[derive(Debug, Clone, Serialize)]
+pub struct Floor {
+    pub connections: usize,
+    pub pod_creates_seconds: f64,
+    pub status_patches_seconds: f64,
+    /// Both together: what the operator's time is divided by.
+    pub seconds: f64,
+    pub requests_per_second: f64,
+}
+
+/// The operator's requests in one phase.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Requests {
+    /// Pods the operator created in the phase.
+    pub pods_created: u64,
+    pub total: u64,
+    pub per_pod_created: f64,
+    /// By `"verb resource"` (test server's counts) or by HTTP method (the operator's
+    /// /metrics, on a real cluster).
+    pub by_verb: BTreeMap<String, u64>,
+    /// Where `by_verb` comes from: "test server" or "operator metrics".
+    pub source: String,
+    /// The operator's own count (/metrics), to cross-check the server's.
+    pub metrics_total: Option<u64>,
+}
+
+/// Backlog or bulk: N objects to converge.
+#[derive(Debug, Clone, Serialize)]
+pub struct Convergence {
+    pub seconds: f64,
+    /// `seconds` over the floor at 1 connection.
+    pub ratio_to_floor_1: f64,
+    /// Over the floor at `--workers` connections, when there is more than one worker.
+    pub ratio_to_floor_workers: Option<f64>,
+    /// Operator CPU for the phase (backlog: from its start, start-up included).
+    pub cpu_seconds: f64,
+    pub cpu_seconds_per_1000_objects: f64,
+    pub requests: Requests,
+    /// Passed the correctness check (counts, pods, owners).
+    pub correct: bool,
+}
+
+/// Recovery latencies: from the API's answer to the ADDED event of the replacement pod.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub samples_ms: Vec<f64>,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Latency {
+    pub fn from_samples(samples: &[Duration]) -> Latency {
+        let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        let samples_ms = ms.clone();
+        ms.sort_by(f64::total_cmp);
+        Latency {
+            samples_ms,
+            p50_ms: percentile(&ms, 50.0),
+            p90_ms: percentile(&ms, 90.0),
+            p99_ms: percentile(&ms, 99.0),
+            max_ms: ms.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted values (0 for none).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// One of the operator processes: the backlog's, or the one that ran idle, bulk and recovery.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Process {
+    /// After its first lists, before any object existed (the bulk operator only).
+    pub idle: Option<Usage>,
+    /// At the end of its phases, just before SIGTERM.
+    pub end: Usage,
+    /// Its exit code after SIGTERM (0 expected).
+    pub exit_code: Option<i32>,
+}
+
+/// A result next to its target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub result: String,
+    pub target: String,
+    pub met: bool,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub machine: Machine,
+    pub against: String,
+    pub operator: String,
+    pub operator_binary_bytes: u64,
+    pub objects: usize,
+    pub connections: usize,
+    pub recoveries: usize,
+    pub workers: usize,
+    pub floor: Vec<Floor>,
+    pub backlog: Option<Convergence>,
+    pub bulk: Option<Convergence>,
+    pub recovery_deleted: Option<Latency>,
+    pub recovery_failed: Option<Latency>,
+    pub recovery_requests: Option<Requests>,
+    pub backlog_operator: Option<Process>,
+    pub bulk_operator: Option<Process>,
+    /// Targets, computed by [`Report::checks`] when the run ends.
+    pub checks: Vec<Check>,
+    /// Correctness failures: wrong counts, missing or extra pods, a bad exit. Any → exit 1.
+    pub failures: Vec<String>,
+    /// Where the operator logs were left: kept only when the run failed, else empty.
+    pub logs: String,
+}
+
+const MIB: f64 = 1024.0;
+
+/// Peak RSS budget: 8 MiB at 1,000 objects, 25 MiB at 10,000, straight line between (and
+/// flat outside).
+pub fn peak_rss_target_mib(objects: usize) -> f64 {
+    let n = objects.clamp(1000, 10_000) as f64;
+    8.0 + (n - 1000.0) * (25.0 - 8.0) / 9000.0
+}
+
+fn check(name: &str, result: String, target: &str, met: bool) -> Check {
+    Check {
+        name: name.into(),
+        result,
+        target: target.into(),
+        met,
+    }
+}
+
+impl Report {
+    /// The targets, each next to its result.
+    pub fn checks(&self) -> Vec<Check> {
+        let mut out = Vec::new();
+        for (name, c) in [("backlog", &self.backlog), ("bulk", &self.bulk)] {
+            let Some(c) = c else { continue };
+            if name == "backlog" {
+                out.push(check(
+                    "backlog / floor@1",
+                    format!("{:.2}x ({:.3} s)", c.ratio_to_floor_1, c.seconds),
+                    "<= 1.2x",
+                    c.ratio_to_floor_1 <= 1.2,
+                ));
+                if let Some(r) = c.ratio_to_floor_workers {
+                    out.push(check(
+                        &format!("backlog / floor@{}", self.workers),
+                        format!("{r:.2}x"),
+                        "<= 1.2x",
+                        r <= 1.2,
+                    ));
+                }
+            }
+            out.push(check(
+                &format!("{name} cpu / 1000 objects"),
+                format!("{:.3} s", c.cpu_seconds_per_1000_objects),
+                "<= 0.5 s",
+                c.cpu_seconds_per_1000_objects <= 0.5,
+            ));
+            out.push(check(
+                &format!("{name} requests / pod"),
+                format!("{:.3}", c.requests.per_pod_created),
+                "<= 4",
+                c.requests.per_pod_created <= 4.0,
+            ));
+        }
+        if let Some(r) = &self.recovery_requests {
+            out.push(check(
+                "recovery requests / pod",
+                format!("{:.3}", r.per_pod_created),
+                "<= 4",
+                r.per_pod_created <= 4.0,
+            ));
+        }
+        for (name, l) in [
+            ("recovery (deleted)", &self.recovery_deleted),
+            ("recovery (failed)", &self.recovery_failed),
+        ] {
+            let Some(l) = l else { continue };
+            out.push(check(
+                &format!("{name} p50"),
+                format!("{:.2} ms", l.p50_ms),
+                "<= 3 ms",
+                l.p50_ms <= 3.0,
+            ));
+            out.push(check(
+                &format!("{name} max"),
+                format!("{:.2} ms", l.max_ms),
+                "<= 8 ms",
+                l.max_ms <= 8.0,
+            ));
+        }
+        if let Some(idle) = self.bulk_operator.as_ref().and_then(|p| p.idle) {
+            let mib = idle.rss_kib as f64 / MIB;
+            out.push(check(
+                "idle rss",
+                format!("{mib:.2} MiB"),
+                "<= 3 MiB",
+                mib <= 3.0,
+            ));
+        }
+        let peak_target = peak_rss_target_mib(self.objects);
+        for (name, p) in [
+            ("peak rss (backlog)", &self.backlog_operator),
+            ("peak rss (bulk+recovery)", &self.bulk_operator),
+        ] {
+            let Some(p) = p else { continue };
+            let mib = p.end.peak_rss_kib as f64 / MIB;
+            out.push(check(
+                name,
+                format!("{mib:.2} MiB"),
+                &format!("<= {peak_target:.1} MiB"),
+                mib <= peak_target,
+            ));
+        }
+        let mb = self.operator_binary_bytes as f64 / 1e6;
+        out.push(check(
+            "binary size",
+            format!("{mb:.2} MB"),
+            "<= 6 MB",
+            self.operator_binary_bytes <= 6_000_000,
+        ));
+        out
+    }
+
+    /// The plain-text table.
+    pub fn table(&self) -> String {
+        let mut t = String::new();
+        let m = &self.machine;
+        let _ = writeln!(
+            t,
+            "immortal-bench: {} objects, {} connections, {} recoveries, {} worker(s)",
+            self.objects, self.connections, self.recoveries, self.workers
+        );
+        let _ = writeln!(t, "against:  {}", self.against);
+        let _ = writeln!(
+            t,
+            "machine:  {} ({} cores), {}, {}",
+            m.cpu_model, m.cores, m.kernel, m.date
+        );
+        let _ = writeln!(
+            t,
+            "operator: {} ({} bytes)",
+            self.operator, self.operator_binary_bytes
+        );
+        let _ = writeln!(t);
+        let _ = writeln!(
+            t,
+            "floor: bare client, {n} pod creates + {n} status merge patches",
+            n = self.objects
+        );
+        let _ = writeln!(
+            t,
+            "  {:>11}  {:>12}  {:>13}  {:>9}  {:>10}",
+            "connections", "pods (s)", "patches (s)", "total (s)", "requests/s"
+        );
+        for f in &self.floor {
+            let _ = writeln!(
+                t,
+                "  {:>11}  {:>12.3}  {:>13.3}  {:>9.3}  {:>10.0}",
+                f.connections,
+                f.pod_creates_seconds,
+                f.status_patches_seconds,
+                f.seconds,
+                f.requests_per_second
+            );
+        }
+        let _ = writeln!(t);
+        for (name, c) in [("backlog", &self.backlog), ("bulk", &self.bulk)] {
+            let Some(c) = c else { continue };
+            let _ = writeln!(
+                t,
+                "{name}: {:.3} s ({:.2}x floor@1{}), operator cpu {:.3} s{}",
+                c.seconds,
+                c.ratio_to_floor_1,
+                c.ratio_to_floor_workers
+                    .map(|r| format!(", {r:.2}x floor@{}", self.workers))
+                    .unwrap_or_default(),
+                c.cpu_seconds,
+                if c.correct {
+                    ""
+                } else {
+                    "  FAILED correctness check"
+                }
+            );
+            let _ = writeln!(t, "  requests: {}", requests_line(&c.requests));
+        }
+        for (name, l) in [
+            ("recovery (pod deleted)", &self.recovery_deleted),
+            ("recovery (pod Failed) ", &self.recovery_failed),
+        ] {
+            let Some(l) = l else { continue };
+            let _ = writeln!(
+                t,
+                "{name}: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} samples)",
+                l.p50_ms,
+                l.p90_ms,
+                l.p99_ms,
+                l.max_ms,
+                l.samples_ms.len()
+            );
+        }
+        if let Some(r) = &self.recovery_requests {
+            let _ = writeln!(t, "  requests: {}", requests_line(r));
+        }
+        for (name, p) in [
+            ("backlog operator", &self.backlog_operator),
+            ("bulk operator", &self.bulk_operator),
+        ] {
+            let Some(p) = p else { continue };
+            let idle = p
+                .idle
+                .map(|u| format!("idle rss {:.2} MiB, ", u.rss_kib as f64 / MIB))
+                .unwrap_or_default();
+            let _ = writeln!(
+                t,
+                "{name}: {idle}peak rss {:.2} MiB, cpu {:.3} s, exit code {}",
+                p.end.peak_rss_kib as f64 / MIB,
+                p.end.cpu_seconds,
+                p.exit_code
+                    .map_or_else(|| "none (signal)".to_string(), |c| c.to_string())
+            );
+        }
+        let _ = writeln!(t);
+        let _ = writeln!(t, "  {:<30}  {:>22}  {:>14}", "target", "result", "goal");
+        for c in &self.checks {
+            let _ = writeln!(
+                t,
+                "  {:<30}  {:>22}  {:>14}  {}",
+                c.name,
+                c.result,
+                c.target,
+                if c.met { "ok" } else { "MISSED" }
+            );
+        }
+        let _ = writeln!(t);
+        if self.failures.is_empty() {
+            let _ = writeln!(t, "correctness: passed");
+        } else {
+            let _ = writeln!(t, "correctness: FAILED");
+            for f in &self.failures {
+                let _ = writeln!(t, "  {f}");
+            }
+            let _ = writeln!(t, "operator logs: {}", self.logs);
+        }
+        t
+    }
+}
+
+fn requests_line(r: &Requests) -> String {
+    let verbs: Vec<String> = r.by_verb.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let cross = match r.metrics_total {
+        Some(m) if m != r.total => format!(" [operator /metrics says {m}]"),
+        _ => String::new(),
+    };
+    format!(
+        "{:.2} per pod created ({} for {} pods; {}: {}){cross}",
+        r.per_pod_created,
+        r.total,
+        r.pods_created,
+        r.source,
+        verbs.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 90.0), 90.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+        let l = Latency::from_samples(&[
+            Duration::from_millis(4),
+            Duration::from_millis(1),
+            Duration::from_millis(2),
+        ]);
+        assert_eq!((l.p50_ms, l.max_ms), (2.0, 4.0));
+        assert_eq!(
+            l.samples_ms,
+            vec![4.0, 1.0, 2.0],
+            "samples kept in run order"
+        );
+    }
+
+    #[test]
+    fn peak_rss_budget_runs_from_8_mib_at_1000_to_25_at_10000() {
+        assert_eq!(peak_rss_target_mib(20), 8.0);
+        assert_eq!(peak_rss_target_mib(1000), 8.0);
+        assert_eq!(peak_rss_target_mib(10_000), 25.0);
+        assert_eq!(peak_rss_target_mib(100_000), 25.0);
+        assert!((peak_rss_target_mib(5500) - 16.5).abs() < 1e-9);
+    }
+}
