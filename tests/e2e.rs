@@ -1,0 +1,422 @@
+//! End-to-end scenarios: the operator binary against a fresh in-memory API server per test, or
+//! against a real cluster when `IMMORTAL_E2E_KUBECONFIG` names one (see `common`).
+
+mod common;
+
+use common::{
+    condition, image, name, other_image, pod_name, uid, wait_until, wait_until_every, Cluster,
+    Operator,
+};
+use kube_testserver::FailRule;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+fn one(name: &str, start_times: i64) -> BTreeMap<String, i64> {
+    BTreeMap::from([(name.to_string(), start_times)])
+}
+
+/// A valid DNS-1123 subdomain of exactly `len` characters: lowercase letters in dot-separated
+/// segments of 49, so no segment comes near the 63-character DNS label limit.
+fn dotted_name(len: usize) -> String {
+    let s: String = (0..len)
+        .map(|i| {
+            if i % 50 == 49 {
+                '.'
+            } else {
+                (b'a' + (i / 50) as u8 % 26) as char
+            }
+        })
+        .collect();
+    assert!(!s.ends_with('.') && s.len() == len, "bad test name {s}");
+    s
+}
+
+#[test]
+fn create_makes_one_owned_pod_with_the_image_and_reports_ready() {
+    let c = Cluster::new("create");
+    let _op = Operator::start(&c);
+    let ic = c.create_ic("web", &image());
+
+    let pod = c.wait_converged("web", 1, |_| Ok(()));
+    // check_converged already holds all of this; spelled out as the scenario's record.
+    assert_eq!(name(&pod), "web-immortalpod");
+    assert_eq!(pod["spec"]["containers"][0]["name"], "acontainer");
+    assert_eq!(pod["spec"]["containers"][0]["image"], image().as_str());
+    assert_eq!(
+        pod["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "immortal-operator"
+    );
+    assert_eq!(
+        pod["metadata"]["labels"]["immortalcontainer.flugel.it/owner-uid"],
+        uid(&ic)
+    );
+    let owner = &pod["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["uid"].as_str(), owner["controller"].as_bool()),
+        (Some(uid(&ic)), Some(true))
+    );
+    let ic = c.ic("web");
+    assert_eq!(ic["status"]["currentPod"], "web-immortalpod");
+    assert_eq!(ic["status"]["startTimes"], 1);
+    assert_eq!(
+        condition(&ic, "Ready").map(|r| r["status"].clone()),
+        Some(json!("True"))
+    );
+    c.assert_converged("web", 1);
+    c.assert_stays_converged(&one("web", 1), Duration::from_secs(1));
+}
+
+#[test]
+fn deleted_pod_is_replaced_by_a_new_one_and_counted() {
+    let c = Cluster::new("delete-pod");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let first = c.wait_converged("web", 1, |_| Ok(()));
+
+    assert!(
+        c.delete_pod(name(&first), uid(&first)),
+        "the pod was already gone"
+    );
+    let old = uid(&first).to_string();
+    let second = c.wait_converged("web", 2, |p| {
+        if uid(p) != old {
+            Ok(())
+        } else {
+            Err("still the old pod".into())
+        }
+    });
+    assert_ne!(uid(&second), old);
+    c.assert_stays_converged(&one("web", 2), Duration::from_secs(1));
+}
+
+#[test]
+fn failed_pod_is_replaced_and_every_start_counted() {
+    let c = Cluster::new("failed-pod");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let mut pod = c.wait_converged("web", 1, |_| Ok(()));
+
+    for starts in [2, 3] {
+        // What the kubelet reports when the container exits and restartPolicy does not apply.
+        c.patch_pod_status(name(&pod), &json!({"status": {"phase": "Failed"}}));
+        let old = uid(&pod).to_string();
+        pod = c.wait_converged("web", starts, |p| {
+            if uid(p) != old {
+                Ok(())
+            } else {
+                Err("still the failed pod".into())
+            }
+        });
+    }
+    c.assert_stays_converged(&one("web", 3), Duration::from_secs(1));
+}
+
+#[test]
+fn image_change_replaces_the_pod_with_one_running_the_new_image() {
+    let c = Cluster::new("image-change");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let first = c.wait_converged("web", 1, |_| Ok(()));
+
+    c.set_image("web", &other_image());
+    let old = uid(&first).to_string();
+    let second = c.wait_converged("web", 2, |p| {
+        if uid(p) != old {
+            Ok(())
+        } else {
+            Err("still the old pod".into())
+        }
+    });
+    assert_eq!(
+        second["spec"]["containers"][0]["image"],
+        other_image().as_str()
+    );
+    c.assert_stays_converged(&one("web", 2), Duration::from_secs(1));
+}
+
+#[test]
+fn deleting_the_object_garbage_collects_its_pod() {
+    let c = Cluster::new("delete-ic");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let pod = c.wait_converged("web", 1, |_| Ok(()));
+
+    c.delete_ic("web");
+    wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "the pod to be garbage-collected",
+        || match c.get_pod(name(&pod)).map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!("pod {} (uid {}) still exists", name(&p), uid(&p))),
+        },
+    );
+    // Nor was a replacement made for the vanished object.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(c.list_managed_pods().expect("list pods").len(), 0);
+}
+
+#[test]
+fn name_of_64_gets_a_pod_and_name_of_253_reports_pod_name_too_long_without_hot_looping() {
+    let c = Cluster::new("long-names");
+    let _op = Operator::start(&c);
+    let short = "a".repeat(64);
+    let long = dotted_name(253);
+    c.create_ic(&short, &image());
+    c.create_ic(&long, &image());
+
+    let pod = c.wait_converged(&short, 1, |_| Ok(()));
+    assert_eq!(name(&pod).len(), 64 + "-immortalpod".len());
+
+    let what = "the 253-character object to report PodNameTooLong";
+    let ic = wait_until(c.timeout(Duration::from_secs(30)), what, || {
+        let ic = c
+            .get_ic(&long)
+            .map_err(|e| e.to_string())?
+            .ok_or("object gone")?;
+        match condition(&ic, "Ready") {
+            Some(r) if r["status"] == "False" && r["reason"] == "PodNameTooLong" => Ok(ic),
+            other => Err(format!("Ready condition {other:?}")),
+        }
+    });
+    let ready = condition(&ic, "Ready").cloned().unwrap_or_default();
+    let message = ready["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("253"),
+        "message does not mention the limit: {message}"
+    );
+    let pods = c.list_managed_pods().expect("list pods");
+    assert!(
+        common::controlled_pods(&pods, uid(&ic)).is_empty(),
+        "a pod was made for the 253-character name"
+    );
+
+    // A permanent error must be recorded once, not retried in a loop: over 3 quiet seconds the
+    // operator makes at most a handful of requests (watch streams not counted).
+    if let Some(server) = c.test_server() {
+        let before = server.request_counts();
+        std::thread::sleep(Duration::from_secs(3));
+        let diff = common::counts_diff(&before, &server.request_counts());
+        let n = common::acting_requests(&diff);
+        eprintln!("requests over 3 idle seconds: {diff:?}");
+        assert!(n <= 5, "{n} requests in 3 s while idle: {diff:?}");
+    }
+    c.assert_stays_converged(&one(&short, 1), Duration::from_millis(300));
+}
+
+#[test]
+fn foreign_pod_holding_the_name_is_left_untouched_and_reported() {
+    let c = Cluster::new("foreign-pod");
+    let foreign = c.create_pod(&json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name("web"), "labels": {"app": "someone-else"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]},
+    }));
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+
+    wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "Ready False with reason PodNameConflict",
+        || {
+            let ic = c
+                .get_ic("web")
+                .map_err(|e| e.to_string())?
+                .ok_or("object gone")?;
+            match condition(&ic, "Ready") {
+                Some(r) if r["status"] == "False" && r["reason"] == "PodNameConflict" => Ok(()),
+                other => Err(format!("Ready condition {other:?}")),
+            }
+        },
+    );
+    // The operator retries a conflict now and then; give it the time to misbehave.
+    std::thread::sleep(Duration::from_secs(1));
+    let now = c
+        .get_pod(&pod_name("web"))
+        .expect("get pod")
+        .expect("the foreign pod is gone");
+    assert_eq!(uid(&now), uid(&foreign), "the foreign pod was replaced");
+    assert_eq!(now["spec"]["containers"][0]["image"], "busybox");
+    assert!(
+        now["metadata"]["ownerReferences"].is_null(),
+        "owner added: {}",
+        now["metadata"]["ownerReferences"]
+    );
+    assert_eq!(now["metadata"]["labels"], foreign["metadata"]["labels"]);
+    if !c.is_real() {
+        // No kubelet writes to it here, so any change at all came from the operator.
+        assert_eq!(
+            now["metadata"]["resourceVersion"], foreign["metadata"]["resourceVersion"],
+            "the foreign pod was modified"
+        );
+    }
+    assert!(c.list_managed_pods().expect("list pods").is_empty());
+    assert_eq!(
+        c.list_pods().expect("list pods").len(),
+        1,
+        "a pod was added next to the foreign one"
+    );
+}
+
+#[test]
+fn sigkill_between_pod_create_and_status_write_counts_the_pod_once_after_restart() {
+    let c = Cluster::new("sigkill");
+    // Every status write fails, so the operator creates the pod but cannot record it.
+    const STATUS_FAULTS: u32 = 400;
+    if let Some(server) = c.test_server() {
+        server.fail_next(FailRule {
+            count: STATUS_FAULTS,
+            status: 500,
+            retry_after: None,
+            verb: Some("patch".into()),
+            path_contains: Some("/status".into()),
+        });
+    }
+    let mut op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let pod = wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "the pod to be created",
+        || {
+            c.get_pod(&pod_name("web"))
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no pod yet".to_string())
+        },
+    );
+    op.sigkill();
+
+    if let Some(server) = c.test_server() {
+        let ic = c.ic("web");
+        assert!(
+            ic["status"]["lastCountedPodUID"].is_null(),
+            "the status write went through despite the faults (not a PATCH to /status?): {}",
+            ic["status"]
+        );
+        // No way to clear a rule: use up what the operator left, with no-op status patches.
+        let mut drained = false;
+        for _ in 0..=STATUS_FAULTS {
+            match c.try_patch_ic_status("web", &json!({})) {
+                Ok(_) => {
+                    drained = true;
+                    break;
+                }
+                Err(e) if e.code() == Some(500) => {}
+                Err(e) => panic!("unexpected error while draining faults: {e}"),
+            }
+        }
+        assert!(
+            drained,
+            "status faults never ran out; counts {:?}",
+            server.request_counts()
+        );
+    }
+
+    op.restart();
+    let after = c.wait_converged("web", 1, |_| Ok(()));
+    assert_eq!(uid(&after), uid(&pod), "the healthy pod was replaced");
+    c.assert_stays_converged(&one("web", 1), Duration::from_secs(1));
+}
+
+#[test]
+fn chaos_of_watch_drops_expiry_errors_and_deletions_still_converges_exactly() {
+    let c = Cluster::new("chaos");
+    let Some(server) = c.test_server_or_skip("chaos") else {
+        return;
+    };
+    let _op = Operator::start(&c);
+    let names: Vec<String> = (0..20).map(|i| format!("chaos-{i:02}")).collect();
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    for n in &names {
+        c.create_ic(n, &image());
+        want.insert(n.clone(), 1);
+    }
+
+    // Eight rounds: each object's pod is deleted in two of them, between bursts of 500s and
+    // 429s (Retry-After 1), watch drops and a compaction that makes every resourceVersion
+    // too old. A pod is deleted only once the object converged on it, so each deletion
+    // starts exactly one more pod.
+    for round in 0..8 {
+        server.fail_next(FailRule {
+            count: 10,
+            status: 500,
+            ..FailRule::default()
+        });
+        server.fail_next(FailRule {
+            count: 4,
+            status: 429,
+            retry_after: Some(1),
+            ..FailRule::default()
+        });
+        server.drop_watches();
+        for (k, n) in names.iter().skip(round % 4).step_by(4).enumerate() {
+            let starts = want[n];
+            let pod = c.wait_converged(n, starts, |_| Ok(()));
+            if c.delete_pod(name(&pod), uid(&pod)) {
+                *want.get_mut(n).expect("known name") += 1;
+            }
+            if k == 2 {
+                server.expire_all();
+            }
+        }
+        server.drop_watches();
+    }
+    assert_eq!(
+        want.values().sum::<i64>(),
+        20 + 40,
+        "every planned deletion happened"
+    );
+
+    wait_until_every(
+        c.timeout(Duration::from_secs(60)),
+        Duration::from_millis(200),
+        "all 20 objects to converge",
+        || c.converged_all(&want),
+    );
+    c.assert_stays_converged(&want, Duration::from_secs(1));
+}
+
+#[test]
+fn two_hundred_objects_created_at_once_all_converge() {
+    let c = Cluster::new("bulk");
+    let _op = Operator::start(&c);
+    let names: Vec<String> = (0..200).map(|i| format!("bulk-{i:03}")).collect();
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for chunk in names.chunks(50) {
+            let c = &c;
+            s.spawn(move || chunk.iter().for_each(|n| drop(c.create_ic(n, &image()))));
+        }
+    });
+    let want: BTreeMap<String, i64> = names.iter().map(|n| (n.clone(), 1)).collect();
+    wait_until_every(
+        c.timeout(Duration::from_secs(60)),
+        Duration::from_millis(250),
+        "200 objects to converge",
+        || c.converged_all(&want),
+    );
+    eprintln!("200 objects converged in {:?}", started.elapsed());
+    c.assert_stays_converged(&want, Duration::from_millis(500));
+}
+
+#[test]
+fn sigterm_makes_the_operator_exit_zero_within_5_seconds() {
+    let c = Cluster::new("sigterm");
+    let mut op = Operator::start(&c);
+    c.create_ic("web", &image());
+    c.wait_converged("web", 1, |_| Ok(()));
+
+    let sent = Instant::now();
+    op.sigterm();
+    let status = op.wait_exit(Duration::from_secs(5));
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "still running 5 s after SIGTERM; log {}",
+            op.log_path().display()
+        )
+    });
+    assert!(
+        status.success(),
+        "exited with {status} after {:?}",
+        sent.elapsed()
+    );
+}
