@@ -1,0 +1,216 @@
+//! End-to-end tests of what running in production adds: leader election between replicas, the
+//! Lease released on SIGTERM, and `immortal-operator trace` on logs the operator really wrote.
+//! They run against the test API server, or a real cluster with IMMORTAL_E2E_KUBECONFIG.
+
+mod common;
+
+use common::{pod_name, uid, wait_until, Cluster, Operator};
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Leader-election flags with short timings so a takeover fits in a test.
+fn elect_args(ns: &str, lease: &str) -> Vec<String> {
+    [
+        "--leader-elect",
+        "--leader-election-namespace",
+        ns,
+        "--lease-duration",
+        lease,
+        "--renew-deadline",
+        "2s",
+        "--retry-period",
+        "500ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The Lease's current holder, if any.
+fn holder(cluster: &Cluster) -> Option<String> {
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/immortal-operator",
+        cluster.ns
+    );
+    let lease = cluster.api.get(&path).ok()?;
+    lease["spec"]["holderIdentity"]
+        .as_str()
+        .filter(|h| !h.is_empty())
+        .map(String::from)
+}
+
+fn log_says(op: &Operator, needle: &str) -> bool {
+    std::fs::read_to_string(op.log_path())
+        .map(|t| t.contains(needle))
+        .unwrap_or(false)
+}
+
+#[test]
+fn two_replicas_elect_one_leader_and_the_standby_takes_over_when_the_leader_is_killed() {
+    let cluster = Cluster::new("leader-kill");
+    let names: Vec<String> = (0..5).map(|i| format!("elect-{i}")).collect();
+    for n in &names {
+        cluster.create_ic(n, &common::image());
+    }
+    let args = elect_args(&cluster.ns, "3s");
+    let mut a = Operator::start_with(&cluster, &args, "replica-a.log");
+    let mut b = Operator::start_with(&cluster, &args, "replica-b.log");
+    let want: BTreeMap<String, i64> = names.iter().map(|n| (n.clone(), 1)).collect();
+    wait_until(
+        cluster.timeout(Duration::from_secs(30)),
+        "every object converged under one leader",
+        || cluster.converged_all(&want),
+    );
+    let leaders: Vec<&Operator> = [&a, &b]
+        .into_iter()
+        .filter(|o| log_says(o, "became leader"))
+        .collect();
+    assert_eq!(leaders.len(), 1, "exactly one replica leads");
+    let a_leads = log_says(&a, "became leader");
+
+    // Kill the leader where it stands, and give the survivor work: a deleted pod.
+    let (leader, standby) = if a_leads {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    leader.sigkill();
+    let victim = &names[0];
+    let pod = cluster
+        .get_pod(&pod_name(victim))
+        .unwrap()
+        .expect("pod exists");
+    assert!(cluster.delete_pod(&pod_name(victim), uid(&pod)));
+
+    let mut want = want.clone();
+    want.insert(victim.clone(), 2);
+    wait_until(
+        cluster.timeout(Duration::from_secs(30)),
+        "the standby took over and replaced the pod",
+        || cluster.converged_all(&want),
+    );
+    assert!(
+        log_says(standby, "became leader"),
+        "the survivor must say it leads"
+    );
+    // Still one pod per object, counted exactly, a while later.
+    cluster.assert_stays_converged(&want, Duration::from_secs(2));
+}
+
+#[test]
+fn a_leader_stopped_with_sigterm_releases_the_lease_so_the_standby_need_not_wait_for_expiry() {
+    let cluster = Cluster::new("leader-release");
+    // A long lease: a takeover well before it could expire proves the lease was released.
+    let args = elect_args(&cluster.ns, "30s");
+    let mut a = Operator::start_with(&cluster, &args, "replica-a.log");
+    wait_until(
+        cluster.timeout(Duration::from_secs(20)),
+        "replica a leads",
+        || {
+            if log_says(&a, "became leader") {
+                Ok(())
+            } else {
+                Err(a.log_tail(5))
+            }
+        },
+    );
+    let b = Operator::start_with(&cluster, &args, "replica-b.log");
+    wait_until(
+        cluster.timeout(Duration::from_secs(20)),
+        "replica b stands by",
+        || {
+            if log_says(&b, "standing by") {
+                Ok(())
+            } else {
+                Err(b.log_tail(5))
+            }
+        },
+    );
+    let first = holder(&cluster).expect("the lease has a holder");
+
+    let stopped = Instant::now();
+    a.sigterm();
+    let status = a
+        .wait_exit(Duration::from_secs(5))
+        .expect("the leader exits within 5 s of SIGTERM");
+    assert!(status.success(), "graceful exit: {status:?}");
+    assert!(log_says(&a, "released lease"));
+    wait_until(
+        Duration::from_secs(20),
+        "replica b takes the released lease",
+        || match holder(&cluster) {
+            Some(h) if h != first && log_says(&b, "became leader") => Ok(()),
+            other => Err(format!("holder {other:?}")),
+        },
+    );
+    assert!(
+        stopped.elapsed() < Duration::from_secs(30),
+        "took over before the 30 s lease could expire"
+    );
+    // The new leader works.
+    cluster.create_ic("after-handover", &common::image());
+    cluster.wait_converged("after-handover", 1, |_| Ok(()));
+}
+
+#[test]
+fn trace_tells_an_objects_history_from_the_logs_the_operator_wrote() {
+    let cluster = Cluster::new("trace");
+    let mut op = Operator::start(&cluster);
+    cluster.create_ic("traced", &common::image());
+    cluster.wait_converged("traced", 1, |_| Ok(()));
+    let pod = cluster
+        .get_pod(&pod_name("traced"))
+        .unwrap()
+        .expect("pod exists");
+    assert!(cluster.delete_pod(&pod_name("traced"), uid(&pod)));
+    cluster.wait_converged("traced", 2, |_| Ok(()));
+    op.sigterm();
+    op.wait_exit(Duration::from_secs(5))
+        .expect("operator exits");
+
+    let object = format!("{}/traced", cluster.ns);
+    let out = Command::new(env!("CARGO_BIN_EXE_immortal-operator"))
+        .args(["trace", &object, "--log"])
+        .arg(op.log_path())
+        .output()
+        .expect("trace runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "trace failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The object's story: created when first seen (its ADDED event, or the initial list if it
+    // was created while the operator started), replaced after its pod's deletion.
+    let created = [
+        "triggered by: immortalcontainer ADDED",
+        "triggered by: immortalcontainer relist",
+    ]
+    .iter()
+    .filter_map(|t| text.find(t))
+    .min()
+    .unwrap_or_else(|| panic!("no reconcile triggered by the object itself in:\n{text}"));
+    let replaced = text
+        .find("triggered by: pod DELETED")
+        .unwrap_or_else(|| panic!("no pod DELETED reconcile in:\n{text}"));
+    assert!(created < replaced, "in time order:\n{text}");
+    assert!(
+        text.contains("create_pod:") && text.contains("cause=new"),
+        "{text}"
+    );
+    assert!(text.contains("cause=deleted"), "{text}");
+    assert!(
+        text.contains("patch_status:") && text.contains("start_times=2"),
+        "{text}"
+    );
+    assert!(text.contains("→ success"), "{text}");
+    // Another object's name finds nothing and says so.
+    let none = Command::new(env!("CARGO_BIN_EXE_immortal-operator"))
+        .args(["trace", "nowhere/nothing", "--log"])
+        .arg(op.log_path())
+        .output()
+        .expect("trace runs");
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no log line mentions nowhere/nothing"));
+}
