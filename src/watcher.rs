@@ -155,14 +155,19 @@ pub fn ic_event_relevant(event: &str, o: &Seen) -> bool {
 /// A pod needs its owner reconciled when it is gone, terminated, or runs another image than
 /// it was created for. A pod that is merely starting, or already being deleted (its DELETED
 /// event follows), does not: skipping those keeps a pod's start-up from costing API calls.
+///
+/// The deletion of a pod that had terminated needs nothing either: the event saying it
+/// terminated came first on this stream and queued its owner, whose reconcile replaces it
+/// (usually by deleting it itself). A gap in the stream is covered by the relist that follows.
 pub fn pod_event_relevant(event: &str, o: &Seen) -> bool {
+    let terminated = matches!(o.phase(), Some("Succeeded" | "Failed"));
     if event == "DELETED" {
-        return true;
+        return !terminated;
     }
     if o.metadata.deletion_timestamp.is_some() {
         return false;
     }
-    if matches!(o.phase(), Some("Succeeded" | "Failed")) {
+    if terminated {
         return true;
     }
     let want = o.metadata.annotations.get(IMAGE_ANNOTATION);
@@ -743,13 +748,13 @@ mod tests {
             calls[..3],
             ["list continue=", "watch rv=967", "watch rv=970"].map(String::from)
         );
-        // The Failed pod and its deletion both concern fixtures/example; the queue holds it
-        // once, with the latest trigger. The "deleting" MODIFIED alone would not queue it.
+        // The pod turning Failed queues its owner; its deletion that follows (a Failed pod's)
+        // and the "deleting" MODIFIED do not queue it again.
         assert_eq!(
             queued,
             vec![(
                 "fixtures/example".to_string(),
-                "pod DELETED rv=970".to_string()
+                "pod MODIFIED rv=968".to_string()
             )]
         );
     }
@@ -860,6 +865,8 @@ mod tests {
             "spec": {"containers": [{"name": "acontainer", "image": "nginx"}]},
             "status": {"phase": "Failed"}}));
         assert!(pod_event_relevant("MODIFIED", &failed));
+        // Its deletion (usually ours, replacing it) adds nothing.
+        assert!(!pod_event_relevant("DELETED", &failed));
         let retagged = seen(serde_json::json!({
             "metadata": {"annotations": {IMAGE_ANNOTATION: "nginx"}},
             "spec": {"containers": [{"name": "acontainer", "image": "evil"}]}}));
