@@ -9,7 +9,9 @@ use crate::resources::{self, Class, ResourceDef};
 use crate::selector::Selector;
 use crate::server::Shared;
 use crate::status::{ApiError, Cause, Details};
-use crate::store::{not_served, DeleteOpts, EventType, NamespaceState, Obj, Propagation, Store, WatchStart};
+use crate::store::{
+    not_served, DeleteOpts, EventType, NamespaceState, Obj, Propagation, Store, WatchStart,
+};
 use crate::table;
 use crate::util;
 use crate::validate;
@@ -21,23 +23,42 @@ use std::time::Duration;
 /// What to send back.
 pub enum Reply {
     /// A whole JSON response.
-    Json { code: u16, body: Vec<u8>, headers: Vec<(&'static str, String)> },
+    Json {
+        code: u16,
+        body: Vec<u8>,
+        headers: Vec<(&'static str, String)>,
+    },
     /// A watch stream on the resource with this storage key.
     Watch(Box<WatchPlan>, String),
 }
 
 fn ok_value(code: u16, v: &Value) -> Reply {
-    Reply::Json { code, body: serde_json::to_vec(v).unwrap_or_default(), headers: Vec::new() }
+    Reply::Json {
+        code,
+        body: serde_json::to_vec(v).unwrap_or_default(),
+        headers: Vec::new(),
+    }
 }
 
 fn ok_bytes(code: u16, body: Vec<u8>) -> Reply {
-    Reply::Json { code, body, headers: Vec::new() }
+    Reply::Json {
+        code,
+        body,
+        headers: Vec::new(),
+    }
 }
 
 fn error(e: ApiError) -> Reply {
-    let headers = e.retry_after().map(|s| vec![("Retry-After", s.to_string())]).unwrap_or_default();
+    let headers = e
+        .retry_after()
+        .map(|s| vec![("Retry-After", s.to_string())])
+        .unwrap_or_default();
     log::debug!(code = e.code(); "request failed");
-    Reply::Json { code: e.code(), body: e.to_json(), headers }
+    Reply::Json {
+        code: e.code(),
+        body: e.to_json(),
+        headers,
+    }
 }
 
 /// A resource request's path, parsed.
@@ -96,8 +117,14 @@ pub fn parse_route(path: &str) -> Route {
     };
     // `namespaces/NS/RESOURCE...` unless it is the namespace object's own subresource
     // (`namespaces/NAME/status`, `namespaces/NAME/finalize`).
-    let namespaced = rest.len() >= 3 && rest[0] == "namespaces" && !(rest.len() == 3 && matches!(rest[2], "status" | "finalize"));
-    let (namespace, rest) = if namespaced { (Some(rest[1].to_string()), &rest[2..]) } else { (None, rest) };
+    let namespaced = rest.len() >= 3
+        && rest[0] == "namespaces"
+        && !(rest.len() == 3 && matches!(rest[2], "status" | "finalize"));
+    let (namespace, rest) = if namespaced {
+        (Some(rest[1].to_string()), &rest[2..])
+    } else {
+        (None, rest)
+    };
     let (resource, name, sub) = match rest {
         [r] => (*r, None, None),
         [r, n] => (*r, Some(n.to_string()), None),
@@ -151,7 +178,10 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         Route::Resource(t) => t.label(),
         _ => req.path.clone(),
     };
-    *shared.counts().entry((verb.to_string(), label)).or_insert(0) += 1;
+    *shared
+        .counts()
+        .entry((verb.to_string(), label))
+        .or_insert(0) += 1;
 
     let mut target_text = req.path.clone();
     if !req.query.is_empty() {
@@ -194,15 +224,23 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         Route::Version => Ok(ok_value(200, &discovery::version())),
         Route::Health => Ok(ok_bytes(200, b"ok".to_vec())),
         Route::CoreVersions => Ok(ok_value(200, &discovery::core_versions(shared.port))),
-        Route::GroupList => Ok(ok_value(200, &discovery::group_list(&shared.store().defs()))),
-        Route::Group(g) => discovery::group(&g, &shared.store().defs()).map(|v| ok_value(200, &v)).ok_or_else(not_served),
-        Route::ResourceList(g, v) => {
-            discovery::resource_list(&g, &v, &shared.store().defs()).map(|v| ok_value(200, &v)).ok_or_else(not_served)
-        }
-        Route::OpenApiRoot => Ok(ok_value(200, &discovery::openapi_root(&shared.store().defs()))),
-        Route::OpenApi(g, v) => {
-            discovery::openapi_group_version(&g, &v, &shared.store().defs()).map(|v| ok_value(200, &v)).ok_or_else(not_served)
-        }
+        Route::GroupList => Ok(ok_value(
+            200,
+            &discovery::group_list(&shared.store().defs()),
+        )),
+        Route::Group(g) => discovery::group(&g, &shared.store().defs())
+            .map(|v| ok_value(200, &v))
+            .ok_or_else(not_served),
+        Route::ResourceList(g, v) => discovery::resource_list(&g, &v, &shared.store().defs())
+            .map(|v| ok_value(200, &v))
+            .ok_or_else(not_served),
+        Route::OpenApiRoot => Ok(ok_value(
+            200,
+            &discovery::openapi_root(&shared.store().defs()),
+        )),
+        Route::OpenApi(g, v) => discovery::openapi_group_version(&g, &v, &shared.store().defs())
+            .map(|v| ok_value(200, &v))
+            .ok_or_else(not_served),
         Route::Unknown => Err(not_served()),
         Route::Resource(t) => match verb {
             "get" => get(shared, req, &t),
@@ -213,7 +251,9 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
             "patch" => patch(shared, req, &t),
             "delete" => delete(shared, req, &t),
             "deletecollection" => delete_collection(shared, req, &t),
-            _ => Err(ApiError::MethodNotAllowed("the server does not allow this method on the requested resource".into())),
+            _ => Err(ApiError::MethodNotAllowed(
+                "the server does not allow this method on the requested resource".into(),
+            )),
         },
     };
     result.unwrap_or_else(error)
@@ -222,7 +262,9 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
 /// Creates `obj` at the collection `path` as the admin would, without counting the request
 /// or applying faults (used to pre-install the CRD).
 pub fn create_direct(shared: &Shared, path: &str, obj: Value) -> Result<(), ApiError> {
-    let Route::Resource(t) = parse_route(path) else { return Err(not_served()) };
+    let Route::Resource(t) = parse_route(path) else {
+        return Err(not_served());
+    };
     let req = Request {
         method: "POST".into(),
         path: path.into(),
@@ -236,18 +278,33 @@ pub fn create_direct(shared: &Shared, path: &str, obj: Value) -> Result<(), ApiE
 /// faults or counters; `None` unless it would answer 200.
 pub fn get_direct(shared: &Shared, path: &str) -> Option<Value> {
     let (p, q) = path.split_once('?').unwrap_or((path, ""));
-    let req = Request { method: "GET".into(), path: p.into(), query: util::parse_query(q), ..Request::default() };
-    let Route::Resource(t) = parse_route(p) else { return None };
-    let reply = if t.name.is_some() { get(shared, &req, &t) } else { list(shared, &req, &t) };
+    let req = Request {
+        method: "GET".into(),
+        path: p.into(),
+        query: util::parse_query(q),
+        ..Request::default()
+    };
+    let Route::Resource(t) = parse_route(p) else {
+        return None;
+    };
+    let reply = if t.name.is_some() {
+        get(shared, &req, &t)
+    } else {
+        list(shared, &req, &t)
+    };
     match reply {
-        Ok(Reply::Json { code: 200, body, .. }) => serde_json::from_slice(&body).ok(),
+        Ok(Reply::Json {
+            code: 200, body, ..
+        }) => serde_json::from_slice(&body).ok(),
         _ => None,
     }
 }
 
 /// The resource a target names, checked for scope and subresource.
 fn lookup(store: &Store, t: &Target, verb: &str) -> Result<Arc<ResourceDef>, ApiError> {
-    let def = store.resolve(&t.group, &t.version, &t.resource).ok_or_else(not_served)?;
+    let def = store
+        .resolve(&t.group, &t.version, &t.resource)
+        .ok_or_else(not_served)?;
     let collection_read = matches!(verb, "list" | "watch");
     if def.namespaced && t.namespace.is_none() && verb == "deletecollection" {
         return Err(not_served());
@@ -269,12 +326,15 @@ fn lookup(store: &Store, t: &Target, verb: &str) -> Result<Arc<ResourceDef>, Api
 
 /// Parses a JSON (or YAML) request body into an object.
 fn parse_body(req: &Request) -> Result<Value, ApiError> {
-    let yaml = req.header("content-type").is_some_and(|c| c.contains("yaml"));
+    let yaml = req
+        .header("content-type")
+        .is_some_and(|c| c.contains("yaml"));
     let v: Value = if yaml {
         serde_yaml::from_slice(&req.body).map_err(|e| ApiError::BadRequest(format!("yaml: {e}")))?
     } else {
-        serde_json::from_slice(&req.body)
-            .map_err(|e| ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}")))?
+        serde_json::from_slice(&req.body).map_err(|e| {
+            ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
+        })?
     };
     Ok(v)
 }
@@ -282,7 +342,9 @@ fn parse_body(req: &Request) -> Result<Value, ApiError> {
 fn as_object(v: Value) -> Result<Map<String, Value>, ApiError> {
     match v {
         Value::Object(m) => Ok(m),
-        _ => Err(ApiError::BadRequest("the body of the request must be a JSON object".into())),
+        _ => Err(ApiError::BadRequest(
+            "the body of the request must be a JSON object".into(),
+        )),
     }
 }
 
@@ -303,17 +365,34 @@ fn get(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
     let (def, obj, rv) = {
         let store = shared.store();
         let def = lookup(&store, t, "get")?;
-        let obj = store.get(&def.key(), t.namespace.as_deref().unwrap_or(""), name).ok_or_else(|| def.not_found(name))?;
+        let obj = store
+            .get(&def.key(), t.namespace.as_deref().unwrap_or(""), name)
+            .ok_or_else(|| def.not_found(name))?;
         (def, obj, store.rv())
     };
     if table::wants_table(req.header("accept")) {
-        return Ok(ok_value(200, &table::render(&def, &t.version, &[obj], rv, None, req.param("includeObject"))));
+        return Ok(ok_value(
+            200,
+            &table::render(
+                &def,
+                &t.version,
+                &[obj],
+                rv,
+                None,
+                req.param("includeObject"),
+            ),
+        ));
     }
     Ok(ok_bytes(200, encode(&def, &t.version, &obj)))
 }
 
-fn selectors(req: &Request, def: &ResourceDef, name: Option<&str>) -> Result<(Selector, Selector), ApiError> {
-    let labels = Selector::parse_labels(req.param("labelSelector").unwrap_or("")).map_err(ApiError::BadRequest)?;
+fn selectors(
+    req: &Request,
+    def: &ResourceDef,
+    name: Option<&str>,
+) -> Result<(Selector, Selector), ApiError> {
+    let labels = Selector::parse_labels(req.param("labelSelector").unwrap_or(""))
+        .map_err(ApiError::BadRequest)?;
     let mut field_text = req.param("fieldSelector").unwrap_or("").to_string();
     if let Some(n) = name {
         // A watch on one object is a watch with a name field selector.
@@ -352,8 +431,9 @@ fn list(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
         let (list_rv, after) = match token {
             None => (store.rv(), None),
             Some(tok) => {
-                let (rv, after) = decode_continue(tok)
-                    .ok_or_else(|| ApiError::BadRequest("continue key is not valid: invalid continue token".into()))?;
+                let (rv, after) = decode_continue(tok).ok_or_else(|| {
+                    ApiError::BadRequest("continue key is not valid: invalid continue token".into())
+                })?;
                 if rv < store.compacted() {
                     return Err(ApiError::Expired(CONTINUE_EXPIRED.into()));
                 }
@@ -367,14 +447,33 @@ fn list(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
     };
     let cont = next.map(|k| encode_continue(rv, &k));
     if table::wants_table(req.header("accept")) {
-        return Ok(ok_value(200, &table::render(&def, &t.version, &items, rv, cont.as_deref(), req.param("includeObject"))));
+        return Ok(ok_value(
+            200,
+            &table::render(
+                &def,
+                &t.version,
+                &items,
+                rv,
+                cont.as_deref(),
+                req.param("includeObject"),
+            ),
+        ));
     }
-    Ok(ok_bytes(200, encode_list(&def, &t.version, &items, rv, cont.as_deref())))
+    Ok(ok_bytes(
+        200,
+        encode_list(&def, &t.version, &items, rv, cont.as_deref()),
+    ))
 }
 
 /// A `<Kind>List` of `items`. Built by hand so the items (already JSON values) are written
 /// once, without copying them into a list value first.
-fn encode_list(def: &ResourceDef, version: &str, items: &[Obj], rv: u64, cont: Option<&str>) -> Vec<u8> {
+fn encode_list(
+    def: &ResourceDef,
+    version: &str,
+    items: &[Obj],
+    rv: u64,
+    cont: Option<&str>,
+) -> Vec<u8> {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     match cont {
         Some(c) => meta["continue"] = json!(c),
@@ -428,20 +527,35 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
     let key = def.key();
     let start = match store.watch(&key, t.namespace.as_deref(), from) {
         WatchStart::Started { id, rx, backlog } => Start::Started { id, rx, backlog },
-        WatchStart::Expired { requested, oldest } => {
-            Start::Expired(ApiError::Expired(format!("too old resource version: {requested} ({oldest})")))
-        }
+        WatchStart::Expired { requested, oldest } => Start::Expired(ApiError::Expired(format!(
+            "too old resource version: {requested} ({oldest})"
+        ))),
     };
     let from = from.unwrap_or_else(|| store.rv());
     drop(store);
-    let table = table::wants_table(req.header("accept")).then(|| req.param("includeObject").map(String::from));
-    let plan = WatchPlan { def, version: t.version.clone(), start, labels, fields, timeout, bookmarks, from, table };
+    let table = table::wants_table(req.header("accept"))
+        .then(|| req.param("includeObject").map(String::from));
+    let plan = WatchPlan {
+        def,
+        version: t.version.clone(),
+        start,
+        labels,
+        fields,
+        timeout,
+        bookmarks,
+        from,
+        table,
+    };
     Ok(Reply::Watch(Box::new(plan), key))
 }
 
 /// Checks `apiVersion`/`kind` in a body against the resource, then removes them (objects
 /// are stored without them).
-fn strip_type(def: &ResourceDef, version: &str, obj: &mut Map<String, Value>) -> Result<(), ApiError> {
+fn strip_type(
+    def: &ResourceDef,
+    version: &str,
+    obj: &mut Map<String, Value>,
+) -> Result<(), ApiError> {
     let want = def.api_version(version);
     if let Some(av) = obj.remove("apiVersion").as_ref().and_then(Value::as_str) {
         if !av.is_empty() && av != want {
@@ -452,14 +566,21 @@ fn strip_type(def: &ResourceDef, version: &str, obj: &mut Map<String, Value>) ->
     }
     if let Some(k) = obj.remove("kind").as_ref().and_then(Value::as_str) {
         if !k.is_empty() && k != def.kind {
-            return Err(ApiError::BadRequest(format!("the kind in the data ({k}) does not match the expected kind ({})", def.kind)));
+            return Err(ApiError::BadRequest(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                def.kind
+            )));
         }
     }
     Ok(())
 }
 
 /// Puts the request's namespace into the object, refusing a different one in the body.
-fn set_namespace(def: &ResourceDef, t: &Target, obj: &mut Map<String, Value>) -> Result<(), ApiError> {
+fn set_namespace(
+    def: &ResourceDef,
+    t: &Target,
+    obj: &mut Map<String, Value>,
+) -> Result<(), ApiError> {
     let meta = meta_mut(obj);
     if !def.namespaced {
         meta.remove("namespace");
@@ -493,12 +614,20 @@ fn validation_causes(def: &ResourceDef, version: &str, obj: &Value) -> Vec<Cause
 /// `fieldValidation=Strict` (what kubectl sends) an unknown field is an error instead, as on
 /// a real server.
 fn prune(req: &Request, def: &ResourceDef, version: &str, obj: &mut Value) -> Result<(), ApiError> {
-    let Some(schema) = def.schema(version).filter(|_| def.is_custom()) else { return Ok(()) };
+    let Some(schema) = def.schema(version).filter(|_| def.is_custom()) else {
+        return Ok(());
+    };
     let mut removed = Vec::new();
     validate::prune(schema, obj, "", &mut removed);
     if req.param("fieldValidation") == Some("Strict") && !removed.is_empty() {
-        let fields: Vec<String> = removed.iter().map(|f| format!("unknown field {f:?}")).collect();
-        return Err(ApiError::BadRequest(format!("strict decoding error: {}", fields.join(", "))));
+        let fields: Vec<String> = removed
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect();
+        return Err(ApiError::BadRequest(format!(
+            "strict decoding error: {}",
+            fields.join(", ")
+        )));
     }
     Ok(())
 }
@@ -508,25 +637,47 @@ fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
     let mut store = shared.store();
     let def = lookup(&store, t, "create")?;
     if t.name.is_some() {
-        return Err(ApiError::MethodNotAllowed("the server does not allow this method on the requested resource".into()));
+        return Err(ApiError::MethodNotAllowed(
+            "the server does not allow this method on the requested resource".into(),
+        ));
     }
     strip_type(&def, &t.version, &mut obj)?;
     set_namespace(&def, t, &mut obj)?;
     let now = util::now_rfc3339();
     let meta = meta_mut(&mut obj);
-    if meta.get("resourceVersion").and_then(Value::as_str).is_some_and(|rv| !rv.is_empty()) {
-        return Err(ApiError::Internal("resourceVersion should not be set on objects to be created".into()));
+    if meta
+        .get("resourceVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|rv| !rv.is_empty())
+    {
+        return Err(ApiError::Internal(
+            "resourceVersion should not be set on objects to be created".into(),
+        ));
     }
-    let mut name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    let mut name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     if name.is_empty() {
-        if let Some(prefix) = meta.get("generateName").and_then(Value::as_str).filter(|p| !p.is_empty()) {
+        if let Some(prefix) = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        {
             name = format!("{prefix}{}", util::name_suffix());
             meta.insert("name".into(), json!(name));
         }
     }
     meta.insert("uid".into(), json!(util::new_uid()));
     meta.insert("creationTimestamp".into(), json!(now));
-    for server_owned in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields", "generation"] {
+    for server_owned in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+        "managedFields",
+        "generation",
+    ] {
         meta.remove(server_owned);
     }
     resources::apply_defaults(&def, &mut obj);
@@ -560,7 +711,10 @@ fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
         return Err(def.invalid(&name, causes));
     }
     let key = def.key();
-    if store.get(&key, t.namespace.as_deref().unwrap_or(""), &name).is_some() {
+    if store
+        .get(&key, t.namespace.as_deref().unwrap_or(""), &name)
+        .is_some()
+    {
         return Err(def.already_exists(&name));
     }
     let stored = store.commit(&key, EventType::Added, obj, None);
@@ -603,18 +757,32 @@ fn write_update(
     set_namespace(def, t, &mut new)?;
     let cur_rv = meta_str(&cur, "resourceVersion").to_string();
     let meta = meta_mut(&mut new);
-    match meta.get("resourceVersion").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+    match meta
+        .get("resourceVersion")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+    {
         Some(rv) if rv != cur_rv => return Err(def.conflict_modified(name)),
         Some(_) => {}
         None if require_rv && !def.unconditional_update() => {
             return Err(def.invalid(
                 name,
-                vec![Cause::invalid("metadata.resourceVersion", "0x0", "must be specified for an update")],
+                vec![Cause::invalid(
+                    "metadata.resourceVersion",
+                    "0x0",
+                    "must be specified for an update",
+                )],
             ))
         }
         None => {}
     }
-    for owned in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+    for owned in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
         match cur["metadata"].get(owned) {
             Some(v) => {
                 meta.insert(owned.into(), v.clone());
@@ -662,7 +830,9 @@ fn update(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
     let mut store = shared.store();
     let def = lookup(&store, t, "update")?;
     strip_type(&def, &t.version, &mut new)?;
-    let cur = store.get(&def.key(), t.namespace.as_deref().unwrap_or(""), name).ok_or_else(|| def.not_found(name))?;
+    let cur = store
+        .get(&def.key(), t.namespace.as_deref().unwrap_or(""), name)
+        .ok_or_else(|| def.not_found(name))?;
     let stored = write_update(req, &mut store, &def, t, cur, new, true)?;
     drop(store);
     Ok(ok_bytes(200, encode(&def, &t.version, &stored)))
@@ -670,7 +840,9 @@ fn update(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
 
 /// The patch types a resource accepts, for the 415 message (fixture 20).
 fn unsupported_patch(def: &ResourceDef) -> ApiError {
-    let mut types = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".to_string();
+    let mut types =
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+            .to_string();
     if !def.is_custom() {
         types.push_str(", application/strategic-merge-patch+json");
     }
@@ -681,18 +853,29 @@ fn unsupported_patch(def: &ResourceDef) -> ApiError {
 
 fn patch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
     let name = t.name.as_deref().unwrap_or("");
-    let content_type = req.header("content-type").unwrap_or("").split(';').next().unwrap_or("").trim().to_string();
+    let content_type = req
+        .header("content-type")
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
     let mut store = shared.store();
     let def = lookup(&store, t, "patch")?;
     let strategic = content_type == "application/strategic-merge-patch+json";
-    let supported = matches!(content_type.as_str(), "application/merge-patch+json" | "application/json-patch+json")
-        || (strategic && !def.is_custom());
+    let supported = matches!(
+        content_type.as_str(),
+        "application/merge-patch+json" | "application/json-patch+json"
+    ) || (strategic && !def.is_custom());
     if !supported {
         return Err(unsupported_patch(&def));
     }
     let body: Value = serde_json::from_slice(&req.body)
         .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
-    let cur = store.get(&def.key(), t.namespace.as_deref().unwrap_or(""), name).ok_or_else(|| def.not_found(name))?;
+    let cur = store
+        .get(&def.key(), t.namespace.as_deref().unwrap_or(""), name)
+        .ok_or_else(|| def.not_found(name))?;
     let mut doc = (*cur).clone();
     if content_type == "application/json-patch+json" {
         // JSON patch paths address the object as clients see it, with kind and apiVersion.
@@ -700,11 +883,17 @@ fn patch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
         doc["apiVersion"] = json!(def.api_version(&t.version));
         patch::json_patch(&mut doc, &body).map_err(|e| match e {
             PatchError::Malformed(m) => ApiError::BadRequest(m),
-            PatchError::Failed(m) => ApiError::invalid(&def.kind_label(), def.kind_details(name), vec![Cause::invalid("", "\"\"", &m)]),
+            PatchError::Failed(m) => ApiError::invalid(
+                &def.kind_label(),
+                def.kind_details(name),
+                vec![Cause::invalid("", "\"\"", &m)],
+            ),
         })?;
     } else {
         if !body.is_object() {
-            return Err(ApiError::BadRequest("a merge patch must be a JSON object".into()));
+            return Err(ApiError::BadRequest(
+                "a merge patch must be a JSON object".into(),
+            ));
         }
         if strategic {
             patch::strategic_merge(&mut doc, &body);
@@ -728,9 +917,14 @@ fn delete_opts(req: &Request) -> Result<DeleteOpts, ApiError> {
         parse_body(req)?
     };
     opts.uid = body["preconditions"]["uid"].as_str().map(String::from);
-    opts.resource_version = body["preconditions"]["resourceVersion"].as_str().map(String::from);
-    let policy = body["propagationPolicy"].as_str().or(req.param("propagationPolicy"));
-    let orphan = body["orphanDependents"].as_bool() == Some(true) || is_true(req.param("orphanDependents"));
+    opts.resource_version = body["preconditions"]["resourceVersion"]
+        .as_str()
+        .map(String::from);
+    let policy = body["propagationPolicy"]
+        .as_str()
+        .or(req.param("propagationPolicy"));
+    let orphan =
+        body["orphanDependents"].as_bool() == Some(true) || is_true(req.param("orphanDependents"));
     if policy == Some("Orphan") || (policy.is_none() && orphan) {
         opts.propagation = Propagation::Orphan;
     }
@@ -739,7 +933,11 @@ fn delete_opts(req: &Request) -> Result<DeleteOpts, ApiError> {
         Some(p) => Err(ApiError::invalid(
             "DeleteOptions",
             Details::default(),
-            vec![Cause::not_supported("propagationPolicy", &format!("{p:?}"), "\"Foreground\", \"Background\", \"Orphan\"")],
+            vec![Cause::not_supported(
+                "propagationPolicy",
+                &format!("{p:?}"),
+                "\"Foreground\", \"Background\", \"Orphan\"",
+            )],
         )),
     }
 }
@@ -778,25 +976,42 @@ fn delete_collection(shared: &Shared, req: &Request, t: &Target) -> Result<Reply
     let def = lookup(&store, t, "deletecollection")?;
     let (labels, fields) = selectors(req, &def, None)?;
     let key = def.key();
-    let (items, _) = store.list(&key, t.namespace.as_deref(), None, 0, |o| labels.matches_labels(o) && fields.matches_fields(o));
+    let (items, _) = store.list(&key, t.namespace.as_deref(), None, 0, |o| {
+        labels.matches_labels(o) && fields.matches_fields(o)
+    });
     let mut deleted = Vec::with_capacity(items.len());
     for item in items {
-        let (ns, name) = (meta_str(&item, "namespace").to_string(), meta_str(&item, "name").to_string());
+        let (ns, name) = (
+            meta_str(&item, "namespace").to_string(),
+            meta_str(&item, "name").to_string(),
+        );
         match store.delete(&key, &ns, &name, &opts) {
             Ok(last) => deleted.push(last),
-            Err(e) => log::debug!(error = e.to_string().as_str(); "deletecollection skipped an object"),
+            Err(e) => {
+                log::debug!(error = e.to_string().as_str(); "deletecollection skipped an object")
+            }
         }
     }
     let rv = store.rv();
     drop(store);
-    Ok(ok_bytes(200, encode_list(&def, &t.version, &deleted, rv, None)))
+    Ok(ok_bytes(
+        200,
+        encode_list(&def, &t.version, &deleted, rv, None),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn target(group: &str, version: &str, ns: Option<&str>, resource: &str, name: Option<&str>, sub: Option<&str>) -> Route {
+    fn target(
+        group: &str,
+        version: &str,
+        ns: Option<&str>,
+        resource: &str,
+        name: Option<&str>,
+        sub: Option<&str>,
+    ) -> Route {
         Route::Resource(Target {
             group: group.into(),
             version: version.into(),
@@ -809,20 +1024,41 @@ mod tests {
 
     #[test]
     fn paths_route_to_resources_and_discovery() {
-        assert_eq!(parse_route("/api/v1/pods"), target("", "v1", None, "pods", None, None));
-        assert_eq!(parse_route("/api/v1/namespaces/default/pods/p/status"), target("", "v1", Some("default"), "pods", Some("p"), Some("status")));
-        assert_eq!(parse_route("/api/v1/namespaces/foo"), target("", "v1", None, "namespaces", Some("foo"), None));
-        assert_eq!(parse_route("/api/v1/namespaces/foo/status"), target("", "v1", None, "namespaces", Some("foo"), Some("status")));
-        assert_eq!(parse_route("/api/v1/namespaces/foo/pods"), target("", "v1", Some("foo"), "pods", None, None));
+        assert_eq!(
+            parse_route("/api/v1/pods"),
+            target("", "v1", None, "pods", None, None)
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/default/pods/p/status"),
+            target("", "v1", Some("default"), "pods", Some("p"), Some("status"))
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/foo"),
+            target("", "v1", None, "namespaces", Some("foo"), None)
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/foo/status"),
+            target("", "v1", None, "namespaces", Some("foo"), Some("status"))
+        );
+        assert_eq!(
+            parse_route("/api/v1/namespaces/foo/pods"),
+            target("", "v1", Some("foo"), "pods", None, None)
+        );
         assert_eq!(
             parse_route("/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/x/immortalcontainers/e/status"),
             target("immortalcontainer.flugel.it", "v1alpha1", Some("x"), "immortalcontainers", Some("e"), Some("status"))
         );
         assert_eq!(parse_route("/apis/g"), Route::Group("g".into()));
-        assert_eq!(parse_route("/apis/g/v1"), Route::ResourceList("g".into(), "v1".into()));
+        assert_eq!(
+            parse_route("/apis/g/v1"),
+            Route::ResourceList("g".into(), "v1".into())
+        );
         assert_eq!(parse_route("/version"), Route::Version);
         assert_eq!(parse_route("/openapi/v2"), Route::Unknown);
-        assert_eq!(parse_route("/openapi/v3/apis/g/v1"), Route::OpenApi("g".into(), "v1".into()));
+        assert_eq!(
+            parse_route("/openapi/v3/apis/g/v1"),
+            Route::OpenApi("g".into(), "v1".into())
+        );
     }
 
     #[test]

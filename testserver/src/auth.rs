@@ -122,8 +122,19 @@ mod tests {
     #[test]
     fn bearer_token_selects_user_and_others_are_unknown() {
         let mut users = Users::default();
-        users.add("t1", User { name: "op".into(), rules: Some(vec![Rule::new(&["get", "list"], &["pods"])]) });
-        assert_eq!(users.authenticate(Some("Bearer t1")).map(|u| u.name.as_str()), Some("op"));
+        users.add(
+            "t1",
+            User {
+                name: "op".into(),
+                rules: Some(vec![Rule::new(&["get", "list"], &["pods"])]),
+            },
+        );
+        assert_eq!(
+            users
+                .authenticate(Some("Bearer t1"))
+                .map(|u| u.name.as_str()),
+            Some("op")
+        );
         assert!(users.authenticate(Some("Bearer nope")).is_none());
         assert!(users.authenticate(Some("Basic t1")).is_none());
         assert!(users.authenticate(None).is_none());
@@ -133,7 +144,10 @@ mod tests {
     fn rules_match_verb_and_resource_with_wildcards() {
         let u = User {
             name: "op".into(),
-            rules: Some(vec![Rule::new(&["get", "list"], &["pods"]), Rule::new(&["*"], &["immortalcontainers/status"])]),
+            rules: Some(vec![
+                Rule::new(&["get", "list"], &["pods"]),
+                Rule::new(&["*"], &["immortalcontainers/status"]),
+            ]),
         };
         assert!(u.allows("list", "pods"));
         assert!(!u.allows("delete", "pods"));
@@ -143,7 +157,14 @@ mod tests {
 
     #[test]
     fn forbidden_message_matches_fixture_26() {
-        let a = Attributes { verb: "list", group: "", resource: "pods", subresource: None, namespace: None, name: None };
+        let a = Attributes {
+            verb: "list",
+            group: "",
+            resource: "pods",
+            subresource: None,
+            namespace: None,
+            name: None,
+        };
         let v = a.forbidden("nobody").to_value();
         assert_eq!(
             v["message"],

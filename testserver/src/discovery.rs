@@ -77,7 +77,10 @@ pub fn group(name: &str, defs: &[Arc<ResourceDef>]) -> Option<Value> {
 /// `/api/v1` or `/apis/GROUP/VERSION` (fixture 01), or `None` when nothing is served there.
 pub fn resource_list(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> Option<Value> {
     let mut resources = Vec::new();
-    for d in defs.iter().filter(|d| d.group == group && d.versions.iter().any(|v| v == version)) {
+    for d in defs
+        .iter()
+        .filter(|d| d.group == group && d.versions.iter().any(|v| v == version))
+    {
         let mut r = json!({
             "name": d.plural,
             "singularName": d.singular,
@@ -105,8 +108,13 @@ pub fn resource_list(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> O
     if resources.is_empty() {
         return None;
     }
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    let mut list = json!({"kind": "APIResourceList", "groupVersion": group_version, "resources": resources});
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let mut list =
+        json!({"kind": "APIResourceList", "groupVersion": group_version, "resources": resources});
     if !group.is_empty() {
         list["apiVersion"] = json!("v1");
     }
@@ -134,7 +142,10 @@ pub fn openapi_root(defs: &[Arc<ResourceDef>]) -> Value {
     for d in defs {
         for v in &d.versions {
             let p = gv_path(&d.group, v);
-            paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}));
+            paths.insert(
+                p.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
+            );
         }
     }
     json!({"paths": paths})
@@ -144,10 +155,21 @@ pub fn openapi_root(defs: &[Arc<ResourceDef>]) -> Value {
 /// decide on server-side field validation (each resource's PATCH operation with its
 /// group-version-kind and the `fieldValidation` parameter), so `kubectl create` and
 /// `kubectl apply` validate on the server instead of downloading schemas. No schemas.
-pub fn openapi_group_version(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> Option<Value> {
+pub fn openapi_group_version(
+    group: &str,
+    version: &str,
+    defs: &[Arc<ResourceDef>],
+) -> Option<Value> {
     let mut paths = serde_json::Map::new();
-    for d in defs.iter().filter(|d| d.group == group && d.versions.iter().any(|v| v == version)) {
-        let scope = if d.namespaced { "namespaces/{namespace}/" } else { "" };
+    for d in defs
+        .iter()
+        .filter(|d| d.group == group && d.versions.iter().any(|v| v == version))
+    {
+        let scope = if d.namespaced {
+            "namespaces/{namespace}/"
+        } else {
+            ""
+        };
         let item = format!("/{}/{scope}{}/{{name}}", gv_path(group, version), d.plural);
         paths.insert(
             item,
@@ -186,7 +208,8 @@ mod tests {
 
     fn defs() -> Vec<Arc<ResourceDef>> {
         let crd: Value =
-            serde_yaml::from_str(include_str!("../../config/crd/immortalcontainers.yaml")).expect("crd yaml");
+            serde_yaml::from_str(include_str!("../../config/crd/immortalcontainers.yaml"))
+                .expect("crd yaml");
         let mut d: Vec<Arc<ResourceDef>> = builtins().into_iter().map(Arc::new).collect();
         d.push(Arc::new(from_crd(&crd).expect("crd")));
         d
@@ -196,26 +219,60 @@ mod tests {
     fn custom_group_version_lists_resource_and_status_like_fixture_01() {
         let l = resource_list("immortalcontainer.flugel.it", "v1alpha1", &defs()).expect("served");
         assert_eq!(l["resources"][0]["name"], "immortalcontainers");
-        assert_eq!(l["resources"][0]["verbs"], json!(["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]));
+        assert_eq!(
+            l["resources"][0]["verbs"],
+            json!([
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "create",
+                "update",
+                "watch"
+            ])
+        );
         assert_eq!(l["resources"][1]["name"], "immortalcontainers/status");
-        assert_eq!(l["resources"][1]["verbs"], json!(["get", "patch", "update"]));
+        assert_eq!(
+            l["resources"][1]["verbs"],
+            json!(["get", "patch", "update"])
+        );
     }
 
     #[test]
     fn openapi_v3_advertises_field_validation_on_patch() {
         let root = openapi_root(&defs());
-        assert!(root["paths"]["apis/immortalcontainer.flugel.it/v1alpha1"]["serverRelativeURL"].is_string());
-        let doc = openapi_group_version("immortalcontainer.flugel.it", "v1alpha1", &defs()).expect("served");
+        assert!(
+            root["paths"]["apis/immortalcontainer.flugel.it/v1alpha1"]["serverRelativeURL"]
+                .is_string()
+        );
+        let doc = openapi_group_version("immortalcontainer.flugel.it", "v1alpha1", &defs())
+            .expect("served");
         let p = &doc["paths"]["/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/{namespace}/immortalcontainers/{name}"];
         assert_eq!(p["patch"]["parameters"][0]["name"], "fieldValidation");
-        assert_eq!(p["patch"]["x-kubernetes-group-version-kind"]["kind"], "ImmortalContainer");
+        assert_eq!(
+            p["patch"]["x-kubernetes-group-version-kind"]["kind"],
+            "ImmortalContainer"
+        );
     }
 
     #[test]
     fn group_list_has_served_groups_only() {
         let g = group_list(&defs());
-        let names: Vec<&str> = g["groups"].as_array().expect("groups").iter().filter_map(|x| x["name"].as_str()).collect();
-        assert_eq!(names, vec!["coordination.k8s.io", "apiextensions.k8s.io", "immortalcontainer.flugel.it"]);
+        let names: Vec<&str> = g["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .filter_map(|x| x["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "coordination.k8s.io",
+                "apiextensions.k8s.io",
+                "immortalcontainer.flugel.it"
+            ]
+        );
         assert!(resource_list("apps", "v1", &defs()).is_none());
     }
 }

@@ -21,7 +21,13 @@ pub struct FailRule {
 impl Default for FailRule {
     /// One request, any verb and path, answered 500.
     fn default() -> Self {
-        FailRule { count: 1, status: 500, retry_after: None, verb: None, path_contains: None }
+        FailRule {
+            count: 1,
+            status: 500,
+            retry_after: None,
+            verb: None,
+            path_contains: None,
+        }
     }
 }
 
@@ -44,10 +50,15 @@ impl Faults {
     pub fn take(&mut self, verb: &str, target: &str) -> Option<ApiError> {
         let i = self.rules.iter().position(|r| {
             r.verb.as_deref().map_or(true, |v| v == verb)
-                && r.path_contains.as_deref().map_or(true, |p| target.contains(p))
+                && r.path_contains
+                    .as_deref()
+                    .map_or(true, |p| target.contains(p))
         })?;
         let rule = &mut self.rules[i];
-        let err = ApiError::Injected { code: rule.status, retry_after: rule.retry_after };
+        let err = ApiError::Injected {
+            code: rule.status,
+            retry_after: rule.retry_after,
+        };
         rule.count -= 1;
         if rule.count == 0 {
             self.rules.remove(i);
@@ -66,7 +77,12 @@ mod tests {
     #[test]
     fn rule_fails_exactly_count_matching_requests() {
         let mut f = Faults::default();
-        f.add(FailRule { count: 2, status: 503, verb: Some("list".into()), ..FailRule::default() });
+        f.add(FailRule {
+            count: 2,
+            status: 503,
+            verb: Some("list".into()),
+            ..FailRule::default()
+        });
         assert!(f.take("get", "/api/v1/pods").is_none());
         assert_eq!(f.take("list", "/api/v1/pods").map(|e| e.code()), Some(503));
         assert!(f.take("list", "/api/v1/pods").is_some());
@@ -76,9 +92,19 @@ mod tests {
     #[test]
     fn path_filter_and_retry_after_carry_through() {
         let mut f = Faults::default();
-        f.add(FailRule { status: 429, retry_after: Some(2), path_contains: Some("leases".into()), ..FailRule::default() });
+        f.add(FailRule {
+            status: 429,
+            retry_after: Some(2),
+            path_contains: Some("leases".into()),
+            ..FailRule::default()
+        });
         assert!(f.take("get", "/api/v1/pods").is_none());
-        let e = f.take("get", "/apis/coordination.k8s.io/v1/namespaces/default/leases/x").expect("fails");
+        let e = f
+            .take(
+                "get",
+                "/apis/coordination.k8s.io/v1/namespaces/default/leases/x",
+            )
+            .expect("fails");
         assert_eq!(e.retry_after(), Some(2));
     }
 }

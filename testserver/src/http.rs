@@ -43,12 +43,18 @@ pub struct Request {
 
 impl Request {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The first value of query parameter `name`.
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Whether the connection stays open after the response (HTTP/1.1 default).
@@ -101,7 +107,11 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 impl<S: Read + Write> Conn<S> {
     pub fn new(stream: S) -> Conn<S> {
-        Conn { stream, buf: Vec::with_capacity(8192), start: 0 }
+        Conn {
+            stream,
+            buf: Vec::with_capacity(8192),
+            start: 0,
+        }
     }
 
     /// Reads more bytes into the buffer; `Ok(false)` on end of stream.
@@ -176,7 +186,9 @@ impl<S: Read + Write> Conn<S> {
         let mut lines = head.split("\r\n");
         let request_line = lines.next().unwrap_or("");
         let mut parts = request_line.split(' ');
-        let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
+        let (Some(method), Some(target), Some(version)) =
+            (parts.next(), parts.next(), parts.next())
+        else {
             return Err(HttpError::Malformed("bad request line"));
         };
         if !version.starts_with("HTTP/1.") {
@@ -198,7 +210,10 @@ impl<S: Read + Write> Conn<S> {
             body: Vec::new(),
             http10: version == "HTTP/1.0",
         };
-        if req.header("expect").is_some_and(|e| e.eq_ignore_ascii_case("100-continue")) {
+        if req
+            .header("expect")
+            .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+        {
             self.stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
             self.stream.flush()?;
         }
@@ -208,7 +223,9 @@ impl<S: Read + Write> Conn<S> {
         if chunked {
             req.body = self.read_chunked_body()?;
         } else if let Some(len) = req.header("content-length") {
-            let n: usize = len.parse().map_err(|_| HttpError::Malformed("bad content-length"))?;
+            let n: usize = len
+                .parse()
+                .map_err(|_| HttpError::Malformed("bad content-length"))?;
             if n > MAX_BODY {
                 return Err(HttpError::TooLarge);
             }
@@ -222,7 +239,8 @@ impl<S: Read + Write> Conn<S> {
         loop {
             let line = self.read_line()?;
             let size_text = line.split(';').next().unwrap_or("").trim();
-            let size = usize::from_str_radix(size_text, 16).map_err(|_| HttpError::Malformed("bad chunk size"))?;
+            let size = usize::from_str_radix(size_text, 16)
+                .map_err(|_| HttpError::Malformed("bad chunk size"))?;
             if size == 0 {
                 // Trailers, up to the empty line.
                 while !self.read_line()?.is_empty() {}
@@ -253,7 +271,13 @@ impl<S: Read + Write> Conn<S> {
     }
 
     /// Writes a whole JSON response with Content-Length.
-    pub fn write_response(&mut self, code: u16, extra: &[(&str, String)], body: &[u8], close: bool) -> io::Result<()> {
+    pub fn write_response(
+        &mut self,
+        code: u16,
+        extra: &[(&str, String)],
+        body: &[u8],
+        close: bool,
+    ) -> io::Result<()> {
         let mut head = Self::head(code, extra);
         head.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
         if close {
@@ -329,7 +353,10 @@ mod tests {
     }
 
     fn conn(input: &str) -> Conn<Duplex> {
-        Conn::new(Duplex { input: Cursor::new(input.as_bytes().to_vec()), output: Vec::new() })
+        Conn::new(Duplex {
+            input: Cursor::new(input.as_bytes().to_vec()),
+            output: Vec::new(),
+        })
     }
 
     #[test]
@@ -358,7 +385,10 @@ mod tests {
 
     #[test]
     fn oversized_body_is_refused() {
-        let mut c = conn(&format!("POST /x HTTP/1.1\r\nContent-Length: {}\r\n\r\n", MAX_BODY + 1));
+        let mut c = conn(&format!(
+            "POST /x HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            MAX_BODY + 1
+        ));
         assert!(matches!(c.read_request(), Err(HttpError::TooLarge)));
     }
 

@@ -44,7 +44,10 @@ pub const IMMORTALCONTAINER_CRD: &str = include_str!("../../config/crd/immortalc
 
 /// Where the CRD lives in the source tree; read at start when present, so an edited CRD is
 /// served without rebuilding.
-const CRD_SOURCE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/crd/immortalcontainers.yaml");
+const CRD_SOURCE_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../config/crd/immortalcontainers.yaml"
+);
 
 /// How to start a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,29 +126,48 @@ impl TestServer {
         let store = store::Store::new(opts.history, gc_tx);
         let admin_token = util::new_token();
         let mut users = auth::Users::default();
-        users.add(&admin_token, auth::User { name: "admin".into(), rules: None });
-        let shared = Arc::new(Shared::new(store, users, opts.bookmark_interval, port, certs.config.clone()));
+        users.add(
+            &admin_token,
+            auth::User {
+                name: "admin".into(),
+                rules: None,
+            },
+        );
+        let shared = Arc::new(Shared::new(
+            store,
+            users,
+            opts.bookmark_interval,
+            port,
+            certs.config.clone(),
+        ));
 
         if opts.install_crd {
             let yaml = match &opts.crd_path {
                 Some(p) => std::fs::read_to_string(p)?,
-                None => std::fs::read_to_string(CRD_SOURCE_PATH).unwrap_or_else(|_| IMMORTALCONTAINER_CRD.to_string()),
+                None => std::fs::read_to_string(CRD_SOURCE_PATH)
+                    .unwrap_or_else(|_| IMMORTALCONTAINER_CRD.to_string()),
             };
             let crd: serde_json::Value =
                 serde_yaml::from_str(&yaml).map_err(|e| invalid_data(format!("crd yaml: {e}")))?;
-            api::create_direct(&shared, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-                .map_err(|e| invalid_data(format!("crd rejected: {e}")))?;
+            api::create_direct(
+                &shared,
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                crd,
+            )
+            .map_err(|e| invalid_data(format!("crd rejected: {e}")))?;
         }
 
         // The collector holds only a weak reference: it ends when the server is gone and
         // the store (holding the sending side) is dropped.
         let weak = Arc::downgrade(&shared);
-        std::thread::Builder::new().name("kube-testserver-gc".into()).spawn(move || {
-            while let Ok(job) = gc_rx.recv() {
-                let Some(shared) = weak.upgrade() else { break };
-                shared.store().collect(job);
-            }
-        })?;
+        std::thread::Builder::new()
+            .name("kube-testserver-gc".into())
+            .spawn(move || {
+                while let Ok(job) = gc_rx.recv() {
+                    let Some(shared) = weak.upgrade() else { break };
+                    shared.store().collect(job);
+                }
+            })?;
 
         let listener = Listener::start(shared.clone(), tcp)?;
         let server = TestServer {
@@ -193,7 +215,13 @@ impl TestServer {
     /// otherwise). Re-adding a token replaces its user.
     pub fn add_user(&self, name: &str, token: &str, rules: Vec<Rule>) {
         let mut users = self.shared.users.write().unwrap_or_else(|e| e.into_inner());
-        users.add(token, auth::User { name: name.to_string(), rules: Some(rules) });
+        users.add(
+            token,
+            auth::User {
+                name: name.to_string(),
+                rules: Some(rules),
+            },
+        );
     }
 
     /// Writes a kubeconfig for this server authenticating with `token`.
@@ -204,7 +232,10 @@ impl TestServer {
                 .authenticate(Some(&format!("Bearer {token}")))
                 .map_or_else(|| "user".to_string(), |u| u.name.clone())
         };
-        tls::write_private(path, &tls::kubeconfig(&self.url(), &self.ca_pem, &user, token))
+        tls::write_private(
+            path,
+            &tls::kubeconfig(&self.url(), &self.ca_pem, &user, token),
+        )
     }
 
     /// Ends every open watch stream abruptly: the connection closes without the final chunk.
@@ -230,7 +261,11 @@ impl TestServer {
 
     /// Closes the listener and every connection; data and certificates are kept.
     pub fn stop_listening(&self) {
-        let listener = self.listener.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(l) = listener {
             l.stop();
         }

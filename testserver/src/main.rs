@@ -46,7 +46,10 @@ fn main() {
         shown.display(),
         shown.display()
     );
-    let mut signals = match signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT]) {
+    let mut signals = match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ]) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("kube-testserver: cannot handle signals: {e}");

@@ -38,7 +38,12 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// types); other lists are replaced whole, as in a merge patch.
 fn merge_key(field: &str) -> Option<&'static str> {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env" | "imagePullSecrets" => Some("name"),
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets" => Some("name"),
         "volumeMounts" => Some("mountPath"),
         "volumeDevices" => Some("devicePath"),
         "ports" => Some("containerPort"),
@@ -68,7 +73,9 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
             (Value::Null, _, _) => {
                 t.remove(k);
             }
-            (Value::Array(items), Some(Value::Array(cur)), Some(key)) => merge_list(cur, items, key),
+            (Value::Array(items), Some(Value::Array(cur)), Some(key)) => {
+                merge_list(cur, items, key)
+            }
             (Value::Array(items), Some(Value::Array(cur)), None) if k == "finalizers" => {
                 for f in items {
                     if !cur.contains(f) {
@@ -118,7 +125,10 @@ fn merge_list(cur: &mut Vec<Value>, items: &[Value], key: &str) {
 fn strip_directives(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
-            m.iter().filter(|(k, _)| !k.starts_with('$')).map(|(k, x)| (k.clone(), strip_directives(x))).collect(),
+            m.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, x)| (k.clone(), strip_directives(x)))
+                .collect(),
         ),
         Value::Array(a) => Value::Array(a.iter().map(strip_directives).collect()),
         other => other.clone(),
@@ -133,7 +143,10 @@ fn pointer_tokens(p: &str) -> Result<Vec<String>, PatchError> {
     let rest = p
         .strip_prefix('/')
         .ok_or_else(|| PatchError::Malformed(format!("invalid JSON pointer {p:?}")))?;
-    Ok(rest.split('/').map(|t| t.replace("~1", "/").replace("~0", "~")).collect())
+    Ok(rest
+        .split('/')
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect())
 }
 
 /// The container that holds the pointer's last token, and that token.
@@ -181,9 +194,15 @@ fn add_at(doc: &mut Value, path: &str, value: Value) -> Result<(), PatchError> {
             Ok(())
         }
         Value::Array(a) => {
-            let i = if last == "-" { a.len() } else { last.parse::<usize>().unwrap_or(usize::MAX) };
+            let i = if last == "-" {
+                a.len()
+            } else {
+                last.parse::<usize>().unwrap_or(usize::MAX)
+            };
             if i > a.len() {
-                return Err(PatchError::Failed(format!("index out of range in {path:?}")));
+                return Err(PatchError::Failed(format!(
+                    "index out of range in {path:?}"
+                )));
             }
             a.insert(i, value);
             Ok(())
@@ -194,9 +213,9 @@ fn add_at(doc: &mut Value, path: &str, value: Value) -> Result<(), PatchError> {
 
 /// Applies an RFC 6902 JSON patch (add, remove, replace, move, copy, test).
 pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
-    let ops = patch
-        .as_array()
-        .ok_or_else(|| PatchError::Malformed("a JSON patch must be an array of operations".into()))?;
+    let ops = patch.as_array().ok_or_else(|| {
+        PatchError::Malformed("a JSON patch must be an array of operations".into())
+    })?;
     for op in ops {
         let path = op["path"].as_str().unwrap_or("");
         let value = || {
@@ -258,14 +277,20 @@ mod tests {
         let patch = json!({"$setElementOrder/containers": [{"name": "c"}], "metadata": {"labels": {"b": "2"}, "finalizers": ["y"]},
             "spec": {"containers": [{"name": "c", "image": "nginx:2"}, {"name": "d", "$patch": "delete"}, {"name": "e", "image": "e"}]}});
         strategic_merge(&mut pod, &patch);
-        assert_eq!(pod, json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"]}, "spec": {"containers": [
-            {"name": "c", "image": "nginx:2", "imagePullPolicy": "Always"}, {"name": "e", "image": "e"}]}}));
+        assert_eq!(
+            pod,
+            json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"]}, "spec": {"containers": [
+            {"name": "c", "image": "nginx:2", "imagePullPolicy": "Always"}, {"name": "e", "image": "e"}]}})
+        );
     }
 
     #[test]
     fn strategic_merge_deletes_from_primitive_lists_and_nulls() {
         let mut o = json!({"metadata": {"finalizers": ["x", "y"], "labels": {"a": "1"}}});
-        strategic_merge(&mut o, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["x"], "labels": {"a": null}}}));
+        strategic_merge(
+            &mut o,
+            &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["x"], "labels": {"a": null}}}),
+        );
         assert_eq!(o, json!({"metadata": {"finalizers": ["y"], "labels": {}}}));
     }
 
@@ -280,8 +305,14 @@ mod tests {
             {"op": "remove", "path": "/metadata/labels/a"}
         ]);
         json_patch(&mut d, &p).expect("applies");
-        assert_eq!(d, json!({"metadata": {"labels": {"b/c": "2"}}, "list": [9, 2, 3]}));
+        assert_eq!(
+            d,
+            json!({"metadata": {"labels": {"b/c": "2"}}, "list": [9, 2, 3]})
+        );
         let failing = json!([{"op": "test", "path": "/list/0", "value": 1}]);
-        assert!(matches!(json_patch(&mut d, &failing), Err(PatchError::Failed(_))));
+        assert!(matches!(
+            json_patch(&mut d, &failing),
+            Err(PatchError::Failed(_))
+        ));
     }
 }

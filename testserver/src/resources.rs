@@ -113,11 +113,17 @@ impl ResourceDef {
     }
 
     pub fn not_found(&self, name: &str) -> ApiError {
-        ApiError::NotFound(format!("{} {name:?} not found", self.key()), self.details(name))
+        ApiError::NotFound(
+            format!("{} {name:?} not found", self.key()),
+            self.details(name),
+        )
     }
 
     pub fn already_exists(&self, name: &str) -> ApiError {
-        ApiError::AlreadyExists(format!("{} {name:?} already exists", self.key()), self.details(name))
+        ApiError::AlreadyExists(
+            format!("{} {name:?} already exists", self.key()),
+            self.details(name),
+        )
     }
 
     /// 409 for a stale `metadata.resourceVersion` (fixture 19).
@@ -147,7 +153,10 @@ impl ResourceDef {
 
     /// The OpenAPI schema for `version`, if any.
     pub fn schema(&self, version: &str) -> Option<&Value> {
-        self.schemas.iter().find(|(v, _)| v == version).map(|(_, s)| s)
+        self.schemas
+            .iter()
+            .find(|(v, _)| v == version)
+            .map(|(_, s)| s)
     }
 }
 
@@ -178,7 +187,11 @@ fn builtin(
         list_kind: format!("{kind}List"),
         namespaced,
         short_names: short_names.iter().map(|s| s.to_string()).collect(),
-        categories: if class == Class::Pod { vec!["all".to_string()] } else { Vec::new() },
+        categories: if class == Class::Pod {
+            vec!["all".to_string()]
+        } else {
+            Vec::new()
+        },
         class,
         status_subresource: matches!(class, Class::Pod | Class::Namespace | Class::Crd),
         schemas: Vec::new(),
@@ -191,8 +204,24 @@ pub fn builtins() -> Vec<ResourceDef> {
     vec![
         builtin("", "pods", "pod", "Pod", true, &["po"], Class::Pod),
         builtin("", "events", "event", "Event", true, &["ev"], Class::Event),
-        builtin("", "namespaces", "namespace", "Namespace", false, &["ns"], Class::Namespace),
-        builtin("coordination.k8s.io", "leases", "lease", "Lease", true, &[], Class::Lease),
+        builtin(
+            "",
+            "namespaces",
+            "namespace",
+            "Namespace",
+            false,
+            &["ns"],
+            Class::Namespace,
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "leases",
+            "lease",
+            "Lease",
+            true,
+            &[],
+            Class::Lease,
+        ),
         builtin(
             "apiextensions.k8s.io",
             "customresourcedefinitions",
@@ -219,7 +248,11 @@ fn strings_at(v: &Value, path: &[&str]) -> Vec<String> {
         cur = &cur[*p];
     }
     cur.as_array()
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -242,7 +275,11 @@ pub fn from_crd(crd: &Value) -> Result<ResourceDef, Vec<Cause>> {
         causes.push(Cause::required("spec.names.kind", ""));
     }
     if scope != "Namespaced" && scope != "Cluster" {
-        causes.push(Cause::not_supported("spec.scope", &format!("{scope:?}"), "\"Cluster\", \"Namespaced\""));
+        causes.push(Cause::not_supported(
+            "spec.scope",
+            &format!("{scope:?}"),
+            "\"Cluster\", \"Namespaced\"",
+        ));
     }
     let name = str_at(crd, &["metadata", "name"]);
     if !plural.is_empty() && !group.is_empty() && name != format!("{plural}.{group}") {
@@ -259,7 +296,10 @@ pub fn from_crd(crd: &Value) -> Result<ResourceDef, Vec<Cause>> {
     let empty = Vec::new();
     let listed = spec["versions"].as_array().unwrap_or(&empty);
     if listed.is_empty() {
-        causes.push(Cause::required("spec.versions", "must have exactly one version marked as storage version"));
+        causes.push(Cause::required(
+            "spec.versions",
+            "must have exactly one version marked as storage version",
+        ));
     }
     for v in listed {
         let vname = str_at(v, &["name"]).to_string();
@@ -322,9 +362,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceDef, Vec<Cause>> {
 /// The status a freshly accepted CRD has: names accepted and established at once (a real
 /// server takes a moment; `kubectl wait --for condition=established` works on both).
 pub fn crd_status(crd: &Value, now: &str) -> Value {
-    let condition = |t: &str, reason: &str, message: &str| {
-        json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message})
-    };
+    let condition = |t: &str, reason: &str, message: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": message});
     let stored: Vec<Value> = crd["spec"]["versions"]
         .as_array()
         .map(|vs| {
@@ -346,7 +384,9 @@ pub fn crd_status(crd: &Value, now: &str) -> Value {
 
 /// The object at `m[key]`, made an empty object first if it is missing or not an object.
 pub fn obj_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    let slot = m.entry(key.to_string()).or_insert_with(|| Value::Object(Map::new()));
+    let slot = m
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
     if !slot.is_object() {
         *slot = Value::Object(Map::new());
     }
@@ -426,7 +466,11 @@ fn default_pod(obj: &mut Map<String, Value>) {
     for list in ["containers", "initContainers"] {
         if let Some(Value::Array(cs)) = spec.get_mut(list) {
             for c in cs.iter_mut().filter_map(Value::as_object_mut) {
-                let image = c.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+                let image = c
+                    .get("image")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 set_default(c, "resources", json!({}));
                 set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
                 set_default(c, "terminationMessagePolicy", json!("File"));
@@ -442,7 +486,9 @@ fn qos_class(obj: &Map<String, Value>) -> &'static str {
         .get("spec")
         .and_then(|s| s.get("containers"))
         .and_then(Value::as_array);
-    let Some(containers) = containers else { return "BestEffort" };
+    let Some(containers) = containers else {
+        return "BestEffort";
+    };
     let mut any = false;
     let mut guaranteed = true;
     for c in containers {
@@ -452,7 +498,11 @@ fn qos_class(obj: &Map<String, Value>) -> &'static str {
         any |= has(requests) || has(limits);
         for r in ["cpu", "memory"] {
             let limit = &limits[r];
-            let request = if requests[r].is_null() { limit } else { &requests[r] };
+            let request = if requests[r].is_null() {
+                limit
+            } else {
+                &requests[r]
+            };
             if limit.is_null() || request != limit {
                 guaranteed = false;
             }
@@ -471,7 +521,10 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Map<String, Value>, now: &str
     match def.class {
         Class::Pod => {
             let qos = qos_class(obj);
-            obj.insert("status".into(), json!({"phase": "Pending", "qosClass": qos}));
+            obj.insert(
+                "status".into(),
+                json!({"phase": "Pending", "qosClass": qos}),
+            );
         }
         Class::Namespace => {
             obj.insert("status".into(), json!({"phase": "Active"}));
@@ -530,7 +583,10 @@ fn bump_generation(def: &ResourceDef, old: &Value, new: &mut Map<String, Value>)
     let changed = old
         .as_object()
         .map(|o| {
-            let keys = o.keys().chain(new.keys()).filter(|k| *k != "metadata" && *k != "status");
+            let keys = o
+                .keys()
+                .chain(new.keys())
+                .filter(|k| *k != "metadata" && *k != "status");
             keys.into_iter().any(|k| o.get(k) != new.get(k))
         })
         .unwrap_or(true);
@@ -551,7 +607,11 @@ struct Typed<'a> {
 /// Appends `obj` as JSON with `kind` and `apiVersion` for `version`.
 pub fn write_object(out: &mut Vec<u8>, def: &ResourceDef, version: &str, obj: &Value) {
     let api_version = def.api_version(version);
-    let typed = Typed { kind: &def.kind, api_version: &api_version, object: obj };
+    let typed = Typed {
+        kind: &def.kind,
+        api_version: &api_version,
+        object: obj,
+    };
     // Serializing a Value into a Vec cannot fail (string keys, no I/O).
     let _ = serde_json::to_writer(&mut *out, &typed);
 }
@@ -651,8 +711,10 @@ mod tests {
     #[test]
     fn spec_change_bumps_generation_status_change_does_not() {
         let d = ic_def();
-        let old = json!({"metadata": {"generation": 1}, "spec": {"image": "a"}, "status": {"x": 1}});
-        let mut new = json!({"metadata": {"generation": 1}, "spec": {"image": "b"}, "status": {"x": 2}});
+        let old =
+            json!({"metadata": {"generation": 1}, "spec": {"image": "a"}, "status": {"x": 1}});
+        let mut new =
+            json!({"metadata": {"generation": 1}, "spec": {"image": "b"}, "status": {"x": 2}});
         let m = new.as_object_mut().expect("object");
         prepare_update(&d, &old, m);
         assert_eq!(m["metadata"]["generation"], 2);
@@ -672,6 +734,9 @@ mod tests {
         prepare_create(&defs[0], m, "2026-01-01T00:00:00Z");
         assert_eq!(m["spec"]["restartPolicy"], "Always");
         assert_eq!(m["spec"]["containers"][0]["imagePullPolicy"], "Always");
-        assert_eq!(m["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
+        assert_eq!(
+            m["status"],
+            json!({"phase": "Pending", "qosClass": "BestEffort"})
+        );
     }
 }

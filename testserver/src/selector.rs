@@ -53,14 +53,22 @@ fn parse_set(key: &str, rest: &str, op: Op) -> Result<Requirement, String> {
         .trim()
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| format!("unable to parse requirement: expected a parenthesized list after {key:?}"))?;
+        .ok_or_else(|| {
+            format!("unable to parse requirement: expected a parenthesized list after {key:?}")
+        })?;
     let values = inner.split(',').map(|v| v.trim().to_string()).collect();
-    Ok(Requirement { key: key.to_string(), op, values })
+    Ok(Requirement {
+        key: key.to_string(),
+        op,
+        values,
+    })
 }
 
 fn check_key(key: &str) -> Result<(), String> {
     if key.is_empty() || key.contains(char::is_whitespace) {
-        return Err(format!("unable to parse requirement: invalid label key {key:?}"));
+        return Err(format!(
+            "unable to parse requirement: invalid label key {key:?}"
+        ));
     }
     Ok(())
 }
@@ -75,11 +83,23 @@ impl Selector {
                 continue;
             }
             let req = if let Some(k) = t.strip_prefix('!') {
-                Requirement { key: k.trim().to_string(), op: Op::NotExists, values: Vec::new() }
+                Requirement {
+                    key: k.trim().to_string(),
+                    op: Op::NotExists,
+                    values: Vec::new(),
+                }
             } else if let Some((k, v)) = t.split_once("!=") {
-                Requirement { key: k.trim().to_string(), op: Op::NotEq, values: vec![v.trim().to_string()] }
+                Requirement {
+                    key: k.trim().to_string(),
+                    op: Op::NotEq,
+                    values: vec![v.trim().to_string()],
+                }
             } else if let Some((k, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
-                Requirement { key: k.trim().to_string(), op: Op::Eq, values: vec![v.trim().to_string()] }
+                Requirement {
+                    key: k.trim().to_string(),
+                    op: Op::Eq,
+                    values: vec![v.trim().to_string()],
+                }
             } else if let Some((k, rest)) = t.split_once(" notin ") {
                 parse_set(k.trim(), rest, Op::NotIn)?
             } else if let Some((k, rest)) = t.split_once(" in ") {
@@ -87,7 +107,11 @@ impl Selector {
             } else if t.contains(['<', '>', '(', ')', ' ']) {
                 return Err(format!("unable to parse requirement: {t:?}"));
             } else {
-                Requirement { key: t.to_string(), op: Op::Exists, values: Vec::new() }
+                Requirement {
+                    key: t.to_string(),
+                    op: Op::Exists,
+                    values: Vec::new(),
+                }
             };
             check_key(&req.key)?;
             reqs.push(req);
@@ -111,7 +135,11 @@ impl Selector {
             if !field_supported(class, key) {
                 return Err(format!("field label not supported: {key}"));
             }
-            reqs.push(Requirement { key: key.to_string(), op, values: vec![value.trim().to_string()] });
+            reqs.push(Requirement {
+                key: key.to_string(),
+                op,
+                values: vec![value.trim().to_string()],
+            });
         }
         Ok(Selector { reqs })
     }
@@ -210,7 +238,9 @@ mod tests {
         assert!(s.matches_labels(&pod(json!({"app": "b", "team": "t"}))));
         assert!(!s.matches_labels(&pod(json!({"app": "c", "team": "t"}))));
         assert!(!s.matches_labels(&pod(json!({"app": "a", "team": "t", "legacy": "1"}))));
-        assert!(Selector::parse_labels("").expect("empty").matches_labels(&pod(json!({}))));
+        assert!(Selector::parse_labels("")
+            .expect("empty")
+            .matches_labels(&pod(json!({}))));
     }
 
     #[test]
@@ -221,7 +251,8 @@ mod tests {
 
     #[test]
     fn field_selector_matches_paths_and_rejects_unknown_fields() {
-        let s = Selector::parse_fields("metadata.name=p,status.phase!=Failed", Class::Pod).expect("parse");
+        let s = Selector::parse_fields("metadata.name=p,status.phase!=Failed", Class::Pod)
+            .expect("parse");
         assert!(s.matches_fields(&pod(json!({}))));
         assert_eq!(
             Selector::parse_fields("spec.image=x", Class::Custom),

@@ -37,7 +37,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub fn new(store: Store, users: Users, bookmark_interval: Duration, port: u16, tls: Arc<rustls::ServerConfig>) -> Shared {
+    pub fn new(
+        store: Store,
+        users: Users,
+        bookmark_interval: Duration,
+        port: u16,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> Shared {
         Shared {
             store: Mutex::new(store),
             users: RwLock::new(users),
@@ -95,7 +101,11 @@ impl Listener {
         let thread = thread::Builder::new()
             .name("kube-testserver-accept".into())
             .spawn(move || accept_loop(shared, listener, flag))?;
-        Ok(Listener { stop, addr, thread: Some(thread) })
+        Ok(Listener {
+            stop,
+            addr,
+            thread: Some(thread),
+        })
     }
 
     /// Stops accepting and closes the listening socket (joins the accept thread).
@@ -186,8 +196,15 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) {
         log::trace!(method = req.method.as_str(), path = req.path.as_str(); "request");
         let keep_alive = req.keep_alive();
         match api::handle(shared, &req) {
-            Reply::Json { code, body, headers } => {
-                if conn.write_response(code, &headers, &body, !keep_alive).is_err() {
+            Reply::Json {
+                code,
+                body,
+                headers,
+            } => {
+                if conn
+                    .write_response(code, &headers, &body, !keep_alive)
+                    .is_err()
+                {
                     return;
                 }
             }

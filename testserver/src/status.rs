@@ -46,7 +46,11 @@ impl Cause {
         } else {
             format!("Required value: {detail}")
         };
-        Cause { reason: "FieldValueRequired".into(), message, field: field.into() }
+        Cause {
+            reason: "FieldValueRequired".into(),
+            message,
+            field: field.into(),
+        }
     }
 
     /// `FieldValueForbidden`: the field may not be set or changed.
@@ -145,7 +149,10 @@ impl ApiError {
             [one] => one.summary(),
             many => format!(
                 "[{}]",
-                many.iter().map(Cause::summary).collect::<Vec<_>>().join(", ")
+                many.iter()
+                    .map(Cause::summary)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         let message = format!("{kind_label} {:?} is invalid: {summary}", details.name);
@@ -201,11 +208,18 @@ impl ApiError {
             ),
             ApiError::Injected { code, retry_after } => {
                 let (reason, message) = injected_reason(*code);
-                injected_details = Details { retry_after_seconds: *retry_after, ..empty.clone() };
+                injected_details = Details {
+                    retry_after_seconds: *retry_after,
+                    ..empty.clone()
+                };
                 let details = retry_after.map(|_| &injected_details);
                 (message.to_string(), reason, details)
             }
-            ApiError::Internal(m) => (format!("Internal error occurred: {m}"), "InternalError", None),
+            ApiError::Internal(m) => (
+                format!("Internal error occurred: {m}"),
+                "InternalError",
+                None,
+            ),
         };
         let body = StatusBody {
             kind: "Status",
@@ -263,8 +277,16 @@ mod tests {
             "ImmortalContainer.immortalcontainer.flugel.it",
             d,
             vec![
-                Cause::invalid("spec.image", "\"null\"", "spec.image in body must be of type string: \"null\""),
-                Cause::invalid("spec.image", "\"\"", "spec.image in body should be at least 1 chars long"),
+                Cause::invalid(
+                    "spec.image",
+                    "\"null\"",
+                    "spec.image in body must be of type string: \"null\"",
+                ),
+                Cause::invalid(
+                    "spec.image",
+                    "\"\"",
+                    "spec.image in body should be at least 1 chars long",
+                ),
             ],
         );
         let v = e.to_value();
@@ -279,7 +301,11 @@ mod tests {
 
     #[test]
     fn injected_429_carries_retry_after_in_details() {
-        let v = ApiError::Injected { code: 429, retry_after: Some(3) }.to_value();
+        let v = ApiError::Injected {
+            code: 429,
+            retry_after: Some(3),
+        }
+        .to_value();
         assert_eq!(v["reason"], "TooManyRequests");
         assert_eq!(v["details"]["retryAfterSeconds"], 3);
         assert_eq!(v["metadata"], serde_json::json!({}));

@@ -51,7 +51,13 @@ pub struct Event {
 
 impl Event {
     pub fn new(typ: EventType, rv: u64, object: Obj, prev: Option<Obj>) -> Event {
-        Event { typ, rv, object, prev, encoded: OnceLock::new() }
+        Event {
+            typ,
+            rv,
+            object,
+            prev,
+            encoded: OnceLock::new(),
+        }
     }
 
     /// The object as JSON with `kind` and `apiVersion`, shared between watches.
@@ -96,7 +102,11 @@ pub struct DeleteOpts {
 
 impl Default for DeleteOpts {
     fn default() -> Self {
-        DeleteOpts { uid: None, resource_version: None, propagation: Propagation::Background }
+        DeleteOpts {
+            uid: None,
+            resource_version: None,
+            propagation: Propagation::Background,
+        }
     }
 }
 
@@ -110,7 +120,11 @@ pub enum NamespaceState {
 
 /// The start of a watch: what to send first, and the channel that carries what follows.
 pub enum WatchStart {
-    Started { id: u64, rx: Receiver<Arc<Event>>, backlog: Vec<Arc<Event>> },
+    Started {
+        id: u64,
+        rx: Receiver<Arc<Event>>,
+        backlog: Vec<Arc<Event>>,
+    },
     /// The requested version is older than the retained history: answer 410 in-stream.
     Expired { requested: u64, oldest: u64 },
 }
@@ -168,7 +182,11 @@ fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
 fn owner_uids(v: &Value) -> Vec<String> {
     v["metadata"]["ownerReferences"]
         .as_array()
-        .map(|refs| refs.iter().filter_map(|r| r["uid"].as_str().map(String::from)).collect())
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r["uid"].as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -195,7 +213,8 @@ impl Store {
         }
         let now = util::now_rfc3339();
         for ns in SYSTEM_NAMESPACES {
-            let mut obj = json!({"metadata": {"name": ns, "uid": util::new_uid(), "creationTimestamp": now}});
+            let mut obj =
+                json!({"metadata": {"name": ns, "uid": util::new_uid(), "creationTimestamp": now}});
             if let (Some(def), Some(m)) = (s.def_of("namespaces"), obj.as_object_mut()) {
                 resources::apply_defaults(&def, m);
                 resources::prepare_create(&def, m, &now);
@@ -225,7 +244,10 @@ impl Store {
         let key = def.key();
         self.routes.retain(|_, k| *k != key);
         for v in &def.versions {
-            self.routes.insert((def.group.clone(), v.clone(), def.plural.clone()), key.clone());
+            self.routes.insert(
+                (def.group.clone(), v.clone(), def.plural.clone()),
+                key.clone(),
+            );
         }
         match self.tables.get_mut(&key) {
             Some(t) => t.def = Arc::new(def),
@@ -237,7 +259,9 @@ impl Store {
 
     /// The resource served at `group/version/plural`, if any.
     pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
-        let key = self.routes.get(&(group.to_string(), version.to_string(), plural.to_string()))?;
+        let key = self
+            .routes
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))?;
         self.def_of(key)
     }
 
@@ -249,14 +273,20 @@ impl Store {
     }
 
     pub fn get(&self, key: &str, ns: &str, name: &str) -> Option<Obj> {
-        self.tables.get(key)?.objects.get(&(ns.to_string(), name.to_string())).cloned()
+        self.tables
+            .get(key)?
+            .objects
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// Whether a namespace exists and accepts new objects.
     pub fn namespace_state(&self, name: &str) -> NamespaceState {
         match self.get("namespaces", "", name) {
             None => NamespaceState::Missing,
-            Some(ns) if !ns["metadata"]["deletionTimestamp"].is_null() => NamespaceState::Terminating,
+            Some(ns) if !ns["metadata"]["deletionTimestamp"].is_null() => {
+                NamespaceState::Terminating
+            }
             Some(_) => NamespaceState::Active,
         }
     }
@@ -273,7 +303,9 @@ impl Store {
         keep: impl Fn(&Value) -> bool,
     ) -> (Vec<Obj>, Option<(String, String)>) {
         use std::ops::Bound;
-        let Some(table) = self.tables.get(key) else { return (Vec::new(), None) };
+        let Some(table) = self.tables.get(key) else {
+            return (Vec::new(), None);
+        };
         let lower = match (&after, ns) {
             (Some(k), _) => Bound::Excluded(k.clone()),
             (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
@@ -289,7 +321,10 @@ impl Store {
             }
             if limit > 0 && items.len() == limit {
                 let last = items.last().map(|o: &Obj| {
-                    (meta_str(o, "namespace").to_string(), meta_str(o, "name").to_string())
+                    (
+                        meta_str(o, "namespace").to_string(),
+                        meta_str(o, "name").to_string(),
+                    )
                 });
                 return (items, last);
             }
@@ -329,14 +364,19 @@ impl Store {
             let owners = owner_uids(&obj);
             let dangling = owners.iter().any(|o| !self.by_uid.contains_key(o));
             for owner in owners {
-                self.dependents.entry(owner).or_default().insert(oref.clone());
+                self.dependents
+                    .entry(owner)
+                    .or_default()
+                    .insert(oref.clone());
             }
             if dangling {
                 let _ = self.gc.send(GcJob::Dangling(oref.clone()));
             }
         }
 
-        let Some(table) = self.tables.get_mut(key) else { return obj };
+        let Some(table) = self.tables.get_mut(key) else {
+            return obj;
+        };
         match typ {
             EventType::Deleted => {
                 table.objects.remove(&(ns.clone(), name));
@@ -371,7 +411,9 @@ impl Store {
     /// away, it is removed, as the real registry does after an update.
     pub fn update(&mut self, key: &str, obj: Value, prev: Obj) -> Obj {
         let finalized = !obj["metadata"]["deletionTimestamp"].is_null()
-            && obj["metadata"]["finalizers"].as_array().map_or(true, Vec::is_empty);
+            && obj["metadata"]["finalizers"]
+                .as_array()
+                .map_or(true, Vec::is_empty);
         let stored = self.commit(key, EventType::Modified, obj, Some(prev));
         if !finalized {
             return stored;
@@ -386,7 +428,13 @@ impl Store {
     /// grace 0) then DELETED, as a pod no kubelet runs does (fixture 30); objects with
     /// finalizers only get a deletionTimestamp; namespaces terminate in the background; a CRD
     /// takes its resource and every object of it along. Returns the last state.
-    pub fn delete(&mut self, key: &str, ns: &str, name: &str, opts: &DeleteOpts) -> Result<Obj, ApiError> {
+    pub fn delete(
+        &mut self,
+        key: &str,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> Result<Obj, ApiError> {
         let def = self.def_of(key).ok_or_else(not_served)?;
         let cur = self.get(key, ns, name).ok_or_else(|| def.not_found(name))?;
         let uid = meta_str(&cur, "uid").to_string();
@@ -421,7 +469,9 @@ impl Store {
             Class::Namespace => {
                 if matches!(name, "default" | "kube-system" | "kube-public") {
                     return Err(ApiError::Forbidden(
-                        format!("namespaces {name:?} is forbidden: this namespace may not be deleted"),
+                        format!(
+                            "namespaces {name:?} is forbidden: this namespace may not be deleted"
+                        ),
                         def.details(name),
                     ));
                 }
@@ -437,7 +487,9 @@ impl Store {
             }
             _ => {}
         }
-        let has_finalizers = cur["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+        let has_finalizers = cur["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
         let last = if has_finalizers {
             return Ok(self.commit(key, EventType::Modified, next, Some(cur)));
         } else if def.class == Class::Pod {
@@ -457,10 +509,14 @@ impl Store {
     /// Stops serving the resource a CRD defines and drops every object of it (their
     /// dependents are collected), ending its watches.
     fn unserve_crd(&mut self, crd: &Value) {
-        let Ok(def) = resources::from_crd(crd) else { return };
+        let Ok(def) = resources::from_crd(crd) else {
+            return;
+        };
         let key = def.key();
         self.routes.retain(|_, k| *k != key);
-        let Some(table) = self.tables.remove(&key) else { return };
+        let Some(table) = self.tables.remove(&key) else {
+            return;
+        };
         for obj in table.objects.values() {
             let uid = meta_str(obj, "uid").to_string();
             self.by_uid.remove(&uid);
@@ -477,14 +533,22 @@ impl Store {
     pub fn collect(&mut self, job: GcJob) {
         match job {
             GcJob::OwnerDeleted(uid) => {
-                let deps: Vec<ObjRef> = self.dependents.get(&uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+                let deps: Vec<ObjRef> = self
+                    .dependents
+                    .get(&uid)
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default();
                 for dep in deps {
                     self.collect_dependent(&dep);
                 }
             }
             GcJob::Dangling(dep) => self.collect_dependent(&dep),
             GcJob::Orphan(uid) => {
-                let deps: Vec<ObjRef> = self.dependents.get(&uid).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+                let deps: Vec<ObjRef> = self
+                    .dependents
+                    .get(&uid)
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default();
                 for (key, ns, name) in deps {
                     if let Some(cur) = self.get(&key, &ns, &name) {
                         self.strip_owners(&key, cur, |o| o == uid);
@@ -498,9 +562,14 @@ impl Store {
     /// Deletes a dependent whose owners are all gone, or strips the references to the gone
     /// ones when some owner lives (what the real GC does with dangling references).
     fn collect_dependent(&mut self, (key, ns, name): &ObjRef) {
-        let Some(cur) = self.get(key, ns, name) else { return };
+        let Some(cur) = self.get(key, ns, name) else {
+            return;
+        };
         let owners = owner_uids(&cur);
-        let live: Vec<&String> = owners.iter().filter(|o| self.by_uid.contains_key(*o)).collect();
+        let live: Vec<&String> = owners
+            .iter()
+            .filter(|o| self.by_uid.contains_key(*o))
+            .collect();
         if live.len() == owners.len() {
             return;
         }
@@ -515,7 +584,10 @@ impl Store {
     fn strip_owners(&mut self, key: &str, cur: Obj, remove: impl Fn(&str) -> bool) {
         let mut next = (*cur).clone();
         let mut now_empty = false;
-        if let Some(refs) = next.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
+        if let Some(refs) = next
+            .pointer_mut("/metadata/ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
             refs.retain(|r| !remove(r["uid"].as_str().unwrap_or("")));
             now_empty = refs.is_empty();
         }
@@ -566,7 +638,10 @@ impl Store {
     /// history (fixture 28).
     pub fn watch(&mut self, key: &str, ns: Option<&str>, from: Option<u64>) -> WatchStart {
         let Some(table) = self.tables.get_mut(key) else {
-            return WatchStart::Expired { requested: from.unwrap_or(0), oldest: self.rv };
+            return WatchStart::Expired {
+                requested: from.unwrap_or(0),
+                oldest: self.rv,
+            };
         };
         let in_ns = |o: &Value| ns.map_or(true, |ns| meta_str(o, "namespace") == ns);
         let backlog = match from {
@@ -580,17 +655,29 @@ impl Store {
                 })
                 .collect(),
             Some(n) if n < table.horizon => {
-                return WatchStart::Expired { requested: n, oldest: table.horizon };
+                return WatchStart::Expired {
+                    requested: n,
+                    oldest: table.horizon,
+                };
             }
             Some(n) => {
                 let start = table.history.partition_point(|e| e.rv <= n);
-                table.history.range(start..).filter(|e| in_ns(&e.object)).cloned().collect()
+                table
+                    .history
+                    .range(start..)
+                    .filter(|e| in_ns(&e.object))
+                    .cloned()
+                    .collect()
             }
         };
         let (tx, rx) = mpsc::channel();
         let id = self.next_watch;
         self.next_watch += 1;
-        table.watchers.push(Watcher { id, namespace: ns.map(String::from), tx });
+        table.watchers.push(Watcher {
+            id,
+            namespace: ns.map(String::from),
+            tx,
+        });
         WatchStart::Started { id, rx, backlog }
     }
 
@@ -627,7 +714,10 @@ impl Store {
 
 /// 404 for a path no served resource matches (the real server's body for unknown resources).
 pub fn not_served() -> ApiError {
-    ApiError::NotFound("the server could not find the requested resource".into(), Details::default())
+    ApiError::NotFound(
+        "the server could not find the requested resource".into(),
+        Details::default(),
+    )
 }
 
 #[cfg(test)]
@@ -661,7 +751,12 @@ mod tests {
         let (mut s, _gc) = store();
         let before = s.rv();
         let a = s.commit("pods", EventType::Added, pod("a", None), None);
-        let e = s.commit("events", EventType::Added, json!({"metadata": {"name": "e", "namespace": "default", "uid": "u"}}), None);
+        let e = s.commit(
+            "events",
+            EventType::Added,
+            json!({"metadata": {"name": "e", "namespace": "default", "uid": "u"}}),
+            None,
+        );
         assert_eq!(a["metadata"]["resourceVersion"], (before + 1).to_string());
         assert_eq!(e["metadata"]["resourceVersion"], (before + 2).to_string());
     }
@@ -687,7 +782,9 @@ mod tests {
         for n in ["a", "b", "c", "d"] {
             s.commit("pods", EventType::Added, pod(n, None), None);
         }
-        assert!(matches!(s.watch("pods", None, Some(start)), WatchStart::Expired { oldest, .. } if oldest == start + 1));
+        assert!(
+            matches!(s.watch("pods", None, Some(start)), WatchStart::Expired { oldest, .. } if oldest == start + 1)
+        );
         match s.watch("pods", None, Some(start + 1)) {
             WatchStart::Started { backlog, .. } => assert_eq!(backlog.len(), 3),
             WatchStart::Expired { .. } => panic!("should resume"),
@@ -698,20 +795,40 @@ mod tests {
     fn pod_delete_is_modified_then_deleted_and_queues_gc() {
         let (mut s, gc) = store();
         let p = s.commit("pods", EventType::Added, pod("a", None), None);
-        let WatchStart::Started { rx, .. } = s.watch("pods", Some("default"), Some(s.rv())) else { panic!("watch") };
-        let last = s.delete("pods", "default", "a", &DeleteOpts::default()).expect("delete");
+        let WatchStart::Started { rx, .. } = s.watch("pods", Some("default"), Some(s.rv())) else {
+            panic!("watch")
+        };
+        let last = s
+            .delete("pods", "default", "a", &DeleteOpts::default())
+            .expect("delete");
         assert_eq!(last["metadata"]["deletionGracePeriodSeconds"], 0);
         let types: Vec<EventType> = rx.try_iter().map(|e| e.typ).collect();
         assert_eq!(types, vec![EventType::Modified, EventType::Deleted]);
-        assert_eq!(gc.try_recv().ok(), Some(GcJob::OwnerDeleted(p["metadata"]["uid"].as_str().unwrap_or("").into())));
+        assert_eq!(
+            gc.try_recv().ok(),
+            Some(GcJob::OwnerDeleted(
+                p["metadata"]["uid"].as_str().unwrap_or("").into()
+            ))
+        );
     }
 
     #[test]
     fn dependent_without_live_owner_is_collected() {
         let (mut s, gc) = store();
-        let owner = s.commit("events", EventType::Added, json!({"metadata": {"name": "o", "namespace": "default", "uid": "owner-1"}}), None);
-        s.commit("pods", EventType::Added, pod("child", Some("owner-1")), None);
-        s.delete("events", "default", "o", &DeleteOpts::default()).expect("delete owner");
+        let owner = s.commit(
+            "events",
+            EventType::Added,
+            json!({"metadata": {"name": "o", "namespace": "default", "uid": "owner-1"}}),
+            None,
+        );
+        s.commit(
+            "pods",
+            EventType::Added,
+            pod("child", Some("owner-1")),
+            None,
+        );
+        s.delete("events", "default", "o", &DeleteOpts::default())
+            .expect("delete owner");
         let _ = owner;
         for job in gc.try_iter().collect::<Vec<_>>() {
             s.collect(job);
@@ -723,8 +840,13 @@ mod tests {
     fn delete_with_stale_uid_precondition_conflicts() {
         let (mut s, _gc) = store();
         s.commit("pods", EventType::Added, pod("a", None), None);
-        let opts = DeleteOpts { uid: Some("0".into()), ..DeleteOpts::default() };
-        let err = s.delete("pods", "default", "a", &opts).expect_err("conflict");
+        let opts = DeleteOpts {
+            uid: Some("0".into()),
+            ..DeleteOpts::default()
+        };
+        let err = s
+            .delete("pods", "default", "a", &opts)
+            .expect_err("conflict");
         assert_eq!(err.code(), 409);
     }
 }

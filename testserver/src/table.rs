@@ -37,7 +37,11 @@ fn age(ts: &Value) -> Value {
 /// Evaluates the JSONPath forms printer columns use: `.a.b`, `.a[0].b`, `.a[*].b` and
 /// `.a[?(@.k=="v")].b`. Returns every match.
 pub fn json_path<'a>(root: &'a Value, path: &str) -> Vec<&'a Value> {
-    let path = path.trim().trim_start_matches('{').trim_end_matches('}').trim_start_matches('$');
+    let path = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim_start_matches('$');
     let mut cur: Vec<&Value> = vec![root];
     let mut rest = path;
     while !rest.is_empty() {
@@ -47,19 +51,27 @@ pub fn json_path<'a>(root: &'a Value, path: &str) -> Vec<&'a Value> {
             cur = cur.into_iter().filter_map(|v| v.get(field)).collect();
             rest = &r[end..];
         } else if let Some(r) = rest.strip_prefix('[') {
-            let Some(end) = r.find(']') else { return Vec::new() };
+            let Some(end) = r.find(']') else {
+                return Vec::new();
+            };
             let inner = &r[..end];
             rest = &r[end + 1..];
             let items = cur.into_iter().filter_map(Value::as_array).flatten();
             cur = if inner == "*" {
                 items.collect()
-            } else if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
-                let Some((key, want)) = filter.split_once("==") else { return Vec::new() };
+            } else if let Some(filter) =
+                inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')'))
+            {
+                let Some((key, want)) = filter.split_once("==") else {
+                    return Vec::new();
+                };
                 let want = want.trim().trim_matches('"').trim_matches('\'');
                 let key = key.trim();
                 // Non-string values compare as the JSON they are written as (`@.n==1`).
                 let parsed: Option<Value> = serde_json::from_str(want).ok();
-                items.filter(|v| v[key].as_str() == Some(want) || parsed.as_ref() == Some(&v[key])).collect()
+                items
+                    .filter(|v| v[key].as_str() == Some(want) || parsed.as_ref() == Some(&v[key]))
+                    .collect()
             } else if let Ok(i) = inner.parse::<usize>() {
                 let all: Vec<&Value> = items.collect();
                 all.get(i).copied().into_iter().collect()
@@ -85,16 +97,30 @@ fn cell(type_: &str, v: Option<&Value>) -> Value {
 
 fn pod_cells(o: &Value) -> Vec<Value> {
     let total = o["spec"]["containers"].as_array().map_or(0, Vec::len);
-    let statuses = o["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
-    let ready = statuses.iter().filter(|s| s["ready"].as_bool() == Some(true)).count();
-    let restarts: i64 = statuses.iter().filter_map(|s| s["restartCount"].as_i64()).sum();
-    let waiting = statuses.iter().find_map(|s| s["state"]["waiting"]["reason"].as_str());
+    let statuses = o["status"]["containerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ready = statuses
+        .iter()
+        .filter(|s| s["ready"].as_bool() == Some(true))
+        .count();
+    let restarts: i64 = statuses
+        .iter()
+        .filter_map(|s| s["restartCount"].as_i64())
+        .sum();
+    let waiting = statuses
+        .iter()
+        .find_map(|s| s["state"]["waiting"]["reason"].as_str());
     let status = if !o["metadata"]["deletionTimestamp"].is_null() {
         "Terminating".to_string()
     } else if let Some(w) = waiting {
         w.to_string()
     } else {
-        o["status"]["phase"].as_str().unwrap_or("Unknown").to_string()
+        o["status"]["phase"]
+            .as_str()
+            .unwrap_or("Unknown")
+            .to_string()
     };
     vec![
         o["metadata"]["name"].clone(),
@@ -113,36 +139,93 @@ fn layout(def: &ResourceDef) -> (Vec<Value>, RowFn<'_>) {
     let name = || column("Name", "string", "name");
     match def.class {
         Class::Pod => (
-            vec![name(), column("Ready", "string", ""), column("Status", "string", ""), column("Restarts", "integer", ""), column("Age", "string", "")],
+            vec![
+                name(),
+                column("Ready", "string", ""),
+                column("Status", "string", ""),
+                column("Restarts", "integer", ""),
+                column("Age", "string", ""),
+            ],
             Box::new(pod_cells),
         ),
         Class::Namespace => (
-            vec![name(), column("Status", "string", ""), column("Age", "string", "")],
-            Box::new(|o: &Value| vec![o["metadata"]["name"].clone(), o["status"]["phase"].clone(), age(&o["metadata"]["creationTimestamp"])]),
+            vec![
+                name(),
+                column("Status", "string", ""),
+                column("Age", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    o["status"]["phase"].clone(),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
         ),
         Class::Event => (
-            vec![column("Last Seen", "string", ""), column("Type", "string", ""), column("Reason", "string", ""), column("Object", "string", ""), column("Message", "string", ""), wide(column("Name", "string", "name"))],
+            vec![
+                column("Last Seen", "string", ""),
+                column("Type", "string", ""),
+                column("Reason", "string", ""),
+                column("Object", "string", ""),
+                column("Message", "string", ""),
+                wide(column("Name", "string", "name")),
+            ],
             Box::new(|o: &Value| {
-                let seen = if o["lastTimestamp"].is_null() { &o["eventTime"] } else { &o["lastTimestamp"] };
+                let seen = if o["lastTimestamp"].is_null() {
+                    &o["eventTime"]
+                } else {
+                    &o["lastTimestamp"]
+                };
                 let obj = format!(
                     "{}/{}",
-                    o["involvedObject"]["kind"].as_str().unwrap_or("").to_lowercase(),
+                    o["involvedObject"]["kind"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_lowercase(),
                     o["involvedObject"]["name"].as_str().unwrap_or("")
                 );
-                vec![age(seen), o["type"].clone(), o["reason"].clone(), json!(obj), o["message"].clone(), o["metadata"]["name"].clone()]
+                vec![
+                    age(seen),
+                    o["type"].clone(),
+                    o["reason"].clone(),
+                    json!(obj),
+                    o["message"].clone(),
+                    o["metadata"]["name"].clone(),
+                ]
             }),
         ),
         Class::Lease => (
-            vec![name(), column("Holder", "string", ""), column("Age", "string", "")],
-            Box::new(|o: &Value| vec![o["metadata"]["name"].clone(), o["spec"]["holderIdentity"].clone(), age(&o["metadata"]["creationTimestamp"])]),
+            vec![
+                name(),
+                column("Holder", "string", ""),
+                column("Age", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    o["spec"]["holderIdentity"].clone(),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
         ),
         Class::Crd => (
             vec![name(), column("Created At", "date", "")],
-            Box::new(|o: &Value| vec![o["metadata"]["name"].clone(), o["metadata"]["creationTimestamp"].clone()]),
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    o["metadata"]["creationTimestamp"].clone(),
+                ]
+            }),
         ),
         Class::Custom if def.columns.is_empty() => (
             vec![name(), column("Age", "date", "")],
-            Box::new(|o: &Value| vec![o["metadata"]["name"].clone(), age(&o["metadata"]["creationTimestamp"])]),
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
         ),
         Class::Custom => {
             let mut cols = vec![name()];
@@ -163,7 +246,14 @@ fn layout(def: &ResourceDef) -> (Vec<Value>, RowFn<'_>) {
 
 /// A `meta.k8s.io/v1` Table of `objs`. `include` is the `includeObject` parameter: `None`,
 /// `Object` (the full object) or, by default, `Metadata` (a PartialObjectMetadata).
-pub fn render(def: &ResourceDef, version: &str, objs: &[Obj], rv: u64, cont: Option<&str>, include: Option<&str>) -> Value {
+pub fn render(
+    def: &ResourceDef,
+    version: &str,
+    objs: &[Obj],
+    rv: u64,
+    cont: Option<&str>,
+    include: Option<&str>,
+) -> Value {
     let (columns, cells) = layout(def);
     let rows: Vec<Value> = objs
         .iter()
@@ -198,8 +288,14 @@ mod tests {
         let o = json!({"spec": {"image": "nginx"}, "status": {"conditions": [
             {"type": "Other", "status": "False"}, {"type": "Ready", "status": "True"}]}});
         assert_eq!(json_path(&o, ".spec.image"), vec![&json!("nginx")]);
-        assert_eq!(json_path(&o, ".status.conditions[?(@.type==\"Ready\")].status"), vec![&json!("True")]);
-        assert_eq!(json_path(&o, ".status.conditions[0].type"), vec![&json!("Other")]);
+        assert_eq!(
+            json_path(&o, ".status.conditions[?(@.type==\"Ready\")].status"),
+            vec![&json!("True")]
+        );
+        assert_eq!(
+            json_path(&o, ".status.conditions[0].type"),
+            vec![&json!("Other")]
+        );
         assert_eq!(json_path(&o, ".status.conditions[*].type").len(), 2);
         assert!(json_path(&o, ".status.currentPod").is_empty());
     }
@@ -207,14 +303,28 @@ mod tests {
     #[test]
     fn custom_resource_table_uses_printer_columns() {
         let crd: Value =
-            serde_yaml::from_str(include_str!("../../config/crd/immortalcontainers.yaml")).expect("crd yaml");
+            serde_yaml::from_str(include_str!("../../config/crd/immortalcontainers.yaml"))
+                .expect("crd yaml");
         let def = resources::from_crd(&crd).expect("crd");
-        let o: Obj = std::sync::Arc::new(json!({"metadata": {"name": "x", "creationTimestamp": util::now_rfc3339()},
-            "spec": {"image": "nginx"}, "status": {"currentPod": "x-immortalpod", "startTimes": 2}}));
+        let o: Obj = std::sync::Arc::new(
+            json!({"metadata": {"name": "x", "creationTimestamp": util::now_rfc3339()},
+            "spec": {"image": "nginx"}, "status": {"currentPod": "x-immortalpod", "startTimes": 2}}),
+        );
         let t = render(&def, "v1alpha1", &[o], 7, None, None);
-        let names: Vec<&str> = t["columnDefinitions"].as_array().expect("cols").iter().filter_map(|c| c["name"].as_str()).collect();
-        assert_eq!(names, vec!["Name", "Image", "Pod", "Starts", "Ready", "Age"]);
-        assert_eq!(t["rows"][0]["cells"], json!(["x", "nginx", "x-immortalpod", 2, null, "0s"]));
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .expect("cols")
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            vec!["Name", "Image", "Pod", "Starts", "Ready", "Age"]
+        );
+        assert_eq!(
+            t["rows"][0]["cells"],
+            json!(["x", "nginx", "x-immortalpod", 2, null, "0s"])
+        );
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     }
 }

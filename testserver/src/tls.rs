@@ -23,19 +23,34 @@ fn other(e: impl std::fmt::Display) -> io::Error {
 /// Generates a CA and a server certificate signed by it, valid for IP 127.0.0.1 and DNS
 /// localhost (what kubeconfig's `server: https://127.0.0.1:PORT` is checked against).
 pub fn generate() -> io::Result<Certs> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType,
+    };
     let ca_key = KeyPair::generate().map_err(other)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(other)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "kube-testserver-ca");
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-testserver-ca");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let ca = ca_params.self_signed(&ca_key).map_err(other)?;
 
     let key = KeyPair::generate().map_err(other)?;
     let mut params = CertificateParams::new(vec!["localhost".to_string()]).map_err(other)?;
-    params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-    params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let cert = params.signed_by(&key, &ca, &ca_key).map_err(other)?;
 
@@ -107,11 +122,20 @@ mod tests {
     fn kubeconfig_names_server_token_and_current_context() {
         let k = kubeconfig("https://127.0.0.1:1234", "PEM", "admin", "tok");
         let v: serde_yaml::Value = serde_yaml::from_str(&k).expect("yaml");
-        assert_eq!(v["clusters"][0]["cluster"]["server"].as_str(), Some("https://127.0.0.1:1234"));
-        assert_eq!(v["clusters"][0]["cluster"]["certificate-authority-data"].as_str(), Some("UEVN"));
+        assert_eq!(
+            v["clusters"][0]["cluster"]["server"].as_str(),
+            Some("https://127.0.0.1:1234")
+        );
+        assert_eq!(
+            v["clusters"][0]["cluster"]["certificate-authority-data"].as_str(),
+            Some("UEVN")
+        );
         assert_eq!(v["users"][0]["user"]["token"].as_str(), Some("tok"));
         assert_eq!(v["current-context"].as_str(), Some("kube-testserver"));
-        assert_eq!(v["contexts"][0]["context"]["namespace"].as_str(), Some("default"));
+        assert_eq!(
+            v["contexts"][0]["context"]["namespace"].as_str(),
+            Some("default")
+        );
     }
 
     #[test]

@@ -97,7 +97,10 @@ pub fn random_bytes(buf: &mut [u8]) {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut x = nanos ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed).rotate_left(32);
+    let mut x = nanos
+        ^ COUNTER
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .rotate_left(32);
     for b in buf.iter_mut() {
         // splitmix64 step
         x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -115,7 +118,14 @@ pub fn new_uid() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h = hex(&b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// A random bearer token (32 hex characters).
@@ -131,7 +141,9 @@ pub fn name_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut b = [0u8; 5];
     random_bytes(&mut b);
-    b.iter().map(|x| ALPHABET[*x as usize % ALPHABET.len()] as char).collect()
+    b.iter()
+        .map(|x| ALPHABET[*x as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 /// Lowercase hex of `bytes`.
@@ -161,7 +173,11 @@ pub fn base64(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -183,7 +199,10 @@ pub fn percent_decode(s: &str, plus_is_space: bool) -> String {
     while i < b.len() {
         match b[i] {
             b'%' => {
-                match s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                match s
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
                     Some(v) => {
                         out.push(v);
                         i += 3;
@@ -227,7 +246,10 @@ mod tests {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(1_795_352_323), "2026-11-22T12:58:43Z");
         assert_eq!(parse_rfc3339("2026-11-22T12:58:43Z"), Some(1_795_352_323));
-        assert_eq!(parse_rfc3339("2024-02-29T00:00:00.000000Z"), Some(1_709_164_800));
+        assert_eq!(
+            parse_rfc3339("2024-02-29T00:00:00.000000Z"),
+            Some(1_709_164_800)
+        );
         assert_eq!(parse_rfc3339("garbage"), None);
     }
 

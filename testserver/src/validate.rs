@@ -61,7 +61,8 @@ fn is_label_value_shape(s: &str) -> bool {
     b.is_empty()
         || (b[0].is_ascii_alphanumeric()
             && b[b.len() - 1].is_ascii_alphanumeric()
-            && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')))
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')))
 }
 
 /// Errors of a label value: empty, or at most 63 characters of the label-value shape.
@@ -93,7 +94,11 @@ pub fn qualified_name_errors(k: &str) -> Vec<String> {
         if p.is_empty() {
             errs.push("prefix part must be non-empty".to_string());
         } else {
-            errs.extend(subdomain_errors(p).into_iter().map(|e| format!("prefix part {e}")));
+            errs.extend(
+                subdomain_errors(p)
+                    .into_iter()
+                    .map(|e| format!("prefix part {e}")),
+            );
         }
     }
     if name.is_empty() {
@@ -114,9 +119,16 @@ pub fn validate_metadata(def: &ResourceDef, meta: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     let name = meta["name"].as_str().unwrap_or("");
     if name.is_empty() {
-        causes.push(Cause::required("metadata.name", "name or generateName is required"));
+        causes.push(Cause::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
     } else {
-        let errs = if def.class == Class::Namespace { label_errors(name) } else { subdomain_errors(name) };
+        let errs = if def.class == Class::Namespace {
+            label_errors(name)
+        } else {
+            subdomain_errors(name)
+        };
         for e in errs {
             causes.push(Cause::invalid("metadata.name", &quote(name), &e));
         }
@@ -132,7 +144,11 @@ pub fn validate_metadata(def: &ResourceDef, meta: &Value) -> Vec<Cause> {
                         causes.push(Cause::invalid("metadata.labels", &quote(s), &e));
                     }
                 }
-                None => causes.push(Cause::invalid("metadata.labels", &v.to_string(), "must be a string")),
+                None => causes.push(Cause::invalid(
+                    "metadata.labels",
+                    &v.to_string(),
+                    "must be a string",
+                )),
             }
         }
     }
@@ -145,13 +161,22 @@ pub fn validate_metadata(def: &ResourceDef, meta: &Value) -> Vec<Cause> {
             total += k.len() + v.as_str().map_or(0, str::len);
         }
         if total > 256 * 1024 {
-            causes.push(Cause::invalid("metadata.annotations", "\"\"", "must have at most 262144 bytes"));
+            causes.push(Cause::invalid(
+                "metadata.annotations",
+                "\"\"",
+                "must have at most 262144 bytes",
+            ));
         }
     }
     if let Some(refs) = meta["ownerReferences"].as_array() {
         let mut controllers = Vec::new();
         for r in refs {
-            for (field, what) in [("apiVersion", "version"), ("kind", "kind"), ("name", "name"), ("uid", "uid")] {
+            for (field, what) in [
+                ("apiVersion", "version"),
+                ("kind", "kind"),
+                ("name", "name"),
+                ("uid", "uid"),
+            ] {
                 let v = r[field].as_str().unwrap_or("");
                 if v.is_empty() {
                     causes.push(Cause::invalid(
@@ -187,7 +212,9 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
         Class::Custom => match def.schema(version) {
             Some(schema) => {
                 let mut causes = Vec::new();
-                if let (Some(props), Some(map)) = (schema["properties"].as_object(), obj.as_object()) {
+                if let (Some(props), Some(map)) =
+                    (schema["properties"].as_object(), obj.as_object())
+                {
                     for req in required_of(schema) {
                         if map.get(req).map_or(true, Value::is_null) {
                             causes.push(Cause::required(req, ""));
@@ -211,7 +238,11 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
             let involved = obj["involvedObject"]["namespace"].as_str().unwrap_or("");
             let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
             if !involved.is_empty() && involved != ns {
-                vec![Cause::invalid("involvedObject.namespace", &quote(involved), "does not match event.namespace")]
+                vec![Cause::invalid(
+                    "involvedObject.namespace",
+                    &quote(involved),
+                    "does not match event.namespace",
+                )]
             } else {
                 Vec::new()
             }
@@ -222,7 +253,10 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
 
 fn validate_pod(obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
-    let containers = obj["spec"]["containers"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let containers = obj["spec"]["containers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     if containers.is_empty() {
         causes.push(Cause::required("spec.containers", ""));
     }
@@ -262,7 +296,10 @@ pub fn validate_pod_update(old: &Value, new: &Value) -> Vec<Cause> {
     let mut b = new["spec"].clone();
     for list in ["containers", "initContainers"] {
         // `get_mut`, not `[]`: indexing a Value mutably inserts a null for a missing key.
-        if let (Some(ac), Some(bc)) = (a.get_mut(list).and_then(Value::as_array_mut), b.get(list).and_then(Value::as_array)) {
+        if let (Some(ac), Some(bc)) = (
+            a.get_mut(list).and_then(Value::as_array_mut),
+            b.get(list).and_then(Value::as_array),
+        ) {
             for (x, y) in ac.iter_mut().zip(bc.iter()) {
                 if x.is_object() {
                     x["image"] = y["image"].clone();
@@ -372,7 +409,10 @@ pub fn schema_walk(schema: &Value, value: &Value, path: &str, causes: &mut Vec<C
                 causes.push(Cause::invalid(
                     path,
                     &value.to_string(),
-                    &format!("{path} in body should be greater than or equal to {}", schema["minimum"]),
+                    &format!(
+                        "{path} in body should be greater than or equal to {}",
+                        schema["minimum"]
+                    ),
                 ));
             }
         }
@@ -381,7 +421,10 @@ pub fn schema_walk(schema: &Value, value: &Value, path: &str, causes: &mut Vec<C
                 causes.push(Cause::invalid(
                     path,
                     &value.to_string(),
-                    &format!("{path} in body should be less than or equal to {}", schema["maximum"]),
+                    &format!(
+                        "{path} in body should be less than or equal to {}",
+                        schema["maximum"]
+                    ),
                 ));
             }
         }
@@ -389,7 +432,11 @@ pub fn schema_walk(schema: &Value, value: &Value, path: &str, causes: &mut Vec<C
     if let Some(allowed) = schema["enum"].as_array() {
         if !allowed.contains(value) {
             let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
-            causes.push(Cause::not_supported(path, &value.to_string(), &list.join(", ")));
+            causes.push(Cause::not_supported(
+                path,
+                &value.to_string(),
+                &list.join(", "),
+            ));
         }
     }
     match value {
@@ -425,10 +472,15 @@ pub fn schema_walk(schema: &Value, value: &Value, path: &str, causes: &mut Vec<C
                     .unwrap_or_default();
                 let mut seen: Vec<Map<String, Value>> = Vec::new();
                 for (i, v) in items.iter().enumerate() {
-                    let key: Map<String, Value> =
-                        keys.iter().map(|k| (k.to_string(), v[*k].clone())).collect();
+                    let key: Map<String, Value> = keys
+                        .iter()
+                        .map(|k| (k.to_string(), v[*k].clone()))
+                        .collect();
                     if seen.contains(&key) {
-                        causes.push(Cause::duplicate(&format!("{path}[{i}]"), &Value::Object(key).to_string()));
+                        causes.push(Cause::duplicate(
+                            &format!("{path}[{i}]"),
+                            &Value::Object(key).to_string(),
+                        ));
                     } else {
                         seen.push(key);
                     }
@@ -448,11 +500,19 @@ pub fn prune(schema: &Value, value: &mut Value, path: &str, removed: &mut Vec<St
         return;
     }
     let root = path.is_empty();
-    let child = |k: &str| if root { k.to_string() } else { format!("{path}.{k}") };
+    let child = |k: &str| {
+        if root {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
     match value {
         Value::Object(map) => {
             let props = schema["properties"].as_object();
-            let additional = schema.get("additionalProperties").filter(|s| s.is_object() || s.as_bool() == Some(true));
+            let additional = schema
+                .get("additionalProperties")
+                .filter(|s| s.is_object() || s.as_bool() == Some(true));
             map.retain(|k, _| {
                 let keep = (root && (k == "metadata" || k == "apiVersion" || k == "kind"))
                     || props.is_some_and(|p| p.contains_key(k))
@@ -491,7 +551,8 @@ mod tests {
 
     fn ic_schema() -> Value {
         let crd: Value =
-            serde_yaml::from_str(include_str!("../../config/crd/immortalcontainers.yaml")).expect("crd yaml");
+            serde_yaml::from_str(include_str!("../../config/crd/immortalcontainers.yaml"))
+                .expect("crd yaml");
         crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
     }
 
@@ -518,17 +579,33 @@ mod tests {
     fn empty_image_gives_both_causes_of_fixture_07() {
         let schema = ic_schema();
         let mut causes = Vec::new();
-        schema_walk(&schema["properties"]["spec"], &json!({"image": ""}), "spec", &mut causes);
+        schema_walk(
+            &schema["properties"]["spec"],
+            &json!({"image": ""}),
+            "spec",
+            &mut causes,
+        );
         assert_eq!(causes.len(), 2);
-        assert_eq!(causes[0].message, "Invalid value: \"null\": spec.image in body must be of type string: \"null\"");
-        assert_eq!(causes[1].message, "Invalid value: \"\": spec.image in body should be at least 1 chars long");
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"null\": spec.image in body must be of type string: \"null\""
+        );
+        assert_eq!(
+            causes[1].message,
+            "Invalid value: \"\": spec.image in body should be at least 1 chars long"
+        );
     }
 
     #[test]
     fn missing_image_is_required() {
         let schema = ic_schema();
         let mut causes = Vec::new();
-        schema_walk(&schema["properties"]["spec"], &json!({}), "spec", &mut causes);
+        schema_walk(
+            &schema["properties"]["spec"],
+            &json!({}),
+            "spec",
+            &mut causes,
+        );
         assert_eq!(causes, vec![Cause::required("spec.image", "")]);
     }
 
@@ -539,10 +616,22 @@ mod tests {
             {"type": "Ready", "status": "Maybe", "lastTransitionTime": "t", "reason": "r", "message": "m"},
             {"type": "Ready", "status": "True", "lastTransitionTime": "t", "reason": "r", "message": "m"}]});
         let mut causes = Vec::new();
-        schema_walk(&schema["properties"]["status"], &status, "status", &mut causes);
+        schema_walk(
+            &schema["properties"]["status"],
+            &status,
+            "status",
+            &mut causes,
+        );
         let mut reasons: Vec<&str> = causes.iter().map(|c| c.reason.as_str()).collect();
         reasons.sort();
-        assert_eq!(reasons, vec!["FieldValueDuplicate", "FieldValueInvalid", "FieldValueNotSupported"]);
+        assert_eq!(
+            reasons,
+            vec![
+                "FieldValueDuplicate",
+                "FieldValueInvalid",
+                "FieldValueNotSupported"
+            ]
+        );
     }
 
     #[test]
@@ -551,7 +640,10 @@ mod tests {
         let mut v = json!({"metadata": {"name": "x", "whatever": 1}, "spec": {"image": "a", "extra": 1}, "junk": true});
         let mut removed = Vec::new();
         prune(&schema, &mut v, "", &mut removed);
-        assert_eq!(v, json!({"metadata": {"name": "x", "whatever": 1}, "spec": {"image": "a"}}));
+        assert_eq!(
+            v,
+            json!({"metadata": {"name": "x", "whatever": 1}, "spec": {"image": "a"}})
+        );
         assert_eq!(removed, vec!["junk".to_string(), "spec.extra".to_string()]);
     }
 

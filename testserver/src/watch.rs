@@ -6,8 +6,8 @@ use crate::resources::{self, ResourceDef};
 use crate::selector::Selector;
 use crate::server::Shared;
 use crate::status::ApiError;
-use crate::table;
 use crate::store::{Event, EventType};
+use crate::table;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -17,7 +17,11 @@ use std::time::{Duration, Instant};
 /// How the watch starts.
 pub enum Start {
     /// Registered: send `backlog`, then what arrives on `rx`.
-    Started { id: u64, rx: Receiver<Arc<Event>>, backlog: Vec<Arc<Event>> },
+    Started {
+        id: u64,
+        rx: Receiver<Arc<Event>>,
+        backlog: Vec<Arc<Event>>,
+    },
     /// The requested version is too old: one in-stream ERROR event, then a clean end
     /// (fixture 28).
     Expired(ApiError),
@@ -105,7 +109,14 @@ impl<S: Read + Write> Stream<'_, S> {
         };
         let bytes = match &self.plan.table {
             Some(include) => {
-                let mut t = table::render(&self.plan.def, &self.plan.version, &[object], ev.rv, None, include.as_deref());
+                let mut t = table::render(
+                    &self.plan.def,
+                    &self.plan.version,
+                    &[object],
+                    ev.rv,
+                    None,
+                    include.as_deref(),
+                );
                 // Column definitions only once, as the real server sends them.
                 if self.sent_columns {
                     t["columnDefinitions"] = Value::Array(Vec::new());
@@ -113,7 +124,9 @@ impl<S: Read + Write> Stream<'_, S> {
                 self.sent_columns = true;
                 serde_json::to_vec(&t).unwrap_or_default()
             }
-            None if Arc::ptr_eq(&object, &ev.object) && self.plan.version == self.plan.def.preferred_version() => {
+            None if Arc::ptr_eq(&object, &ev.object)
+                && self.plan.version == self.plan.def.preferred_version() =>
+            {
                 ev.encoded(&self.plan.def).to_vec()
             }
             None => resources::encode_object(&self.plan.def, &self.plan.version, &object),
@@ -141,28 +154,48 @@ fn next_bookmark(now: Instant, interval: Duration, deadline: Instant) -> Option<
 }
 
 /// Streams the watch on `conn` until it times out, is dropped, or the client goes away.
-pub fn serve<S: Read + Write>(shared: &Shared, conn: &mut Conn<S>, plan: WatchPlan, key: String) -> Ended {
+pub fn serve<S: Read + Write>(
+    shared: &Shared,
+    conn: &mut Conn<S>,
+    plan: WatchPlan,
+    key: String,
+) -> Ended {
     if conn.start_chunked(200).is_err() {
         return Ended::Dropped;
     }
     let (id, rx, backlog) = match &plan.start {
         Start::Expired(err) => {
             let status = serde_json::to_vec(&err.to_value()).unwrap_or_default();
-            let ok = conn.write_chunk(&frame("ERROR", &status)).and_then(|_| conn.end_chunked());
-            return if ok.is_ok() { Ended::Clean } else { Ended::Dropped };
+            let ok = conn
+                .write_chunk(&frame("ERROR", &status))
+                .and_then(|_| conn.end_chunked());
+            return if ok.is_ok() {
+                Ended::Clean
+            } else {
+                Ended::Dropped
+            };
         }
         Start::Started { id, rx, backlog } => (*id, rx, backlog),
     };
     let _registration = Registration { shared, key, id };
     let started = Instant::now();
     let deadline = started + plan.timeout;
-    let mut stream = Stream { conn, plan: &plan, last_rv: plan.from, sent_columns: false };
+    let mut stream = Stream {
+        conn,
+        plan: &plan,
+        last_rv: plan.from,
+        sent_columns: false,
+    };
     for ev in backlog {
         if stream.send(ev).is_err() {
             return Ended::Dropped;
         }
     }
-    let mut bookmark_at = if plan.bookmarks { next_bookmark(started, shared.bookmark_interval, deadline) } else { None };
+    let mut bookmark_at = if plan.bookmarks {
+        next_bookmark(started, shared.bookmark_interval, deadline)
+    } else {
+        None
+    };
     loop {
         let now = Instant::now();
         if now >= deadline {
@@ -209,9 +242,22 @@ mod tests {
     fn bookmarks_come_periodically_and_two_seconds_before_the_deadline() {
         let now = Instant::now();
         let deadline = now + Duration::from_secs(5);
-        assert_eq!(next_bookmark(now, Duration::from_secs(60), deadline), Some(now + Duration::from_secs(3)));
-        assert_eq!(next_bookmark(now, Duration::from_secs(1), deadline), Some(now + Duration::from_secs(1)));
-        assert_eq!(next_bookmark(now + Duration::from_secs(3), Duration::from_secs(60), deadline), None);
+        assert_eq!(
+            next_bookmark(now, Duration::from_secs(60), deadline),
+            Some(now + Duration::from_secs(3))
+        );
+        assert_eq!(
+            next_bookmark(now, Duration::from_secs(1), deadline),
+            Some(now + Duration::from_secs(1))
+        );
+        assert_eq!(
+            next_bookmark(
+                now + Duration::from_secs(3),
+                Duration::from_secs(60),
+                deadline
+            ),
+            None
+        );
     }
 
     #[test]

@@ -22,7 +22,10 @@ fn start() -> (TestServer, Client) {
 }
 
 fn rv_of(v: &serde_json::Value) -> String {
-    v["metadata"]["resourceVersion"].as_str().expect("resourceVersion").to_string()
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("resourceVersion")
+        .to_string()
 }
 
 #[test]
@@ -32,7 +35,9 @@ fn watch_from_expired_version_gets_one_410_error_event_then_clean_end() {
         let old = rv_of(&admin.post(PODS, &pod_body("a", None)).body);
         admin.post(PODS, &pod_body("b", None));
         server.expire_all();
-        let w = admin.watch(&format!("{PODS}?watch=true&resourceVersion={old}&timeoutSeconds=5"));
+        let w = admin.watch(&format!(
+            "{PODS}?watch=true&resourceVersion={old}&timeoutSeconds=5"
+        ));
         let (events, end) = w.collect();
         assert_eq!(end, End::Clean);
         assert_eq!(types(&events), vec!["ERROR"]);
@@ -40,20 +45,31 @@ fn watch_from_expired_version_gets_one_410_error_event_then_clean_end() {
         assert_eq!(status["code"], 410);
         assert_eq!(status["reason"], "Expired");
         let msg = status["message"].as_str().unwrap_or("");
-        assert!(msg.starts_with(&format!("too old resource version: {old} (")), "{msg}");
+        assert!(
+            msg.starts_with(&format!("too old resource version: {old} (")),
+            "{msg}"
+        );
     });
 }
 
 #[test]
 fn history_capacity_expires_versions_that_fell_out() {
     bounded(20, || {
-        let server = TestServer::start(Options { history: 2, ..Options::default() }).expect("server");
+        let server = TestServer::start(Options {
+            history: 2,
+            ..Options::default()
+        })
+        .expect("server");
         let admin = Client::admin(&server);
         let first = rv_of(&admin.post(PODS, &pod_body("a", None)).body);
         for n in ["b", "c", "d"] {
             admin.post(PODS, &pod_body(n, None));
         }
-        let (events, _) = admin.watch(&format!("{PODS}?watch=true&resourceVersion={first}&timeoutSeconds=2")).collect();
+        let (events, _) = admin
+            .watch(&format!(
+                "{PODS}?watch=true&resourceVersion={first}&timeoutSeconds=2"
+            ))
+            .collect();
         assert_eq!(types(&events), vec!["ERROR"]);
     });
 }
@@ -64,8 +80,17 @@ fn watch_resumes_with_every_event_after_the_version() {
         let (_server, admin) = start();
         let from = rv_of(&admin.post(PODS, &pod_body("a", None)).body);
         admin.post(PODS, &pod_body("b", None));
-        admin.send("PATCH", &format!("{PODS}/a"), Some("application/merge-patch+json"), Some(r#"{"metadata":{"labels":{"x":"y"}}}"#));
-        let (events, end) = admin.watch(&format!("{PODS}?watch=true&resourceVersion={from}&timeoutSeconds=1")).collect();
+        admin.send(
+            "PATCH",
+            &format!("{PODS}/a"),
+            Some("application/merge-patch+json"),
+            Some(r#"{"metadata":{"labels":{"x":"y"}}}"#),
+        );
+        let (events, end) = admin
+            .watch(&format!(
+                "{PODS}?watch=true&resourceVersion={from}&timeoutSeconds=1"
+            ))
+            .collect();
         assert_eq!(end, End::Clean);
         assert_eq!(types(&events), vec!["ADDED", "MODIFIED"]);
         assert_eq!(events[0]["object"]["kind"], "Pod");
@@ -79,10 +104,17 @@ fn watch_without_version_replays_existing_objects_as_added() {
         let (_server, admin) = start();
         admin.post(PODS, &pod_body("a", None));
         admin.post(PODS, &pod_body("b", None));
-        admin.post("/api/v1/namespaces/kube-system/pods", &pod_body("elsewhere", None));
-        let (events, _) = admin.watch(&format!("{PODS}?watch=true&timeoutSeconds=1")).collect();
+        admin.post(
+            "/api/v1/namespaces/kube-system/pods",
+            &pod_body("elsewhere", None),
+        );
+        let (events, _) = admin
+            .watch(&format!("{PODS}?watch=true&timeoutSeconds=1"))
+            .collect();
         assert_eq!(types(&events), vec!["ADDED", "ADDED"]);
-        let (all, _) = admin.watch("/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=1").collect();
+        let (all, _) = admin
+            .watch("/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=1")
+            .collect();
         assert_eq!(all.len(), 3);
     });
 }
@@ -91,16 +123,28 @@ fn watch_without_version_replays_existing_objects_as_added() {
 fn bookmarks_carry_the_current_version_only() {
     bounded(20, || {
         let (_server, admin) = start();
-        let w = admin.watch(&format!("{PODS}?watch=true&allowWatchBookmarks=true&timeoutSeconds=4"));
+        let w = admin.watch(&format!(
+            "{PODS}?watch=true&allowWatchBookmarks=true&timeoutSeconds=4"
+        ));
         std::thread::sleep(Duration::from_millis(300));
-        let created = admin.post("/api/v1/namespaces/kube-system/pods", &pod_body("other-ns", None));
+        let created = admin.post(
+            "/api/v1/namespaces/kube-system/pods",
+            &pod_body("other-ns", None),
+        );
         let (events, end) = w.collect();
         assert_eq!(end, End::Clean);
-        assert!(!events.is_empty() && types(&events).iter().all(|t| t == "BOOKMARK"), "{:?}", types(&events));
+        assert!(
+            !events.is_empty() && types(&events).iter().all(|t| t == "BOOKMARK"),
+            "{:?}",
+            types(&events)
+        );
         let b = &events[events.len() - 1]["object"];
-        assert_eq!(b, &json!({"kind": "Pod", "apiVersion": "v1",
+        assert_eq!(
+            b,
+            &json!({"kind": "Pod", "apiVersion": "v1",
             "metadata": {"resourceVersion": rv_of(&created.body), "creationTimestamp": null},
-            "spec": {"containers": null}, "status": {}}));
+            "spec": {"containers": null}, "status": {}})
+        );
     });
 }
 
@@ -108,7 +152,11 @@ fn bookmarks_carry_the_current_version_only() {
 fn custom_resource_bookmark_is_kind_apiversion_and_version() {
     bounded(20, || {
         let (_server, admin) = start();
-        let (events, _) = admin.watch(&format!("{IC}/immortalcontainers?watch=true&allowWatchBookmarks=true&timeoutSeconds=3")).collect();
+        let (events, _) = admin
+            .watch(&format!(
+                "{IC}/immortalcontainers?watch=true&allowWatchBookmarks=true&timeoutSeconds=3"
+            ))
+            .collect();
         assert_eq!(types(&events), vec!["BOOKMARK"]);
         let o = &events[0]["object"];
         assert_eq!(o["kind"], "ImmortalContainer");
@@ -129,7 +177,10 @@ fn watch_timeout_ends_the_stream_cleanly_and_keeps_the_connection_usable() {
         let took = started.elapsed();
         assert!(events.is_empty());
         assert_eq!(end, End::Clean);
-        assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(3), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
         assert_eq!(admin.get(PODS).code, 200);
     });
 }
@@ -156,10 +207,17 @@ fn label_selector_watch_sees_relabel_as_added_and_deleted() {
     bounded(20, || {
         let (_server, admin) = start();
         admin.post(PODS, &pod_body("a", None));
-        let w = admin.watch(&format!("{PODS}?watch=true&labelSelector=app%3Dweb&resourceVersion=1&timeoutSeconds=2"));
+        let w = admin.watch(&format!(
+            "{PODS}?watch=true&labelSelector=app%3Dweb&resourceVersion=1&timeoutSeconds=2"
+        ));
         let label = |v: Option<&str>| {
             let body = json!({"metadata": {"labels": {"app": v}}}).to_string();
-            let r = admin.send("PATCH", &format!("{PODS}/a"), Some("application/merge-patch+json"), Some(&body));
+            let r = admin.send(
+                "PATCH",
+                &format!("{PODS}/a"),
+                Some("application/merge-patch+json"),
+                Some(&body),
+            );
             assert_eq!(r.code, 200);
         };
         label(Some("web"));
@@ -175,13 +233,21 @@ fn pod_delete_gives_modified_with_deletion_timestamp_then_deleted() {
     bounded(20, || {
         let (_server, admin) = start();
         let rv = rv_of(&admin.post(PODS, &pod_body("a", None)).body);
-        let w = admin.watch(&format!("{PODS}?watch=true&resourceVersion={rv}&timeoutSeconds=1"));
-        let r = admin.delete(&format!("{PODS}/a"), Some(&json!({"gracePeriodSeconds": 30, "propagationPolicy": "Background"})));
+        let w = admin.watch(&format!(
+            "{PODS}?watch=true&resourceVersion={rv}&timeoutSeconds=1"
+        ));
+        let r = admin.delete(
+            &format!("{PODS}/a"),
+            Some(&json!({"gracePeriodSeconds": 30, "propagationPolicy": "Background"})),
+        );
         assert_eq!(r.code, 200);
         assert_eq!(r.body["kind"], "Pod");
         let (events, _) = w.collect();
         assert_eq!(types(&events), vec!["MODIFIED", "DELETED"]);
-        assert_eq!(events[0]["object"]["metadata"]["deletionGracePeriodSeconds"], 0);
+        assert_eq!(
+            events[0]["object"]["metadata"]["deletionGracePeriodSeconds"],
+            0
+        );
         assert!(events[0]["object"]["metadata"]["deletionTimestamp"].is_string());
         assert_eq!(admin.get(&format!("{PODS}/a")).code, 404);
     });
@@ -192,17 +258,29 @@ fn pod_owned_by_deleted_immortalcontainer_is_garbage_collected() {
     bounded(20, || {
         let (_server, admin) = start();
         let ic = admin.post(&ics(), &ic_body("example", "nginx"));
-        let uid = ic.body["metadata"]["uid"].as_str().expect("uid").to_string();
-        let pod = admin.post(PODS, &pod_body("example-immortalpod", Some(("example", &uid))));
+        let uid = ic.body["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string();
+        let pod = admin.post(
+            PODS,
+            &pod_body("example-immortalpod", Some(("example", &uid))),
+        );
         assert_eq!(pod.code, 201);
-        let w = admin.watch(&format!("{PODS}?watch=true&resourceVersion={}&timeoutSeconds=2", rv_of(&pod.body)));
+        let w = admin.watch(&format!(
+            "{PODS}?watch=true&resourceVersion={}&timeoutSeconds=2",
+            rv_of(&pod.body)
+        ));
         let r = admin.delete(&format!("{}/example", ics()), None);
         assert_eq!(r.code, 200);
         assert_eq!(r.body["kind"], "Status");
         assert_eq!(r.body["status"], "Success");
         let (events, _) = w.collect();
         assert_eq!(types(&events), vec!["MODIFIED", "DELETED"]);
-        assert_eq!(events[1]["object"]["metadata"]["name"], "example-immortalpod");
+        assert_eq!(
+            events[1]["object"]["metadata"]["name"],
+            "example-immortalpod"
+        );
     });
 }
 
@@ -210,7 +288,13 @@ fn pod_owned_by_deleted_immortalcontainer_is_garbage_collected() {
 fn pod_created_for_an_already_deleted_owner_is_collected() {
     bounded(20, || {
         let (_server, admin) = start();
-        let r = admin.post(PODS, &pod_body("orphan", Some(("gone", "00000000-0000-4000-8000-000000000000"))));
+        let r = admin.post(
+            PODS,
+            &pod_body(
+                "orphan",
+                Some(("gone", "00000000-0000-4000-8000-000000000000")),
+            ),
+        );
         assert_eq!(r.code, 201);
         let deadline = Instant::now() + Duration::from_secs(5);
         while admin.get(&format!("{PODS}/orphan")).code != 404 {
@@ -224,7 +308,10 @@ fn pod_created_for_an_already_deleted_owner_is_collected() {
 fn orphan_propagation_keeps_dependents_without_owner_reference() {
     bounded(20, || {
         let (_server, admin) = start();
-        let uid = admin.post(&ics(), &ic_body("o", "nginx")).body["metadata"]["uid"].as_str().expect("uid").to_string();
+        let uid = admin.post(&ics(), &ic_body("o", "nginx")).body["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string();
         admin.post(PODS, &pod_body("kept", Some(("o", &uid))));
         admin.delete(&format!("{}/o?propagationPolicy=Orphan", ics()), None);
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -247,10 +334,21 @@ fn unknown_token_is_401_and_missing_rule_is_403() {
         let r = Client::new(&server, "").get(PODS);
         assert_eq!(r.code, 401);
         assert_eq!(r.body["reason"], "Unauthorized");
-        server.add_user("operator", "op-token", vec![Rule::new(&["get", "list", "watch"], &["pods"]), Rule::new(&["patch"], &["immortalcontainers/status"])]);
+        server.add_user(
+            "operator",
+            "op-token",
+            vec![
+                Rule::new(&["get", "list", "watch"], &["pods"]),
+                Rule::new(&["patch"], &["immortalcontainers/status"]),
+            ],
+        );
         let op = Client::new(&server, "op-token");
         assert_eq!(op.get(PODS).code, 200);
-        assert_eq!(op.get("/apis").code, 200, "discovery is open to every authenticated user");
+        assert_eq!(
+            op.get("/apis").code,
+            200,
+            "discovery is open to every authenticated user"
+        );
         let r = op.post(PODS, &pod_body("x", None));
         assert_eq!(r.code, 403);
         assert_eq!(r.body["reason"], "Forbidden");
@@ -264,7 +362,11 @@ fn unknown_token_is_401_and_missing_rule_is_403() {
             r.body["message"],
             "immortalcontainers.immortalcontainer.flugel.it \"x\" is forbidden: User \"operator\" cannot patch resource \"immortalcontainers\" in API group \"immortalcontainer.flugel.it\" in the namespace \"default\""
         );
-        assert_eq!(op.merge_patch(&format!("{}/x/status", ics()), &json!({"status": {}})).code, 404);
+        assert_eq!(
+            op.merge_patch(&format!("{}/x/status", ics()), &json!({"status": {}}))
+                .code,
+            404
+        );
     });
 }
 
@@ -272,8 +374,18 @@ fn unknown_token_is_401_and_missing_rule_is_403() {
 fn fail_next_answers_injected_status_with_retry_after_then_recovers() {
     bounded(20, || {
         let (server, admin) = start();
-        server.fail_next(FailRule { count: 2, status: 429, retry_after: Some(1), verb: Some("list".into()), path_contains: Some("/pods".into()) });
-        assert_eq!(admin.get(&format!("{PODS}/missing")).code, 404, "a get does not match a list rule");
+        server.fail_next(FailRule {
+            count: 2,
+            status: 429,
+            retry_after: Some(1),
+            verb: Some("list".into()),
+            path_contains: Some("/pods".into()),
+        });
+        assert_eq!(
+            admin.get(&format!("{PODS}/missing")).code,
+            404,
+            "a get does not match a list rule"
+        );
         for _ in 0..2 {
             let r = admin.get(PODS);
             assert_eq!(r.code, 429);
@@ -281,9 +393,15 @@ fn fail_next_answers_injected_status_with_retry_after_then_recovers() {
             assert_eq!(r.retry_after.as_deref(), Some("1"));
         }
         assert_eq!(admin.get(PODS).code, 200);
-        server.fail_next(FailRule { status: 503, ..FailRule::default() });
+        server.fail_next(FailRule {
+            status: 503,
+            ..FailRule::default()
+        });
         let r = admin.get(&ics());
-        assert_eq!((r.code, r.body["reason"].as_str()), (503, Some("ServiceUnavailable")));
+        assert_eq!(
+            (r.code, r.body["reason"].as_str()),
+            (503, Some("ServiceUnavailable"))
+        );
         assert_eq!(r.retry_after, None);
     });
 }
@@ -296,8 +414,14 @@ fn stop_listening_refuses_connections_and_start_listening_keeps_data() {
         let w = admin.watch(&format!("{PODS}?watch=true&timeoutSeconds=30"));
         server.stop_listening();
         let (_, end) = w.collect();
-        assert!(matches!(end, End::Broken(_)), "open watch should break: {end:?}");
-        assert!(admin.try_send("GET", PODS, None, None).is_err(), "no listener while stopped");
+        assert!(
+            matches!(end, End::Broken(_)),
+            "open watch should break: {end:?}"
+        );
+        assert!(
+            admin.try_send("GET", PODS, None, None).is_err(),
+            "no listener while stopped"
+        );
         server.start_listening().expect("listen again");
         let r = admin.get(&format!("{PODS}/survivor"));
         assert_eq!(r.code, 200);
@@ -311,7 +435,12 @@ fn merge_patch_with_stale_resource_version_conflicts() {
         let stale = rv_of(&admin.post(PODS, &pod_body("a", None)).body);
         let patch = |rv: &str, v: &str| {
             let body = json!({"metadata": {"resourceVersion": rv, "labels": {"v": v}}}).to_string();
-            admin.send("PATCH", &format!("{PODS}/a"), Some("application/merge-patch+json"), Some(&body))
+            admin.send(
+                "PATCH",
+                &format!("{PODS}/a"),
+                Some("application/merge-patch+json"),
+                Some(&body),
+            )
         };
         let fresh = patch(&stale, "1");
         assert_eq!(fresh.code, 200);
@@ -327,7 +456,10 @@ fn put_requires_current_resource_version_and_leases_conflict_when_stale() {
     bounded(20, || {
         let (_server, admin) = start();
         let leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
-        let created = admin.post(leases, &json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}}));
+        let created = admin.post(
+            leases,
+            &json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}}),
+        );
         assert_eq!(created.code, 201);
         let mut next = created.body.clone();
         next["spec"]["holderIdentity"] = json!("b");
@@ -341,8 +473,15 @@ fn put_requires_current_resource_version_and_leases_conflict_when_stale() {
         );
         let ic = admin.post(&ics(), &ic_body("e", "nginx")).body;
         let mut no_rv = ic.clone();
-        no_rv["metadata"].as_object_mut().expect("meta").remove("resourceVersion");
-        assert_eq!(admin.put(&format!("{}/e", ics()), &no_rv).code, 422, "custom resources need a resourceVersion on update");
+        no_rv["metadata"]
+            .as_object_mut()
+            .expect("meta")
+            .remove("resourceVersion");
+        assert_eq!(
+            admin.put(&format!("{}/e", ics()), &no_rv).code,
+            422,
+            "custom resources need a resourceVersion on update"
+        );
     });
 }
 
@@ -354,28 +493,58 @@ fn status_subresource_separates_spec_and_status_writes() {
         body["status"] = json!({"currentPod": "ignored"});
         let created = admin.post(&ics(), &body);
         assert_eq!(created.code, 201);
-        assert!(created.body["status"].is_null(), "status is dropped on create");
+        assert!(
+            created.body["status"].is_null(),
+            "status is dropped on create"
+        );
         assert_eq!(created.body["metadata"]["generation"], 1);
         let path = format!("{}/s", ics());
 
         let status = admin.merge_patch(&format!("{path}/status"), &json!({"spec": {"image": "other"}, "status": {"currentPod": "s-immortalpod", "startTimes": 1}}));
         assert_eq!(status.code, 200);
-        assert_eq!(status.body["spec"]["image"], "nginx", "/status ignores spec");
+        assert_eq!(
+            status.body["spec"]["image"], "nginx",
+            "/status ignores spec"
+        );
         assert_eq!(status.body["status"]["startTimes"], 1);
-        assert_eq!(status.body["metadata"]["generation"], 1, "status writes keep generation");
+        assert_eq!(
+            status.body["metadata"]["generation"], 1,
+            "status writes keep generation"
+        );
 
-        let main = admin.merge_patch(&path, &json!({"spec": {"image": "nginx:1.27"}, "status": {"startTimes": 99}}));
+        let main = admin.merge_patch(
+            &path,
+            &json!({"spec": {"image": "nginx:1.27"}, "status": {"startTimes": 99}}),
+        );
         assert_eq!(main.code, 200);
-        assert_eq!(main.body["status"]["startTimes"], 1, "main endpoint ignores status");
-        assert_eq!(main.body["metadata"]["generation"], 2, "spec change bumps generation");
+        assert_eq!(
+            main.body["status"]["startTimes"], 1,
+            "main endpoint ignores status"
+        );
+        assert_eq!(
+            main.body["metadata"]["generation"], 2,
+            "spec change bumps generation"
+        );
 
-        let invalid = admin.merge_patch(&format!("{path}/status"), &json!({"status": {"startTimes": -1}}));
+        let invalid = admin.merge_patch(
+            &format!("{path}/status"),
+            &json!({"status": {"startTimes": -1}}),
+        );
         assert_eq!(invalid.code, 422);
 
         let same = admin.merge_patch(&path, &json!({"spec": {"image": "nginx:1.27"}}));
-        assert_eq!(rv_of(&same.body), rv_of(&main.body), "a patch that changes nothing keeps the version");
+        assert_eq!(
+            rv_of(&same.body),
+            rv_of(&main.body),
+            "a patch that changes nothing keeps the version"
+        );
 
-        let strategic = admin.send("PATCH", &path, Some("application/strategic-merge-patch+json"), Some(r#"{"spec":{"image":"x"}}"#));
+        let strategic = admin.send(
+            "PATCH",
+            &path,
+            Some("application/strategic-merge-patch+json"),
+            Some(r#"{"spec":{"image":"x"}}"#),
+        );
         assert_eq!(strategic.code, 415);
     });
 }
@@ -390,7 +559,10 @@ fn invalid_objects_are_rejected_with_causes() {
         let r = admin.post(PODS, &json!({"metadata": {"name": "Bad_Name"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}));
         assert_eq!(r.code, 422);
         assert_eq!(r.body["details"]["causes"][0]["field"], "metadata.name");
-        let r = admin.post(PODS, &json!({"metadata": {"name": "nocontainers"}, "spec": {}}));
+        let r = admin.post(
+            PODS,
+            &json!({"metadata": {"name": "nocontainers"}, "spec": {}}),
+        );
         assert_eq!(r.code, 422);
         let r = admin.post("/api/v1/namespaces/nope/pods", &pod_body("x", None));
         assert_eq!((r.code, r.body["reason"].as_str()), (404, Some("NotFound")));
@@ -410,13 +582,31 @@ fn created_pod_has_server_defaults_and_pending_status() {
         assert_eq!(p["spec"]["dnsPolicy"], "ClusterFirst");
         assert_eq!(p["spec"]["schedulerName"], "default-scheduler");
         assert_eq!(p["spec"]["terminationGracePeriodSeconds"], 30);
-        assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
-        assert_eq!(p["spec"]["containers"][0]["terminationMessagePath"], "/dev/termination-log");
-        assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
-        let s = admin.merge_patch(&format!("{PODS}/{name}/status"), &json!({"status": {"phase": "Failed"}}));
+        assert_eq!(
+            p["spec"]["containers"][0]["imagePullPolicy"],
+            "IfNotPresent"
+        );
+        assert_eq!(
+            p["spec"]["containers"][0]["terminationMessagePath"],
+            "/dev/termination-log"
+        );
+        assert_eq!(
+            p["status"],
+            json!({"phase": "Pending", "qosClass": "BestEffort"})
+        );
+        let s = admin.merge_patch(
+            &format!("{PODS}/{name}/status"),
+            &json!({"status": {"phase": "Failed"}}),
+        );
         assert_eq!(s.body["status"]["phase"], "Failed");
-        let main = admin.merge_patch(&format!("{PODS}/{name}"), &json!({"status": {"phase": "Running"}}));
-        assert_eq!(main.body["status"]["phase"], "Failed", "main endpoint ignores pod status");
+        let main = admin.merge_patch(
+            &format!("{PODS}/{name}"),
+            &json!({"status": {"phase": "Running"}}),
+        );
+        assert_eq!(
+            main.body["status"]["phase"], "Failed",
+            "main endpoint ignores pod status"
+        );
     });
 }
 
@@ -434,8 +624,17 @@ fn list_pages_with_limit_and_continue() {
         loop {
             let r = admin.get(&format!("{PODS}?limit=2&continue={cont}"));
             assert_eq!(r.code, 200);
-            names.extend(r.body["items"].as_array().expect("items").iter().map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_string()));
-            assert!(r.body["items"][0]["kind"].is_null(), "built-in list items carry no kind");
+            names.extend(
+                r.body["items"]
+                    .as_array()
+                    .expect("items")
+                    .iter()
+                    .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_string()),
+            );
+            assert!(
+                r.body["items"][0]["kind"].is_null(),
+                "built-in list items carry no kind"
+            );
             match r.body["metadata"]["continue"].as_str() {
                 Some(c) if !c.is_empty() => cont = c.to_string(),
                 _ => break,
@@ -453,9 +652,17 @@ fn list_pages_with_limit_and_continue() {
 fn deleting_a_namespace_deletes_its_objects_then_itself() {
     bounded(20, || {
         let (_server, admin) = start();
-        assert_eq!(admin.post("/api/v1/namespaces", &json!({"metadata": {"name": "tmp"}})).code, 201);
+        assert_eq!(
+            admin
+                .post("/api/v1/namespaces", &json!({"metadata": {"name": "tmp"}}))
+                .code,
+            201
+        );
         admin.post("/api/v1/namespaces/tmp/pods", &pod_body("p", None));
-        admin.post(&format!("{IC}/namespaces/tmp/immortalcontainers"), &ic_body("i", "nginx"));
+        admin.post(
+            &format!("{IC}/namespaces/tmp/immortalcontainers"),
+            &ic_body("i", "nginx"),
+        );
         let r = admin.delete("/api/v1/namespaces/tmp", None);
         assert_eq!(r.code, 200);
         assert_eq!(r.body["status"]["phase"], "Terminating");
@@ -464,7 +671,12 @@ fn deleting_a_namespace_deletes_its_objects_then_itself() {
             assert!(Instant::now() < deadline, "namespace never went away");
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(admin.get("/api/v1/pods").body["items"].as_array().map(Vec::len), Some(0));
+        assert_eq!(
+            admin.get("/api/v1/pods").body["items"]
+                .as_array()
+                .map(Vec::len),
+            Some(0)
+        );
         assert_eq!(admin.delete("/api/v1/namespaces/default", None).code, 403);
     });
 }
@@ -472,22 +684,38 @@ fn deleting_a_namespace_deletes_its_objects_then_itself() {
 #[test]
 fn crd_created_through_the_api_serves_its_resource_until_deleted() {
     bounded(20, || {
-        let server = TestServer::start(Options { install_crd: false, ..Options::default() }).expect("server");
+        let server = TestServer::start(Options {
+            install_crd: false,
+            ..Options::default()
+        })
+        .expect("server");
         let admin = Client::admin(&server);
         assert_eq!(admin.get(&ics()).code, 404);
-        let crd: serde_json::Value = serde_yaml::from_str(kube_testserver::IMMORTALCONTAINER_CRD).expect("crd");
+        let crd: serde_json::Value =
+            serde_yaml::from_str(kube_testserver::IMMORTALCONTAINER_CRD).expect("crd");
         let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
         let r = admin.post(crds, &crd);
         assert_eq!(r.code, 201, "{}", r.body);
         assert_eq!(r.body["status"]["conditions"][1]["type"], "Established");
         assert_eq!(admin.post(&ics(), &ic_body("x", "nginx")).code, 201);
         let groups = admin.get("/apis").body;
-        assert!(groups["groups"].as_array().expect("groups").iter().any(|g| g["name"] == "immortalcontainer.flugel.it"));
-        let r = admin.delete(&format!("{crds}/immortalcontainers.immortalcontainer.flugel.it"), None);
+        assert!(groups["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .any(|g| g["name"] == "immortalcontainer.flugel.it"));
+        let r = admin.delete(
+            &format!("{crds}/immortalcontainers.immortalcontainer.flugel.it"),
+            None,
+        );
         assert_eq!(r.code, 200);
         assert_eq!(admin.get(&ics()).code, 404);
         assert_eq!(admin.post(crds, &crd).code, 201);
-        assert_eq!(admin.get(&ics()).body["items"].as_array().map(Vec::len), Some(0), "instances went with the CRD");
+        assert_eq!(
+            admin.get(&ics()).body["items"].as_array().map(Vec::len),
+            Some(0),
+            "instances went with the CRD"
+        );
     });
 }
 
@@ -513,7 +741,12 @@ fn request_counts_are_kept_by_verb_and_resource() {
         admin.post(PODS, &pod_body("a", None));
         admin.merge_patch(&format!("{}/nope/status", ics()), &json!({}));
         let counts = server.request_counts();
-        let n = |v: &str, r: &str| counts.get(&(v.to_string(), r.to_string())).copied().unwrap_or(0);
+        let n = |v: &str, r: &str| {
+            counts
+                .get(&(v.to_string(), r.to_string()))
+                .copied()
+                .unwrap_or(0)
+        };
         assert_eq!(n("list", "pods"), 2);
         assert_eq!(n("create", "pods"), 1);
         assert_eq!(n("patch", "immortalcontainers/status"), 1);
@@ -532,15 +765,25 @@ fn kubeconfig_names_the_server_and_restricted_users_get_their_own() {
         server.add_user("op", "op-token", vec![Rule::new(&["*"], &["*"])]);
         let path = server.kubeconfig_path().with_file_name("op.kubeconfig");
         server.write_kubeconfig(&path, "op-token").expect("write");
-        assert!(std::fs::read_to_string(&path).expect("read").contains("token: op-token"));
-        assert_eq!(server.get_json(PODS).map(|l| l["kind"].clone()), Some(json!("PodList")));
+        assert!(std::fs::read_to_string(&path)
+            .expect("read")
+            .contains("token: op-token"));
+        assert_eq!(
+            server.get_json(PODS).map(|l| l["kind"].clone()),
+            Some(json!("PodList"))
+        );
     });
 }
 
 /// kubectl against the server, when kubectl is installed (it is on the project's machines).
 #[test]
 fn kubectl_creates_lists_and_deletes_immortalcontainers() {
-    if std::process::Command::new("kubectl").arg("version").arg("--client").output().is_err() {
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
         eprintln!("kubectl not installed; skipping");
         return;
     }
@@ -561,13 +804,20 @@ fn kubectl_creates_lists_and_deletes_immortalcontainers() {
                 input.write_all(text.as_bytes()).expect("stdin");
             }
             let out = child.wait_with_output().expect("kubectl output");
-            (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).to_string()
+                    + &String::from_utf8_lossy(&out.stderr),
+            )
         };
         let manifest = "apiVersion: immortalcontainer.flugel.it/v1alpha1\nkind: ImmortalContainer\nmetadata:\n  name: demo\nspec:\n  image: nginx:latest\n";
         let (ok, out) = kubectl(&["create", "-f", "-"], Some(manifest));
         assert!(ok, "{out}");
         let (ok, out) = kubectl(&["get", "ic"], None);
-        assert!(ok && out.contains("demo") && out.contains("nginx:latest") && out.contains("IMAGE"), "{out}");
+        assert!(
+            ok && out.contains("demo") && out.contains("nginx:latest") && out.contains("IMAGE"),
+            "{out}"
+        );
         let (ok, out) = kubectl(&["get", "ic", "demo", "-o", "yaml"], None);
         assert!(ok && out.contains("generation: 1"), "{out}");
         let (ok, out) = kubectl(&["get", "pods"], None);
@@ -583,7 +833,10 @@ fn kubectl_creates_lists_and_deletes_immortalcontainers() {
 fn sixty_four_parallel_clients_create_and_read_ten_thousand_objects() {
     bounded(120, || {
         let (server, admin) = start();
-        let w = admin.watch(&format!("{PODS}?watch=true&resourceVersion={}&timeoutSeconds=60", rv_of(&admin.get(PODS).body)));
+        let w = admin.watch(&format!(
+            "{PODS}?watch=true&resourceVersion={}&timeoutSeconds=60",
+            rv_of(&admin.get(PODS).body)
+        ));
         let started = Instant::now();
         let workers: Vec<_> = (0..64)
             .map(|t| {
@@ -612,7 +865,10 @@ fn sixty_four_parallel_clients_create_and_read_ten_thousand_objects() {
             }
         }
         assert_eq!(total, 64 * 157);
-        eprintln!("10048 creates + gets over 64 connections: {written:?}; paged list: {:?}", started.elapsed() - written);
+        eprintln!(
+            "10048 creates + gets over 64 connections: {written:?}; paged list: {:?}",
+            started.elapsed() - written
+        );
         server.drop_watches();
         let mut w = w;
         let mut seen = 0;

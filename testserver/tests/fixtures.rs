@@ -56,12 +56,19 @@ fn parse_fixture(name: &str, text: &str) -> Fixture {
     let (line, headers, body) = split_section(request.trim_start_matches('\n'));
     let (method, path) = line.split_once(' ').expect("request line");
     let (status_line, _, response_body) = split_section(response);
-    let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status code");
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status code");
     Fixture {
         name: name.to_string(),
         method: method.to_string(),
         path: path.to_string(),
-        content_type: headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone()),
+        content_type: headers
+            .iter()
+            .find(|(k, _)| k == "content-type")
+            .map(|(_, v)| v.clone()),
         body,
         status,
         response: response_body,
@@ -77,14 +84,24 @@ fn load_fixtures() -> Vec<Fixture> {
     names.sort();
     names
         .iter()
-        .map(|n| parse_fixture(n, &std::fs::read_to_string(fixtures_dir().join(n)).expect("read fixture")))
+        .map(|n| {
+            parse_fixture(
+                n,
+                &std::fs::read_to_string(fixtures_dir().join(n)).expect("read fixture"),
+            )
+        })
         .collect()
 }
 
 /// Keys of an object, ignoring what 1.20+ servers and ours leave out on purpose.
 fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object()
-        .map(|m| m.keys().filter(|k| *k != "selfLink" && *k != "managedFields").cloned().collect())
+        .map(|m| {
+            m.keys()
+                .filter(|k| *k != "selfLink" && *k != "managedFields")
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -97,7 +114,10 @@ struct Ids {
 impl Ids {
     fn learn(&mut self, expected: &Value, actual: &Value) {
         for field in ["resourceVersion", "uid"] {
-            if let (Some(e), Some(a)) = (expected["metadata"][field].as_str(), actual["metadata"][field].as_str()) {
+            if let (Some(e), Some(a)) = (
+                expected["metadata"][field].as_str(),
+                actual["metadata"][field].as_str(),
+            ) {
                 self.map.insert(e.to_string(), a.to_string());
             }
         }
@@ -111,8 +131,14 @@ impl Ids {
             if real.contains('-') {
                 out = out.replace(real.as_str(), ours);
             } else {
-                out = out.replace(&format!("\"resourceVersion\":\"{real}\""), &format!("\"resourceVersion\":\"{ours}\""));
-                out = out.replace(&format!("resourceVersion={real}&"), &format!("resourceVersion={ours}&"));
+                out = out.replace(
+                    &format!("\"resourceVersion\":\"{real}\""),
+                    &format!("\"resourceVersion\":\"{ours}\""),
+                );
+                out = out.replace(
+                    &format!("resourceVersion={real}&"),
+                    &format!("resourceVersion={ours}&"),
+                );
             }
         }
         out
@@ -138,49 +164,110 @@ fn compare_body(f: &Fixture, expected: &Value, actual: &Value, ids: &Ids) -> Vec
             check(&format!("details.{k}"), &d[k], &ad[k]);
         }
         let causes = |v: &Value| -> Vec<(Value, Value)> {
-            v["causes"].as_array().map(|c| c.iter().map(|x| (x["reason"].clone(), x["field"].clone())).collect()).unwrap_or_default()
+            v["causes"]
+                .as_array()
+                .map(|c| {
+                    c.iter()
+                        .map(|x| (x["reason"].clone(), x["field"].clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
         };
-        check("causes", &json!(format!("{:?}", causes(d))), &json!(format!("{:?}", causes(ad))));
+        check(
+            "causes",
+            &json!(format!("{:?}", causes(d))),
+            &json!(format!("{:?}", causes(ad))),
+        );
         let msg = expected["message"].as_str().unwrap_or("");
         let msg = ids.rewrite(msg);
         if msg.starts_with("too old resource version") {
-            check("message prefix", &json!(true), &json!(actual["message"].as_str().unwrap_or("").starts_with("too old resource version: ")));
+            check(
+                "message prefix",
+                &json!(true),
+                &json!(actual["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("too old resource version: ")),
+            );
         } else if f.name.starts_with("24-") {
             // The record names a uid of the recording's own pod.
-            check("message prefix", &json!(msg.split(" (").next()), &json!(actual["message"].as_str().unwrap_or("").split(" (").next()));
+            check(
+                "message prefix",
+                &json!(msg.split(" (").next()),
+                &json!(actual["message"].as_str().unwrap_or("").split(" (").next()),
+            );
         } else {
             check("message", &json!(msg), &actual["message"]);
         }
         return diffs;
     }
-    check("top-level keys", &json!(keys(expected)), &json!(keys(actual)));
+    check(
+        "top-level keys",
+        &json!(keys(expected)),
+        &json!(keys(actual)),
+    );
     for k in ["kind", "apiVersion", "groupVersion"] {
         check(k, &expected[k], &actual[k]);
     }
     if let Some(items) = expected["items"].as_array() {
         let actual_items = actual["items"].as_array().cloned().unwrap_or_default();
-        check("item count", &json!(items.len()), &json!(actual_items.len()));
+        check(
+            "item count",
+            &json!(items.len()),
+            &json!(actual_items.len()),
+        );
         if let (Some(e), Some(a)) = (items.first(), actual_items.first()) {
             check("item keys", &json!(keys(e)), &json!(keys(a)));
-            check("item metadata.name", &e["metadata"]["name"], &a["metadata"]["name"]);
+            check(
+                "item metadata.name",
+                &e["metadata"]["name"],
+                &a["metadata"]["name"],
+            );
         }
-        check("list metadata keys", &json!(keys(&expected["metadata"])), &json!(keys(&actual["metadata"])));
+        check(
+            "list metadata keys",
+            &json!(keys(&expected["metadata"])),
+            &json!(keys(&actual["metadata"])),
+        );
         return diffs;
     }
     if let Some(resources) = expected["resources"].as_array() {
         let summary = |rs: &[Value]| -> Vec<(Value, Value, Value)> {
-            rs.iter().map(|r| (r["name"].clone(), r["kind"].clone(), r["verbs"].clone())).collect()
+            rs.iter()
+                .map(|r| (r["name"].clone(), r["kind"].clone(), r["verbs"].clone()))
+                .collect()
         };
         let got = actual["resources"].as_array().cloned().unwrap_or_default();
-        check("resources", &json!(format!("{:?}", summary(resources))), &json!(format!("{:?}", summary(&got))));
+        check(
+            "resources",
+            &json!(format!("{:?}", summary(resources))),
+            &json!(format!("{:?}", summary(&got))),
+        );
         return diffs;
     }
     if let Some(groups) = expected["groups"].as_array() {
-        let names = |gs: &[Value]| -> BTreeSet<String> { gs.iter().filter_map(|g| g["name"].as_str().map(String::from)).collect() };
-        let ours = names(actual["groups"].as_array().map(Vec::as_slice).unwrap_or(&[]));
+        let names = |gs: &[Value]| -> BTreeSet<String> {
+            gs.iter()
+                .filter_map(|g| g["name"].as_str().map(String::from))
+                .collect()
+        };
+        let ours = names(
+            actual["groups"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+        );
         let theirs = names(groups);
-        check("served groups are real groups", &json!(true), &json!(ours.is_subset(&theirs)));
-        check("custom group listed", &json!(true), &json!(ours.contains("immortalcontainer.flugel.it")));
+        check(
+            "served groups are real groups",
+            &json!(true),
+            &json!(ours.is_subset(&theirs)),
+        );
+        check(
+            "custom group listed",
+            &json!(true),
+            &json!(ours.contains("immortalcontainer.flugel.it")),
+        );
         return diffs;
     }
     if expected.get("metadata").is_some() {
@@ -188,7 +275,8 @@ fn compare_body(f: &Fixture, expected: &Value, actual: &Value, ids: &Ids) -> Vec
         for k in ["name", "namespace", "generation"] {
             check(&format!("metadata.{k}"), &em[k], &am[k]);
         }
-        let labels: Value = serde_json::from_str(&ids.rewrite(&em["labels"].to_string())).unwrap_or(Value::Null);
+        let labels: Value =
+            serde_json::from_str(&ids.rewrite(&em["labels"].to_string())).unwrap_or(Value::Null);
         check("metadata.labels", &labels, &am["labels"]);
         check("metadata keys", &json!(keys(em)), &json!(keys(am)));
         check("status", &expected["status"], &actual["status"]);
@@ -196,11 +284,25 @@ fn compare_body(f: &Fixture, expected: &Value, actual: &Value, ids: &Ids) -> Vec
             // Pod specs differ by the service-account volume a real cluster injects.
             check("spec", &expected["spec"], &actual["spec"]);
         } else {
-            let fields = ["restartPolicy", "dnsPolicy", "schedulerName", "terminationGracePeriodSeconds", "tolerations"];
+            let fields = [
+                "restartPolicy",
+                "dnsPolicy",
+                "schedulerName",
+                "terminationGracePeriodSeconds",
+                "tolerations",
+            ];
             for k in fields {
-                check(&format!("spec.{k}"), &expected["spec"][k], &actual["spec"][k]);
+                check(
+                    &format!("spec.{k}"),
+                    &expected["spec"][k],
+                    &actual["spec"][k],
+                );
             }
-            check("container pull policy", &expected["spec"]["containers"][0]["imagePullPolicy"], &actual["spec"]["containers"][0]["imagePullPolicy"]);
+            check(
+                "container pull policy",
+                &expected["spec"]["containers"][0]["imagePullPolicy"],
+                &actual["spec"]["containers"][0]["imagePullPolicy"],
+            );
         }
     }
     diffs
@@ -231,7 +333,12 @@ fn during_watch(f: &Fixture, admin: &Client) {
 /// Replays a watch fixture and compares the event sequence and event shapes.
 fn replay_watch(f: &Fixture, client: &Client, admin: &Client, path: &str) -> Vec<String> {
     let mut diffs = Vec::new();
-    let expected: Vec<Value> = f.response.lines().filter(|l| !l.trim().is_empty()).filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let expected: Vec<Value> = f
+        .response
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
     let watch = client.watch(path);
     if !watch.chunked.contains("chunked") {
         diffs.push(format!("transfer-encoding {:?}", watch.chunked));
@@ -250,18 +357,30 @@ fn replay_watch(f: &Fixture, client: &Client, admin: &Client, path: &str) -> Vec
         diffs.push(format!("stream did not end cleanly: {end:?}"));
     }
     if types(&expected) != types(&events) {
-        diffs.push(format!("event types: expected {:?}, got {:?}", types(&expected), types(&events)));
+        diffs.push(format!(
+            "event types: expected {:?}, got {:?}",
+            types(&expected),
+            types(&events)
+        ));
         return diffs;
     }
     for (e, a) in expected.iter().zip(events.iter()) {
         let (eo, ao) = (&e["object"], &a["object"]);
         for k in ["kind", "apiVersion", "reason", "code"] {
             if eo[k] != ao[k] {
-                diffs.push(format!("{} object.{k}: expected {}, got {}", e["type"], eo[k], ao[k]));
+                diffs.push(format!(
+                    "{} object.{k}: expected {}, got {}",
+                    e["type"], eo[k], ao[k]
+                ));
             }
         }
         if keys(eo) != keys(ao) {
-            diffs.push(format!("{} object keys: expected {:?}, got {:?}", e["type"], keys(eo), keys(ao)));
+            diffs.push(format!(
+                "{} object keys: expected {:?}, got {:?}",
+                e["type"],
+                keys(eo),
+                keys(ao)
+            ));
         }
         if e["type"] == "BOOKMARK" && eo != &json!(null) {
             let shape = |o: &Value| {
@@ -270,7 +389,11 @@ fn replay_watch(f: &Fixture, client: &Client, admin: &Client, path: &str) -> Vec
                 o
             };
             if shape(eo) != shape(ao) {
-                diffs.push(format!("bookmark shape: expected {}, got {}", shape(eo), shape(ao)));
+                diffs.push(format!(
+                    "bookmark shape: expected {}, got {}",
+                    shape(eo),
+                    shape(ao)
+                ));
             }
         }
         if e["type"] == "MODIFIED" || e["type"] == "DELETED" {
@@ -289,19 +412,29 @@ fn recorded_fixtures_replay_with_same_codes_reasons_and_shapes() {
     bounded(90, || {
         // Long bookmark interval: like the recording's server, only the bookmark ~2 s before
         // a watch's timeout is sent.
-        let server = TestServer::start(Options { bookmark_interval: Duration::from_secs(60), ..Options::default() })
-            .expect("server starts");
+        let server = TestServer::start(Options {
+            bookmark_interval: Duration::from_secs(60),
+            ..Options::default()
+        })
+        .expect("server starts");
         server.add_user("nobody", "nobody-token", Vec::new());
         let admin = Client::admin(&server);
         let nobody = Client::new(&server, "nobody-token");
         let stranger = Client::new(&server, "not-a-known-token");
-        let r = admin.post("/api/v1/namespaces", &json!({"metadata": {"name": "fixtures"}}));
+        let r = admin.post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "fixtures"}}),
+        );
         assert_eq!(r.code, 201, "namespace: {:?}", r.body);
 
         let mut ids = Ids::default();
         let mut failures = Vec::new();
         let fixtures = load_fixtures();
-        assert!(fixtures.len() >= 32, "expected the 32 recorded fixtures, found {}", fixtures.len());
+        assert!(
+            fixtures.len() >= 32,
+            "expected the 32 recorded fixtures, found {}",
+            fixtures.len()
+        );
         for f in &fixtures {
             let client = match f.name.as_str() {
                 n if n.starts_with("26-") => &nobody,
@@ -313,14 +446,25 @@ fn recorded_fixtures_replay_with_same_codes_reasons_and_shapes() {
             if f.name.starts_with("28-") {
                 // The recorded server had written and compacted past the requested version.
                 let marker = json!({"metadata": {"name": "compaction-marker"}, "spec": {}});
-                assert_eq!(admin.post("/apis/coordination.k8s.io/v1/namespaces/default/leases", &marker).code, 201);
+                assert_eq!(
+                    admin
+                        .post(
+                            "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+                            &marker
+                        )
+                        .code,
+                    201
+                );
                 server.expire_all();
             }
             if f.name.starts_with("30-") || f.name.starts_with("31-") {
                 // The recording resumed from the version of a list made just before.
-                let rv = admin.get("/api/v1/namespaces/fixtures/pods").body["metadata"]["resourceVersion"].clone();
+                let rv = admin.get("/api/v1/namespaces/fixtures/pods").body["metadata"]
+                    ["resourceVersion"]
+                    .clone();
                 let rv = rv.as_str().expect("list rv").to_string();
-                let start = path.find("resourceVersion=").expect("rv param") + "resourceVersion=".len();
+                let start =
+                    path.find("resourceVersion=").expect("rv param") + "resourceVersion=".len();
                 let end = path[start..].find('&').map_or(path.len(), |i| start + i);
                 path.replace_range(start..end, &rv);
             }
@@ -331,16 +475,26 @@ fn recorded_fixtures_replay_with_same_codes_reasons_and_shapes() {
             } else {
                 let body = ids.rewrite(&f.body);
                 let body = (!body.is_empty()).then_some(body);
-                let resp = client.send(&f.method, &path, f.content_type.as_deref(), body.as_deref());
-                let expected: Value = serde_json::from_str(&f.response).expect("fixture body is json");
+                let resp =
+                    client.send(&f.method, &path, f.content_type.as_deref(), body.as_deref());
+                let expected: Value =
+                    serde_json::from_str(&f.response).expect("fixture body is json");
                 let mut diffs = Vec::new();
                 if resp.code != f.status {
-                    diffs.push(format!("status: expected {}, got {} ({})", f.status, resp.code, resp.body));
+                    diffs.push(format!(
+                        "status: expected {}, got {} ({})",
+                        f.status, resp.code, resp.body
+                    ));
                 } else {
                     diffs = compare_body(f, &expected, &resp.body, &ids);
                     ids.learn(&expected, &resp.body);
-                    if let (Some(e), Some(a)) = (expected["metadata"]["resourceVersion"].as_str(), resp.body["metadata"]["resourceVersion"].as_str()) {
-                        ids.map.entry(e.to_string()).or_insert_with(|| a.to_string());
+                    if let (Some(e), Some(a)) = (
+                        expected["metadata"]["resourceVersion"].as_str(),
+                        resp.body["metadata"]["resourceVersion"].as_str(),
+                    ) {
+                        ids.map
+                            .entry(e.to_string())
+                            .or_insert_with(|| a.to_string());
                     }
                 }
                 if !resp.content_type.starts_with("application/json") {
@@ -352,7 +506,11 @@ fn recorded_fixtures_replay_with_same_codes_reasons_and_shapes() {
                 failures.push(format!("{}:\n  {}", f.name, diffs.join("\n  ")));
             }
         }
-        assert!(failures.is_empty(), "fixtures that differ:\n{}", failures.join("\n"));
+        assert!(
+            failures.is_empty(),
+            "fixtures that differ:\n{}",
+            failures.join("\n")
+        );
     });
 }
 
@@ -362,7 +520,10 @@ fn fixture_parser_reads_request_and_response() {
         "x.http",
         "### request\nPOST /api/v1/x\nContent-Type: application/json\n\n{\"a\":1}\n\n### response\nHTTP/1.1 201 Created\nA: b\n\n{\"b\":2}\n",
     );
-    assert_eq!((f.method.as_str(), f.path.as_str(), f.status), ("POST", "/api/v1/x", 201));
+    assert_eq!(
+        (f.method.as_str(), f.path.as_str(), f.status),
+        ("POST", "/api/v1/x", 201)
+    );
     assert_eq!(f.content_type.as_deref(), Some("application/json"));
     assert_eq!(f.body, "{\"a\":1}");
     assert_eq!(f.response, "{\"b\":2}");

@@ -70,7 +70,11 @@ impl Client {
             .timeout_read(Duration::from_secs(10))
             .timeout_write(Duration::from_secs(10))
             .build();
-        Client { agent, base: server.url(), token: token.to_string() }
+        Client {
+            agent,
+            base: server.url(),
+            token: token.to_string(),
+        }
     }
 
     pub fn admin(server: &TestServer) -> Client {
@@ -78,7 +82,9 @@ impl Client {
     }
 
     fn req(&self, method: &str, path: &str) -> ureq::Request {
-        let r = self.agent.request(method, &format!("{}{}", self.base, path));
+        let r = self
+            .agent
+            .request(method, &format!("{}{}", self.base, path));
         if self.token.is_empty() {
             r
         } else {
@@ -87,7 +93,13 @@ impl Client {
     }
 
     /// Sends a request; transport errors are returned as `Err`.
-    pub fn try_send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<&str>) -> Result<Resp, String> {
+    pub fn try_send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&str>,
+    ) -> Result<Resp, String> {
         let mut r = self.req(method, path);
         if let Some(ct) = content_type {
             r = r.set("Content-Type", ct);
@@ -106,11 +118,23 @@ impl Client {
         let retry_after = resp.header("retry-after").map(String::from);
         let text = resp.into_string().map_err(|e| e.to_string())?;
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Ok(Resp { code, body, content_type, retry_after })
+        Ok(Resp {
+            code,
+            body,
+            content_type,
+            retry_after,
+        })
     }
 
-    pub fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<&str>) -> Resp {
-        self.try_send(method, path, content_type, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&str>,
+    ) -> Resp {
+        self.try_send(method, path, content_type, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
     pub fn get(&self, path: &str) -> Resp {
@@ -118,15 +142,30 @@ impl Client {
     }
 
     pub fn post(&self, path: &str, body: &Value) -> Resp {
-        self.send("POST", path, Some("application/json"), Some(&body.to_string()))
+        self.send(
+            "POST",
+            path,
+            Some("application/json"),
+            Some(&body.to_string()),
+        )
     }
 
     pub fn put(&self, path: &str, body: &Value) -> Resp {
-        self.send("PUT", path, Some("application/json"), Some(&body.to_string()))
+        self.send(
+            "PUT",
+            path,
+            Some("application/json"),
+            Some(&body.to_string()),
+        )
     }
 
     pub fn merge_patch(&self, path: &str, body: &Value) -> Resp {
-        self.send("PATCH", path, Some("application/merge-patch+json"), Some(&body.to_string()))
+        self.send(
+            "PATCH",
+            path,
+            Some("application/merge-patch+json"),
+            Some(&body.to_string()),
+        )
     }
 
     pub fn delete(&self, path: &str, body: Option<&Value>) -> Resp {
@@ -143,7 +182,11 @@ impl Client {
         assert_eq!(resp.status(), 200, "watch {path}");
         let chunked = resp.header("transfer-encoding").unwrap_or("").to_string();
         let content_type = resp.header("content-type").unwrap_or("").to_string();
-        Watch { reader: BufReader::new(resp.into_reader()), chunked, content_type }
+        Watch {
+            reader: BufReader::new(resp.into_reader()),
+            chunked,
+            content_type,
+        }
     }
 }
 
@@ -169,7 +212,9 @@ impl Watch {
         let mut line = String::new();
         match self.reader.read_line(&mut line) {
             Ok(0) => Ok(None),
-            Ok(_) => serde_json::from_str(&line).map(Some).map_err(|e| format!("bad event {line:?}: {e}")),
+            Ok(_) => serde_json::from_str(&line)
+                .map(Some)
+                .map_err(|e| format!("bad event {line:?}: {e}")),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -189,7 +234,10 @@ impl Watch {
 
 /// The `type` of each event.
 pub fn types(events: &[Value]) -> Vec<String> {
-    events.iter().map(|e| e["type"].as_str().unwrap_or("?").to_string()).collect()
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
+        .collect()
 }
 
 pub const IC: &str = "/apis/immortalcontainer.flugel.it/v1alpha1";
