@@ -9,9 +9,13 @@
 
 use crate::client::{Client, Resource};
 use crate::reconcile::Note;
-use crate::resources::{ImmortalContainer, API_VERSION, KIND, MAX_NAME_LEN};
+use crate::resources::{
+    Event, EventSource, ImmortalContainer, ObjectMeta, ObjectReference, API_VERSION, KIND,
+    MAX_NAME_LEN,
+};
 use crate::util;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
+use serde::de::IgnoredAny;
 use serde_json::json;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -22,6 +26,8 @@ use std::time::{Duration, Instant};
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(600);
 const BURST: f64 = 25.0;
 const REFILL_EVERY: Duration = Duration::from_secs(300);
+/// `source.component` and `reportingComponent` of our Events.
+const COMPONENT: &str = "immortal-operator";
 /// Events waiting to be written; beyond this they are dropped (the reconcile never waits).
 const BACKLOG: usize = 1024;
 
@@ -183,33 +189,43 @@ pub fn run(client: Client, rx: Receiver<Pending>, instance: String) {
                 continue;
             }
             Decision::Create { name } => {
-                let body = json!({
-                    "apiVersion": "v1",
-                    "kind": "Event",
-                    "metadata": { "name": name, "namespace": p.namespace },
-                    "involvedObject": {
-                        "apiVersion": API_VERSION, "kind": KIND,
-                        "name": p.name, "namespace": p.namespace, "uid": p.uid,
+                let event = Event {
+                    api_version: "v1".into(),
+                    kind: "Event".into(),
+                    metadata: ObjectMeta {
+                        name,
+                        namespace: p.namespace.clone(),
+                        ..Default::default()
                     },
-                    "reason": p.note.reason,
-                    "message": p.note.message,
-                    "type": if p.note.warning { "Warning" } else { "Normal" },
-                    "source": { "component": "immortal-operator" },
-                    "reportingComponent": "immortal-operator",
-                    "reportingInstance": instance,
-                    "firstTimestamp": now,
-                    "lastTimestamp": now,
-                    "count": 1,
-                });
+                    involved_object: ObjectReference {
+                        api_version: API_VERSION.into(),
+                        kind: KIND.into(),
+                        name: p.name.clone(),
+                        namespace: p.namespace.clone(),
+                        uid: p.uid.clone(),
+                    },
+                    reason: p.note.reason.into(),
+                    message: p.note.message.clone(),
+                    type_: if p.note.warning { "Warning" } else { "Normal" }.into(),
+                    source: EventSource {
+                        component: COMPONENT.into(),
+                    },
+                    first_timestamp: Some(now.clone()),
+                    last_timestamp: Some(now),
+                    count: 1,
+                    reporting_component: COMPONENT.into(),
+                    reporting_instance: instance.clone(),
+                };
+                // The answer is not needed: IgnoredAny checks it is JSON without building it.
                 client
-                    .create::<serde_json::Value>(Resource::Events, &p.namespace, &body)
+                    .create::<_, IgnoredAny>(Resource::Events, &p.namespace, &event)
                     .map(drop)
             }
             Decision::Bump { name, count, first } => {
                 let patch =
                     json!({ "count": count, "lastTimestamp": now, "firstTimestamp": first });
                 client
-                    .merge_patch::<serde_json::Value>(Resource::Events, &p.namespace, &name, &patch)
+                    .merge_patch::<_, IgnoredAny>(Resource::Events, &p.namespace, &name, &patch)
                     .map(drop)
             }
         };

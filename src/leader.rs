@@ -203,7 +203,7 @@ impl Elector {
                         .map_err(|e| client::Error::Decode(e.to_string()))?;
                     body["apiVersion"] = "coordination.k8s.io/v1".into();
                     body["kind"] = "Lease".into();
-                    return match self.client.create::<Lease>(
+                    return match self.client.create::<_, Lease>(
                         Resource::Leases,
                         &self.s.namespace,
                         &body,

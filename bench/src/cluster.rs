@@ -98,7 +98,7 @@ impl Api {
         // The client's object path is `.../pods/{name}`; the subresource rides on the name.
         let sub = format!("{name}/status");
         self.client
-            .merge_patch::<Value>(
+            .merge_patch::<_, Value>(
                 Resource::Pods,
                 ns,
                 &sub,
