@@ -461,11 +461,7 @@ impl Cluster {
     }
 
     pub fn get_ic(&self, name: &str) -> Result<Option<Value>, Error> {
-        match self.api.get(&self.ic_path(name)) {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        found(self.api.get(&self.ic_path(name)))
     }
 
     /// Panics when the object is missing or cannot be read.
@@ -504,11 +500,7 @@ impl Cluster {
     }
 
     pub fn get_pod(&self, name: &str) -> Result<Option<Value>, Error> {
-        match self.api.get(&self.pod_path(name)) {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        found(self.api.get(&self.pod_path(name)))
     }
 
     pub fn list_pods(&self) -> Result<Vec<Value>, Error> {
@@ -667,6 +659,15 @@ fn items(list: Value) -> Vec<Value> {
             _ => Vec::new(),
         },
         _ => Vec::new(),
+    }
+}
+
+/// A GET's answer, with NotFound as `None`.
+pub fn found(r: Result<Value, Error>) -> Result<Option<Value>, Error> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
