@@ -82,6 +82,18 @@ impl Error {
     pub fn is_invalid(&self) -> bool {
         self.code() == 422
     }
+    /// How long the server asked us to wait before trying again (`Retry-After`, or
+    /// `details.retryAfterSeconds` of its Status), if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Api(s) => s
+                .details
+                .as_ref()?
+                .retry_after_seconds
+                .map(Duration::from_secs),
+            _ => None,
+        }
+    }
     /// Worth retrying unchanged after a while: throttling, server errors, no answer at all.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -335,6 +347,8 @@ pub struct ListMeta {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Set by [`Client::with_deadline`]: a shorter timeout, and no throttle retries.
+    deadline: Option<Duration>,
 }
 
 struct Inner {
@@ -377,7 +391,23 @@ impl Client {
                 max_idle_per_host,
                 user_agent: format!("immortal-operator/{}", env!("CARGO_PKG_VERSION")),
             }),
+            deadline: None,
         })
+    }
+
+    /// The same client, but every request ends within `d` and a 429/503 is returned at once
+    /// instead of retried: for callers whose answer is worthless after `d` (leader election must
+    /// know within its renew deadline whether it still leads).
+    pub fn with_deadline(&self, d: Duration) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            deadline: Some(d),
+        }
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.deadline
+            .map_or(REQUEST_TIMEOUT, |d| d.min(REQUEST_TIMEOUT))
     }
 
     /// The cluster this client talks to (for logs).
@@ -426,7 +456,7 @@ impl Client {
                 Err(ureq::Error::Status(code, resp)) => {
                     let wait = retry_after(resp.header("Retry-After"));
                     let body = resp.into_string().unwrap_or_default();
-                    let status = parse_status(code, &body);
+                    let mut status = parse_status(code, &body);
                     if code == 401 && !refreshed {
                         // An exec credential or a rotated service-account token may have expired
                         // early: fetch a fresh one and try once more, as client-go does.
@@ -434,7 +464,12 @@ impl Client {
                         self.inner.config.credentials.invalidate();
                         continue;
                     }
-                    if (code == 429 || code == 503) && attempt < THROTTLE_ATTEMPTS {
+                    let attempts = if self.deadline.is_some() {
+                        1
+                    } else {
+                        THROTTLE_ATTEMPTS
+                    };
+                    if (code == 429 || code == 503) && attempt < attempts {
                         let backoff = Duration::from_millis(200 << attempt);
                         let wait = wait
                             .unwrap_or(backoff)
@@ -449,6 +484,12 @@ impl Client {
                             std::thread::sleep(wait);
                             continue;
                         }
+                    }
+                    // Keep the server's wish for whoever retries later (the queue, a watcher):
+                    // they must not come back sooner than it asked.
+                    if let Some(w) = wait {
+                        let details = status.details.get_or_insert_with(Default::default);
+                        details.retry_after_seconds.get_or_insert(w.as_secs());
                     }
                     return Err(Error::Api(Box::new(status)));
                 }
@@ -503,7 +544,7 @@ impl Client {
             method: "GET",
             path,
             body: None,
-            timeout: REQUEST_TIMEOUT,
+            timeout: self.request_timeout(),
         })
     }
 
@@ -527,7 +568,7 @@ impl Client {
             method: "POST",
             path: &path,
             body: Some(("application/json", &body)),
-            timeout: REQUEST_TIMEOUT,
+            timeout: self.request_timeout(),
         })
     }
 
@@ -545,7 +586,7 @@ impl Client {
             method: "DELETE",
             path: &path,
             body: Some(("application/json", body.as_bytes())),
-            timeout: REQUEST_TIMEOUT,
+            timeout: self.request_timeout(),
         })?;
         // Drain the body so the connection goes back to the pool.
         let _ = std::io::copy(&mut resp.into_reader(), &mut std::io::sink());
@@ -569,7 +610,7 @@ impl Client {
             method: "PATCH",
             path: &path,
             body: Some(("application/merge-patch+json", body.as_bytes())),
-            timeout: REQUEST_TIMEOUT,
+            timeout: self.request_timeout(),
         })
     }
 
@@ -586,7 +627,7 @@ impl Client {
             method: "POST",
             path: &path,
             body: Some(("application/json", &body)),
-            timeout: REQUEST_TIMEOUT,
+            timeout: self.request_timeout(),
         })
     }
 
@@ -614,7 +655,7 @@ impl Client {
             method: "PUT",
             path: &path,
             body: Some(("application/json", body.as_bytes())),
-            timeout: REQUEST_TIMEOUT,
+            timeout: self.request_timeout(),
         })
     }
 
@@ -632,7 +673,7 @@ impl Client {
             method: "PATCH",
             path: &path,
             body: Some(("application/merge-patch+json", &body)),
-            timeout: REQUEST_TIMEOUT,
+            timeout: self.request_timeout(),
         })
     }
 
@@ -810,5 +851,67 @@ mod tests {
         assert_eq!(retry_after(Some("3")), Some(Duration::from_secs(3)));
         assert_eq!(retry_after(Some("soon")), None);
         assert_eq!(retry_after(None), None);
+    }
+
+    /// A client of a fresh test API server.
+    fn against_test_server() -> (kube_testserver::TestServer, Client) {
+        let server =
+            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        let opts = crate::kubeconfig::LoadOptions {
+            kubeconfig: Some(server.kubeconfig_path()),
+            context: None,
+        };
+        let client = Client::new(crate::kubeconfig::load(&opts).unwrap(), 2).unwrap();
+        (server, client)
+    }
+
+    fn throttle(server: &kube_testserver::TestServer, status: u16, retry_after: u64) {
+        server.fail_next(kube_testserver::FailRule {
+            count: 1,
+            status,
+            retry_after: Some(retry_after),
+            verb: Some("get".into()),
+            path_contains: Some("/pods/x".into()),
+        });
+    }
+
+    fn pod_gets(server: &kube_testserver::TestServer) -> u64 {
+        server
+            .request_counts()
+            .get(&("get".to_string(), "pods".to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_short_retry_after_is_waited_out_and_the_request_retried() {
+        let (server, client) = against_test_server();
+        throttle(&server, 429, 1);
+        // Retried after the throttle: the answer is the real one (no such pod).
+        assert!(client.get_pod("default", "x").unwrap_err().is_not_found());
+        assert_eq!(pod_gets(&server), 2);
+    }
+
+    #[test]
+    fn a_long_retry_after_is_handed_to_the_caller_instead_of_slept_on() {
+        let (server, client) = against_test_server();
+        throttle(&server, 429, 30);
+        let e = client.get_pod("default", "x").unwrap_err();
+        assert_eq!(e.code(), 429);
+        // The caller's retry must wait at least this long.
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(30)));
+        assert_eq!(pod_gets(&server), 1);
+    }
+
+    #[test]
+    fn a_client_with_a_deadline_does_not_retry_throttling() {
+        let (server, client) = against_test_server();
+        throttle(&server, 503, 1);
+        let e = client
+            .with_deadline(Duration::from_secs(1))
+            .get_pod("default", "x")
+            .unwrap_err();
+        assert_eq!(e.code(), 503);
+        assert_eq!(pod_gets(&server), 1);
     }
 }

@@ -305,7 +305,8 @@ fn work(queue: &Queue, api: &Cluster, run_id: u16) {
                 );
             }
             Err(e) => {
-                let after = queue.add_rate_limited(key.clone());
+                let after =
+                    queue.add_rate_limited(key.clone(), e.retry_after().unwrap_or_default());
                 metrics::record_reconcile("error", elapsed);
                 let error = e.to_string();
                 let denied = matches!(e, reconcile::Error::Denied { .. });

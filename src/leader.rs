@@ -70,6 +70,10 @@ pub struct Elector {
 
 impl Elector {
     pub fn new(client: Client, s: Settings) -> Elector {
+        // An attempt (a GET and a PUT) must end well inside the renew deadline, or a leader stuck
+        // on a hung request would go on writing after its lease expired and a standby took it.
+        let attempt = (s.renew_deadline / 4).max(Duration::from_millis(500));
+        let client = client.with_deadline(attempt);
         Elector {
             client,
             s,

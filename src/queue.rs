@@ -142,12 +142,13 @@ impl Queue {
         self.cond.notify_one();
     }
 
-    /// Queues `key` after its rate-limited backoff; returns the delay chosen.
-    pub fn add_rate_limited(&self, key: String) -> Duration {
+    /// Queues `key` after its rate-limited backoff, or after `at_least` if that is longer (the
+    /// server's `Retry-After`); returns the delay chosen.
+    pub fn add_rate_limited(&self, key: String, at_least: Duration) -> Duration {
         let delay = {
             let mut st = self.lock();
             let n = st.failures.entry(key.clone()).or_insert(0);
-            let delay = backoff(*n);
+            let delay = backoff(*n).max(at_least);
             *n = n.saturating_add(1);
             delay
         };
@@ -385,12 +386,26 @@ mod tests {
         assert_eq!(backoff(30), Duration::from_secs(1000));
         assert_eq!(backoff(u32::MAX), Duration::from_secs(1000));
         let q = Queue::new();
-        assert_eq!(q.add_rate_limited("ns/a".into()), Duration::from_millis(5));
-        assert_eq!(q.add_rate_limited("ns/a".into()), Duration::from_millis(10));
+        assert_eq!(
+            q.add_rate_limited("ns/a".into(), Duration::ZERO),
+            Duration::from_millis(5)
+        );
+        assert_eq!(
+            q.add_rate_limited("ns/a".into(), Duration::ZERO),
+            Duration::from_millis(10)
+        );
         assert_eq!(q.num_requeues("ns/a"), 2);
         q.forget("ns/a");
         assert_eq!(q.num_requeues("ns/a"), 0);
-        assert_eq!(q.add_rate_limited("ns/a".into()), Duration::from_millis(5));
+        assert_eq!(
+            q.add_rate_limited("ns/a".into(), Duration::ZERO),
+            Duration::from_millis(5)
+        );
+        // The server's Retry-After wins over a shorter backoff.
+        assert_eq!(
+            q.add_rate_limited("ns/a".into(), Duration::from_secs(30)),
+            Duration::from_secs(30)
+        );
     }
 
     #[test]

@@ -134,6 +134,13 @@ pub enum Error {
 }
 
 impl Error {
+    /// How long the server asked us to wait before retrying, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Transient { source, .. } | Error::Denied { source, .. } => source.retry_after(),
+        }
+    }
+
     fn from_api(action: &'static str, source: client::Error) -> Error {
         if source.is_forbidden() || source.is_unauthorized() {
             Error::Denied { action, source }

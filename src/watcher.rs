@@ -337,7 +337,11 @@ impl<S: Source> Watcher<S> {
                     }
                     Err(e) => {
                         self.report_failure("list", &e, &backoff);
-                        if !self.sleep(backoff.next_delay()) {
+                        if !self.sleep(
+                            backoff
+                                .next_delay()
+                                .max(e.retry_after().unwrap_or_default()),
+                        ) {
                             return;
                         }
                         State::List
@@ -354,7 +358,11 @@ impl<S: Source> Watcher<S> {
                         }
                         Err(e) => {
                             self.report_failure("watch", &e, &backoff);
-                            if !self.sleep(backoff.next_delay()) {
+                            if !self.sleep(
+                                backoff
+                                    .next_delay()
+                                    .max(e.retry_after().unwrap_or_default()),
+                            ) {
                                 return;
                             }
                             State::Watch { rv }
