@@ -250,6 +250,8 @@ pub fn run(config: Config) -> ExitCode {
 }
 
 /// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic.
+/// (Release builds abort on panic, which ends the process at once; this covers builds that
+/// unwind, such as the tests'.)
 struct Sentinel {
     health: Arc<Health>,
     dead: Sender<&'static str>,
