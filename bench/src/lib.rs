@@ -206,6 +206,18 @@ impl Run<'_> {
         &self.cluster.api
     }
 
+    /// The operator under test, serving `ns`, logging to `operator-<phase>.log`.
+    fn spawn_operator(&self, ns: &str, phase: &str) -> Result<Operator, Error> {
+        let log = self.logs.join(format!("operator-{phase}.log"));
+        Operator::spawn(
+            &self.cfg.operator,
+            self.cluster.kubeconfig(),
+            ns,
+            self.cfg.workers,
+            &log,
+        )
+    }
+
     fn phases(&self, report: &mut Report) -> Result<(), Error> {
         // Floor: at 1 connection, at C, and at --workers when the operator gets more than one.
         let floor_ns = self.cluster.create_namespace("floor")?;
@@ -249,14 +261,7 @@ impl Run<'_> {
         // Bulk and recovery: a second operator, measured idle first.
         let ns = self.cluster.create_namespace("bulk")?;
         let obs = Observer::start(self.api(), &ns, self.deadline)?;
-        let log = self.logs.join("operator-bulk.log");
-        let mut op = Operator::spawn(
-            &self.cfg.operator,
-            self.cluster.kubeconfig(),
-            &ns,
-            self.cfg.workers,
-            &log,
-        )?;
+        let mut op = self.spawn_operator(&ns, "bulk")?;
         op.wait_ready(self.deadline)?;
         // Ready means both first lists are in; give the threads a moment to park.
         thread::sleep(Duration::from_millis(200));
@@ -337,14 +342,7 @@ impl Run<'_> {
         let obs = Observer::start(api, &ns, self.deadline)?;
         obs.expect(n);
         let before = self.cluster.snapshot();
-        let log = self.logs.join("operator-backlog.log");
-        let mut op = Operator::spawn(
-            &self.cfg.operator,
-            self.cluster.kubeconfig(),
-            &ns,
-            self.cfg.workers,
-            &log,
-        )?;
+        let mut op = self.spawn_operator(&ns, "backlog")?;
         let converged = self.converge(&ns, &obs, &mut op, "backlog", n)?;
         let seconds = converged
             .saturating_duration_since(op.spawned_at)
