@@ -24,6 +24,9 @@ use std::time::Duration;
 /// this one is slow enough not to load the API server with a stuck object.
 pub const CONFLICT_RETRY: Duration = Duration::from_secs(30);
 
+/// Rounds of look-and-act one reconcile makes before it leaves the key to the queue's backoff.
+const MAX_ROUNDS: usize = 4;
+
 /// The condition type the operator maintains.
 pub const READY: &str = "Ready";
 
@@ -131,6 +134,9 @@ pub enum Error {
         action: &'static str,
         source: client::Error,
     },
+    /// The pod changed under every round of one reconcile (taken, freed, retaken). Retried
+    /// with backoff rather than spun on.
+    Unsettled { pod: String },
 }
 
 impl Error {
@@ -138,6 +144,7 @@ impl Error {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Error::Transient { source, .. } | Error::Denied { source, .. } => source.retry_after(),
+            Error::Unsettled { .. } => None,
         }
     }
 
@@ -155,6 +162,12 @@ impl fmt::Display for Error {
         match self {
             Error::Transient { action, source } => write!(f, "{action}: {source}"),
             Error::Denied { action, source } => write!(f, "{action} denied: {source}"),
+            Error::Unsettled { pod } => {
+                write!(
+                    f,
+                    "pod {pod} changed under every one of {MAX_ROUNDS} attempts"
+                )
+            }
         }
     }
 }
@@ -316,7 +329,10 @@ impl<A: Api> Run<'_, A> {
         // none: try the create first and look only if the name is taken.
         let mut assume_absent = pod_gone_hint || self.status.last_counted_pod_uid.is_none();
         let mut cause = None;
-        loop {
+        // Normally two rounds at most (create, or look and act, then create). A world that keeps
+        // changing under us (a name taken, freed and retaken between our calls) gets the
+        // queue's backoff instead of a spin inside one reconcile.
+        for _ in 0..MAX_ROUNDS {
             let pod = if assume_absent {
                 None
             } else {
@@ -411,6 +427,9 @@ impl<A: Api> Run<'_, A> {
             );
             return Ok(Next::Done);
         }
+        Err(Error::Unsettled {
+            pod: self.pod_name.clone(),
+        })
     }
 
     /// Why the pod is absent, judged from status: no pod counted yet means this is the first;
@@ -1183,5 +1202,31 @@ mod tests {
             "2000-01-01T00:00:00Z"
         );
         assert!(!t0.is_empty());
+    }
+
+    #[test]
+    fn a_name_that_keeps_changing_under_us_is_left_to_the_backoff_not_spun_on() {
+        // A terminated pod of ours that every DELETE reports gone (404) and every look finds
+        // again: delete, create (taken), look, delete, ... must stop.
+        let f = fake(ic("web", "nginx"));
+        let mut p = desired_pod(&ic("web", "nginx"));
+        p.metadata.uid = "stuck".into();
+        p.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+        });
+        *f.pod.borrow_mut() = Some(p);
+        f.ic.borrow_mut()
+            .as_mut()
+            .unwrap()
+            .status
+            .last_counted_pod_uid = Some("stuck".into());
+        for _ in 0..10 {
+            f.fail
+                .borrow_mut()
+                .push(("delete_pod", api_err(404, "NotFound")));
+        }
+        let err = run(&f, "ns/web").unwrap_err();
+        assert!(matches!(err, Error::Unsettled { .. }), "{err}");
+        assert!(f.calls().len() <= 2 * MAX_ROUNDS + 1, "{:?}", f.calls());
     }
 }
