@@ -33,7 +33,7 @@ pub struct Args {
     pub command: Option<Command>,
 
     /// Kubeconfig file to use (overrides $KUBECONFIG and ~/.kube/config).
-    #[arg(long, value_name = "PATH", global = true)]
+    #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
 
     /// Kubeconfig context to use instead of the current one.
