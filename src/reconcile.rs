@@ -248,6 +248,17 @@ fn controlled_by(pod: &Pod, ic: &ImmortalContainer) -> bool {
         .is_some_and(|o| o.is_immortal_container() && o.uid == ic.metadata.uid)
 }
 
+/// The image `pod` was created for: our annotation, or for a pod without it (made by hand
+/// with our ownerReference) the image its container runs.
+fn created_for(pod: &Pod) -> &str {
+    pod.metadata
+        .annotations
+        .get(IMAGE_ANNOTATION)
+        .map(String::as_str)
+        .or(pod.container_image())
+        .unwrap_or("")
+}
+
 /// Describes who holds a pod name that is not ours, for the condition message.
 fn holder(pod: &Pod, ic: &ImmortalContainer) -> String {
     match pod.metadata.controller() {
@@ -407,7 +418,10 @@ impl<A: Api> Run<'_, A> {
                 assume_absent = true;
                 continue;
             }
-            let have = pod.container_image().unwrap_or("");
+            // Compare the image the pod was created for (our annotation), not the one it runs:
+            // an admission webhook may rewrite images (a registry mirror, a digest pin), and
+            // replacing such a pod would only bring back another rewritten one, forever.
+            let have = created_for(&pod);
             if have != self.ic.spec.image {
                 let why = format!("image changed from {have} to {}", self.ic.spec.image);
                 // Graceful: the container is running. Its DELETED event brings us back to
@@ -1228,5 +1242,30 @@ mod tests {
         let err = run(&f, "ns/web").unwrap_err();
         assert!(matches!(err, Error::Unsettled { .. }), "{err}");
         assert!(f.calls().len() <= 2 * MAX_ROUNDS + 1, "{:?}", f.calls());
+    }
+
+    #[test]
+    fn an_image_rewritten_by_an_admission_webhook_does_not_replace_the_pod() {
+        let f = fake(ic("web", "nginx"));
+        run(&f, "ns/web").unwrap();
+        // A mutating webhook pointed the container at a mirror.
+        f.pod.borrow_mut().as_mut().unwrap().spec.containers[0].image =
+            "mirror.example/nginx".into();
+        f.calls.borrow_mut().clear();
+        run(&f, "ns/web").unwrap();
+        assert_eq!(
+            f.calls(),
+            ["GET ic/web", "GET pod/web-immortalpod"],
+            "no delete, no write"
+        );
+        assert_eq!(status(&f).start_times, Some(1));
+        // A change of spec.image still replaces it.
+        f.ic.borrow_mut().as_mut().unwrap().spec.image = "nginx:2".into();
+        run(&f, "ns/web").unwrap();
+        assert!(
+            f.calls().iter().any(|c| c.starts_with("DELETE")),
+            "{:?}",
+            f.calls()
+        );
     }
 }

@@ -14,7 +14,7 @@
 use crate::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
 use crate::metrics;
 use crate::queue::{Queue, Trigger};
-use crate::resources::{self, Container, ObjectMeta, IMAGE_ANNOTATION};
+use crate::resources::{self, ObjectMeta, IMAGE_ANNOTATION};
 use crate::util;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::Deserialize;
@@ -39,8 +39,6 @@ pub struct Seen {
     #[serde(default)]
     pub metadata: ObjectMeta,
     #[serde(default)]
-    pub spec: SeenSpec,
-    #[serde(default)]
     pub status: SeenStatus,
     /// Set when the object is a `Status` (the object of an ERROR event).
     #[serde(default)]
@@ -49,13 +47,6 @@ pub struct Seen {
     pub reason: String,
     #[serde(default)]
     pub message: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct SeenSpec {
-    /// Pods. `null` in a BOOKMARK (see the `*-watch-pods-from-list-rv` fixture).
-    #[serde(default)]
-    pub containers: Option<Vec<Container>>,
 }
 
 /// A pod's or an ImmortalContainer's `status`, or the `"Failure"` string of a `Status`.
@@ -152,9 +143,12 @@ pub fn ic_event_relevant(event: &str, o: &Seen) -> bool {
     }
 }
 
-/// A pod needs its owner reconciled when it is gone, terminated, or runs another image than
-/// it was created for. A pod that is merely starting, or already being deleted (its DELETED
-/// event follows), does not: skipping those keeps a pod's start-up from costing API calls.
+/// A pod needs its owner reconciled when it is gone or terminated. A pod that is merely
+/// starting, or already being deleted (its DELETED event follows), does not: skipping those
+/// keeps a pod's start-up from costing API calls. Nor does a pod whose running image differs
+/// from the one it was created for: that is an admission webhook's or a person's doing, and
+/// reconcile leaves it (see `reconcile`); a change of `spec.image` arrives as an
+/// ImmortalContainer event.
 ///
 /// The deletion of a pod that had terminated needs nothing either: the event saying it
 /// terminated came first on this stream and queued its owner, whose reconcile replaces it
@@ -167,22 +161,8 @@ pub fn pod_event_relevant(event: &str, o: &Seen) -> bool {
     if o.metadata.deletion_timestamp.is_some() {
         return false;
     }
-    if terminated {
-        return true;
-    }
-    let want = o.metadata.annotations.get(IMAGE_ANNOTATION);
-    let have = o
-        .spec
-        .containers
-        .as_deref()
-        .unwrap_or(&[])
-        .iter()
-        .find(|c| c.name == resources::CONTAINER_NAME);
-    match (want, have) {
-        (Some(want), Some(have)) => *want != have.image,
-        // Not shaped as we create pods: let reconcile look at it.
-        _ => true,
-    }
+    // Not shaped as we create pods (no image annotation): let reconcile look at it.
+    terminated || !o.metadata.annotations.contains_key(IMAGE_ANNOTATION)
 }
 
 /// The key of the ImmortalContainer controlling a pod.
@@ -875,10 +855,14 @@ mod tests {
         assert!(pod_event_relevant("MODIFIED", &failed));
         // Its deletion (usually ours, replacing it) adds nothing.
         assert!(!pod_event_relevant("DELETED", &failed));
+        // Its image rewritten after creation (an admission webhook, a person): not ours to
+        // fight, so not worth a reconcile.
         let retagged = seen(serde_json::json!({
             "metadata": {"annotations": {IMAGE_ANNOTATION: "nginx"}},
-            "spec": {"containers": [{"name": "acontainer", "image": "evil"}]}}));
-        assert!(pod_event_relevant("MODIFIED", &retagged));
+            "spec": {"containers": [{"name": "acontainer", "image": "mirror.example/nginx"}]}}));
+        assert!(!pod_event_relevant("MODIFIED", &retagged));
+        let unlabelled = seen(serde_json::json!({"metadata": {}}));
+        assert!(pod_event_relevant("ADDED", &unlabelled));
         let deleting = seen(
             serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
             "status": {"phase": "Failed"}}),
