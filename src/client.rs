@@ -642,19 +642,19 @@ impl Client {
     }
 
     /// PUT (replace) of a namespaced object; the body's resourceVersion makes it conditional.
-    pub fn replace<T: DeserializeOwned>(
+    pub fn replace<B: Serialize, T: DeserializeOwned>(
         &self,
         res: Resource,
         ns: &str,
         name: &str,
-        body: &serde_json::Value,
+        body: &B,
     ) -> Result<T, Error> {
-        let body = body.to_string();
+        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
         let path = object_path(res, ns, name);
         self.json(&Req {
             method: "PUT",
             path: &path,
-            body: Some(("application/json", body.as_bytes())),
+            body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
         })
     }

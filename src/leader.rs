@@ -28,6 +28,16 @@ pub struct Settings {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Lease {
+    /// Always written, and always read back: every body we send starts from a Lease the server
+    /// returned, or from [`Lease::new`].
+    #[serde(
+        default,
+        rename = "apiVersion",
+        skip_serializing_if = "String::is_empty"
+    )]
+    api_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    kind: String,
     #[serde(default)]
     metadata: ObjectMeta,
     #[serde(default)]
@@ -157,14 +167,12 @@ impl Elector {
         lease.spec.lease_duration_seconds = Some(1);
         lease.spec.renew_time = Some(now.clone());
         lease.spec.acquire_time = Some(now);
-        let body = match serde_json::to_value(&lease) {
-            Ok(b) => b,
-            Err(_) => return,
-        };
-        match self
-            .client
-            .replace::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &body)
-        {
+        match self.client.replace::<_, Lease>(
+            Resource::Leases,
+            &self.s.namespace,
+            &self.s.name,
+            &lease,
+        ) {
             Ok(_) => {
                 log::info!(target: "leader", lease = self.lease_key().as_str(); "released lease")
             }
@@ -190,6 +198,8 @@ impl Elector {
                 Ok(l) => l,
                 Err(e) if e.is_not_found() => {
                     let lease = Lease {
+                        api_version: "coordination.k8s.io/v1".into(),
+                        kind: "Lease".into(),
                         metadata: ObjectMeta {
                             name: self.s.name.clone(),
                             namespace: self.s.namespace.clone(),
@@ -203,14 +213,10 @@ impl Elector {
                             lease_transitions: Some(0),
                         },
                     };
-                    let mut body = serde_json::to_value(&lease)
-                        .map_err(|e| client::Error::Decode(e.to_string()))?;
-                    body["apiVersion"] = "coordination.k8s.io/v1".into();
-                    body["kind"] = "Lease".into();
                     return match self.client.create::<_, Lease>(
                         Resource::Leases,
                         &self.s.namespace,
-                        &body,
+                        &lease,
                     ) {
                         Ok(l) => {
                             self.remember(l);
@@ -257,14 +263,12 @@ impl Elector {
             next.spec.acquire_time = Some(now);
             next.spec.lease_transitions = Some(current.spec.lease_transitions.unwrap_or(0) + 1);
         }
-        let mut body =
-            serde_json::to_value(&next).map_err(|e| client::Error::Decode(e.to_string()))?;
-        body["apiVersion"] = "coordination.k8s.io/v1".into();
-        body["kind"] = "Lease".into();
-        match self
-            .client
-            .replace::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &body)
-        {
+        match self.client.replace::<_, Lease>(
+            Resource::Leases,
+            &self.s.namespace,
+            &self.s.name,
+            &next,
+        ) {
             Ok(l) => {
                 self.remember(l);
                 Ok(Attempt::Held)
