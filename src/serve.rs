@@ -21,18 +21,15 @@ pub const MAX_WATCH_SILENCE: Duration = Duration::from_secs(300);
 pub struct Health {
     /// Watchers that completed their first list.
     pub synced: AtomicUsize,
-    /// Watchers there are.
-    pub watchers: AtomicUsize,
     /// Set when a worker or watcher thread died.
     pub dead: AtomicBool,
-    /// Resources watched, for the silence check.
+    /// Resources watched, one watcher each.
     pub resources: Vec<&'static str>,
 }
 
 impl Health {
     pub fn new(resources: Vec<&'static str>) -> Health {
         Health {
-            watchers: AtomicUsize::new(resources.len()),
             resources,
             ..Default::default()
         }
@@ -49,10 +46,7 @@ impl Health {
     /// Ready once every first list completed and while every watch hears from the server.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
-        let (synced, all) = (
-            self.synced.load(Ordering::Relaxed),
-            self.watchers.load(Ordering::Relaxed),
-        );
+        let (synced, all) = (self.synced.load(Ordering::Relaxed), self.resources.len());
         if synced < all {
             return Err(format!(
                 "{synced} of {all} watches have completed their first list"
