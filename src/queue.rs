@@ -105,11 +105,12 @@ impl Queue {
         if st.shutting_down {
             return false;
         }
-        metrics::queue_add();
         if let Some(t) = st.dirty.get_mut(&key) {
             *t = trigger;
             return false;
         }
+        // Counted as client-go counts it: a key already queued is not added again.
+        metrics::queue_add();
         st.added_at.insert(key.clone(), Instant::now());
         let processing = st.processing.contains(&key);
         st.dirty.insert(key.clone(), trigger);
