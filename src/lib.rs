@@ -4,8 +4,10 @@
 //! [`auth`]) → [`client`] → two [`watcher`] threads pushing `namespace/name` keys into the
 //! [`queue`] → [`reconcile`] workers, wired together and shut down by [`controller`].
 //! [`resources`] holds the API types; [`events`], [`leader`], [`metrics`] and [`serve`] are
-//! what running in production adds; [`trace`] reads the logs back.
+//! what running in production adds; [`trace`] reads the logs back. [`allocator`] is the
+//! binary's global allocator.
 
+pub mod allocator;
 pub mod auth;
 pub mod cli;
 pub mod client;
