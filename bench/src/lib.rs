@@ -560,15 +560,28 @@ impl Run<'_> {
             None => (metrics, "operator metrics"),
         };
         let total: u64 = by_verb.values().sum();
+        let startup = by_verb
+            .iter()
+            .filter(|(verb, _)| is_startup(verb))
+            .map(|(_, n)| n)
+            .sum();
         Ok(Requests {
             pods_created,
             total,
-            per_pod_created: total as f64 / pods_created.max(1) as f64,
+            startup,
+            per_pod_created: (total - startup) as f64 / pods_created.max(1) as f64,
             by_verb,
             source: source.into(),
             metrics_total: Some(metrics_total),
         })
     }
+}
+
+/// Whether a test server count (`"verb resource"`) is one an operator makes once per start:
+/// discovery (`get /apis/...`), lists and watches. Per-object work is get, create, patch and
+/// delete of named objects.
+fn is_startup(verb: &str) -> bool {
+    verb.starts_with("list ") || verb.starts_with("watch ") || verb.starts_with("get /")
 }
 
 /// The status the operator writes after creating an object's first pod, as the same merge
@@ -733,6 +746,26 @@ fn pod_problems(ic: &ImmortalContainer, pod: &Pod) -> Vec<String> {
 mod tests {
     use super::*;
     use immortal_operator::resources::ObjectMeta;
+
+    #[test]
+    fn startup_requests_are_discovery_lists_and_watches_only() {
+        for verb in [
+            "list pods",
+            "watch immortalcontainers",
+            "get /apis/immortalcontainer.flugel.it/v1alpha1",
+        ] {
+            assert!(is_startup(verb), "{verb}");
+        }
+        for verb in [
+            "get immortalcontainers",
+            "create pods",
+            "patch immortalcontainers/status",
+            "delete pods",
+            "create events",
+        ] {
+            assert!(!is_startup(verb), "{verb}");
+        }
+    }
 
     #[test]
     fn parallel_returns_results_in_index_order() {

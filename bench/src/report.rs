@@ -56,6 +56,11 @@ pub struct Requests {
     /// Pods the operator created in the phase.
     pub pods_created: u64,
     pub total: u64,
+    /// Requests an operator makes once per start, whatever the number of objects: API
+    /// discovery, the initial lists and the watches (test server counts only; a real cluster's
+    /// /metrics counts them as GETs with the rest).
+    pub startup: u64,
+    /// `(total - startup) / pods_created`.
     pub per_pod_created: f64,
     /// By `"verb resource"` (test server's counts) or by HTTP method (the operator's
     /// /metrics, on a real cluster).
@@ -405,10 +410,14 @@ fn requests_line(r: &Requests) -> String {
         Some(m) if m != r.total => format!(" [operator /metrics says {m}]"),
         _ => String::new(),
     };
+    let startup = match r.startup {
+        0 => String::new(),
+        n => format!(" + {n} at start-up"),
+    };
     format!(
-        "{:.2} per pod created ({} for {} pods; {}: {}){cross}",
+        "{:.2} per pod created ({} for {} pods{startup}; {}: {}){cross}",
         r.per_pod_created,
-        r.total,
+        r.total - r.startup,
         r.pods_created,
         r.source,
         verbs.join(", ")
