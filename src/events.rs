@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(600);
 const BURST: f64 = 25.0;
 const REFILL_EVERY: Duration = Duration::from_secs(300);
+/// Objects the dedupe and rate-limit books remember at most, as client-go's EventCorrelator
+/// (its LRU caches hold 4096): without a cap a backlog of 10,000 objects kept 10,000 entries
+/// for the whole window, and memory grew with the object count.
+pub const MAX_REMEMBERED: usize = 4096;
 /// `source.component` and `reportingComponent` of our Events.
 const COMPONENT: &str = "immortal-operator";
 /// Events waiting to be written; beyond this they are dropped (the reconcile never waits).
@@ -111,6 +115,8 @@ pub enum Decision {
 impl Book {
     pub fn decide(&mut self, p: &Pending, now: Instant) -> Decision {
         self.prune(now);
+        trim(&mut self.written, |w| w.at);
+        trim(&mut self.buckets, |b| b.at);
         let b = self.buckets.entry(p.uid.clone()).or_insert(Bucket {
             tokens: BURST,
             at: now,
@@ -163,6 +169,19 @@ impl Book {
         self.buckets
             .retain(|_, b| b.tokens < BURST || now.duration_since(b.at) < REFILL_EVERY);
     }
+}
+
+/// When `map` is full, forgets its older half (by last use). A forgotten object's next event
+/// is created rather than bumped and its bucket starts full again, which is what client-go's
+/// LRU eviction does too. Amortised O(1): one O(n) pass per n/2 insertions.
+fn trim<K, V>(map: &mut HashMap<K, V>, at: impl Fn(&V) -> Instant) {
+    if map.len() < MAX_REMEMBERED {
+        return;
+    }
+    let mut ages: Vec<Instant> = map.values().map(&at).collect();
+    let mid = ages.len() / 2;
+    let cut = *ages.select_nth_unstable(mid).1;
+    map.retain(|_, v| at(v) > cut);
 }
 
 fn dedup_key(p: &Pending) -> u64 {
@@ -290,6 +309,26 @@ mod tests {
                 t + DEDUP_WINDOW + Duration::from_secs(31)
             ),
             Decision::Create { .. }
+        ));
+    }
+
+    #[test]
+    fn the_books_stay_bounded_and_keep_the_most_recent_objects() {
+        let mut book = Book::default();
+        let t = Instant::now();
+        let n = MAX_REMEMBERED * 3;
+        for i in 0..n {
+            let p = pending(&format!("uid-{i}"), "Created", "m");
+            let at = t + Duration::from_millis(i as u64);
+            assert!(matches!(book.decide(&p, at), Decision::Create { .. }));
+            assert!(book.written.len() <= MAX_REMEMBERED && book.buckets.len() <= MAX_REMEMBERED);
+        }
+        // The newest object is still remembered: its repeat bumps the event it already has.
+        let last = pending(&format!("uid-{}", n - 1), "Created", "m");
+        let at = t + Duration::from_millis(n as u64);
+        assert!(matches!(
+            book.decide(&last, at),
+            Decision::Bump { count: 2, .. }
         ));
     }
 
