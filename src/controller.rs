@@ -13,7 +13,7 @@ use crate::kubeconfig::{self, LoadOptions};
 use crate::leader::{self, Elector};
 use crate::metrics;
 use crate::queue::{Queue, Trigger};
-use crate::reconcile::{self, Cluster, Next, Trace};
+use crate::reconcile::{self, Cluster, Next, PodHint, Trace};
 use crate::resources::{GROUP, VERSION};
 use crate::serve::{self, Endpoints, Health};
 use crate::watcher::{Backoff, Kind, Watcher};
@@ -276,11 +276,19 @@ fn work(queue: &Queue, api: &Cluster, run_id: u16) {
         let id = format!("{run_id:04x}-{n}");
         let trigger_s = trigger.to_string();
         let started = Instant::now();
-        // Our pod's deletion is the one trigger after which the pod is known to be absent.
-        let pod_gone =
-            matches!(&trigger, Trigger::Watch { resource: "pod", event, .. } if event == "DELETED");
+        // What the trigger already tells about the pod: after our pod's deletion it is known
+        // to be absent; a terminated one can be deleted by uid without reading it.
+        let hint = match &trigger {
+            Trigger::Watch {
+                resource: "pod",
+                event,
+                ..
+            } if event == "DELETED" => PodHint::Gone,
+            Trigger::PodTerminated { pod, .. } => PodHint::Terminated(pod),
+            _ => PodHint::None,
+        };
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
-        let result = reconcile::reconcile(api, &Trace { id: &id, key: &key }, pod_gone);
+        let result = reconcile::reconcile(api, &Trace { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
         let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
         let elapsed_ms = format!("{elapsed_ms:.1}");

@@ -32,12 +32,30 @@ pub enum Trigger {
         event: String,
         rv: String,
     },
+    /// The pod watch saw the object's pod in a terminal phase (also a watch event).
+    PodTerminated {
+        event: String,
+        rv: String,
+        pod: TerminatedPod,
+    },
     /// A (re)list enqueued every known key.
     Relist { resource: &'static str },
     /// Requeued after a failed reconcile.
     Retry,
     /// Requeued on purpose after a delay the reconcile asked for.
     Scheduled,
+}
+
+/// A pod seen in phase Succeeded or Failed. A pod never leaves a terminal phase (API
+/// conventions: pod lifecycle), so this stays true of the pod with this uid for as long as it
+/// exists: reconcile may delete it by uid without reading it again. Only identifiers, like the
+/// resourceVersion in [`Trigger::Watch`]; reconcile still reads the object itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminatedPod {
+    pub name: String,
+    pub uid: String,
+    /// The uid of the ImmortalContainer its controller reference names.
+    pub owner_uid: String,
 }
 
 impl fmt::Display for Trigger {
@@ -48,6 +66,9 @@ impl fmt::Display for Trigger {
                 event,
                 rv,
             } => write!(f, "{resource} {event} rv={rv}"),
+            Trigger::PodTerminated { event, rv, pod } => {
+                write!(f, "pod {event} rv={rv} terminated uid={}", pod.uid)
+            }
             Trigger::Relist { resource } => write!(f, "{resource} relist"),
             Trigger::Retry => f.write_str("retry after error"),
             Trigger::Scheduled => f.write_str("scheduled requeue"),

@@ -8,6 +8,7 @@
 //! control with any other uid has not been counted yet.
 
 use crate::client;
+use crate::queue::TerminatedPod;
 use crate::resources::{
     self, Condition, Container, ImmortalContainer, ImmortalContainerStatus, ObjectMeta,
     OwnerReference, Pod, PodSpec, API_VERSION, CONTAINER_NAME, IMAGE_ANNOTATION, KIND,
@@ -105,6 +106,19 @@ pub struct Note {
     pub warning: bool,
     pub reason: &'static str,
     pub message: String,
+}
+
+/// What the trigger already says about the object's pod. A stale hint costs one more answer
+/// from the API server, never a wrong decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodHint<'a> {
+    /// Nothing: look at the pod.
+    None,
+    /// Our pod's DELETED event: it is probably absent, so try the create first and look only
+    /// if the name is taken.
+    Gone,
+    /// This pod was seen in a terminal phase: delete it by uid, without reading it first.
+    Terminated(&'a TerminatedPod),
 }
 
 /// What the worker does with the key after a successful reconcile.
@@ -281,10 +295,8 @@ struct Run<'a, A: Api> {
     status: ImmortalContainerStatus,
 }
 
-/// Reconciles the object called `key`. `pod_gone_hint` says the trigger was our pod's
-/// deletion, so the pod is probably absent and we may try to create it without looking first
-/// (a stale hint costs one AlreadyExists answer, never a wrong decision).
-pub fn reconcile<A: Api>(api: &A, trace: &Trace, pod_gone_hint: bool) -> Result<Next, Error> {
+/// Reconciles the object called `key`, with what its trigger says about the pod.
+pub fn reconcile<A: Api>(api: &A, trace: &Trace, hint: PodHint) -> Result<Next, Error> {
     let Some((ns, name)) = resources::split_key(trace.key) else {
         log::warn!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "malformed key, dropped");
         return Ok(Next::Done);
@@ -309,13 +321,13 @@ pub fn reconcile<A: Api>(api: &A, trace: &Trace, pod_gone_hint: bool) -> Result<
     run.status.observed_generation = ic.metadata.generation;
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
     run.status.start_times.get_or_insert(0);
-    let next = run.sync(pod_gone_hint)?;
+    let next = run.sync(hint)?;
     run.write_status()?;
     Ok(next)
 }
 
 impl<A: Api> Run<'_, A> {
-    fn sync(&mut self, pod_gone_hint: bool) -> Result<Next, Error> {
+    fn sync(&mut self, hint: PodHint) -> Result<Next, Error> {
         if self.pod_name.len() > MAX_NAME_LEN {
             let msg = format!(
                 "pod name {}… would be {} characters, over the Kubernetes limit of {MAX_NAME_LEN}; \
@@ -338,8 +350,14 @@ impl<A: Api> Run<'_, A> {
 
         // An object that never had a pod, or whose pod we just saw deleted, most likely has
         // none: try the create first and look only if the name is taken.
-        let mut assume_absent = pod_gone_hint || self.status.last_counted_pod_uid.is_none();
+        let mut assume_absent = hint == PodHint::Gone || self.status.last_counted_pod_uid.is_none();
         let mut cause = None;
+        if let PodHint::Terminated(pod) = hint {
+            if let Some(free) = self.delete_terminated(pod)? {
+                assume_absent = free;
+                cause = Some(Cause::Terminated);
+            }
+        }
         // Normally two rounds at most (create, or look and act, then create). A world that keeps
         // changing under us (a name taken, freed and retaken between our calls) gets the
         // queue's backoff instead of a spin inside one reconcile.
@@ -540,6 +558,35 @@ impl<A: Api> Run<'_, A> {
                 );
                 Ok(())
             }
+            Err(e) => Err(Error::from_api("delete pod", e)),
+        }
+    }
+
+    /// Deletes the pod a watch event saw terminated, by its uid and without reading it first,
+    /// when it holds our pod's name and this object controls it (else `None`: the hint is not
+    /// for us). `Some(true)`: the name is most likely free. `Some(false)`: the uid precondition
+    /// failed, another pod holds the name, so look at it.
+    fn delete_terminated(&mut self, pod: &TerminatedPod) -> Result<Option<bool>, Error> {
+        if pod.name != self.pod_name || pod.owner_uid != self.ic.metadata.uid {
+            return Ok(None);
+        }
+        match self.api.delete_pod(self.ns, &pod.name, &pod.uid, Some(0)) {
+            Ok(()) => {
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
+                    pod = pod.name.as_str(), uid = pod.uid.as_str(), reason = "it terminated";
+                    "deleted pod"
+                );
+                // It existed until now under our name, so no pod after it was started there:
+                // counting it here is the same decision a GET of it would have led to. (Not
+                // on 404: by then a later pod may have come and gone.)
+                self.count(&pod.uid);
+                self.status.current_pod = Some(self.pod_name.clone());
+                Ok(Some(true))
+            }
+            Err(e) if e.is_not_found() => Ok(Some(true)),
+            Err(e) if e.is_conflict() => Ok(Some(false)),
             Err(e) => Err(Error::from_api("delete pod", e)),
         }
     }
@@ -777,6 +824,12 @@ mod tests {
             if let Some(e) = self.failing("delete_pod") {
                 return Err(e);
             }
+            // The API server checks preconditions.uid against the object: 409 on a mismatch.
+            match self.pod.borrow().as_ref() {
+                None => return Err(api_err(404, "NotFound")),
+                Some(p) if p.metadata.uid != uid => return Err(api_err(409, "Conflict")),
+                Some(_) => {}
+            }
             if grace == Some(0) {
                 *self.pod.borrow_mut() = None;
             } else if let Some(p) = self.pod.borrow_mut().as_mut() {
@@ -845,7 +898,7 @@ mod tests {
     }
 
     fn run(f: &Fake, key: &str) -> Result<Next, Error> {
-        reconcile(f, &Trace { id: "1", key }, false)
+        reconcile(f, &Trace { id: "1", key }, PodHint::None)
     }
 
     fn status(f: &Fake) -> ImmortalContainerStatus {
@@ -934,7 +987,7 @@ mod tests {
                 id: "2",
                 key: "ns/web",
             },
-            true,
+            PodHint::Gone,
         )
         .unwrap();
         assert_eq!(
@@ -975,6 +1028,132 @@ mod tests {
         );
     }
 
+    fn terminated(name: &str, uid: &str, owner_uid: &str) -> TerminatedPod {
+        TerminatedPod {
+            name: name.into(),
+            uid: uid.into(),
+            owner_uid: owner_uid.into(),
+        }
+    }
+
+    fn run_with(f: &Fake, hint: PodHint) -> Result<Next, Error> {
+        reconcile(
+            f,
+            &Trace {
+                id: "2",
+                key: "ns/web",
+            },
+            hint,
+        )
+    }
+
+    fn fail_pod(f: &Fake) {
+        f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
+            phase: Some("Failed".into()),
+        });
+    }
+
+    #[test]
+    fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
+        let f = fake(ic("web", "nginx"));
+        run(&f, "ns/web").unwrap();
+        fail_pod(&f);
+        f.calls.borrow_mut().clear();
+        let pod = terminated("web-immortalpod", "pod-uid-1", "ic-uid");
+        run_with(&f, PodHint::Terminated(&pod)).unwrap();
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "DELETE pod/web-immortalpod uid=pod-uid-1 grace=0",
+                "POST pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
+        assert_eq!(status(&f).start_times, Some(2));
+        assert_eq!(
+            f.notes.borrow().last().unwrap().message,
+            "Created pod web-immortalpod: the previous one terminated"
+        );
+    }
+
+    #[test]
+    fn a_terminated_pod_never_counted_is_counted_once_when_deleted_by_hint() {
+        // The operator died after creating pod-uid-1 and before recording it.
+        let f = fake(ic("web", "nginx"));
+        run(&f, "ns/web").unwrap();
+        {
+            let mut ic = f.ic.borrow_mut();
+            let st = &mut ic.as_mut().unwrap().status;
+            st.start_times = Some(0);
+            st.last_counted_pod_uid = None;
+        }
+        fail_pod(&f);
+        let pod = terminated("web-immortalpod", "pod-uid-1", "ic-uid");
+        run_with(&f, PodHint::Terminated(&pod)).unwrap();
+        // pod-uid-1 and its replacement pod-uid-2.
+        assert_eq!(status(&f).start_times, Some(2));
+        assert_eq!(
+            status(&f).last_counted_pod_uid.as_deref(),
+            Some("pod-uid-2")
+        );
+    }
+
+    #[test]
+    fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
+        let f = fake(ic("web", "nginx"));
+        run(&f, "ns/web").unwrap();
+        // pod-uid-1 terminated and was replaced by pod-uid-2 (running) before the hint's turn.
+        fail_pod(&f);
+        run(&f, "ns/web").unwrap();
+        assert_eq!(status(&f).start_times, Some(2));
+        f.calls.borrow_mut().clear();
+        let stale = terminated("web-immortalpod", "pod-uid-1", "ic-uid");
+        run_with(&f, PodHint::Terminated(&stale)).unwrap();
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "DELETE pod/web-immortalpod uid=pod-uid-1 grace=0",
+                "GET pod/web-immortalpod"
+            ]
+        );
+        assert_eq!(status(&f).start_times, Some(2));
+        // And once no pod holds the name at all, the stale hint only leads to a create.
+        *f.pod.borrow_mut() = None;
+        f.calls.borrow_mut().clear();
+        run_with(&f, PodHint::Terminated(&stale)).unwrap();
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "DELETE pod/web-immortalpod uid=pod-uid-1 grace=0",
+                "POST pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
+        assert_eq!(status(&f).start_times, Some(3));
+    }
+
+    #[test]
+    fn a_terminated_hint_for_a_pod_of_another_owner_or_name_is_ignored() {
+        for pod in [
+            terminated("web-immortalpod", "pod-uid-1", "another-ic-uid"),
+            terminated("other-immortalpod", "pod-uid-1", "ic-uid"),
+        ] {
+            let f = fake(ic("web", "nginx"));
+            run(&f, "ns/web").unwrap();
+            f.calls.borrow_mut().clear();
+            run_with(&f, PodHint::Terminated(&pod)).unwrap();
+            // The pod is running: looked at, left alone.
+            assert_eq!(
+                f.calls(),
+                ["GET ic/web", "GET pod/web-immortalpod"],
+                "{pod:?}"
+            );
+        }
+    }
+
     #[test]
     fn an_image_change_deletes_the_pod_then_waits_for_its_deletion() {
         let f = fake(ic("web", "nginx:1"));
@@ -1009,7 +1188,7 @@ mod tests {
                 id: "3",
                 key: "ns/web",
             },
-            true,
+            PodHint::Gone,
         )
         .unwrap();
         assert_eq!(
