@@ -12,8 +12,13 @@
 //!
 //! Blocks are never split or merged: a block of class `c` is always a system allocation of
 //! `16 << c` bytes with 16-byte alignment, whichever thread frees it, so any thread can reuse
-//! it. A thread's cached blocks are leaked when it exits; the operator's threads live as long
-//! as the process.
+//! it.
+//!
+//! Only threads that ask for it cache ([`cache_this_thread`]): the long-lived busy ones
+//! (watchers, reconcile workers, the event recorder). Their guard hands the cached blocks back
+//! to the system when the thread ends. Every other thread, a short-lived one above all (the
+//! exec credential plugin's reader), goes straight to the system allocator, so no thread's
+//! exit can strand cached memory.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -37,6 +42,7 @@ struct Free {
 }
 
 struct Cache {
+    on: Cell<bool>,
     heads: [Cell<*mut Free>; CLASSES],
     lens: [Cell<u32>; CLASSES],
 }
@@ -46,10 +52,47 @@ thread_local! {
     // a destructor: safe from inside the allocator.
     static CACHE: Cache = const {
         Cache {
+            on: Cell::new(false),
             heads: [const { Cell::new(ptr::null_mut()) }; CLASSES],
             lens: [const { Cell::new(0) }; CLASSES],
         }
     };
+}
+
+/// Caching for the current thread, until the guard is dropped (at the latest when the thread
+/// ends): then the thread's cached blocks go back to the system allocator.
+#[must_use = "the cache is released when the guard is dropped"]
+pub struct ThreadCache {
+    // Not Send: the guard must release the cache of the thread that made it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// Turns the cache on for the calling thread; keep the guard for the thread's lifetime.
+pub fn cache_this_thread() -> ThreadCache {
+    let _ = CACHE.try_with(|c| c.on.set(true));
+    ThreadCache {
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+impl Drop for ThreadCache {
+    fn drop(&mut self) {
+        let _ = CACHE.try_with(|c| {
+            c.on.set(false);
+            for class in 0..CLASSES {
+                let mut head = c.heads[class].replace(ptr::null_mut());
+                c.lens[class].set(0);
+                while !head.is_null() {
+                    // SAFETY: a cached block: a live system allocation of this class.
+                    unsafe {
+                        let next = (*head).next;
+                        System.dealloc(head as *mut u8, class_layout(class));
+                        head = next;
+                    }
+                }
+            }
+        });
+    }
 }
 
 /// The class serving `layout`, or None for what goes straight to the system.
@@ -110,7 +153,7 @@ fn push(class: usize, block: *mut u8) -> bool {
     CACHE
         .try_with(|c| {
             let len = c.lens[class].get();
-            if len >= class_limit(class) {
+            if !c.on.get() || len >= class_limit(class) {
                 return false;
             }
             let node = block as *mut Free;
@@ -215,6 +258,7 @@ mod tests {
     fn a_freed_block_is_reused_by_the_next_allocation_of_its_class() {
         // Runs on its own thread so no other test's allocations share the cache.
         std::thread::spawn(|| unsafe {
+            let _cache = cache_this_thread();
             let a = Cached.alloc(layout(100));
             a.write_bytes(0xAB, 100);
             let class = class_for_size(100).unwrap();
@@ -237,8 +281,42 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_that_did_not_ask_caches_nothing() {
+        std::thread::spawn(|| unsafe {
+            let class = class_for_size(300).unwrap();
+            let p = Cached.alloc(layout(300));
+            Cached.dealloc(p, layout(300));
+            assert_eq!(cached_blocks(class), 0);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn dropping_the_guard_returns_every_cached_block() {
+        std::thread::spawn(|| unsafe {
+            let class = class_for_size(2000).unwrap();
+            let cache = cache_this_thread();
+            let blocks: Vec<_> = (0..5).map(|_| Cached.alloc(layout(2000))).collect();
+            for &b in &blocks {
+                Cached.dealloc(b, layout(2000));
+            }
+            assert_eq!(cached_blocks(class), 5);
+            drop(cache);
+            assert_eq!(cached_blocks(class), 0);
+            // Off again: a free goes to the system.
+            let p = Cached.alloc(layout(2000));
+            Cached.dealloc(p, layout(2000));
+            assert_eq!(cached_blocks(class), 0);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
     fn the_cache_holds_at_most_its_limit_and_frees_the_rest() {
         std::thread::spawn(|| unsafe {
+            let _cache = cache_this_thread();
             let class = class_for_size(1024).unwrap();
             let limit = class_limit(class) as usize;
             assert_eq!(limit, CLASS_BYTES / 1024);
@@ -259,6 +337,7 @@ mod tests {
     #[test]
     fn realloc_keeps_contents_across_classes_and_in_place_within_one() {
         std::thread::spawn(|| unsafe {
+            let _cache = cache_this_thread();
             let p = Cached.alloc(layout(40));
             for i in 0..40 {
                 *p.add(i) = i as u8;
@@ -285,6 +364,7 @@ mod tests {
             .join()
             .unwrap();
         std::thread::spawn(move || unsafe {
+            let _cache = cache_this_thread();
             let p = addr as *mut u8;
             Cached.dealloc(p, layout(size));
             assert_eq!(Cached.alloc(layout(size)), p);

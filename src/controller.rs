@@ -6,6 +6,7 @@
 //! in-flight reconcile and return; the leader releases its Lease; the process exits 0. A second
 //! signal exits at once.
 
+use crate::allocator;
 use crate::cli::Config;
 use crate::client::{self, Client};
 use crate::events::{self, Recorder};
@@ -120,6 +121,7 @@ pub fn run(config: Config) -> ExitCode {
             .name(format!("watch-{}", w.kind.resource.short()))
             .spawn(move || {
                 let _sentinel = sentinel;
+                let _cache = allocator::cache_this_thread();
                 w.run()
             });
         if let Err(e) = spawned {
@@ -190,10 +192,10 @@ pub fn run(config: Config) -> ExitCode {
         .unwrap_or_else(leader::identity);
     {
         let client = client.clone();
-        if let Err(e) = thread::Builder::new()
-            .name("events".into())
-            .spawn(move || events::run(client, event_rx, identity))
-        {
+        if let Err(e) = thread::Builder::new().name("events".into()).spawn(move || {
+            let _cache = allocator::cache_this_thread();
+            events::run(client, event_rx, identity)
+        }) {
             return fail_running(&format!("cannot start events thread: {e}"));
         }
     }
@@ -214,6 +216,7 @@ pub fn run(config: Config) -> ExitCode {
             .name(format!("reconcile-{i}"))
             .spawn(move || {
                 let _sentinel = sentinel;
+                let _cache = allocator::cache_this_thread();
                 work(&queue, &api, run_id)
             }) {
             Ok(h) => workers.push(h),
