@@ -284,9 +284,9 @@ fn work(queue: &Queue, api: &Cluster, run_id: u16) {
         let hint = match &trigger {
             Trigger::Watch {
                 resource: "pod",
-                event,
+                event: "DELETED",
                 ..
-            } if event == "DELETED" => PodHint::Gone,
+            } => PodHint::Gone,
             Trigger::PodTerminated { pod, .. } => PodHint::Terminated(pod),
             _ => PodHint::None,
         };

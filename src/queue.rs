@@ -29,12 +29,12 @@ pub enum Trigger {
     /// A watch event: resource short name, event type, the object's resourceVersion.
     Watch {
         resource: &'static str,
-        event: String,
+        event: &'static str,
         rv: String,
     },
     /// The pod watch saw the object's pod in a terminal phase (also a watch event).
     PodTerminated {
-        event: String,
+        event: &'static str,
         rv: String,
         pod: TerminatedPod,
     },
@@ -80,8 +80,9 @@ impl fmt::Display for Trigger {
 struct State {
     /// Keys ready to hand out, in order.
     ready: VecDeque<String>,
-    /// Keys queued and not yet handed out, with what queued them (the latest trigger wins).
-    dirty: HashMap<String, Trigger>,
+    /// Keys queued and not yet handed out, with what queued them (the latest trigger wins)
+    /// and when they were first added (for the queue-duration metric).
+    dirty: HashMap<String, (Trigger, Instant)>,
     /// Keys a worker holds now.
     processing: HashSet<String>,
     /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
@@ -90,8 +91,6 @@ struct State {
     timers: BinaryHeap<Reverse<(Instant, String)>>,
     /// Consecutive failures per key, for the rate limiter.
     failures: HashMap<String, u32>,
-    /// When each dirty key was added, for the queue-duration metric.
-    added_at: HashMap<String, Instant>,
     shutting_down: bool,
 }
 
@@ -126,15 +125,14 @@ impl Queue {
         if st.shutting_down {
             return false;
         }
-        if let Some(t) = st.dirty.get_mut(&key) {
+        if let Some((t, _)) = st.dirty.get_mut(&key) {
             *t = trigger;
             return false;
         }
         // Counted as client-go counts it: a key already queued is not added again.
         metrics::queue_add();
-        st.added_at.insert(key.clone(), Instant::now());
         let processing = st.processing.contains(&key);
-        st.dirty.insert(key.clone(), trigger);
+        st.dirty.insert(key.clone(), (trigger, Instant::now()));
         if processing {
             // Handed out again by `done`.
             return false;
@@ -200,10 +198,13 @@ impl Queue {
             let next_deadline = Self::promote_due(&mut st);
             if let Some(key) = st.ready.pop_front() {
                 metrics::queue_depth(st.ready.len());
-                let trigger = st.dirty.remove(&key).unwrap_or(Trigger::Scheduled);
-                if let Some(t) = st.added_at.remove(&key) {
-                    metrics::queue_wait(t.elapsed());
-                }
+                let trigger = match st.dirty.remove(&key) {
+                    Some((trigger, added)) => {
+                        metrics::queue_wait(added.elapsed());
+                        trigger
+                    }
+                    None => Trigger::Scheduled,
+                };
                 st.processing.insert(key.clone());
                 return Some((key, trigger));
             }
@@ -271,7 +272,8 @@ impl Queue {
     #[cfg(test)]
     pub(crate) fn lock_for_tests(&self) -> (Vec<String>, HashMap<String, Trigger>) {
         let st = self.lock();
-        (st.ready.iter().cloned().collect(), st.dirty.clone())
+        let dirty = st.dirty.iter().map(|(k, (t, _))| (k.clone(), t.clone()));
+        (st.ready.iter().cloned().collect(), dirty.collect())
     }
 }
 
@@ -311,7 +313,7 @@ mod tests {
             "ns/a".into(),
             Trigger::Watch {
                 resource: "pod",
-                event: "DELETED".into(),
+                event: "DELETED",
                 rv: "9".into(),
             },
         );

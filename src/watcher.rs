@@ -529,6 +529,12 @@ impl<S: Source> Watcher<S> {
                 Ok(())
             }
             event @ ("ADDED" | "MODIFIED" | "DELETED") => {
+                // A static name, so a queued key's trigger costs no allocation for it.
+                let event = match event {
+                    "ADDED" => "ADDED",
+                    "MODIFIED" => "MODIFIED",
+                    _ => "DELETED",
+                };
                 let o = &ev.object;
                 if !o.metadata.resource_version.is_empty() {
                     rv.clone_from(&o.metadata.resource_version);
@@ -550,13 +556,13 @@ impl<S: Source> Watcher<S> {
                 if relevant {
                     let trigger = match (self.kind.hint)(event, o) {
                         Some(pod) => Trigger::PodTerminated {
-                            event: event.to_string(),
+                            event,
                             rv: rv.clone(),
                             pod,
                         },
                         None => Trigger::Watch {
                             resource: self.name(),
-                            event: event.to_string(),
+                            event,
                             rv: rv.clone(),
                         },
                     };
