@@ -170,7 +170,7 @@ fn trace_tells_an_objects_history_from_the_logs_the_operator_wrote() {
         .expect("operator exits");
 
     let object = format!("{}/traced", cluster.ns);
-    let out = Command::new(env!("CARGO_BIN_EXE_immortal-operator"))
+    let out = Command::new(common::operator_binary())
         .args(["trace", &object, "--log"])
         .arg(op.log_path())
         .output()
@@ -206,7 +206,7 @@ fn trace_tells_an_objects_history_from_the_logs_the_operator_wrote() {
     );
     assert!(text.contains("→ success"), "{text}");
     // Another object's name finds nothing and says so.
-    let none = Command::new(env!("CARGO_BIN_EXE_immortal-operator"))
+    let none = Command::new(common::operator_binary())
         .args(["trace", "nowhere/nothing", "--log"])
         .arg(op.log_path())
         .output()

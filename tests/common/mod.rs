@@ -43,6 +43,17 @@ pub const KUBECONFIG_ENV: &str = "IMMORTAL_E2E_KUBECONFIG";
 pub const KEEP_ENV: &str = "IMMORTAL_E2E_KEEP";
 /// Multiplies every bound (default 1 on the test server, 4 on a real cluster).
 pub const TIMEOUT_SCALE_ENV: &str = "IMMORTAL_E2E_TIMEOUT_SCALE";
+/// The operator binary to test; unset: the one cargo built for this test run. Set it to the
+/// shipped static build to test what the image runs.
+pub const OPERATOR_ENV: &str = "IMMORTAL_E2E_OPERATOR";
+
+/// The operator binary the scenarios start.
+pub fn operator_binary() -> PathBuf {
+    std::env::var_os(OPERATOR_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_immortal-operator")))
+}
 
 /// First image the scenarios run. On a real cluster it is really pulled and started, so a tiny
 /// image that runs forever (pause) keeps the pods alive; overridable for air-gapped clusters.
@@ -882,7 +893,7 @@ impl Operator {
         let err = log
             .try_clone()
             .unwrap_or_else(|e| panic!("cannot clone log handle: {e}"));
-        let child = Command::new(env!("CARGO_BIN_EXE_immortal-operator"))
+        let child = Command::new(operator_binary())
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(["--namespace", &self.ns, "--log-format", "json"])
