@@ -358,6 +358,61 @@ mod tests {
     }
 
     #[test]
+    fn blocks_churned_across_caching_threads_keep_their_contents() {
+        // Four caching threads allocate blocks of every class, fill them with a pattern of
+        // their own, and pass them around a ring; each checks and frees what it receives. A
+        // free-list bug (a block handed out twice, a next pointer in live data) breaks a
+        // pattern or crashes.
+        use std::sync::mpsc;
+        const THREADS: usize = 4;
+        const ROUNDS: usize = 2000;
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS)
+            .map(|_| mpsc::channel::<(usize, usize, u8)>())
+            .unzip();
+        let mut handles = Vec::new();
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let tx = txs[(i + 1) % THREADS].clone();
+            handles.push(std::thread::spawn(move || unsafe {
+                let _cache = cache_this_thread();
+                let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ i as u64;
+                for round in 0..ROUNDS {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let size = 1 + (seed as usize % (70 * 1024));
+                    let fill = (round % 251) as u8;
+                    let p = Cached.alloc(layout(size));
+                    assert!(!p.is_null());
+                    p.write_bytes(fill, size);
+                    tx.send((p as usize, size, fill)).unwrap();
+                    while let Ok((q, qsize, qfill)) = rx.try_recv() {
+                        let q = q as *mut u8;
+                        assert!(std::slice::from_raw_parts(q, qsize)
+                            .iter()
+                            .all(|&b| b == qfill));
+                        Cached.dealloc(q, layout(qsize));
+                    }
+                }
+                drop(tx);
+                rx
+            }));
+        }
+        drop(txs);
+        for h in handles {
+            let rx = h.join().unwrap();
+            for (q, qsize, qfill) in rx.try_iter() {
+                let q = q as *mut u8;
+                unsafe {
+                    assert!(std::slice::from_raw_parts(q, qsize)
+                        .iter()
+                        .all(|&b| b == qfill));
+                    Cached.dealloc(q, layout(qsize));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn blocks_freed_on_another_thread_are_reused_there() {
         let size = 5000;
         let addr = std::thread::spawn(move || unsafe { Cached.alloc(layout(size)) as usize })
