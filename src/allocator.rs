@@ -398,8 +398,10 @@ mod tests {
             }));
         }
         drop(txs);
-        for h in handles {
-            let rx = h.join().unwrap();
+        // Join every thread before draining: a receiver dropped early would fail the send of
+        // a thread still running.
+        let rxs: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for rx in rxs {
             for (q, qsize, qfill) in rx.try_iter() {
                 let q = q as *mut u8;
                 unsafe {
