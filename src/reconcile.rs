@@ -550,12 +550,7 @@ impl<A: Api> Run<'_, A> {
             .delete_pod(self.ns, &pod.metadata.name, &pod.metadata.uid, grace);
         match result.or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) }) {
             Ok(()) => {
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
-                    pod = pod.metadata.name.as_str(), uid = pod.metadata.uid.as_str(), reason = why;
-                    "deleted pod"
-                );
+                self.log_deleted(&pod.metadata.name, &pod.metadata.uid, why);
                 Ok(())
             }
             Err(e) => Err(Error::from_api("delete pod", e)),
@@ -572,12 +567,7 @@ impl<A: Api> Run<'_, A> {
         }
         match self.api.delete_pod(self.ns, &pod.name, &pod.uid, Some(0)) {
             Ok(()) => {
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
-                    pod = pod.name.as_str(), uid = pod.uid.as_str(), reason = "it terminated";
-                    "deleted pod"
-                );
+                self.log_deleted(&pod.name, &pod.uid, "it terminated");
                 // It existed until now under our name, so no pod after it was started there:
                 // counting it here is the same decision a GET of it would have led to. (Not
                 // on 404: by then a later pod may have come and gone.)
@@ -589,6 +579,15 @@ impl<A: Api> Run<'_, A> {
             Err(e) if e.is_conflict() => Ok(Some(false)),
             Err(e) => Err(Error::from_api("delete pod", e)),
         }
+    }
+
+    fn log_deleted(&self, pod: &str, uid: &str, why: &str) {
+        log::info!(
+            target: "reconcile",
+            reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
+            pod = pod, uid = uid, reason = why;
+            "deleted pod"
+        );
     }
 
     /// Counts the pod with `uid` unless it is the one counted last.
@@ -1006,9 +1005,7 @@ mod tests {
     fn replaces_a_terminated_pod_in_one_reconcile() {
         let f = fake(ic("web", "nginx"));
         run(&f, "ns/web").unwrap();
-        f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
-            phase: Some("Failed".into()),
-        });
+        fail_pod(&f);
         f.calls.borrow_mut().clear();
         run(&f, "ns/web").unwrap();
         assert_eq!(

@@ -71,6 +71,10 @@ impl Seen {
             _ => None,
         }
     }
+    /// In a terminal phase, which a pod never leaves (as [`resources::Pod::is_terminated`]).
+    fn is_terminated(&self) -> bool {
+        matches!(self.phase(), Some("Succeeded" | "Failed"))
+    }
     fn observed_generation(&self) -> Option<i64> {
         match &self.status {
             SeenStatus::Object {
@@ -158,7 +162,7 @@ pub fn ic_event_relevant(event: &str, o: &Seen) -> bool {
 /// terminated came first on this stream and queued its owner, whose reconcile replaces it
 /// (usually by deleting it itself). A gap in the stream is covered by the relist that follows.
 pub fn pod_event_relevant(event: &str, o: &Seen) -> bool {
-    let terminated = matches!(o.phase(), Some("Succeeded" | "Failed"));
+    let terminated = o.is_terminated();
     if event == "DELETED" {
         return !terminated;
     }
@@ -172,8 +176,7 @@ pub fn pod_event_relevant(event: &str, o: &Seen) -> bool {
 /// A live pod in a terminal phase, named for the reconcile that replaces it: it may delete
 /// the pod by uid instead of reading it first (one request less per replaced pod).
 pub fn terminated_pod(event: &str, o: &Seen) -> Option<TerminatedPod> {
-    let terminated = matches!(o.phase(), Some("Succeeded" | "Failed"));
-    if event == "DELETED" || !terminated || o.metadata.uid.is_empty() {
+    if event == "DELETED" || !o.is_terminated() || o.metadata.uid.is_empty() {
         return None;
     }
     let owner = o.metadata.controller()?;
