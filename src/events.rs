@@ -54,7 +54,7 @@ impl Recorder {
     /// A recorder whose events go to `rx`; [`run`] drains it.
     pub fn channel() -> (Recorder, Receiver<Pending>) {
         // Unbounded with a length check rather than bounded(BACKLOG): a bounded channel
-        // allocates and touches all BACKLOG slots up front (about 180 KiB of resident memory
+        // allocates and touches all BACKLOG slots up front (about 130 KiB of resident memory
         // for a queue that is empty almost always); the unbounded one grows in small blocks.
         // Two workers racing past the check can overshoot BACKLOG by one each, which is fine.
         let (tx, rx) = crossbeam_channel::unbounded();
