@@ -114,12 +114,13 @@ fn class_layout(class: usize) -> Layout {
 
 /// The most blocks a thread keeps of `class`.
 #[inline]
-pub fn class_limit(class: usize) -> u32 {
+fn class_limit(class: usize) -> u32 {
     (CLASS_BYTES / (ALIGN << class)).max(MIN_BLOCKS) as u32
 }
 
-/// The class `size` bytes (alignment ≤ 16) fall in; for tests and the docs above.
-pub fn class_for_size(size: usize) -> Option<usize> {
+/// The class `size` bytes (alignment ≤ 16) fall in.
+#[cfg(test)]
+fn class_for_size(size: usize) -> Option<usize> {
     Layout::from_size_align(size, 1)
         .ok()
         .as_ref()
@@ -127,7 +128,8 @@ pub fn class_for_size(size: usize) -> Option<usize> {
 }
 
 /// How many blocks of `class` this thread holds.
-pub fn cached_blocks(class: usize) -> u32 {
+#[cfg(test)]
+fn cached_blocks(class: usize) -> u32 {
     CACHE.try_with(|c| c.lens[class].get()).unwrap_or(0)
 }
 
