@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The operator image: a static (musl) release build, run from distroless/static as a non-root
-# user. Static because a mapped glibc is 1.6 MiB of the operator's resident memory (make bench).
+# user. Static because a mapped glibc is 1.5 MiB of the operator's resident memory (make bench).
 
 FROM rust:1-bookworm AS builder
 # musl-gcc compiles ring's C and assembly for the musl target; the target matches the build

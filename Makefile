@@ -26,8 +26,8 @@ help: ## List the targets
 build: ## Build the release binaries
 	$(CARGO) build --release
 
-# The static musl binary is what the image ships: it maps no libc, which is 1.6 MiB of resident
-# memory (idle 3.0 instead of 4.6 MiB, make bench 2026-11-23), and with the allocator cache in
+# The static musl binary is what the image ships: it maps no libc, which is 1.5 MiB of resident
+# memory (idle 2.7 instead of 4.25 MiB, make bench 2026-11-23), and with the allocator cache in
 # src/allocator.rs it costs no more CPU than the glibc build. Needs the musl target
 # (rustup target add $(MUSL_TARGET)) and musl-gcc (Debian: musl-tools) for ring's C code.
 MUSL_TARGET := $(shell uname -m)-unknown-linux-musl
@@ -144,7 +144,7 @@ docker-build: ## Build the operator image IMG
 	$(CONTAINER_TOOL) build -t $(IMG) .
 
 # The bench measures the binary the image ships, the static musl build, when this machine can
-# build it; otherwise the glibc build, and says so (its idle RSS is 1.6 MiB higher). The operator
+# build it; otherwise the glibc build, and says so (its idle RSS is 1.5 MiB higher). The operator
 # is built first so the bench measures the current code. Results also go to bench-results.json.
 bench: ## Benchmark the operator (BENCH_ARGS="--objects 10000" or "--kubeconfig PATH")
 	@if rustup target list --installed 2>/dev/null | grep -qx '$(MUSL_TARGET)' \
