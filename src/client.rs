@@ -572,25 +572,35 @@ impl Client {
         })
     }
 
-    /// Deletes a pod only if it still has `uid`.
+    /// Deletes a pod only if it still has `uid`, and answers the pod as the server left it:
+    /// still there with a `deletionTimestamp` while a graceful deletion runs, or, when it was
+    /// removed at once, its last state with `deletionGracePeriodSeconds: 0` (see
+    /// [`Pod::is_removed`]). An answer that is not a pod decodes as an empty one, which reads
+    /// as "not known to be removed".
     pub fn delete_pod(
         &self,
         ns: &str,
         name: &str,
         uid: &str,
         grace: Option<u32>,
-    ) -> Result<(), Error> {
+    ) -> Result<Pod, Error> {
         let body = delete_body(uid, grace);
         let path = object_path(Resource::Pods, ns, name);
-        let resp = self.send(&Req {
+        match self.json::<Pod>(&Req {
             method: "DELETE",
             path: &path,
             body: Some(("application/json", body.as_bytes())),
             timeout: self.request_timeout(),
-        })?;
-        // Drain the body so the connection goes back to the pool.
-        let _ = std::io::copy(&mut resp.into_reader(), &mut std::io::sink());
-        Ok(())
+        }) {
+            Err(Error::Decode(_)) => Ok(Pod::default()),
+            other => other,
+        }
+    }
+
+    /// JSON merge patch of a pod. A `metadata.uid` in the patch is a precondition: the server
+    /// answers 409 when the pod of that name has another uid.
+    pub fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<Pod, Error> {
+        self.merge_patch(Resource::Pods, ns, name, patch)
     }
 
     /// JSON merge patch (RFC 7386) of the `/status` subresource. Custom resources do not

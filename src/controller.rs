@@ -12,12 +12,14 @@ use crate::client::{self, Client};
 use crate::events::{self, Recorder};
 use crate::kubeconfig::{self, LoadOptions};
 use crate::leader::{self, Elector};
+use crate::lifecycle::{self, IcEvents, PodEvents, PodHint};
 use crate::metrics;
 use crate::queue::{Queue, Trigger};
-use crate::reconcile::{self, Cluster, Next, PodHint, Trace};
+use crate::reconcile::{self, Cluster, Next, Trace};
 use crate::resources::{GROUP, VERSION};
+use crate::restarts::Restarts;
 use crate::serve::{self, Endpoints, Health};
-use crate::watcher::{Backoff, Kind, Watcher};
+use crate::watcher::{Backoff, Kind, Watched, Watcher};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,32 +100,38 @@ pub fn run(config: Config) -> ExitCode {
 
     // Watchers: ImmortalContainers and our pods. They fill the queue from their first list on,
     // also while this replica stands by, so a new leader starts with a warm queue.
-    let queue = Arc::new(Queue::new());
+    let queue: Arc<Queue<PodHint>> = Arc::new(Queue::new());
     let (synced_tx, synced) = crossbeam_channel::unbounded();
     let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
-    for kind in [
-        Kind::immortal_containers(config.namespace.clone()),
-        Kind::pods(config.namespace.clone()),
-    ] {
-        let w = Watcher::new(
-            client.clone(),
-            kind,
-            queue.clone(),
-            quit.clone(),
-            synced_tx.clone(),
-        );
-        let sentinel = Sentinel {
-            health: health.clone(),
-            dead: dead_tx.clone(),
-            name: "watcher",
-        };
-        let spawned = thread::Builder::new()
-            .name(format!("watch-{}", w.kind.resource.short()))
-            .spawn(move || {
-                let _sentinel = sentinel;
-                let _cache = allocator::cache_this_thread();
-                w.run()
-            });
+    let watchers = [
+        spawn_watcher(
+            &client,
+            lifecycle::immortal_containers_kind(config.namespace.clone()),
+            IcEvents,
+            &queue,
+            &quit,
+            &synced_tx,
+            Sentinel {
+                health: health.clone(),
+                dead: dead_tx.clone(),
+                name: "watcher",
+            },
+        ),
+        spawn_watcher(
+            &client,
+            lifecycle::pods_kind(config.namespace.clone()),
+            PodEvents,
+            &queue,
+            &quit,
+            &synced_tx,
+            Sentinel {
+                health: health.clone(),
+                dead: dead_tx.clone(),
+                name: "watcher",
+            },
+        ),
+    ];
+    for spawned in watchers {
         if let Err(e) = spawned {
             return fail_at_start(&format!("cannot start watcher thread: {e}"));
         }
@@ -203,10 +211,11 @@ pub fn run(config: Config) -> ExitCode {
         client: client.clone(),
         events: recorder,
     });
+    let restarts = Arc::new(Restarts::new());
     let run_id = crate::util::rand_u64() as u16;
     let mut workers = Vec::with_capacity(config.workers);
     for i in 0..config.workers {
-        let (queue, api) = (queue.clone(), api.clone());
+        let (queue, api, restarts) = (queue.clone(), api.clone(), restarts.clone());
         let sentinel = Sentinel {
             health: health.clone(),
             dead: dead_tx.clone(),
@@ -217,7 +226,7 @@ pub fn run(config: Config) -> ExitCode {
             .spawn(move || {
                 let _sentinel = sentinel;
                 let _cache = allocator::cache_this_thread();
-                work(&queue, &api, run_id)
+                work(&queue, &api, &restarts, run_id)
             }) {
             Ok(h) => workers.push(h),
             Err(e) => return fail_running(&format!("cannot start worker thread: {e}")),
@@ -270,28 +279,52 @@ impl Drop for Sentinel {
     }
 }
 
+/// Starts the watcher thread of one resource.
+fn spawn_watcher<W>(
+    client: &Client,
+    kind: Kind,
+    policy: W,
+    queue: &Arc<Queue<PodHint>>,
+    quit: &Receiver<()>,
+    synced: &Sender<&'static str>,
+    sentinel: Sentinel,
+) -> std::io::Result<thread::JoinHandle<()>>
+where
+    W: Watched<Hint = PodHint> + Send + 'static,
+{
+    let w = Watcher::new(
+        client.clone(),
+        kind,
+        policy,
+        queue.clone(),
+        quit.clone(),
+        synced.clone(),
+    );
+    thread::Builder::new()
+        .name(format!("watch-{}", w.kind.resource.short()))
+        .spawn(move || {
+            let _sentinel = sentinel;
+            let _cache = allocator::cache_this_thread();
+            w.run()
+        })
+}
+
 /// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
 /// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
-fn work(queue: &Queue, api: &Cluster, run_id: u16) {
+fn work(queue: &Queue<PodHint>, api: &Cluster, restarts: &Restarts, run_id: u16) {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     while let Some((key, trigger)) = queue.get() {
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let id = format!("{run_id:04x}-{n}");
         let trigger_s = trigger.to_string();
         let started = Instant::now();
-        // What the trigger already tells about the pod: after our pod's deletion it is known
-        // to be absent; a terminated one can be deleted by uid without reading it.
+        // What the watch event that queued the key said about the pod, if it did.
         let hint = match &trigger {
-            Trigger::Watch {
-                resource: "pod",
-                event: "DELETED",
-                ..
-            } => PodHint::Gone,
-            Trigger::PodTerminated { pod, .. } => PodHint::Terminated(pod),
-            _ => PodHint::None,
+            Trigger::Watch { hint, .. } => hint.as_ref(),
+            _ => None,
         };
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
-        let result = reconcile::reconcile(api, &Trace { id: &id, key: &key }, hint);
+        let result = reconcile::reconcile(api, restarts, &Trace { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
         let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
         let elapsed_ms = format!("{elapsed_ms:.1}");

@@ -15,11 +15,13 @@ pub mod controller;
 pub mod events;
 pub mod kubeconfig;
 pub mod leader;
+pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
 pub mod queue;
 pub mod reconcile;
 pub mod resources;
+pub mod restarts;
 pub mod serve;
 #[cfg(test)]
 mod testutil;

@@ -23,20 +23,18 @@ const BASE_DELAY: Duration = Duration::from_millis(5);
 /// Longest delay of a failing key.
 const MAX_DELAY: Duration = Duration::from_secs(1000);
 
-/// Why a key was queued. Logged with the reconcile it causes.
+/// Why a key was queued. Logged with the reconcile it causes. `H` is what a watch event tells
+/// reconcile beyond the key (the policy's hint: see `lifecycle::PodHint`); the queue only
+/// stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trigger {
-    /// A watch event: resource short name, event type, the object's resourceVersion.
+pub enum Trigger<H> {
+    /// A watch event: resource short name, event type, the object's resourceVersion, and what
+    /// the event said that reconcile may use.
     Watch {
         resource: &'static str,
         event: &'static str,
         rv: String,
-    },
-    /// The pod watch saw the object's pod in a terminal phase (also a watch event).
-    PodTerminated {
-        event: &'static str,
-        rv: String,
-        pod: TerminatedPod,
+        hint: Option<H>,
     },
     /// A (re)list enqueued every known key.
     Relist { resource: &'static str },
@@ -46,28 +44,20 @@ pub enum Trigger {
     Scheduled,
 }
 
-/// A pod seen in phase Succeeded or Failed. A pod never leaves a terminal phase (API
-/// conventions: pod lifecycle), so this stays true of the pod with this uid for as long as it
-/// exists: reconcile may delete it by uid without reading it again. Only identifiers, like the
-/// resourceVersion in [`Trigger::Watch`]; reconcile still reads the object itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TerminatedPod {
-    pub name: String,
-    pub uid: String,
-    /// The uid of the ImmortalContainer its controller reference names.
-    pub owner_uid: String,
-}
-
-impl fmt::Display for Trigger {
+impl<H: fmt::Display> fmt::Display for Trigger<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Trigger::Watch {
                 resource,
                 event,
                 rv,
-            } => write!(f, "{resource} {event} rv={rv}"),
-            Trigger::PodTerminated { event, rv, pod } => {
-                write!(f, "pod {event} rv={rv} terminated uid={}", pod.uid)
+                hint,
+            } => {
+                write!(f, "{resource} {event} rv={rv}")?;
+                match hint {
+                    Some(h) => write!(f, " {h}"),
+                    None => Ok(()),
+                }
             }
             Trigger::Relist { resource } => write!(f, "{resource} relist"),
             Trigger::Retry => f.write_str("retry after error"),
@@ -76,44 +66,65 @@ impl fmt::Display for Trigger {
     }
 }
 
-#[derive(Default)]
-struct State {
+struct State<H> {
     /// Keys ready to hand out, in order.
     ready: VecDeque<String>,
     /// Keys queued and not yet handed out, with what queued them (the latest trigger wins)
     /// and when they were first added (for the queue-duration metric).
-    dirty: HashMap<String, (Trigger, Instant)>,
+    dirty: HashMap<String, (Trigger<H>, Instant)>,
     /// Keys a worker holds now.
     processing: HashSet<String>,
     /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
     /// stale entries (a later add with an earlier deadline leaves the old one in the heap).
-    waiting: HashMap<String, (Instant, Trigger)>,
+    waiting: HashMap<String, (Instant, Trigger<H>)>,
     timers: BinaryHeap<Reverse<(Instant, String)>>,
     /// Consecutive failures per key, for the rate limiter.
     failures: HashMap<String, u32>,
     shutting_down: bool,
 }
 
+impl<H> Default for State<H> {
+    fn default() -> Self {
+        State {
+            ready: VecDeque::new(),
+            dirty: HashMap::new(),
+            processing: HashSet::new(),
+            waiting: HashMap::new(),
+            timers: BinaryHeap::new(),
+            failures: HashMap::new(),
+            shutting_down: false,
+        }
+    }
+}
+
 /// The queue. Share it with `Arc`.
-#[derive(Default)]
-pub struct Queue {
-    state: Mutex<State>,
+pub struct Queue<H> {
+    state: Mutex<State<H>>,
     cond: Condvar,
 }
 
-impl Queue {
-    pub fn new() -> Queue {
+impl<H> Default for Queue<H> {
+    fn default() -> Self {
+        Queue {
+            state: Mutex::new(State::default()),
+            cond: Condvar::new(),
+        }
+    }
+}
+
+impl<H: Clone> Queue<H> {
+    pub fn new() -> Queue<H> {
         Queue::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State<H>> {
         // A worker that panicked while holding the lock leaves consistent state behind (every
         // mutation below is completed before any call that could panic), so keep going.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queues `key` now.
-    pub fn add(&self, key: String, trigger: Trigger) {
+    pub fn add(&self, key: String, trigger: Trigger<H>) {
         let mut st = self.lock();
         if Self::insert(&mut st, key, trigger) {
             self.cond.notify_one();
@@ -121,7 +132,7 @@ impl Queue {
     }
 
     /// Marks `key` dirty; returns whether a waiter should be woken.
-    fn insert(st: &mut State, key: String, trigger: Trigger) -> bool {
+    fn insert(st: &mut State<H>, key: String, trigger: Trigger<H>) -> bool {
         if st.shutting_down {
             return false;
         }
@@ -143,7 +154,7 @@ impl Queue {
     }
 
     /// Queues `key` after `delay`; an earlier pending deadline for the same key wins.
-    pub fn add_after(&self, key: String, delay: Duration, trigger: Trigger) {
+    pub fn add_after(&self, key: String, delay: Duration, trigger: Trigger<H>) {
         if delay.is_zero() {
             return self.add(key, trigger);
         }
@@ -189,7 +200,7 @@ impl Queue {
 
     /// Blocks until a key is ready and hands it out, or returns `None` once shut down.
     /// The caller must call [`Queue::done`] with the key when finished.
-    pub fn get(&self) -> Option<(String, Trigger)> {
+    pub fn get(&self) -> Option<(String, Trigger<H>)> {
         let mut st = self.lock();
         loop {
             if st.shutting_down {
@@ -224,7 +235,7 @@ impl Queue {
     }
 
     /// Moves due delayed keys to ready; returns the next pending deadline.
-    fn promote_due(st: &mut State) -> Option<Instant> {
+    fn promote_due(st: &mut State<H>) -> Option<Instant> {
         let now = Instant::now();
         while let Some(Reverse((deadline, _))) = st.timers.peek() {
             if *deadline > now {
@@ -270,7 +281,7 @@ impl Queue {
 
     /// Ready keys and their triggers, for other modules' tests.
     #[cfg(test)]
-    pub(crate) fn lock_for_tests(&self) -> (Vec<String>, HashMap<String, Trigger>) {
+    pub(crate) fn lock_for_tests(&self) -> (Vec<String>, HashMap<String, Trigger<H>>) {
         let st = self.lock();
         let dirty = st.dirty.iter().map(|(k, (t, _))| (k.clone(), t.clone()));
         (st.ready.iter().cloned().collect(), dirty.collect())
@@ -290,13 +301,16 @@ mod tests {
     use std::sync::Arc;
     use std::thread;
 
-    fn t() -> Trigger {
+    /// Tests queue plain strings as hints.
+    type Q = Queue<String>;
+
+    fn t() -> Trigger<String> {
         Trigger::Scheduled
     }
 
     #[test]
     fn adding_a_queued_key_again_does_not_duplicate_it() {
-        let q = Queue::new();
+        let q = Q::new();
         q.add("ns/a".into(), t());
         q.add("ns/a".into(), t());
         q.add("ns/b".into(), t());
@@ -307,7 +321,7 @@ mod tests {
 
     #[test]
     fn the_latest_trigger_of_a_deduplicated_key_is_reported() {
-        let q = Queue::new();
+        let q = Q::new();
         q.add("ns/a".into(), Trigger::Relist { resource: "pod" });
         q.add(
             "ns/a".into(),
@@ -315,14 +329,15 @@ mod tests {
                 resource: "pod",
                 event: "DELETED",
                 rv: "9".into(),
+                hint: Some("gone".into()),
             },
         );
-        assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9");
+        assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9 gone");
     }
 
     #[test]
     fn a_key_being_processed_is_not_handed_out_twice_and_comes_back_after_done() {
-        let q = Queue::new();
+        let q = Q::new();
         q.add("ns/a".into(), t());
         let (k, _) = q.get().unwrap();
         q.add("ns/a".into(), t());
@@ -335,7 +350,7 @@ mod tests {
 
     #[test]
     fn done_without_a_new_add_leaves_nothing_behind() {
-        let q = Queue::new();
+        let q = Q::new();
         q.add("ns/a".into(), t());
         let (k, _) = q.get().unwrap();
         q.done(&k);
@@ -344,7 +359,7 @@ mod tests {
 
     #[test]
     fn two_workers_never_hold_the_same_key() {
-        let q = Arc::new(Queue::new());
+        let q = Arc::new(Q::new());
         let busy = Arc::new(Mutex::new(HashSet::new()));
         let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let workers: Vec<_> = (0..4)
@@ -381,7 +396,7 @@ mod tests {
 
     #[test]
     fn delayed_add_becomes_ready_at_its_deadline() {
-        let q = Queue::new();
+        let q = Q::new();
         let start = Instant::now();
         q.add_after("ns/a".into(), Duration::from_millis(30), t());
         assert!(q.is_empty());
@@ -391,7 +406,7 @@ mod tests {
 
     #[test]
     fn delayed_adds_keep_the_earliest_deadline() {
-        let q = Queue::new();
+        let q = Q::new();
         q.add_after("ns/a".into(), Duration::from_secs(3600), t());
         q.add_after("ns/a".into(), Duration::from_millis(10), t());
         q.add_after("ns/a".into(), Duration::from_secs(60), t());
@@ -409,7 +424,7 @@ mod tests {
         assert_eq!(backoff(10), Duration::from_millis(5120));
         assert_eq!(backoff(30), Duration::from_secs(1000));
         assert_eq!(backoff(u32::MAX), Duration::from_secs(1000));
-        let q = Queue::new();
+        let q = Q::new();
         assert_eq!(
             q.add_rate_limited("ns/a".into(), Duration::ZERO),
             Duration::from_millis(5)
@@ -434,7 +449,7 @@ mod tests {
 
     #[test]
     fn shutdown_wakes_every_waiter() {
-        let q = Arc::new(Queue::new());
+        let q = Arc::new(Q::new());
         let waiters: Vec<_> = (0..3)
             .map(|_| {
                 let q = q.clone();

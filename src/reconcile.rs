@@ -1,24 +1,32 @@
 //! Reconcile one key: make the world hold exactly one pod for the ImmortalContainer, and make
-//! its status say so, counting every pod started exactly once.
+//! its status say truthfully what that pod is doing, counting every pod started exactly once.
 //!
 //! Level-based, as sample-controller's `syncHandler`: re-read the object by key (NotFound is
-//! success: the garbage collector removes its pod), look at the pod by name, act, then write
-//! status through `/status` only if it changed. The count survives crashes and 409s because it
-//! is derived from what is observed: status keeps the uid of the last pod counted, and a pod we
-//! control with any other uid has not been counted yet.
+//! success: the garbage collector removes its pod), learn the pod's state, act, then write
+//! status through `/status` only if it changed. How the pod's state is learned depends on the
+//! trigger (see `lifecycle`): after its DELETED event the pod is probably gone, so the create
+//! comes first; after an event that showed it, reconcile acts on what the event showed when
+//! the pod is already counted, and otherwise reads it. A pod of ours that is gone or terminal
+//! is replaced as soon as its name is free, and not before: while one terminates, reconcile
+//! waits for its DELETED event instead of polling.
+//!
+//! The count survives crashes and 409s because it is derived from what is observed: status
+//! keeps the uid of the last pod counted, and a pod we control with any other uid has not been
+//! counted yet.
 
 use crate::client;
-use crate::queue::TerminatedPod;
+use crate::lifecycle::{Phase, PodHint, PodView, SeenPod, READY};
 use crate::resources::{
     self, Condition, Container, ImmortalContainer, ImmortalContainerStatus, ObjectMeta,
     OwnerReference, Pod, PodSpec, API_VERSION, CONTAINER_NAME, IMAGE_ANNOTATION, KIND,
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, OWNER_UID_LABEL,
 };
+use crate::restarts::Restarts;
 use crate::util;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long to wait before looking again at a pod name held by a pod that is not ours. Such a
 /// pod is invisible to our pod watch (it lacks our label), so only a timer notices it leaving;
@@ -27,9 +35,6 @@ pub const CONFLICT_RETRY: Duration = Duration::from_secs(30);
 
 /// Rounds of look-and-act one reconcile makes before it leaves the key to the queue's backoff.
 const MAX_ROUNDS: usize = 4;
-
-/// The condition type the operator maintains.
-pub const READY: &str = "Ready";
 
 /// The API calls reconcile makes. [`client::Client`] is the real one; tests use a fake that
 /// records every call.
@@ -41,13 +46,16 @@ pub trait Api {
     ) -> Result<ImmortalContainer, client::Error>;
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error>;
     fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error>;
+    /// Deletes the pod if it still has `uid`; answers it as the server left it.
     fn delete_pod(
         &self,
         ns: &str,
         name: &str,
         uid: &str,
         grace: Option<u32>,
-    ) -> Result<(), client::Error>;
+    ) -> Result<Pod, client::Error>;
+    /// Merge-patches the pod; a `metadata.uid` in the patch is a precondition.
+    fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error>;
     fn patch_status(
         &self,
         ns: &str,
@@ -84,8 +92,11 @@ impl Api for Cluster {
         name: &str,
         uid: &str,
         grace: Option<u32>,
-    ) -> Result<(), client::Error> {
+    ) -> Result<Pod, client::Error> {
         self.client.delete_pod(ns, name, uid, grace)
+    }
+    fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error> {
+        self.client.patch_pod(ns, name, patch)
     }
     fn patch_status(
         &self,
@@ -108,25 +119,12 @@ pub struct Note {
     pub message: String,
 }
 
-/// What the trigger already says about the object's pod. A stale hint costs one more answer
-/// from the API server, never a wrong decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodHint<'a> {
-    /// Nothing: look at the pod.
-    None,
-    /// Our pod's DELETED event: it is probably absent, so try the create first and look only
-    /// if the name is taken.
-    Gone,
-    /// This pod was seen in a terminal phase: delete it by uid, without reading it first.
-    Terminated(&'a TerminatedPod),
-}
-
 /// What the worker does with the key after a successful reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
     /// Nothing to do until a watch event says otherwise.
     Done,
-    /// Look again after this long (a pod name held by someone else).
+    /// Look again after this long (a pod name held by someone else; a replacement backing off).
     RequeueAfter(Duration),
 }
 
@@ -137,13 +135,13 @@ pub enum Next {
 #[non_exhaustive]
 pub enum Error {
     /// An API call failed in a way a retry may fix: 5xx, 429, no answer, a 409 from a stale
-    /// read, a pod name still held by a pod being deleted.
+    /// read, a pod name taken between our look and our create.
     Transient {
         action: &'static str,
         source: client::Error,
     },
-    /// The API server refused us (401/403): a person must fix RBAC or credentials. Retried
-    /// with backoff, since that fix needs no restart.
+    /// The API server refused us (401/403): RBAC, credentials, or admission (PodSecurity, a
+    /// ResourceQuota). A person must act; retried with backoff, since that fix needs no restart.
     Denied {
         action: &'static str,
         source: client::Error,
@@ -216,23 +214,23 @@ impl Cause {
             Cause::ImageChanged => "image_changed",
         }
     }
+
+    /// The previous pod ended without anyone asking for a new one: subject to the back-off.
+    fn is_restart(self) -> bool {
+        matches!(self, Cause::Deleted | Cause::Terminated)
+    }
 }
 
 /// The pod we want for `ic`: built from the object alone, so it is the same every time.
 pub fn desired_pod(ic: &ImmortalContainer) -> Pod {
     let m = &ic.metadata;
-    let labels = BTreeMap::from([
-        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-        // The uid, not the name: names go to 253 characters, label values stop at 63.
-        (OWNER_UID_LABEL.to_string(), m.uid.clone()),
-    ]);
     Pod {
         api_version: "v1".into(),
         kind: "Pod".into(),
         metadata: ObjectMeta {
             name: resources::pod_name(&m.name),
             namespace: m.namespace.clone(),
-            labels,
+            labels: desired_labels(ic),
             annotations: BTreeMap::from([(IMAGE_ANNOTATION.to_string(), ic.spec.image.clone())]),
             owner_references: vec![OwnerReference {
                 api_version: API_VERSION.into(),
@@ -253,6 +251,15 @@ pub fn desired_pod(ic: &ImmortalContainer) -> Pod {
         },
         status: None,
     }
+}
+
+/// The labels our pods carry: the pod watch selects on the first; the second names the owner.
+fn desired_labels(ic: &ImmortalContainer) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+        // The uid, not the name: names go to 253 characters, label values stop at 63.
+        (OWNER_UID_LABEL.to_string(), ic.metadata.uid.clone()),
+    ])
 }
 
 /// Whether `pod` is controlled by `ic` (its controller reference names this very object).
@@ -285,9 +292,29 @@ fn holder(pod: &Pod, ic: &ImmortalContainer) -> String {
     }
 }
 
+/// How the next round learns about the pod.
+enum Look<'h> {
+    /// Read it.
+    Get,
+    /// It is probably absent: create, and read it only if the name is taken.
+    AssumeAbsent,
+    /// A watch event showed it, and it is the pod already counted: act on that.
+    Seen(&'h SeenPod),
+    /// A watch event showed this pod (uid) terminal: delete it without reading it.
+    DeleteTerminated(&'h str),
+}
+
+/// What one round found.
+enum Found<'h> {
+    Absent,
+    Read(Box<Pod>),
+    Seen(&'h SeenPod),
+}
+
 /// One reconcile. Holds what it has decided about the object's status so far.
 struct Run<'a, A: Api> {
     api: &'a A,
+    restarts: &'a Restarts,
     trace: &'a Trace<'a>,
     ic: &'a ImmortalContainer,
     ns: &'a str,
@@ -296,7 +323,12 @@ struct Run<'a, A: Api> {
 }
 
 /// Reconciles the object called `key`, with what its trigger says about the pod.
-pub fn reconcile<A: Api>(api: &A, trace: &Trace, hint: PodHint) -> Result<Next, Error> {
+pub fn reconcile<A: Api>(
+    api: &A,
+    restarts: &Restarts,
+    trace: &Trace,
+    hint: Option<&PodHint>,
+) -> Result<Next, Error> {
     let Some((ns, name)) = resources::split_key(trace.key) else {
         log::warn!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "malformed key, dropped");
         return Ok(Next::Done);
@@ -304,7 +336,10 @@ pub fn reconcile<A: Api>(api: &A, trace: &Trace, hint: PodHint) -> Result<Next, 
     let ic = match api.get_immortal_container(ns, name) {
         Ok(ic) => ic,
         // Deleted: Kubernetes' garbage collector removes the pod through its ownerReference.
-        Err(e) if e.is_not_found() => return Ok(Next::Done),
+        Err(e) if e.is_not_found() => {
+            restarts.forget(trace.key);
+            return Ok(Next::Done);
+        }
         Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
     };
     if ic.metadata.deletion_timestamp.is_some() {
@@ -312,6 +347,7 @@ pub fn reconcile<A: Api>(api: &A, trace: &Trace, hint: PodHint) -> Result<Next, 
     }
     let mut run = Run {
         api,
+        restarts,
         trace,
         ic: &ic,
         ns,
@@ -321,13 +357,18 @@ pub fn reconcile<A: Api>(api: &A, trace: &Trace, hint: PodHint) -> Result<Next, 
     run.status.observed_generation = ic.metadata.generation;
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
     run.status.start_times.get_or_insert(0);
-    let next = run.sync(hint)?;
-    run.write_status()?;
+    let synced = run.sync(hint);
+    // Status says what this reconcile learned even when it then failed: a pod it created is
+    // counted, a refusal is reported. When the write fails too, the first error is the one
+    // worth retrying on.
+    let written = run.write_status();
+    let next = synced?;
+    written?;
     Ok(next)
 }
 
 impl<A: Api> Run<'_, A> {
-    fn sync(&mut self, hint: PodHint) -> Result<Next, Error> {
+    fn sync(&mut self, hint: Option<&PodHint>) -> Result<Next, Error> {
         if self.pod_name.len() > MAX_NAME_LEN {
             let msg = format!(
                 "pod name {}… would be {} characters, over the Kubernetes limit of {MAX_NAME_LEN}; \
@@ -348,115 +389,134 @@ impl<A: Api> Run<'_, A> {
             return Ok(Next::Done);
         }
 
-        // An object that never had a pod, or whose pod we just saw deleted, most likely has
-        // none: try the create first and look only if the name is taken.
-        let mut assume_absent = hint == PodHint::Gone || self.status.last_counted_pod_uid.is_none();
+        let mut look = self.first_look(hint);
         let mut cause = None;
-        if let PodHint::Terminated(pod) = hint {
-            if let Some(free) = self.delete_terminated(pod)? {
-                assume_absent = free;
-                cause = Some(Cause::Terminated);
-            }
-        }
         // Normally two rounds at most (create, or look and act, then create). A world that keeps
         // changing under us (a name taken, freed and retaken between our calls) gets the
         // queue's backoff instead of a spin inside one reconcile.
         for _ in 0..MAX_ROUNDS {
-            let pod = if assume_absent {
-                None
-            } else {
-                match self.api.get_pod(self.ns, &self.pod_name) {
-                    Ok(p) => Some(p),
-                    Err(e) if e.is_not_found() => None,
+            let found = match look {
+                Look::AssumeAbsent => Found::Absent,
+                Look::Seen(p) => Found::Seen(p),
+                Look::Get => match self.api.get_pod(self.ns, &self.pod_name) {
+                    Ok(p) => Found::Read(Box::new(p)),
+                    Err(e) if e.is_not_found() => Found::Absent,
                     Err(e) => return Err(Error::from_api("get pod", e)),
+                },
+                Look::DeleteTerminated(uid) => {
+                    match self.delete(uid, "it terminated")? {
+                        Deleted::Removed { existed } => {
+                            // It existed until now under our name, so no pod after it was
+                            // started there: counting it is the decision a read of it would
+                            // have led to. (Not on 404: by then a later pod may have come and
+                            // gone.)
+                            if existed {
+                                self.count(uid);
+                            }
+                            cause = Some(Cause::Terminated);
+                            look = Look::AssumeAbsent;
+                        }
+                        Deleted::Pending => {
+                            self.count(uid);
+                            look = Look::Get;
+                        }
+                        Deleted::OtherPod => look = Look::Get,
+                    }
+                    continue;
                 }
             };
-            let Some(pod) = pod else {
-                let cause = cause.unwrap_or(self.absent_cause());
-                match self.create(cause)? {
-                    Created::Yes => return Ok(Next::Done),
-                    Created::NameTaken if assume_absent => {
-                        assume_absent = false;
-                        continue;
+            let (uid, created_for, view) = match found {
+                Found::Absent => {
+                    let cause = cause.unwrap_or_else(|| self.absent_cause());
+                    if cause.is_restart() {
+                        if let Some(wait) = self.restarts.wait(self.trace.key, Instant::now()) {
+                            self.back_off(wait);
+                            return Ok(Next::RequeueAfter(wait.remaining));
+                        }
                     }
-                    // Taken although we just saw it free: whoever took it shows up on the next
-                    // look. Let the queue's backoff pace that look.
-                    Created::NameTaken => {
-                        return Err(Error::Transient {
-                            action: "create pod",
-                            source: client::Error::Api(Box::new(resources::Status {
-                                code: 409,
-                                reason: "AlreadyExists".into(),
-                                message: format!(
-                                    "pod {} appeared while we created it",
-                                    self.pod_name
-                                ),
-                                ..Default::default()
-                            })),
-                        })
+                    match self.create(cause)? {
+                        Created::Yes => {
+                            if cause.is_restart() {
+                                self.restarts.replaced(self.trace.key, Instant::now());
+                            }
+                            return Ok(Next::Done);
+                        }
+                        Created::NameTaken if matches!(look, Look::AssumeAbsent) => {
+                            look = Look::Get;
+                            continue;
+                        }
+                        // Taken although we just saw it free: whoever took it shows up on the
+                        // next look. Let the queue's backoff pace that look.
+                        Created::NameTaken => return Err(self.appeared()),
+                        Created::Refused => return Ok(Next::Done),
                     }
-                    Created::Rejected => return Ok(Next::Done),
                 }
+                Found::Read(pod) => {
+                    if !controlled_by(&pod, self.ic) {
+                        return Ok(self.conflict(&pod));
+                    }
+                    self.restore_labels(&pod)?;
+                    let view = PodView::of(&pod);
+                    let image = created_for(&pod).to_string();
+                    (pod.metadata.uid.clone(), image, view)
+                }
+                Found::Seen(p) => (p.uid.clone(), p.created_for.clone(), p.view.clone()),
             };
-
-            if !controlled_by(&pod, self.ic) {
-                let msg = format!(
-                    "pod {} already exists and is not controlled by this ImmortalContainer: {}; it is left untouched",
-                    self.pod_name,
-                    holder(&pod, self.ic)
-                );
-                if self.set_ready(false, "PodNameConflict", &msg) {
-                    log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodNameConflict"; "{msg}");
-                    self.note(true, "PodNameConflict", msg);
-                }
-                return Ok(Next::RequeueAfter(CONFLICT_RETRY));
-            }
 
             // Ours: it was started, so it counts, once.
-            self.count(&pod.metadata.uid);
-            self.status.current_pod = Some(self.pod_name.clone());
-
-            if pod.metadata.deletion_timestamp.is_some() {
+            self.count(&uid);
+            if view.phase == Phase::Terminating {
                 // Its DELETED event brings us back; creating now would only earn AlreadyExists.
-                let replacing = self.ready_reason() == Some("PodReplacing");
-                if !replacing {
-                    self.set_ready(
-                        false,
-                        "PodTerminating",
-                        &format!("pod {} is being deleted", self.pod_name),
-                    );
+                if created_for != self.ic.spec.image {
+                    self.replacing(&created_for);
+                } else {
+                    self.report(&view);
                 }
                 return Ok(Next::Done);
             }
-            if pod.is_terminated() {
-                let phase = pod.phase().to_string();
-                // A terminated pod holds no running container: delete it at once (grace 0).
-                self.delete(&pod, Some(0), &format!("it terminated (phase {phase})"))?;
-                cause = Some(Cause::Terminated);
-                assume_absent = true;
+            if view.phase.is_terminal() {
+                // A pod in a terminal phase holds no running container: the API server deletes
+                // it at once whatever grace period we ask (its pod strategy), then we replace it.
+                let why = format!("it ended in phase {}", view.phase.as_str());
+                match self.delete(&uid, &why)? {
+                    Deleted::Removed { .. } => {
+                        cause = Some(Cause::Terminated);
+                        look = Look::AssumeAbsent;
+                    }
+                    // Held by someone's finalizer: its DELETED event brings us back.
+                    Deleted::Pending => {
+                        self.report(&view);
+                        return Ok(Next::Done);
+                    }
+                    Deleted::OtherPod => look = Look::Get,
+                }
                 continue;
             }
             // Compare the image the pod was created for (our annotation), not the one it runs:
             // an admission webhook may rewrite images (a registry mirror, a digest pin), and
             // replacing such a pod would only bring back another rewritten one, forever.
-            let have = created_for(&pod);
-            if have != self.ic.spec.image {
-                let why = format!("image changed from {have} to {}", self.ic.spec.image);
-                // Graceful: the container is running. Its DELETED event brings us back to
-                // create the replacement.
-                self.delete(&pod, None, &why)?;
-                self.set_ready(
-                    false,
-                    "PodReplacing",
-                    &format!("replacing pod {}: {why}", self.pod_name),
-                );
-                return Ok(Next::Done);
+            if created_for != self.ic.spec.image {
+                let why = format!("image changed from {created_for} to {}", self.ic.spec.image);
+                // Graceful: the container may be running. Its DELETED event brings us back to
+                // create the replacement, unless the server removed it at once (a pod not yet
+                // scheduled), in which case the name is free now.
+                match self.delete(&uid, &why)? {
+                    Deleted::Removed { .. } => {
+                        cause = Some(Cause::ImageChanged);
+                        look = Look::AssumeAbsent;
+                        continue;
+                    }
+                    Deleted::Pending => {
+                        self.replacing(&created_for);
+                        return Ok(Next::Done);
+                    }
+                    Deleted::OtherPod => {
+                        look = Look::Get;
+                        continue;
+                    }
+                }
             }
-            self.set_ready(
-                true,
-                "PodRunning",
-                &format!("pod {} runs {}", self.pod_name, self.ic.spec.image),
-            );
+            self.report(&view);
             return Ok(Next::Done);
         }
         Err(Error::Unsettled {
@@ -464,12 +524,41 @@ impl<A: Api> Run<'_, A> {
         })
     }
 
+    /// What the trigger lets the first round skip. A hint is only for this object's own pod
+    /// (name and controller uid); a pod it shows alive is acted on without a read only when it
+    /// is the pod already counted, so a count always rests on a pod known to exist at that
+    /// moment (a watch may lag behind a replacement we made).
+    fn first_look<'h>(&self, hint: Option<&'h PodHint>) -> Look<'h> {
+        let ours = |p: &SeenPod| p.name == self.pod_name && p.owner_uid == self.ic.metadata.uid;
+        match hint {
+            Some(PodHint::Gone { .. }) => return Look::AssumeAbsent,
+            Some(PodHint::Seen(p)) if ours(p) => {
+                if p.view.phase.is_terminal() {
+                    return Look::DeleteTerminated(&p.uid);
+                }
+                if self.status.last_counted_pod_uid.as_deref() == Some(p.uid.as_str()) {
+                    return Look::Seen(p);
+                }
+            }
+            _ => {}
+        }
+        // An object that never had a pod most likely has none: create first.
+        if self.status.last_counted_pod_uid.is_none() {
+            Look::AssumeAbsent
+        } else {
+            Look::Get
+        }
+    }
+
     /// Why the pod is absent, judged from status: no pod counted yet means this is the first;
-    /// a replacement in progress means the image changed; otherwise it was deleted.
+    /// a replacement in progress, or a spec not yet observed, means the image changed (a person
+    /// asked for the new pod: it is never held back); otherwise it was deleted.
     fn absent_cause(&self) -> Cause {
+        let spec_changed = self.ic.status.observed_generation.is_some()
+            && self.ic.status.observed_generation != self.ic.metadata.generation;
         if self.status.start_times.unwrap_or(0) == 0 && self.status.last_counted_pod_uid.is_none() {
             Cause::New
-        } else if self.ready_reason() == Some("PodReplacing") {
+        } else if spec_changed || self.ready_reason() == Some("PodReplacing") {
             Cause::ImageChanged
         } else {
             Cause::Deleted
@@ -489,9 +578,7 @@ impl<A: Api> Run<'_, A> {
                 );
                 crate::metrics::record_pod_created(cause.label());
                 self.count(&created.metadata.uid);
-                self.status.current_pod = Some(self.pod_name.clone());
-                let msg = format!("pod {} runs {}", self.pod_name, self.ic.spec.image);
-                self.set_ready(true, "PodRunning", &msg);
+                self.report(&PodView::of(&created));
                 let (reason, message) = match cause {
                     Cause::New => (
                         "PodCreated",
@@ -528,66 +615,84 @@ impl<A: Api> Run<'_, A> {
                 // for the spec to change.
                 let msg = format!("the API server rejected pod {}: {e}", self.pod_name);
                 self.fail_permanently("PodCreateFailed", "PodCreateFailed", msg);
-                Ok(Created::Rejected)
+                Ok(Created::Refused)
             }
-            Err(e) => {
-                if e.is_forbidden() {
-                    self.note(
-                        true,
-                        "PodCreateFailed",
-                        format!("Cannot create pod {}: {e}", self.pod_name),
-                    );
-                }
+            Err(e) if e.is_forbidden() => {
+                // Admission (PodSecurity, a ResourceQuota) or RBAC: a person must act, and the
+                // fix needs no change to the object, so retry with backoff meanwhile.
+                let msg = format!("the API server refused pod {}: {e}", self.pod_name);
+                self.fail_permanently("PodCreateFailed", "PodCreateFailed", msg);
                 Err(Error::from_api("create pod", e))
             }
+            Err(e) => Err(Error::from_api("create pod", e)),
         }
     }
 
-    fn delete(&mut self, pod: &Pod, grace: Option<u32>, why: &str) -> Result<(), Error> {
-        // NotFound: someone beat us to it, which is what we wanted.
-        let result = self
-            .api
-            .delete_pod(self.ns, &pod.metadata.name, &pod.metadata.uid, grace);
-        match result.or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) }) {
-            Ok(()) => {
-                self.log_deleted(&pod.metadata.name, &pod.metadata.uid, why);
-                Ok(())
+    /// Deletes our pod with `uid` and says what became of it.
+    fn delete(&mut self, uid: &str, why: &str) -> Result<Deleted, Error> {
+        match self.api.delete_pod(self.ns, &self.pod_name, uid, None) {
+            Ok(left) => {
+                self.log_deleted(uid, why);
+                if left.is_removed() {
+                    Ok(Deleted::Removed { existed: true })
+                } else {
+                    Ok(Deleted::Pending)
+                }
             }
+            // Someone beat us to it, which is what we wanted.
+            Err(e) if e.is_not_found() => Ok(Deleted::Removed { existed: false }),
+            // The uid precondition failed: another pod holds the name now.
+            Err(e) if e.is_conflict() => Ok(Deleted::OtherPod),
             Err(e) => Err(Error::from_api("delete pod", e)),
         }
     }
 
-    /// Deletes the pod a watch event saw terminated, by its uid and without reading it first,
-    /// when it holds our pod's name and this object controls it (else `None`: the hint is not
-    /// for us). `Some(true)`: the name is most likely free. `Some(false)`: the uid precondition
-    /// failed, another pod holds the name, so look at it.
-    fn delete_terminated(&mut self, pod: &TerminatedPod) -> Result<Option<bool>, Error> {
-        if pod.name != self.pod_name || pod.owner_uid != self.ic.metadata.uid {
-            return Ok(None);
-        }
-        match self.api.delete_pod(self.ns, &pod.name, &pod.uid, Some(0)) {
-            Ok(()) => {
-                self.log_deleted(&pod.name, &pod.uid, "it terminated");
-                // It existed until now under our name, so no pod after it was started there:
-                // counting it here is the same decision a GET of it would have led to. (Not
-                // on 404: by then a later pod may have come and gone.)
-                self.count(&pod.uid);
-                self.status.current_pod = Some(self.pod_name.clone());
-                Ok(Some(true))
-            }
-            Err(e) if e.is_not_found() => Ok(Some(true)),
-            Err(e) if e.is_conflict() => Ok(Some(false)),
-            Err(e) => Err(Error::from_api("delete pod", e)),
-        }
-    }
-
-    fn log_deleted(&self, pod: &str, uid: &str, why: &str) {
+    fn log_deleted(&self, uid: &str, why: &str) {
         log::info!(
             target: "reconcile",
             reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
-            pod = pod, uid = uid, reason = why;
+            pod = self.pod_name.as_str(), uid = uid, reason = why;
             "deleted pod"
         );
+    }
+
+    /// Puts back the labels of ours that someone removed from the pod: without the first, our
+    /// watch no longer sees the pod at all (a label-selected watch reports it DELETED, see the
+    /// `*-label-removed-*` fixtures), so its end would go unnoticed.
+    fn restore_labels(&mut self, pod: &Pod) -> Result<(), Error> {
+        let want = desired_labels(self.ic);
+        let missing: Map<String, Value> = want
+            .iter()
+            .filter(|(k, v)| pod.metadata.labels.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&String> = missing.keys().collect();
+        let patch = json!({"metadata": {"uid": pod.metadata.uid, "labels": missing}});
+        match self.api.patch_pod(self.ns, &self.pod_name, &patch) {
+            Ok(_) => {
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = self.trace.id, object = self.trace.key, action = "patch_pod",
+                    pod = self.pod_name.as_str(), uid = pod.metadata.uid.as_str();
+                    "restored labels {names:?}"
+                );
+                self.note(
+                    false,
+                    "PodLabelsRestored",
+                    format!(
+                        "Restored labels {names:?} on pod {}: the operator follows its pods by them",
+                        self.pod_name
+                    ),
+                );
+                Ok(())
+            }
+            // Gone or replaced meanwhile: its own events bring us back.
+            Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+            Err(e) => Err(Error::from_api("patch pod", e)),
+        }
     }
 
     /// Counts the pod with `uid` unless it is the one counted last.
@@ -595,6 +700,73 @@ impl<A: Api> Run<'_, A> {
         if self.status.last_counted_pod_uid.as_deref() != Some(uid) {
             *self.status.start_times.get_or_insert(0) += 1;
             self.status.last_counted_pod_uid = Some(uid.to_string());
+        }
+    }
+
+    /// Status reports `view` of our pod.
+    fn report(&mut self, view: &PodView) {
+        self.status.current_pod = Some(self.pod_name.clone());
+        self.status.pod_phase = Some(view.phase.as_str().to_string());
+        self.set_ready(view.ready, view.reason, &view.message);
+    }
+
+    /// Our pod created for `old_image` is being deleted to make way for one with the new image.
+    fn replacing(&mut self, old_image: &str) {
+        self.status.current_pod = Some(self.pod_name.clone());
+        self.status.pod_phase = Some(Phase::Terminating.as_str().to_string());
+        let msg = format!(
+            "replacing pod {}: image changed from {old_image} to {}; waiting for the old pod to go",
+            self.pod_name, self.ic.spec.image
+        );
+        self.set_ready(false, "PodReplacing", &msg);
+    }
+
+    /// A replacement waits for the back-off: say so, once, on the object.
+    fn back_off(&mut self, wait: crate::restarts::Wait) {
+        let at = util::rfc3339_after(wait.remaining);
+        let msg = format!(
+            "pod {} ended {} time(s) in a row soon after it started; the next one is created at {at} (back-off {}s, doubling to {}s)",
+            self.pod_name,
+            wait.streak + 1,
+            wait.remaining.as_secs_f64().ceil() as u64,
+            crate::restarts::MAX.as_secs()
+        );
+        self.status.pod_phase = None;
+        if self.set_ready(false, "PodRestartBackOff", &msg) {
+            log::info!(
+                target: "reconcile",
+                reconcile_id = self.trace.id, object = self.trace.key, action = "back_off",
+                requeue_after_ms = wait.remaining.as_millis() as u64;
+                "{msg}"
+            );
+            self.note(true, "PodRestartBackOff", msg);
+        }
+    }
+
+    /// The pod name is held by a pod we do not control: report it and leave it alone.
+    fn conflict(&mut self, pod: &Pod) -> Next {
+        let msg = format!(
+            "pod {} already exists and is not controlled by this ImmortalContainer: {}; it is left untouched",
+            self.pod_name,
+            holder(pod, self.ic)
+        );
+        self.status.pod_phase = None;
+        if self.set_ready(false, "PodNameConflict", &msg) {
+            log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodNameConflict"; "{msg}");
+            self.note(true, "PodNameConflict", msg);
+        }
+        Next::RequeueAfter(CONFLICT_RETRY)
+    }
+
+    fn appeared(&self) -> Error {
+        Error::Transient {
+            action: "create pod",
+            source: client::Error::Api(Box::new(resources::Status {
+                code: 409,
+                reason: "AlreadyExists".into(),
+                message: format!("pod {} appeared while we created it", self.pod_name),
+                ..Default::default()
+            })),
         }
     }
 
@@ -640,6 +812,7 @@ impl<A: Api> Run<'_, A> {
     /// A problem retrying cannot fix: a condition, a Warning Event when it is new, a WARN line
     /// (a person must act), and no requeue.
     fn fail_permanently(&mut self, reason: &'static str, event_reason: &'static str, msg: String) {
+        self.status.pod_phase = None;
         if self.set_ready(false, reason, &msg) {
             log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = reason; "{msg}");
             self.note(true, event_reason, msg);
@@ -689,8 +862,18 @@ enum Created {
     Yes,
     /// AlreadyExists.
     NameTaken,
-    /// 422: recorded as a condition.
-    Rejected,
+    /// 422: recorded as a condition; waits for the spec to change.
+    Refused,
+}
+
+/// What a DELETE of our pod did.
+enum Deleted {
+    /// The pod is gone: removed now (`existed`), or it was already gone (404).
+    Removed { existed: bool },
+    /// It is being deleted gracefully, or a finalizer holds it: its DELETED event follows.
+    Pending,
+    /// The uid precondition failed: the name holds another pod.
+    OtherPod,
 }
 
 /// The merge patch taking `ic`'s status to `want`, or `None` when nothing changed (a reconcile
@@ -709,6 +892,9 @@ pub fn status_patch(ic: &ImmortalContainer, want: &ImmortalContainerStatus) -> O
     }
     if want.observed_generation != have.observed_generation {
         st.insert("observedGeneration".into(), json!(want.observed_generation));
+    }
+    if want.pod_phase != have.pod_phase {
+        st.insert("podPhase".into(), json!(want.pod_phase));
     }
     if want.conditions != have.conditions {
         // Merge patch replaces lists whole: send them all.
@@ -733,10 +919,15 @@ pub fn status_patch(ic: &ImmortalContainer, want: &ImmortalContainerStatus) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::{PodStatus, Status};
+    use crate::lifecycle::PodEvents;
+    use crate::resources::{PodCondition, PodStatus, Status};
+    use crate::watcher::{Verdict, Watched};
     use std::cell::RefCell;
 
-    /// A fake API over a map of objects, recording every call as "VERB what".
+    /// A fake API holding one object and one pod, recording every call as "VERB what". It
+    /// deletes a pod as the API server's pod strategy does: gracefully (deletionTimestamp, the
+    /// pod stays) when it runs on a node, at once when it is unscheduled (Pending here) or
+    /// terminal.
     #[derive(Default)]
     struct Fake {
         ic: RefCell<Option<ImmortalContainer>>,
@@ -746,6 +937,7 @@ mod tests {
         /// Errors to answer the next call of a verb with.
         fail: RefCell<Vec<(&'static str, client::Error)>>,
         next_uid: RefCell<u32>,
+        restarts: Restarts,
     }
 
     fn api_err(code: u16, reason: &str) -> client::Error {
@@ -763,8 +955,17 @@ mod tests {
             let i = f.iter().position(|(v, _)| *v == verb)?;
             Some(f.remove(i).1)
         }
+        fn fail_next(&self, verb: &'static str, e: client::Error) {
+            self.fail.borrow_mut().push((verb, e));
+        }
         fn calls(&self) -> Vec<String> {
             self.calls.borrow().clone()
+        }
+        fn clear(&self) {
+            self.calls.borrow_mut().clear();
+        }
+        fn call(&self, c: String) {
+            self.calls.borrow_mut().push(c);
         }
     }
 
@@ -774,14 +975,14 @@ mod tests {
             _: &str,
             name: &str,
         ) -> Result<ImmortalContainer, client::Error> {
-            self.calls.borrow_mut().push(format!("GET ic/{name}"));
+            self.call(format!("GET ic/{name}"));
             self.ic
                 .borrow()
                 .clone()
                 .ok_or_else(|| api_err(404, "NotFound"))
         }
         fn get_pod(&self, _: &str, name: &str) -> Result<Pod, client::Error> {
-            self.calls.borrow_mut().push(format!("GET pod/{name}"));
+            self.call(format!("GET pod/{name}"));
             if let Some(e) = self.failing("get_pod") {
                 return Err(e);
             }
@@ -791,9 +992,7 @@ mod tests {
                 .ok_or_else(|| api_err(404, "NotFound"))
         }
         fn create_pod(&self, _: &str, pod: &Pod) -> Result<Pod, client::Error> {
-            self.calls
-                .borrow_mut()
-                .push(format!("POST pod/{}", pod.metadata.name));
+            self.call(format!("POST pod/{}", pod.metadata.name));
             if let Some(e) = self.failing("create_pod") {
                 return Err(e);
             }
@@ -805,6 +1004,7 @@ mod tests {
             p.metadata.uid = format!("pod-uid-{}", self.next_uid.borrow());
             p.status = Some(PodStatus {
                 phase: Some("Pending".into()),
+                ..Default::default()
             });
             *self.pod.borrow_mut() = Some(p.clone());
             Ok(p)
@@ -815,26 +1015,51 @@ mod tests {
             name: &str,
             uid: &str,
             grace: Option<u32>,
-        ) -> Result<(), client::Error> {
+        ) -> Result<Pod, client::Error> {
             let g = grace.map(|g| format!(" grace={g}")).unwrap_or_default();
-            self.calls
-                .borrow_mut()
-                .push(format!("DELETE pod/{name} uid={uid}{g}"));
+            self.call(format!("DELETE pod/{name} uid={uid}{g}"));
             if let Some(e) = self.failing("delete_pod") {
                 return Err(e);
             }
             // The API server checks preconditions.uid against the object: 409 on a mismatch.
-            match self.pod.borrow().as_ref() {
-                None => return Err(api_err(404, "NotFound")),
-                Some(p) if p.metadata.uid != uid => return Err(api_err(409, "Conflict")),
-                Some(_) => {}
+            let mut slot = self.pod.borrow_mut();
+            let Some(p) = slot.as_mut() else {
+                return Err(api_err(404, "NotFound"));
+            };
+            if p.metadata.uid != uid {
+                return Err(api_err(409, "Conflict"));
             }
-            if grace == Some(0) {
-                *self.pod.borrow_mut() = None;
-            } else if let Some(p) = self.pod.borrow_mut().as_mut() {
-                p.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+            let scheduled_and_live = p.phase() == "Running";
+            let grace = if scheduled_and_live {
+                grace.map_or(30, i64::from)
+            } else {
+                0
+            };
+            p.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+            p.metadata.deletion_grace_period_seconds = Some(grace);
+            let left = p.clone();
+            if grace == 0 && p.metadata.finalizers.is_empty() {
+                *slot = None;
             }
-            Ok(())
+            Ok(left)
+        }
+        fn patch_pod(&self, _: &str, name: &str, patch: &Value) -> Result<Pod, client::Error> {
+            self.call(format!("PATCH pod/{name}"));
+            let mut slot = self.pod.borrow_mut();
+            let Some(p) = slot.as_mut() else {
+                return Err(api_err(404, "NotFound"));
+            };
+            if patch["metadata"]["uid"] != p.metadata.uid.as_str() {
+                return Err(api_err(409, "Conflict"));
+            }
+            if let Some(labels) = patch["metadata"]["labels"].as_object() {
+                for (k, v) in labels {
+                    p.metadata
+                        .labels
+                        .insert(k.clone(), v.as_str().unwrap().into());
+                }
+            }
+            Ok(p.clone())
         }
         fn patch_status(
             &self,
@@ -842,9 +1067,7 @@ mod tests {
             name: &str,
             patch: &Value,
         ) -> Result<ImmortalContainer, client::Error> {
-            self.calls
-                .borrow_mut()
-                .push(format!("PATCH ic/{name}/status"));
+            self.call(format!("PATCH ic/{name}/status"));
             if let Some(e) = self.failing("patch_status") {
                 return Err(e);
             }
@@ -861,6 +1084,9 @@ mod tests {
             }
             if let Some(v) = st.get("observedGeneration") {
                 ic.status.observed_generation = v.as_i64();
+            }
+            if let Some(v) = st.get("podPhase") {
+                ic.status.pod_phase = v.as_str().map(String::from);
             }
             if let Some(v) = st.get("conditions") {
                 ic.status.conditions = serde_json::from_value(v.clone()).unwrap();
@@ -897,7 +1123,67 @@ mod tests {
     }
 
     fn run(f: &Fake, key: &str) -> Result<Next, Error> {
-        reconcile(f, &Trace { id: "1", key }, PodHint::None)
+        reconcile(f, &f.restarts, &Trace { id: "1", key }, None)
+    }
+
+    fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
+        reconcile(
+            f,
+            &f.restarts,
+            &Trace {
+                id: "2",
+                key: "ns/web",
+            },
+            Some(hint),
+        )
+    }
+
+    fn gone(f: &Fake) -> PodHint {
+        PodHint::Gone {
+            uid: f
+                .pod
+                .borrow()
+                .as_ref()
+                .map(|p| p.metadata.uid.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The hint the pod watcher would queue for the pod as it is now.
+    fn seen(f: &Fake) -> PodHint {
+        let pod = f.pod.borrow().clone().unwrap();
+        match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+            Verdict::Queue(Some(h)) => h,
+            other => panic!("the watcher would not queue this pod: {other:?}"),
+        }
+    }
+
+    /// What the kubelet writes once the container runs.
+    fn start_pod(f: &Fake) {
+        f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+
+    fn fail_pod(f: &Fake) {
+        f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+    }
+
+    /// A person deletes the pod gracefully (`kubectl delete pod`): it stays while it stops.
+    fn start_deleting(f: &Fake) {
+        let mut p = f.pod.borrow_mut();
+        let m = &mut p.as_mut().unwrap().metadata;
+        m.deletion_timestamp = Some("2026-01-01T00:00:30Z".into());
+        m.deletion_grace_period_seconds = Some(30);
     }
 
     fn status(f: &Fake) -> ImmortalContainerStatus {
@@ -910,8 +1196,28 @@ mod tests {
         (c.status.clone(), c.reason.clone())
     }
 
+    fn message(f: &Fake) -> String {
+        let st = status(f);
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .unwrap()
+            .message
+            .clone()
+    }
+
+    /// A new object whose pod was created and now runs, ready; the calls so far forgotten.
+    fn running(image: &str) -> Fake {
+        let f = fake(ic("web", image));
+        run(&f, "ns/web").unwrap();
+        start_pod(&f);
+        run_with(&f, &seen(&f)).unwrap();
+        f.clear();
+        f
+    }
+
     #[test]
-    fn creates_the_pod_of_a_new_object_and_counts_it() {
+    fn creates_the_pod_of_a_new_object_counts_it_and_reports_it_pending() {
         let f = fake(ic("web", "nginx"));
         assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
         // A new object has no pod yet: create first, no GET of the pod.
@@ -928,8 +1234,44 @@ mod tests {
         assert_eq!(st.current_pod.as_deref(), Some("web-immortalpod"));
         assert_eq!(st.last_counted_pod_uid.as_deref(), Some("pod-uid-1"));
         assert_eq!(st.observed_generation, Some(1));
-        assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
+        assert_eq!(st.pod_phase.as_deref(), Some("Pending"));
+        // Not ready until the pod runs: a pod just created may never start.
+        assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
         assert_eq!(f.notes.borrow()[0].reason, "PodCreated");
+    }
+
+    #[test]
+    fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
+        let f = fake(ic("web", "nginx"));
+        run(&f, "ns/web").unwrap();
+        start_pod(&f);
+        f.clear();
+        run_with(&f, &seen(&f)).unwrap();
+        assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+        assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
+        assert_eq!(message(&f), "pod web-immortalpod runs nginx");
+        assert_eq!(status(&f).pod_phase.as_deref(), Some("Running"));
+        assert_eq!(status(&f).start_times, Some(1));
+    }
+
+    #[test]
+    fn an_event_for_a_pod_not_counted_yet_is_read_before_it_is_counted() {
+        let f = running("nginx");
+        f.ic.borrow_mut()
+            .as_mut()
+            .unwrap()
+            .status
+            .last_counted_pod_uid = Some("older".into());
+        run_with(&f, &seen(&f)).unwrap();
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "GET pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
+        assert_eq!(status(&f).start_times, Some(2));
     }
 
     #[test]
@@ -958,9 +1300,7 @@ mod tests {
 
     #[test]
     fn a_second_reconcile_with_nothing_to_do_writes_nothing() {
-        let f = fake(ic("web", "nginx"));
-        run(&f, "ns/web").unwrap();
-        f.calls.borrow_mut().clear();
+        let f = running("nginx");
         assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
         assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
         assert_eq!(status(&f).start_times, Some(1));
@@ -975,45 +1315,15 @@ mod tests {
 
     #[test]
     fn replaces_a_deleted_pod_and_counts_the_new_one() {
-        let f = fake(ic("web", "nginx"));
-        run(&f, "ns/web").unwrap();
+        let f = running("nginx");
+        let hint = gone(&f);
         *f.pod.borrow_mut() = None;
-        f.calls.borrow_mut().clear();
         // Triggered by the pod's DELETED event: create without looking first.
-        reconcile(
-            &f,
-            &Trace {
-                id: "2",
-                key: "ns/web",
-            },
-            PodHint::Gone,
-        )
-        .unwrap();
+        run_with(&f, &hint).unwrap();
         assert_eq!(
             f.calls(),
             [
                 "GET ic/web",
-                "POST pod/web-immortalpod",
-                "PATCH ic/web/status"
-            ]
-        );
-        assert_eq!(status(&f).start_times, Some(2));
-        assert_eq!(f.notes.borrow().last().unwrap().reason, "PodReplaced");
-    }
-
-    #[test]
-    fn replaces_a_terminated_pod_in_one_reconcile() {
-        let f = fake(ic("web", "nginx"));
-        run(&f, "ns/web").unwrap();
-        fail_pod(&f);
-        f.calls.borrow_mut().clear();
-        run(&f, "ns/web").unwrap();
-        assert_eq!(
-            f.calls(),
-            [
-                "GET ic/web",
-                "GET pod/web-immortalpod",
-                "DELETE pod/web-immortalpod uid=pod-uid-1 grace=0",
                 "POST pod/web-immortalpod",
                 "PATCH ic/web/status"
             ]
@@ -1023,46 +1333,53 @@ mod tests {
             status(&f).last_counted_pod_uid.as_deref(),
             Some("pod-uid-2")
         );
-    }
-
-    fn terminated(name: &str, uid: &str, owner_uid: &str) -> TerminatedPod {
-        TerminatedPod {
-            name: name.into(),
-            uid: uid.into(),
-            owner_uid: owner_uid.into(),
-        }
-    }
-
-    fn run_with(f: &Fake, hint: PodHint) -> Result<Next, Error> {
-        reconcile(
-            f,
-            &Trace {
-                id: "2",
-                key: "ns/web",
-            },
-            hint,
-        )
-    }
-
-    fn fail_pod(f: &Fake) {
-        f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
-            phase: Some("Failed".into()),
-        });
+        assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     }
 
     #[test]
-    fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
-        let f = fake(ic("web", "nginx"));
-        run(&f, "ns/web").unwrap();
+    fn a_graceful_deletion_is_reported_terminating_and_waited_for_without_polling() {
+        let f = running("nginx");
+        start_deleting(&f);
+        run_with(&f, &seen(&f)).unwrap();
+        assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+        assert_eq!(ready(&f), ("False".into(), "PodTerminating".into()));
+        assert_eq!(status(&f).pod_phase.as_deref(), Some("Terminating"));
+        // The kubelet writes Succeeded before it removes the pod (Kubernetes 1.27+); whatever
+        // queues the object meanwhile, no create is tried while the name is held.
         fail_pod(&f);
-        f.calls.borrow_mut().clear();
-        let pod = terminated("web-immortalpod", "pod-uid-1", "ic-uid");
-        run_with(&f, PodHint::Terminated(&pod)).unwrap();
+        f.clear();
+        run(&f, "ns/web").unwrap();
+        assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+        // Removed: its DELETED event brings the replacement.
+        let hint = gone(&f);
+        *f.pod.borrow_mut() = None;
+        f.clear();
+        run_with(&f, &hint).unwrap();
         assert_eq!(
             f.calls(),
             [
                 "GET ic/web",
-                "DELETE pod/web-immortalpod uid=pod-uid-1 grace=0",
+                "POST pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
+        assert_eq!(status(&f).start_times, Some(2));
+        assert_eq!(
+            f.notes.borrow().last().unwrap().message,
+            "Created pod web-immortalpod: the previous one was deleted"
+        );
+    }
+
+    #[test]
+    fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
+        let f = running("nginx");
+        fail_pod(&f);
+        run_with(&f, &seen(&f)).unwrap();
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "DELETE pod/web-immortalpod uid=pod-uid-1",
                 "POST pod/web-immortalpod",
                 "PATCH ic/web/status"
             ]
@@ -1077,8 +1394,7 @@ mod tests {
     #[test]
     fn a_terminated_pod_never_counted_is_counted_once_when_deleted_by_hint() {
         // The operator died after creating pod-uid-1 and before recording it.
-        let f = fake(ic("web", "nginx"));
-        run(&f, "ns/web").unwrap();
+        let f = running("nginx");
         {
             let mut ic = f.ic.borrow_mut();
             let st = &mut ic.as_mut().unwrap().status;
@@ -1086,8 +1402,7 @@ mod tests {
             st.last_counted_pod_uid = None;
         }
         fail_pod(&f);
-        let pod = terminated("web-immortalpod", "pod-uid-1", "ic-uid");
-        run_with(&f, PodHint::Terminated(&pod)).unwrap();
+        run_with(&f, &seen(&f)).unwrap();
         // pod-uid-1 and its replacement pod-uid-2.
         assert_eq!(status(&f).start_times, Some(2));
         assert_eq!(
@@ -1098,33 +1413,36 @@ mod tests {
 
     #[test]
     fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
-        let f = fake(ic("web", "nginx"));
-        run(&f, "ns/web").unwrap();
-        // pod-uid-1 terminated and was replaced by pod-uid-2 (running) before the hint's turn.
+        let f = running("nginx");
         fail_pod(&f);
+        let stale = seen(&f);
+        // pod-uid-1 terminated and was replaced by pod-uid-2 (running) before the hint's turn.
         run(&f, "ns/web").unwrap();
+        start_pod(&f);
+        run_with(&f, &seen(&f)).unwrap();
         assert_eq!(status(&f).start_times, Some(2));
-        f.calls.borrow_mut().clear();
-        let stale = terminated("web-immortalpod", "pod-uid-1", "ic-uid");
-        run_with(&f, PodHint::Terminated(&stale)).unwrap();
+        f.clear();
+        run_with(&f, &stale).unwrap();
         assert_eq!(
             f.calls(),
             [
                 "GET ic/web",
-                "DELETE pod/web-immortalpod uid=pod-uid-1 grace=0",
+                "DELETE pod/web-immortalpod uid=pod-uid-1",
                 "GET pod/web-immortalpod"
             ]
         );
         assert_eq!(status(&f).start_times, Some(2));
-        // And once no pod holds the name at all, the stale hint only leads to a create.
+        // And once no pod holds the name at all, the stale hint only leads to a create (the
+        // restart back-off, which the replacement above started, set aside: not under test).
         *f.pod.borrow_mut() = None;
-        f.calls.borrow_mut().clear();
-        run_with(&f, PodHint::Terminated(&stale)).unwrap();
+        f.restarts.forget("ns/web");
+        f.clear();
+        run_with(&f, &stale).unwrap();
         assert_eq!(
             f.calls(),
             [
                 "GET ic/web",
-                "DELETE pod/web-immortalpod uid=pod-uid-1 grace=0",
+                "DELETE pod/web-immortalpod uid=pod-uid-1",
                 "POST pod/web-immortalpod",
                 "PATCH ic/web/status"
             ]
@@ -1133,35 +1451,37 @@ mod tests {
     }
 
     #[test]
-    fn a_terminated_hint_for_a_pod_of_another_owner_or_name_is_ignored() {
-        for pod in [
-            terminated("web-immortalpod", "pod-uid-1", "another-ic-uid"),
-            terminated("other-immortalpod", "pod-uid-1", "ic-uid"),
+    fn a_hint_for_a_pod_of_another_owner_or_name_is_not_trusted() {
+        for (name, owner) in [
+            ("web-immortalpod", "another-ic-uid"),
+            ("other-immortalpod", "ic-uid"),
         ] {
-            let f = fake(ic("web", "nginx"));
-            run(&f, "ns/web").unwrap();
-            f.calls.borrow_mut().clear();
-            run_with(&f, PodHint::Terminated(&pod)).unwrap();
+            let f = running("nginx");
+            let mut hint = seen(&f);
+            if let PodHint::Seen(p) = &mut hint {
+                p.name = name.into();
+                p.owner_uid = owner.into();
+                p.view.phase = Phase::Failed;
+            }
+            run_with(&f, &hint).unwrap();
             // The pod is running: looked at, left alone.
             assert_eq!(
                 f.calls(),
                 ["GET ic/web", "GET pod/web-immortalpod"],
-                "{pod:?}"
+                "{name} {owner}"
             );
         }
     }
 
     #[test]
-    fn an_image_change_deletes_the_pod_then_waits_for_its_deletion() {
-        let f = fake(ic("web", "nginx:1"));
-        run(&f, "ns/web").unwrap();
+    fn an_image_change_deletes_the_running_pod_then_waits_for_its_deletion() {
+        let f = running("nginx:1");
         {
             let mut ic = f.ic.borrow_mut();
             let ic = ic.as_mut().unwrap();
             ic.spec.image = "nginx:2".into();
             ic.metadata.generation = Some(2);
         }
-        f.calls.borrow_mut().clear();
         run(&f, "ns/web").unwrap();
         assert_eq!(
             f.calls(),
@@ -1173,21 +1493,17 @@ mod tests {
             ]
         );
         assert_eq!(ready(&f), ("False".into(), "PodReplacing".into()));
-        // Still terminating: nothing to do.
-        f.calls.borrow_mut().clear();
+        // Still terminating, and its events say so: nothing to do, nothing to write.
+        f.clear();
+        run_with(&f, &seen(&f)).unwrap();
+        assert_eq!(f.calls(), ["GET ic/web"]);
+        f.clear();
         run(&f, "ns/web").unwrap();
         assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
         // Gone: the replacement runs the new image.
+        let hint = gone(&f);
         *f.pod.borrow_mut() = None;
-        reconcile(
-            &f,
-            &Trace {
-                id: "3",
-                key: "ns/web",
-            },
-            PodHint::Gone,
-        )
-        .unwrap();
+        run_with(&f, &hint).unwrap();
         assert_eq!(
             f.pod.borrow().as_ref().unwrap().container_image(),
             Some("nginx:2")
@@ -1200,6 +1516,143 @@ mod tests {
             .unwrap()
             .message
             .contains("the image changed"));
+    }
+
+    #[test]
+    fn an_image_change_replaces_a_pod_not_yet_scheduled_at_once() {
+        let f = fake(ic("web", "nginx:1"));
+        run(&f, "ns/web").unwrap();
+        f.ic.borrow_mut().as_mut().unwrap().spec.image = "nginx:2".into();
+        f.clear();
+        run(&f, "ns/web").unwrap();
+        // The server removes an unscheduled pod at once: the name is free, no event awaited.
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "GET pod/web-immortalpod",
+                "DELETE pod/web-immortalpod uid=pod-uid-1",
+                "POST pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
+        assert_eq!(
+            f.pod.borrow().as_ref().unwrap().container_image(),
+            Some("nginx:2")
+        );
+        assert_eq!(status(&f).start_times, Some(2));
+    }
+
+    #[test]
+    fn a_terminal_pod_held_by_a_finalizer_is_waited_for() {
+        let f = running("nginx");
+        fail_pod(&f);
+        f.pod.borrow_mut().as_mut().unwrap().metadata.finalizers = vec!["someone/else".into()];
+        run(&f, "ns/web").unwrap();
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "GET pod/web-immortalpod",
+                "DELETE pod/web-immortalpod uid=pod-uid-1",
+                "PATCH ic/web/status"
+            ]
+        );
+        assert_eq!(status(&f).start_times, Some(1));
+        assert_eq!(ready(&f), ("False".into(), "PodTerminated".into()));
+    }
+
+    #[test]
+    fn a_pod_whose_label_was_removed_gets_it_back() {
+        let f = running("nginx");
+        f.pod
+            .borrow_mut()
+            .as_mut()
+            .unwrap()
+            .metadata
+            .labels
+            .remove(MANAGED_BY_LABEL);
+        // Our label-selected watch reported it DELETED, although it lives on.
+        run_with(&f, &gone(&f)).unwrap();
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "POST pod/web-immortalpod",
+                "GET pod/web-immortalpod",
+                "PATCH pod/web-immortalpod"
+            ]
+        );
+        let pod = f.pod.borrow().clone().unwrap();
+        assert_eq!(pod.metadata.labels[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
+        assert_eq!(status(&f).start_times, Some(1));
+        assert_eq!(f.notes.borrow().last().unwrap().reason, "PodLabelsRestored");
+    }
+
+    #[test]
+    fn pods_that_keep_ending_back_off_and_say_so() {
+        let f = running("nginx");
+        // Deleted: replaced at once; the back-off starts.
+        let hint = gone(&f);
+        *f.pod.borrow_mut() = None;
+        run_with(&f, &hint).unwrap();
+        assert_eq!(status(&f).start_times, Some(2));
+        // Deleted again right away: the next one waits.
+        let hint = gone(&f);
+        *f.pod.borrow_mut() = None;
+        f.clear();
+        let next = run_with(&f, &hint).unwrap();
+        let Next::RequeueAfter(wait) = next else {
+            panic!("no back-off: {next:?}")
+        };
+        assert!(wait <= crate::restarts::BASE && !wait.is_zero(), "{wait:?}");
+        assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+        assert_eq!(ready(&f), ("False".into(), "PodRestartBackOff".into()));
+        assert_eq!(status(&f).start_times, Some(2));
+        let note = f.notes.borrow().last().unwrap().clone();
+        assert!(
+            note.warning && note.reason == "PodRestartBackOff",
+            "{note:?}"
+        );
+        // Its time come (as if the last replacement had been longer ago), the pod is made.
+        f.restarts.forget("ns/web");
+        f.restarts
+            .replaced("ns/web", Instant::now() - crate::restarts::BASE * 2);
+        f.clear();
+        assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+        assert_eq!(
+            f.calls(),
+            [
+                "GET ic/web",
+                "GET pod/web-immortalpod",
+                "POST pod/web-immortalpod",
+                "PATCH ic/web/status"
+            ]
+        );
+        assert_eq!(status(&f).start_times, Some(3));
+    }
+
+    #[test]
+    fn an_image_change_is_never_held_back() {
+        let f = running("nginx:1");
+        // Two quick replacements: the back-off is running.
+        for _ in 0..2 {
+            let hint = gone(&f);
+            *f.pod.borrow_mut() = None;
+            let _ = run_with(&f, &hint);
+        }
+        {
+            let mut ic = f.ic.borrow_mut();
+            let ic = ic.as_mut().unwrap();
+            ic.spec.image = "nginx:2".into();
+            ic.metadata.generation = Some(2);
+        }
+        f.clear();
+        assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+        assert_eq!(
+            f.pod.borrow().as_ref().unwrap().container_image(),
+            Some("nginx:2")
+        );
     }
 
     #[test]
@@ -1237,7 +1690,7 @@ mod tests {
         assert_eq!(status(&f).start_times, Some(0), "an explicit zero");
         assert!(f.notes.borrow()[0].warning);
         // Looking again later changes nothing and writes nothing.
-        f.calls.borrow_mut().clear();
+        f.clear();
         run(&f, "ns/web").unwrap();
         assert_eq!(
             f.calls(),
@@ -1283,7 +1736,7 @@ mod tests {
             st.conditions[0].message
         );
         assert_eq!(f.notes.borrow()[0].reason, "InvalidSpec");
-        f.calls.borrow_mut().clear();
+        f.clear();
         run(&f, &key).unwrap();
         assert_eq!(
             f.calls(),
@@ -1312,9 +1765,7 @@ mod tests {
     #[test]
     fn a_status_conflict_is_retried_and_the_retry_does_not_count_twice() {
         let f = fake(ic("web", "nginx"));
-        f.fail
-            .borrow_mut()
-            .push(("patch_status", api_err(409, "Conflict")));
+        f.fail_next("patch_status", api_err(409, "Conflict"));
         let err = run(&f, "ns/web").unwrap_err();
         assert!(matches!(
             err,
@@ -1352,9 +1803,7 @@ mod tests {
     #[test]
     fn server_errors_are_transient_and_forbidden_is_denied() {
         let f = fake(ic("web", "nginx"));
-        f.fail
-            .borrow_mut()
-            .push(("create_pod", api_err(500, "InternalError")));
+        f.fail_next("create_pod", api_err(500, "InternalError"));
         assert!(matches!(
             run(&f, "ns/web"),
             Err(Error::Transient {
@@ -1362,27 +1811,67 @@ mod tests {
                 ..
             })
         ));
-        f.fail
-            .borrow_mut()
-            .push(("create_pod", api_err(403, "Forbidden")));
+        f.fail_next("create_pod", api_err(403, "Forbidden"));
         assert!(matches!(run(&f, "ns/web"), Err(Error::Denied { .. })));
         assert_eq!(f.notes.borrow()[0].reason, "PodCreateFailed");
     }
 
     #[test]
+    fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
+        let (code, body) = crate::testutil::kubelet_fixture("14-pod-create-forbidden-pod-security");
+        let refusal = client::Error::Api(Box::new(client::parse_status(code, &body)));
+        let f = fake(ic("web", "nginx"));
+        f.fail_next("create_pod", refusal);
+        let err = run(&f, "ns/web").unwrap_err();
+        assert!(matches!(err, Error::Denied { .. }), "{err}");
+        // Written although the reconcile failed: the user sees why, without reading logs.
+        assert!(f.calls().contains(&"PATCH ic/web/status".to_string()));
+        assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
+        let msg = message(&f);
+        assert!(
+            msg.contains("violates PodSecurity \"restricted:latest\""),
+            "{msg}"
+        );
+        assert_eq!(status(&f).start_times, Some(0));
+    }
+
+    #[test]
+    fn a_start_counted_before_a_refused_create_is_still_written() {
+        // A terminated pod never counted (the operator died before recording it) is deleted;
+        // its replacement is refused by a quota. The first pod's start must not be lost.
+        let f = running("nginx");
+        {
+            let mut ic = f.ic.borrow_mut();
+            let st = &mut ic.as_mut().unwrap().status;
+            st.start_times = Some(0);
+            st.last_counted_pod_uid = None;
+        }
+        fail_pod(&f);
+        let (code, body) = crate::testutil::kubelet_fixture("15-pod-create-forbidden-quota");
+        f.fail_next(
+            "create_pod",
+            client::Error::Api(Box::new(client::parse_status(code, &body))),
+        );
+        assert!(run_with(&f, &seen(&f)).is_err());
+        assert_eq!(status(&f).start_times, Some(1));
+        assert_eq!(
+            status(&f).last_counted_pod_uid.as_deref(),
+            Some("pod-uid-1")
+        );
+        assert!(message(&f).contains("exceeded quota"), "{}", message(&f));
+    }
+
+    #[test]
     fn a_pod_the_server_rejects_becomes_a_condition() {
         let f = fake(ic("web", "nginx"));
-        f.fail
-            .borrow_mut()
-            .push(("create_pod", api_err(422, "Invalid")));
+        f.fail_next("create_pod", api_err(422, "Invalid"));
         assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
         assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
     }
 
     #[test]
     fn lasttransitiontime_moves_only_when_the_status_flips() {
-        let f = fake(ic("web", "nginx"));
-        run(&f, "ns/web").unwrap();
+        let f = running("nginx");
         let t0 = status(&f).conditions[0].last_transition_time.clone();
         f.ic.borrow_mut().as_mut().unwrap().status.conditions[0].last_transition_time =
             "2000-01-01T00:00:00Z".into();
@@ -1403,6 +1892,7 @@ mod tests {
         p.metadata.uid = "stuck".into();
         p.status = Some(PodStatus {
             phase: Some("Failed".into()),
+            ..Default::default()
         });
         *f.pod.borrow_mut() = Some(p);
         f.ic.borrow_mut()
@@ -1411,28 +1901,24 @@ mod tests {
             .status
             .last_counted_pod_uid = Some("stuck".into());
         for _ in 0..10 {
-            f.fail
-                .borrow_mut()
-                .push(("delete_pod", api_err(404, "NotFound")));
+            f.fail_next("delete_pod", api_err(404, "NotFound"));
         }
         let err = run(&f, "ns/web").unwrap_err();
         assert!(matches!(err, Error::Unsettled { .. }), "{err}");
-        assert!(f.calls().len() <= 2 * MAX_ROUNDS + 1, "{:?}", f.calls());
+        assert!(f.calls().len() <= 2 * MAX_ROUNDS + 2, "{:?}", f.calls());
     }
 
     #[test]
     fn an_image_rewritten_by_an_admission_webhook_does_not_replace_the_pod() {
-        let f = fake(ic("web", "nginx"));
-        run(&f, "ns/web").unwrap();
+        let f = running("nginx");
         // A mutating webhook pointed the container at a mirror.
         f.pod.borrow_mut().as_mut().unwrap().spec.containers[0].image =
             "mirror.example/nginx".into();
-        f.calls.borrow_mut().clear();
         run(&f, "ns/web").unwrap();
-        assert_eq!(
-            f.calls(),
-            ["GET ic/web", "GET pod/web-immortalpod"],
-            "no delete, no write"
+        assert!(
+            !f.calls().iter().any(|c| c.starts_with("DELETE")),
+            "{:?}",
+            f.calls()
         );
         assert_eq!(status(&f).start_times, Some(1));
         // A change of spec.image still replaces it.

@@ -53,6 +53,10 @@ pub struct ObjectMeta {
     pub creation_timestamp: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_grace_period_seconds: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -128,6 +132,9 @@ pub struct ImmortalContainerStatus {
     pub last_counted_pod_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The pod's phase, `Terminating` while it is being deleted (the PHASE column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_phase: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -184,10 +191,80 @@ pub struct Container {
     pub image: String,
 }
 
+/// A pod's `status`, reduced to what tells a user whether the pod runs and, if not, why: the
+/// phase, the kubelet's conditions and the state of each container.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// Why the pod is in this phase, when the kubelet says (e.g. `DeadlineExceeded`, `Evicted`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PodCondition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_statuses: Vec<ContainerStatus>,
+}
+
+/// One of a pod's conditions (`PodScheduled`, `Initialized`, `ContainersReady`, `Ready`,
+/// `DisruptionTarget`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default)]
+    pub restart_count: i64,
+    #[serde(default)]
+    pub state: ContainerState,
+    #[serde(default)]
+    pub last_state: ContainerState,
+}
+
+/// At most one of the three is set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<StateDetail>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<Running>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<StateDetail>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Running {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateDetail {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
 }
 
 impl Pod {
@@ -203,6 +280,14 @@ impl Pod {
     /// does not restart a terminated pod): it has to be replaced.
     pub fn is_terminated(&self) -> bool {
         matches!(self.phase(), "Succeeded" | "Failed")
+    }
+
+    /// Whether this pod, as a DELETE answered it, is gone: deleted with a grace period of 0
+    /// (unscheduled, terminal, or forced; see `CheckGracefulDelete` in the API server's pod
+    /// strategy) and held by no finalizer. A pod still being deleted gracefully is not.
+    pub fn is_removed(&self) -> bool {
+        self.metadata.deletion_grace_period_seconds == Some(0)
+            && self.metadata.finalizers.is_empty()
     }
 
     /// Image of our container, if the pod has it.

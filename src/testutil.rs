@@ -1,8 +1,29 @@
-//! Test helpers: reading the responses recorded from a real kube-apiserver.
+//! Test helpers: reading the responses recorded from real kube-apiservers: the node-less
+//! `kube-apiserver` set, and the `kube-1.28-kubelet` set from a cluster with a node.
 
-/// The response of the recorded fixture whose file name contains `name`: status code and body.
+const APISERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kube-apiserver");
+const KUBELET: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/kube-1.28-kubelet"
+);
+
+/// The response of the recorded fixture (node-less set) whose file name contains `name`:
+/// status code and body.
 pub fn fixture(name: &str) -> (u16, String) {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kube-apiserver");
+    fixture_in(APISERVER, name)
+}
+
+/// The events of a watch recorded on the cluster with a kubelet, one JSON line each.
+pub fn kubelet_events(name: &str) -> Vec<String> {
+    events(fixture_in(KUBELET, name).1)
+}
+
+/// A response recorded on the cluster with a kubelet: status code and body.
+pub fn kubelet_fixture(name: &str) -> (u16, String) {
+    fixture_in(KUBELET, name)
+}
+
+fn fixture_in(dir: &str, name: &str) -> (u16, String) {
     let path = std::fs::read_dir(dir)
         .expect("fixtures directory")
         .map(|e| e.expect("dir entry").path())
@@ -34,9 +55,11 @@ pub fn fixture(name: &str) -> (u16, String) {
 
 /// The events of a recorded watch stream, one JSON line each.
 pub fn fixture_events(name: &str) -> Vec<String> {
-    fixture(name)
-        .1
-        .lines()
+    events(fixture(name).1)
+}
+
+fn events(body: String) -> Vec<String> {
+    body.lines()
         .map(str::trim)
         .filter(|l| l.starts_with('{'))
         .map(String::from)

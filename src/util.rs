@@ -65,6 +65,12 @@ pub fn now_rfc3339() -> String {
     rfc3339(SystemTime::now())
 }
 
+/// The time `d` from now, RFC 3339 in UTC, rounded up to the second.
+pub fn rfc3339_after(d: std::time::Duration) -> String {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    rfc3339(SystemTime::now() + std::time::Duration::from_secs(secs))
+}
+
 /// Seconds since the epoch → (year, month, day, hour, minute, second), proleptic Gregorian.
 /// Howard Hinnant's days-from-civil algorithm, inverted.
 fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {

@@ -8,17 +8,21 @@
 //! fixture) or an HTTP 410 relists; any other failure backs off (0.8 s doubling to 30 s, with
 //! jitter, reset once the server talks to us again) and re-watches.
 //!
-//! A watcher keeps no object: only the last resourceVersion and the set of keys it has seen,
-//! which a relist needs to enqueue objects that vanished while the watch was down.
+//! This is machinery: what an event means (which key, whether it is worth a reconcile, what it
+//! tells reconcile) is the policy's, a [`Watched`] (see `lifecycle`). A watcher keeps no
+//! object: only the last resourceVersion and, per key, the small memo the policy asks it to
+//! keep (a digest), which also gives a relist the keys that vanished while the watch was down.
 
 use crate::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
 use crate::metrics;
-use crate::queue::{Queue, TerminatedPod, Trigger};
-use crate::resources::{self, ObjectMeta, IMAGE_ANNOTATION};
+use crate::queue::{Queue, Trigger};
+use crate::resources::{ObjectMeta, Status};
 use crate::util;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use std::collections::HashSet;
+use serde_json::value::RawValue;
+use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,177 +36,71 @@ const WATCH_TIMEOUT_SECS: (u64, u64) = (170, 230);
 /// server that closes every watch at once cannot make us spin.
 const MIN_HEALTHY_STREAM: Duration = Duration::from_secs(1);
 
-/// What a watch event carries that the operator looks at. Everything else is skipped while
-/// decoding, so a watcher's memory does not grow with the size of the objects it sees.
-#[derive(Debug, Default, Deserialize)]
-pub struct Seen {
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub status: SeenStatus,
-    /// Set when the object is a `Status` (the object of an ERROR event).
-    #[serde(default)]
-    pub code: u16,
-    #[serde(default)]
-    pub reason: String,
-    #[serde(default)]
-    pub message: String,
+/// What a watched resource's events mean: the policy half of a watcher.
+pub trait Watched {
+    /// What is decoded of each object: only the fields the policy decides on. Everything else
+    /// is skipped while decoding, so memory does not grow with the size of the objects seen.
+    type Object: DeserializeOwned;
+    /// What a trigger carries beyond the key.
+    type Hint;
+    fn meta(o: &Self::Object) -> &ObjectMeta;
+    /// The queue key the object stands for, or `None` when it is none of ours.
+    fn key_of(&self, o: &Self::Object) -> Option<String>;
+    /// What the watcher remembers of a listed object until its next event.
+    fn memo(&self, o: &Self::Object) -> u64;
+    /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile of its key, and with
+    /// what hint. `memo` holds what was remembered from the key's previous event (`None`: no
+    /// event seen since the last list) and is updated in place.
+    fn on_event(
+        &self,
+        event: &'static str,
+        o: &Self::Object,
+        memo: &mut Option<u64>,
+    ) -> Verdict<Self::Hint>;
 }
 
-/// A pod's or an ImmortalContainer's `status`, or the `"Failure"` string of a `Status`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(untagged)]
-pub enum SeenStatus {
-    Object {
-        #[serde(default)]
-        phase: Option<String>,
-        #[serde(default, rename = "observedGeneration")]
-        observed_generation: Option<i64>,
-    },
-    Text(String),
-    #[default]
-    Missing,
+/// A policy's answer to one event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict<H> {
+    /// Nothing reconcile would do differently.
+    Ignore,
+    /// Queue the key, with what the event tells reconcile, if anything.
+    Queue(Option<H>),
 }
 
-impl Seen {
-    fn phase(&self) -> Option<&str> {
-        match &self.status {
-            SeenStatus::Object { phase, .. } => phase.as_deref(),
-            _ => None,
-        }
-    }
-    /// In a terminal phase, which a pod never leaves (as [`resources::Pod::is_terminated`]).
-    fn is_terminated(&self) -> bool {
-        matches!(self.phase(), Some("Succeeded" | "Failed"))
-    }
-    fn observed_generation(&self) -> Option<i64> {
-        match &self.status {
-            SeenStatus::Object {
-                observed_generation,
-                ..
-            } => *observed_generation,
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-struct WatchEvent {
-    #[serde(rename = "type")]
-    type_: String,
-    #[serde(default)]
-    object: Seen,
-}
-
-/// One watched resource: where it lives and how its objects map to queue keys.
-#[derive(Clone)]
+/// Where one watched resource lives.
+#[derive(Clone, Debug)]
 pub struct Kind {
     pub resource: Resource,
     /// Watch one namespace, or all when `None`.
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
-    /// The ImmortalContainer key an object stands for, or `None` when it is none of ours.
-    pub key_of: fn(&Seen) -> Option<String>,
-    /// Whether this event can change what a reconcile of that key would do.
-    pub relevant: fn(&str, &Seen) -> bool,
-    /// What the event tells reconcile beyond the key, as a more precise trigger.
-    pub hint: fn(&str, &Seen) -> Option<TerminatedPod>,
 }
 
-impl Kind {
-    /// ImmortalContainers: every object is its own key.
-    pub fn immortal_containers(namespace: Option<String>) -> Kind {
-        Kind {
-            resource: Resource::ImmortalContainers,
-            namespace,
-            label_selector: None,
-            key_of: |o| Some(resources::key(&o.metadata.namespace, &o.metadata.name)),
-            relevant: ic_event_relevant,
-            hint: |_, _| None,
-        }
-    }
-
-    /// Pods: only those we created (selected by label server-side), mapped to the
-    /// ImmortalContainer that controls them.
-    pub fn pods(namespace: Option<String>) -> Kind {
-        Kind {
-            resource: Resource::Pods,
-            namespace,
-            label_selector: Some(format!(
-                "{}={}",
-                resources::MANAGED_BY_LABEL,
-                resources::MANAGED_BY_VALUE
-            )),
-            key_of: pod_owner_key,
-            relevant: pod_event_relevant,
-            hint: terminated_pod,
-        }
-    }
+/// One line of a watch stream, with the object left undecoded until its type is known: an
+/// ERROR carries a `Status`, the others an object of the watched kind.
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(rename = "type")]
+    type_: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
 }
 
-/// A spec change (generation ahead of what status says we observed) or a new object needs a
-/// reconcile; our own status writes come back as MODIFIED events too, and do not. Deletions
-/// need nothing: the garbage collector removes the pod.
-pub fn ic_event_relevant(event: &str, o: &Seen) -> bool {
-    match event {
-        "ADDED" => true,
-        "MODIFIED" => o.metadata.generation != o.observed_generation(),
-        _ => false,
-    }
-}
-
-/// A pod needs its owner reconciled when it is gone or terminated. A pod that is merely
-/// starting, or already being deleted (its DELETED event follows), does not: skipping those
-/// keeps a pod's start-up from costing API calls. Nor does a pod whose running image differs
-/// from the one it was created for: that is an admission webhook's or a person's doing, and
-/// reconcile leaves it (see `reconcile`); a change of `spec.image` arrives as an
-/// ImmortalContainer event.
-///
-/// The deletion of a pod that had terminated needs nothing either: the event saying it
-/// terminated came first on this stream and queued its owner, whose reconcile replaces it
-/// (usually by deleting it itself). A gap in the stream is covered by the relist that follows.
-pub fn pod_event_relevant(event: &str, o: &Seen) -> bool {
-    let terminated = o.is_terminated();
-    if event == "DELETED" {
-        return !terminated;
-    }
-    if o.metadata.deletion_timestamp.is_some() {
-        return false;
-    }
-    // Not shaped as we create pods (no image annotation): let reconcile look at it.
-    terminated || !o.metadata.annotations.contains_key(IMAGE_ANNOTATION)
-}
-
-/// A live pod in a terminal phase, named for the reconcile that replaces it: it may delete
-/// the pod by uid instead of reading it first (one request less per replaced pod).
-pub fn terminated_pod(event: &str, o: &Seen) -> Option<TerminatedPod> {
-    if event == "DELETED" || !o.is_terminated() || o.metadata.uid.is_empty() {
-        return None;
-    }
-    let owner = o.metadata.controller()?;
-    Some(TerminatedPod {
-        name: o.metadata.name.clone(),
-        uid: o.metadata.uid.clone(),
-        owner_uid: owner.uid.clone(),
-    })
-}
-
-/// The key of the ImmortalContainer controlling a pod.
-pub fn pod_owner_key(o: &Seen) -> Option<String> {
-    let owner = o
-        .metadata
-        .controller()
-        .filter(|r| r.is_immortal_container())?;
-    Some(resources::key(&o.metadata.namespace, &owner.name))
+/// A BOOKMARK carries only `metadata.resourceVersion`.
+#[derive(Deserialize)]
+struct Bookmark {
+    #[serde(default)]
+    metadata: ObjectMeta,
 }
 
 /// Where a watcher gets its lists and streams: the API client, or a script in tests.
 pub trait Source {
-    fn list_page(
+    fn list_page<T: DeserializeOwned>(
         &self,
         kind: &Kind,
         continue_token: Option<&str>,
-    ) -> Result<ListPage<Seen>, client::Error>;
+    ) -> Result<ListPage<T>, client::Error>;
     fn watch(
         &self,
         kind: &Kind,
@@ -212,11 +110,11 @@ pub trait Source {
 }
 
 impl Source for Client {
-    fn list_page(
+    fn list_page<T: DeserializeOwned>(
         &self,
         kind: &Kind,
         continue_token: Option<&str>,
-    ) -> Result<ListPage<Seen>, client::Error> {
+    ) -> Result<ListPage<T>, client::Error> {
         let params = ListParams {
             label_selector: kind.label_selector.as_deref(),
             limit: Some(LIST_PAGE),
@@ -288,32 +186,39 @@ enum State {
 }
 
 /// One watcher thread's state.
-pub struct Watcher<S: Source> {
+pub struct Watcher<S: Source, W: Watched> {
     pub source: S,
     pub kind: Kind,
-    pub queue: Arc<Queue>,
+    pub policy: W,
+    pub queue: Arc<Queue<W::Hint>>,
     /// Disconnected (its sender dropped) when the process shuts down.
     pub quit: Receiver<()>,
     /// Told once, after the first complete list.
     pub synced: Option<Sender<&'static str>>,
-    known: HashSet<String>,
+    /// Every key seen since the last list, with the policy's memo of its last event.
+    known: HashMap<String, u64>,
 }
 
-impl<S: Source> Watcher<S> {
+impl<S: Source, W: Watched> Watcher<S, W>
+where
+    W::Hint: Clone,
+{
     pub fn new(
         source: S,
         kind: Kind,
-        queue: Arc<Queue>,
+        policy: W,
+        queue: Arc<Queue<W::Hint>>,
         quit: Receiver<()>,
         synced: Sender<&'static str>,
     ) -> Self {
         Watcher {
             source,
             kind,
+            policy,
             queue,
             quit,
             synced: Some(synced),
-            known: HashSet::new(),
+            known: HashMap::new(),
         }
     }
 
@@ -440,24 +345,34 @@ impl<S: Source> Watcher<S> {
         metrics::watch_relisted(self.name());
         let mut restarts = 0;
         'again: loop {
-            let mut listed = HashSet::new();
+            let mut listed = HashMap::new();
             let mut token: Option<String> = None;
             loop {
-                let page = match self.source.list_page(&self.kind, token.as_deref()) {
-                    Ok(p) => p,
-                    Err(e) if e.is_gone() && token.is_some() && restarts < 3 => {
-                        restarts += 1;
-                        continue 'again;
+                let page: ListPage<W::Object> =
+                    match self.source.list_page(&self.kind, token.as_deref()) {
+                        Ok(p) => p,
+                        Err(e) if e.is_gone() && token.is_some() && restarts < 3 => {
+                            restarts += 1;
+                            continue 'again;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                for o in &page.items {
+                    if let Some(key) = self.policy.key_of(o) {
+                        listed.insert(key, self.policy.memo(o));
                     }
-                    Err(e) => return Err(e),
-                };
-                listed.extend(page.items.iter().filter_map(|o| (self.kind.key_of)(o)));
+                }
                 match page.metadata.continue_token.filter(|t| !t.is_empty()) {
                     Some(t) => token = Some(t),
                     None => {
                         let rv = page.metadata.resource_version;
-                        let vanished = self.known.difference(&listed).count();
-                        for key in listed.iter().chain(self.known.difference(&listed)) {
+                        let vanished: HashSet<&String> = self
+                            .known
+                            .keys()
+                            .filter(|k| !listed.contains_key(*k))
+                            .collect();
+                        let count = vanished.len();
+                        for key in listed.keys().chain(vanished) {
                             self.queue.add(
                                 key.clone(),
                                 Trigger::Relist {
@@ -467,7 +382,7 @@ impl<S: Source> Watcher<S> {
                         }
                         log::debug!(
                             target: "watcher",
-                            resource = self.name(), rv = rv.as_str(), listed = listed.len(), vanished = vanished;
+                            resource = self.name(), rv = rv.as_str(), listed = listed.len(), vanished = count;
                             "listed"
                         );
                         self.known = listed;
@@ -512,103 +427,108 @@ impl<S: Source> Watcher<S> {
 
     /// Applies one event line. `Err` ends the stream.
     fn handle_line(&mut self, line: &str, rv: &mut String) -> Result<(), StreamEnd> {
-        let ev: WatchEvent = serde_json::from_str(line)
-            .map_err(|e| StreamEnd::Failed(format!("undecodable event: {e}")))?;
-        match ev.type_.as_str() {
+        let undecodable =
+            |e: serde_json::Error| StreamEnd::Failed(format!("undecodable event: {e}"));
+        let ev: RawEvent = serde_json::from_str(line).map_err(undecodable)?;
+        let event = match ev.type_ {
             "ERROR" => {
-                let o = &ev.object;
-                if o.code == 410 {
+                let st: Status = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
+                if st.code == 410 {
                     return Err(StreamEnd::Expired);
                 }
-                Err(StreamEnd::Failed(format!(
+                return Err(StreamEnd::Failed(format!(
                     "watch error {} {}: {}",
-                    o.code, o.reason, o.message
-                )))
+                    st.code, st.reason, st.message
+                )));
             }
             "BOOKMARK" => {
-                if !ev.object.metadata.resource_version.is_empty() {
-                    *rv = ev.object.metadata.resource_version;
+                let b: Bookmark = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
+                if !b.metadata.resource_version.is_empty() {
+                    *rv = b.metadata.resource_version;
                 }
-                Ok(())
+                return Ok(());
             }
-            event @ ("ADDED" | "MODIFIED" | "DELETED") => {
-                // A static name, so a queued key's trigger costs no allocation for it.
-                let event = match event {
-                    "ADDED" => "ADDED",
-                    "MODIFIED" => "MODIFIED",
-                    _ => "DELETED",
-                };
-                let o = &ev.object;
-                if !o.metadata.resource_version.is_empty() {
-                    rv.clone_from(&o.metadata.resource_version);
-                }
-                let Some(key) = (self.kind.key_of)(o) else {
-                    return Ok(());
-                };
-                let relevant = (self.kind.relevant)(event, o);
-                log::trace!(
-                    target: "watcher",
-                    resource = self.name(), event = event, object = key.as_str(), rv = rv.as_str(), enqueue = relevant;
-                    "event"
-                );
-                if event == "DELETED" {
-                    self.known.remove(&key);
-                } else if !self.known.contains(&key) {
-                    self.known.insert(key.clone());
-                }
-                if relevant {
-                    let trigger = match (self.kind.hint)(event, o) {
-                        Some(pod) => Trigger::PodTerminated {
-                            event,
-                            rv: rv.clone(),
-                            pod,
-                        },
-                        None => Trigger::Watch {
-                            resource: self.name(),
-                            event,
-                            rv: rv.clone(),
-                        },
-                    };
-                    self.queue.add(key, trigger);
-                }
-                Ok(())
+            // A static name, so a queued key's trigger costs no allocation for it.
+            "ADDED" => "ADDED",
+            "MODIFIED" => "MODIFIED",
+            "DELETED" => "DELETED",
+            other => {
+                return Err(StreamEnd::Failed(format!(
+                    "unknown watch event type {other:?}"
+                )))
             }
-            other => Err(StreamEnd::Failed(format!(
-                "unknown watch event type {other:?}"
-            ))),
+        };
+        let o: W::Object = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
+        let meta = W::meta(&o);
+        if !meta.resource_version.is_empty() {
+            rv.clone_from(&meta.resource_version);
         }
+        let Some(key) = self.policy.key_of(&o) else {
+            return Ok(());
+        };
+        let mut memo = self.known.get(&key).copied();
+        let verdict = self.policy.on_event(event, &o, &mut memo);
+        let queued = matches!(verdict, Verdict::Queue(_));
+        log::trace!(
+            target: "watcher",
+            resource = self.name(), event = event, object = key.as_str(), rv = rv.as_str(), enqueue = queued;
+            "event"
+        );
+        if event == "DELETED" {
+            self.known.remove(&key);
+        } else if let Some(m) = self.known.get_mut(&key) {
+            *m = memo.unwrap_or_default();
+        } else {
+            self.known.insert(key.clone(), memo.unwrap_or_default());
+        }
+        if let Verdict::Queue(hint) = verdict {
+            self.queue.add(
+                key,
+                Trigger::Watch {
+                    resource: self.name(),
+                    event,
+                    rv: rv.clone(),
+                    hint,
+                },
+            );
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::Status;
+    use crate::lifecycle::{PodEvents, PodHint};
     use crate::testutil::fixture_events;
     use std::collections::VecDeque;
     use std::io::Cursor;
     use std::sync::Mutex;
 
-    /// A scripted API: each call pops the next answer and records what was asked.
+    /// A scripted API: each call pops the next answer and records what was asked. Pages are
+    /// JSON, decoded into whatever the watcher asks for, as the client does.
     #[derive(Default)]
     struct Script {
-        lists: Mutex<VecDeque<Result<ListPage<Seen>, client::Error>>>,
+        lists: Mutex<VecDeque<Result<serde_json::Value, client::Error>>>,
         watches: Mutex<VecDeque<Result<String, client::Error>>>,
         calls: Mutex<Vec<String>>,
         quit_tx: Mutex<Option<Sender<()>>>,
     }
 
     impl Source for &Script {
-        fn list_page(
+        fn list_page<T: DeserializeOwned>(
             &self,
             _: &Kind,
             token: Option<&str>,
-        ) -> Result<ListPage<Seen>, client::Error> {
+        ) -> Result<ListPage<T>, client::Error> {
             self.calls
                 .lock()
                 .unwrap()
                 .push(format!("list continue={}", token.unwrap_or("")));
-            self.next_list()
+            let next = self.lists.lock().unwrap().pop_front();
+            let page =
+                next.unwrap_or_else(|| Err(client::Error::Transport("no more lists".into())))?;
+            Ok(serde_json::from_value(page).expect("a scripted page decodes"))
         }
         fn watch(
             &self,
@@ -631,35 +551,19 @@ mod tests {
         }
     }
 
-    impl Script {
-        fn next_list(&self) -> Result<ListPage<Seen>, client::Error> {
-            self.lists
-                .lock()
-                .unwrap()
-                .pop_front()
-                .unwrap_or_else(|| Err(client::Error::Transport("no more lists".into())))
-        }
-    }
-
-    fn page(rv: &str, pods: &[(&str, &str)], cont: Option<&str>) -> ListPage<Seen> {
-        let items = pods
+    /// A PodList page of our pods, one per `(namespace, owner)`.
+    fn page(rv: &str, pods: &[(&str, &str)], cont: Option<&str>) -> serde_json::Value {
+        let items: Vec<serde_json::Value> = pods
             .iter()
             .map(|(ns, owner)| {
-                serde_json::from_value(serde_json::json!({
+                serde_json::json!({
                     "metadata": {"name": format!("{owner}-immortalpod"), "namespace": ns,
                         "ownerReferences": [{"apiVersion": "immortalcontainer.flugel.it/v1alpha1",
                             "kind": "ImmortalContainer", "name": owner, "uid": "u", "controller": true}]}
-                }))
-                .unwrap()
+                })
             })
             .collect();
-        ListPage {
-            metadata: client::ListMeta {
-                resource_version: rv.into(),
-                continue_token: cont.map(String::from),
-            },
-            items,
-        }
+        serde_json::json!({"metadata": {"resourceVersion": rv, "continue": cont}, "items": items})
     }
 
     fn gone() -> client::Error {
@@ -671,13 +575,14 @@ mod tests {
     }
 
     /// Runs a pod watcher over `script` until the script runs out; returns the calls it made
-    /// and the keys it queued, in order.
+    /// and the keys it queued with their triggers, in order.
     fn run(script: &Script) -> (Vec<String>, Vec<(String, String)>) {
         let queue = Arc::new(Queue::new());
         let (quit_tx, quit_rx) = crossbeam_channel::bounded(0);
         *script.quit_tx.lock().unwrap() = Some(quit_tx);
         let (synced_tx, synced_rx) = crossbeam_channel::unbounded();
-        let w = Watcher::new(script, Kind::pods(None), queue.clone(), quit_rx, synced_tx);
+        let kind = crate::lifecycle::pods_kind(None);
+        let w = Watcher::new(script, kind, PodEvents, queue.clone(), quit_rx, synced_tx);
         let handle = std::thread::scope(|s| s.spawn(move || w.run()).join());
         handle.unwrap();
         assert_eq!(
@@ -689,10 +594,8 @@ mod tests {
         queue.shutdown();
         let st = queue.lock_for_tests();
         for k in st.0 {
-            queued.push((
-                k.clone(),
-                st.1.get(&k).map(|t| t.to_string()).unwrap_or_default(),
-            ));
+            let t: Option<&Trigger<PodHint>> = st.1.get(&k);
+            queued.push((k.clone(), t.map(|t| t.to_string()).unwrap_or_default()));
         }
         (script.calls.lock().unwrap().clone(), queued)
     }
@@ -771,15 +674,13 @@ mod tests {
             calls[..3],
             ["list continue=", "watch rv=967", "watch rv=970"].map(String::from)
         );
-        // The pod turning Failed queues its owner, naming the pod's uid so reconcile can
-        // delete it without reading it; its deletion that follows (a Failed pod's) and the
-        // "deleting" MODIFIED do not queue it again.
+        // Each event queued the owner, each replacing the last trigger; the pod is gone in the
+        // end, which is what the reconcile that follows is told.
         assert_eq!(
             queued,
             vec![(
                 "fixtures/example".to_string(),
-                "pod MODIFIED rv=968 terminated uid=c6f0852f-487c-4a9a-9867-b6cc2e7718f3"
-                    .to_string()
+                "pod DELETED rv=970 gone uid=c6f0852f-487c-4a9a-9867-b6cc2e7718f3".to_string()
             )]
         );
     }
@@ -876,84 +777,22 @@ mod tests {
     }
 
     #[test]
-    fn a_terminated_pod_names_its_uid_and_owner_for_reconcile() {
-        let pod = |phase: &str, controller: bool| -> Seen {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "web-immortalpod", "uid": "p1", "ownerReferences": [{
-                    "apiVersion": "immortalcontainer.flugel.it/v1alpha1", "kind": "ImmortalContainer",
-                    "name": "web", "uid": "ic1", "controller": controller}]},
-                "status": {"phase": phase}}))
-            .unwrap()
-        };
-        let want = TerminatedPod {
-            name: "web-immortalpod".into(),
-            uid: "p1".into(),
-            owner_uid: "ic1".into(),
-        };
-        assert_eq!(
-            terminated_pod("MODIFIED", &pod("Failed", true)),
-            Some(want.clone())
-        );
-        assert_eq!(terminated_pod("ADDED", &pod("Succeeded", true)), Some(want));
-        // Running, already deleted, or with no controller: nothing to say.
-        assert_eq!(terminated_pod("MODIFIED", &pod("Running", true)), None);
-        assert_eq!(terminated_pod("DELETED", &pod("Failed", true)), None);
-        assert_eq!(terminated_pod("MODIFIED", &pod("Failed", false)), None);
-    }
-
-    #[test]
-    fn pod_events_that_need_no_reconcile_are_skipped() {
-        let seen = |v: serde_json::Value| -> Seen { serde_json::from_value(v).unwrap() };
-        let healthy = seen(serde_json::json!({
-            "metadata": {"annotations": {IMAGE_ANNOTATION: "nginx"}},
-            "spec": {"containers": [{"name": "acontainer", "image": "nginx"}]},
-            "status": {"phase": "Running"}}));
-        assert!(!pod_event_relevant("ADDED", &healthy));
-        assert!(!pod_event_relevant("MODIFIED", &healthy));
-        assert!(pod_event_relevant("DELETED", &healthy));
-        let failed = seen(serde_json::json!({
-            "metadata": {"annotations": {IMAGE_ANNOTATION: "nginx"}},
-            "spec": {"containers": [{"name": "acontainer", "image": "nginx"}]},
-            "status": {"phase": "Failed"}}));
-        assert!(pod_event_relevant("MODIFIED", &failed));
-        // Its deletion (usually ours, replacing it) adds nothing.
-        assert!(!pod_event_relevant("DELETED", &failed));
-        // Its image rewritten after creation (an admission webhook, a person): not ours to
-        // fight, so not worth a reconcile.
-        let retagged = seen(serde_json::json!({
-            "metadata": {"annotations": {IMAGE_ANNOTATION: "nginx"}},
-            "spec": {"containers": [{"name": "acontainer", "image": "mirror.example/nginx"}]}}));
-        assert!(!pod_event_relevant("MODIFIED", &retagged));
-        let unlabelled = seen(serde_json::json!({"metadata": {}}));
-        assert!(pod_event_relevant("ADDED", &unlabelled));
-        let deleting = seen(
-            serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
-            "status": {"phase": "Failed"}}),
-        );
-        assert!(!pod_event_relevant("MODIFIED", &deleting));
-    }
-
-    #[test]
-    fn our_own_status_writes_do_not_requeue_an_immortal_container() {
-        let seen = |v: serde_json::Value| -> Seen { serde_json::from_value(v).unwrap() };
-        let written = seen(
-            serde_json::json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}}),
-        );
-        assert!(!ic_event_relevant("MODIFIED", &written));
-        let edited = seen(
-            serde_json::json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}),
-        );
-        assert!(ic_event_relevant("MODIFIED", &edited));
-        assert!(ic_event_relevant("ADDED", &written));
-    }
-
-    #[test]
-    fn decodes_a_status_object_in_an_error_event() {
+    fn an_error_event_carrying_410_ends_the_stream_for_a_relist() {
         let line = &fixture_events("28-watch-expired-resource-version-410")[0];
-        let ev: WatchEvent = serde_json::from_str(line).unwrap();
-        assert_eq!(
-            (ev.type_.as_str(), ev.object.code, ev.object.reason.as_str()),
-            ("ERROR", 410, "Expired")
+        let (quit_tx, quit_rx) = crossbeam_channel::bounded(0);
+        let (synced_tx, _) = crossbeam_channel::unbounded();
+        let s = Script::default();
+        let kind = crate::lifecycle::pods_kind(None);
+        let mut w = Watcher::new(
+            &s,
+            kind,
+            PodEvents,
+            Arc::new(Queue::new()),
+            quit_rx,
+            synced_tx,
         );
+        let mut rv = "1".to_string();
+        assert_eq!(w.handle_line(line, &mut rv), Err(StreamEnd::Expired));
+        drop(quit_tx);
     }
 }

@@ -88,6 +88,7 @@ impl Api {
         self.note("delete", "pods");
         self.client
             .delete_pod(ns, name, uid, Some(0))
+            .map(drop)
             .map_err(|e| Error::api("delete pod", e))
     }
 

@@ -594,13 +594,14 @@ pub fn first_status_patch(ic: &ImmortalContainer, pod: &Pod) -> Value {
         start_times: Some(1),
         last_counted_pod_uid: Some(pod.metadata.uid.clone()),
         observed_generation: generation,
+        pod_phase: Some("Pending".into()),
         conditions: vec![Condition {
             type_: "Ready".into(),
-            status: "True".into(),
+            status: "False".into(),
             observed_generation: generation,
             last_transition_time: immortal_operator::util::now_rfc3339(),
-            reason: "PodRunning".into(),
-            message: format!("pod {} runs {}", pod.metadata.name, ic.spec.image),
+            reason: "PodPending".into(),
+            message: format!("pod {} is pending", pod.metadata.name),
         }],
     };
     reconcile::status_patch(ic, &want).unwrap_or_else(|| serde_json::json!({}))

@@ -1,0 +1,708 @@
+//! What a pod of ours is doing, and what each of its watch events means for its owner.
+//!
+//! Both halves of one agreement live here, side by side:
+//! - [`PodView::of`] says what the object's status reports about its pod (the `Ready`
+//!   condition and the PHASE column). Reconcile writes it; nothing else decides it.
+//! - [`PodEvents`] is the pod watcher's policy: which events are worth a reconcile and what
+//!   each tells reconcile (a [`PodHint`]). An event is worth one exactly when reconcile would
+//!   do something about it: the pod is gone (its name may be free), it ended (it must be
+//!   replaced), or its view changed (status must say so). Anything else, and a pod's start-up
+//!   is mostly MODIFIED events the scheduler and the kubelet write, costs no API request.
+//!
+//! What a real cluster streams, and what these rules are built on
+//! (`tests/fixtures/kube-1.28-kubelet/`): since Kubernetes 1.27 the kubelet ends a graceful
+//! deletion by writing phase Succeeded or Failed while `deletionTimestamp` is set, then removes
+//! the pod, so a DELETED event may carry a terminal phase and a terminal phase may come with a
+//! `deletionTimestamp`; neither means someone else already handled it. A forced delete is
+//! DELETED while the phase still says Running. A label-selected watch reports DELETED when our
+//! label is removed from a pod that lives on. So: a DELETED event always queues the owner, and
+//! only a request to the API server (never an assumption about who else acts) decides what
+//! happens next.
+
+use crate::resources::{Pod, PodStatus, IMAGE_ANNOTATION};
+use crate::watcher::{Verdict, Watched};
+use crate::{client::Resource, resources};
+use serde::Deserialize;
+use std::collections::hash_map::DefaultHasher;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+/// The condition type the operator maintains.
+pub const READY: &str = "Ready";
+
+/// A pod's phase as the object's status reports it (`status.podPhase`, the PHASE column):
+/// the pod's own `status.phase`, except `Terminating` once it has a `deletionTimestamp`, as
+/// `kubectl get pod` shows it. The terminal phase the kubelet writes while it finishes a
+/// deletion therefore changes nothing a user sees, and costs no status write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+    Terminating,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+            Phase::Unknown => "Unknown",
+            Phase::Terminating => "Terminating",
+        }
+    }
+
+    /// Succeeded or Failed without a deletion under way: a pod never leaves these phases (API
+    /// conventions, pod lifecycle), so it has to be replaced.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+/// Container waiting reasons that mean the image cannot be pulled (the kubelet's names).
+const PULL_FAILURES: [&str; 6] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "RegistryUnavailable",
+    "SignatureValidationFailed",
+];
+
+/// What the object's status says about its pod: the `Ready` condition (status, reason,
+/// message) and the PHASE column. Built from the pod alone, the same way for a watch event and
+/// for a pod reconcile read, so the watcher can tell when it changes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodView {
+    pub phase: Phase,
+    /// True only when the pod runs and its own Ready condition is True.
+    pub ready: bool,
+    /// The condition's reason: what a user should look at.
+    pub reason: &'static str,
+    /// The condition's message, with the scheduler's or the kubelet's words when they gave any.
+    pub message: String,
+}
+
+impl PodView {
+    /// The view of `pod`. The rules, first match wins:
+    /// - a `deletionTimestamp`: PodTerminating (with the eviction's words, if it was evicted);
+    /// - Succeeded or Failed: PodTerminated (reconcile replaces it at once);
+    /// - Pending: PodUnschedulable (the scheduler's message), ImagePullFailed (the kubelet's),
+    ///   else PodPending;
+    /// - Running with the pod's Ready condition True: Ready, PodRunning;
+    /// - Running otherwise: PodCrashLooping when the container waits in CrashLoopBackOff,
+    ///   else PodNotReady (the Ready condition's reason and message);
+    /// - Unknown: PodUnknown (its node stopped reporting).
+    pub fn of(pod: &Pod) -> PodView {
+        let name = pod.metadata.name.as_str();
+        let st = pod.status.clone().unwrap_or_default();
+        let phase = match st.phase.as_deref() {
+            _ if pod.metadata.deletion_timestamp.is_some() => Phase::Terminating,
+            Some("Running") => Phase::Running,
+            Some("Succeeded") => Phase::Succeeded,
+            Some("Failed") => Phase::Failed,
+            Some("Unknown") => Phase::Unknown,
+            _ => Phase::Pending,
+        };
+        let view = |ready, reason, message| PodView {
+            phase,
+            ready,
+            reason,
+            message,
+        };
+        match phase {
+            Phase::Terminating => {
+                let why = condition(&st, "DisruptionTarget")
+                    .filter(|c| c.status == "True")
+                    .map(|c| format!(" ({}: {})", c.reason, c.message))
+                    .unwrap_or_default();
+                view(
+                    false,
+                    "PodTerminating",
+                    format!("pod {name} is being deleted{why}"),
+                )
+            }
+            Phase::Succeeded | Phase::Failed => {
+                let how = match (st.reason.as_str(), container(&st).and_then(exit)) {
+                    ("", Some(code)) => format!(": container exited with code {code}"),
+                    ("", None) => String::new(),
+                    (reason, _) => format!(": {reason}: {}", st.message),
+                };
+                view(
+                    false,
+                    "PodTerminated",
+                    format!("pod {name} ended in phase {}{how}", phase.as_str()),
+                )
+            }
+            Phase::Pending => {
+                if let Some(c) = condition(&st, "PodScheduled")
+                    .filter(|c| c.status == "False" && c.reason == "Unschedulable")
+                {
+                    return view(
+                        false,
+                        "PodUnschedulable",
+                        format!("pod {name} cannot be scheduled: {}", c.message),
+                    );
+                }
+                match waiting(&st) {
+                    Some(w) if PULL_FAILURES.contains(&w.reason.as_str()) => view(
+                        false,
+                        "ImagePullFailed",
+                        format!(
+                            "pod {name} cannot pull its image: {}: {}",
+                            w.reason, w.message
+                        ),
+                    ),
+                    // ContainerCreating and PodInitializing are a pod starting as it should:
+                    // saying so would cost a status write per pod for nothing a user acts on.
+                    Some(w)
+                        if !w.reason.is_empty()
+                            && !matches!(
+                                w.reason.as_str(),
+                                "ContainerCreating" | "PodInitializing"
+                            ) =>
+                    {
+                        let msg = if w.message.is_empty() {
+                            w.reason.clone()
+                        } else {
+                            format!("{}: {}", w.reason, w.message)
+                        };
+                        view(false, "PodPending", format!("pod {name} is pending: {msg}"))
+                    }
+                    _ => PodView::pending(name),
+                }
+            }
+            Phase::Running => {
+                let ready = condition(&st, "Ready").filter(|c| c.status == "True");
+                if ready.is_some() {
+                    let image = pod.container_image().unwrap_or("");
+                    return view(true, "PodRunning", format!("pod {name} runs {image}"));
+                }
+                if let Some(w) = waiting(&st).filter(|w| w.reason == "CrashLoopBackOff") {
+                    let last = container(&st)
+                        .and_then(|c| c.last_state.terminated.as_ref())
+                        .map(|t| {
+                            let code = t.exit_code.unwrap_or(0);
+                            match t.reason.as_str() {
+                                "" => format!("; it last exited with code {code}"),
+                                r => format!("; it last exited with code {code} ({r})"),
+                            }
+                        })
+                        .unwrap_or_default();
+                    return view(
+                        false,
+                        "PodCrashLooping",
+                        format!("container of pod {name} keeps exiting: {}{last}", w.message),
+                    );
+                }
+                let why = condition(&st, "Ready")
+                    .map(|c| match (c.reason.as_str(), c.message.as_str()) {
+                        ("", "") => String::new(),
+                        (r, "") => format!(" ({r})"),
+                        ("", m) => format!(" ({m})"),
+                        (r, m) => format!(" ({r}: {m})"),
+                    })
+                    .unwrap_or_default();
+                view(
+                    false,
+                    "PodNotReady",
+                    format!("pod {name} is running but not ready{why}"),
+                )
+            }
+            Phase::Unknown => view(
+                false,
+                "PodUnknown",
+                format!("the node of pod {name} stopped reporting its state"),
+            ),
+        }
+    }
+
+    /// The view of a pod that was just created: what reconcile writes after its create, and
+    /// what a new pod's first events show until it runs.
+    pub fn pending(pod_name: &str) -> PodView {
+        PodView {
+            phase: Phase::Pending,
+            ready: false,
+            reason: "PodPending",
+            message: format!("pod {pod_name} is pending"),
+        }
+    }
+
+    /// A digest of the view, remembered by the watcher to tell a change from a repeat.
+    fn digest(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+}
+
+fn condition<'a>(st: &'a PodStatus, type_: &str) -> Option<&'a resources::PodCondition> {
+    st.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Our container's status.
+fn container(st: &PodStatus) -> Option<&resources::ContainerStatus> {
+    st.container_statuses
+        .iter()
+        .find(|c| c.name == resources::CONTAINER_NAME)
+}
+
+fn waiting(st: &PodStatus) -> Option<&resources::StateDetail> {
+    container(st).and_then(|c| c.state.waiting.as_ref())
+}
+
+fn exit(c: &resources::ContainerStatus) -> Option<i32> {
+    c.state.terminated.as_ref().and_then(|t| t.exit_code)
+}
+
+/// What a pod event tells reconcile beyond the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodHint {
+    /// The pod left our watch: deleted, or our label removed from it. Its name is probably
+    /// free, so reconcile tries the create first and looks only if the name is taken.
+    Gone { uid: String },
+    /// The pod as the event showed it. Reconcile may act on it without reading the pod again
+    /// (see `reconcile`, which says when it trusts it).
+    Seen(Box<SeenPod>),
+}
+
+/// A pod as one watch event showed it: identifiers, the image it was created for, its view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenPod {
+    pub name: String,
+    pub uid: String,
+    /// The uid of the ImmortalContainer its controller reference names.
+    pub owner_uid: String,
+    /// Our image annotation: the image the pod was created for.
+    pub created_for: String,
+    pub view: PodView,
+}
+
+impl fmt::Display for PodHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PodHint::Gone { uid } => write!(f, "gone uid={uid}"),
+            PodHint::Seen(p) => write!(f, "{} uid={}", p.view.phase.as_str(), p.uid),
+        }
+    }
+}
+
+/// The pod watcher's policy: our pods only (selected by label server-side), each mapped to the
+/// ImmortalContainer that controls it.
+pub struct PodEvents;
+
+impl Watched for PodEvents {
+    type Object = Pod;
+    type Hint = PodHint;
+
+    fn meta(o: &Pod) -> &resources::ObjectMeta {
+        &o.metadata
+    }
+
+    fn key_of(&self, o: &Pod) -> Option<String> {
+        let owner = o
+            .metadata
+            .controller()
+            .filter(|r| r.is_immortal_container())?;
+        Some(resources::key(&o.metadata.namespace, &owner.name))
+    }
+
+    fn memo(&self, o: &Pod) -> u64 {
+        PodView::of(o).digest()
+    }
+
+    fn on_event(&self, event: &'static str, o: &Pod, memo: &mut Option<u64>) -> Verdict<PodHint> {
+        if event == "DELETED" {
+            *memo = None;
+            return Verdict::Queue(Some(PodHint::Gone {
+                uid: o.metadata.uid.clone(),
+            }));
+        }
+        let view = PodView::of(o);
+        let digest = view.digest();
+        match memo.replace(digest) {
+            Some(before) if before == digest => return Verdict::Ignore,
+            // A new pod that is plainly pending: reconcile created it and wrote this very
+            // view. (A pod someone else made is found by the relist after our restart, or by
+            // its next change.)
+            None if event == "ADDED" && view == PodView::pending(&o.metadata.name) => {
+                return Verdict::Ignore
+            }
+            _ => {}
+        }
+        let owner_uid = match o.metadata.controller() {
+            Some(c) => c.uid.clone(),
+            None => return Verdict::Queue(None),
+        };
+        Verdict::Queue(Some(PodHint::Seen(Box::new(SeenPod {
+            name: o.metadata.name.clone(),
+            uid: o.metadata.uid.clone(),
+            owner_uid,
+            created_for: o
+                .metadata
+                .annotations
+                .get(IMAGE_ANNOTATION)
+                .cloned()
+                .unwrap_or_default(),
+            view,
+        }))))
+    }
+}
+
+/// What the ImmortalContainer watcher decodes: identity and the two generations.
+#[derive(Debug, Default, Deserialize)]
+pub struct IcSeen {
+    #[serde(default)]
+    pub metadata: resources::ObjectMeta,
+    #[serde(default)]
+    pub status: IcSeenStatus,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct IcSeenStatus {
+    #[serde(default, rename = "observedGeneration")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The ImmortalContainer watcher's policy: every object is its own key.
+pub struct IcEvents;
+
+impl Watched for IcEvents {
+    type Object = IcSeen;
+    type Hint = PodHint;
+
+    fn meta(o: &IcSeen) -> &resources::ObjectMeta {
+        &o.metadata
+    }
+
+    fn key_of(&self, o: &IcSeen) -> Option<String> {
+        Some(resources::key(&o.metadata.namespace, &o.metadata.name))
+    }
+
+    fn memo(&self, _: &IcSeen) -> u64 {
+        0
+    }
+
+    /// A new object or a spec change (generation ahead of what status says we observed) needs
+    /// a reconcile; our own status writes come back as MODIFIED events too, and do not.
+    /// Deletions need nothing: the garbage collector removes the pod.
+    fn on_event(&self, event: &'static str, o: &IcSeen, _: &mut Option<u64>) -> Verdict<PodHint> {
+        let wanted = match event {
+            "ADDED" => true,
+            "MODIFIED" => o.metadata.generation != o.status.observed_generation,
+            _ => false,
+        };
+        if wanted {
+            Verdict::Queue(None)
+        } else {
+            Verdict::Ignore
+        }
+    }
+}
+
+/// The two watched resources, their policies and where they are selected.
+pub fn pods_kind(namespace: Option<String>) -> crate::watcher::Kind {
+    crate::watcher::Kind {
+        resource: Resource::Pods,
+        namespace,
+        label_selector: Some(format!(
+            "{}={}",
+            resources::MANAGED_BY_LABEL,
+            resources::MANAGED_BY_VALUE
+        )),
+    }
+}
+
+pub fn immortal_containers_kind(namespace: Option<String>) -> crate::watcher::Kind {
+    crate::watcher::Kind {
+        resource: Resource::ImmortalContainers,
+        namespace,
+        label_selector: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::kubelet_events;
+
+    /// The events of a watch recorded on a real cluster with a kubelet, each pod given the
+    /// controller reference our pods carry (the recorded pods were made with kubectl).
+    fn recorded(name: &str) -> Vec<(&'static str, Pod)> {
+        kubelet_events(name)
+            .iter()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .filter(|e| e["type"] != "BOOKMARK")
+            .map(|mut e| {
+                e["object"]["metadata"]["ownerReferences"] = serde_json::json!([{
+                    "apiVersion": "immortalcontainer.flugel.it/v1alpha1",
+                    "kind": "ImmortalContainer", "name": "web", "uid": "ic-uid", "controller": true}]);
+                let event = match e["type"].as_str() {
+                    Some("ADDED") => "ADDED",
+                    Some("MODIFIED") => "MODIFIED",
+                    _ => "DELETED",
+                };
+                (event, serde_json::from_value(e["object"].clone()).unwrap())
+            })
+            .collect()
+    }
+
+    /// What the pod watcher does with each recorded event: "-" for nothing, else the hint it
+    /// queues ("gone", or the phase and reason the event showed). `seed`: the memo before the
+    /// stream, as the event before it (the stream starts mid-life) would have left it.
+    fn verdicts(name: &str, seed: Option<usize>) -> Vec<String> {
+        let events = recorded(name);
+        let mut memo = seed.map(|i| PodEvents.memo(&events[i].1));
+        events
+            .iter()
+            .map(
+                |(event, pod)| match PodEvents.on_event(event, pod, &mut memo) {
+                    Verdict::Ignore => "-".to_string(),
+                    Verdict::Queue(Some(PodHint::Gone { .. })) => "gone".to_string(),
+                    Verdict::Queue(Some(PodHint::Seen(p))) => {
+                        format!("{} {}", p.view.phase.as_str(), p.view.reason)
+                    }
+                    Verdict::Queue(None) => "queue".to_string(),
+                },
+            )
+            .collect()
+    }
+
+    #[test]
+    fn a_pod_starting_costs_one_reconcile_when_it_runs() {
+        // ADDED, PodScheduled, ContainerCreating: what reconcile wrote after its create.
+        assert_eq!(
+            verdicts("03-watch-pod-scheduled-then-running", None),
+            ["-", "-", "-", "Running PodRunning"]
+        );
+    }
+
+    #[test]
+    fn a_graceful_deletion_queues_the_owner_when_it_starts_and_when_the_pod_is_gone() {
+        // MODIFIED deleting (Running), Succeeded while deleting, again, grace 0, DELETED with
+        // phase Succeeded: the terminal phase during deletion changes nothing we report, and
+        // the DELETED event is never dropped, whatever phase it carries.
+        for name in [
+            "04-watch-graceful-delete-default-grace",
+            "05-watch-delete-grace-period-1",
+        ] {
+            assert_eq!(
+                verdicts(name, None),
+                ["Terminating PodTerminating", "-", "-", "-", "gone"],
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_forced_delete_is_gone_while_the_phase_still_says_running() {
+        assert_eq!(
+            verdicts("06-watch-force-delete-grace-0", None),
+            ["Terminating PodTerminating", "gone"]
+        );
+    }
+
+    #[test]
+    fn an_eviction_says_why_the_pod_is_going_and_queues_the_owner_when_it_is_gone() {
+        // The DisruptionTarget condition alone changes nothing: the pod still runs and is ready.
+        let v = verdicts("07-watch-eviction", Some(0));
+        assert_eq!(
+            v,
+            [
+                "-",
+                "Terminating PodTerminating",
+                "-",
+                "-",
+                "-",
+                "-",
+                "gone"
+            ]
+        );
+        let events = recorded("07-watch-eviction");
+        assert_eq!(
+            PodView::of(&events[1].1).message,
+            "pod evicted is being deleted (EvictionByEvictionAPI: Eviction API: evicting)"
+        );
+    }
+
+    #[test]
+    fn a_pod_the_kubelet_failed_is_reported_not_ready_then_terminal() {
+        assert_eq!(
+            verdicts("09-watch-kubelet-fails-pod-deadline-exceeded", Some(0)),
+            ["-", "Running PodNotReady", "Failed PodTerminated", "-"]
+        );
+        let events = recorded("09-watch-kubelet-fails-pod-deadline-exceeded");
+        assert_eq!(
+            PodView::of(&events[2].1).message,
+            "pod deadline ended in phase Failed: DeadlineExceeded: Pod was active on the node longer than the specified deadline"
+        );
+    }
+
+    #[test]
+    fn a_phase_a_client_wrote_is_reported_and_so_is_the_kubelets_correction() {
+        assert_eq!(
+            verdicts("10-watch-client-writes-failed-kubelet-reverts", None),
+            ["Failed PodTerminated", "Running PodRunning"]
+        );
+    }
+
+    #[test]
+    fn an_unschedulable_pod_is_reported_with_the_schedulers_words() {
+        assert_eq!(
+            verdicts("11-watch-unschedulable-node-cordoned", None),
+            ["-", "Pending PodUnschedulable"]
+        );
+        let events = recorded("11-watch-unschedulable-node-cordoned");
+        let view = PodView::of(&events[1].1);
+        assert!(!view.ready);
+        assert!(
+            view.message
+                .starts_with("pod unschedulable cannot be scheduled: 0/1 nodes are available: 1 node(s) were unschedulable."),
+            "{}",
+            view.message
+        );
+    }
+
+    #[test]
+    fn a_pod_whose_label_was_removed_left_our_watch_and_queues_its_owner() {
+        let v = verdicts("12-watch-label-removed-leaves-selected-watch", Some(0));
+        assert_eq!(v, ["-", "gone"]);
+    }
+
+    fn pod(phase: &str, status: serde_json::Value) -> Pod {
+        let mut st = status;
+        st["phase"] = phase.into();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-immortalpod"},
+            "spec": {"containers": [{"name": "acontainer", "image": "nginx"}]},
+            "status": st}))
+        .unwrap()
+    }
+
+    #[test]
+    fn ready_is_true_only_for_a_running_pod_whose_own_ready_condition_is_true() {
+        let ready = serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}]});
+        let running = PodView::of(&pod("Running", ready.clone()));
+        assert!(running.ready);
+        assert_eq!(
+            (running.reason, running.message.as_str()),
+            ("PodRunning", "pod web-immortalpod runs nginx")
+        );
+        // The recorded fake kubelet says Ready while still Pending: not running, not ready.
+        assert!(!PodView::of(&pod("Pending", ready.clone())).ready);
+        let mut deleting = pod("Running", ready);
+        deleting.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+        assert!(!PodView::of(&deleting).ready);
+        let not_ready = PodView::of(&pod(
+            "Running",
+            serde_json::json!({"conditions": [{"type": "Ready", "status": "False",
+                "reason": "ContainersNotReady", "message": "containers with unready status: [acontainer]"}]}),
+        ));
+        assert_eq!(
+            (not_ready.ready, not_ready.reason, not_ready.message.as_str()),
+            (
+                false,
+                "PodNotReady",
+                "pod web-immortalpod is running but not ready (ContainersNotReady: containers with unready status: [acontainer])"
+            )
+        );
+    }
+
+    #[test]
+    fn a_failing_image_pull_and_a_crash_loop_are_named_with_the_kubelets_words() {
+        let pull = PodView::of(&pod(
+            "Pending",
+            serde_json::json!({"containerStatuses": [{"name": "acontainer", "state": {"waiting": {
+                "reason": "ImagePullBackOff", "message": "Back-off pulling image \"nope\""}}}]}),
+        ));
+        assert_eq!(
+            (pull.reason, pull.message.as_str()),
+            (
+                "ImagePullFailed",
+                "pod web-immortalpod cannot pull its image: ImagePullBackOff: Back-off pulling image \"nope\""
+            )
+        );
+        let crash = PodView::of(&pod(
+            "Running",
+            serde_json::json!({"conditions": [{"type": "Ready", "status": "False"}],
+                "containerStatuses": [{"name": "acontainer", "restartCount": 3,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container=acontainer"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
+        ));
+        assert_eq!(
+            (crash.reason, crash.message.as_str()),
+            (
+                "PodCrashLooping",
+                "container of pod web-immortalpod keeps exiting: back-off 40s restarting failed container=acontainer; it last exited with code 1 (Error)"
+            )
+        );
+        // A pod starting as it should is plainly pending: nothing for a user to act on.
+        let creating = PodView::of(&pod(
+            "Pending",
+            serde_json::json!({"containerStatuses": [{"name": "acontainer", "state": {"waiting": {
+                "reason": "ContainerCreating"}}}]}),
+        ));
+        assert_eq!(creating, PodView::pending("web-immortalpod"));
+    }
+
+    #[test]
+    fn a_changed_view_queues_its_owner_once_and_a_repeat_does_not() {
+        let ready = pod(
+            "Running",
+            serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}]}),
+        );
+        let mut p = ready.clone();
+        p.metadata.owner_references = vec![resources::OwnerReference {
+            api_version: resources::API_VERSION.into(),
+            kind: resources::KIND.into(),
+            name: "web".into(),
+            uid: "ic-uid".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }];
+        let mut memo = None;
+        assert!(matches!(
+            PodEvents.on_event("MODIFIED", &p, &mut memo),
+            Verdict::Queue(Some(PodHint::Seen(_)))
+        ));
+        assert_eq!(
+            PodEvents.on_event("MODIFIED", &p, &mut memo),
+            Verdict::Ignore
+        );
+        assert_eq!(PodEvents.key_of(&p).as_deref(), Some("/web"));
+        // Not ours (no controller reference to an ImmortalContainer): no key at all.
+        assert_eq!(PodEvents.key_of(&ready), None);
+    }
+
+    #[test]
+    fn our_own_status_writes_do_not_requeue_an_immortal_container() {
+        let seen = |v: serde_json::Value| -> IcSeen { serde_json::from_value(v).unwrap() };
+        let written = seen(
+            serde_json::json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}}),
+        );
+        let mut memo = None;
+        assert_eq!(
+            IcEvents.on_event("MODIFIED", &written, &mut memo),
+            Verdict::Ignore
+        );
+        let edited = seen(
+            serde_json::json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}),
+        );
+        assert_eq!(
+            IcEvents.on_event("MODIFIED", &edited, &mut memo),
+            Verdict::Queue(None)
+        );
+        assert_eq!(
+            IcEvents.on_event("ADDED", &written, &mut memo),
+            Verdict::Queue(None)
+        );
+        assert_eq!(
+            IcEvents.on_event("DELETED", &written, &mut memo),
+            Verdict::Ignore
+        );
+    }
+}
