@@ -542,6 +542,92 @@ impl Cluster {
         }
     }
 
+    /// Deletes the pod if it still has `uid`, with `grace` seconds (`None`: the pod's own
+    /// terminationGracePeriodSeconds), as `kubectl delete pod --grace-period=N`; `Some(0)` is
+    /// `--grace-period=0 --force`. True when this call deleted it.
+    pub fn delete_pod_with_grace(&self, name: &str, uid: &str, grace: Option<i64>) -> bool {
+        let mut opts =
+            json!({"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}});
+        if let Some(g) = grace {
+            opts["gracePeriodSeconds"] = json!(g);
+        }
+        match self.api.delete(&self.pod_path(name), Some(&opts)) {
+            Ok(_) => true,
+            Err(e) if e.is_not_found() || e.code() == Some(409) => false,
+            Err(e) => panic!("cannot delete pod {name}: {e}"),
+        }
+    }
+
+    /// Evicts the pod through the eviction subresource, as `kubectl drain` does.
+    pub fn evict_pod(&self, name: &str) {
+        let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": self.ns}});
+        self.api
+            .post(&format!("{}/eviction", self.pod_path(name)), &body)
+            .unwrap_or_else(|e| panic!("cannot evict pod {name}: {e}"));
+    }
+
+    /// Merge-patches the pod (its spec, labels...).
+    pub fn patch_pod(&self, name: &str, patch: &Value) -> Value {
+        self.api
+            .merge_patch(&self.pod_path(name), patch)
+            .unwrap_or_else(|e| panic!("cannot patch pod {name}: {e}"))
+    }
+
+    /// Sets (or with `None` removes) a label on the test's namespace.
+    pub fn label_namespace(&self, key: &str, value: Option<&str>) {
+        self.api
+            .merge_patch(
+                &format!("/api/v1/namespaces/{}", self.ns),
+                &json!({"metadata": {"labels": {key: value}}}),
+            )
+            .unwrap_or_else(|e| panic!("cannot label namespace {}: {e}", self.ns));
+    }
+
+    /// Names of the cluster's nodes that accept pods (not cordoned).
+    pub fn schedulable_nodes(&self) -> Vec<String> {
+        let nodes = items(
+            self.api
+                .get("/api/v1/nodes")
+                .unwrap_or_else(|e| panic!("cannot list nodes: {e}")),
+        );
+        nodes
+            .iter()
+            .filter(|n| n["spec"]["unschedulable"] != true)
+            .map(|n| name(n).to_string())
+            .collect()
+    }
+
+    /// Cordons every schedulable node, as `kubectl cordon` writes it, until the guard is
+    /// dropped (also when the test fails): then exactly those nodes are uncordoned again.
+    pub fn cordon_all(&self) -> Cordoned {
+        let nodes = self.schedulable_nodes();
+        assert!(!nodes.is_empty(), "the cluster has no schedulable node");
+        let guard = Cordoned {
+            api: self.api.clone(),
+            nodes: nodes.clone(),
+        };
+        for n in &nodes {
+            set_unschedulable(&self.api, n, true);
+        }
+        guard
+    }
+
+    /// Waits until the object's Ready condition has `status` and `reason`; returns the object.
+    pub fn wait_ready(&self, name: &str, status: &str, reason: &str) -> Value {
+        let what = format!("{}/{name} Ready={status} reason {reason}", self.ns);
+        wait_until(self.timeout(Duration::from_secs(30)), &what, || {
+            let ic = self
+                .get_ic(name)
+                .map_err(|e| e.to_string())?
+                .ok_or("object gone")?;
+            match condition(&ic, "Ready") {
+                Some(c) if c["status"] == status && c["reason"] == reason => Ok(ic),
+                other => Err(format!("Ready condition {other:?}")),
+            }
+        })
+    }
+
     /// Merge-patches the pod's status subresource (as the kubelet reports a phase).
     pub fn patch_pod_status(&self, name: &str, patch: &Value) -> Value {
         self.api
@@ -659,6 +745,45 @@ impl Drop for Cluster {
             eprintln!("e2e: scratch directory kept: {}", self.dir.display());
         } else {
             let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Nodes cordoned by a test, uncordoned when dropped.
+pub struct Cordoned {
+    api: Api,
+    nodes: Vec<String>,
+}
+
+impl Cordoned {
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// Uncordons now (dropping the guard does the same).
+    pub fn release(self) {}
+}
+
+impl Drop for Cordoned {
+    fn drop(&mut self) {
+        for n in &self.nodes {
+            set_unschedulable(&self.api, n, false);
+        }
+    }
+}
+
+fn set_unschedulable(api: &Api, node: &str, on: bool) {
+    let patch = json!({"spec": {"unschedulable": if on { json!(true) } else { Value::Null }}});
+    if let Err(e) = api.request(
+        "PATCH",
+        &format!("/api/v1/nodes/{node}"),
+        "application/strategic-merge-patch+json",
+        Some(&patch),
+    ) {
+        // Leaving a node cordoned on someone's cluster must not go unnoticed.
+        eprintln!("e2e: cannot set unschedulable={on} on node {node}: {e}");
+        if !std::thread::panicking() {
+            panic!("cannot set unschedulable={on} on node {node}: {e}");
         }
     }
 }
