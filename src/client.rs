@@ -597,10 +597,18 @@ impl Client {
         }
     }
 
-    /// JSON merge patch of a pod. A `metadata.uid` in the patch is a precondition: the server
-    /// answers 409 when the pod of that name has another uid.
+    /// Strategic merge patch of a pod (built-in kinds take it; its `$deleteFromPrimitiveList`
+    /// removes one finalizer without touching others'). A `metadata.uid` in the patch is a
+    /// precondition: the server answers 409 when the pod of that name has another uid.
     pub fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<Pod, Error> {
-        self.merge_patch(Resource::Pods, ns, name, patch)
+        let body = patch.to_string();
+        let path = object_path(Resource::Pods, ns, name);
+        self.json(&Req {
+            method: "PATCH",
+            path: &path,
+            body: Some(("application/strategic-merge-patch+json", body.as_bytes())),
+            timeout: self.request_timeout(),
+        })
     }
 
     /// JSON merge patch (RFC 7386) of the `/status` subresource. Custom resources do not

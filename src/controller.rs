@@ -15,9 +15,8 @@ use crate::leader::{self, Elector};
 use crate::lifecycle::{self, IcEvents, PodEvents, PodHint};
 use crate::metrics;
 use crate::queue::{Queue, Trigger};
-use crate::reconcile::{self, Cluster, Next, Trace};
-use crate::resources::{GROUP, VERSION};
-use crate::restarts::Restarts;
+use crate::reconcile::{self, Books, Cluster, Next, Trace};
+use crate::resources::{GROUP, PLURAL, VERSION};
 use crate::serve::{self, Endpoints, Health};
 use crate::watcher::{Backoff, Kind, Watched, Watcher};
 use crossbeam_channel::{select, Receiver, Sender};
@@ -69,6 +68,8 @@ pub fn run(config: Config) -> ExitCode {
     if let Err(msg) = preflight(&client, &quit) {
         return fail_at_start(&msg);
     }
+    let books = Arc::new(Books::new());
+    check_crd_schema(&client, &books);
     if is_quitting(&quit) {
         return ExitCode::SUCCESS;
     }
@@ -211,11 +212,10 @@ pub fn run(config: Config) -> ExitCode {
         client: client.clone(),
         events: recorder,
     });
-    let restarts = Arc::new(Restarts::new());
     let run_id = crate::util::rand_u64() as u16;
     let mut workers = Vec::with_capacity(config.workers);
     for i in 0..config.workers {
-        let (queue, api, restarts) = (queue.clone(), api.clone(), restarts.clone());
+        let (queue, api, books) = (queue.clone(), api.clone(), books.clone());
         let sentinel = Sentinel {
             health: health.clone(),
             dead: dead_tx.clone(),
@@ -226,7 +226,7 @@ pub fn run(config: Config) -> ExitCode {
             .spawn(move || {
                 let _sentinel = sentinel;
                 let _cache = allocator::cache_this_thread();
-                work(&queue, &api, &restarts, run_id)
+                work(&queue, &api, &books, run_id)
             }) {
             Ok(h) => workers.push(h),
             Err(e) => return fail_running(&format!("cannot start worker thread: {e}")),
@@ -311,7 +311,7 @@ where
 
 /// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
 /// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
-fn work(queue: &Queue<PodHint>, api: &Cluster, restarts: &Restarts, run_id: u16) {
+fn work(queue: &Queue<PodHint>, api: &Cluster, books: &Books, run_id: u16) {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     while let Some((key, trigger)) = queue.get() {
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -324,7 +324,7 @@ fn work(queue: &Queue<PodHint>, api: &Cluster, restarts: &Restarts, run_id: u16)
             _ => None,
         };
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
-        let result = reconcile::reconcile(api, restarts, &Trace { id: &id, key: &key }, hint);
+        let result = reconcile::reconcile(api, books, &Trace { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
         let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
         let elapsed_ms = format!("{elapsed_ms:.1}");
@@ -413,6 +413,26 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
             Err(crossbeam_channel::RecvTimeoutError::Timeout)
         ) {
             return Ok(());
+        }
+    }
+}
+
+/// Reads the installed CRD's schema once: a CRD older than the operator prunes status fields
+/// it does not know, and without `lastCountedPodUID` starts cannot be counted exactly once
+/// (see `counting`). Knowing it before the first count keeps that count from being a wrong
+/// one. When the CRD cannot be read (RBAC), the first status write tells instead.
+fn check_crd_schema(client: &Client, books: &Books) {
+    let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}");
+    match client.get_path::<serde_json::Value>(&path) {
+        Ok(crd) => {
+            if let Some(missing) = crate::counting::Counting::missing_in_crd(&crd, VERSION) {
+                books
+                    .counting
+                    .learn_pruned(&missing, "the installed CRD's schema lacks it");
+            }
+        }
+        Err(e) => {
+            log::debug!(target: "controller", error = e.to_string().as_str(); "cannot read the CRD; an older schema would show on the first status write");
         }
     }
 }

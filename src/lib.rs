@@ -12,6 +12,7 @@ pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod controller;
+pub mod counting;
 pub mod events;
 pub mod kubeconfig;
 pub mod leader;

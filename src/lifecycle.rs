@@ -279,6 +279,8 @@ pub struct SeenPod {
     pub owner_uid: String,
     /// Our image annotation: the image the pod was created for.
     pub created_for: String,
+    /// It still carries our finalizer: its start may not be counted yet (see `counting`).
+    pub holds_count: bool,
     pub view: PodView,
 }
 
@@ -348,6 +350,7 @@ impl Watched for PodEvents {
                 .get(IMAGE_ANNOTATION)
                 .cloned()
                 .unwrap_or_default(),
+            holds_count: crate::counting::holds(&o.metadata.finalizers),
             view,
         }))))
     }

@@ -10,16 +10,16 @@
 //! is replaced as soon as its name is free, and not before: while one terminates, reconcile
 //! waits for its DELETED event instead of polling.
 //!
-//! The count survives crashes and 409s because it is derived from what is observed: status
-//! keeps the uid of the last pod counted, and a pod we control with any other uid has not been
-//! counted yet.
+//! Every pod started is counted exactly once; the invariant that makes it so, and why each
+//! step below keeps it, is written down in `counting`.
 
 use crate::client;
+use crate::counting::{self, Counting};
 use crate::lifecycle::{Phase, PodHint, PodView, SeenPod, READY};
 use crate::resources::{
     self, Condition, Container, ImmortalContainer, ImmortalContainerStatus, ObjectMeta,
-    OwnerReference, Pod, PodSpec, API_VERSION, CONTAINER_NAME, IMAGE_ANNOTATION, KIND,
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, OWNER_UID_LABEL,
+    OwnerReference, Pod, PodSpec, API_VERSION, CONTAINER_NAME, COUNT_FINALIZER, IMAGE_ANNOTATION,
+    KIND, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, OWNER_UID_LABEL,
 };
 use crate::restarts::Restarts;
 use crate::util;
@@ -108,6 +108,39 @@ impl Api for Cluster {
     }
     fn record(&self, ic: &ImmortalContainer, note: Note) {
         self.events.record(ic, note);
+    }
+}
+
+/// What the reconcile workers keep between reconciles, shared by all of them: the restart
+/// back-off, what the installed CRD keeps of the status we write, and the clock (virtual in the
+/// exactly-once fault-injection tests).
+pub struct Books {
+    pub restarts: Restarts,
+    pub counting: Counting,
+    clock: Box<dyn Fn() -> Instant + Send + Sync>,
+}
+
+impl Books {
+    pub fn new() -> Books {
+        Books::with_clock(Instant::now)
+    }
+
+    pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Books {
+        Books {
+            restarts: Restarts::new(),
+            counting: Counting::new(),
+            clock: Box::new(clock),
+        }
+    }
+
+    pub fn now(&self) -> Instant {
+        (self.clock)()
+    }
+}
+
+impl Default for Books {
+    fn default() -> Self {
+        Books::new()
     }
 }
 
@@ -221,8 +254,9 @@ impl Cause {
     }
 }
 
-/// The pod we want for `ic`: built from the object alone, so it is the same every time.
-pub fn desired_pod(ic: &ImmortalContainer) -> Pod {
+/// The pod we want for `ic`: built from the object alone, so it is the same every time. It is
+/// born carrying [`COUNT_FINALIZER`] while starts are counted (see `counting`).
+pub fn desired_pod(ic: &ImmortalContainer, counted: bool) -> Pod {
     let m = &ic.metadata;
     Pod {
         api_version: "v1".into(),
@@ -241,6 +275,11 @@ pub fn desired_pod(ic: &ImmortalContainer) -> Pod {
                 // Foreground deletion of the object waits for its pod.
                 block_owner_deletion: Some(true),
             }],
+            finalizers: if counted {
+                vec![COUNT_FINALIZER.to_string()]
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         },
         spec: PodSpec {
@@ -314,18 +353,24 @@ enum Found<'h> {
 /// One reconcile. Holds what it has decided about the object's status so far.
 struct Run<'a, A: Api> {
     api: &'a A,
-    restarts: &'a Restarts,
+    books: &'a Books,
     trace: &'a Trace<'a>,
     ic: &'a ImmortalContainer,
     ns: &'a str,
     pod_name: String,
+    /// The object's status and resourceVersion as the API server last answered them.
+    have: ImmortalContainerStatus,
+    rv: String,
+    /// The status this reconcile wants.
     status: ImmortalContainerStatus,
+    /// The pod (uid) to release once the status that counts it is written.
+    release: Option<String>,
 }
 
 /// Reconciles the object called `key`, with what its trigger says about the pod.
 pub fn reconcile<A: Api>(
     api: &A,
-    restarts: &Restarts,
+    books: &Books,
     trace: &Trace,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
@@ -335,24 +380,31 @@ pub fn reconcile<A: Api>(
     };
     let ic = match api.get_immortal_container(ns, name) {
         Ok(ic) => ic,
-        // Deleted: Kubernetes' garbage collector removes the pod through its ownerReference.
+        // Deleted: Kubernetes' garbage collector removes the pod through its ownerReference,
+        // once nothing of ours holds it.
         Err(e) if e.is_not_found() => {
-            restarts.forget(trace.key);
+            books.restarts.forget(trace.key);
+            release_orphan(api, trace, ns, name, None, hint)?;
             return Ok(Next::Done);
         }
         Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
     };
     if ic.metadata.deletion_timestamp.is_some() {
+        // Foreground deletion waits for the pod (blockOwnerDeletion): let it go.
+        release_orphan(api, trace, ns, name, Some(&ic.metadata.uid), hint)?;
         return Ok(Next::Done);
     }
     let mut run = Run {
         api,
-        restarts,
+        books,
         trace,
         ic: &ic,
         ns,
         pod_name: resources::pod_name(name),
+        have: ic.status.clone(),
+        rv: ic.metadata.resource_version.clone(),
         status: ic.status.clone(),
+        release: None,
     };
     run.status.observed_generation = ic.metadata.generation;
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
@@ -364,7 +416,82 @@ pub fn reconcile<A: Api>(
     let written = run.write_status();
     let next = synced?;
     written?;
+    // The pod created here is counted in the status just written: it may go now.
+    if let Some(uid) = run.release.take() {
+        run.release(&uid)?;
+    }
     Ok(next)
+}
+
+/// Lets the pod of a deleted object (or of one being deleted, with `owner_uid`) go: takes our
+/// finalizer off it if it still carries it, so the garbage collector can remove it. Nothing is
+/// left to count for an object that is gone. Costs a request only when the trigger said the pod
+/// holds our finalizer, or said nothing (a relist, a retry).
+fn release_orphan<A: Api>(
+    api: &A,
+    trace: &Trace,
+    ns: &str,
+    name: &str,
+    owner_uid: Option<&str>,
+    hint: Option<&PodHint>,
+) -> Result<(), Error> {
+    let pod_name = resources::pod_name(name);
+    let uid = match hint {
+        Some(PodHint::Seen(p)) if p.name == pod_name => {
+            if !p.holds_count || owner_uid.is_some_and(|o| o != p.owner_uid) {
+                return Ok(());
+            }
+            p.uid.clone()
+        }
+        Some(_) => return Ok(()),
+        None => match api.get_pod(ns, &pod_name) {
+            Ok(p) => {
+                let ours = p.metadata.controller().is_some_and(|o| {
+                    o.is_immortal_container()
+                        && o.name == name
+                        && owner_uid.map_or(true, |u| u == o.uid)
+                });
+                if !ours || !counting::holds(&p.metadata.finalizers) {
+                    return Ok(());
+                }
+                p.metadata.uid
+            }
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(Error::from_api("get pod", e)),
+        },
+    };
+    release_pod(
+        api,
+        trace,
+        ns,
+        &pod_name,
+        &uid,
+        "its ImmortalContainer is gone",
+    )
+}
+
+/// Takes our finalizer off the pod with `uid`. Gone or replaced meanwhile is as good.
+fn release_pod<A: Api>(
+    api: &A,
+    trace: &Trace,
+    ns: &str,
+    pod: &str,
+    uid: &str,
+    why: &str,
+) -> Result<(), Error> {
+    match api.patch_pod(ns, pod, &counting::release_patch(uid)) {
+        Ok(_) => {
+            log::debug!(
+                target: "reconcile",
+                reconcile_id = trace.id, object = trace.key, action = "release_pod",
+                pod = pod, uid = uid, reason = why;
+                "released pod"
+            );
+            Ok(())
+        }
+        Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+        Err(e) => Err(Error::from_api("release pod", e)),
+    }
 }
 
 impl<A: Api> Run<'_, A> {
@@ -425,11 +552,13 @@ impl<A: Api> Run<'_, A> {
                     continue;
                 }
             };
-            let (uid, created_for, view) = match found {
+            let found = match found {
                 Found::Absent => {
                     let cause = cause.unwrap_or_else(|| self.absent_cause());
                     if cause.is_restart() {
-                        if let Some(wait) = self.restarts.wait(self.trace.key, Instant::now()) {
+                        if let Some(wait) =
+                            self.books.restarts.wait(self.trace.key, self.books.now())
+                        {
                             self.back_off(wait);
                             return Ok(Next::RequeueAfter(wait.remaining));
                         }
@@ -437,7 +566,9 @@ impl<A: Api> Run<'_, A> {
                     match self.create(cause)? {
                         Created::Yes => {
                             if cause.is_restart() {
-                                self.restarts.replaced(self.trace.key, Instant::now());
+                                self.books
+                                    .restarts
+                                    .replaced(self.trace.key, self.books.now());
                             }
                             return Ok(Next::Done);
                         }
@@ -453,18 +584,31 @@ impl<A: Api> Run<'_, A> {
                 }
                 Found::Read(pod) => {
                     if !controlled_by(&pod, self.ic) {
-                        return Ok(self.conflict(&pod));
+                        return self.conflict(&pod);
                     }
                     self.restore_labels(&pod)?;
                     let view = PodView::of(&pod);
                     let image = created_for(&pod).to_string();
-                    (pod.metadata.uid.clone(), image, view)
+                    let holds = counting::holds(&pod.metadata.finalizers);
+                    (pod.metadata.uid.clone(), image, view, holds)
                 }
-                Found::Seen(p) => (p.uid.clone(), p.created_for.clone(), p.view.clone()),
+                Found::Seen(p) => (
+                    p.uid.clone(),
+                    p.created_for.clone(),
+                    p.view.clone(),
+                    p.holds_count,
+                ),
             };
+            let (uid, created_for, view, holds) = found;
 
             // Ours: it was started, so it counts, once.
             self.count(&uid);
+            if holds {
+                // Still held for its count (a status write failed, or the operator died, after
+                // its create): it goes once the status write that ends this reconcile counts
+                // it, so that whoever deletes it does not wait on us for long.
+                self.release = Some(uid.clone());
+            }
             if view.phase == Phase::Terminating {
                 // Its DELETED event brings us back; creating now would only earn AlreadyExists.
                 if created_for != self.ic.spec.image {
@@ -542,8 +686,9 @@ impl<A: Api> Run<'_, A> {
             }
             _ => {}
         }
-        // An object that never had a pod most likely has none: create first.
-        if self.status.last_counted_pod_uid.is_none() {
+        // An object that never had a pod most likely has none: create first. (currentPod too:
+        // an older CRD may prune lastCountedPodUID.)
+        if self.status.last_counted_pod_uid.is_none() && self.status.current_pod.is_none() {
             Look::AssumeAbsent
         } else {
             Look::Get
@@ -566,7 +711,8 @@ impl<A: Api> Run<'_, A> {
     }
 
     fn create(&mut self, cause: Cause) -> Result<Created, Error> {
-        let pod = desired_pod(self.ic);
+        let counted = self.books.counting.active();
+        let pod = desired_pod(self.ic, counted);
         match self.api.create_pod(self.ns, &pod) {
             Ok(created) => {
                 log::info!(
@@ -578,6 +724,9 @@ impl<A: Api> Run<'_, A> {
                 );
                 crate::metrics::record_pod_created(cause.label());
                 self.count(&created.metadata.uid);
+                if counted {
+                    self.release = Some(created.metadata.uid.clone());
+                }
                 self.report(&PodView::of(&created));
                 let (reason, message) = match cause {
                     Cause::New => (
@@ -695,12 +844,44 @@ impl<A: Api> Run<'_, A> {
         }
     }
 
-    /// Counts the pod with `uid` unless it is the one counted last.
+    /// Counts the pod with `uid` unless it is the one counted last (see `counting`). While
+    /// the CRD prunes `lastCountedPodUID` nothing is counted: without it a count cannot be told
+    /// from a repeat.
     fn count(&mut self, uid: &str) {
-        if self.status.last_counted_pod_uid.as_deref() != Some(uid) {
-            *self.status.start_times.get_or_insert(0) += 1;
-            self.status.last_counted_pod_uid = Some(uid.to_string());
+        if self.status.last_counted_pod_uid.as_deref() == Some(uid) {
+            return;
         }
+        if !self.books.counting.active() {
+            if self.have.current_pod.is_some() && self.status.start_times == self.have.start_times {
+                self.note(
+                    true,
+                    "StartsNotCounted",
+                    "status.startTimes is not counted: the installed ImmortalContainer CRD is older than the operator \
+                     and prunes status.lastCountedPodUID; apply config/crd (kubectl apply -k config/crd)"
+                        .to_string(),
+                );
+            }
+            return;
+        }
+        *self.status.start_times.get_or_insert(0) += 1;
+        self.status.last_counted_pod_uid = Some(uid.to_string());
+    }
+
+    /// Lets our pod with `uid` go (see `counting`: only once the status the API server holds
+    /// counts it).
+    fn release(&self, uid: &str) -> Result<(), Error> {
+        let counted = self.have.last_counted_pod_uid.as_deref() == Some(uid);
+        if counted || !self.books.counting.active() {
+            release_pod(
+                self.api,
+                self.trace,
+                self.ns,
+                &self.pod_name,
+                uid,
+                "its start is counted",
+            )?;
+        }
+        Ok(())
     }
 
     /// Status reports `view` of our pod.
@@ -743,8 +924,25 @@ impl<A: Api> Run<'_, A> {
         }
     }
 
-    /// The pod name is held by a pod we do not control: report it and leave it alone.
-    fn conflict(&mut self, pod: &Pod) -> Next {
+    /// The pod name is held by a pod we do not control: report it and leave it alone. A pod of
+    /// an earlier object of the same name goes with it; if it still carries our finalizer (that
+    /// object was deleted in the moment between its pod's create and its count), let it go.
+    fn conflict(&mut self, pod: &Pod) -> Result<Next, Error> {
+        let earlier = pod.metadata.controller().is_some_and(|o| {
+            o.is_immortal_container()
+                && o.name == self.ic.metadata.name
+                && o.uid != self.ic.metadata.uid
+        });
+        if earlier && counting::holds(&pod.metadata.finalizers) {
+            release_pod(
+                self.api,
+                self.trace,
+                self.ns,
+                &self.pod_name,
+                &pod.metadata.uid,
+                "its ImmortalContainer is gone",
+            )?;
+        }
         let msg = format!(
             "pod {} already exists and is not controlled by this ImmortalContainer: {}; it is left untouched",
             self.pod_name,
@@ -755,7 +953,7 @@ impl<A: Api> Run<'_, A> {
             log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodNameConflict"; "{msg}");
             self.note(true, "PodNameConflict", msg);
         }
-        Next::RequeueAfter(CONFLICT_RETRY)
+        Ok(Next::RequeueAfter(CONFLICT_RETRY))
     }
 
     fn appeared(&self) -> Error {
@@ -830,19 +1028,51 @@ impl<A: Api> Run<'_, A> {
         );
     }
 
-    /// Writes status if it differs from what was read, as a JSON merge patch of the changed
-    /// fields. A count change carries the resourceVersion we read: if anything wrote the object
-    /// since, the patch fails with 409 and the next reconcile recounts from fresh state, so a
-    /// pod is never counted twice.
-    fn write_status(&self) -> Result<(), Error> {
-        let Some(patch) = status_patch(self.ic, &self.status) else {
+    /// Writes status if it differs from what the API server holds, as a JSON merge patch of the
+    /// changed fields. A count change carries the resourceVersion we read: if anything wrote
+    /// the object since, the patch fails with 409 and the next reconcile recounts from fresh
+    /// state, so a pod is never counted twice. The answer is the API server's copy: what it did
+    /// not keep, the CRD prunes (see `counting`).
+    fn write_status(&mut self) -> Result<(), Error> {
+        let counting = &self.books.counting;
+        let Some(patch) = status_patch(&self.rv, &self.have, &self.status, |f| counting.prunes(f))
+        else {
             return Ok(());
         };
         match self
             .api
             .patch_status(self.ns, &self.ic.metadata.name, &patch)
         {
-            Ok(_) => {
+            Ok(answered) => {
+                let kept = serde_json::to_value(&answered.status).unwrap_or_default();
+                let pruned = Counting::not_kept(&patch["status"], &kept);
+                if !pruned.is_empty() {
+                    let new = counting.learn_pruned(&pruned, "a status write did not keep it");
+                    if new.contains(&"lastCountedPodUID") {
+                        self.note(
+                            true,
+                            "StartsNotCounted",
+                            "status.startTimes is no longer counted: the installed ImmortalContainer CRD is older than the \
+                             operator and prunes status.lastCountedPodUID; apply config/crd (kubectl apply -k config/crd)"
+                                .to_string(),
+                        );
+                    }
+                }
+                self.have = answered.status;
+                self.rv = answered.metadata.resource_version;
+                // What was pruned is not ours to write again: compare it as it is.
+                for f in pruned {
+                    match f {
+                        "lastCountedPodUID" => {
+                            self.status.last_counted_pod_uid =
+                                self.have.last_counted_pod_uid.clone()
+                        }
+                        "observedGeneration" => {
+                            self.status.observed_generation = self.have.observed_generation
+                        }
+                        _ => self.status.pod_phase = self.have.pod_phase.clone(),
+                    }
+                }
                 log::info!(
                     target: "reconcile",
                     reconcile_id = self.trace.id, object = self.trace.key, action = "patch_status",
@@ -876,10 +1106,15 @@ enum Deleted {
     OtherPod,
 }
 
-/// The merge patch taking `ic`'s status to `want`, or `None` when nothing changed (a reconcile
-/// with nothing to do writes nothing).
-pub fn status_patch(ic: &ImmortalContainer, want: &ImmortalContainerStatus) -> Option<Value> {
-    let have = &ic.status;
+/// The merge patch taking the status `have` (of resourceVersion `rv`) to `want`, or `None` when
+/// nothing changed (a reconcile with nothing to do writes nothing). Fields `pruned` says the
+/// CRD does not keep are left out.
+pub fn status_patch(
+    rv: &str,
+    have: &ImmortalContainerStatus,
+    want: &ImmortalContainerStatus,
+    pruned: impl Fn(&str) -> bool,
+) -> Option<Value> {
     let mut st = Map::new();
     if want.current_pod != have.current_pod {
         st.insert("currentPod".into(), json!(want.current_pod));
@@ -887,13 +1122,13 @@ pub fn status_patch(ic: &ImmortalContainer, want: &ImmortalContainerStatus) -> O
     if want.start_times != have.start_times {
         st.insert("startTimes".into(), json!(want.start_times));
     }
-    if want.last_counted_pod_uid != have.last_counted_pod_uid {
+    if want.last_counted_pod_uid != have.last_counted_pod_uid && !pruned("lastCountedPodUID") {
         st.insert("lastCountedPodUID".into(), json!(want.last_counted_pod_uid));
     }
-    if want.observed_generation != have.observed_generation {
+    if want.observed_generation != have.observed_generation && !pruned("observedGeneration") {
         st.insert("observedGeneration".into(), json!(want.observed_generation));
     }
-    if want.pod_phase != have.pod_phase {
+    if want.pod_phase != have.pod_phase && !pruned("podPhase") {
         st.insert("podPhase".into(), json!(want.pod_phase));
     }
     if want.conditions != have.conditions {
@@ -911,7 +1146,7 @@ pub fn status_patch(ic: &ImmortalContainer, want: &ImmortalContainerStatus) -> O
         || want.last_counted_pod_uid != have.last_counted_pod_uid;
     let mut patch = json!({ "status": st });
     if counted {
-        patch["metadata"] = json!({ "resourceVersion": ic.metadata.resource_version });
+        patch["metadata"] = json!({ "resourceVersion": rv });
     }
     Some(patch)
 }
@@ -937,7 +1172,9 @@ mod tests {
         /// Errors to answer the next call of a verb with.
         fail: RefCell<Vec<(&'static str, client::Error)>>,
         next_uid: RefCell<u32>,
-        restarts: Restarts,
+        books: Books,
+        /// Status fields the "installed CRD" does not know, pruned from every write.
+        prunes: RefCell<Vec<&'static str>>,
     }
 
     fn api_err(code: u16, reason: &str) -> client::Error {
@@ -1044,11 +1281,20 @@ mod tests {
             Ok(left)
         }
         fn patch_pod(&self, _: &str, name: &str, patch: &Value) -> Result<Pod, client::Error> {
-            self.call(format!("PATCH pod/{name}"));
+            let what = if patch["metadata"]["labels"].is_object() {
+                "labels"
+            } else {
+                "release"
+            };
+            self.call(format!("PATCH pod/{name} {what}"));
+            if let Some(e) = self.failing("patch_pod") {
+                return Err(e);
+            }
             let mut slot = self.pod.borrow_mut();
             let Some(p) = slot.as_mut() else {
                 return Err(api_err(404, "NotFound"));
             };
+            // A uid in the patch is a precondition (the API server's update preconditions).
             if patch["metadata"]["uid"] != p.metadata.uid.as_str() {
                 return Err(api_err(409, "Conflict"));
             }
@@ -1059,7 +1305,20 @@ mod tests {
                         .insert(k.clone(), v.as_str().unwrap().into());
                 }
             }
-            Ok(p.clone())
+            if let Some(gone) = patch["metadata"]["$deleteFromPrimitiveList/finalizers"].as_array()
+            {
+                p.metadata
+                    .finalizers
+                    .retain(|f| !gone.iter().any(|g| g == f));
+            }
+            let left = p.clone();
+            // The last finalizer of a pod being deleted with grace 0 gone: it is removed.
+            if p.metadata.finalizers.is_empty()
+                && p.metadata.deletion_grace_period_seconds == Some(0)
+            {
+                *slot = None;
+            }
+            Ok(left)
         }
         fn patch_status(
             &self,
@@ -1091,6 +1350,14 @@ mod tests {
             if let Some(v) = st.get("conditions") {
                 ic.status.conditions = serde_json::from_value(v.clone()).unwrap();
             }
+            for f in self.prunes.borrow().iter() {
+                match *f {
+                    "lastCountedPodUID" => ic.status.last_counted_pod_uid = None,
+                    "observedGeneration" => ic.status.observed_generation = None,
+                    _ => ic.status.pod_phase = None,
+                }
+            }
+            ic.metadata.resource_version = format!("{}1", ic.metadata.resource_version);
             *self.ic.borrow_mut() = Some(ic.clone());
             Ok(ic)
         }
@@ -1123,13 +1390,13 @@ mod tests {
     }
 
     fn run(f: &Fake, key: &str) -> Result<Next, Error> {
-        reconcile(f, &f.restarts, &Trace { id: "1", key }, None)
+        reconcile(f, &f.books, &Trace { id: "1", key }, None)
     }
 
     fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
         reconcile(
             f,
-            &f.restarts,
+            &f.books,
             &Trace {
                 id: "2",
                 key: "ns/web",
@@ -1226,7 +1493,8 @@ mod tests {
             [
                 "GET ic/web",
                 "POST pod/web-immortalpod",
-                "PATCH ic/web/status"
+                "PATCH ic/web/status",
+                "PATCH pod/web-immortalpod release"
             ]
         );
         let st = status(&f);
@@ -1278,7 +1546,7 @@ mod tests {
     fn desired_pod_has_name_container_labels_and_controller_reference() {
         let mut o = ic(&"a".repeat(241), "nginx:1.27");
         o.metadata.uid = "09ff1c2a-773e-4ed4-824a-51e4cd7a3baf".into();
-        let p = desired_pod(&o);
+        let p = desired_pod(&o, true);
         assert_eq!(p.metadata.name.len(), 253);
         assert_eq!(
             p.spec.containers,
@@ -1307,10 +1575,34 @@ mod tests {
     }
 
     #[test]
-    fn a_deleted_object_is_done() {
+    fn a_deleted_object_is_done_and_its_pod_is_let_go() {
         let f = Fake::default();
+        // Nothing said about its pod (a relist): one look, in case it still holds our finalizer.
         assert_eq!(run(&f, "ns/gone").unwrap(), Next::Done);
-        assert_eq!(f.calls(), ["GET ic/gone"]);
+        assert_eq!(f.calls(), ["GET ic/gone", "GET pod/gone-immortalpod"]);
+
+        // The object was deleted between its pod's create and the status write counting it:
+        // the pod carries our finalizer, and the garbage collector cannot remove it until we
+        // take it off.
+        let f = fake(ic("web", "nginx"));
+        f.fail_next("patch_status", api_err(500, "InternalError"));
+        assert!(run(&f, "ns/web").is_err());
+        assert!(counting::holds(
+            &f.pod.borrow().as_ref().unwrap().metadata.finalizers
+        ));
+        *f.ic.borrow_mut() = None;
+        start_deleting(&f);
+        let hint = seen(&f);
+        f.clear();
+        run_with(&f, &hint).unwrap();
+        assert_eq!(
+            f.calls(),
+            ["GET ic/web", "PATCH pod/web-immortalpod release"]
+        );
+        // An event saying the pod holds nothing of ours costs nothing more.
+        f.clear();
+        run_with(&f, &seen(&f)).unwrap();
+        assert_eq!(f.calls(), ["GET ic/web"]);
     }
 
     #[test]
@@ -1325,7 +1617,8 @@ mod tests {
             [
                 "GET ic/web",
                 "POST pod/web-immortalpod",
-                "PATCH ic/web/status"
+                "PATCH ic/web/status",
+                "PATCH pod/web-immortalpod release"
             ]
         );
         assert_eq!(status(&f).start_times, Some(2));
@@ -1360,7 +1653,8 @@ mod tests {
             [
                 "GET ic/web",
                 "POST pod/web-immortalpod",
-                "PATCH ic/web/status"
+                "PATCH ic/web/status",
+                "PATCH pod/web-immortalpod release"
             ]
         );
         assert_eq!(status(&f).start_times, Some(2));
@@ -1381,7 +1675,8 @@ mod tests {
                 "GET ic/web",
                 "DELETE pod/web-immortalpod uid=pod-uid-1",
                 "POST pod/web-immortalpod",
-                "PATCH ic/web/status"
+                "PATCH ic/web/status",
+                "PATCH pod/web-immortalpod release"
             ]
         );
         assert_eq!(status(&f).start_times, Some(2));
@@ -1435,7 +1730,7 @@ mod tests {
         // And once no pod holds the name at all, the stale hint only leads to a create (the
         // restart back-off, which the replacement above started, set aside: not under test).
         *f.pod.borrow_mut() = None;
-        f.restarts.forget("ns/web");
+        f.books.restarts.forget("ns/web");
         f.clear();
         run_with(&f, &stale).unwrap();
         assert_eq!(
@@ -1444,7 +1739,8 @@ mod tests {
                 "GET ic/web",
                 "DELETE pod/web-immortalpod uid=pod-uid-1",
                 "POST pod/web-immortalpod",
-                "PATCH ic/web/status"
+                "PATCH ic/web/status",
+                "PATCH pod/web-immortalpod release"
             ]
         );
         assert_eq!(status(&f).start_times, Some(3));
@@ -1533,7 +1829,8 @@ mod tests {
                 "GET pod/web-immortalpod",
                 "DELETE pod/web-immortalpod uid=pod-uid-1",
                 "POST pod/web-immortalpod",
-                "PATCH ic/web/status"
+                "PATCH ic/web/status",
+                "PATCH pod/web-immortalpod release"
             ]
         );
         assert_eq!(
@@ -1580,7 +1877,7 @@ mod tests {
                 "GET ic/web",
                 "POST pod/web-immortalpod",
                 "GET pod/web-immortalpod",
-                "PATCH pod/web-immortalpod"
+                "PATCH pod/web-immortalpod labels"
             ]
         );
         let pod = f.pod.borrow().clone().unwrap();
@@ -1615,8 +1912,9 @@ mod tests {
             "{note:?}"
         );
         // Its time come (as if the last replacement had been longer ago), the pod is made.
-        f.restarts.forget("ns/web");
-        f.restarts
+        f.books.restarts.forget("ns/web");
+        f.books
+            .restarts
             .replaced("ns/web", Instant::now() - crate::restarts::BASE * 2);
         f.clear();
         assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
@@ -1626,7 +1924,8 @@ mod tests {
                 "GET ic/web",
                 "GET pod/web-immortalpod",
                 "POST pod/web-immortalpod",
-                "PATCH ic/web/status"
+                "PATCH ic/web/status",
+                "PATCH pod/web-immortalpod release"
             ]
         );
         assert_eq!(status(&f).start_times, Some(3));
@@ -1706,7 +2005,7 @@ mod tests {
     #[test]
     fn a_pod_of_another_owner_with_the_same_name_is_not_ours() {
         let f = fake(ic("web", "nginx"));
-        let mut stale = desired_pod(&ic("web", "nginx"));
+        let mut stale = desired_pod(&ic("web", "nginx"), true);
         stale.metadata.owner_references[0].uid = "previous-incarnation".into();
         stale.metadata.uid = "p".into();
         *f.pod.borrow_mut() = Some(stale);
@@ -1749,7 +2048,7 @@ mod tests {
     fn an_uncounted_pod_left_by_a_crash_is_counted_once() {
         // The operator created a pod and died before writing status.
         let f = fake(ic("web", "nginx"));
-        let mut p = desired_pod(&ic("web", "nginx"));
+        let mut p = desired_pod(&ic("web", "nginx"), true);
         p.metadata.uid = "left-behind".into();
         *f.pod.borrow_mut() = Some(p);
         run(&f, "ns/web").unwrap();
@@ -1787,17 +2086,17 @@ mod tests {
     #[test]
     fn a_count_carries_the_resource_version_it_was_computed_from() {
         let o = ic("web", "nginx");
+        let patch = |want: &ImmortalContainerStatus| status_patch("10", &o.status, want, |_| false);
         let mut want = o.status.clone();
         want.start_times = Some(1);
         want.last_counted_pod_uid = Some("u".into());
-        let p = status_patch(&o, &want).unwrap();
-        assert_eq!(p["metadata"]["resourceVersion"], "10");
+        assert_eq!(patch(&want).unwrap()["metadata"]["resourceVersion"], "10");
         // A condition-only change, or the first explicit zero, needs no precondition.
         let mut want = o.status.clone();
         want.observed_generation = Some(1);
         want.start_times = Some(0);
-        assert!(status_patch(&o, &want).unwrap().get("metadata").is_none());
-        assert!(status_patch(&o, &o.status).is_none());
+        assert!(patch(&want).unwrap().get("metadata").is_none());
+        assert!(patch(&o.status).is_none());
     }
 
     #[test]
@@ -1862,6 +2161,80 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_deleted_before_the_failed_status_write_is_retried_is_still_counted() {
+        // The create is accepted, the status write counting it refused (someone labelled the
+        // object: 409), and the pod deleted before the retry. It cannot vanish uncounted: it
+        // carries our finalizer until a status write counts it.
+        let f = fake(ic("web", "nginx"));
+        f.fail_next("patch_status", api_err(409, "Conflict"));
+        assert!(run(&f, "ns/web").is_err());
+        let first = f.pod.borrow().clone().unwrap();
+        f.call("(a person deletes the pod)".into());
+        f.delete_pod("ns", "web-immortalpod", &first.metadata.uid, None)
+            .unwrap();
+        assert!(f.pod.borrow().is_some(), "held by our finalizer");
+        // The retry (no hint: a retry after error) counts it, then lets it go.
+        run(&f, "ns/web").unwrap();
+        assert_eq!(status(&f).start_times, Some(1));
+        assert!(f.pod.borrow().is_none(), "released, so removed");
+        // Its DELETED event: the replacement, the second start.
+        run_with(
+            &f,
+            &PodHint::Gone {
+                uid: first.metadata.uid.clone(),
+            },
+        )
+        .unwrap();
+        assert_eq!(status(&f).start_times, Some(2));
+        assert_eq!(*f.next_uid.borrow(), 2, "two pods were accepted");
+    }
+
+    #[test]
+    fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() {
+        let f = fake(ic("web", "nginx"));
+        *f.prunes.borrow_mut() = vec!["lastCountedPodUID", "observedGeneration", "podPhase"];
+        run(&f, "ns/web").unwrap();
+        // The first count went through (startTimes is in every CRD), L did not stick.
+        assert_eq!(status(&f).start_times, Some(1));
+        assert!(!f.books.counting.active());
+        let warned: Vec<Note> = f
+            .notes
+            .borrow()
+            .iter()
+            .filter(|n| n.reason == "StartsNotCounted")
+            .cloned()
+            .collect();
+        assert_eq!(warned.len(), 1, "{:?}", f.notes.borrow());
+        assert!(warned[0].warning && warned[0].message.contains("config/crd"));
+        // The pod is let go all the same: nothing can count it any more.
+        assert!(f
+            .calls()
+            .contains(&"PATCH pod/web-immortalpod release".to_string()));
+        // Reconciling again and again counts nothing more and writes nothing.
+        start_pod(&f);
+        for _ in 0..5 {
+            run(&f, "ns/web").unwrap();
+        }
+        assert_eq!(status(&f).start_times, Some(1));
+        f.clear();
+        run(&f, "ns/web").unwrap();
+        assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+        // A replacement is still made, and not counted, and carries no finalizer.
+        let hint = gone(&f);
+        *f.pod.borrow_mut() = None;
+        run_with(&f, &hint).unwrap();
+        assert_eq!(status(&f).start_times, Some(1));
+        assert!(f
+            .pod
+            .borrow()
+            .as_ref()
+            .unwrap()
+            .metadata
+            .finalizers
+            .is_empty());
+    }
+
+    #[test]
     fn a_pod_the_server_rejects_becomes_a_condition() {
         let f = fake(ic("web", "nginx"));
         f.fail_next("create_pod", api_err(422, "Invalid"));
@@ -1888,7 +2261,7 @@ mod tests {
         // A terminated pod of ours that every DELETE reports gone (404) and every look finds
         // again: delete, create (taken), look, delete, ... must stop.
         let f = fake(ic("web", "nginx"));
-        let mut p = desired_pod(&ic("web", "nginx"));
+        let mut p = desired_pod(&ic("web", "nginx"), true);
         p.metadata.uid = "stuck".into();
         p.status = Some(PodStatus {
             phase: Some("Failed".into()),

@@ -33,6 +33,9 @@ pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
 /// Annotation recording the image the pod was created for, so the pod watcher can tell, from
 /// the pod alone, that someone changed the pod's image behind our back.
 pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
+/// The finalizer every pod is created with and keeps until its start is counted, so that no pod
+/// can vanish uncounted (see `counting`).
+pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
 /// Longest object name Kubernetes accepts (DNS-1123 subdomain).
 pub const MAX_NAME_LEN: usize = 253;
 

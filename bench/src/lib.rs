@@ -310,7 +310,7 @@ impl Run<'_> {
         })?;
         let started = Instant::now();
         let pods = parallel(n, conns, self.deadline, |i| {
-            api.create_pod(ns, &reconcile::desired_pod(&ics[i]))
+            api.create_pod(ns, &reconcile::desired_pod(&ics[i], false))
         })?;
         let pods_secs = started.elapsed().as_secs_f64();
         let started = Instant::now();
@@ -604,7 +604,8 @@ pub fn first_status_patch(ic: &ImmortalContainer, pod: &Pod) -> Value {
             message: format!("pod {} is pending", pod.metadata.name),
         }],
     };
-    reconcile::status_patch(ic, &want).unwrap_or_else(|| serde_json::json!({}))
+    reconcile::status_patch(&ic.metadata.resource_version, &ic.status, &want, |_| false)
+        .unwrap_or_else(|| serde_json::json!({}))
 }
 
 /// Runs `f(0..n)` on `threads` threads (thread t takes t, t + threads, ...) and returns the
@@ -809,7 +810,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let mut pod = reconcile::desired_pod(&ic);
+        let mut pod = reconcile::desired_pod(&ic, true);
         pod.metadata.uid = "p1".into();
         let patch = first_status_patch(&ic, &pod);
         assert_eq!(patch["status"]["startTimes"], 1);
@@ -828,7 +829,7 @@ mod tests {
             .create_immortal_container(&ns, "good", "nginx")
             .expect("ic");
         let pod = api
-            .create_pod(&ns, &reconcile::desired_pod(&good))
+            .create_pod(&ns, &reconcile::desired_pod(&good, true))
             .expect("pod");
         api.patch_status(&ns, "good", &first_status_patch(&good, &pod))
             .expect("status");
@@ -839,7 +840,7 @@ mod tests {
 
         api.create_immortal_container(&ns, "lonely", "nginx")
             .expect("ic");
-        let mut stray = reconcile::desired_pod(&good);
+        let mut stray = reconcile::desired_pod(&good, true);
         stray.metadata.name = "stray".into();
         api.create_pod(&ns, &stray).expect("stray pod");
         let problems =
@@ -869,7 +870,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let pod = reconcile::desired_pod(&ic);
+        let pod = reconcile::desired_pod(&ic, true);
         assert_eq!(pod_problems(&ic, &pod), Vec::<String>::new());
         let stranger = Pod {
             metadata: ObjectMeta {

@@ -1,0 +1,210 @@
+//! Counting every pod started exactly once: the invariant, and what the installed CRD lets us
+//! keep of it.
+//!
+//! `status.startTimes` is the number of pods the API server accepted for the object (POSTs
+//! answered 201, whether or not the answer reached us). It is derived only from state the API
+//! server holds:
+//!
+//! **Durable.** `status.startTimes` (S) and `status.lastCountedPodUID` (L), always written
+//! together, in one status patch carrying the resourceVersion it was computed from; and the
+//! finalizer [`COUNT_FINALIZER`] (F) that every pod is created with: the API server does not
+//! remove a pod that still carries a finalizer, whoever deletes it.
+//!
+//! **Invariant.** Every pod the API server accepted for the object is counted in S, or still
+//! exists and carries F. (A pod loses F only once S counts it.)
+//!
+//! **Why each step keeps it, and is safe to repeat.**
+//! - *Create*: the pod is born carrying F. If the answer is lost, or the operator dies before it
+//!   writes status, or someone deletes the pod meanwhile, the pod stays (deleting it only marks
+//!   it Terminating) until it is counted.
+//! - *Count*: a pod of ours whose uid is not L has not been counted: pods of one object are made
+//!   one after the other under one name, and none can vanish uncounted, so it is newer than the
+//!   pod L names. It is counted S+1, L=uid in one patch with the resourceVersion precondition:
+//!   if anything wrote the object since, the patch is refused (409) and redone from a fresh
+//!   read. Once it landed, L = uid makes a repeat a no-op; if it did not (409, 5xx, an answer
+//!   lost, a crash), S and L are unchanged and the next reconcile counts again.
+//! - *Release*: F is taken off (a strategic merge patch deleting it from the list, with the
+//!   pod's uid as precondition, as the Job controller releases its tracking finalizer) only when
+//!   the status the API server answered says L = uid. Releasing twice changes nothing.
+//! - *Delete*: by uid, never a pod we did not look at; a delete never removes a pod carrying F.
+//!
+//! **In memory only**: nothing the count depends on. A restarted operator reads S, L and the pod
+//! and goes on; the restart back-off ([`crate::restarts`]) is the only thing it forgets.
+//!
+//! **What it costs**: one PATCH per pod, the release, right after the status patch that counts
+//! it. Without F, a pod created (its answer lost, or the operator killed) and deleted before the
+//! operator looks again leaves no trace: "created then deleted" and "never created" look the
+//! same, so a start would be lost. The finalizer is the trace.
+//!
+//! **When it cannot hold**: a CRD older than the operator (Helm and GitOps setups often never
+//! upgrade CRDs) prunes fields it does not know from every status write. Without L the count
+//! cannot be made idempotent: every reconcile would count the running pod again. So when L does
+//! not stick, counting stops (S stays as it is, pods get no F), said once in an ERROR line and
+//! once per object in a Warning Event: apply `config/crd`. Other pruned fields are only not
+//! written any more (so their absence does not make every reconcile write again).
+
+use crate::resources::COUNT_FINALIZER;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// The status fields the operator writes that an older CRD may not know.
+pub const NEWER_FIELDS: [&str; 3] = ["lastCountedPodUID", "observedGeneration", "podPhase"];
+
+/// What the installed CRD keeps of the status we write; shared by the reconcile workers.
+#[derive(Default)]
+pub struct Counting {
+    /// Status fields the API server prunes (found at start, or when a write did not stick).
+    pruned: Mutex<BTreeSet<&'static str>>,
+    /// L does not stick: counting has stopped.
+    suspended: AtomicBool,
+}
+
+impl Counting {
+    pub fn new() -> Counting {
+        Counting::default()
+    }
+
+    /// Whether starts are counted (L sticks).
+    pub fn active(&self) -> bool {
+        !self.suspended.load(Ordering::Relaxed)
+    }
+
+    /// Whether the API server prunes the status field `field`.
+    pub fn prunes(&self, field: &str) -> bool {
+        self.pruned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(field)
+    }
+
+    /// Records that the API server prunes `fields` (the CRD is older than the operator); returns
+    /// those not known before, each of which is said once (ERROR when it stops the counting).
+    pub fn learn_pruned(&self, fields: &[&'static str], how: &str) -> Vec<&'static str> {
+        let mut pruned = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+        let new: Vec<&'static str> = fields
+            .iter()
+            .copied()
+            .filter(|f| pruned.insert(f))
+            .collect();
+        drop(pruned);
+        for f in &new {
+            if *f == "lastCountedPodUID" {
+                self.suspended.store(true, Ordering::Relaxed);
+                log::error!(
+                    target: "reconcile",
+                    field = *f;
+                    "the installed ImmortalContainer CRD is older than this operator: it prunes status.{f} ({how}); \
+                     without it starts cannot be counted exactly once, so status.startTimes is no longer counted. \
+                     Apply the CRD of this version: kubectl apply -k config/crd (make install)"
+                );
+            } else {
+                log::warn!(
+                    target: "reconcile",
+                    field = *f;
+                    "the installed ImmortalContainer CRD is older than this operator: it prunes status.{f} ({how}), \
+                     which is no longer written. Apply the CRD of this version: kubectl apply -k config/crd (make install)"
+                );
+            }
+        }
+        new
+    }
+
+    /// The fields of `sent` (a status we wrote) that `answered` (the server's copy after the
+    /// write) does not have: pruned by the CRD's schema.
+    pub fn not_kept(sent: &Value, answered: &Value) -> Vec<&'static str> {
+        NEWER_FIELDS
+            .iter()
+            .copied()
+            .filter(|f| {
+                let s = &sent[*f];
+                !s.is_null() && answered[*f].is_null()
+            })
+            .collect()
+    }
+
+    /// The fields a CRD's schema for our served version lacks, read from the CRD object
+    /// (`spec.versions[].schema.openAPIV3Schema.properties.status`). `None` when the schema
+    /// cannot tell (no such version, or status preserves unknown fields).
+    pub fn missing_in_crd(crd: &Value, version: &str) -> Option<Vec<&'static str>> {
+        let v = crd["spec"]["versions"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == version)?;
+        let status = &v["schema"]["openAPIV3Schema"]["properties"]["status"];
+        if status["x-kubernetes-preserve-unknown-fields"] == true {
+            return None;
+        }
+        let props = status["properties"].as_object();
+        Some(
+            NEWER_FIELDS
+                .iter()
+                .copied()
+                .filter(|f| props.map_or(true, |p| !p.contains_key(*f)))
+                .collect(),
+        )
+    }
+}
+
+/// Whether the pod's metadata carries our finalizer.
+pub fn holds(finalizers: &[String]) -> bool {
+    finalizers.iter().any(|f| f == COUNT_FINALIZER)
+}
+
+/// The patch that releases a pod: our finalizer deleted from the list (others' untouched), and
+/// the pod's uid as precondition (409 if the name holds another pod by now).
+pub fn release_patch(uid: &str) -> Value {
+    json!({"metadata": {
+        "uid": uid,
+        "$deleteFromPrimitiveList/finalizers": [COUNT_FINALIZER],
+    }})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_the_server_did_not_keep_is_found_and_said_once() {
+        let sent = json!({"startTimes": 2, "lastCountedPodUID": "u", "podPhase": "Running"});
+        let answered = json!({"startTimes": 2, "podPhase": "Running"});
+        let pruned = Counting::not_kept(&sent, &answered);
+        assert_eq!(pruned, ["lastCountedPodUID"]);
+        let c = Counting::new();
+        assert!(c.active());
+        assert_eq!(c.learn_pruned(&pruned, "test"), ["lastCountedPodUID"]);
+        assert!(!c.active(), "counting stops without L");
+        assert!(c.prunes("lastCountedPodUID"));
+        assert!(c.learn_pruned(&pruned, "test").is_empty(), "said once");
+    }
+
+    #[test]
+    fn an_older_crd_is_recognised_from_its_schema() {
+        let crd = |props: Value| {
+            json!({"spec": {"versions": [{"name": "v1alpha1", "schema": {"openAPIV3Schema":
+                {"properties": {"status": {"type": "object", "properties": props}}}}}]}})
+        };
+        let old = crd(json!({"currentPod": {}, "startTimes": {}, "conditions": {}}));
+        assert_eq!(
+            Counting::missing_in_crd(&old, "v1alpha1"),
+            Some(NEWER_FIELDS.to_vec())
+        );
+        let ours: Value =
+            serde_yaml::from_str(include_str!("../config/crd/immortalcontainers.yaml")).unwrap();
+        assert_eq!(Counting::missing_in_crd(&ours, "v1alpha1"), Some(vec![]));
+        assert_eq!(Counting::missing_in_crd(&ours, "v2"), None);
+    }
+
+    #[test]
+    fn the_release_patch_deletes_only_our_finalizer_of_this_very_pod() {
+        let p = release_patch("u-1");
+        assert_eq!(p["metadata"]["uid"], "u-1");
+        assert_eq!(
+            p["metadata"]["$deleteFromPrimitiveList/finalizers"],
+            json!([COUNT_FINALIZER])
+        );
+        assert!(holds(&[COUNT_FINALIZER.to_string()]));
+        assert!(!holds(&["other".to_string()]));
+    }
+}
