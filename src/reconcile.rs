@@ -470,7 +470,8 @@ fn release_orphan<A: Api>(
     )
 }
 
-/// Takes our finalizer off the pod with `uid`. Gone or replaced meanwhile is as good.
+/// Takes our finalizer off the pod with `uid`. Gone meanwhile is as good. A 409 is not
+/// assumed to mean "replaced": the retry reads the pod and decides.
 fn release_pod<A: Api>(
     api: &A,
     trace: &Trace,
@@ -489,7 +490,7 @@ fn release_pod<A: Api>(
             );
             Ok(())
         }
-        Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(Error::from_api("release pod", e)),
     }
 }
@@ -518,6 +519,7 @@ impl<A: Api> Run<'_, A> {
 
         let mut look = self.first_look(hint);
         let mut cause = None;
+        let mut refused: Option<client::Error> = None;
         // Normally two rounds at most (create, or look and act, then create). A world that keeps
         // changing under us (a name taken, freed and retaken between our calls) gets the
         // queue's backoff instead of a spin inside one reconcile.
@@ -554,6 +556,10 @@ impl<A: Api> Run<'_, A> {
             };
             let found = match found {
                 Found::Absent => {
+                    if let Some(e) = refused.take() {
+                        // Looked: the name is free, the refusal stands.
+                        return self.refused(e);
+                    }
                     let cause = cause.unwrap_or_else(|| self.absent_cause());
                     if cause.is_restart() {
                         if let Some(wait) =
@@ -579,7 +585,17 @@ impl<A: Api> Run<'_, A> {
                         // Taken although we just saw it free: whoever took it shows up on the
                         // next look. Let the queue's backoff pace that look.
                         Created::NameTaken => return Err(self.appeared()),
-                        Created::Refused => return Ok(Next::Done),
+                        // Refused while we only assumed the name free: a pod of ours may hold
+                        // it (created just before a crash, its answer lost) and must not go
+                        // unnoticed behind the refusal. Look first; a second refusal stands.
+                        Created::Refused(e)
+                            if matches!(look, Look::AssumeAbsent) && refused.is_none() =>
+                        {
+                            refused = Some(e);
+                            look = Look::Get;
+                            continue;
+                        }
+                        Created::Refused(e) => return self.refused(e),
                     }
                 }
                 Found::Read(pod) => {
@@ -759,21 +775,27 @@ impl<A: Api> Run<'_, A> {
                 Ok(Created::Yes)
             }
             Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
-            Err(e) if e.is_invalid() => {
-                // The server will refuse this pod every time: say why on the object and wait
-                // for the spec to change.
-                let msg = format!("the API server rejected pod {}: {e}", self.pod_name);
-                self.fail_permanently("PodCreateFailed", "PodCreateFailed", msg);
-                Ok(Created::Refused)
-            }
-            Err(e) if e.is_forbidden() => {
-                // Admission (PodSecurity, a ResourceQuota) or RBAC: a person must act, and the
-                // fix needs no change to the object, so retry with backoff meanwhile.
-                let msg = format!("the API server refused pod {}: {e}", self.pod_name);
-                self.fail_permanently("PodCreateFailed", "PodCreateFailed", msg);
-                Err(Error::from_api("create pod", e))
-            }
+            Err(e) if e.is_invalid() || e.is_forbidden() => Ok(Created::Refused(e)),
             Err(e) => Err(Error::from_api("create pod", e)),
+        }
+    }
+
+    /// The API server refused our pod, and no pod holds its name: say why on the object. A 422
+    /// will come back every time: wait for the spec to change. A 403 is admission (PodSecurity,
+    /// a ResourceQuota) or RBAC: a person must act, and the fix needs no change to the object,
+    /// so retry with backoff meanwhile.
+    fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
+        let verb = if e.is_invalid() {
+            "rejected"
+        } else {
+            "refused"
+        };
+        let msg = format!("the API server {verb} pod {}: {e}", self.pod_name);
+        self.fail_permanently("PodCreateFailed", "PodCreateFailed", msg);
+        if e.is_invalid() {
+            Ok(Next::Done)
+        } else {
+            Err(Error::from_api("create pod", e))
         }
     }
 
@@ -1092,8 +1114,8 @@ enum Created {
     Yes,
     /// AlreadyExists.
     NameTaken,
-    /// 422: recorded as a condition; waits for the spec to change.
-    Refused,
+    /// 422 or 403: the server will not take this pod.
+    Refused(client::Error),
 }
 
 /// What a DELETE of our pod did.
