@@ -17,7 +17,7 @@ SAMPLE := config/samples/immortalcontainer.yaml
 
 .DEFAULT_GOAL := help
 .PHONY: help build build-static test run demo demo-stop install uninstall render deploy undeploy \
-	docker-build docker-buildx fmt lint bench
+	build-installer docker-build docker-buildx fmt lint bench
 
 help: ## List the targets
 	@echo 'Usage: make TARGET [IMG=...] [ARGS=...]'
@@ -144,6 +144,16 @@ deploy: ## Deploy CRD, RBAC and the operator (image IMG) to the current cluster
 
 undeploy: ## Remove everything deploy created, CRD and ImmortalContainers included
 	$(KUBECTL) delete -k config/default --ignore-not-found
+
+# The one-file install (kubebuilder's convention): exactly what deploy applies, image IMG
+# included, for `kubectl apply -f dist/install.yaml` on a machine without this repository.
+# Rendered to a temporary file and renamed, so a failed render leaves no truncated installer.
+# dist/ is not committed: the file names one image, and this repository publishes none.
+build-installer: ## Write dist/install.yaml (CRD, RBAC, Deployment of image IMG) for kubectl apply -f
+	@set -e; mkdir -p dist; tmp=$$(mktemp dist/.install.yaml.XXXXXX); trap 'rm -f "$$tmp"' EXIT; \
+	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$tmp"; \
+	chmod 644 "$$tmp"; mv "$$tmp" dist/install.yaml; \
+	echo 'wrote dist/install.yaml with image $(IMG)'
 
 docker-build: ## Build the operator image IMG
 	$(CONTAINER_TOOL) build -t $(IMG) .
