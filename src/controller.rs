@@ -30,12 +30,16 @@ use std::time::{Duration, Instant};
 /// up with a clear message instead of retrying silently forever.
 const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
 
+/// Longest one start-up check may wait for an answer. The check runs on the thread that answers
+/// signals, so this bounds how long a SIGTERM during start-up waits on a hung API server.
+const PREFLIGHT_ATTEMPT: Duration = Duration::from_secs(5);
+
 /// How long a shutdown waits for the reconciles in flight, and the Events they recorded, to
 /// finish. What still waits on the API server then is abandoned: a blocking request cannot be
 /// cancelled, but nothing has to wait for it, the process exits under it. With
 /// [`RELEASE_TIMEOUT`] this keeps a shutdown within 7 s, inside the Deployment's
-/// `terminationGracePeriodSeconds: 10` (config/manager), after which the kubelet kills the
-/// process before it could release the Lease.
+/// `terminationGracePeriodSeconds: 10` (config/manager); past it the kubelet kills the
+/// process, which then cannot release the Lease.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest the Lease release may take at shutdown.
@@ -387,7 +391,8 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     let deadline = Instant::now() + PREFLIGHT_PATIENCE;
     let mut backoff = Backoff::new();
     loop {
-        let err = match client.get_path::<serde_json::Value>(&path) {
+        let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
+        let err = match attempt.get_path::<serde_json::Value>(&path) {
             Ok(_) => return Ok(()),
             Err(e) => e,
         };

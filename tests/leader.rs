@@ -364,3 +364,34 @@ fn sigterm_while_a_write_hangs_leaves_the_lease_to_expire_instead_of_releasing_i
         Some(identity.as_str())
     );
 }
+
+#[test]
+fn sigterm_during_start_up_against_an_api_server_that_hangs_exits_in_time() {
+    let cluster = Cluster::new("sigterm-start");
+    let Some(server) = cluster.test_server_or_skip("an API server that hangs") else {
+        return;
+    };
+    let config = user_kubeconfig(&cluster, server, "replica-a");
+    server.stall(StallRule {
+        user: Some("replica-a".into()),
+        ..StallRule::default()
+    });
+    let args = elect_args(&cluster.ns, "15s", "10s", "2s");
+    server.reset_request_counts();
+    let mut a = Operator::start_as(&cluster, &config, &args, "replica-a.log");
+    // Its first request comes after its signal handlers are in place.
+    wait_until(
+        Duration::from_secs(10),
+        "the start-up check to reach the server",
+        || match server.request_counts().keys().next() {
+            Some(_) => Ok(()),
+            None => Err("no request yet".into()),
+        },
+    );
+    let took = sigterm_and_time_exit(&mut a);
+    eprintln!("SIGTERM to exit during start-up checks: {} ms", ms(took));
+    assert!(
+        took < Duration::from_secs(7),
+        "one check is bounded to 5 s: {took:?}"
+    );
+}
