@@ -1,11 +1,27 @@
 # syntax=docker/dockerfile:1
 # The operator image: a static (musl) release build, run from distroless/static as a non-root
 # user. Static because a mapped glibc is 1.5 MiB of the operator's resident memory (make bench).
+#
+# Built for linux/amd64 and linux/arm64 (make docker-buildx builds both). The builder stage
+# compiles for its own architecture, so each platform is built natively: on a builder node of
+# that architecture, or under QEMU emulation, which is correct but several times slower.
 
 FROM rust:1-bookworm AS builder
-# musl-gcc compiles ring's C and assembly for the musl target; the target matches the build
-# machine's architecture (x86_64 or aarch64), so the image builds natively on either.
-RUN apt-get update && apt-get install -y --no-install-recommends musl-tools \
+# Set by BuildKit for every build (amd64, arm64): keeps each architecture's target dir apart.
+ARG TARGETARCH
+# ring's C and assembly are compiled by the cc crate, which for a musl target looks for
+# `<arch>-linux-musl-gcc`. Debian's musl-dev ships that wrapper for the machine's own
+# architecture, and musl-tools names it `musl-gcc`; naming musl-gcc here makes the compiler the
+# same on both architectures whatever cc's per-target defaults become.
+ENV CC_x86_64_unknown_linux_musl=musl-gcc \
+    CC_aarch64_unknown_linux_musl=musl-gcc
+# Any other architecture would need its own CC_ line above and a Rust musl target named after
+# `uname -m` (armv7l has none): say so instead of failing somewhere in the build.
+RUN case "$(uname -m)" in \
+        x86_64|aarch64) ;; \
+        *) echo "the image builds on x86_64 and aarch64, not $(uname -m)" >&2; exit 1 ;; \
+    esac \
+    && apt-get update && apt-get install -y --no-install-recommends musl-tools \
     && rm -rf /var/lib/apt/lists/* \
     && rustup target add "$(uname -m)-unknown-linux-musl"
 WORKDIR /src
@@ -14,10 +30,13 @@ WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and the target dir between builds, so a source change rebuilds
 # only this workspace's crates, not the dependencies. The binary is copied out of the target
-# mount because cache mounts are not part of the image.
+# mount because cache mounts are not part of the image. A cache mount is shared by every
+# platform of a multi-platform build unless its id differs, so the target dir (which holds the
+# build scripts compiled for the builder's own architecture) gets one per architecture; the
+# registry holds only sources and is shared, locked so one cargo writes it at a time.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
-    --mount=type=cache,target=/src/target,sharing=locked \
+    --mount=type=cache,target=/src/target,id=immortal-operator-target-${TARGETARCH},sharing=locked \
     target="$(uname -m)-unknown-linux-musl" \
     && cargo build --release --locked --target "$target" --bin immortal-operator \
     && cp "target/$target/release/immortal-operator" /immortal-operator

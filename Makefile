@@ -17,11 +17,11 @@ SAMPLE := config/samples/immortalcontainer.yaml
 
 .DEFAULT_GOAL := help
 .PHONY: help build build-static test run demo demo-stop install uninstall render deploy undeploy \
-	docker-build fmt lint bench
+	build-installer docker-build docker-buildx fmt lint bench
 
 help: ## List the targets
 	@echo 'Usage: make TARGET [IMG=...] [ARGS=...]'
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the release binaries
 	$(CARGO) build --release
@@ -31,6 +31,11 @@ build: ## Build the release binaries
 # src/allocator.rs it costs no more CPU than the glibc build. Needs the musl target
 # (rustup target add $(MUSL_TARGET)) and musl-gcc (Debian: musl-tools) for ring's C code.
 MUSL_TARGET := $(shell uname -m)-unknown-linux-musl
+# The cc crate compiles ring's C with CC_<target> when set; name Debian's musl-gcc, as the image
+# does, unless the environment already names a compiler.
+MUSL_CC_VAR := CC_$(subst -,_,$(MUSL_TARGET))
+$(MUSL_CC_VAR) ?= musl-gcc
+export $(MUSL_CC_VAR)
 build-static: ## Build the static (musl) release binary the image ships
 	$(CARGO) build --release --target $(MUSL_TARGET) -p immortal-operator
 
@@ -140,8 +145,32 @@ deploy: ## Deploy CRD, RBAC and the operator (image IMG) to the current cluster
 undeploy: ## Remove everything deploy created, CRD and ImmortalContainers included
 	$(KUBECTL) delete -k config/default --ignore-not-found
 
+# The one-file install (kubebuilder's convention): exactly what deploy applies, image IMG
+# included, for `kubectl apply -f dist/install.yaml` on a machine without this repository.
+# Rendered to a temporary file and renamed, so a failed render leaves no truncated installer.
+# dist/ is not committed: the file names one image, and this repository publishes none.
+build-installer: ## Write dist/install.yaml (CRD, RBAC, Deployment of image IMG) for kubectl apply -f
+	@set -e; mkdir -p dist; tmp=$$(mktemp dist/.install.yaml.XXXXXX); trap 'rm -f "$$tmp"' EXIT; \
+	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$tmp"; \
+	chmod 644 "$$tmp"; mv "$$tmp" dist/install.yaml; \
+	echo 'wrote dist/install.yaml with image $(IMG)'
+
 docker-build: ## Build the operator image IMG
 	$(CONTAINER_TOOL) build -t $(IMG) .
+
+# The image for every platform in PLATFORMS, pushed to IMG as one multi-platform image (buildx
+# cannot load a multi-platform image into Docker's classic image store, so it pushes, as
+# kubebuilder's docker-buildx does). The Dockerfile builds each platform natively: a builder
+# with a node of each architecture builds at full speed; a single amd64 node builds arm64 under
+# QEMU (binfmt handlers must be installed), several times slower. The builder is
+# created once and kept, so its cache mounts (registry, target dirs) serve the next build.
+PLATFORMS ?= linux/amd64,linux/arm64
+BUILDX_BUILDER ?= immortal-operator-builder
+docker-buildx: ## Build and push the image IMG for PLATFORMS (linux/amd64,linux/arm64)
+	$(CONTAINER_TOOL) buildx inspect $(BUILDX_BUILDER) >/dev/null 2>&1 || \
+		$(CONTAINER_TOOL) buildx create --name $(BUILDX_BUILDER) --driver docker-container
+	$(CONTAINER_TOOL) buildx build --builder $(BUILDX_BUILDER) --platform $(PLATFORMS) \
+		--tag $(IMG) --push .
 
 # The bench measures the binary the image ships, the static musl build, when this machine can
 # build it; otherwise the glibc build, and says so (its idle RSS is 1.5 MiB higher). The operator

@@ -4,8 +4,12 @@
 //! adds the I/O: credentials, retries of 429/503 after `Retry-After`, one credential refresh
 //! after a 401, and turning every non-2xx answer into [`Error::Api`] carrying the server's
 //! `Status`. Nothing here logs a header: the Authorization value never reaches a log line.
+//!
+//! A client given a [`Fence`] (leader election's) sends a write only while the fence is open,
+//! and with a timeout that ends when it closes.
 
 use crate::kubeconfig::{ClusterConfig, ConfigError};
+use crate::leader::Fence;
 use crate::metrics;
 use crate::resources::{ImmortalContainer, Pod, Status, GROUP, PLURAL, VERSION};
 use serde::de::DeserializeOwned;
@@ -41,6 +45,11 @@ pub enum Error {
     Decode(String),
     /// Credentials could not be produced (exec plugin failed, token file unreadable).
     Credentials(ConfigError),
+    /// A write refused before it was sent: this replica does not hold the leader Lease, or
+    /// renewed it too long ago to be sure that no other replica holds it now (see
+    /// [`Fence`]). Transient: the reconcile is retried with backoff, and a replica that lost
+    /// the Lease exits.
+    Fenced,
 }
 
 impl Error {
@@ -98,7 +107,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Api(s) => s.code == 429 || s.code >= 500,
-            Error::Transport(_) | Error::Decode(_) => true,
+            Error::Transport(_) | Error::Decode(_) | Error::Fenced => true,
             Error::Credentials(_) => false,
         }
     }
@@ -119,6 +128,10 @@ impl fmt::Display for Error {
             Error::Transport(m) => write!(f, "transport error: {m}"),
             Error::Decode(m) => write!(f, "decode error: {m}"),
             Error::Credentials(e) => write!(f, "credentials: {e}"),
+            Error::Fenced => write!(
+                f,
+                "write refused: this replica does not hold the leader lease (or may no longer)"
+            ),
         }
     }
 }
@@ -347,8 +360,10 @@ pub struct ListMeta {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
-    /// Set by [`Client::with_deadline`]: a shorter timeout, and no throttle retries.
-    deadline: Option<Duration>,
+    /// Set by [`Client::until`]: every request ends by then, and no throttle retries.
+    until: Option<Instant>,
+    /// Set by [`Client::fenced`]: writes only while it is open, ending when it closes.
+    fence: Option<Arc<Fence>>,
 }
 
 struct Inner {
@@ -391,23 +406,55 @@ impl Client {
                 max_idle_per_host,
                 user_agent: format!("immortal-operator/{}", env!("CARGO_PKG_VERSION")),
             }),
-            deadline: None,
+            until: None,
+            fence: None,
         })
     }
 
-    /// The same client, but every request ends within `d` and a 429/503 is returned at once
-    /// instead of retried: for callers whose answer is worthless after `d` (leader election must
-    /// know within its renew deadline whether it still leads).
-    pub fn with_deadline(&self, d: Duration) -> Client {
+    /// The same client, but every request ends by `deadline` (its timeout is cut to fit, and
+    /// one that would have no time left is not sent) and a 429/503 is returned at once instead
+    /// of retried: for callers whose answer is worthless later (leader election must know
+    /// within its renew deadline whether it still leads).
+    pub fn until(&self, deadline: Instant) -> Client {
         Client {
-            inner: self.inner.clone(),
-            deadline: Some(d),
+            until: Some(deadline),
+            ..self.clone()
         }
     }
 
+    /// The same client, but a write (any method but GET) is sent only while `fence` is open,
+    /// with a timeout that ends when the fence closes, so no write of ours is sent, or waited
+    /// for, once another replica may hold the leader Lease. Reads are not fenced.
+    pub fn fenced(&self, fence: Arc<Fence>) -> Client {
+        Client {
+            fence: Some(fence),
+            ..self.clone()
+        }
+    }
+
+    /// Timeout of an ordinary request; [`Client::until`] and the fence may end it sooner.
     fn request_timeout(&self) -> Duration {
-        self.deadline
-            .map_or(REQUEST_TIMEOUT, |d| d.min(REQUEST_TIMEOUT))
+        REQUEST_TIMEOUT
+    }
+
+    /// When `req` must end: its own timeout, cut to [`Client::until`] and, for a write, to the
+    /// fence. `Err` when the fence refuses the write or no time is left.
+    fn deadline(&self, req: &Req) -> Result<Instant, Error> {
+        let now = Instant::now();
+        let mut deadline = now + req.timeout;
+        if let Some(until) = self.until {
+            deadline = deadline.min(until);
+        }
+        if let (Some(fence), true) = (&self.fence, is_write(req.method)) {
+            deadline = deadline.min(fence.deadline().ok_or(Error::Fenced)?);
+        }
+        if deadline <= now {
+            return Err(Error::Transport(format!(
+                "{} {}: no time left before the deadline; not sent",
+                req.method, req.path
+            )));
+        }
+        Ok(deadline)
     }
 
     /// The cluster this client talks to (for logs).
@@ -436,8 +483,16 @@ impl Client {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            // Counted in flight before the fence is read: a release that closes the fence and
+            // then finds no write in flight cannot have missed one about to be sent.
+            let in_flight = match &self.fence {
+                Some(f) if is_write(req.method) => Some(f.write_started()),
+                _ => None,
+            };
+            let deadline = self.deadline(req)?;
             let started = Instant::now();
-            let result = self.send_once(req);
+            let result = self.send_once(req, deadline);
+            drop(in_flight);
             let code = match &result {
                 Ok(r) => r.status(),
                 Err(ureq::Error::Status(c, _)) => *c,
@@ -464,7 +519,7 @@ impl Client {
                         self.inner.config.credentials.invalidate();
                         continue;
                     }
-                    let attempts = if self.deadline.is_some() {
+                    let attempts = if self.until.is_some() {
                         1
                     } else {
                         THROTTLE_ATTEMPTS
@@ -498,7 +553,7 @@ impl Client {
     }
 
     #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.
-    fn send_once(&self, req: &Req) -> Result<ureq::Response, ureq::Error> {
+    fn send_once(&self, req: &Req, deadline: Instant) -> Result<ureq::Response, ureq::Error> {
         let agent = match self.agent() {
             Ok(a) => a,
             Err(e) => return Err(ureq::Error::Transport(transport_error(e.to_string()))),
@@ -506,7 +561,6 @@ impl Client {
         let url = format!("{}{}", self.inner.config.server, req.path);
         let mut r = agent
             .request(req.method, &url)
-            .timeout(req.timeout)
             .set("Accept", "application/json")
             .set("User-Agent", &self.inner.user_agent);
         match self.inner.config.credentials.authorization() {
@@ -514,6 +568,17 @@ impl Client {
             Ok(None) => {}
             Err(e) => return Err(ureq::Error::Transport(transport_error(e.to_string()))),
         }
+        // Measured after the credentials, which may have taken a while (an exec plugin): ureq
+        // counts its timeout from the call, and the whole request, answer body included, must
+        // be over by the deadline.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ureq::Error::Transport(transport_error(format!(
+                "{} {}: no time left before the deadline; not sent",
+                req.method, req.path
+            ))));
+        }
+        r = r.timeout(left);
         match req.body {
             Some((ct, body)) => r.set("Content-Type", ct).send_bytes(body),
             None => r.call(),
@@ -732,6 +797,11 @@ impl Client {
     }
 }
 
+/// Whether a request of this method may change something, and so is fenced.
+fn is_write(method: &str) -> bool {
+    method != "GET"
+}
+
 fn transport_error(msg: String) -> ureq::Transport {
     // ureq 2 has no public constructor for Transport; an io::Error converts into one.
     match ureq::Error::from(std::io::Error::other(msg)) {
@@ -924,12 +994,83 @@ mod tests {
         assert_eq!(pod_gets(&server), 1);
     }
 
+    fn pod_creates(server: &kube_testserver::TestServer) -> u64 {
+        server
+            .request_counts()
+            .get(&("create".to_string(), "pods".to_string()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn a_pod(name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_write_outside_the_fence_is_refused_before_it_reaches_the_server() {
+        let (server, client) = against_test_server();
+        let fence = Arc::new(Fence::closed());
+        let fenced = client.fenced(fence.clone());
+        let e = fenced.create_pod("default", &a_pod("p")).unwrap_err();
+        assert!(matches!(e, Error::Fenced) && e.is_transient(), "{e}");
+        assert_eq!(pod_creates(&server), 0, "never sent");
+        // Reads are not fenced.
+        assert!(fenced.get_pod("default", "p").unwrap_err().is_not_found());
+        fence.open_until(Instant::now() + Duration::from_secs(10));
+        fenced.create_pod("default", &a_pod("p")).unwrap();
+        fence.close();
+        assert!(matches!(
+            fenced.create_pod("default", &a_pod("q")),
+            Err(Error::Fenced)
+        ));
+        assert_eq!(pod_creates(&server), 1);
+    }
+
+    #[test]
+    fn a_write_the_server_never_answers_is_given_up_when_the_fence_closes() {
+        let (server, client) = against_test_server();
+        server.stall(kube_testserver::StallRule {
+            verb: Some("create".into()),
+            ..Default::default()
+        });
+        let fence = Arc::new(Fence::closed());
+        fence.open_until(Instant::now() + Duration::from_millis(600));
+        let fenced = client.fenced(fence.clone());
+        let started = Instant::now();
+        let write = std::thread::spawn(move || fenced.create_pod("default", &a_pod("p")));
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(fence.writes_in_flight(), 1, "counted while it waits");
+        let result = write.join().unwrap();
+        let took = started.elapsed();
+        assert!(matches!(result, Err(Error::Transport(_))), "{result:?}");
+        assert!(
+            took >= Duration::from_millis(550) && took < Duration::from_millis(1500),
+            "ended with the fence, not after the 30 s request timeout: {took:?}"
+        );
+        assert_eq!(fence.writes_in_flight(), 0);
+    }
+
+    #[test]
+    fn a_request_with_no_time_left_before_its_deadline_is_not_sent() {
+        let (server, client) = against_test_server();
+        let e = client
+            .until(Instant::now())
+            .create_pod("default", &a_pod("p"))
+            .unwrap_err();
+        assert!(e.to_string().contains("no time left"), "{e}");
+        assert_eq!(pod_creates(&server), 0);
+    }
+
     #[test]
     fn a_client_with_a_deadline_does_not_retry_throttling() {
         let (server, client) = against_test_server();
         throttle(&server, 503, 1);
         let e = client
-            .with_deadline(Duration::from_secs(1))
+            .until(Instant::now() + Duration::from_secs(1))
             .get_pod("default", "x")
             .unwrap_err();
         assert_eq!(e.code(), 503);

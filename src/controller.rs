@@ -3,8 +3,9 @@
 //!
 //! Shutdown follows the ripgrep/crossbeam pattern: one `quit` channel whose sender is dropped
 //! to wake every blocking loop at once; the queue is shut down so workers finish their
-//! in-flight reconcile and return; the leader releases its Lease; the process exits 0. A second
-//! signal exits at once.
+//! in-flight reconcile and return, within [`DRAIN_TIMEOUT`]; the leader releases its Lease;
+//! the process exits 0, all within the Deployment's grace period even when the API server
+//! hangs. A second signal exits at once.
 
 use crate::allocator;
 use crate::cli::Config;
@@ -29,6 +30,21 @@ use std::time::{Duration, Instant};
 /// How long start-up keeps trying to reach the API server (and find our CRD) before it gives
 /// up with a clear message instead of retrying silently forever.
 const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Longest one start-up check may wait for an answer. The check runs on the thread that answers
+/// signals, so this bounds how long a SIGTERM during start-up waits on a hung API server.
+const PREFLIGHT_ATTEMPT: Duration = Duration::from_secs(5);
+
+/// How long a shutdown waits for the reconciles in flight, and the Events they recorded, to
+/// finish. What still waits on the API server then is abandoned: a blocking request cannot be
+/// cancelled, but nothing has to wait for it, the process exits under it. With
+/// [`RELEASE_TIMEOUT`] this keeps a shutdown within 7 s, inside the Deployment's
+/// `terminationGracePeriodSeconds: 10` (config/manager); past it the kubelet kills the
+/// process, which then cannot release the Lease.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest the Lease release may take at shutdown.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Exit code for a configuration or cluster problem found at start.
 const EXIT_CONFIG: u8 = 1;
@@ -157,6 +173,7 @@ pub fn run(config: Config) -> ExitCode {
         }
     }
 
+    let (stop_renewing_tx, stop_renewing) = crossbeam_channel::bounded::<()>(0);
     let elector = match &config.leader {
         Some(flags) => {
             let namespace = flags
@@ -173,8 +190,28 @@ pub fn run(config: Config) -> ExitCode {
                 retry_period: flags.retry_period,
             };
             let elector = Arc::new(Elector::new(client.clone(), settings));
-            if !elector.acquire(&quit) {
-                return stopped();
+            // Acquiring and renewing happen on a thread of their own, so that a signal is
+            // answered at once even while a request to a hung API server is pending. Renewal
+            // goes on during shutdown until the release, so reconciles finishing are not fenced.
+            let (leading_tx, leading) = crossbeam_channel::bounded::<()>(1);
+            let (e, quit_acquiring) = (elector.clone(), quit.clone());
+            let spawned = thread::Builder::new().name("lease".into()).spawn(move || {
+                if !e.acquire(&quit_acquiring) {
+                    return;
+                }
+                let _ = leading_tx.send(());
+                if e.keep_renewing(&stop_renewing).is_err() {
+                    // The fence is closed already: nothing more is written while we exit.
+                    log::logger().flush();
+                    std::process::exit(1);
+                }
+            });
+            if let Err(e) = spawned {
+                return fail_running(&format!("cannot start lease thread: {e}"));
+            }
+            select! {
+                recv(leading) -> r => if r.is_err() { return stopped() },
+                recv(quit) -> _ => return stopped(),
             }
             Some(elector)
         }
@@ -183,16 +220,13 @@ pub fn run(config: Config) -> ExitCode {
             None
         }
     };
-    let renewer = elector.clone().map(|e| {
-        let quit = quit.clone();
-        thread::Builder::new()
-            .name("lease".into())
-            .spawn(move || e.keep_renewing(&quit))
-    });
-    let renewer = match renewer.transpose() {
-        Ok(r) => r,
-        Err(e) => return fail_running(&format!("cannot start lease thread: {e}")),
+    // Every write goes through the leader's fence: none is sent once the Lease may have passed.
+    let writer = match &elector {
+        Some(e) => client.fenced(e.fence()),
+        None => client.clone(),
     };
+    // Each worker and the events thread hold a sender; all are gone once they have all ended.
+    let (finished_tx, finished) = crossbeam_channel::bounded::<()>(0);
 
     let (recorder, event_rx) = Recorder::channel();
     let identity = elector
@@ -200,8 +234,9 @@ pub fn run(config: Config) -> ExitCode {
         .map(|e| e.identity().to_string())
         .unwrap_or_else(leader::identity);
     {
-        let client = client.clone();
+        let (client, finished) = (writer.clone(), finished_tx.clone());
         if let Err(e) = thread::Builder::new().name("events".into()).spawn(move || {
+            let _finished = finished;
             let _cache = allocator::cache_this_thread();
             events::run(client, event_rx, identity)
         }) {
@@ -209,13 +244,17 @@ pub fn run(config: Config) -> ExitCode {
         }
     }
     let api = Arc::new(Cluster {
-        client: client.clone(),
+        client: writer,
         events: recorder,
     });
     let run_id = crate::util::rand_u64() as u16;
-    let mut workers = Vec::with_capacity(config.workers);
     for i in 0..config.workers {
-        let (queue, api, books) = (queue.clone(), api.clone(), books.clone());
+        let (queue, api, books, finished) = (
+            queue.clone(),
+            api.clone(),
+            books.clone(),
+            finished_tx.clone(),
+        );
         let sentinel = Sentinel {
             health: health.clone(),
             dead: dead_tx.clone(),
@@ -224,11 +263,12 @@ pub fn run(config: Config) -> ExitCode {
         match thread::Builder::new()
             .name(format!("reconcile-{i}"))
             .spawn(move || {
+                let _finished = finished;
                 let _sentinel = sentinel;
                 let _cache = allocator::cache_this_thread();
                 work(&queue, &api, &books, run_id)
             }) {
-            Ok(h) => workers.push(h),
+            Ok(_) => {}
             Err(e) => return fail_running(&format!("cannot start worker thread: {e}")),
         }
     }
@@ -243,18 +283,23 @@ pub fn run(config: Config) -> ExitCode {
         }
     }
 
-    // Graceful shutdown: workers finish the reconcile they are in, then the lease goes.
+    // Graceful shutdown: workers finish the reconcile they are in (abandoned after
+    // DRAIN_TIMEOUT), then the lease goes.
     log::info!(target: "controller", "shutting down: finishing in-flight reconciles");
     let started = Instant::now();
     queue.shutdown();
-    for w in workers {
-        let _ = w.join();
-    }
-    if let Some(r) = renewer {
-        let _ = r.join();
+    drop(finished_tx);
+    if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+        finished.recv_deadline(started + DRAIN_TIMEOUT)
+    {
+        log::warn!(
+            target: "controller", elapsed_ms = started.elapsed().as_millis() as u64;
+            "in-flight reconciles still wait on the API server; abandoning them"
+        );
     }
     if let Some(e) = &elector {
-        e.release();
+        drop(stop_renewing_tx);
+        e.release(RELEASE_TIMEOUT);
     }
     log::info!(target: "controller", elapsed_ms = started.elapsed().as_millis() as u64; "stopped");
     log::logger().flush();
@@ -384,7 +429,8 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     let deadline = Instant::now() + PREFLIGHT_PATIENCE;
     let mut backoff = Backoff::new();
     loop {
-        let err = match client.get_path::<serde_json::Value>(&path) {
+        let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
+        let err = match attempt.get_path::<serde_json::Value>(&path) {
             Ok(_) => return Ok(()),
             Err(e) => e,
         };

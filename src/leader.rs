@@ -1,10 +1,23 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it,
-//! so that of several replicas exactly one writes.
+//! so that of several replicas exactly one writes, and a [`Fence`] that keeps a deposed leader
+//! from writing whatever the API server does.
 //!
 //! Expiry is judged by the local clock from when we last saw the Lease change, never by
 //! comparing our clock with the holder's `renewTime` (clocks of different nodes disagree).
-//! A leader that cannot renew within the renew deadline, or finds another holder, exits at
-//! once with a non-zero code: a process that is gone makes no stale writes.
+//!
+//! Why a fence: a standby takes the Lease once it has seen the same record for the lease
+//! duration, and it cannot have seen our last renewal before we sent it. So, on our monotonic
+//! clock, the Lease stays ours until at least `sent + lease duration`, where `sent` is when the
+//! request of our last successful renewal left; the fence closes a safety margin before that.
+//! Every write of the operator goes through a client that sends only while the fence is open,
+//! with a timeout that ends when it closes, so no write is sent, or waited for, once another
+//! replica may lead: a renewal that hangs, a slow or erroring server, or a 401 retry cannot
+//! stretch it. (client-go bounds the renewal by the renew deadline but has no fence; its own
+//! documentation says it does not guarantee a single writer.) What no client can prevent: a
+//! server that received a write before the fence closed and applies it later.
+//!
+//! A leader that cannot renew within the renew deadline (or before its fence closes), or finds
+//! another holder, closes the fence and reports [`Lost`]; the process then exits non-zero.
 
 use crate::client::{self, Client, Resource};
 use crate::metrics;
@@ -12,8 +25,89 @@ use crate::resources::ObjectMeta;
 use crate::util;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::{Deserialize, Serialize};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+
+/// This replica's right to write, as leader election grants it: open until a point on the
+/// local monotonic clock that each successful renewal moves on, closed before the first
+/// acquisition, and closed for good once leadership ends (lost or released).
+#[derive(Debug)]
+pub struct Fence {
+    base: Instant,
+    /// Nanoseconds after `base` until which writes may run; [`NEVER_OPENED`] or [`ENDED`].
+    until: AtomicU64,
+    /// Writes sent and not answered yet (or not given up on yet).
+    in_flight: AtomicUsize,
+}
+
+const NEVER_OPENED: u64 = 0;
+const ENDED: u64 = u64::MAX;
+
+impl Fence {
+    /// A fence that is closed until [`Fence::open_until`].
+    pub fn closed() -> Fence {
+        Fence {
+            base: Instant::now(),
+            until: AtomicU64::new(NEVER_OPENED),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// Until when a write may run, if the fence is open now.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.until.load(SeqCst) {
+            NEVER_OPENED | ENDED => None,
+            n => Some(self.base + Duration::from_nanos(n)).filter(|t| *t > Instant::now()),
+        }
+    }
+
+    /// Opens the fence until `t`, or keeps it open that long; never once it has ended, and
+    /// never shorter than it already is.
+    pub fn open_until(&self, t: Instant) {
+        let n = (t.saturating_duration_since(self.base).as_nanos() as u64).clamp(1, ENDED - 1);
+        let _ = self
+            .until
+            .fetch_update(SeqCst, SeqCst, |cur| (cur != ENDED).then_some(cur.max(n)));
+    }
+
+    /// Closes the fence for good: leadership is over.
+    pub fn close(&self) {
+        self.until.store(ENDED, SeqCst);
+    }
+
+    /// Counts a write as in flight until the guard is dropped.
+    pub fn write_started(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, SeqCst);
+        InFlight(self)
+    }
+
+    /// Writes sent and not yet answered (or given up on).
+    pub fn writes_in_flight(&self) -> usize {
+        self.in_flight.load(SeqCst)
+    }
+}
+
+/// A write in flight (see [`Fence::write_started`]).
+pub struct InFlight<'a>(&'a Fence);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, SeqCst);
+    }
+}
+
+/// How long before the Lease could pass to another replica the fence closes: room for the
+/// last bytes of a write already on the wire to reach the server, and for clocks that run at
+/// different rates (NTP keeps them within 500 ppm: 7.5 ms over 15 s). A tenth of the lease:
+/// 1.5 s with the default 15 s.
+pub fn safety_margin(lease_duration: Duration) -> Duration {
+    lease_duration / 10
+}
+
+/// Leadership ended while renewing: the fence is closed and the process should exit.
+#[derive(Debug)]
+pub struct Lost(pub String);
 
 /// Settings, from the command line.
 #[derive(Debug, Clone)]
@@ -72,6 +166,11 @@ enum Attempt {
 pub struct Elector {
     client: Client,
     s: Settings,
+    /// The lease duration as the Lease records it (whole seconds): what standbys go by.
+    duration: Duration,
+    fence: Arc<Fence>,
+    /// Set when the release begins: an answer to a renewal still in flight is ignored then.
+    releasing: AtomicBool,
     /// The lease record last seen, and when (our clock) it was first seen like that.
     observed: Mutex<Option<(LeaseSpec, Instant)>>,
     /// The lease as we last wrote it, for the release.
@@ -80,13 +179,13 @@ pub struct Elector {
 
 impl Elector {
     pub fn new(client: Client, s: Settings) -> Elector {
-        // An attempt (a GET and a PUT) must end well inside the renew deadline, or a leader stuck
-        // on a hung request would go on writing after its lease expired and a standby took it.
-        let attempt = (s.renew_deadline / 4).max(Duration::from_millis(500));
-        let client = client.with_deadline(attempt);
+        let duration = Duration::from_secs(s.lease_duration.as_secs());
         Elector {
             client,
             s,
+            duration,
+            fence: Arc::new(Fence::closed()),
+            releasing: AtomicBool::new(false),
             observed: Mutex::new(None),
             ours: Mutex::new(None),
         }
@@ -96,12 +195,17 @@ impl Elector {
         &self.s.identity
     }
 
+    /// The fence every writing client of this process must go through.
+    pub fn fence(&self) -> Arc<Fence> {
+        self.fence.clone()
+    }
+
     /// Blocks until this process leads (true) or shutdown comes (false).
     pub fn acquire(&self, quit: &Receiver<()>) -> bool {
         log::info!(target: "leader", lease = self.lease_key().as_str(), identity = self.s.identity.as_str(); "waiting for leadership");
         let mut last_holder = String::new();
         loop {
-            match self.try_acquire_or_renew() {
+            match self.try_acquire_or_renew(Instant::now() + self.s.renew_deadline) {
                 Ok(Attempt::Held) => {
                     metrics::set_leader(true);
                     log::info!(target: "leader", lease = self.lease_key().as_str(), identity = self.s.identity.as_str(); "became leader");
@@ -119,60 +223,93 @@ impl Elector {
             }
             // client-go waits retryPeriod with a jitter factor of 1.2.
             let wait = self.s.retry_period.mul_f64(1.0 + 1.2 * util::rand_f64());
-            if !matches!(quit.recv_timeout(wait), Err(RecvTimeoutError::Timeout)) {
+            if stopped(quit, wait) {
                 return false;
             }
         }
     }
 
-    /// Renews every retry period until shutdown. Exits the process (code 1) when leadership is
-    /// lost: the renew deadline passed without a successful renew, or another holder appeared.
-    pub fn keep_renewing(&self, quit: &Receiver<()>) {
-        let mut last_renew = Instant::now();
+    /// Renews every retry period until `stop` fires or disconnects (`Ok`), or leadership is
+    /// lost: a renewal did not succeed within the renew deadline or before the fence closed, or
+    /// another holder appeared. Then the fence is already closed.
+    ///
+    /// As client-go's `renew`: a round starts a retry period after the last success and tries
+    /// every retry period until one attempt succeeds; the whole round, every request's timeout
+    /// included, ends by the renew deadline counted from its start, and never after the fence
+    /// closes (a renewal answered later could not keep it open anyway).
+    pub fn keep_renewing(&self, stop: &Receiver<()>) -> Result<(), Lost> {
         loop {
-            if !matches!(
-                quit.recv_timeout(self.s.retry_period),
-                Err(RecvTimeoutError::Timeout)
-            ) {
-                return;
+            if stopped(stop, self.s.retry_period) {
+                return Ok(());
             }
-            match self.try_acquire_or_renew() {
-                Ok(Attempt::Held) => last_renew = Instant::now(),
-                Ok(Attempt::HeldBy(h)) => self.lost(&format!("lease taken by {h}")),
-                Err(e) => {
-                    log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "lease renewal failed");
+            let round_end = Instant::now() + self.s.renew_deadline;
+            let fence_end = self.fence.deadline().unwrap_or_else(Instant::now);
+            let give_up = round_end.min(fence_end);
+            loop {
+                let result = self.try_acquire_or_renew(give_up);
+                if self.releasing.load(SeqCst) {
+                    return Ok(());
                 }
-            }
-            if last_renew.elapsed() >= self.s.renew_deadline {
-                self.lost("could not renew the lease within the renew deadline");
+                match result {
+                    Ok(Attempt::Held) => break,
+                    Ok(Attempt::HeldBy(h)) => return Err(self.lose(format!("lease taken by {h}"))),
+                    Err(e) => {
+                        log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "lease renewal failed");
+                    }
+                }
+                let left = give_up.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(self.lose(if fence_end < round_end {
+                        "could not renew the lease before it could expire".to_string()
+                    } else {
+                        "could not renew the lease within the renew deadline".to_string()
+                    }));
+                }
+                if stopped(stop, self.s.retry_period.min(left)) {
+                    return Ok(());
+                }
             }
         }
     }
 
-    fn lost(&self, why: &str) -> ! {
+    fn lose(&self, why: String) -> Lost {
+        self.fence.close();
         metrics::set_leader(false);
         log::error!(target: "leader", lease = self.lease_key().as_str(), identity = self.s.identity.as_str(); "leadership lost: {why}; exiting so no stale write can happen");
-        log::logger().flush();
-        std::process::exit(1);
+        Lost(why)
     }
 
     /// Gives the lease up so a standby takes over at its next retry instead of waiting for
-    /// expiry (client-go's ReleaseOnCancel: empty holder, duration 1 s).
-    pub fn release(&self) {
+    /// expiry (client-go's ReleaseOnCancel: empty holder, duration 1 s), with a request that
+    /// ends within `timeout`. Closes the fence first. Does not release while a write of ours is
+    /// still in flight (abandoned at shutdown): the server may yet apply it, so the Lease must
+    /// not pass on before that write's timeout, which ends when the fence would have closed;
+    /// the Lease then expires instead.
+    pub fn release(&self, timeout: Duration) {
+        self.releasing.store(true, SeqCst);
+        self.fence.close();
+        metrics::set_leader(false);
         let Some(mut lease) = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return;
         };
+        let in_flight = self.fence.writes_in_flight();
+        if in_flight > 0 {
+            log::warn!(
+                target: "leader", lease = self.lease_key().as_str(), writes_in_flight = in_flight as u64;
+                "not releasing the lease: a write is still waiting for the API server; a standby takes over once the lease expires"
+            );
+            return;
+        }
         let now = micro_time(SystemTime::now());
         lease.spec.holder_identity = None;
         lease.spec.lease_duration_seconds = Some(1);
         lease.spec.renew_time = Some(now.clone());
         lease.spec.acquire_time = Some(now);
-        match self.client.replace::<_, Lease>(
-            Resource::Leases,
-            &self.s.namespace,
-            &self.s.name,
-            &lease,
-        ) {
+        match self
+            .client
+            .until(Instant::now() + timeout)
+            .replace::<_, Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &lease)
+        {
             Ok(_) => {
                 log::info!(target: "leader", lease = self.lease_key().as_str(); "released lease")
             }
@@ -180,21 +317,20 @@ impl Elector {
                 log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "could not release lease; a standby takes over once it expires")
             }
         }
-        metrics::set_leader(false);
     }
 
     fn lease_key(&self) -> String {
         format!("{}/{}", self.s.namespace, self.s.name)
     }
 
-    fn try_acquire_or_renew(&self) -> Result<Attempt, client::Error> {
+    /// One look at the Lease, and a write if we hold it or may take it; every request ends by
+    /// `until`.
+    fn try_acquire_or_renew(&self, until: Instant) -> Result<Attempt, client::Error> {
+        let client = self.client.until(until);
         let now = micro_time(SystemTime::now());
-        let duration = self.s.lease_duration.as_secs() as i64;
+        let duration = self.duration.as_secs() as i64;
         let current =
-            match self
-                .client
-                .get_object::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name)
-            {
+            match client.get_object::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name) {
                 Ok(l) => l,
                 Err(e) if e.is_not_found() => {
                     let lease = Lease {
@@ -213,13 +349,14 @@ impl Elector {
                             lease_transitions: Some(0),
                         },
                     };
-                    return match self.client.create::<_, Lease>(
+                    let sent = Instant::now();
+                    return match client.create::<_, Lease>(
                         Resource::Leases,
                         &self.s.namespace,
                         &lease,
                     ) {
                         Ok(l) => {
-                            self.remember(l);
+                            self.remember(l, sent);
                             Ok(Attempt::Held)
                         }
                         Err(e) if e.is_already_exists() => {
@@ -263,14 +400,12 @@ impl Elector {
             next.spec.acquire_time = Some(now);
             next.spec.lease_transitions = Some(current.spec.lease_transitions.unwrap_or(0) + 1);
         }
-        match self.client.replace::<_, Lease>(
-            Resource::Leases,
-            &self.s.namespace,
-            &self.s.name,
-            &next,
-        ) {
+        // Taken just before the request leaves: the server cannot have seen it earlier, so no
+        // standby can count the lease's expiry from an earlier point.
+        let sent = Instant::now();
+        match client.replace::<_, Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &next) {
             Ok(l) => {
-                self.remember(l);
+                self.remember(l, sent);
                 Ok(Attempt::Held)
             }
             // Someone wrote it between our read and our write: they won this round.
@@ -279,11 +414,20 @@ impl Elector {
         }
     }
 
-    fn remember(&self, l: Lease) {
+    /// A write of the Lease that made or kept us its holder, sent at `sent`: opens or moves on
+    /// the fence.
+    fn remember(&self, l: Lease, sent: Instant) {
         *self.observed.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((l.spec.clone(), Instant::now()));
         *self.ours.lock().unwrap_or_else(|p| p.into_inner()) = Some(l);
+        self.fence
+            .open_until(sent + self.duration - safety_margin(self.duration));
     }
+}
+
+/// Waits up to `d`; true when `stop` fired or its sender is gone.
+fn stopped(stop: &Receiver<()>, d: Duration) -> bool {
+    !matches!(stop.recv_timeout(d), Err(RecvTimeoutError::Timeout))
 }
 
 /// `metav1.MicroTime`: RFC 3339 with microseconds, as Leases carry it.
@@ -325,5 +469,238 @@ mod tests {
     #[test]
     fn identities_differ_between_processes_on_one_host() {
         assert_ne!(identity(), identity());
+    }
+
+    #[test]
+    fn a_fence_moves_on_never_back_and_stays_closed_once_ended() {
+        let f = Fence::closed();
+        assert_eq!(f.deadline(), None, "closed until the first acquisition");
+        let t = Instant::now() + Duration::from_secs(10);
+        f.open_until(t);
+        assert!(f
+            .deadline()
+            .is_some_and(|d| d.duration_since(t) < Duration::from_millis(1)));
+        f.open_until(t - Duration::from_secs(5));
+        assert!(f
+            .deadline()
+            .is_some_and(|d| d >= t - Duration::from_millis(1)));
+        f.open_until(Instant::now() - Duration::from_millis(1));
+        f.close();
+        assert_eq!(f.deadline(), None);
+        f.open_until(t + Duration::from_secs(10));
+        assert_eq!(f.deadline(), None, "a late renewal does not reopen it");
+    }
+
+    #[test]
+    fn a_fence_whose_time_has_passed_is_closed() {
+        let f = Fence::closed();
+        f.open_until(Instant::now() + Duration::from_millis(50));
+        assert!(f.deadline().is_some());
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(f.deadline(), None);
+    }
+
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+
+    /// A test server recording requests, and an elector of it.
+    fn elector(
+        lease: Duration,
+        renew_deadline: Duration,
+        retry: Duration,
+    ) -> (kube_testserver::TestServer, Arc<Elector>) {
+        let server =
+            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        server.record_requests();
+        let opts = crate::kubeconfig::LoadOptions {
+            kubeconfig: Some(server.kubeconfig_path()),
+            context: None,
+        };
+        let client = Client::new(crate::kubeconfig::load(&opts).unwrap(), 2).unwrap();
+        let e = Elector::new(
+            client,
+            Settings {
+                namespace: "default".into(),
+                name: "immortal-operator".into(),
+                identity: identity(),
+                lease_duration: lease,
+                renew_deadline,
+                retry_period: retry,
+            },
+        );
+        (server, Arc::new(e))
+    }
+
+    fn holder(server: &kube_testserver::TestServer) -> Option<String> {
+        let lease = server.get_json(&format!("{LEASES}/immortal-operator"))?;
+        lease["spec"]["holderIdentity"].as_str().map(String::from)
+    }
+
+    /// When the last request of ours that won the Lease arrived at the server.
+    fn last_won(server: &kube_testserver::TestServer) -> Instant {
+        server
+            .request_log()
+            .iter()
+            .rfind(|l| l.resource == "leases" && l.is_write() && l.code < 300)
+            .expect("a lease write won")
+            .received
+    }
+
+    /// What a misbehaving API server does to the Lease requests.
+    #[derive(Debug, Clone, Copy)]
+    enum Misbehaviour {
+        Hangs,
+        SlowReadsHungWrites,
+        Unauthorized,
+        Unavailable,
+    }
+
+    impl Misbehaviour {
+        fn apply(self, server: &kube_testserver::TestServer) {
+            use kube_testserver::{FailRule, StallRule};
+            let leases = Some("/leases".to_string());
+            let fail = |status| FailRule {
+                count: 10_000,
+                status,
+                retry_after: None,
+                verb: None,
+                path_contains: leases.clone(),
+            };
+            match self {
+                Misbehaviour::Hangs => {
+                    server.stall(StallRule {
+                        path_contains: leases,
+                        ..Default::default()
+                    });
+                }
+                Misbehaviour::SlowReadsHungWrites => {
+                    // A read answered just in time, then a write that never is: the shape that
+                    // let the elector of old overrun its lease.
+                    server.stall(StallRule {
+                        verb: Some("get".into()),
+                        path_contains: leases.clone(),
+                        hold: Some(Duration::from_millis(600)),
+                        ..Default::default()
+                    });
+                    server.stall(StallRule {
+                        verb: Some("update".into()),
+                        path_contains: leases,
+                        ..Default::default()
+                    });
+                }
+                Misbehaviour::Unauthorized => server.fail_next(fail(401)),
+                Misbehaviour::Unavailable => server.fail_next(fail(503)),
+            }
+        }
+    }
+
+    /// Leads, renews a few times, then meets `m`: the elector must report the loss, with its
+    /// fence closed, no later than the fence's close, a safety margin before the Lease could
+    /// pass. Returns how long after the last successful renewal arrived it gave up.
+    fn renewal_against(m: Misbehaviour, lease: Duration, renew_deadline: Duration) -> Duration {
+        let retry = Duration::from_millis(300);
+        let (server, e) = elector(lease, renew_deadline, retry);
+        let (_never, quit) = crossbeam_channel::bounded::<()>(0);
+        assert!(e.acquire(&quit));
+        let (_stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let (done_tx, done) = crossbeam_channel::bounded(1);
+        let renewing = e.clone();
+        std::thread::spawn(move || {
+            let _ = done_tx.send((renewing.keep_renewing(&stop), Instant::now()));
+        });
+        std::thread::sleep(Duration::from_millis(800));
+        m.apply(&server);
+        let (result, at) = done
+            .recv_timeout(Duration::from_secs(15))
+            .unwrap_or_else(|_| panic!("{m:?}: still renewing 15 s later"));
+        assert!(result.is_err(), "{m:?}: leadership lost");
+        assert_eq!(e.fence.deadline(), None, "{m:?}: fence closed");
+        let after = at - last_won(&server);
+        let fence = lease - safety_margin(lease);
+        assert!(
+            after <= fence + Duration::from_millis(250),
+            "{m:?}: gave up {after:?} after the last renewal arrived; its fence closed at {fence:?}"
+        );
+        after
+    }
+
+    #[test]
+    fn a_leader_gives_up_by_its_fence_whatever_the_api_server_does() {
+        // A renew deadline close to the lease: the fence, not the deadline, must end it.
+        let (lease, renew_deadline) = (Duration::from_secs(3), Duration::from_millis(2800));
+        let runs: Vec<_> = [
+            Misbehaviour::Hangs,
+            Misbehaviour::SlowReadsHungWrites,
+            Misbehaviour::Unauthorized,
+            Misbehaviour::Unavailable,
+        ]
+        .into_iter()
+        .map(|m| std::thread::spawn(move || renewal_against(m, lease, renew_deadline)))
+        .collect();
+        for r in runs {
+            let after = r.join().unwrap();
+            assert!(
+                after >= Duration::from_millis(2000),
+                "not before its time: {after:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_leader_gives_up_at_its_renew_deadline_when_that_comes_first() {
+        let (lease, renew_deadline) = (Duration::from_secs(3), Duration::from_millis(1000));
+        let after = renewal_against(Misbehaviour::Hangs, lease, renew_deadline);
+        // One retry period after the last success, then the renew deadline.
+        assert!(after < Duration::from_millis(1300 + 250), "{after:?}");
+    }
+
+    #[test]
+    fn release_frees_the_lease_and_closes_the_fence_for_good() {
+        let (server, e) = elector(
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2),
+        );
+        let (_never, quit) = crossbeam_channel::bounded::<()>(0);
+        assert!(e.acquire(&quit));
+        assert!(e.fence.deadline().is_some());
+        assert_eq!(holder(&server).as_deref(), Some(e.identity()));
+        e.release(Duration::from_secs(2));
+        assert_eq!(holder(&server), None);
+        assert_eq!(e.fence.deadline(), None);
+    }
+
+    #[test]
+    fn release_leaves_the_lease_to_expire_while_a_write_is_in_flight() {
+        let (server, e) = elector(
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2),
+        );
+        let (_never, quit) = crossbeam_channel::bounded::<()>(0);
+        assert!(e.acquire(&quit));
+        let write = e.fence.write_started();
+        e.release(Duration::from_secs(2));
+        drop(write);
+        assert_eq!(holder(&server).as_deref(), Some(e.identity()));
+        assert_eq!(e.fence.deadline(), None, "closed all the same");
+    }
+
+    #[test]
+    fn a_release_the_server_never_answers_ends_within_its_timeout() {
+        let (server, e) = elector(
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2),
+        );
+        let (_never, quit) = crossbeam_channel::bounded::<()>(0);
+        assert!(e.acquire(&quit));
+        server.stall(kube_testserver::StallRule::default());
+        let t = Instant::now();
+        e.release(Duration::from_millis(500));
+        assert!(
+            t.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            t.elapsed()
+        );
     }
 }

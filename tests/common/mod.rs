@@ -995,9 +995,20 @@ impl Operator {
     /// Starts the operator with `extra_args` after the usual flags, logging to `log_name` in
     /// the test's scratch directory (one name per replica when several run).
     pub fn start_with(cluster: &Cluster, extra_args: &[String], log_name: &str) -> Operator {
+        Operator::start_as(cluster, cluster.kubeconfig(), extra_args, log_name)
+    }
+
+    /// [`Operator::start_with`], authenticating with `kubeconfig` instead of the cluster's:
+    /// replicas with users of their own can be told apart in the test server's request log.
+    pub fn start_as(
+        cluster: &Cluster,
+        kubeconfig: &Path,
+        extra_args: &[String],
+        log_name: &str,
+    ) -> Operator {
         let mut op = Operator {
             child: None,
-            kubeconfig: cluster.kubeconfig().to_path_buf(),
+            kubeconfig: kubeconfig.to_path_buf(),
             ns: cluster.ns.clone(),
             extra_args: extra_args.to_vec(),
             log: cluster.dir().join(log_name),

@@ -3,6 +3,7 @@
 
 use crate::auth::Attributes;
 use crate::discovery;
+use crate::faults::{self, Logged};
 use crate::http::Request;
 use crate::patch::{self, PatchError};
 use crate::resources::{self, Class, ResourceDef};
@@ -18,7 +19,7 @@ use crate::validate;
 use crate::watch::{Start, WatchPlan};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What to send back.
 pub enum Reply {
@@ -170,8 +171,10 @@ fn verb_of(req: &Request, route: &Route) -> &'static str {
     }
 }
 
-/// Handles one request.
+/// Handles one request, holding it first while a stall rule says so, and logs it when the
+/// request log is on.
 pub fn handle(shared: &Shared, req: &Request) -> Reply {
+    let received = Instant::now();
     let route = parse_route(&req.path);
     let verb = verb_of(req, &route);
     let label = match &route {
@@ -180,7 +183,7 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
     };
     *shared
         .counts()
-        .entry((verb.to_string(), label))
+        .entry((verb.to_string(), label.clone()))
         .or_insert(0) += 1;
 
     let mut target_text = req.path.clone();
@@ -188,7 +191,46 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         let q: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
         target_text = format!("{target_text}?{}", q.join("&"));
     }
-    if let Some(e) = shared.faults().take(verb, &target_text) {
+    let user = {
+        let users = shared.users.read().unwrap_or_else(|e| e.into_inner());
+        users
+            .authenticate(req.header("authorization"))
+            .map(|u| u.name.clone())
+            .unwrap_or_default()
+    };
+    faults::wait_out_stalls(
+        &shared.faults,
+        &shared.stall_lifted,
+        verb,
+        &target_text,
+        &user,
+    );
+    let reply = handle_route(shared, req, route, verb, &target_text);
+    if let Some(log) = shared.log().as_mut() {
+        log.push(Logged {
+            received,
+            answered: Instant::now(),
+            user,
+            verb: verb.to_string(),
+            resource: label,
+            target: target_text,
+            code: match &reply {
+                Reply::Json { code, .. } => *code,
+                Reply::Watch(..) => 200,
+            },
+        });
+    }
+    reply
+}
+
+fn handle_route(
+    shared: &Shared,
+    req: &Request,
+    route: Route,
+    verb: &'static str,
+    target_text: &str,
+) -> Reply {
+    if let Some(e) = shared.faults().take(verb, target_text) {
         return error(e);
     }
 

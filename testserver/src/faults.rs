@@ -1,8 +1,10 @@
-//! Fault injection (failing the next matching requests, added latency) and request counters.
+//! Fault injection (failing the next matching requests, holding requests as a slow or hung
+//! server does, added latency), request counters and the request log.
 
 use crate::status::ApiError;
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Makes the next `count` requests that match fail with `status` (and a `Status` body with
 /// the reason the real server uses for it: InternalError, ServiceUnavailable,
@@ -31,10 +33,41 @@ impl Default for FailRule {
     }
 }
 
-/// Pending failures and latency, behind one mutex in the server.
+/// Holds every matching request before it is handled, as an API server that is slow (a fixed
+/// `hold`) or hung (`hold: None`, until [`crate::TestServer::lift_stall`]) does. A held request
+/// is handled when the hold ends, whether or not its client is still waiting: a request a
+/// client gave up on may still take effect, as it may on a real server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StallRule {
+    /// Only requests with this verb: get, list, watch, create, update, patch, delete.
+    pub verb: Option<String>,
+    /// Only requests whose path (with query) contains this.
+    pub path_contains: Option<String>,
+    /// Only requests authenticated as this user (the name given to `add_user`; the admin
+    /// token's user is `admin`).
+    pub user: Option<String>,
+    /// How long each matching request is held; `None`: until the rule is lifted.
+    pub hold: Option<Duration>,
+}
+
+impl StallRule {
+    fn matches(&self, verb: &str, target: &str, user: &str) -> bool {
+        self.verb.as_deref().map_or(true, |v| v == verb)
+            && self
+                .path_contains
+                .as_deref()
+                .map_or(true, |p| target.contains(p))
+            && self.user.as_deref().map_or(true, |u| u == user)
+    }
+}
+
+/// Pending failures, stalls and latency, behind one mutex in the server.
 #[derive(Debug, Default)]
 pub struct Faults {
     rules: Vec<FailRule>,
+    /// Stall rules in force, by id; a request is held by the first that matches.
+    stalls: Vec<(u64, StallRule)>,
+    next_stall: u64,
     pub latency: Duration,
 }
 
@@ -65,10 +98,93 @@ impl Faults {
         }
         Some(err)
     }
+
+    /// Puts `rule` in force; the id lifts it.
+    pub fn add_stall(&mut self, rule: StallRule) -> u64 {
+        self.next_stall += 1;
+        self.stalls.push((self.next_stall, rule));
+        self.next_stall
+    }
+
+    /// Ends the rule `id`: requests it holds go on at once, new ones pass. The caller wakes
+    /// the held requests (`Condvar::notify_all`).
+    pub fn lift_stall(&mut self, id: u64) {
+        self.stalls.retain(|(i, _)| *i != id);
+    }
+
+    pub fn lift_all_stalls(&mut self) {
+        self.stalls.clear();
+    }
+
+    /// The first stall rule in force for this request: its id, and until when it holds.
+    fn stall_for(&self, verb: &str, target: &str, user: &str) -> Option<(u64, Option<Instant>)> {
+        self.stalls
+            .iter()
+            .find(|(_, r)| r.matches(verb, target, user))
+            .map(|(id, r)| (*id, r.hold.map(|h| Instant::now() + h)))
+    }
+}
+
+/// Blocks the calling connection thread while a stall rule holds this request: until the
+/// rule's hold passes or the rule is lifted (`lifted` is notified then).
+pub fn wait_out_stalls(
+    faults: &Mutex<Faults>,
+    lifted: &Condvar,
+    verb: &str,
+    target: &str,
+    user: &str,
+) {
+    let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((id, until)) = f.stall_for(verb, target, user) else {
+        return;
+    };
+    log::debug!(verb = verb, target = target, user = user; "request stalled");
+    while f.stalls.iter().any(|(i, _)| *i == id) {
+        f = match until {
+            None => lifted.wait(f).unwrap_or_else(|e| e.into_inner()),
+            Some(u) => {
+                let left = u.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                lifted
+                    .wait_timeout(f, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+        };
+    }
 }
 
 /// Handled requests by `(verb, resource)`.
 pub type Counts = BTreeMap<(String, String), u64>;
+
+/// One request as the server saw it, for tests that must prove when something happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged {
+    /// When the request had been read whole, before any stall or latency.
+    pub received: Instant,
+    /// When its answer was ready (for a watch: when the stream started). A write took effect
+    /// at or before this.
+    pub answered: Instant,
+    /// The authenticated user, empty when the token was unknown.
+    pub user: String,
+    /// get, list, watch, create, update, patch, delete... as in [`Counts`].
+    pub verb: String,
+    /// `pods`, `immortalcontainers/status`, `leases`..., or the path of a non-resource request.
+    pub resource: String,
+    /// The path with its query.
+    pub target: String,
+    /// The HTTP status of the answer (200 for a watch stream).
+    pub code: u16,
+}
+
+impl Logged {
+    /// Whether the request may have changed something: not a get, list or watch.
+    pub fn is_write(&self) -> bool {
+        !matches!(self.verb.as_str(), "get" | "list" | "watch")
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -106,5 +222,44 @@ mod tests {
             )
             .expect("fails");
         assert_eq!(e.retry_after(), Some(2));
+    }
+
+    #[test]
+    fn a_timed_stall_holds_only_matching_requests_for_its_hold() {
+        let faults = Mutex::new(Faults::default());
+        let lifted = Condvar::new();
+        faults.lock().unwrap().add_stall(StallRule {
+            verb: Some("update".into()),
+            path_contains: Some("leases".into()),
+            user: Some("replica-a".into()),
+            hold: Some(Duration::from_millis(200)),
+        });
+        let t = Instant::now();
+        wait_out_stalls(&faults, &lifted, "update", "/x/leases/l", "replica-b");
+        wait_out_stalls(&faults, &lifted, "get", "/x/leases/l", "replica-a");
+        assert!(
+            t.elapsed() < Duration::from_millis(150),
+            "others pass at once"
+        );
+        wait_out_stalls(&faults, &lifted, "update", "/x/leases/l", "replica-a");
+        assert!(t.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[test]
+    fn an_open_ended_stall_holds_until_lifted() {
+        let shared = std::sync::Arc::new((Mutex::new(Faults::default()), Condvar::new()));
+        let id = shared.0.lock().unwrap().add_stall(StallRule::default());
+        let held = shared.clone();
+        let waiter = std::thread::spawn(move || {
+            let t = Instant::now();
+            wait_out_stalls(&held.0, &held.1, "get", "/api/v1/pods", "admin");
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!waiter.is_finished(), "still held");
+        shared.0.lock().unwrap().lift_stall(id);
+        shared.1.notify_all();
+        let held_for = waiter.join().unwrap();
+        assert!(held_for >= Duration::from_millis(300), "{held_for:?}");
     }
 }

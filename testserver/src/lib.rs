@@ -29,7 +29,7 @@ mod validate;
 mod watch;
 
 pub use auth::Rule;
-pub use faults::FailRule;
+pub use faults::{FailRule, Logged, StallRule};
 
 use server::{Listener, Shared};
 use std::collections::BTreeMap;
@@ -48,6 +48,10 @@ const CRD_SOURCE_PATH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../config/crd/immortalcontainers.yaml"
 );
+
+/// Names a stall put in force by [`TestServer::stall`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallId(u64);
 
 /// How to start a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,6 +258,36 @@ impl TestServer {
         self.shared.faults().add(rule);
     }
 
+    /// Holds matching requests before they are handled (see [`StallRule`]) until
+    /// [`TestServer::lift_stall`] with the id returned, or their hold passes.
+    pub fn stall(&self, rule: StallRule) -> StallId {
+        StallId(self.shared.faults().add_stall(rule))
+    }
+
+    /// Ends a stall: the requests it holds are handled now, new ones pass.
+    pub fn lift_stall(&self, id: StallId) {
+        self.shared.faults().lift_stall(id.0);
+        self.shared.stall_lifted.notify_all();
+    }
+
+    /// Ends every stall.
+    pub fn lift_all_stalls(&self) {
+        self.shared.faults().lift_all_stalls();
+        self.shared.stall_lifted.notify_all();
+    }
+
+    /// Starts logging every request from now on (see [`TestServer::request_log`]).
+    pub fn record_requests(&self) {
+        self.shared.log().get_or_insert_with(Vec::new);
+    }
+
+    /// The requests answered since [`TestServer::record_requests`], in the order their answers
+    /// were ready. A request still held by a stall is not in it yet ([`TestServer::request_counts`]
+    /// counts requests when they arrive).
+    pub fn request_log(&self) -> Vec<Logged> {
+        self.shared.log().clone().unwrap_or_default()
+    }
+
     /// Delays every request by `d` before it is handled (`Duration::ZERO` to stop).
     pub fn set_latency(&self, d: Duration) {
         self.shared.faults().latency = d;
@@ -309,6 +343,8 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
+        // Held requests end with the server instead of waiting for a lift that never comes.
+        self.lift_all_stalls();
         self.stop_listening();
         if self.remove_dir {
             let _ = std::fs::remove_dir_all(&self.dir);

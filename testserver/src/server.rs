@@ -3,7 +3,7 @@
 
 use crate::api::{self, Reply};
 use crate::auth::Users;
-use crate::faults::{Counts, Faults};
+use crate::faults::{Counts, Faults, Logged};
 use crate::http::{Conn, HttpError};
 use crate::status::ApiError;
 use crate::store::Store;
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -21,7 +21,12 @@ pub struct Shared {
     store: Mutex<Store>,
     pub users: RwLock<Users>,
     pub faults: Mutex<Faults>,
+    /// Notified when a stall rule is lifted, waking the requests it held.
+    pub stall_lifted: Condvar,
     pub counts: Mutex<Counts>,
+    /// Every request, once `TestServer::record_requests` turned the log on (`None`: off, so
+    /// long benchmark runs do not grow it).
+    pub log: Mutex<Option<Vec<Logged>>>,
     pub bookmark_interval: Duration,
     pub port: u16,
     pub tls: Arc<rustls::ServerConfig>,
@@ -48,7 +53,9 @@ impl Shared {
             store: Mutex::new(store),
             users: RwLock::new(users),
             faults: Mutex::new(Faults::default()),
+            stall_lifted: Condvar::new(),
             counts: Mutex::new(Counts::new()),
+            log: Mutex::new(None),
             bookmark_interval,
             port,
             tls,
@@ -67,6 +74,10 @@ impl Shared {
 
     pub fn counts(&self) -> MutexGuard<'_, Counts> {
         lock(&self.counts)
+    }
+
+    pub fn log(&self) -> MutexGuard<'_, Option<Vec<Logged>>> {
+        lock(&self.log)
     }
 
     /// Closes every open connection (both directions), so their threads end.

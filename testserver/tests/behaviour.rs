@@ -5,7 +5,7 @@
 mod common;
 
 use common::{bounded, ic_body, pod_body, types, Client, End, IC};
-use kube_testserver::{FailRule, Options, Rule, TestServer};
+use kube_testserver::{FailRule, Options, Rule, StallRule, TestServer};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -728,6 +728,57 @@ fn latency_delays_every_request() {
         assert_eq!(admin.get(PODS).code, 200);
         assert!(t.elapsed() >= Duration::from_millis(300));
         server.set_latency(Duration::ZERO);
+    });
+}
+
+#[test]
+fn a_stalled_request_is_held_until_lifted_then_handled_and_logged_with_its_user() {
+    bounded(20, || {
+        let (server, admin) = start();
+        server.add_user("replica-a", "a-token", vec![Rule::new(&["*"], &["*"])]);
+        let a = Client::new(&server, "a-token");
+        server.record_requests();
+        let stall = server.stall(StallRule {
+            verb: Some("create".into()),
+            user: Some("replica-a".into()),
+            ..StallRule::default()
+        });
+        let held = std::thread::spawn(move || a.post(PODS, &pod_body("held", None)).code);
+        // Another user's write, and the stalled user's reads, pass.
+        assert_eq!(admin.post(PODS, &pod_body("free", None)).code, 201);
+        let counted = |server: &TestServer| {
+            server
+                .request_counts()
+                .get(&("create".to_string(), "pods".to_string()))
+                .copied()
+                .unwrap_or(0)
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while counted(&server) < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(counted(&server), 2, "the held request arrived");
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!held.is_finished(), "held while the stall is in force");
+        assert_eq!(
+            admin.get(&format!("{PODS}/held")).code,
+            404,
+            "not handled yet"
+        );
+        let lifted = Instant::now();
+        server.lift_stall(stall);
+        assert_eq!(held.join().unwrap(), 201);
+        assert_eq!(admin.get(&format!("{PODS}/held")).code, 200);
+
+        let log = server.request_log();
+        let entry = log
+            .iter()
+            .find(|l| l.user == "replica-a" && l.verb == "create")
+            .expect("the held create is logged");
+        assert_eq!((entry.resource.as_str(), entry.code), ("pods", 201));
+        assert!(entry.is_write());
+        assert!(entry.received < lifted && entry.answered >= lifted);
+        assert!(log.iter().any(|l| l.user == "admin" && l.verb == "get"));
     });
 }
 

@@ -1,0 +1,619 @@
+//! The packaging: the manifests under config/ that `make deploy` and `make build-installer`
+//! render, the one-file installer the Makefile writes, and the platforms the image builds for.
+//!
+//! Most of it is checked without kubectl (a fake one stands in where the Makefile calls it), so
+//! it runs anywhere. One test renders the installer with the real `kubectl kustomize`, because
+//! only kustomize can say what kustomize makes of config/; it fails, rather than skips, where
+//! kubectl is missing (set `KUBECTL` to use another binary).
+
+use serde::Deserialize;
+use serde_yaml::Value;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// The CRD the operator serves: its group and version are fixed in the operator's code.
+const CRD_NAME: &str = "immortalcontainers.immortalcontainer.flugel.it";
+const GROUP: &str = "immortalcontainer.flugel.it";
+/// Kinds that kustomize leaves without a namespace; every other kind here is namespaced.
+const CLUSTER_SCOPED: [&str; 4] = [
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+];
+/// A make run (and the kubectl it starts) ends well within this, or the test fails.
+const MAKE_BOUND: Duration = Duration::from_secs(60);
+
+fn root() -> &'static Path {
+    Path::new(ROOT)
+}
+
+/// Every document of a YAML file, empty ones (a lone `---`) left out.
+fn documents(path: &Path) -> Vec<Value> {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
+}
+
+fn seq_at<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
+    path.iter()
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_sequence)
+        .map_or(&[], Vec::as_slice)
+}
+
+fn kind(o: &Value) -> &str {
+    str_at(o, &["kind"]).unwrap_or("")
+}
+
+fn name(o: &Value) -> &str {
+    str_at(o, &["metadata", "name"]).unwrap_or("")
+}
+
+fn id(o: &Value) -> (String, String) {
+    (kind(o).to_string(), name(o).to_string())
+}
+
+/// The `resources:` of a kustomization, as written.
+fn resources(kustomization: &Value) -> Vec<String> {
+    seq_at(kustomization, &["resources"])
+        .iter()
+        .map(|r| r.as_str().expect("a resource is a path").to_string())
+        .collect()
+}
+
+fn kustomization(dir: &Path) -> Value {
+    let path = dir.join("kustomization.yaml");
+    assert!(
+        path.is_file(),
+        "{} has no kustomization.yaml",
+        dir.display()
+    );
+    let mut docs = documents(&path);
+    assert_eq!(docs.len(), 1, "{}: one document", path.display());
+    docs.remove(0)
+}
+
+/// The objects a kustomization directory renders, following directory resources, before any
+/// transformation (namespace, images).
+fn objects(dir: &Path) -> Vec<Value> {
+    resources(&kustomization(dir))
+        .iter()
+        .flat_map(|r| {
+            let path = dir.join(r);
+            if path.is_dir() {
+                objects(&path)
+            } else {
+                documents(&path)
+            }
+        })
+        .collect()
+}
+
+/// The image's name as kustomize's `images:` transformer matches it: without tag or digest.
+fn image_name(image: &str) -> &str {
+    let image = image.split('@').next().unwrap_or(image);
+    let last = image.rfind('/').map_or(0, |i| i + 1);
+    match image[last..].rfind(':') {
+        Some(i) => &image[..last + i],
+        None => image,
+    }
+}
+
+fn the_one<'a>(objs: &'a [Value], k: &str) -> &'a Value {
+    let found: Vec<&Value> = objs.iter().filter(|o| kind(o) == k).collect();
+    assert_eq!(found.len(), 1, "exactly one {k}, found {}", found.len());
+    found[0]
+}
+
+fn containers(deployment: &Value) -> &[Value] {
+    seq_at(deployment, &["spec", "template", "spec", "containers"])
+}
+
+/// Runs a command to completion within `bound`, output captured through files (a pipe could
+/// fill and stall it); kills it and fails the test if it takes longer. Err: it could not start.
+fn run_bounded(cmd: &mut Command, bound: Duration) -> std::io::Result<(bool, String, String)> {
+    let scratch = tempdir("run");
+    let out = scratch.join("stdout");
+    let err = scratch.join("stderr");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&out).unwrap())
+        .stderr(fs::File::create(&err).unwrap())
+        .spawn()?;
+    let deadline = Instant::now() + bound;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {bound:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
+    let result = (status.success(), read(&out), read(&err));
+    let _ = fs::remove_dir_all(&scratch);
+    Ok(result)
+}
+
+/// A fresh directory of this test process's own under the system temp dir.
+fn tempdir(what: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "immortal-packaging-{}-{what}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A directory to run the Makefile in, away from the source tree (build-installer writes
+/// dist/ into the directory make runs in): a copy of the Makefile (its targets call make again
+/// on the Makefile of the directory they run in) and config/ through a symlink, as the
+/// Makefile's own render overlay reaches it.
+fn make_dir() -> PathBuf {
+    let dir = tempdir("make");
+    fs::copy(root().join("Makefile"), dir.join("Makefile")).unwrap();
+    std::os::unix::fs::symlink(root().join("config"), dir.join("config")).unwrap();
+    dir
+}
+
+fn make_build_installer(dir: &Path, img: &str, kubectl: &str) -> (bool, String, String) {
+    run_bounded(
+        Command::new("make")
+            // Under `make test` the outer make's flags and variables would reach this one.
+            .env_remove("MAKEFLAGS")
+            .env_remove("MFLAGS")
+            .env_remove("MAKELEVEL")
+            .arg("--no-print-directory")
+            .arg("-C")
+            .arg(dir)
+            .arg("build-installer")
+            .arg(format!("IMG={img}"))
+            .arg(format!("KUBECTL={kubectl}")),
+        MAKE_BOUND,
+    )
+    .expect("cannot run make")
+}
+
+/// A stand-in for kubectl, as the KUBECTL command: `kustomize DIR` keeps a copy of
+/// DIR/kustomization.yaml (the overlay render writes) beside the script and prints `output`,
+/// then exits with `code`. Run through sh, not executed itself: exec of a file just written can
+/// fail with ETXTBSY while another test thread forks.
+fn fake_kubectl(dir: &Path, output: &str, code: i32) -> String {
+    let script = dir.join("fake-kubectl");
+    let body = format!(
+        "#!/bin/sh\n\
+         [ \"$1\" = kustomize ] || {{ echo \"fake kubectl: unexpected $*\" >&2; exit 2; }}\n\
+         cp \"$2/kustomization.yaml\" '{overlay}'\n\
+         cat <<'EOF'\n{output}EOF\n\
+         exit {code}\n",
+        overlay = dir.join("overlay.yaml").display(),
+    );
+    fs::write(&script, body).unwrap();
+    format!("sh {}", script.display())
+}
+
+fn dist_leftovers(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir.join("dist"))
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n != "install.yaml")
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_kustomization_lists_files_that_exist_and_every_manifest_is_listed() {
+    let mut dirs = vec![root().join("config")];
+    let mut checked = 0;
+    while let Some(dir) = dirs.pop() {
+        let mut manifests = BTreeSet::new();
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml")
+                && path.file_name().unwrap() != "kustomization.yaml"
+            {
+                manifests.insert(path.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+        if !dir.join("kustomization.yaml").exists() {
+            // A manifest outside any kustomization is never deployed by anything.
+            assert!(
+                manifests.is_empty(),
+                "{} holds {manifests:?} but no kustomization.yaml",
+                dir.display()
+            );
+            continue;
+        }
+        let listed = resources(&kustomization(&dir));
+        for r in &listed {
+            let path = dir.join(r);
+            assert!(
+                path.exists(),
+                "{}/kustomization.yaml lists {r}, which does not exist",
+                dir.display()
+            );
+            if path.is_dir() {
+                kustomization(&path);
+                continue;
+            }
+            let docs = documents(&path);
+            assert!(!docs.is_empty(), "{} is empty", path.display());
+            for doc in &docs {
+                assert!(
+                    str_at(doc, &["apiVersion"]).is_some() && !kind(doc).is_empty(),
+                    "{}: a document without apiVersion or kind",
+                    path.display()
+                );
+                assert!(
+                    !name(doc).is_empty(),
+                    "{}: a {} without a name",
+                    path.display(),
+                    kind(doc)
+                );
+            }
+            checked += 1;
+        }
+        for m in &manifests {
+            assert!(
+                listed.contains(m),
+                "{}/{m} is in no kustomization's resources, so nothing deploys it",
+                dir.display()
+            );
+        }
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} manifests found under config/"
+    );
+}
+
+#[test]
+fn config_default_holds_every_object_the_operator_needs_and_their_references_resolve() {
+    let default = root().join("config/default");
+    let namespace = str_at(&kustomization(&default), &["namespace"])
+        .expect("config/default sets the namespace")
+        .to_string();
+    let objs = objects(&default);
+    let has = |k: &str, n: &str| objs.iter().any(|o| kind(o) == k && name(o) == n);
+
+    assert!(has("Namespace", &namespace), "no Namespace {namespace}");
+    let crd = objs
+        .iter()
+        .find(|o| kind(o) == "CustomResourceDefinition" && name(o) == CRD_NAME)
+        .expect("the ImmortalContainer CRD");
+    assert_eq!(str_at(crd, &["spec", "group"]), Some(GROUP));
+    assert!(
+        seq_at(crd, &["spec", "versions"])
+            .iter()
+            .any(|v| str_at(v, &["name"]) == Some("v1alpha1")
+                && v.get("served").and_then(Value::as_bool) == Some(true)),
+        "the CRD serves no v1alpha1"
+    );
+
+    let deployment = the_one(&objs, "Deployment");
+    let account = str_at(
+        deployment,
+        &["spec", "template", "spec", "serviceAccountName"],
+    )
+    .expect("the Deployment names its ServiceAccount");
+    assert!(
+        has("ServiceAccount", account),
+        "no ServiceAccount {account}"
+    );
+
+    // What is granted to the ServiceAccount: every binding must resolve, and the roles bound to
+    // the operator's account must cover every resource it calls.
+    let mut granted = BTreeSet::new();
+    for binding in objs
+        .iter()
+        .filter(|o| matches!(kind(o), "RoleBinding" | "ClusterRoleBinding"))
+    {
+        let role_kind = str_at(binding, &["roleRef", "kind"]).unwrap_or("");
+        let role_name = str_at(binding, &["roleRef", "name"]).unwrap_or("");
+        let role = objs
+            .iter()
+            .find(|o| kind(o) == role_kind && name(o) == role_name)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{} {} binds {role_kind} {role_name}, which is not deployed",
+                    kind(binding),
+                    name(binding)
+                )
+            });
+        let mut binds_operator = false;
+        for subject in seq_at(binding, &["subjects"]) {
+            if str_at(subject, &["kind"]) != Some("ServiceAccount") {
+                continue;
+            }
+            let sa = str_at(subject, &["name"]).unwrap_or("");
+            assert!(
+                has("ServiceAccount", sa),
+                "{} binds unknown ServiceAccount {sa}",
+                name(binding)
+            );
+            assert_eq!(
+                str_at(subject, &["namespace"]),
+                Some(namespace.as_str()),
+                "{} binds ServiceAccount {sa} of another namespace",
+                name(binding)
+            );
+            binds_operator |= sa == account;
+        }
+        if binds_operator {
+            for rule in seq_at(role, &["rules"]) {
+                for group in seq_at(rule, &["apiGroups"]) {
+                    for resource in seq_at(rule, &["resources"]) {
+                        granted.insert((
+                            group.as_str().unwrap_or("").to_string(),
+                            resource.as_str().unwrap_or("").to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let mut needed = vec![
+        (GROUP, "immortalcontainers"),
+        (GROUP, "immortalcontainers/status"),
+        ("", "pods"),
+        ("", "events"),
+    ];
+    let args = containers(deployment)
+        .iter()
+        .flat_map(|c| seq_at(c, &["args"]))
+        .filter_map(Value::as_str)
+        .collect::<Vec<_>>();
+    if args.contains(&"--leader-elect") {
+        needed.push(("coordination.k8s.io", "leases"));
+    }
+    for (group, resource) in needed {
+        assert!(
+            granted.contains(&(group.to_string(), resource.to_string())),
+            "nothing bound to ServiceAccount {account} grants {resource} in group {group:?}"
+        );
+    }
+}
+
+#[test]
+fn the_deployment_image_is_the_name_the_images_transformer_rewrites() {
+    let default = root().join("config/default");
+    let deployment = the_one(&objects(&default), "Deployment").clone();
+    let image = str_at(&containers(&deployment)[0], &["image"]).expect("an image");
+    let overlay = kustomization(&default);
+    let rewritten: Vec<&str> = seq_at(&overlay, &["images"])
+        .iter()
+        .filter_map(|i| str_at(i, &["name"]))
+        .collect();
+    // kustomize rewrites only images whose name matches; any other name would ship unchanged
+    // whatever IMG says.
+    assert!(
+        rewritten.contains(&image_name(image)),
+        "the Deployment runs {image}, but config/default's images: rewrite only {rewritten:?}"
+    );
+}
+
+#[test]
+fn image_names_lose_their_tag_or_digest_but_keep_a_registry_port() {
+    assert_eq!(image_name("immortal-operator:latest"), "immortal-operator");
+    assert_eq!(image_name("immortal-operator"), "immortal-operator");
+    assert_eq!(image_name("registry:5000/x/op:v1"), "registry:5000/x/op");
+    assert_eq!(image_name("registry:5000/op"), "registry:5000/op");
+    assert_eq!(image_name("ghcr.io/me/op@sha256:ab"), "ghcr.io/me/op");
+}
+
+#[test]
+fn build_installer_writes_the_render_of_an_overlay_that_sets_img() {
+    let default = root().join("config/default");
+    let deployment = the_one(&objects(&default), "Deployment").clone();
+    let deployed_name =
+        image_name(str_at(&containers(&deployment)[0], &["image"]).unwrap()).to_string();
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let cases = [
+        (
+            "registry.example.com:5000/team/immortal-operator:v1.2.3".to_string(),
+            "registry.example.com:5000/team/immortal-operator",
+            ("newTag", "v1.2.3".to_string()),
+        ),
+        (
+            "registry.example.com:5000/immortal-operator".to_string(),
+            "registry.example.com:5000/immortal-operator",
+            ("newTag", "latest".to_string()),
+        ),
+        (
+            format!("ghcr.io/me/immortal-operator@{digest}"),
+            "ghcr.io/me/immortal-operator",
+            ("digest", digest.clone()),
+        ),
+    ];
+    for (img, new_name, (pin, value)) in cases {
+        let dir = make_dir();
+        let rendered = "kind: Namespace\nmetadata:\n  name: rendered-for-test\n";
+        let kubectl = fake_kubectl(&dir, rendered, 0);
+        let (ok, out, err) = make_build_installer(&dir, &img, &kubectl);
+        assert!(ok, "make build-installer IMG={img} failed:\n{out}{err}");
+        assert_eq!(
+            fs::read_to_string(dir.join("dist/install.yaml")).unwrap(),
+            rendered,
+            "dist/install.yaml is not what the render printed"
+        );
+        assert!(
+            dist_leftovers(&dir).is_empty(),
+            "left in dist/: {:?}",
+            dist_leftovers(&dir)
+        );
+
+        let overlay = documents(&dir.join("overlay.yaml")).remove(0);
+        assert_eq!(resources(&overlay), ["config/default"], "IMG={img}");
+        let images = seq_at(&overlay, &["images"]);
+        assert_eq!(images.len(), 1, "IMG={img}: {images:?}");
+        assert_eq!(
+            str_at(&images[0], &["name"]),
+            Some(deployed_name.as_str()),
+            "the overlay rewrites another image than the Deployment's"
+        );
+        assert_eq!(
+            str_at(&images[0], &["newName"]),
+            Some(new_name),
+            "IMG={img}"
+        );
+        assert_eq!(
+            str_at(&images[0], &[pin]),
+            Some(value.as_str()),
+            "IMG={img}"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn build_installer_leaves_the_previous_installer_when_the_render_fails() {
+    let dir = make_dir();
+    fs::create_dir_all(dir.join("dist")).unwrap();
+    fs::write(dir.join("dist/install.yaml"), "previous\n").unwrap();
+    // A render that dies half way: some output, then an error.
+    let kubectl = fake_kubectl(&dir, "kind: Namespace\n", 1);
+    let (ok, out, err) = make_build_installer(&dir, "example/op:v1", &kubectl);
+    assert!(
+        !ok,
+        "make build-installer succeeded with a failing render:\n{out}{err}"
+    );
+    assert_eq!(
+        fs::read_to_string(dir.join("dist/install.yaml")).unwrap(),
+        "previous\n"
+    );
+    assert!(
+        dist_leftovers(&dir).is_empty(),
+        "left in dist/: {:?}",
+        dist_leftovers(&dir)
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Renders with the real kubectl: what `kubectl apply -f dist/install.yaml` would get.
+#[test]
+fn the_installer_holds_every_object_of_config_default_in_apply_order_with_the_image_set() {
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let probe = run_bounded(
+        Command::new(&kubectl).args(["version", "--client"]),
+        MAKE_BOUND,
+    );
+    assert!(
+        probe.is_ok_and(|(ok, _, _)| ok),
+        "`{kubectl} version --client` failed: this test renders config/ with kubectl's built-in \
+         kustomize; install kubectl or point KUBECTL at it"
+    );
+    let img = "registry.example.com:5000/team/immortal-operator:v9.8.7";
+    let dir = make_dir();
+    let (ok, out, err) = make_build_installer(&dir, img, &kubectl);
+    assert!(ok, "make build-installer failed:\n{out}{err}");
+    let objs = documents(&dir.join("dist/install.yaml"));
+
+    let want: BTreeSet<_> = objects(&root().join("config/default"))
+        .iter()
+        .map(id)
+        .collect();
+    let got: BTreeSet<_> = objs.iter().map(id).collect();
+    assert_eq!(
+        got, want,
+        "the installer's objects differ from config/default's"
+    );
+
+    let namespace = str_at(
+        &kustomization(&root().join("config/default")),
+        &["namespace"],
+    )
+    .unwrap()
+    .to_string();
+    for o in &objs {
+        let ns = str_at(o, &["metadata", "namespace"]);
+        if CLUSTER_SCOPED.contains(&kind(o)) {
+            assert_eq!(
+                ns,
+                None,
+                "{:?} is cluster-scoped but has a namespace",
+                id(o)
+            );
+        } else {
+            assert_eq!(ns, Some(namespace.as_str()), "{:?}", id(o));
+        }
+    }
+    // kubectl apply -f creates in file order: on a fresh cluster a namespaced object before its
+    // Namespace, or a custom resource before its CRD, would be refused.
+    let first_namespaced = objs
+        .iter()
+        .position(|o| !CLUSTER_SCOPED.contains(&kind(o)))
+        .expect("namespaced objects");
+    for k in ["Namespace", "CustomResourceDefinition"] {
+        let at = objs.iter().position(|o| kind(o) == k).unwrap();
+        assert!(
+            at < first_namespaced,
+            "the {k} comes after {:?}",
+            id(&objs[first_namespaced])
+        );
+    }
+
+    let deployment = the_one(&objs, "Deployment");
+    assert_eq!(str_at(&containers(deployment)[0], &["image"]), Some(img));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The Makefile's docker-buildx builds each platform natively (see the Dockerfile), so every
+/// platform in PLATFORMS must be an architecture the Dockerfile accepts and names a C compiler
+/// for (the cc crate compiles ring's C and assembly with it).
+#[test]
+fn every_platform_docker_buildx_builds_is_one_the_dockerfile_builds() {
+    let makefile = fs::read_to_string(root().join("Makefile")).unwrap();
+    let platforms = makefile
+        .lines()
+        .find_map(|l| l.strip_prefix("PLATFORMS ?="))
+        .expect("PLATFORMS ?= in the Makefile")
+        .trim()
+        .split(',')
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    assert!(platforms.len() >= 2, "PLATFORMS = {platforms:?}");
+    let dockerfile = fs::read_to_string(root().join("Dockerfile")).unwrap();
+    // The builder stage's architecture check: `x86_64|aarch64) ;;`.
+    let accepted = dockerfile
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(") ;; \\"))
+        .expect("the Dockerfile's architecture check")
+        .split('|')
+        .collect::<Vec<_>>();
+    for platform in &platforms {
+        // `uname -m` in a container of this platform (natively or under QEMU).
+        let arch = match platform.as_str() {
+            "linux/amd64" => "x86_64",
+            "linux/arm64" => "aarch64",
+            other => panic!("PLATFORMS has {other}, which the Dockerfile does not build"),
+        };
+        assert!(
+            accepted.contains(&arch),
+            "the Dockerfile refuses {arch}: {accepted:?}"
+        );
+        let cc = format!("CC_{arch}_unknown_linux_musl=musl-gcc");
+        assert!(dockerfile.contains(&cc), "the Dockerfile does not set {cc}");
+    }
+}
