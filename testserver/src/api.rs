@@ -818,6 +818,18 @@ fn write_update(
         }
         None => {}
     }
+    // A uid in the written object is a precondition, as kube-apiserver's update does
+    // (`defaultUpdatedObjectInfo.Preconditions`): 409 when the object of that name is another.
+    if let Some(uid) = meta
+        .get("uid")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
+    {
+        let cur_uid = meta_str(&cur, "uid");
+        if uid != cur_uid {
+            return Err(uid_precondition_failed(def, name, uid, cur_uid));
+        }
+    }
     for owned in [
         "uid",
         "creationTimestamp",
@@ -864,6 +876,19 @@ fn write_update(
         }
     }
     Ok(stored)
+}
+
+/// 409 for an update whose object names another uid than the stored one (the wording of the
+/// storage layer's precondition check; no fixture records it).
+fn uid_precondition_failed(def: &ResourceDef, name: &str, want: &str, have: &str) -> ApiError {
+    ApiError::Conflict(
+        format!(
+            "Operation cannot be fulfilled on {} {name:?}: StorageError: invalid object, Code: 4, \
+             AdditionalErrorMsg: Precondition failed: UID in precondition: {want}, UID in object meta: {have}",
+            def.key()
+        ),
+        def.details(name),
+    )
 }
 
 fn update(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {

@@ -452,6 +452,45 @@ fn merge_patch_with_stale_resource_version_conflicts() {
 }
 
 #[test]
+fn a_patch_naming_another_uid_conflicts_and_removes_one_finalizer_when_it_matches() {
+    bounded(20, || {
+        let (_server, admin) = start();
+        let mut body = pod_body("a", None);
+        body["metadata"]["finalizers"] = json!(["ours/count", "theirs/keep"]);
+        let created = admin.post(PODS, &body).body;
+        let uid = created["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string();
+        let release = |uid: &str| {
+            let body = json!({"metadata": {"uid": uid,
+                "$deleteFromPrimitiveList/finalizers": ["ours/count"]}})
+            .to_string();
+            admin.send(
+                "PATCH",
+                &format!("{PODS}/a"),
+                Some("application/strategic-merge-patch+json"),
+                Some(&body),
+            )
+        };
+        // The uid is a precondition: a pod of the same name but another uid is not touched.
+        let r = release("someone-else");
+        assert_eq!(r.code, 409, "{}", r.body);
+        assert!(
+            r.body["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Precondition failed: UID in precondition: someone-else"),
+            "{}",
+            r.body
+        );
+        let r = release(&uid);
+        assert_eq!(r.code, 200, "{}", r.body);
+        assert_eq!(r.body["metadata"]["finalizers"], json!(["theirs/keep"]));
+    });
+}
+
+#[test]
 fn put_requires_current_resource_version_and_leases_conflict_when_stale() {
     bounded(20, || {
         let (_server, admin) = start();
