@@ -154,7 +154,8 @@ fn a_terminating_pod_is_waited_for_without_polling() {
     // The test server's runtime runs this until the end of the grace period.
     c.create_ic("web", "registry.example/ignore-sigterm:1");
     let first = c.wait_converged("web", 1, |_| Ok(()));
-    assert!(c.delete_pod_with_grace(name(&first), uid(&first), Some(3)));
+    // The test server's kubelet waits a hundredth of a grace period: 300 s is 3 s here.
+    assert!(c.delete_pod_with_grace(name(&first), uid(&first), Some(300)));
     let ic = c.wait_ready("web", "False", "PodTerminating");
     assert_eq!(ic["status"]["podPhase"], "Terminating");
     let before = server.request_counts();
