@@ -84,11 +84,11 @@ pub fn run(config: Config) -> ExitCode {
     if let Err(msg) = preflight(&client, &quit) {
         return fail_at_start(&msg);
     }
-    let books = Arc::new(Books::new());
-    check_crd_schema(&client, &books);
     if is_quitting(&quit) {
         return ExitCode::SUCCESS;
     }
+    let books = Arc::new(Books::new());
+    check_crd_schema(&client, &books);
 
     let health = Arc::new(Health::new(vec![
         client::Resource::ImmortalContainers.short(),
@@ -469,7 +469,9 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
 /// one. When the CRD cannot be read (RBAC), the first status write tells instead.
 fn check_crd_schema(client: &Client, books: &Books) {
     let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}");
-    match client.get_path::<serde_json::Value>(&path) {
+    // Bounded like every start-up check: it runs on the thread that answers signals.
+    let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
+    match attempt.get_path::<serde_json::Value>(&path) {
         Ok(crd) => {
             if let Some(missing) = crate::counting::Counting::missing_in_crd(&crd, VERSION) {
                 books
