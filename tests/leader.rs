@@ -279,7 +279,13 @@ fn sigterm_while_the_api_server_hangs_every_request_exits_in_time_and_the_releas
         .unwrap()
         .expect("pod exists");
     assert!(cluster.delete_pod(&pod_name("hung"), uid(&pod)));
-    wait_for_log(&a, "pod DELETED", "a reconcile of the deleted pod started");
+    // With a kubelet the pod first shows up terminating (its DELETED event comes once the
+    // kubelet stopped it): that is the reconcile that now hangs.
+    wait_for_log(
+        &a,
+        &format!("Terminating uid={}", uid(&pod)),
+        "a reconcile of the deleted pod started",
+    );
     // Its first request (the object's GET) is now held by the server.
     std::thread::sleep(Duration::from_millis(300));
 
