@@ -23,6 +23,8 @@ pub struct PrinterColumn {
     pub name: String,
     pub type_: String,
     pub json_path: String,
+    /// 0: shown by `kubectl get`; more: only with `-o wide`.
+    pub priority: i64,
 }
 
 /// Everything the server needs to know to serve one resource.
@@ -325,6 +327,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceDef, Vec<Cause>> {
                     name: str_at(c, &["name"]).to_string(),
                     type_: str_at(c, &["type"]).to_string(),
                     json_path: str_at(c, &["jsonPath"]).to_string(),
+                    priority: c["priority"].as_i64().unwrap_or(0),
                 })
                 .collect();
         } else {
@@ -686,7 +689,7 @@ mod tests {
         assert_eq!(d.versions, vec!["v1alpha1"]);
         assert!(d.namespaced && d.status_subresource);
         assert_eq!(d.short_names, vec!["ic"]);
-        assert_eq!(d.columns.len(), 5);
+        assert_eq!(d.columns.len(), 7);
         assert_eq!(d.list_kind, "ImmortalContainerList");
     }
 

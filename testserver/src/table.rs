@@ -229,7 +229,11 @@ fn layout(def: &ResourceDef) -> (Vec<Value>, RowFn<'_>) {
         ),
         Class::Custom => {
             let mut cols = vec![name()];
-            cols.extend(def.columns.iter().map(|c| column(&c.name, &c.type_, "")));
+            cols.extend(def.columns.iter().map(|c| {
+                let mut col = column(&c.name, &c.type_, "");
+                col["priority"] = json!(c.priority);
+                col
+            }));
             (
                 cols,
                 Box::new(move |o: &Value| {
