@@ -312,22 +312,33 @@ mod tests {
         let def = resources::from_crd(&crd).expect("crd");
         let o: Obj = std::sync::Arc::new(
             json!({"metadata": {"name": "x", "creationTimestamp": util::now_rfc3339()},
-            "spec": {"image": "nginx"}, "status": {"currentPod": "x-immortalpod", "startTimes": 2}}),
+            "spec": {"image": "nginx"}, "status": {"currentPod": "x-immortalpod", "startTimes": 2,
+                "podPhase": "Running", "conditions": [{"type": "Ready", "status": "True", "reason": "PodRunning"}]}}),
         );
         let t = render(&def, "v1alpha1", &[o], 7, None, None);
-        let names: Vec<&str> = t["columnDefinitions"]
+        let cols: Vec<(&str, i64)> = t["columnDefinitions"]
             .as_array()
             .expect("cols")
             .iter()
-            .filter_map(|c| c["name"].as_str())
+            .filter_map(|c| Some((c["name"].as_str()?, c["priority"].as_i64()?)))
             .collect();
+        // Pod is a wide column (priority 1): kubectl shows it only with -o wide.
         assert_eq!(
-            names,
-            vec!["Name", "Image", "Pod", "Starts", "Ready", "Age"]
+            cols,
+            vec![
+                ("Name", 0),
+                ("Image", 0),
+                ("Pod", 1),
+                ("Phase", 0),
+                ("Ready", 0),
+                ("Reason", 0),
+                ("Starts", 0),
+                ("Age", 0)
+            ]
         );
         assert_eq!(
             t["rows"][0]["cells"],
-            json!(["x", "nginx", "x-immortalpod", 2, null, "0s"])
+            json!(["x", "nginx", "x-immortalpod", "Running", "True", "PodRunning", 2, "0s"])
         );
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     }
