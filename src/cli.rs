@@ -5,7 +5,6 @@ use crate::logging;
 use crate::serve;
 use clap::{Parser, Subcommand};
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -148,8 +147,8 @@ pub struct Config {
     pub log_format: logging::Format,
     pub workers: usize,
     pub leader: Option<LeaderFlags>,
-    pub metrics_addr: Option<SocketAddr>,
-    pub probe_addr: Option<SocketAddr>,
+    /// The metrics and probe endpoints.
+    pub endpoints: serve::Settings,
 }
 
 /// A flag combination that cannot run.
@@ -208,9 +207,9 @@ impl TryFrom<Args> for Config {
         } else {
             None
         };
-        let metrics_addr = serve::parse_bind(&a.metrics_bind_address)
+        let metrics = serve::parse_bind(&a.metrics_bind_address)
             .map_err(|e| InvalidFlags(format!("--metrics-bind-address: {e}")))?;
-        let probe_addr = serve::parse_bind(&a.health_probe_bind_address)
+        let probes = serve::parse_bind(&a.health_probe_bind_address)
             .map_err(|e| InvalidFlags(format!("--health-probe-bind-address: {e}")))?;
         Ok(Config {
             kubeconfig: a.kubeconfig,
@@ -219,8 +218,7 @@ impl TryFrom<Args> for Config {
             log_format: a.log_format,
             workers: a.workers,
             leader,
-            metrics_addr,
-            probe_addr,
+            endpoints: serve::Settings { metrics, probes },
         })
     }
 }
@@ -242,8 +240,13 @@ mod tests {
         assert_eq!(c.namespace, None);
         assert_eq!(c.workers, 1);
         assert!(c.leader.is_none());
-        assert_eq!(c.metrics_addr, Some("0.0.0.0:8080".parse().unwrap()));
-        assert_eq!(c.probe_addr, Some("0.0.0.0:8081".parse().unwrap()));
+        assert_eq!(
+            c.endpoints,
+            serve::Settings {
+                metrics: Some("0.0.0.0:8080".parse().unwrap()),
+                probes: Some("0.0.0.0:8081".parse().unwrap()),
+            }
+        );
     }
 
     #[test]
@@ -281,7 +284,8 @@ mod tests {
         assert_eq!(
             parse(&["--metrics-bind-address", "0"])
                 .unwrap()
-                .metrics_addr,
+                .endpoints
+                .metrics,
             None
         );
     }
