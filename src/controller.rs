@@ -82,7 +82,7 @@ pub fn run(config: Config) -> ExitCode {
         .next()
         .unwrap_or("")
         .to_string();
-    if let Err(msg) = serve::start(&config.endpoints, health.clone(), host) {
+    if let Err(msg) = serve::start(&config.endpoints, health.clone(), host, &client) {
         return fail_at_start(&msg);
     }
 

@@ -4,8 +4,8 @@
 //! [`auth`]) → [`client`] → two [`watcher`] threads pushing `namespace/name` keys into the
 //! [`queue`] → [`reconcile`] workers, wired together and shut down by [`controller`].
 //! [`resources`] holds the API types; [`events`], [`leader`], [`metrics`] and [`serve`] (with
-//! [`server_tls`] for HTTPS metrics) are what running in production adds; [`trace`] reads the
-//! logs back. [`allocator`] is the binary's global allocator.
+//! [`metrics_auth`] and [`server_tls`] for HTTPS metrics) are what running in production adds;
+//! [`trace`] reads the logs back. [`allocator`] is the binary's global allocator.
 
 pub mod allocator;
 pub mod auth;
@@ -17,6 +17,7 @@ pub mod kubeconfig;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod queue;
 pub mod reconcile;
 pub mod resources;

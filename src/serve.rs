@@ -1,4 +1,5 @@
-//! The operator's own small HTTP endpoints: `/metrics` (Prometheus text) and the `/healthz` and
+//! The operator's own small HTTP endpoints: `/metrics` (Prometheus text, over HTTPS for callers
+//! the API server vouches for, see [`crate::metrics_auth`]) and the plain-HTTP `/healthz` and
 //! `/readyz` probes the Deployment points the kubelet at.
 //!
 //! Any pod in the cluster can connect to both, so nothing a client sends may cost more than a
@@ -10,16 +11,21 @@
 //! - a request head (request line and headers) may be [`MAX_HEAD`] bytes; a longer one is
 //!   answered 431 and the connection closed, so a line without end costs 8 KiB, not memory
 //!   without bound (a 200 MiB line took the operator past its 64 MiB limit before);
-//! - a whole exchange (head and answer) must end by a
+//! - a whole exchange (TLS handshake, head, the access reviews, the answer) must end by a
 //!   deadline fixed when the connection is accepted, so a client trickling a byte at a time
 //!   holds its thread no longer than that: [`PROBE_DEADLINE`], [`METRICS_DEADLINE`].
 //!
 //! One request per connection (`Connection: close`): scrapes and probes are a few per minute,
 //! so plain blocking I/O on short-lived threads is all this needs, and costs nothing at idle.
 
+use crate::client::Client;
 use crate::metrics;
+use crate::metrics_auth::{self, MetricsAuth, Verdict};
+use crate::server_tls;
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -46,7 +52,8 @@ pub const MAX_PER_PEER: usize = 2;
 /// `timeoutSeconds` (1 s, the default our Deployment keeps) anyway.
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(2);
 
-/// A metrics exchange must be over by then: Prometheus' default scrape timeout is 10 s.
+/// A metrics exchange must be over by then, the TokenReview and SubjectAccessReview included:
+/// Prometheus' default scrape timeout is 10 s.
 pub const METRICS_DEADLINE: Duration = Duration::from_secs(10);
 
 /// After answering 431 the connection is closed only once the client's pending bytes are read
@@ -119,26 +126,62 @@ pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
         .map_err(|_| format!("invalid bind address {s:?} (want HOST:PORT, :PORT or 0)"))
 }
 
-/// Where to serve, from the flags.
+/// Where and how to serve, from the flags.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// `--metrics-bind-address`; `None` serves no metrics.
     pub metrics: Option<SocketAddr>,
     /// `--health-probe-bind-address`; `None` serves no probes.
     pub probes: Option<SocketAddr>,
+    /// `--metrics-secure`: HTTPS with TokenReview/SubjectAccessReview, or plain HTTP to anyone.
+    pub secure: bool,
+    /// `--metrics-cert-path`: a directory with `tls.crt` and `tls.key`; `None`: self-signed.
+    pub cert_dir: Option<PathBuf>,
 }
 
-/// Starts what `settings` asks for. An error (a port taken) is for the user to see at start.
-pub fn start(settings: &Settings, health: Arc<Health>, host: String) -> Result<(), String> {
+/// How `/metrics` is served.
+pub enum Metrics {
+    /// Plain HTTP to anyone (`--metrics-secure=false`, for local runs).
+    Plain,
+    /// HTTPS, to callers `auth` allows.
+    Secure {
+        tls: Arc<ServerConfig>,
+        auth: Arc<MetricsAuth>,
+    },
+}
+
+/// Starts what `settings` asks for. An error (a port taken, an unusable certificate) is for
+/// the user to see at start.
+pub fn start(
+    settings: &Settings,
+    health: Arc<Health>,
+    host: String,
+    client: &Client,
+) -> Result<(), String> {
     if let Some(addr) = settings.probes {
         let local = spawn_probes(addr, health)
             .map_err(|e| format!("cannot serve probes on {addr}: {e}"))?;
         log::info!(target: "controller", address = local.to_string().as_str(); "serving probes");
     }
     if let Some(addr) = settings.metrics {
-        let local = spawn_metrics(addr, host)
+        let metrics = if settings.secure {
+            let tls = server_tls::config(settings.cert_dir.as_deref())
+                .map_err(|e| format!("cannot serve metrics over HTTPS: {e}"))?;
+            Metrics::Secure {
+                tls,
+                auth: Arc::new(MetricsAuth::new(client.clone())),
+            }
+        } else {
+            Metrics::Plain
+        };
+        let local = spawn_metrics(addr, metrics, host)
             .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
-        log::info!(target: "controller", address = local.to_string().as_str(); "serving metrics");
+        let scheme = match (settings.secure, &settings.cert_dir) {
+            (false, _) => "http",
+            (true, None) => "https (self-signed certificate)",
+            (true, Some(_)) => "https (mounted certificate)",
+        };
+        log::info!(target: "controller", address = local.to_string().as_str(), scheme = scheme; "serving metrics");
     }
     Ok(())
 }
@@ -151,9 +194,9 @@ pub fn spawn_probes(addr: SocketAddr, health: Arc<Health>) -> io::Result<SocketA
 }
 
 /// Binds `addr` and serves `/metrics` there on threads of its own.
-pub fn spawn_metrics(addr: SocketAddr, host: String) -> io::Result<SocketAddr> {
+pub fn spawn_metrics(addr: SocketAddr, metrics: Metrics, host: String) -> io::Result<SocketAddr> {
     listen(addr, "metrics", Limits::DEFAULT, move |conn| {
-        serve_metrics(conn, &host)
+        serve_metrics(conn, &metrics, &host)
     })
 }
 
@@ -304,21 +347,76 @@ fn serve_probe(tcp: TcpStream, health: &Health) {
     }
 }
 
-fn serve_metrics(tcp: TcpStream, host: &str) {
+fn serve_metrics(tcp: TcpStream, metrics: &Metrics, host: &str) {
     let deadline = Instant::now() + METRICS_DEADLINE;
-    let mut conn = Timed { tcp, deadline };
-    let answered = exchange(&mut conn, |req| metrics_response(req, host));
+    let conn = Timed { tcp, deadline };
+    let (answered, tcp) = match metrics {
+        Metrics::Plain => {
+            let mut conn = conn;
+            let answered = exchange(&mut conn, |req| metrics_response(req, None, host, deadline));
+            (answered, conn.tcp)
+        }
+        Metrics::Secure { tls, auth } => {
+            let Ok(server) = ServerConnection::new(tls.clone()) else {
+                return;
+            };
+            // The handshake happens on the first read, within the deadline like the rest.
+            let mut tls = StreamOwned::new(server, conn);
+            let answered = exchange(&mut tls, |req| {
+                metrics_response(req, Some(auth), host, deadline)
+            });
+            if answered.is_some() {
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
+            (answered, tls.sock.tcp)
+        }
+    };
     if answered == Some(431) {
-        linger(&conn.tcp, deadline);
+        linger(&tcp, deadline);
     }
 }
 
-fn metrics_response(req: &Request, host: &str) -> Response {
-    if req.path != "/metrics" {
+fn metrics_response(
+    req: &Request,
+    auth: Option<&MetricsAuth>,
+    host: &str,
+    deadline: Instant,
+) -> Response {
+    if req.path != metrics_auth::PATH {
         return Response::text(404, "not found\n");
     }
     if req.method != "GET" {
         return Response::text(405, "method not allowed\n");
+    }
+    if let Some(auth) = auth {
+        // Refusals are logged at debug only: anyone can send them, as often as they like.
+        match auth.check(req.authorization, deadline) {
+            Ok(Verdict::Allowed { user }) => {
+                log::debug!(target: "serve", user = user.as_str(); "metrics scrape allowed");
+            }
+            Ok(Verdict::Unauthenticated) => {
+                log::debug!(target: "serve", result = "unauthenticated"; "metrics scrape refused");
+                return Response::text(401, "Unauthorized\n");
+            }
+            Ok(Verdict::Forbidden { user }) => {
+                log::debug!(target: "serve", user = user.as_str(), result = "forbidden"; "metrics scrape refused");
+                return Response::text(403, &format!("Authorization denied for user {user}\n"));
+            }
+            Err(e) => {
+                let error = e.to_string();
+                if e.is_denied() {
+                    // Nothing will change until someone grants the operator the reviews.
+                    log::warn!(
+                        target: "serve", error = error.as_str();
+                        "cannot check who may read /metrics: the operator needs create on tokenreviews and subjectaccessreviews (config/rbac/metrics_auth_role.yaml)"
+                    );
+                } else {
+                    log::info!(target: "serve", error = error.as_str(); "cannot check who may read /metrics");
+                }
+                return Response::text(500, "Authorization check failed\n");
+            }
+        }
     }
     Response {
         code: 200,
@@ -339,6 +437,8 @@ struct Request<'a> {
     method: &'a str,
     /// Without the query.
     path: &'a str,
+    /// The `Authorization` header's value.
+    authorization: Option<&'a str>,
 }
 
 struct Response {
@@ -383,8 +483,8 @@ impl Response {
 }
 
 /// Reads one request head from `conn` and writes the answer `handle` gives (or 400, 431).
-/// Returns the code answered; `None` when the client went away or ran out of time first,
-/// which gets no answer.
+/// Returns the code answered; `None` when the client went away, sent no valid TLS, or ran out
+/// of time first, which gets no answer.
 fn exchange(
     conn: &mut (impl Read + Write),
     handle: impl FnOnce(&Request) -> Response,
@@ -406,7 +506,7 @@ fn exchange(
 enum HeadError {
     /// [`MAX_HEAD`] bytes came without the blank line that ends a head.
     TooLarge,
-    /// The connection closed, failed, or reached its deadline: nothing to answer.
+    /// The connection closed, failed (TLS included), or reached its deadline: nothing to answer.
     Gone,
 }
 
@@ -441,7 +541,7 @@ fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     })
 }
 
-/// The request line. `None` for a head that is not HTTP.
+/// The request line and the one header we read. `None` for a head that is not HTTP.
 fn parse_head(head: &[u8]) -> Option<Request<'_>> {
     let head = std::str::from_utf8(head).ok()?;
     let mut lines = head.lines();
@@ -451,7 +551,16 @@ fn parse_head(head: &[u8]) -> Option<Request<'_>> {
         return None;
     }
     let path = target.split('?').next().unwrap_or(target);
-    Some(Request { method, path })
+    let authorization = lines.find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("authorization")
+            .then(|| value.trim())
+    });
+    Some(Request {
+        method,
+        path,
+        authorization,
+    })
 }
 
 /// Stops sending, then reads and drops what the client still sends (bounded in bytes and time)
@@ -479,6 +588,7 @@ fn linger(tcp: &TcpStream, deadline: Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube_testserver::{Options, Rule, TestServer};
 
     const READ_BOUND: Duration = Duration::from_secs(10);
 
@@ -515,11 +625,17 @@ mod tests {
     }
 
     #[test]
-    fn heads_are_parsed_for_method_and_path_only() {
-        let r = parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nX: y").unwrap();
-        assert_eq!((r.method, r.path), ("GET", "/metrics"));
+    fn heads_are_parsed_for_method_path_and_authorization_only() {
+        let r = parse_head(
+            b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nauthorization:  Bearer t \r\nX: y",
+        )
+        .unwrap();
+        assert_eq!(
+            (r.method, r.path, r.authorization),
+            ("GET", "/metrics", Some("Bearer t"))
+        );
         let r = parse_head(b"GET /healthz HTTP/1.0").unwrap();
-        assert_eq!(r.path, "/healthz");
+        assert_eq!((r.path, r.authorization), ("/healthz", None));
         for bad in [
             &b"GET /healthz"[..],
             b"GET /a b HTTP/1.1",
@@ -553,7 +669,7 @@ mod tests {
 
     #[test]
     fn plain_metrics_serve_prometheus_text_to_anyone() {
-        let addr = spawn_metrics(localhost(), "h".into()).unwrap();
+        let addr = spawn_metrics(localhost(), Metrics::Plain, "h".into()).unwrap();
         let r = get(addr, "/metrics");
         assert!(
             r.starts_with("HTTP/1.1 200") && r.contains("workqueue_depth"),
@@ -578,7 +694,7 @@ mod tests {
     /// merely stop reading (which would leave the sender blocked until its own timeout).
     #[test]
     fn a_line_without_end_is_cut_off_after_8_kib() {
-        let addr = spawn_metrics(localhost(), String::new()).unwrap();
+        let addr = spawn_metrics(localhost(), Metrics::Plain, String::new()).unwrap();
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_write_timeout(Some(READ_BOUND)).unwrap();
         let chunk = vec![b'A'; 1 << 20];
@@ -721,7 +837,7 @@ mod tests {
     fn healthz_answers_while_the_metrics_port_is_flooded() {
         let health = Arc::new(Health::new(vec![]));
         let probes = spawn_probes(localhost(), health).unwrap();
-        let metrics = spawn_metrics(localhost(), String::new()).unwrap();
+        let metrics = spawn_metrics(localhost(), Metrics::Plain, String::new()).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let mut flood = Vec::new();
         // Endless lines, trickles and bare connections, over and over, from 8 clients.
@@ -751,5 +867,74 @@ mod tests {
         for t in flood {
             t.join().unwrap();
         }
+    }
+
+    /// HTTPS metrics in front of a test API server that knows a reader and a stranger.
+    fn secure_metrics() -> (TestServer, SocketAddr) {
+        let server = TestServer::start(Options::default()).unwrap();
+        server.add_user(
+            "prometheus",
+            "reader",
+            vec![Rule::new(&["get"], &["/metrics"])],
+        );
+        server.add_user("nobody", "nobody", vec![]);
+        let opts = crate::kubeconfig::LoadOptions {
+            kubeconfig: Some(server.kubeconfig_path()),
+            context: None,
+        };
+        let client = Client::new(crate::kubeconfig::load(&opts).unwrap(), 2).unwrap();
+        let metrics = Metrics::Secure {
+            tls: server_tls::config(None).unwrap(),
+            auth: Arc::new(MetricsAuth::new(client)),
+        };
+        let addr = spawn_metrics(localhost(), metrics, String::new()).unwrap();
+        (server, addr)
+    }
+
+    /// GET over HTTPS, trusting any certificate (as the ServiceMonitor's insecureSkipVerify).
+    fn https_get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+        let agent = ureq::AgentBuilder::new()
+            .tls_config(crate::tls::client_config(None, true, None, None).unwrap())
+            .timeout(READ_BOUND)
+            .build();
+        let mut req = agent.get(&format!("https://{addr}{path}"));
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        match req.call() {
+            Ok(r) => (r.status(), r.into_string().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn secure_metrics_are_served_only_to_callers_allowed_to_get_them() {
+        let (_server, addr) = secure_metrics();
+        assert_eq!(https_get(addr, "/metrics", None).0, 401);
+        assert_eq!(https_get(addr, "/metrics", Some("made-up")).0, 401);
+        let (code, body) = https_get(addr, "/metrics", Some("nobody"));
+        assert_eq!(
+            (code, body.as_str()),
+            (403, "Authorization denied for user nobody\n")
+        );
+        let (code, body) = https_get(addr, "/metrics", Some("reader"));
+        assert_eq!(code, 200);
+        assert!(body.contains("workqueue_depth"), "{body}");
+    }
+
+    #[test]
+    fn plain_http_to_the_secure_port_is_closed_without_an_answer() {
+        let (_server, addr) = secure_metrics();
+        let r = {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(READ_BOUND)).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            out
+        };
+        // At most a TLS alert record (content type 21), never metrics.
+        assert!(r.is_empty() || r[0] == 21, "{r:?}");
     }
 }
