@@ -176,11 +176,10 @@ impl MetricsAuth {
     /// The client with what is left until `deadline` as its timeout (and no sleeping on a
     /// 429: the caller is waiting).
     fn within(&self, deadline: Instant) -> Result<Client, Error> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if deadline <= Instant::now() {
             return Err(Error::Deadline);
         }
-        Ok(self.client.with_deadline(left))
+        Ok(self.client.until(deadline))
     }
 
     fn cached(&self, digest: &[u8; 32]) -> Option<Verdict> {
