@@ -5,7 +5,6 @@ use crate::logging;
 use crate::serve;
 use clap::{Parser, Subcommand};
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -77,11 +76,23 @@ pub struct Args {
     #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub retry_period: Duration,
 
-    /// Address of the Prometheus /metrics endpoint (":8080" = all interfaces; "0" disables).
-    #[arg(long, default_value = ":8080", value_name = "ADDR")]
+    /// Address of the Prometheus /metrics endpoint (":8443" = all interfaces; "0" disables).
+    #[arg(long, default_value = ":8443", value_name = "ADDR")]
     pub metrics_bind_address: String,
 
-    /// Address of the /healthz and /readyz probes ("0" disables).
+    /// Serve /metrics over HTTPS to callers the API server authenticates (TokenReview) and
+    /// authorizes for GET /metrics (SubjectAccessReview); "--metrics-secure=false" serves plain
+    /// HTTP to anyone, for local runs.
+    #[arg(long, default_value_t = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub metrics_secure: bool,
+
+    /// Directory with the metrics certificate, tls.crt and tls.key (a mounted kubernetes.io/tls
+    /// Secret); without it a self-signed certificate is made at start.
+    #[arg(long, value_name = "DIR")]
+    pub metrics_cert_path: Option<PathBuf>,
+
+    /// Address of the /healthz and /readyz probes, plain HTTP ("0" disables).
     #[arg(long, default_value = ":8081", value_name = "ADDR")]
     pub health_probe_bind_address: String,
 }
@@ -148,8 +159,8 @@ pub struct Config {
     pub log_format: logging::Format,
     pub workers: usize,
     pub leader: Option<LeaderFlags>,
-    pub metrics_addr: Option<SocketAddr>,
-    pub probe_addr: Option<SocketAddr>,
+    /// The metrics and probe endpoints.
+    pub endpoints: serve::Settings,
 }
 
 /// A flag combination that cannot run.
@@ -208,10 +219,16 @@ impl TryFrom<Args> for Config {
         } else {
             None
         };
-        let metrics_addr = serve::parse_bind(&a.metrics_bind_address)
+        let metrics = serve::parse_bind(&a.metrics_bind_address)
             .map_err(|e| InvalidFlags(format!("--metrics-bind-address: {e}")))?;
-        let probe_addr = serve::parse_bind(&a.health_probe_bind_address)
+        let probes = serve::parse_bind(&a.health_probe_bind_address)
             .map_err(|e| InvalidFlags(format!("--health-probe-bind-address: {e}")))?;
+        if a.metrics_cert_path.is_some() && !a.metrics_secure {
+            // A certificate for a plain-HTTP endpoint is a mistake worth saying, not ignoring.
+            return Err(InvalidFlags(
+                "--metrics-cert-path needs --metrics-secure (it is for HTTPS)".into(),
+            ));
+        }
         Ok(Config {
             kubeconfig: a.kubeconfig,
             context: a.context,
@@ -219,8 +236,12 @@ impl TryFrom<Args> for Config {
             log_format: a.log_format,
             workers: a.workers,
             leader,
-            metrics_addr,
-            probe_addr,
+            endpoints: serve::Settings {
+                metrics,
+                probes,
+                secure: a.metrics_secure,
+                cert_dir: a.metrics_cert_path,
+            },
         })
     }
 }
@@ -242,8 +263,34 @@ mod tests {
         assert_eq!(c.namespace, None);
         assert_eq!(c.workers, 1);
         assert!(c.leader.is_none());
-        assert_eq!(c.metrics_addr, Some("0.0.0.0:8080".parse().unwrap()));
-        assert_eq!(c.probe_addr, Some("0.0.0.0:8081".parse().unwrap()));
+        assert_eq!(
+            c.endpoints,
+            serve::Settings {
+                metrics: Some("0.0.0.0:8443".parse().unwrap()),
+                probes: Some("0.0.0.0:8081".parse().unwrap()),
+                secure: true,
+                cert_dir: None,
+            }
+        );
+    }
+
+    #[test]
+    fn metrics_secure_takes_go_bool_flag_forms() {
+        assert!(parse(&["--metrics-secure"]).unwrap().endpoints.secure);
+        assert!(parse(&["--metrics-secure=true"]).unwrap().endpoints.secure);
+        assert!(!parse(&["--metrics-secure=false"]).unwrap().endpoints.secure);
+        // Go's flag package reads `--metrics-secure false` as true plus an argument: refuse it
+        // rather than guess.
+        assert!(parse(&["--metrics-secure", "false"]).is_err());
+        assert!(parse(&["--metrics-secure=maybe"]).is_err());
+    }
+
+    #[test]
+    fn a_metrics_certificate_for_plain_http_is_refused() {
+        let c = parse(&["--metrics-cert-path", "/certs"]).unwrap();
+        assert_eq!(c.endpoints.cert_dir, Some(PathBuf::from("/certs")));
+        let e = parse(&["--metrics-cert-path", "/certs", "--metrics-secure=false"]).unwrap_err();
+        assert!(e.contains("--metrics-cert-path"), "{e}");
     }
 
     #[test]
@@ -281,7 +328,8 @@ mod tests {
         assert_eq!(
             parse(&["--metrics-bind-address", "0"])
                 .unwrap()
-                .metrics_addr,
+                .endpoints
+                .metrics,
             None
         );
     }

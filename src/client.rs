@@ -148,6 +148,10 @@ pub enum Resource {
     Pods,
     Events,
     Leases,
+    /// Cluster-scoped and create-only: the metrics endpoint asks who a bearer token is.
+    TokenReviews,
+    /// Cluster-scoped and create-only: the metrics endpoint asks whether a user may read it.
+    SubjectAccessReviews,
 }
 
 impl Resource {
@@ -157,6 +161,8 @@ impl Resource {
             Resource::Pods | Resource::Events => "/api/v1".to_string(),
             Resource::ImmortalContainers => format!("/apis/{GROUP}/{VERSION}"),
             Resource::Leases => "/apis/coordination.k8s.io/v1".to_string(),
+            Resource::TokenReviews => "/apis/authentication.k8s.io/v1".to_string(),
+            Resource::SubjectAccessReviews => "/apis/authorization.k8s.io/v1".to_string(),
         }
     }
     pub fn plural(self) -> &'static str {
@@ -165,6 +171,8 @@ impl Resource {
             Resource::Pods => "pods",
             Resource::Events => "events",
             Resource::Leases => "leases",
+            Resource::TokenReviews => "tokenreviews",
+            Resource::SubjectAccessReviews => "subjectaccessreviews",
         }
     }
     /// Short name for logs and metrics labels.
@@ -174,6 +182,8 @@ impl Resource {
             Resource::Pods => "pod",
             Resource::Events => "event",
             Resource::Leases => "lease",
+            Resource::TokenReviews => "tokenreview",
+            Resource::SubjectAccessReviews => "subjectaccessreview",
         }
     }
 }
@@ -714,6 +724,23 @@ impl Client {
         })
     }
 
+    /// POST of any object to a cluster-scoped collection (token and access reviews), decoded
+    /// as `T`.
+    pub fn create_cluster_scoped<B: Serialize, T: DeserializeOwned>(
+        &self,
+        res: Resource,
+        body: &B,
+    ) -> Result<T, Error> {
+        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
+        let path = collection_path(res, None);
+        self.json(&Req {
+            method: "POST",
+            path: &path,
+            body: Some(("application/json", &body)),
+            timeout: self.request_timeout(),
+        })
+    }
+
     /// GET of any namespaced object, decoded as `T`.
     pub fn get_object<T: DeserializeOwned>(
         &self,
@@ -833,6 +860,14 @@ mod tests {
         assert_eq!(
             collection_path(Resource::ImmortalContainers, None),
             "/apis/immortalcontainer.flugel.it/v1alpha1/immortalcontainers"
+        );
+        assert_eq!(
+            collection_path(Resource::TokenReviews, None),
+            "/apis/authentication.k8s.io/v1/tokenreviews"
+        );
+        assert_eq!(
+            collection_path(Resource::SubjectAccessReviews, None),
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews"
         );
     }
 

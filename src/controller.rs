@@ -18,7 +18,7 @@ use crate::metrics;
 use crate::queue::{Queue, Trigger};
 use crate::reconcile::{self, Books, Cluster, Next, Trace};
 use crate::resources::{GROUP, PLURAL, VERSION};
-use crate::serve::{self, Endpoints, Health};
+use crate::serve::{self, Health};
 use crate::watcher::{Backoff, Kind, Watched, Watcher};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::process::ExitCode;
@@ -101,18 +101,8 @@ pub fn run(config: Config) -> ExitCode {
         .next()
         .unwrap_or("")
         .to_string();
-    for (addr, what, name) in [
-        (config.metrics_addr, Endpoints::Metrics, "metrics"),
-        (config.probe_addr, Endpoints::Probes, "probes"),
-    ] {
-        if let Some(addr) = addr {
-            match serve::spawn(addr, what, health.clone(), host.clone()) {
-                Ok(a) => {
-                    log::info!(target: "controller", address = a.to_string().as_str(); "serving {name}")
-                }
-                Err(e) => return fail_at_start(&format!("cannot serve {name} on {addr}: {e}")),
-            }
-        }
+    if let Err(msg) = serve::start(&config.endpoints, health.clone(), host, &client) {
+        return fail_at_start(&msg);
     }
 
     // Watchers: ImmortalContainers and our pods. They fill the queue from their first list on,

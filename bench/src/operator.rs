@@ -76,6 +76,9 @@ impl Operator {
             .args(["--namespace", namespace])
             .args(["--workers", &workers.to_string()])
             .args(["--metrics-bind-address", &metrics.to_string()])
+            // Plain HTTP: the bench reads the request counts from /metrics itself, without a
+            // token the API server would have to vouch for.
+            .arg("--metrics-secure=false")
             .args(["--health-probe-bind-address", &probes.to_string()])
             .args(["--log-format", "json"])
             // The operator's default level, whatever the bench was started with: logging is

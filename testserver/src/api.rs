@@ -7,6 +7,7 @@ use crate::faults::{self, Logged};
 use crate::http::Request;
 use crate::patch::{self, PatchError};
 use crate::resources::{self, Class, ResourceDef};
+use crate::review;
 use crate::selector::Selector;
 use crate::server::Shared;
 use crate::status::{ApiError, Cause, Details};
@@ -284,6 +285,7 @@ fn handle_route(
             .map(|v| ok_value(200, &v))
             .ok_or_else(not_served),
         Route::Unknown => Err(not_served()),
+        Route::Resource(t) if review::serves(&t) => review::handle(shared, req, &t, verb),
         Route::Resource(t) => match verb {
             "get" => get(shared, req, &t),
             "list" => list(shared, req, &t),

@@ -7,7 +7,9 @@ use crate::status::{ApiError, Details};
 use std::collections::HashMap;
 
 /// One allow rule: any of `verbs` on any of `resources`. `*` matches everything; resources
-/// are plural names, with `/status` for the subresource (`immortalcontainers/status`).
+/// are plural names, with `/status` for the subresource (`immortalcontainers/status`). A
+/// resource starting with `/` is a non-resource URL such as `/metrics`, which only
+/// SubjectAccessReviews ask about (see review.rs).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Rule {
     pub verbs: Vec<String>,
@@ -55,6 +57,11 @@ pub struct Users {
 impl Users {
     pub fn add(&mut self, token: &str, user: User) {
         self.by_token.insert(token.to_string(), user);
+    }
+
+    /// Every user called `name` (several tokens may share one), for SubjectAccessReviews.
+    pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a User> + 'a {
+        self.by_token.values().filter(move |u| u.name == name)
     }
 
     /// The user an `Authorization` header names; `None` answers 401 (fixture 27).

@@ -18,6 +18,7 @@ mod faults;
 mod http;
 mod patch;
 mod resources;
+mod review;
 mod selector;
 mod server;
 mod status;
@@ -216,7 +217,10 @@ impl TestServer {
     }
 
     /// Adds a user authenticated by `token` and allowed only what `rules` allow (403
-    /// otherwise). Re-adding a token replaces its user.
+    /// otherwise). Re-adding a token replaces its user. TokenReviews authenticate the token and
+    /// SubjectAccessReviews answer from the same rules; a rule resource starting with `/` is a
+    /// non-resource URL: `Rule::new(&["get"], &["/metrics"])` lets the user read a metrics
+    /// endpoint that delegates to this server.
     pub fn add_user(&self, name: &str, token: &str, rules: Vec<Rule>) {
         let mut users = self.shared.users.write().unwrap_or_else(|e| e.into_inner());
         users.add(
