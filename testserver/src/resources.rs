@@ -12,6 +12,8 @@ pub enum Class {
     Pod,
     Event,
     Namespace,
+    Node,
+    ResourceQuota,
     Lease,
     Crd,
     Custom,
@@ -193,7 +195,10 @@ fn builtin(
             Vec::new()
         },
         class,
-        status_subresource: matches!(class, Class::Pod | Class::Namespace | Class::Crd),
+        status_subresource: matches!(
+            class,
+            Class::Pod | Class::Namespace | Class::Node | Class::ResourceQuota | Class::Crd
+        ),
         schemas: Vec::new(),
         columns: Vec::new(),
     }
@@ -212,6 +217,16 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
             &["ns"],
             Class::Namespace,
+        ),
+        builtin("", "nodes", "node", "Node", false, &["no"], Class::Node),
+        builtin(
+            "",
+            "resourcequotas",
+            "resourcequota",
+            "ResourceQuota",
+            true,
+            &["quota"],
+            Class::ResourceQuota,
         ),
         builtin(
             "coordination.k8s.io",
@@ -425,7 +440,7 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Map<String, Value>) {
             set_default(obj, "reportingComponent", json!(""));
             set_default(obj, "reportingInstance", json!(""));
         }
-        Class::Lease | Class::Crd | Class::Custom => {}
+        Class::Node | Class::ResourceQuota | Class::Lease | Class::Crd | Class::Custom => {}
     }
 }
 
@@ -529,6 +544,16 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Map<String, Value>, now: &str
         Class::Namespace => {
             obj.insert("status".into(), json!({"phase": "Active"}));
         }
+        Class::ResourceQuota => {
+            // What the quota controller writes at once: `status.hard` mirrors the spec
+            // (`status.used` is filled in by admission, which can count the pods).
+            let hard = obj
+                .get("spec")
+                .and_then(|s| s.get("hard"))
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            obj.insert("status".into(), json!({"hard": hard}));
+        }
         Class::Crd => {
             let status = crd_status(&Value::Object(obj.clone()), now);
             obj.insert("status".into(), status);
@@ -536,7 +561,8 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Map<String, Value>, now: &str
         Class::Custom if def.status_subresource => {
             obj.remove("status");
         }
-        Class::Event | Class::Lease | Class::Custom => {}
+        // A node's status is what its kubelet registers it with: kept as written.
+        Class::Node | Class::Event | Class::Lease | Class::Custom => {}
     }
     if matches!(def.class, Class::Custom | Class::Crd) {
         obj_mut(obj, "metadata").insert("generation".into(), json!(1));
@@ -645,11 +671,20 @@ pub fn bookmark_object(def: &ResourceDef, version: &str, rv: u64) -> Value {
             v["spec"] = json!({"containers": null});
             v["status"] = json!({});
         }
-        Class::Namespace | Class::Lease => {
+        Class::Namespace | Class::Lease | Class::ResourceQuota => {
             v["spec"] = json!({});
-            if def.class == Class::Namespace {
+            if def.class != Class::Lease {
                 v["status"] = json!({});
             }
+        }
+        Class::Node => {
+            v["spec"] = json!({});
+            v["status"] = json!({
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+                "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                    "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
+                    "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""},
+            });
         }
         Class::Event => {
             v["involvedObject"] = json!({});
