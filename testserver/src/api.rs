@@ -910,21 +910,44 @@ fn patch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
 
 /// DeleteOptions from the body and the query.
 fn delete_opts(req: &Request) -> Result<DeleteOpts, ApiError> {
-    let mut opts = DeleteOpts::default();
     let body: Value = if req.body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
         parse_body(req)?
     };
-    opts.uid = body["preconditions"]["uid"].as_str().map(String::from);
-    opts.resource_version = body["preconditions"]["resourceVersion"]
-        .as_str()
-        .map(String::from);
+    delete_options(&body, |k| req.param(k))
+}
+
+/// DeleteOptions from a JSON body (`Null` when none), with query parameters from `param` where
+/// the body leaves them out.
+fn delete_options<'a>(
+    body: &Value,
+    param: impl Fn(&str) -> Option<&'a str>,
+) -> Result<DeleteOpts, ApiError> {
+    let grace_period = match &body["gracePeriodSeconds"] {
+        Value::Null => match param("gracePeriodSeconds") {
+            None => None,
+            Some(g) => Some(g.parse::<i64>().map_err(|_| {
+                ApiError::BadRequest(format!("gracePeriodSeconds: invalid value {g:?}"))
+            })?),
+        },
+        v => Some(v.as_i64().ok_or_else(|| {
+            ApiError::BadRequest(format!("gracePeriodSeconds: invalid value {v}"))
+        })?),
+    };
+    let mut opts = DeleteOpts {
+        uid: body["preconditions"]["uid"].as_str().map(String::from),
+        resource_version: body["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(String::from),
+        grace_period,
+        ..DeleteOpts::default()
+    };
     let policy = body["propagationPolicy"]
         .as_str()
-        .or(req.param("propagationPolicy"));
+        .or(param("propagationPolicy"));
     let orphan =
-        body["orphanDependents"].as_bool() == Some(true) || is_true(req.param("orphanDependents"));
+        body["orphanDependents"].as_bool() == Some(true) || is_true(param("orphanDependents"));
     if policy == Some("Orphan") || (policy.is_none() && orphan) {
         opts.propagation = Propagation::Orphan;
     }

@@ -411,9 +411,12 @@ fn replay_watch(f: &Fixture, client: &Client, admin: &Client, path: &str) -> Vec
 fn recorded_fixtures_replay_with_same_codes_reasons_and_shapes() {
     bounded(90, || {
         // Long bookmark interval: like the recording's server, only the bookmark ~2 s before
-        // a watch's timeout is sent.
+        // a watch's timeout is sent. No node, scheduler or kubelet: the recording's server had
+        // none, so its pods stayed Pending and every deletion was immediate.
         let server = TestServer::start(Options {
             bookmark_interval: Duration::from_secs(60),
+            nodes: 0,
+            kubelet: None,
             ..Options::default()
         })
         .expect("server starts");
