@@ -243,6 +243,7 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
             .ok_or_else(not_served),
         Route::Unknown => Err(not_served()),
         Route::Resource(t) => match verb {
+            "create" if t.sub.as_deref() == Some("eviction") => evict(shared, req, &t),
             "get" => get(shared, req, &t),
             "list" => list(shared, req, &t),
             "watch" => watch(shared, req, &t),
@@ -318,6 +319,7 @@ fn lookup(store: &Store, t: &Target, verb: &str) -> Result<Arc<ResourceDef>, Api
     match t.sub.as_deref() {
         None => {}
         Some("status") if def.status_subresource && matches!(verb, "get" | "update" | "patch") => {}
+        Some("eviction") if def.class == Class::Pod && verb == "create" => {}
         Some(_) if verb == "deletecollection" => return Err(not_served()),
         Some(_) => return Err(not_served()),
     }
@@ -963,6 +965,46 @@ fn delete_options<'a>(
             )],
         )),
     }
+}
+
+/// POST `pods/NAME/eviction` (a policy/v1 or v1beta1 Eviction, what `kubectl drain` sends):
+/// the pod gets the condition DisruptionTarget (reason EvictionByEvictionAPI), then is deleted
+/// as a DELETE with the Eviction's `deleteOptions` would be; answered 201 with a Status of
+/// Success (fixtures 07, 08). There are no PodDisruptionBudgets to refuse it.
+fn evict(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let body = parse_body(req)?;
+    let name = t.name.as_deref().unwrap_or("");
+    let ns = t.namespace.as_deref().unwrap_or("");
+    if body["metadata"]["name"].as_str().unwrap_or("") != name {
+        return Err(ApiError::BadRequest(
+            "name in URL does not match name in Eviction object".into(),
+        ));
+    }
+    let mut opts = delete_options(&body["deleteOptions"], |_| None)?;
+    let mut store = shared.store();
+    let def = lookup(&store, t, "create")?;
+    let key = def.key();
+    let mut cur = store
+        .get(&key, ns, name)
+        .ok_or_else(|| def.not_found(name))?;
+    store.check_preconditions(&def, &cur, &opts)?;
+    let mut next = (*cur).clone();
+    let condition = json!({"type": "DisruptionTarget", "status": "True", "lastProbeTime": null,
+        "lastTransitionTime": util::now_rfc3339(), "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting"});
+    if crate::nodes::set_condition(&mut next, condition) {
+        cur = store.update(&key, next, cur);
+        if opts.resource_version.is_some() {
+            // The eviction itself just moved the version the caller named.
+            opts.resource_version = Some(meta_str(&cur, "resourceVersion").to_string());
+        }
+    }
+    store.delete(&key, ns, name, &opts)?;
+    drop(store);
+    Ok(ok_value(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
 }
 
 fn delete(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {

@@ -282,6 +282,56 @@ fn finalizers_keep_a_terminated_pod_until_the_last_one_goes() {
 }
 
 #[test]
+fn eviction_marks_disruption_target_then_deletes_gracefully() {
+    bounded(20, || {
+        let (_server, admin) = start();
+        let resources = admin.get("/api/v1").body;
+        let eviction = resources["resources"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["name"] == "pods/eviction"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        assert_eq!(
+            (&eviction["group"], &eviction["version"], &eviction["kind"]),
+            (&json!("policy"), &json!("v1"), &json!("Eviction"))
+        );
+        let p = running(&admin, &pod("evicted", PAUSE));
+        let events = watch_from(&admin, &rv(&p));
+        let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": "evicted", "namespace": "default"}});
+        let r = admin.post(&format!("{PODS}/evicted/eviction"), &body);
+        assert_eq!(r.code, 201);
+        assert_eq!(
+            r.body,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+        );
+        let seen = events.until(Duration::from_secs(5), |e| e["type"] == "DELETED");
+        assert_eq!(
+            types(&seen),
+            ["MODIFIED", "MODIFIED", "MODIFIED", "MODIFIED", "MODIFIED", "MODIFIED", "DELETED"]
+        );
+        let target = condition(&seen[0]["object"], "DisruptionTarget");
+        assert_eq!(
+            (&target["status"], &target["reason"], &target["message"]),
+            (
+                &json!("True"),
+                &json!("EvictionByEvictionAPI"),
+                &json!("Eviction API: evicting")
+            )
+        );
+        assert_eq!(
+            seen[2]["object"]["status"]["conditions"][0]["type"],
+            "DisruptionTarget"
+        );
+        assert_eq!(phase(&seen[6]["object"]), "Succeeded");
+        let missing = admin.post(&format!("{PODS}/evicted/eviction"), &body);
+        assert_eq!(missing.code, 404);
+        let mismatch = admin.post(&format!("{PODS}/other/eviction"), &body);
+        assert_eq!(mismatch.code, 400);
+    });
+}
+
+#[test]
 fn active_deadline_fails_the_pod_which_stays() {
     bounded(20, || {
         let (_server, admin) = start();
