@@ -1,6 +1,7 @@
 //! The API layer: routes a request to discovery or to a resource verb, applies injected
 //! faults, authentication and authorization, and performs the verb on the store.
 
+use crate::admission;
 use crate::auth::Attributes;
 use crate::discovery;
 use crate::http::Request;
@@ -712,14 +713,30 @@ fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
     if !causes.is_empty() {
         return Err(def.invalid(&name, causes));
     }
+    // Validating admission runs after validation and before storage (so before
+    // AlreadyExists), as in kube-apiserver.
+    let ns = t.namespace.as_deref().unwrap_or("");
+    let quotas = if def.class == Class::Pod {
+        admission::pod_security(&store, ns, &name, &obj)?;
+        admission::quota(&store, ns, &name)?
+    } else {
+        Vec::new()
+    };
     let key = def.key();
-    if store
-        .get(&key, t.namespace.as_deref().unwrap_or(""), &name)
-        .is_some()
-    {
+    if store.get(&key, ns, &name).is_some() {
         return Err(def.already_exists(&name));
     }
+    if def.class == Class::ResourceQuota {
+        obj = admission::with_usage(&store, &obj);
+    }
     let stored = store.commit(&key, EventType::Added, obj, None);
+    for q in quotas {
+        // Admission charges the admitted pod to each quota's `status.used`.
+        let next = admission::with_usage(&store, &q);
+        if next != *q {
+            store.update("resourcequotas", next, q);
+        }
+    }
     if def.class == Class::Crd {
         if let Ok(custom) = resources::from_crd(&stored) {
             store.serve(custom);

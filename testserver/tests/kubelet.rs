@@ -743,6 +743,62 @@ fn nodes_are_served_and_kubectl_gets_cordons_and_drains_them() {
 }
 
 #[test]
+fn restricted_namespace_and_pod_quota_refuse_pods_with_403() {
+    bounded(20, || {
+        let (_server, admin) = start();
+        let ns = json!({"metadata": {"name": "locked", "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}});
+        assert_eq!(admin.post("/api/v1/namespaces", &ns).code, 201);
+        let r = admin.post("/api/v1/namespaces/locked/pods", &pod("psa", PAUSE));
+        assert_eq!(r.code, 403);
+        assert_eq!(r.body["reason"], "Forbidden");
+        assert!(
+            r.body["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("pods \"psa\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false")),
+            "{}",
+            r.body
+        );
+        let mut ok = pod("fine", PAUSE);
+        ok["spec"]["securityContext"] =
+            json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}});
+        ok["spec"]["containers"][0]["securityContext"] =
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+        assert_eq!(admin.post("/api/v1/namespaces/locked/pods", &ok).code, 201);
+
+        let quotas = "/api/v1/namespaces/default/resourcequotas";
+        running(&admin, &pod("first", PAUSE));
+        let q = admin.post(
+            quotas,
+            &json!({"metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}}),
+        );
+        assert_eq!(q.code, 201, "{}", q.body);
+        assert_eq!(q.body["status"]["used"]["pods"], "1");
+        assert_eq!(admin.post(PODS, &pod("second", PAUSE)).code, 201);
+        let over = admin.post(PODS, &pod("third", PAUSE));
+        assert_eq!(over.code, 403);
+        assert_eq!(
+            over.body["message"],
+            "pods \"third\" is forbidden: exceeded quota: two-pods, requested: pods=1, used: pods=2, limited: pods=2"
+        );
+        assert_eq!(
+            over.body["details"],
+            json!({"name": "third", "kind": "pods"})
+        );
+        assert_eq!(
+            admin.get(&format!("{quotas}/two-pods")).body["status"]["used"]["pods"],
+            "2"
+        );
+        // A pod that ended no longer counts.
+        admin.delete(
+            &format!("{PODS}/second"),
+            Some(&json!({"gracePeriodSeconds": 0})),
+        );
+        assert_eq!(admin.post(PODS, &pod("third", PAUSE)).code, 201);
+        assert_eq!(admin.delete(&format!("{quotas}/two-pods"), None).code, 200);
+    });
+}
+
+#[test]
 fn without_kubelets_pods_stay_pending_and_deletes_are_immediate() {
     bounded(20, || {
         let (server, admin) = start_with(Options {
