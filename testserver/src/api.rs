@@ -685,6 +685,7 @@ fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
     }
     resources::apply_defaults(&def, &mut obj);
     resources::prepare_create(&def, &mut obj, &now);
+    resources::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
     prune(req, &def, &t.version, &mut obj)?;
 
@@ -821,6 +822,7 @@ fn write_update(
         resources::prepare_update(def, &cur, &mut new);
     }
     resources::apply_defaults(def, &mut new);
+    resources::omit_empty_metadata(&mut new);
     let mut new = Value::Object(new);
     prune(req, def, &t.version, &mut new)?;
     let mut causes = validation_causes(def, &t.version, &new);

@@ -291,6 +291,8 @@ impl Cluster {
         };
         for write in run.sync(&cur, now, &self.opts) {
             match write {
+                // A write that changes nothing keeps the resourceVersion, as on a real server.
+                Write::Status(next) if next == *cur => continue,
                 Write::Status(next) => cur = store.update("pods", next, cur),
                 Write::Remove => {
                     let opts = DeleteOpts {

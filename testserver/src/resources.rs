@@ -444,6 +444,27 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Map<String, Value>) {
     }
 }
 
+/// Drops metadata maps and lists left empty (`labels`, `annotations`, `finalizers`,
+/// `ownerReferences`): Go's `omitempty` leaves them out, so an object whose last label was
+/// removed has no `labels` at all (fixture kube-1.28-kubelet/13).
+pub fn omit_empty_metadata(obj: &mut Map<String, Value>) {
+    if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+        meta.retain(|k, v| {
+            let listed = matches!(
+                k.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences"
+            );
+            let empty = match v {
+                Value::Object(m) => m.is_empty(),
+                Value::Array(a) => a.is_empty(),
+                Value::Null => true,
+                _ => false,
+            };
+            !(listed && empty)
+        });
+    }
+}
+
 /// Image pull policy default: `Always` for `:latest` or no tag, else `IfNotPresent`.
 fn pull_policy(image: &str) -> &'static str {
     let last = image.rsplit('/').next().unwrap_or(image);
@@ -732,6 +753,18 @@ mod tests {
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
         let causes = from_crd(&crd).expect_err("invalid");
         assert_eq!(causes[0].field, "metadata.name");
+    }
+
+    #[test]
+    fn empty_metadata_maps_and_lists_are_left_out() {
+        let mut o = json!({"metadata": {"name": "p", "labels": {}, "annotations": {"a": "b"},
+            "finalizers": [], "ownerReferences": null}});
+        let m = o.as_object_mut().expect("object");
+        omit_empty_metadata(m);
+        assert_eq!(
+            o,
+            json!({"metadata": {"name": "p", "annotations": {"a": "b"}}})
+        );
     }
 
     #[test]

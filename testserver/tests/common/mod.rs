@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod http_fixture;
+
 use kube_testserver::TestServer;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
