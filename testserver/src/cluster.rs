@@ -175,7 +175,8 @@ struct Cluster {
     per_node: HashMap<String, usize>,
     /// The next pod IP per node.
     next_ip: HashMap<String, u32>,
-    /// Pods no node could take: retried when a node becomes schedulable.
+    /// Pods no node could take, or bound to a node that does not exist: retried when a node
+    /// is added or becomes schedulable.
     waiting: BTreeSet<Key>,
     timers: BinaryHeap<Reverse<(Instant, Key)>>,
     /// The wake-up each pod has in the heap (older entries are stale).
@@ -272,9 +273,13 @@ impl Cluster {
                 cur["status"]["phase"].as_str(),
                 Some("Succeeded" | "Failed")
             );
-            // A pod that already ended is not started again; a node that does not exist runs
-            // nothing.
-            let Some(node_obj) = store.get("nodes", "", &node).filter(|_| !terminal) else {
+            // A pod that already ended is not started again.
+            if terminal {
+                return;
+            }
+            let Some(node_obj) = store.get("nodes", "", &node) else {
+                // Bound to a node that does not exist (yet): it runs if that node registers.
+                self.waiting.insert(key.clone());
                 return;
             };
             let place = Placement {

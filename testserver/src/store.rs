@@ -944,6 +944,138 @@ mod tests {
         );
     }
 
+    /// A pod bound to a node, as the scheduler leaves it.
+    fn bound_pod(name: &str) -> Value {
+        let mut p = pod(name, None);
+        p["spec"]["nodeName"] = json!("node-0");
+        p["spec"]["terminationGracePeriodSeconds"] = json!(30);
+        p["status"] = json!({"phase": "Running"});
+        p
+    }
+
+    fn graceful_store() -> (Store, Receiver<GcJob>) {
+        let (mut s, gc) = store();
+        s.set_graceful_pods(true);
+        (s, gc)
+    }
+
+    fn grace_of(p: &Obj) -> Option<i64> {
+        p["metadata"]["deletionGracePeriodSeconds"].as_i64()
+    }
+
+    fn with_grace(g: i64) -> DeleteOpts {
+        DeleteOpts {
+            grace_period: Some(g),
+            ..DeleteOpts::default()
+        }
+    }
+
+    #[test]
+    fn pod_on_a_node_is_deleted_with_its_termination_grace_period_and_stays() {
+        let (mut s, _gc) = graceful_store();
+        s.commit("pods", EventType::Added, bound_pod("a"), None);
+        let marked = s
+            .delete("pods", "default", "a", &DeleteOpts::default())
+            .expect("delete");
+        assert_eq!(grace_of(&marked), Some(30));
+        let at = marked["metadata"]["deletionTimestamp"]
+            .as_str()
+            .and_then(util::parse_rfc3339)
+            .expect("deletionTimestamp");
+        assert!((at - util::unix_now() - 30).abs() <= 1, "now + 30 s");
+        assert!(
+            s.get("pods", "default", "a").is_some(),
+            "the kubelet finishes it"
+        );
+    }
+
+    #[test]
+    fn unscheduled_terminal_and_forced_pods_are_removed_at_once() {
+        let (mut s, _gc) = graceful_store();
+        let mut pending = bound_pod("pending");
+        pending["spec"]
+            .as_object_mut()
+            .expect("spec")
+            .remove("nodeName");
+        let mut done = bound_pod("done");
+        done["status"]["phase"] = json!("Succeeded");
+        for p in [pending, done, bound_pod("forced")] {
+            s.commit("pods", EventType::Added, p, None);
+        }
+        for (name, opts) in [
+            ("pending", DeleteOpts::default()),
+            ("done", DeleteOpts::default()),
+            ("forced", with_grace(0)),
+        ] {
+            let last = s.delete("pods", "default", name, &opts).expect("delete");
+            assert_eq!(grace_of(&last), Some(0), "{name}");
+            assert!(s.get("pods", "default", name).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_later_delete_only_shortens_the_grace_period_and_zero_removes() {
+        let (mut s, _gc) = graceful_store();
+        s.commit("pods", EventType::Added, bound_pod("a"), None);
+        let first = s
+            .delete("pods", "default", "a", &with_grace(600))
+            .expect("delete");
+        let rv = first["metadata"]["resourceVersion"].clone();
+        let same = s
+            .delete("pods", "default", "a", &with_grace(900))
+            .expect("longer");
+        assert_eq!(same["metadata"]["resourceVersion"], rv, "no write");
+        let shorter = s
+            .delete("pods", "default", "a", &with_grace(60))
+            .expect("shorter");
+        assert_eq!(grace_of(&shorter), Some(60));
+        s.delete("pods", "default", "a", &with_grace(0))
+            .expect("zero");
+        assert!(s.get("pods", "default", "a").is_none());
+    }
+
+    #[test]
+    fn negative_grace_is_one_second_and_finalizers_hold_a_pod_at_grace_zero() {
+        let (mut s, _gc) = graceful_store();
+        s.commit("pods", EventType::Added, bound_pod("a"), None);
+        let marked = s
+            .delete("pods", "default", "a", &with_grace(-5))
+            .expect("delete");
+        assert_eq!(grace_of(&marked), Some(1));
+        let mut held = bound_pod("held");
+        held["metadata"]["finalizers"] = json!(["x/y"]);
+        s.commit("pods", EventType::Added, held, None);
+        let last = s
+            .delete("pods", "default", "held", &with_grace(0))
+            .expect("delete");
+        assert_eq!(grace_of(&last), Some(0));
+        let cur = s
+            .get("pods", "default", "held")
+            .expect("held by its finalizer");
+        // A status write keeps it; removing the finalizer lets it go.
+        let mut next = (*cur).clone();
+        next["status"]["phase"] = json!("Succeeded");
+        let cur = s.update("pods", next, cur);
+        assert!(s.get("pods", "default", "held").is_some());
+        let mut next = (*cur).clone();
+        next["metadata"]["finalizers"] = json!([]);
+        s.update("pods", next, cur);
+        assert!(s.get("pods", "default", "held").is_none());
+    }
+
+    #[test]
+    fn an_update_during_the_grace_period_does_not_remove_the_pod() {
+        let (mut s, _gc) = graceful_store();
+        s.commit("pods", EventType::Added, bound_pod("a"), None);
+        let marked = s
+            .delete("pods", "default", "a", &DeleteOpts::default())
+            .expect("delete");
+        let mut next = (*marked).clone();
+        next["status"]["phase"] = json!("Succeeded");
+        s.update("pods", next, marked);
+        assert!(s.get("pods", "default", "a").is_some());
+    }
+
     #[test]
     fn dependent_without_live_owner_is_collected() {
         let (mut s, gc) = store();

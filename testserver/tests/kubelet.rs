@@ -439,6 +439,33 @@ fn cordoned_node_leaves_pods_unschedulable_until_uncordoned_or_a_node_is_added()
 }
 
 #[test]
+fn pod_bound_to_a_node_that_registers_later_runs_there() {
+    bounded(20, || {
+        let (server, admin) = start();
+        let mut body = pod("early", PAUSE);
+        body["spec"]["nodeName"] = json!("node-9");
+        assert_eq!(admin.post(PODS, &body).code, 201);
+        std::thread::sleep(Duration::from_millis(100));
+        let p = admin.get(&format!("{PODS}/early")).body;
+        assert_eq!(phase(&p), "Pending");
+        assert!(
+            p["status"]["containerStatuses"].is_null(),
+            "no kubelet runs it yet"
+        );
+        assert!(server.add_node("node-9"));
+        let p = wait_for(
+            10,
+            "running",
+            || admin.get(&format!("{PODS}/early")).body,
+            |p| phase(p) == "Running",
+        );
+        assert_eq!(p["status"]["hostIP"], "192.0.2.3");
+        // The kubelet reports PodScheduled too, although no scheduler bound it.
+        assert_eq!(condition(&p, "PodScheduled")["status"], "True");
+    });
+}
+
+#[test]
 fn pods_spread_over_nodes_and_a_field_selector_finds_a_nodes_pods() {
     bounded(20, || {
         let (_server, admin) = start_with(Options {
