@@ -218,7 +218,7 @@ fn drop_watches_breaks_streams_without_the_final_chunk() {
 #[test]
 fn label_selector_watch_sees_relabel_as_added_and_deleted() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         admin.post(PODS, &pod_body("a", None));
         let w = admin.watch(&format!(
             "{PODS}?watch=true&labelSelector=app%3Dweb&resourceVersion=1&timeoutSeconds=2"
@@ -614,7 +614,7 @@ fn invalid_objects_are_rejected_with_causes() {
 #[test]
 fn created_pod_has_server_defaults_and_pending_status() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         let p = admin.post(PODS, &json!({"metadata": {"generateName": "gen-"}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}, "status": {"phase": "Running"}})).body;
         let name = p["metadata"]["name"].as_str().expect("name");
         assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
@@ -913,11 +913,18 @@ fn sixty_four_parallel_clients_create_and_read_ten_thousand_objects() {
         let mut w = w;
         let mut seen = 0;
         // The scheduler and kubelet add their MODIFIED events; every create is one ADDED.
-        while let Ok(Some(t)) = w.next_type() {
-            if t == "ADDED" {
-                seen += 1;
+        let end = loop {
+            match w.next_type() {
+                Ok(Some(t)) if t == "ADDED" => seen += 1,
+                Ok(Some(_)) => {}
+                Ok(None) => break "clean end".to_string(),
+                Err(e) => break e,
             }
-        }
-        assert_eq!(seen, 64 * 157, "the watch saw every create");
+        };
+        assert_eq!(
+            seen,
+            64 * 157,
+            "the watch saw every create (the stream ended: {end})"
+        );
     });
 }

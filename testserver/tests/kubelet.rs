@@ -523,6 +523,19 @@ fn lost_node_takes_its_pods_with_it_as_podgc_does() {
             0
         );
         assert!(server.node_names().is_empty());
+
+        // A Node deleted through the API: PodGC takes its pods the same way.
+        assert!(server.add_node("node-1"));
+        running(&admin, &pod("also-doomed", PAUSE));
+        assert_eq!(admin.delete("/api/v1/nodes/node-1", None).code, 200);
+        let gone = wait_for(
+            10,
+            "podgc",
+            || json!(admin.get(&format!("{PODS}/also-doomed")).code),
+            |c| *c == 404,
+        );
+        assert_eq!(gone, 404);
+
         assert_eq!(admin.post(PODS, &pod("nowhere", PAUSE)).code, 201);
         wait_for(
             10,
