@@ -873,10 +873,26 @@ fn kubectl_creates_lists_and_deletes_immortalcontainers() {
 fn sixty_four_parallel_clients_create_and_read_ten_thousand_objects() {
     bounded(120, || {
         let (server, admin) = start();
-        let w = admin.watch(&format!(
+        let mut w = admin.watch(&format!(
             "{PODS}?watch=true&resourceVersion={}&timeoutSeconds=60",
             rv_of(&admin.get(PODS).body)
         ));
+        // Read while the pods are created: a stream left unread for seconds under tens of MB
+        // of events stalls in TCP's zero-window back-off, longer than the client's read
+        // timeout. The scheduler and kubelet add their MODIFIED events; each create is one
+        // ADDED.
+        let reader = std::thread::spawn(move || {
+            let mut added = 0;
+            let end = loop {
+                match w.next_type() {
+                    Ok(Some(t)) if t == "ADDED" => added += 1,
+                    Ok(Some(_)) => {}
+                    Ok(None) => break "clean end".to_string(),
+                    Err(e) => break e,
+                }
+            };
+            (added, end)
+        });
         let started = Instant::now();
         let workers: Vec<_> = (0..64)
             .map(|t| {
@@ -910,17 +926,7 @@ fn sixty_four_parallel_clients_create_and_read_ten_thousand_objects() {
             started.elapsed() - written
         );
         server.drop_watches();
-        let mut w = w;
-        let mut seen = 0;
-        // The scheduler and kubelet add their MODIFIED events; every create is one ADDED.
-        let end = loop {
-            match w.next_type() {
-                Ok(Some(t)) if t == "ADDED" => seen += 1,
-                Ok(Some(_)) => {}
-                Ok(None) => break "clean end".to_string(),
-                Err(e) => break e,
-            }
-        };
+        let (seen, end) = reader.join().expect("watch reader");
         assert_eq!(
             seen,
             64 * 157,
