@@ -1,6 +1,7 @@
 //! The API layer: routes a request to discovery or to a resource verb, applies injected
 //! faults, authentication and authorization, and performs the verb on the store.
 
+use crate::admission;
 use crate::auth::Attributes;
 use crate::discovery;
 use crate::faults::{self, Logged};
@@ -287,6 +288,7 @@ fn handle_route(
         Route::Unknown => Err(not_served()),
         Route::Resource(t) if review::serves(&t) => review::handle(shared, req, &t, verb),
         Route::Resource(t) => match verb {
+            "create" if t.sub.as_deref() == Some("eviction") => evict(shared, req, &t),
             "get" => get(shared, req, &t),
             "list" => list(shared, req, &t),
             "watch" => watch(shared, req, &t),
@@ -362,6 +364,7 @@ fn lookup(store: &Store, t: &Target, verb: &str) -> Result<Arc<ResourceDef>, Api
     match t.sub.as_deref() {
         None => {}
         Some("status") if def.status_subresource && matches!(verb, "get" | "update" | "patch") => {}
+        Some("eviction") if def.class == Class::Pod && verb == "create" => {}
         Some(_) if verb == "deletecollection" => return Err(not_served()),
         Some(_) => return Err(not_served()),
     }
@@ -726,6 +729,7 @@ fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
     }
     resources::apply_defaults(&def, &mut obj);
     resources::prepare_create(&def, &mut obj, &now);
+    resources::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
     prune(req, &def, &t.version, &mut obj)?;
 
@@ -754,14 +758,30 @@ fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
     if !causes.is_empty() {
         return Err(def.invalid(&name, causes));
     }
+    // Validating admission runs after validation and before storage (so before
+    // AlreadyExists), as in kube-apiserver.
+    let ns = t.namespace.as_deref().unwrap_or("");
+    let quotas = if def.class == Class::Pod {
+        admission::pod_security(&store, ns, &name, &obj)?;
+        admission::quota(&store, ns, &name)?
+    } else {
+        Vec::new()
+    };
     let key = def.key();
-    if store
-        .get(&key, t.namespace.as_deref().unwrap_or(""), &name)
-        .is_some()
-    {
+    if store.get(&key, ns, &name).is_some() {
         return Err(def.already_exists(&name));
     }
+    if def.class == Class::ResourceQuota {
+        obj = admission::with_usage(&store, &obj);
+    }
     let stored = store.commit(&key, EventType::Added, obj, None);
+    for q in quotas {
+        // Admission charges the admitted pod to each quota's `status.used`.
+        let next = admission::with_usage(&store, &q);
+        if next != *q {
+            store.update("resourcequotas", next, q);
+        }
+    }
     if def.class == Class::Crd {
         if let Ok(custom) = resources::from_crd(&stored) {
             store.serve(custom);
@@ -858,6 +878,7 @@ fn write_update(
         resources::prepare_update(def, &cur, &mut new);
     }
     resources::apply_defaults(def, &mut new);
+    resources::omit_empty_metadata(&mut new);
     let mut new = Value::Object(new);
     prune(req, def, &t.version, &mut new)?;
     let mut causes = validation_causes(def, &t.version, &new);
@@ -979,21 +1000,44 @@ fn patch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
 
 /// DeleteOptions from the body and the query.
 fn delete_opts(req: &Request) -> Result<DeleteOpts, ApiError> {
-    let mut opts = DeleteOpts::default();
     let body: Value = if req.body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
         parse_body(req)?
     };
-    opts.uid = body["preconditions"]["uid"].as_str().map(String::from);
-    opts.resource_version = body["preconditions"]["resourceVersion"]
-        .as_str()
-        .map(String::from);
+    delete_options(&body, |k| req.param(k))
+}
+
+/// DeleteOptions from a JSON body (`Null` when none), with query parameters from `param` where
+/// the body leaves them out.
+fn delete_options<'a>(
+    body: &Value,
+    param: impl Fn(&str) -> Option<&'a str>,
+) -> Result<DeleteOpts, ApiError> {
+    let grace_period = match &body["gracePeriodSeconds"] {
+        Value::Null => match param("gracePeriodSeconds") {
+            None => None,
+            Some(g) => Some(g.parse::<i64>().map_err(|_| {
+                ApiError::BadRequest(format!("gracePeriodSeconds: invalid value {g:?}"))
+            })?),
+        },
+        v => Some(v.as_i64().ok_or_else(|| {
+            ApiError::BadRequest(format!("gracePeriodSeconds: invalid value {v}"))
+        })?),
+    };
+    let mut opts = DeleteOpts {
+        uid: body["preconditions"]["uid"].as_str().map(String::from),
+        resource_version: body["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(String::from),
+        grace_period,
+        ..DeleteOpts::default()
+    };
     let policy = body["propagationPolicy"]
         .as_str()
-        .or(req.param("propagationPolicy"));
+        .or(param("propagationPolicy"));
     let orphan =
-        body["orphanDependents"].as_bool() == Some(true) || is_true(req.param("orphanDependents"));
+        body["orphanDependents"].as_bool() == Some(true) || is_true(param("orphanDependents"));
     if policy == Some("Orphan") || (policy.is_none() && orphan) {
         opts.propagation = Propagation::Orphan;
     }
@@ -1009,6 +1053,46 @@ fn delete_opts(req: &Request) -> Result<DeleteOpts, ApiError> {
             )],
         )),
     }
+}
+
+/// POST `pods/NAME/eviction` (a policy/v1 or v1beta1 Eviction, what `kubectl drain` sends):
+/// the pod gets the condition DisruptionTarget (reason EvictionByEvictionAPI), then is deleted
+/// as a DELETE with the Eviction's `deleteOptions` would be; answered 201 with a Status of
+/// Success (fixtures 07, 08). There are no PodDisruptionBudgets to refuse it.
+fn evict(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+    let body = parse_body(req)?;
+    let name = t.name.as_deref().unwrap_or("");
+    let ns = t.namespace.as_deref().unwrap_or("");
+    if body["metadata"]["name"].as_str().unwrap_or("") != name {
+        return Err(ApiError::BadRequest(
+            "name in URL does not match name in Eviction object".into(),
+        ));
+    }
+    let mut opts = delete_options(&body["deleteOptions"], |_| None)?;
+    let mut store = shared.store();
+    let def = lookup(&store, t, "create")?;
+    let key = def.key();
+    let mut cur = store
+        .get(&key, ns, name)
+        .ok_or_else(|| def.not_found(name))?;
+    store.check_preconditions(&def, &cur, &opts)?;
+    let mut next = (*cur).clone();
+    let condition = json!({"type": "DisruptionTarget", "status": "True", "lastProbeTime": null,
+        "lastTransitionTime": util::now_rfc3339(), "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting"});
+    if crate::nodes::set_condition(&mut next, condition) {
+        cur = store.update(&key, next, cur);
+        if opts.resource_version.is_some() {
+            // The eviction itself just moved the version the caller named.
+            opts.resource_version = Some(meta_str(&cur, "resourceVersion").to_string());
+        }
+    }
+    store.delete(&key, ns, name, &opts)?;
+    drop(store);
+    Ok(ok_value(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
 }
 
 fn delete(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {

@@ -1,7 +1,7 @@
 //! Discovery documents (/api, /api/v1, /apis, /apis/GROUP, /apis/GROUP/VERSION) in the
 //! legacy shapes of fixtures 01–04, and /version (fixture 02), for what this server serves.
 
-use crate::resources::ResourceDef;
+use crate::resources::{Class, ResourceDef};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -95,6 +95,19 @@ pub fn resource_list(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> O
             r["categories"] = json!(d.categories);
         }
         resources.push(r);
+        if d.class == Class::Pod {
+            // How kubectl drain finds the Eviction API: the subresource names its own group
+            // and version, as kube-apiserver lists it.
+            resources.push(json!({
+                "name": "pods/eviction",
+                "singularName": "",
+                "namespaced": true,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }));
+        }
         if d.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", d.plural),

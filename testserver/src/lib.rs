@@ -1,5 +1,6 @@
 //! kube-testserver: an in-memory Kubernetes API server over TLS, faithful to the recorded
-//! kube-apiserver fixtures, with fault injection, for end-to-end tests and the local demo.
+//! kube-apiserver fixtures, with simulated nodes (scheduler, kubelets, PodGC) and fault
+//! injection, for end-to-end tests and the local demo.
 //!
 //! ```no_run
 //! let server = kube_testserver::TestServer::start(kube_testserver::Options::default())?;
@@ -11,14 +12,20 @@
 // a request, where boxing would buy nothing measurable.
 #![allow(clippy::result_large_err)]
 
+mod admission;
 mod api;
 mod auth;
+mod cluster;
 mod discovery;
 mod faults;
 mod http;
+mod kubelet;
+mod nodes;
 mod patch;
 mod resources;
 mod review;
+mod runtime;
+mod scheduler;
 mod selector;
 mod server;
 mod status;
@@ -31,6 +38,7 @@ mod watch;
 
 pub use auth::Rule;
 pub use faults::{FailRule, Logged, StallRule};
+pub use kubelet::KubeletOptions;
 
 use server::{Listener, Shared};
 use std::collections::BTreeMap;
@@ -55,7 +63,7 @@ const CRD_SOURCE_PATH: &str = concat!(
 pub struct StallId(u64);
 
 /// How to start a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     /// Port on 127.0.0.1; 0 picks a free one.
     pub port: u16,
@@ -70,6 +78,12 @@ pub struct Options {
     pub history: usize,
     /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// Nodes registered at start, Ready: `node-0`, `node-1`, ... Default 1.
+    pub nodes: usize,
+    /// The scheduler, a kubelet on every node and PodGC, with their timing. `None`: nothing
+    /// runs pods, they stay Pending, and every pod DELETE is immediate (MODIFIED with grace 0,
+    /// then DELETED), as on a cluster with no node (the `kube-apiserver` fixtures).
+    pub kubelet: Option<KubeletOptions>,
 }
 
 impl Default for Options {
@@ -81,6 +95,8 @@ impl Default for Options {
             install_crd: true,
             history: 10_000,
             bookmark_interval: Duration::from_secs(1),
+            nodes: 1,
+            kubelet: Some(KubeletOptions::default()),
         }
     }
 }
@@ -94,6 +110,8 @@ pub struct TestServer {
     remove_dir: bool,
     ca_pem: String,
     admin_token: String,
+    /// The scheduler and kubelets, when they run.
+    cluster: Option<cluster::Handle>,
 }
 
 fn fresh_dir() -> io::Result<PathBuf> {
@@ -174,6 +192,18 @@ impl TestServer {
                 }
             })?;
 
+        // Before the nodes register, so the scheduler hears of them.
+        let cluster = match &opts.kubelet {
+            Some(k) => Some(cluster::start(&shared, k.clone())?),
+            None => None,
+        };
+        {
+            let mut store = shared.store();
+            for i in 0..opts.nodes {
+                nodes::register(&mut store, &nodes::node_name(i));
+            }
+        }
+
         let listener = Listener::start(shared.clone(), tcp)?;
         let server = TestServer {
             shared,
@@ -183,6 +213,7 @@ impl TestServer {
             remove_dir,
             ca_pem: certs.ca_pem.clone(),
             admin_token,
+            cluster,
         };
         std::fs::write(server.dir.join("ca.crt"), &certs.ca_pem)?;
         std::fs::write(server.dir.join("tls.crt"), &certs.server_cert_pem)?;
@@ -336,6 +367,57 @@ impl TestServer {
     /// Watch streams currently open.
     pub fn open_watches(&self) -> usize {
         self.shared.store().open_watches()
+    }
+
+    /// Cordons `node` as `kubectl cordon` does (the strategic merge patch
+    /// `{"spec":{"unschedulable":true}}`): new pods are no longer scheduled to it; its pods
+    /// keep running. `false` if there is no such node.
+    pub fn cordon(&self, node: &str) -> bool {
+        nodes::set_cordoned(&mut self.shared.store(), node, true)
+    }
+
+    /// Uncordons `node` as `kubectl uncordon` does (`{"spec":{"unschedulable":null}}`); pods
+    /// left Pending as Unschedulable are scheduled again. `false` if there is no such node.
+    pub fn uncordon(&self, node: &str) -> bool {
+        nodes::set_cordoned(&mut self.shared.store(), node, false)
+    }
+
+    /// Registers a new Ready node `name` with its kubelet (pods left Pending as Unschedulable
+    /// are scheduled again); `false` if a node of that name exists.
+    pub fn add_node(&self, name: &str) -> bool {
+        nodes::register(&mut self.shared.store(), name)
+    }
+
+    /// Loses `node` with its pods, as when a machine is gone for good: the Node is deleted
+    /// (DELETED), and PodGC marks each of its pods Failed (condition DisruptionTarget, reason
+    /// DeletionByPodGC) and deletes it with grace 0 (MODIFIED, DELETED), all before this
+    /// returns. `false` if there is no such node.
+    pub fn lose_node(&self, node: &str) -> bool {
+        let mut store = self.shared.store();
+        if store
+            .delete("nodes", "", node, &store::DeleteOpts::default())
+            .is_err()
+        {
+            return false;
+        }
+        nodes::collect_orphans(&mut store, node);
+        true
+    }
+
+    /// Makes the first running container of pod `ns/pod` exit with `exit_code` once, as a
+    /// crash or a finished process would; the kubelet then acts on the pod's `restartPolicy`
+    /// (Always: restart with back-off; Never: the pod ends Succeeded or Failed). The status
+    /// showing the exit is written before this returns. `false` when no kubelet runs the pod
+    /// or none of its containers is running.
+    pub fn exit_container(&self, ns: &str, pod: &str, exit_code: i32) -> bool {
+        self.cluster
+            .as_ref()
+            .is_some_and(|c| c.exit_container(ns, pod, exit_code))
+    }
+
+    /// The names of the nodes, in order.
+    pub fn node_names(&self) -> Vec<String> {
+        nodes::names(&self.shared.store())
     }
 
     /// The JSON a GET of `path` would answer (an object or a list), bypassing HTTP, auth,

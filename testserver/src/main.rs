@@ -1,4 +1,5 @@
-//! `kube-testserver`: runs the in-memory API server until SIGTERM/SIGINT, for the local demo.
+//! `kube-testserver`: runs the in-memory API server, with its simulated nodes, until
+//! SIGTERM/SIGINT, for the local demo.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -19,16 +20,40 @@ struct Args {
     /// Do not pre-install any CRD.
     #[arg(long)]
     no_crd: bool,
+    /// Nodes to register at start (node-0, node-1, ...).
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// No scheduler and no kubelet: pods stay Pending and every pod deletion is immediate.
+    #[arg(long)]
+    no_kubelet: bool,
+    /// Multiplies the kubelet's waits on grace periods (1 = real time; 0.01 makes 30 s of
+    /// grace 300 ms). The pods still show the grace period that was asked for.
+    #[arg(long, default_value_t = 1.0)]
+    grace_scale: f64,
 }
 
 fn main() {
     let args = Args::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    if !(args.grace_scale.is_finite() && args.grace_scale >= 0.0) {
+        eprintln!(
+            "kube-testserver: --grace-scale must be a number >= 0, not {}",
+            args.grace_scale
+        );
+        std::process::exit(2);
+    }
+    // A person watching the demo sees grace periods in real time, unlike the tests.
+    let kubelet = (!args.no_kubelet).then(|| kube_testserver::KubeletOptions {
+        grace_scale: args.grace_scale,
+        ..kube_testserver::KubeletOptions::default()
+    });
     let opts = kube_testserver::Options {
         port: args.port,
         dir: Some(args.dir),
         crd_path: args.crd,
         install_crd: !args.no_crd,
+        nodes: args.nodes,
+        kubelet,
         ..kube_testserver::Options::default()
     };
     let server = match kube_testserver::TestServer::start(opts) {

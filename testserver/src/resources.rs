@@ -12,6 +12,8 @@ pub enum Class {
     Pod,
     Event,
     Namespace,
+    Node,
+    ResourceQuota,
     Lease,
     Crd,
     Custom,
@@ -195,7 +197,10 @@ fn builtin(
             Vec::new()
         },
         class,
-        status_subresource: matches!(class, Class::Pod | Class::Namespace | Class::Crd),
+        status_subresource: matches!(
+            class,
+            Class::Pod | Class::Namespace | Class::Node | Class::ResourceQuota | Class::Crd
+        ),
         schemas: Vec::new(),
         columns: Vec::new(),
     }
@@ -214,6 +219,16 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
             &["ns"],
             Class::Namespace,
+        ),
+        builtin("", "nodes", "node", "Node", false, &["no"], Class::Node),
+        builtin(
+            "",
+            "resourcequotas",
+            "resourcequota",
+            "ResourceQuota",
+            true,
+            &["quota"],
+            Class::ResourceQuota,
         ),
         builtin(
             "coordination.k8s.io",
@@ -428,7 +443,28 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Map<String, Value>) {
             set_default(obj, "reportingComponent", json!(""));
             set_default(obj, "reportingInstance", json!(""));
         }
-        Class::Lease | Class::Crd | Class::Custom => {}
+        Class::Node | Class::ResourceQuota | Class::Lease | Class::Crd | Class::Custom => {}
+    }
+}
+
+/// Drops metadata maps and lists left empty (`labels`, `annotations`, `finalizers`,
+/// `ownerReferences`): Go's `omitempty` leaves them out, so an object whose last label was
+/// removed has no `labels` at all (fixture kube-1.28-kubelet/13).
+pub fn omit_empty_metadata(obj: &mut Map<String, Value>) {
+    if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+        meta.retain(|k, v| {
+            let listed = matches!(
+                k.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences"
+            );
+            let empty = match v {
+                Value::Object(m) => m.is_empty(),
+                Value::Array(a) => a.is_empty(),
+                Value::Null => true,
+                _ => false,
+            };
+            !(listed && empty)
+        });
     }
 }
 
@@ -532,6 +568,16 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Map<String, Value>, now: &str
         Class::Namespace => {
             obj.insert("status".into(), json!({"phase": "Active"}));
         }
+        Class::ResourceQuota => {
+            // What the quota controller writes at once: `status.hard` mirrors the spec
+            // (`status.used` is filled in by admission, which can count the pods).
+            let hard = obj
+                .get("spec")
+                .and_then(|s| s.get("hard"))
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            obj.insert("status".into(), json!({"hard": hard}));
+        }
         Class::Crd => {
             let status = crd_status(&Value::Object(obj.clone()), now);
             obj.insert("status".into(), status);
@@ -539,7 +585,8 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Map<String, Value>, now: &str
         Class::Custom if def.status_subresource => {
             obj.remove("status");
         }
-        Class::Event | Class::Lease | Class::Custom => {}
+        // A node's status is what its kubelet registers it with: kept as written.
+        Class::Node | Class::Event | Class::Lease | Class::Custom => {}
     }
     if matches!(def.class, Class::Custom | Class::Crd) {
         obj_mut(obj, "metadata").insert("generation".into(), json!(1));
@@ -648,11 +695,20 @@ pub fn bookmark_object(def: &ResourceDef, version: &str, rv: u64) -> Value {
             v["spec"] = json!({"containers": null});
             v["status"] = json!({});
         }
-        Class::Namespace | Class::Lease => {
+        Class::Namespace | Class::Lease | Class::ResourceQuota => {
             v["spec"] = json!({});
-            if def.class == Class::Namespace {
+            if def.class != Class::Lease {
                 v["status"] = json!({});
             }
+        }
+        Class::Node => {
+            v["spec"] = json!({});
+            v["status"] = json!({
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+                "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                    "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
+                    "kubeProxyVersion": "", "operatingSystem": "", "architecture": ""},
+            });
         }
         Class::Event => {
             v["involvedObject"] = json!({});
@@ -700,6 +756,18 @@ mod tests {
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
         let causes = from_crd(&crd).expect_err("invalid");
         assert_eq!(causes[0].field, "metadata.name");
+    }
+
+    #[test]
+    fn empty_metadata_maps_and_lists_are_left_out() {
+        let mut o = json!({"metadata": {"name": "p", "labels": {}, "annotations": {"a": "b"},
+            "finalizers": [], "ownerReferences": null}});
+        let m = o.as_object_mut().expect("object");
+        omit_empty_metadata(m);
+        assert_eq!(
+            o,
+            json!({"metadata": {"name": "p", "annotations": {"a": "b"}}})
+        );
     }
 
     #[test]

@@ -211,7 +211,8 @@ fn field_supported(class: Class, key: &str) -> bool {
                 | "type"
         ),
         Class::Namespace => key == "status.phase",
-        Class::Lease | Class::Crd | Class::Custom => false,
+        Class::Node => key == "spec.unschedulable",
+        Class::ResourceQuota | Class::Lease | Class::Crd | Class::Custom => false,
     }
 }
 

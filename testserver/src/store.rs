@@ -98,6 +98,9 @@ pub struct DeleteOpts {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
     pub propagation: Propagation,
+    /// `gracePeriodSeconds`: only pods use it (`None`: the pod's own
+    /// `terminationGracePeriodSeconds`).
+    pub grace_period: Option<i64>,
 }
 
 impl Default for DeleteOpts {
@@ -106,9 +109,15 @@ impl Default for DeleteOpts {
             uid: None,
             resource_version: None,
             propagation: Propagation::Background,
+            grace_period: None,
         }
     }
 }
+
+/// Called with every committed change (resource key and event), under the store lock: how
+/// the simulated cluster components (scheduler, kubelets) hear about pods and nodes without
+/// a watch of their own. It must not block.
+pub type Tap = Box<dyn Fn(&str, &Event) + Send>;
 
 /// A namespace's state as creates see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +182,10 @@ pub struct Store {
     /// Versions before this were compacted by `expire_all`: list `continue` tokens from
     /// before it answer 410.
     compacted: u64,
+    /// Whether pod deletion is graceful (a kubelet finishes it), or always immediate as on a
+    /// cluster without nodes.
+    graceful_pods: bool,
+    tap: Option<Tap>,
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -207,6 +220,8 @@ impl Store {
             gc,
             next_watch: 1,
             compacted: 0,
+            graceful_pods: false,
+            tap: None,
         };
         for def in resources::builtins() {
             s.serve(def);
@@ -222,6 +237,17 @@ impl Store {
             s.commit("namespaces", EventType::Added, obj, None);
         }
         s
+    }
+
+    /// Makes pod deletion graceful (`terminationGracePeriodSeconds`, finished by a kubelet)
+    /// instead of immediate.
+    pub fn set_graceful_pods(&mut self, graceful: bool) {
+        self.graceful_pods = graceful;
+    }
+
+    /// Installs the one [`Tap`] that hears every change.
+    pub fn set_tap(&mut self, tap: Tap) {
+        self.tap = Some(tap);
     }
 
     /// The version `expire_all` last compacted to (0 if never).
@@ -386,6 +412,9 @@ impl Store {
             }
         }
         let event = Arc::new(Event::new(typ, rv, obj.clone(), prev));
+        if let Some(tap) = &self.tap {
+            tap(key, &event);
+        }
         if self.history_cap == 0 {
             table.horizon = rv;
         } else {
@@ -407,10 +436,15 @@ impl Store {
         obj
     }
 
-    /// Writes an updated object. If it is being deleted and its last finalizer just went
-    /// away, it is removed, as the real registry does after an update.
+    /// Writes an updated object. If it is being deleted with no grace period left and has no
+    /// finalizer (its last one just went away), it is removed, as the real registry does after
+    /// an update (`ShouldDeleteDuringUpdate`): a pod still in its grace period stays.
     pub fn update(&mut self, key: &str, obj: Value, prev: Obj) -> Obj {
-        let finalized = !obj["metadata"]["deletionTimestamp"].is_null()
+        let finalized = !prev["metadata"]["deletionTimestamp"].is_null()
+            && prev["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .unwrap_or(0)
+                == 0
             && obj["metadata"]["finalizers"]
                 .as_array()
                 .map_or(true, Vec::is_empty);
@@ -424,20 +458,16 @@ impl Store {
         gone
     }
 
-    /// DELETE of one object with its preconditions. Pods go MODIFIED (deletionTimestamp,
-    /// grace 0) then DELETED, as a pod no kubelet runs does (fixture 30); objects with
-    /// finalizers only get a deletionTimestamp; namespaces terminate in the background; a CRD
-    /// takes its resource and every object of it along. Returns the last state.
-    pub fn delete(
-        &mut self,
-        key: &str,
-        ns: &str,
-        name: &str,
+    /// 409 unless the uid and resourceVersion preconditions of a DELETE hold for `cur`
+    /// (fixture 24).
+    pub fn check_preconditions(
+        &self,
+        def: &ResourceDef,
+        cur: &Value,
         opts: &DeleteOpts,
-    ) -> Result<Obj, ApiError> {
-        let def = self.def_of(key).ok_or_else(not_served)?;
-        let cur = self.get(key, ns, name).ok_or_else(|| def.not_found(name))?;
-        let uid = meta_str(&cur, "uid").to_string();
+    ) -> Result<(), ApiError> {
+        let name = meta_str(cur, "name");
+        let uid = meta_str(cur, "uid");
         if let Some(want) = opts.uid.as_deref().filter(|u| *u != uid) {
             return Err(ApiError::Conflict(
                 format!(
@@ -447,7 +477,7 @@ impl Store {
                 def.kind_details(name),
             ));
         }
-        let rv = meta_str(&cur, "resourceVersion");
+        let rv = meta_str(cur, "resourceVersion");
         if let Some(want) = opts.resource_version.as_deref().filter(|r| *r != rv) {
             return Err(ApiError::Conflict(
                 format!(
@@ -457,7 +487,27 @@ impl Store {
                 def.kind_details(name),
             ));
         }
-        if !cur["metadata"]["deletionTimestamp"].is_null() && def.class != Class::Pod {
+        Ok(())
+    }
+
+    /// DELETE of one object with its preconditions. Pods follow the pod strategy (see
+    /// [`Store::delete_pod`]); other objects with finalizers only get a deletionTimestamp;
+    /// namespaces terminate in the background; a CRD takes its resource and every object of it
+    /// along. Returns the last state.
+    pub fn delete(
+        &mut self,
+        key: &str,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> Result<Obj, ApiError> {
+        let def = self.def_of(key).ok_or_else(not_served)?;
+        let cur = self.get(key, ns, name).ok_or_else(|| def.not_found(name))?;
+        self.check_preconditions(&def, &cur, opts)?;
+        if def.class == Class::Pod {
+            return Ok(self.delete_pod(key, cur, opts));
+        }
+        if !cur["metadata"]["deletionTimestamp"].is_null() {
             // Already terminating (finalizers pending, or a namespace being emptied).
             return Ok(cur);
         }
@@ -490,20 +540,102 @@ impl Store {
         let has_finalizers = cur["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty());
-        let last = if has_finalizers {
+        if has_finalizers {
             return Ok(self.commit(key, EventType::Modified, next, Some(cur)));
-        } else if def.class == Class::Pod {
-            let marked = self.commit(key, EventType::Modified, next, Some(cur));
-            self.commit(key, EventType::Deleted, (*marked).clone(), Some(marked))
-        } else {
-            self.commit(key, EventType::Deleted, (*cur).clone(), Some(cur))
-        };
-        let job = match opts.propagation {
+        }
+        Ok(self.remove(key, cur, opts.propagation))
+    }
+
+    /// Removes an object for good (DELETED) and queues the collection of its dependents.
+    fn remove(&mut self, key: &str, last: Obj, propagation: Propagation) -> Obj {
+        let uid = meta_str(&last, "uid").to_string();
+        let gone = self.commit(key, EventType::Deleted, (*last).clone(), Some(last));
+        let job = match propagation {
             Propagation::Background => GcJob::OwnerDeleted(uid),
             Propagation::Orphan => GcJob::Orphan(uid),
         };
         let _ = self.gc.send(job);
-        Ok(last)
+        gone
+    }
+
+    /// The grace period a DELETE gives a pod, as the pod strategy's `CheckGracefulDelete`
+    /// decides it: the request's `gracePeriodSeconds`, else the pod's
+    /// `terminationGracePeriodSeconds`; but 0 for a pod no node runs (unscheduled) or that is
+    /// already terminal, and 1 for a negative request. Always 0 without kubelets.
+    fn pod_grace_period(&self, pod: &Value, requested: Option<i64>) -> i64 {
+        if !self.graceful_pods {
+            return 0;
+        }
+        let mut period = requested
+            .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(0);
+        if pod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
+            period = 0;
+        }
+        if matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        ) {
+            period = 0;
+        }
+        if period < 0 {
+            period = 1;
+        }
+        period
+    }
+
+    /// DELETE of a pod, as kube-apiserver's registry does it (`rest.BeforeDelete` and
+    /// `Store.Delete`): a first DELETE sets `deletionTimestamp` (now + grace) and
+    /// `deletionGracePeriodSeconds` (MODIFIED); with grace 0 and no finalizers the pod is then
+    /// removed at once (DELETED, fixture 06), otherwise the kubelet finishes the deletion
+    /// (fixture 04). A later DELETE may only shorten the grace period (0 removes the pod); a
+    /// pod already at grace 0 is removed unless finalizers hold it.
+    fn delete_pod(&mut self, key: &str, cur: Obj, opts: &DeleteOpts) -> Obj {
+        let has_finalizers = cur["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        let now = util::unix_now();
+        let (deletion, period) = if cur["metadata"]["deletionTimestamp"].is_null() {
+            let period = self.pod_grace_period(&cur, opts.grace_period);
+            (now + period, period)
+        } else {
+            let current = cur["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .unwrap_or(0);
+            if current == 0 {
+                // The deletion has no grace left: only finalizers keep the pod.
+                return if has_finalizers {
+                    cur
+                } else {
+                    self.remove(key, cur, opts.propagation)
+                };
+            }
+            let Some(mut period) = opts.grace_period.filter(|g| *g < current) else {
+                // A graceful deletion is pending and this one does not shorten it.
+                return cur;
+            };
+            let at = cur["metadata"]["deletionTimestamp"]
+                .as_str()
+                .and_then(util::parse_rfc3339)
+                .unwrap_or(now);
+            // Moved back by the old grace and forward by the new one, never into the past.
+            let mut deletion = at - current + period;
+            if deletion < now {
+                deletion = now;
+                if period != 0 {
+                    period = 1;
+                }
+            }
+            (deletion, period)
+        };
+        let mut next = (*cur).clone();
+        next["metadata"]["deletionTimestamp"] = json!(util::format_rfc3339(deletion));
+        next["metadata"]["deletionGracePeriodSeconds"] = json!(period);
+        let marked = self.commit(key, EventType::Modified, next, Some(cur));
+        if period > 0 || has_finalizers {
+            return marked;
+        }
+        self.remove(key, marked, opts.propagation)
     }
 
     /// Stops serving the resource a CRD defines and drops every object of it (their
@@ -810,6 +942,138 @@ mod tests {
                 p["metadata"]["uid"].as_str().unwrap_or("").into()
             ))
         );
+    }
+
+    /// A pod bound to a node, as the scheduler leaves it.
+    fn bound_pod(name: &str) -> Value {
+        let mut p = pod(name, None);
+        p["spec"]["nodeName"] = json!("node-0");
+        p["spec"]["terminationGracePeriodSeconds"] = json!(30);
+        p["status"] = json!({"phase": "Running"});
+        p
+    }
+
+    fn graceful_store() -> (Store, Receiver<GcJob>) {
+        let (mut s, gc) = store();
+        s.set_graceful_pods(true);
+        (s, gc)
+    }
+
+    fn grace_of(p: &Obj) -> Option<i64> {
+        p["metadata"]["deletionGracePeriodSeconds"].as_i64()
+    }
+
+    fn with_grace(g: i64) -> DeleteOpts {
+        DeleteOpts {
+            grace_period: Some(g),
+            ..DeleteOpts::default()
+        }
+    }
+
+    #[test]
+    fn pod_on_a_node_is_deleted_with_its_termination_grace_period_and_stays() {
+        let (mut s, _gc) = graceful_store();
+        s.commit("pods", EventType::Added, bound_pod("a"), None);
+        let marked = s
+            .delete("pods", "default", "a", &DeleteOpts::default())
+            .expect("delete");
+        assert_eq!(grace_of(&marked), Some(30));
+        let at = marked["metadata"]["deletionTimestamp"]
+            .as_str()
+            .and_then(util::parse_rfc3339)
+            .expect("deletionTimestamp");
+        assert!((at - util::unix_now() - 30).abs() <= 1, "now + 30 s");
+        assert!(
+            s.get("pods", "default", "a").is_some(),
+            "the kubelet finishes it"
+        );
+    }
+
+    #[test]
+    fn unscheduled_terminal_and_forced_pods_are_removed_at_once() {
+        let (mut s, _gc) = graceful_store();
+        let mut pending = bound_pod("pending");
+        pending["spec"]
+            .as_object_mut()
+            .expect("spec")
+            .remove("nodeName");
+        let mut done = bound_pod("done");
+        done["status"]["phase"] = json!("Succeeded");
+        for p in [pending, done, bound_pod("forced")] {
+            s.commit("pods", EventType::Added, p, None);
+        }
+        for (name, opts) in [
+            ("pending", DeleteOpts::default()),
+            ("done", DeleteOpts::default()),
+            ("forced", with_grace(0)),
+        ] {
+            let last = s.delete("pods", "default", name, &opts).expect("delete");
+            assert_eq!(grace_of(&last), Some(0), "{name}");
+            assert!(s.get("pods", "default", name).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_later_delete_only_shortens_the_grace_period_and_zero_removes() {
+        let (mut s, _gc) = graceful_store();
+        s.commit("pods", EventType::Added, bound_pod("a"), None);
+        let first = s
+            .delete("pods", "default", "a", &with_grace(600))
+            .expect("delete");
+        let rv = first["metadata"]["resourceVersion"].clone();
+        let same = s
+            .delete("pods", "default", "a", &with_grace(900))
+            .expect("longer");
+        assert_eq!(same["metadata"]["resourceVersion"], rv, "no write");
+        let shorter = s
+            .delete("pods", "default", "a", &with_grace(60))
+            .expect("shorter");
+        assert_eq!(grace_of(&shorter), Some(60));
+        s.delete("pods", "default", "a", &with_grace(0))
+            .expect("zero");
+        assert!(s.get("pods", "default", "a").is_none());
+    }
+
+    #[test]
+    fn negative_grace_is_one_second_and_finalizers_hold_a_pod_at_grace_zero() {
+        let (mut s, _gc) = graceful_store();
+        s.commit("pods", EventType::Added, bound_pod("a"), None);
+        let marked = s
+            .delete("pods", "default", "a", &with_grace(-5))
+            .expect("delete");
+        assert_eq!(grace_of(&marked), Some(1));
+        let mut held = bound_pod("held");
+        held["metadata"]["finalizers"] = json!(["x/y"]);
+        s.commit("pods", EventType::Added, held, None);
+        let last = s
+            .delete("pods", "default", "held", &with_grace(0))
+            .expect("delete");
+        assert_eq!(grace_of(&last), Some(0));
+        let cur = s
+            .get("pods", "default", "held")
+            .expect("held by its finalizer");
+        // A status write keeps it; removing the finalizer lets it go.
+        let mut next = (*cur).clone();
+        next["status"]["phase"] = json!("Succeeded");
+        let cur = s.update("pods", next, cur);
+        assert!(s.get("pods", "default", "held").is_some());
+        let mut next = (*cur).clone();
+        next["metadata"]["finalizers"] = json!([]);
+        s.update("pods", next, cur);
+        assert!(s.get("pods", "default", "held").is_none());
+    }
+
+    #[test]
+    fn an_update_during_the_grace_period_does_not_remove_the_pod() {
+        let (mut s, _gc) = graceful_store();
+        s.commit("pods", EventType::Added, bound_pod("a"), None);
+        let marked = s
+            .delete("pods", "default", "a", &DeleteOpts::default())
+            .expect("delete");
+        let mut next = (*marked).clone();
+        next["status"]["phase"] = json!("Succeeded");
+        s.update("pods", next, marked);
+        assert!(s.get("pods", "default", "a").is_some());
     }
 
     #[test]

@@ -95,6 +95,55 @@ fn cell(type_: &str, v: Option<&Value>) -> Value {
     }
 }
 
+/// The pod STATUS column as kubectl's printer derives it (`printPod`): the phase, or the
+/// pod's reason, or a container's waiting or terminated reason; `Terminating` once deleted.
+fn pod_status(o: &Value) -> String {
+    let status = &o["status"];
+    let mut reason = status["phase"].as_str().unwrap_or("Unknown").to_string();
+    if let Some(r) = status["reason"].as_str().filter(|r| !r.is_empty()) {
+        reason = r.to_string();
+    }
+    let mut running = false;
+    let statuses = status["containerStatuses"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    for c in statuses.iter().rev() {
+        let state = &c["state"];
+        if let Some(w) = state["waiting"]["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
+            reason = w.to_string();
+        } else if let Some(t) = state["terminated"].as_object() {
+            reason = match t
+                .get("reason")
+                .and_then(Value::as_str)
+                .filter(|r| !r.is_empty())
+            {
+                Some(r) => r.to_string(),
+                None => format!(
+                    "ExitCode:{}",
+                    t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
+                ),
+            };
+        } else if c["ready"].as_bool() == Some(true) && state["running"].is_object() {
+            running = true;
+        }
+    }
+    if reason == "Completed" && running {
+        let ready = status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        reason = if ready { "Running" } else { "NotReady" }.to_string();
+    }
+    if !o["metadata"]["deletionTimestamp"].is_null() {
+        reason = "Terminating".to_string();
+    }
+    reason
+}
+
 fn pod_cells(o: &Value) -> Vec<Value> {
     let total = o["spec"]["containers"].as_array().map_or(0, Vec::len);
     let statuses = o["status"]["containerStatuses"]
@@ -109,25 +158,101 @@ fn pod_cells(o: &Value) -> Vec<Value> {
         .iter()
         .filter_map(|s| s["restartCount"].as_i64())
         .sum();
-    let waiting = statuses
-        .iter()
-        .find_map(|s| s["state"]["waiting"]["reason"].as_str());
-    let status = if !o["metadata"]["deletionTimestamp"].is_null() {
-        "Terminating".to_string()
-    } else if let Some(w) = waiting {
-        w.to_string()
-    } else {
-        o["status"]["phase"]
-            .as_str()
-            .unwrap_or("Unknown")
-            .to_string()
+    let or_none = |v: &Value| match v.as_str() {
+        Some(s) if !s.is_empty() => json!(s),
+        _ => json!("<none>"),
     };
     vec![
         o["metadata"]["name"].clone(),
         json!(format!("{ready}/{total}")),
-        json!(status),
+        json!(pod_status(o)),
         json!(restarts),
         age(&o["metadata"]["creationTimestamp"]),
+        or_none(&o["status"]["podIP"]),
+        or_none(&o["spec"]["nodeName"]),
+        json!("<none>"),
+        json!("<none>"),
+    ]
+}
+
+/// The node STATUS column: the Ready condition, and `SchedulingDisabled` when cordoned.
+fn node_status(o: &Value) -> String {
+    let ready = o["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| match c["status"].as_str() {
+            Some("True") => "Ready",
+            Some("False") => "NotReady",
+            _ => "Unknown",
+        })
+        .unwrap_or("Unknown");
+    if o["spec"]["unschedulable"].as_bool() == Some(true) {
+        format!("{ready},SchedulingDisabled")
+    } else {
+        ready.to_string()
+    }
+}
+
+fn node_cells(o: &Value) -> Vec<Value> {
+    let labels = o["metadata"]["labels"].as_object();
+    let mut roles: Vec<&str> = labels
+        .map(|l| {
+            l.keys()
+                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                .collect()
+        })
+        .unwrap_or_default();
+    roles.sort_unstable();
+    let address = |kind: &str| {
+        o["status"]["addresses"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["type"] == kind))
+            .and_then(|x| x["address"].as_str())
+            .unwrap_or("<none>")
+            .to_string()
+    };
+    let info = &o["status"]["nodeInfo"];
+    vec![
+        o["metadata"]["name"].clone(),
+        json!(node_status(o)),
+        json!(if roles.is_empty() {
+            "<none>".to_string()
+        } else {
+            roles.join(",")
+        }),
+        age(&o["metadata"]["creationTimestamp"]),
+        info["kubeletVersion"].clone(),
+        json!(address("InternalIP")),
+        json!(address("ExternalIP")),
+        info["osImage"].clone(),
+        info["kernelVersion"].clone(),
+        info["containerRuntimeVersion"].clone(),
+    ]
+}
+
+/// `pods: 2/5`-style usage of a quota's counted resources, as `kubectl get quota` shows it.
+fn quota_cells(o: &Value) -> Vec<Value> {
+    let hard = o["status"]["hard"].as_object();
+    let used = &o["status"]["used"];
+    let mut request = Vec::new();
+    let mut limit = Vec::new();
+    for (k, v) in hard.into_iter().flatten() {
+        let text = format!(
+            "{k}: {}/{}",
+            used[k].as_str().unwrap_or("0"),
+            v.as_str().map_or_else(|| v.to_string(), String::from)
+        );
+        if k.starts_with("limits.") {
+            limit.push(text);
+        } else {
+            request.push(text);
+        }
+    }
+    vec![
+        o["metadata"]["name"].clone(),
+        age(&o["metadata"]["creationTimestamp"]),
+        json!(request.join(", ")),
+        json!(limit.join(", ")),
     ]
 }
 
@@ -145,8 +270,36 @@ fn layout(def: &ResourceDef) -> (Vec<Value>, RowFn<'_>) {
                 column("Status", "string", ""),
                 column("Restarts", "integer", ""),
                 column("Age", "string", ""),
+                wide(column("IP", "string", "")),
+                wide(column("Node", "string", "")),
+                wide(column("Nominated Node", "string", "")),
+                wide(column("Readiness Gates", "string", "")),
             ],
             Box::new(pod_cells),
+        ),
+        Class::Node => (
+            vec![
+                name(),
+                column("Status", "string", ""),
+                column("Roles", "string", ""),
+                column("Age", "string", ""),
+                column("Version", "string", ""),
+                wide(column("Internal-IP", "string", "")),
+                wide(column("External-IP", "string", "")),
+                wide(column("OS-Image", "string", "")),
+                wide(column("Kernel-Version", "string", "")),
+                wide(column("Container-Runtime", "string", "")),
+            ],
+            Box::new(node_cells),
+        ),
+        Class::ResourceQuota => (
+            vec![
+                name(),
+                column("Age", "string", ""),
+                column("Request", "string", ""),
+                column("Limit", "string", ""),
+            ],
+            Box::new(quota_cells),
         ),
         Class::Namespace => (
             vec![

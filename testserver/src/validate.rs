@@ -247,7 +247,9 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
                 Vec::new()
             }
         }
-        Class::Namespace | Class::Lease | Class::Crd => Vec::new(),
+        Class::Namespace | Class::Node | Class::ResourceQuota | Class::Lease | Class::Crd => {
+            Vec::new()
+        }
     }
 }
 

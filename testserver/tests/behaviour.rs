@@ -21,6 +21,19 @@ fn start() -> (TestServer, Client) {
     (server, admin)
 }
 
+/// A server with no scheduler or kubelet, for scenarios about the API server's own machinery
+/// (watch history, bookmarks, optimistic concurrency) that use pods as plain objects: on a
+/// cluster with nodes the kubelet's status writes would interleave, as they do on a real one.
+fn start_without_kubelet() -> (TestServer, Client) {
+    let server = TestServer::start(Options {
+        kubelet: None,
+        ..Options::default()
+    })
+    .expect("server starts");
+    let admin = Client::admin(&server);
+    (server, admin)
+}
+
 fn rv_of(v: &serde_json::Value) -> String {
     v["metadata"]["resourceVersion"]
         .as_str()
@@ -77,7 +90,7 @@ fn history_capacity_expires_versions_that_fell_out() {
 #[test]
 fn watch_resumes_with_every_event_after_the_version() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         let from = rv_of(&admin.post(PODS, &pod_body("a", None)).body);
         admin.post(PODS, &pod_body("b", None));
         admin.send(
@@ -101,7 +114,7 @@ fn watch_resumes_with_every_event_after_the_version() {
 #[test]
 fn watch_without_version_replays_existing_objects_as_added() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         admin.post(PODS, &pod_body("a", None));
         admin.post(PODS, &pod_body("b", None));
         admin.post(
@@ -122,7 +135,7 @@ fn watch_without_version_replays_existing_objects_as_added() {
 #[test]
 fn bookmarks_carry_the_current_version_only() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         let w = admin.watch(&format!(
             "{PODS}?watch=true&allowWatchBookmarks=true&timeoutSeconds=4"
         ));
@@ -205,7 +218,7 @@ fn drop_watches_breaks_streams_without_the_final_chunk() {
 #[test]
 fn label_selector_watch_sees_relabel_as_added_and_deleted() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         admin.post(PODS, &pod_body("a", None));
         let w = admin.watch(&format!(
             "{PODS}?watch=true&labelSelector=app%3Dweb&resourceVersion=1&timeoutSeconds=2"
@@ -229,9 +242,9 @@ fn label_selector_watch_sees_relabel_as_added_and_deleted() {
 }
 
 #[test]
-fn pod_delete_gives_modified_with_deletion_timestamp_then_deleted() {
+fn without_kubelets_pod_delete_is_modified_with_grace_0_then_deleted() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         let rv = rv_of(&admin.post(PODS, &pod_body("a", None)).body);
         let w = admin.watch(&format!(
             "{PODS}?watch=true&resourceVersion={rv}&timeoutSeconds=1"
@@ -253,8 +266,25 @@ fn pod_delete_gives_modified_with_deletion_timestamp_then_deleted() {
     });
 }
 
+/// Waits until the pod's phase is `phase`; returns the pod.
+fn wait_phase(admin: &Client, path: &str, phase: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let p = admin.get(path);
+        if p.body["status"]["phase"] == phase {
+            return p.body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} never {phase}: {}",
+            p.body
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
-fn pod_owned_by_deleted_immortalcontainer_is_garbage_collected() {
+fn pod_owned_by_deleted_immortalcontainer_is_garbage_collected_gracefully() {
     bounded(20, || {
         let (_server, admin) = start();
         let ic = admin.post(&ics(), &ic_body("example", "nginx"));
@@ -267,18 +297,28 @@ fn pod_owned_by_deleted_immortalcontainer_is_garbage_collected() {
             &pod_body("example-immortalpod", Some(("example", &uid))),
         );
         assert_eq!(pod.code, 201);
+        let running = wait_phase(&admin, &format!("{PODS}/example-immortalpod"), "Running");
         let w = admin.watch(&format!(
             "{PODS}?watch=true&resourceVersion={}&timeoutSeconds=2",
-            rv_of(&pod.body)
+            rv_of(&running)
         ));
         let r = admin.delete(&format!("{}/example", ics()), None);
         assert_eq!(r.code, 200);
         assert_eq!(r.body["kind"], "Status");
         assert_eq!(r.body["status"], "Success");
         let (events, _) = w.collect();
-        assert_eq!(types(&events), vec!["MODIFIED", "DELETED"]);
+        // The garbage collector deletes with the pod's own grace period; the kubelet ends it.
         assert_eq!(
-            events[1]["object"]["metadata"]["name"],
+            types(&events),
+            vec!["MODIFIED", "MODIFIED", "MODIFIED", "MODIFIED", "DELETED"]
+        );
+        assert_eq!(
+            events[0]["object"]["metadata"]["deletionGracePeriodSeconds"],
+            30
+        );
+        assert_eq!(events[4]["object"]["status"]["phase"], "Succeeded");
+        assert_eq!(
+            events[4]["object"]["metadata"]["name"],
             "example-immortalpod"
         );
     });
@@ -431,7 +471,7 @@ fn stop_listening_refuses_connections_and_start_listening_keeps_data() {
 #[test]
 fn merge_patch_with_stale_resource_version_conflicts() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         let stale = rv_of(&admin.post(PODS, &pod_body("a", None)).body);
         let patch = |rv: &str, v: &str| {
             let body = json!({"metadata": {"resourceVersion": rv, "labels": {"v": v}}}).to_string();
@@ -613,7 +653,7 @@ fn invalid_objects_are_rejected_with_causes() {
 #[test]
 fn created_pod_has_server_defaults_and_pending_status() {
     bounded(20, || {
-        let (_server, admin) = start();
+        let (_server, admin) = start_without_kubelet();
         let p = admin.post(PODS, &json!({"metadata": {"generateName": "gen-"}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}, "status": {"phase": "Running"}})).body;
         let name = p["metadata"]["name"].as_str().expect("name");
         assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
@@ -923,10 +963,26 @@ fn kubectl_creates_lists_and_deletes_immortalcontainers() {
 fn sixty_four_parallel_clients_create_and_read_ten_thousand_objects() {
     bounded(120, || {
         let (server, admin) = start();
-        let w = admin.watch(&format!(
+        let mut w = admin.watch(&format!(
             "{PODS}?watch=true&resourceVersion={}&timeoutSeconds=60",
             rv_of(&admin.get(PODS).body)
         ));
+        // Read while the pods are created: a stream left unread for seconds under tens of MB
+        // of events stalls in TCP's zero-window back-off, longer than the client's read
+        // timeout. The scheduler and kubelet add their MODIFIED events; each create is one
+        // ADDED.
+        let reader = std::thread::spawn(move || {
+            let mut added = 0;
+            let end = loop {
+                match w.next_type() {
+                    Ok(Some(t)) if t == "ADDED" => added += 1,
+                    Ok(Some(_)) => {}
+                    Ok(None) => break "clean end".to_string(),
+                    Err(e) => break e,
+                }
+            };
+            (added, end)
+        });
         let started = Instant::now();
         let workers: Vec<_> = (0..64)
             .map(|t| {
@@ -960,11 +1016,11 @@ fn sixty_four_parallel_clients_create_and_read_ten_thousand_objects() {
             started.elapsed() - written
         );
         server.drop_watches();
-        let mut w = w;
-        let mut seen = 0;
-        while let Ok(Some(_)) = w.next() {
-            seen += 1;
-        }
-        assert_eq!(seen, 64 * 157, "the watch saw every create");
+        let (seen, end) = reader.join().expect("watch reader");
+        assert_eq!(
+            seen,
+            64 * 157,
+            "the watch saw every create (the stream ended: {end})"
+        );
     });
 }

@@ -5,93 +5,12 @@
 
 mod common;
 
+use common::http_fixture::{load, parse as parse_fixture, Fixture};
 use common::{bounded, types, Client, End};
 use kube_testserver::{Options, TestServer};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// One `.http` file.
-#[derive(Debug, Clone)]
-struct Fixture {
-    name: String,
-    method: String,
-    path: String,
-    content_type: Option<String>,
-    body: String,
-    status: u16,
-    response: String,
-}
-
-fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/kube-apiserver")
-}
-
-/// Splits a section into (first line, headers, body).
-fn split_section(text: &str) -> (String, Vec<(String, String)>, String) {
-    let mut lines = text.lines();
-    let first = lines.next().unwrap_or("").trim().to_string();
-    let mut headers = Vec::new();
-    let mut body = Vec::new();
-    let mut in_body = false;
-    for line in lines {
-        if in_body {
-            body.push(line);
-        } else if line.trim().is_empty() {
-            in_body = true;
-        } else if let Some((k, v)) = line.split_once(':') {
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-    }
-    (first, headers, body.join("\n").trim().to_string())
-}
-
-fn parse_fixture(name: &str, text: &str) -> Fixture {
-    let req_start = text.find("### request").expect("request section") + "### request".len();
-    let resp_marker = text.find("### response").expect("response section");
-    let request = &text[req_start..resp_marker];
-    let response = &text[resp_marker..];
-    let response = &response[response.find('\n').map_or(response.len(), |i| i + 1)..];
-    let (line, headers, body) = split_section(request.trim_start_matches('\n'));
-    let (method, path) = line.split_once(' ').expect("request line");
-    let (status_line, _, response_body) = split_section(response);
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status code");
-    Fixture {
-        name: name.to_string(),
-        method: method.to_string(),
-        path: path.to_string(),
-        content_type: headers
-            .iter()
-            .find(|(k, _)| k == "content-type")
-            .map(|(_, v)| v.clone()),
-        body,
-        status,
-        response: response_body,
-    }
-}
-
-fn load_fixtures() -> Vec<Fixture> {
-    let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
-        .expect("fixtures dir")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".http"))
-        .collect();
-    names.sort();
-    names
-        .iter()
-        .map(|n| {
-            parse_fixture(
-                n,
-                &std::fs::read_to_string(fixtures_dir().join(n)).expect("read fixture"),
-            )
-        })
-        .collect()
-}
 
 /// Keys of an object, ignoring what 1.20+ servers and ours leave out on purpose.
 fn keys(v: &Value) -> BTreeSet<String> {
@@ -411,9 +330,12 @@ fn replay_watch(f: &Fixture, client: &Client, admin: &Client, path: &str) -> Vec
 fn recorded_fixtures_replay_with_same_codes_reasons_and_shapes() {
     bounded(90, || {
         // Long bookmark interval: like the recording's server, only the bookmark ~2 s before
-        // a watch's timeout is sent.
+        // a watch's timeout is sent. No node, scheduler or kubelet: the recording's server had
+        // none, so its pods stayed Pending and every deletion was immediate.
         let server = TestServer::start(Options {
             bookmark_interval: Duration::from_secs(60),
+            nodes: 0,
+            kubelet: None,
             ..Options::default()
         })
         .expect("server starts");
@@ -429,7 +351,7 @@ fn recorded_fixtures_replay_with_same_codes_reasons_and_shapes() {
 
         let mut ids = Ids::default();
         let mut failures = Vec::new();
-        let fixtures = load_fixtures();
+        let fixtures = load("kube-apiserver");
         assert!(
             fixtures.len() >= 32,
             "expected the 32 recorded fixtures, found {}",

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod http_fixture;
+
 use kube_testserver::TestServer;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
@@ -219,6 +221,22 @@ impl Watch {
         }
     }
 
+    /// The next event's `type` without decoding the rest of it (for streams too long to
+    /// decode in a debug build); `Ok(None)` at a clean end.
+    pub fn next_type(&mut self) -> Result<Option<String>, String> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => Ok(None),
+            Ok(_) => {
+                let rest = line
+                    .strip_prefix("{\"type\":\"")
+                    .ok_or_else(|| format!("bad event {line:?}"))?;
+                Ok(rest.split('"').next().map(String::from))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// Reads events until the stream ends; returns them and how it ended.
     pub fn collect(mut self) -> (Vec<Value>, End) {
         let mut events = Vec::new();
@@ -229,6 +247,89 @@ impl Watch {
                 Err(e) => return (events, End::Broken(e)),
             }
         }
+    }
+}
+
+/// A watch read on a thread of its own, so a test can wait for events with a time bound.
+pub struct Events {
+    rx: mpsc::Receiver<Value>,
+}
+
+impl Watch {
+    /// Reads the stream on a thread; events arrive through [`Events`].
+    pub fn spawn(mut self) -> Events {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            while let Ok(Some(e)) = self.next() {
+                if tx.send(e).is_err() {
+                    break;
+                }
+            }
+        });
+        Events { rx }
+    }
+}
+
+impl Events {
+    /// Events other than BOOKMARK until `n` have arrived or `timeout` passed.
+    pub fn take(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut out = Vec::new();
+        while out.len() < n {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(e) if e["type"] == "BOOKMARK" => {}
+                Ok(e) => out.push(e),
+                Err(_) => break,
+            }
+        }
+        out
+    }
+
+    /// Events other than BOOKMARK that arrive within `quiet`.
+    pub fn more(&self, quiet: Duration) -> Vec<Value> {
+        self.take(usize::MAX, quiet)
+    }
+
+    /// Events until one satisfies `done` (included) or `timeout` passed.
+    pub fn until(&self, timeout: Duration, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(e) if e["type"] == "BOOKMARK" => {}
+                Ok(e) => {
+                    let stop = done(&e);
+                    out.push(e);
+                    if stop {
+                        return out;
+                    }
+                }
+                Err(_) => return out,
+            }
+        }
+    }
+}
+
+/// Polls `get` until `ok` holds for its answer (returned) or `secs` pass (panics with `what`).
+pub fn wait_for(
+    secs: u64,
+    what: &str,
+    mut get: impl FnMut() -> Value,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let v = get();
+        if ok(&v) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

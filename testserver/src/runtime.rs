@@ -1,0 +1,222 @@
+//! The simulated container runtime: what a container does is decided by its image reference,
+//! so the image names a test uses mean the same on a real cluster; plus the kubelet's back-off
+//! arithmetic and the ids and messages a v1.28 kubelet with containerd writes.
+
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+/// How a container behaves, from its image reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Runs until stopped; exits 0 shortly after SIGTERM (`registry.k8s.io/pause:3.9`, nginx...).
+    RunsUntilStopped,
+    /// The image cannot be pulled: ErrImagePull, then ImagePullBackOff (`...does-not-exist...`).
+    PullFails,
+    /// Exits 0 as soon as it starts: busybox's default command is `sh`, which ends at once
+    /// without a terminal, so with `restartPolicy: Always` it crash-loops (`busybox`, any
+    /// registry or tag).
+    ExitsAtOnce,
+    /// Runs until SIGKILL at the end of the grace period, exit code 137 (`...ignore-sigterm...`).
+    IgnoresSigterm,
+}
+
+impl Behaviour {
+    /// The behaviour of `image`. A reference naming `does-not-exist` anywhere fails to pull; one
+    /// naming `ignore-sigterm` ignores SIGTERM; one whose repository's last path segment is
+    /// `busybox` exits at once; everything else runs until stopped.
+    pub fn of(image: &str) -> Behaviour {
+        if image.contains("does-not-exist") {
+            return Behaviour::PullFails;
+        }
+        if image.contains("ignore-sigterm") {
+            return Behaviour::IgnoresSigterm;
+        }
+        if repository(image).rsplit('/').next() == Some("busybox") {
+            return Behaviour::ExitsAtOnce;
+        }
+        Behaviour::RunsUntilStopped
+    }
+}
+
+/// The repository part of an image reference: without tag and digest
+/// (`registry:5000/team/app:1.0@sha256:...` → `registry:5000/team/app`).
+fn repository(image: &str) -> &str {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last_slash = no_digest.rfind('/').map_or(0, |i| i + 1);
+    match no_digest[last_slash..].rfind(':') {
+        Some(colon) => &no_digest[..last_slash + colon],
+        None => no_digest,
+    }
+}
+
+/// The fully qualified reference containerd resolves `image` to: `docker.io/library/` for
+/// short names, `:latest` when there is neither tag nor digest (`nginx` →
+/// `docker.io/library/nginx:latest`), as the kubelet reports it in `containerStatuses.image`.
+pub fn normalize(image: &str) -> String {
+    let first = image.split('/').next().unwrap_or("");
+    let has_registry =
+        image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut full = if has_registry {
+        image.to_string()
+    } else if image.contains('/') {
+        format!("docker.io/{image}")
+    } else {
+        format!("docker.io/library/{image}")
+    };
+    if !image.contains('@') && repository(&full).len() == full.len() {
+        full.push_str(":latest");
+    }
+    full
+}
+
+/// 64 hex digits derived from `seed`: the shape of a sha256 digest or a containerd id, stable
+/// for the same seed (image ids) or unique when the seed is (container ids).
+fn digest_hex(seed: &str) -> String {
+    let mut out = String::with_capacity(64);
+    for round in 0u8..4 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (round, seed).hash(&mut h);
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    out
+}
+
+/// `imageID` of a started container: `repository@sha256:...`, as containerd reports it.
+pub fn image_id(image: &str) -> String {
+    let full = normalize(image);
+    format!("{}@sha256:{}", repository(&full), digest_hex(&full))
+}
+
+/// A fresh `containerID` (`containerd://` and 64 hex digits).
+pub fn container_id(pod_uid: &str, container: &str, restart: u32) -> String {
+    let mut nonce = [0u8; 8];
+    crate::util::random_bytes(&mut nonce);
+    format!(
+        "containerd://{}",
+        digest_hex(&format!(
+            "{pod_uid}/{container}/{restart}/{}",
+            crate::util::hex(&nonce)
+        ))
+    )
+}
+
+/// The waiting message of ErrImagePull: the CRI error text containerd 1.7 returns for a
+/// reference the registry does not have, which the v1.28 kubelet passes on as it is.
+pub fn pull_error(image: &str) -> String {
+    let full = normalize(image);
+    format!(
+        "rpc error: code = NotFound desc = failed to pull and unpack image \"{full}\": failed to resolve reference \"{full}\": {full}: not found"
+    )
+}
+
+/// The waiting message of ImagePullBackOff (the kubelet's image manager).
+pub fn pull_backoff(image: &str) -> String {
+    format!("Back-off pulling image \"{image}\"")
+}
+
+/// The kubelet's first back-off for a crashing container and for a failing pull.
+pub const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+/// The kubelet's longest back-off (`MaxContainerBackOff`, and the image pull maximum).
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// The back-off after `current` (client-go's `flowcontrol.Backoff.Next` without jitter): 10 s
+/// first, then doubled, at most 5 min.
+pub fn next_backoff(current: Option<Duration>) -> Duration {
+    match current {
+        None => BACKOFF_INITIAL,
+        Some(d) => (d * 2).min(BACKOFF_MAX),
+    }
+}
+
+/// A duration as Go's `time.Duration.String()` prints whole seconds: `10s`, `1m20s`, `5m0s`,
+/// which is how the kubelet's CrashLoopBackOff message names the back-off.
+pub fn go_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{}h{}m{}s", s / 3600, (s % 3600) / 60, s % 60)
+    }
+}
+
+/// `d` multiplied by `scale` (a test speed-up), never negative.
+pub fn scaled(d: Duration, scale: f64) -> Duration {
+    Duration::from_secs_f64((d.as_secs_f64() * scale).max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_reference_decides_the_behaviour() {
+        assert_eq!(
+            Behaviour::of("registry.k8s.io/pause:3.9"),
+            Behaviour::RunsUntilStopped
+        );
+        assert_eq!(
+            Behaviour::of("registry.example/does-not-exist:1"),
+            Behaviour::PullFails
+        );
+        assert_eq!(Behaviour::of("busybox"), Behaviour::ExitsAtOnce);
+        assert_eq!(
+            Behaviour::of("docker.io/library/busybox:1.36"),
+            Behaviour::ExitsAtOnce
+        );
+        assert_eq!(
+            Behaviour::of("localhost:5000/busybox@sha256:abc"),
+            Behaviour::ExitsAtOnce
+        );
+        assert_eq!(
+            Behaviour::of("busybox-extra:1"),
+            Behaviour::RunsUntilStopped
+        );
+        assert_eq!(
+            Behaviour::of("quay.io/x/ignore-sigterm:2"),
+            Behaviour::IgnoresSigterm
+        );
+    }
+
+    #[test]
+    fn short_names_resolve_to_docker_hub_with_latest() {
+        assert_eq!(normalize("nginx"), "docker.io/library/nginx:latest");
+        assert_eq!(normalize("nginx:1.27"), "docker.io/library/nginx:1.27");
+        assert_eq!(normalize("team/app"), "docker.io/team/app:latest");
+        assert_eq!(
+            normalize("registry.k8s.io/pause:3.9"),
+            "registry.k8s.io/pause:3.9"
+        );
+        assert_eq!(normalize("localhost:5000/app"), "localhost:5000/app:latest");
+        assert!(image_id("nginx:1.27").starts_with("docker.io/library/nginx@sha256:"));
+        assert_eq!(
+            image_id("nginx:1.27").len(),
+            "docker.io/library/nginx@sha256:".len() + 64
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_from_ten_seconds_to_five_minutes() {
+        let mut d = None;
+        let mut seen = Vec::new();
+        for _ in 0..7 {
+            let next = next_backoff(d);
+            seen.push(go_duration(next));
+            d = Some(next);
+        }
+        assert_eq!(
+            seen,
+            ["10s", "20s", "40s", "1m20s", "2m40s", "5m0s", "5m0s"]
+        );
+    }
+
+    #[test]
+    fn pull_messages_name_the_resolved_reference() {
+        assert_eq!(
+            pull_error("does-not-exist:1"),
+            "rpc error: code = NotFound desc = failed to pull and unpack image \"docker.io/library/does-not-exist:1\": failed to resolve reference \"docker.io/library/does-not-exist:1\": docker.io/library/does-not-exist:1: not found"
+        );
+        assert_eq!(pull_backoff("x"), "Back-off pulling image \"x\"");
+    }
+}

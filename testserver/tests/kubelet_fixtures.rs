@@ -1,0 +1,583 @@
+//! Replays the fixtures recorded on a v1.28 cluster with a node
+//! (tests/fixtures/kube-1.28-kubelet/*.http) against a server with its simulated node: for each
+//! watch it does what the recording's `### what happened` says and compares the sequence of
+//! events and, per event, the fields that matter (phase, deletionTimestamp presence,
+//! deletionGracePeriodSeconds, nodeName presence, pod IP presence, the conditions' type,
+//! status and reason, the containers' state kinds); refusals are compared by code, reason,
+//! message and details.
+//!
+//! Two things are normalized, each for a stated reason:
+//! - BOOKMARKs are not compared: their number depends on how long a watch stays open, and
+//!   these watches are closed as soon as the recorded events (and a quiet moment) have come.
+//! - The recording's node ran kubemark's fake prober, which reports every container ready,
+//!   even while ContainerCreating. A real node's prober (and this server) reports a container
+//!   ready only while it runs, so where a recorded event shows a container that is not running,
+//!   the expected Ready and ContainersReady become False, ContainersNotReady.
+
+mod common;
+
+use common::http_fixture::{load, Fixture};
+use common::{bounded, types, wait_for, Client, Events};
+use kube_testserver::{KubeletOptions, Options, TestServer};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const NS: &str = "fixtures";
+const PODS: &str = "/api/v1/namespaces/fixtures/pods";
+/// How long to keep listening after the expected events, for ones that should not come. Longer
+/// than the replay's status sync delay, so a late kubelet write would be seen.
+const QUIET: Duration = Duration::from_millis(600);
+
+/// The pod the recording created (fixture 02), under another name.
+fn pod_body(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "immortal-operator"}},
+        "spec": {"containers": [{"name": "acontainer", "image": "registry.k8s.io/pause:3.9"}]}})
+}
+
+/// What is compared of one watch event.
+fn shape(e: &Value) -> Value {
+    let o = &e["object"];
+    let meta = &o["metadata"];
+    let conditions: Vec<Value> = o["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| json!([c["type"], c["status"], c["reason"]]))
+        .collect();
+    let states: Vec<Value> = o["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!(c["state"]
+                .as_object()
+                .and_then(|s| s.keys().next().cloned()))
+        })
+        .collect();
+    json!({
+        "type": e["type"],
+        "name": meta["name"],
+        "phase": o["status"]["phase"],
+        "reason": o["status"]["reason"],
+        "deletionTimestamp": !meta["deletionTimestamp"].is_null(),
+        "deletionGracePeriodSeconds": meta["deletionGracePeriodSeconds"],
+        "nodeName": !o["spec"]["nodeName"].is_null(),
+        "podIP": !o["status"]["podIP"].is_null(),
+        "conditions": conditions,
+        "containers": states,
+    })
+}
+
+/// A recorded event as a node with a real prober would have sent it (see the module docs).
+fn real_prober(mut e: Value) -> Value {
+    let statuses = e["object"]["status"]["containerStatuses"].clone();
+    let not_running = statuses
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["state"]["running"].is_null()));
+    if let Some(conditions) = e["object"]["status"]["conditions"].as_array_mut() {
+        for c in conditions {
+            let kubelet_ready = c["type"] == "Ready" || c["type"] == "ContainersReady";
+            if kubelet_ready && not_running && c["status"] == "True" {
+                c["status"] = json!("False");
+                c["reason"] = json!("ContainersNotReady");
+            }
+        }
+    }
+    e
+}
+
+/// The recorded events of a watch fixture, BOOKMARKs left out.
+fn recorded_events(f: &Fixture) -> Vec<Value> {
+    f.response
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] != "BOOKMARK")
+        .map(real_prober)
+        .collect()
+}
+
+struct Replay {
+    server: TestServer,
+    admin: Client,
+}
+
+impl Replay {
+    fn pod(&self, name: &str) -> Value {
+        self.admin.get(&format!("{PODS}/{name}")).body
+    }
+
+    /// Creates a pod like the recording's and waits until it runs (the state every watch
+    /// fixture starts from); returns it.
+    fn running(&self, name: &str) -> Value {
+        let r = self.admin.post(PODS, &pod_body(name));
+        assert_eq!(r.code, 201, "{name}: {}", r.body);
+        wait_for(
+            10,
+            &format!("{name} to run"),
+            || self.pod(name),
+            |p| {
+                p["status"]["phase"] == "Running"
+                    && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+            },
+        )
+    }
+
+    fn current_rv(&self) -> u64 {
+        self.admin.get(PODS).body["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .expect("list resourceVersion")
+    }
+
+    /// Opens the fixture's watch from `from` (the recording's version is another server's).
+    fn watch(&self, f: &Fixture, from: u64, diffs: &mut Vec<String>) -> Events {
+        let mut path = String::new();
+        for (i, part) in f.path.split('&').enumerate() {
+            if i > 0 {
+                path.push('&');
+            }
+            match part.split_once('=') {
+                Some(("resourceVersion", _)) => path.push_str(&format!("resourceVersion={from}")),
+                // Ended early once the events are in; the bound is only a safety net.
+                Some(("timeoutSeconds", _)) => path.push_str("timeoutSeconds=30"),
+                _ => path.push_str(part),
+            }
+        }
+        let watch = self.admin.watch(&path);
+        if !watch.chunked.contains("chunked") {
+            diffs.push(format!("transfer-encoding {:?}", watch.chunked));
+        }
+        if watch.content_type != "application/json" {
+            diffs.push(format!("content-type {:?}", watch.content_type));
+        }
+        watch.spawn()
+    }
+
+    /// Replays one watch fixture: `setup` before the watch opens (returns the version to watch
+    /// from), `act` while it streams, then compares.
+    fn replay_watch(
+        &self,
+        f: &Fixture,
+        setup: impl FnOnce(&Replay) -> u64,
+        act: impl FnOnce(&Replay) -> Vec<String>,
+    ) -> Vec<String> {
+        let mut diffs = Vec::new();
+        let from = setup(self);
+        let events = self.watch(f, from, &mut diffs);
+        diffs.extend(act(self));
+        let expected = recorded_events(f);
+        let mut got = events.take(expected.len(), Duration::from_secs(10));
+        got.extend(events.more(QUIET));
+        if types(&expected) != types(&got) {
+            diffs.push(format!(
+                "event types: expected {:?}, got {:?}\n    got: {:#?}",
+                types(&expected),
+                types(&got),
+                got.iter().map(shape).collect::<Vec<_>>()
+            ));
+            return diffs;
+        }
+        for (i, (e, g)) in expected.iter().zip(&got).enumerate() {
+            let (want, have) = (shape(e), shape(g));
+            if want != have {
+                diffs.push(format!("event {i}: expected {want}\n      got {have}"));
+            }
+        }
+        diffs
+    }
+
+    fn send(&self, f: &Fixture, body: Option<&str>) -> common::Resp {
+        self.admin
+            .send(&f.method, &f.path, f.content_type.as_deref(), body)
+    }
+}
+
+/// A refusal or a Status: code, reason, message and details as recorded.
+fn compare_status(f: &Fixture, got: &common::Resp) -> Vec<String> {
+    let want: Value = serde_json::from_str(&f.response).expect("recorded body is json");
+    let mut diffs = Vec::new();
+    if got.code != f.status {
+        diffs.push(format!(
+            "code: expected {}, got {} ({})",
+            f.status, got.code, got.body
+        ));
+        return diffs;
+    }
+    for k in [
+        "kind",
+        "apiVersion",
+        "metadata",
+        "status",
+        "reason",
+        "message",
+        "details",
+        "code",
+    ] {
+        if want[k] != got.body[k] {
+            diffs.push(format!("{k}: expected {}, got {}", want[k], got.body[k]));
+        }
+    }
+    diffs
+}
+
+fn merge_patch(r: &Replay, path: &str, body: Value, what: &str) -> Vec<String> {
+    let resp = r.admin.merge_patch(path, &body);
+    if resp.code == 200 {
+        Vec::new()
+    } else {
+        vec![format!("{what}: {} {}", resp.code, resp.body)]
+    }
+}
+
+fn strategic_patch(r: &Replay, path: &str, body: &str, what: &str) -> Vec<String> {
+    let resp = r.admin.send(
+        "PATCH",
+        path,
+        Some("application/strategic-merge-patch+json"),
+        Some(body),
+    );
+    if resp.code == 200 {
+        Vec::new()
+    } else {
+        vec![format!("{what}: {} {}", resp.code, resp.body)]
+    }
+}
+
+fn delete(r: &Replay, name: &str, body: Option<Value>) -> Vec<String> {
+    let resp = r.admin.delete(&format!("{PODS}/{name}"), body.as_ref());
+    if resp.code == 200 {
+        Vec::new()
+    } else {
+        vec![format!("delete {name}: {} {}", resp.code, resp.body)]
+    }
+}
+
+/// What fixture 02 shows of a created pod, and its GET after a label was removed (13).
+fn compare_pod(f: &Fixture, got: &common::Resp) -> Vec<String> {
+    let want: Value = serde_json::from_str(&f.response).expect("recorded body is json");
+    let mut diffs = Vec::new();
+    if got.code != f.status {
+        diffs.push(format!("code: expected {}, got {}", f.status, got.code));
+        return diffs;
+    }
+    let mut check = |what: &str, e: Value, a: Value| {
+        if e != a {
+            diffs.push(format!("{what}: expected {e}, got {a}"));
+        }
+    };
+    let (w, g) = (&want, &got.body);
+    check("kind", w["kind"].clone(), g["kind"].clone());
+    check(
+        "metadata.name",
+        w["metadata"]["name"].clone(),
+        g["metadata"]["name"].clone(),
+    );
+    check(
+        "metadata.labels",
+        w["metadata"]["labels"].clone(),
+        g["metadata"]["labels"].clone(),
+    );
+    for k in [
+        "restartPolicy",
+        "terminationGracePeriodSeconds",
+        "dnsPolicy",
+        "serviceAccountName",
+        "schedulerName",
+        "tolerations",
+        "priority",
+        "enableServiceLinks",
+        "preemptionPolicy",
+    ] {
+        check(
+            &format!("spec.{k}"),
+            w["spec"][k].clone(),
+            g["spec"][k].clone(),
+        );
+    }
+    check(
+        "spec.nodeName presence",
+        json!(w["spec"]["nodeName"].is_null()),
+        json!(g["spec"]["nodeName"].is_null()),
+    );
+    let e = shape(&json!({"type": "GET", "object": w}));
+    let a = shape(&json!({"type": "GET", "object": g}));
+    check("status shape", e, a);
+    if w["status"]["phase"] == "Pending" {
+        // A pod just created: exactly what the strategy resets status to.
+        check("status", w["status"].clone(), g["status"].clone());
+    }
+    diffs
+}
+
+#[test]
+fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
+    bounded(120, || {
+        let server = TestServer::start(Options {
+            // Like the recording's server, no periodic bookmarks; none are compared anyway.
+            bookmark_interval: Duration::from_secs(60),
+            kubelet: Some(KubeletOptions {
+                // The recording shows a few seconds; short here, but still a visible delay.
+                status_sync_delay: Duration::from_millis(300),
+                ..KubeletOptions::default()
+            }),
+            ..Options::default()
+        })
+        .expect("server starts");
+        let admin = Client::admin(&server);
+        for ns in [
+            json!({"metadata": {"name": NS}}),
+            json!({"metadata": {"name": "fixtures-restricted",
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}),
+        ] {
+            let r = admin.post("/api/v1/namespaces", &ns);
+            assert_eq!(r.code, 201, "namespace: {}", r.body);
+        }
+        let r = Replay { server, admin };
+
+        let fixtures = load("kube-1.28-kubelet");
+        assert!(
+            fixtures.len() >= 16,
+            "expected the 16 recorded fixtures, found {}",
+            fixtures.len()
+        );
+        let mut failures = Vec::new();
+        let mut replayed = 0;
+        for f in &fixtures {
+            let number = &f.name[..2];
+            let diffs = match number {
+                "01" => {
+                    let got = r.admin.get(&f.path);
+                    let want: Value = serde_json::from_str(&f.response).expect("json");
+                    let keys = |v: &Value| {
+                        v.as_object()
+                            .map(|m| m.keys().cloned().collect::<Vec<_>>())
+                            .unwrap_or_default()
+                    };
+                    let mut d = Vec::new();
+                    if keys(&want) != keys(&got.body) {
+                        d.push(format!("keys: {:?} vs {:?}", keys(&want), keys(&got.body)));
+                    }
+                    d
+                }
+                "02" => {
+                    let got = r.send(f, Some(&f.body));
+                    let d = compare_pod(f, &got);
+                    // Gone by fixture 15 in the recording, whose quota counts two pods:
+                    // `patched` and `unschedulable` (`deadline` has failed and is not charged).
+                    r.admin.delete(
+                        &format!("{PODS}/created"),
+                        Some(&json!({"gracePeriodSeconds": 0})),
+                    );
+                    d
+                }
+                "03" => r.replay_watch(
+                    f,
+                    |r| r.current_rv(),
+                    |r| {
+                        let resp = r.admin.post(PODS, &pod_body("life"));
+                        if resp.code == 201 {
+                            Vec::new()
+                        } else {
+                            vec![format!("create life: {}", resp.body)]
+                        }
+                    },
+                ),
+                "04" => r.replay_watch(
+                    f,
+                    |r| {
+                        wait_for(
+                            10,
+                            "life to run",
+                            || r.pod("life"),
+                            |p| p["status"]["containerStatuses"][0]["state"]["running"].is_object(),
+                        );
+                        r.current_rv()
+                    },
+                    |r| delete(r, "life", None),
+                ),
+                "05" => r.replay_watch(
+                    f,
+                    |r| {
+                        r.running("g1");
+                        r.current_rv()
+                    },
+                    |r| delete(r, "g1", Some(json!({"gracePeriodSeconds": 1}))),
+                ),
+                "06" => r.replay_watch(
+                    f,
+                    |r| {
+                        r.running("forced");
+                        r.current_rv()
+                    },
+                    // What `kubectl delete --grace-period=0 --force` sends.
+                    |r| {
+                        delete(
+                            r,
+                            "forced",
+                            Some(
+                                json!({"gracePeriodSeconds": 0, "propagationPolicy": "Background"}),
+                            ),
+                        )
+                    },
+                ),
+                "07" => {
+                    let answer = fixtures
+                        .iter()
+                        .find(|x| x.name.starts_with("08-"))
+                        .expect("the eviction's answer is fixture 08")
+                        .clone();
+                    r.replay_watch(
+                        f,
+                        |r| {
+                            r.running("evicted");
+                            r.current_rv()
+                        },
+                        move |r| {
+                            let got = r.send(&answer, Some(&answer.body));
+                            compare_status(&answer, &got)
+                                .into_iter()
+                                .map(|d| format!("08 (the eviction): {d}"))
+                                .collect()
+                        },
+                    )
+                }
+                // The eviction request and its answer: replayed during 07, whose stream it
+                // caused.
+                "08" => Vec::new(),
+                "09" => r.replay_watch(
+                    f,
+                    |r| {
+                        r.running("deadline");
+                        r.current_rv()
+                    },
+                    |r| {
+                        merge_patch(
+                            r,
+                            &format!("{PODS}/deadline"),
+                            json!({"spec": {"activeDeadlineSeconds": 1}}),
+                            "patch activeDeadlineSeconds",
+                        )
+                    },
+                ),
+                "10" => r.replay_watch(
+                    f,
+                    |r| {
+                        r.running("patched");
+                        r.current_rv()
+                    },
+                    |r| {
+                        merge_patch(
+                            r,
+                            &format!("{PODS}/patched/status"),
+                            json!({"status": {"phase": "Failed"}}),
+                            "patch phase",
+                        )
+                    },
+                ),
+                "11" => r.replay_watch(
+                    f,
+                    |r| {
+                        let d = strategic_patch(
+                            r,
+                            "/api/v1/nodes/node-0",
+                            r#"{"spec":{"unschedulable":true}}"#,
+                            "cordon",
+                        );
+                        assert!(d.is_empty(), "{d:?}");
+                        r.current_rv()
+                    },
+                    |r| {
+                        let resp = r.admin.post(PODS, &pod_body("unschedulable"));
+                        if resp.code == 201 {
+                            Vec::new()
+                        } else {
+                            vec![format!("create unschedulable: {}", resp.body)]
+                        }
+                    },
+                ),
+                "12" => r.replay_watch(
+                    f,
+                    |r| {
+                        // The recorded watch opened after the node was uncordoned, in time to
+                        // see the pod's last step to Running: resume just before that write.
+                        let d = strategic_patch(
+                            r,
+                            "/api/v1/nodes/node-0",
+                            r#"{"spec":{"unschedulable":null}}"#,
+                            "uncordon",
+                        );
+                        assert!(d.is_empty(), "{d:?}");
+                        let p = wait_for(
+                            10,
+                            "unschedulable to run",
+                            || r.pod("unschedulable"),
+                            |p| p["status"]["podIP"].is_string(),
+                        );
+                        p["metadata"]["resourceVersion"]
+                            .as_str()
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .expect("rv")
+                            - 1
+                    },
+                    |r| {
+                        merge_patch(
+                            r,
+                            &format!("{PODS}/patched"),
+                            json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}}),
+                            "remove label",
+                        )
+                    },
+                ),
+                "13" => compare_pod(f, &r.send(f, None)),
+                "14" => compare_status(f, &r.send(f, Some(&f.body))),
+                "15" => {
+                    let quota =
+                        json!({"metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}});
+                    let q = r
+                        .admin
+                        .post("/api/v1/namespaces/fixtures/resourcequotas", &quota);
+                    assert_eq!(q.code, 201, "quota: {}", q.body);
+                    compare_status(f, &r.send(f, Some(&f.body)))
+                }
+                // A CEL rule (x-kubernetes-validations) on a CRD: replaying it needs CEL, which
+                // is another engineer's later task.
+                "16" => continue,
+                _ => vec!["a fixture this replay does not know".into()],
+            };
+            replayed += 1;
+            if !diffs.is_empty() {
+                let what = if f.what.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", f.what)
+                };
+                failures.push(format!("{}{what}:\n  {}", f.name, diffs.join("\n  ")));
+            }
+        }
+        assert_eq!(replayed, 15, "every fixture but 16 was replayed");
+        assert!(
+            failures.is_empty(),
+            "fixtures that differ:\n{}",
+            failures.join("\n")
+        );
+        drop(r.server);
+    });
+}
+
+#[test]
+fn real_prober_normalization_only_touches_events_with_containers_not_running() {
+    let creating = json!({"type": "MODIFIED", "object": {"status": {
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}}});
+    let n = real_prober(creating);
+    assert_eq!(
+        n["object"]["status"]["conditions"][0]["reason"],
+        "ContainersNotReady"
+    );
+    assert_eq!(n["object"]["status"]["conditions"][1]["status"], "True");
+    let running = json!({"type": "MODIFIED", "object": {"status": {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"state": {"running": {}}}]}}});
+    assert_eq!(real_prober(running.clone()), running);
+}
