@@ -157,51 +157,74 @@ fn deleting_the_object_garbage_collects_its_pod() {
 }
 
 #[test]
-fn name_of_64_gets_a_pod_and_name_of_253_reports_pod_name_too_long_without_hot_looping() {
+fn name_of_64_gets_a_pod_and_names_over_241_or_images_with_spaces_are_refused_at_admission() {
     let c = Cluster::new("long-names");
     let _op = Operator::start(&c);
     let short = "a".repeat(64);
-    let long = dotted_name(253);
     c.create_ic(&short, &image());
-    c.create_ic(&long, &image());
-
     let pod = c.wait_converged(&short, 1, |_| Ok(()));
     assert_eq!(name(&pod).len(), 64 + "-immortalpod".len());
 
-    let what = "the 253-character object to report PodNameTooLong";
-    let ic = wait_until(c.timeout(Duration::from_secs(30)), what, || {
-        let ic = c
-            .get_ic(&long)
-            .map_err(|e| e.to_string())?
-            .ok_or("object gone")?;
-        match condition(&ic, "Ready") {
-            Some(r) if r["status"] == "False" && r["reason"] == "PodNameTooLong" => Ok(ic),
-            other => Err(format!("Ready condition {other:?}")),
+    // The CRD's CEL rules answer at once, with why: no object is made whose pod cannot be.
+    for (ic, img, why) in [
+        (dotted_name(253), image(), "at most 241 characters"),
+        (dotted_name(242), image(), "at most 241 characters"),
+        (
+            "spaces".to_string(),
+            "nginx latest".to_string(),
+            "without spaces",
+        ),
+        ("blank".to_string(), " ".to_string(), "without spaces"),
+    ] {
+        match c.try_create_ic(&ic, &img) {
+            Err(e) if e.code() == Some(422) => {
+                assert!(e.to_string().contains(why), "{ic:.20}…: {e}")
+            }
+            other => panic!("{ic:.20}… with image {img:?} was not refused: {other:?}"),
         }
-    });
-    let ready = condition(&ic, "Ready").cloned().unwrap_or_default();
-    let message = ready["message"].as_str().unwrap_or("");
-    assert!(
-        message.contains("253"),
-        "message does not mention the limit: {message}"
-    );
-    let pods = c.list_managed_pods().expect("list pods");
-    assert!(
-        common::controlled_pods(&pods, uid(&ic)).is_empty(),
-        "a pod was made for the 253-character name"
-    );
-
-    // A permanent error must be recorded once, not retried in a loop: over 3 quiet seconds the
-    // operator makes at most a handful of requests (watch streams not counted).
-    if let Some(server) = c.test_server() {
-        let before = server.request_counts();
-        std::thread::sleep(Duration::from_secs(3));
-        let diff = common::counts_diff(&before, &server.request_counts());
-        let n = common::acting_requests(&diff);
-        eprintln!("requests over 3 idle seconds: {diff:?}");
-        assert!(n <= 5, "{n} requests in 3 s while idle: {diff:?}");
     }
-    c.assert_stays_converged(&one(&short, 1), Duration::from_millis(300));
+    // 241 characters is allowed: the pod's name is then 253.
+    let longest = dotted_name(241);
+    c.create_ic(&longest, &image());
+    let pod = c.wait_converged(&longest, 1, |_| Ok(()));
+    assert_eq!(name(&pod).len(), 253);
+    let both = BTreeMap::from([(short, 1), (longest, 1)]);
+    c.assert_stays_converged(&both, Duration::from_millis(300));
+}
+
+#[test]
+fn an_object_made_before_the_name_rule_keeps_its_condition_without_hot_looping() {
+    let c = Cluster::new("before-rule");
+    let Some(server) = c.test_server_or_skip("before-rule replaces the CRD") else {
+        return;
+    };
+    let _op = Operator::start(&c);
+    // The CRD as it was before its CEL rules: a 253-character object could be created.
+    let mut old = c.crd();
+    let schema = &mut old["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    schema
+        .as_object_mut()
+        .unwrap()
+        .remove("x-kubernetes-validations");
+    c.apply_crd(&old);
+    let long = dotted_name(253);
+    c.create_ic(&long, &image());
+    let ic = c.wait_ready(&long, "False", "PodNameTooLong");
+    assert!(common::reason_message(&ic).contains("253"));
+    assert!(common::controlled_pods(&c.list_managed_pods().expect("pods"), uid(&ic)).is_empty());
+
+    // The rule arrives; the object stays, with what it says.
+    c.apply_crd(&c.crd());
+    let before = server.request_counts();
+    std::thread::sleep(Duration::from_secs(3));
+    let diff = common::counts_diff(&before, &server.request_counts());
+    let n = common::acting_requests(&diff);
+    assert!(n <= 5, "{n} requests in 3 s while idle: {diff:?}");
+    let again = c.ic(&long);
+    assert_eq!(
+        condition(&again, "Ready").map(|r| r["reason"].clone()),
+        Some(json!("PodNameTooLong"))
+    );
 }
 
 #[test]

@@ -10,7 +10,9 @@
 
 mod common;
 
-use common::{condition, image, name, other_image, uid, wait_until, Cluster, Operator};
+use common::{
+    condition, image, name, other_image, reason_message, uid, wait_until, Cluster, Operator,
+};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -41,13 +43,6 @@ fn crash_image() -> String {
 fn missing_image() -> String {
     std::env::var("IMMORTAL_E2E_MISSING_IMAGE")
         .unwrap_or_else(|_| "registry.k8s.io/does-not-exist:1.0".into())
-}
-
-fn reason_message(ic: &Value) -> String {
-    condition(ic, "Ready")
-        .and_then(|c| c["message"].as_str())
-        .unwrap_or("")
-        .to_string()
 }
 
 #[test]

@@ -420,14 +420,7 @@ impl Cluster {
             fs::read_to_string(CRD_PATH).unwrap_or_else(|e| panic!("cannot read {CRD_PATH}: {e}"));
         let crd: Value = serde_yaml::from_str(&yaml)
             .unwrap_or_else(|e| panic!("{CRD_PATH} is not valid yaml: {e}"));
-        match self.api.post(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &crd,
-        ) {
-            Ok(_) => {}
-            Err(e) if e.code() == Some(409) => {}
-            Err(e) => panic!("cannot create the CRD: {e}"),
-        }
+        self.apply_crd(&crd);
         // The API server serves the new resource only once the CRD is Established.
         let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}");
         wait_until(
@@ -441,6 +434,54 @@ impl Cluster {
                 }
             },
         );
+    }
+
+    /// Creates the CRD, or replaces the one installed (an older version of this project's,
+    /// left by an earlier run, would lack what the scenarios test: its CEL rules, new status
+    /// fields).
+    pub fn apply_crd(&self, crd: &Value) {
+        const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+        match self.api.post(CRDS, crd) {
+            Ok(_) => {}
+            Err(e) if e.code() == Some(409) => {
+                let path = format!("{CRDS}/{CRD_NAME}");
+                let have = self
+                    .api
+                    .get(&path)
+                    .unwrap_or_else(|e| panic!("cannot read the installed CRD: {e}"));
+                let mut want = crd.clone();
+                want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"].clone();
+                self.api
+                    .request("PUT", &path, "application/json", Some(&want))
+                    .unwrap_or_else(|e| panic!("cannot update the installed CRD: {e}"));
+            }
+            Err(e) => panic!("cannot create the CRD: {e}"),
+        }
+    }
+
+    /// The CRD of this checkout (config/crd), as JSON.
+    pub fn crd(&self) -> Value {
+        let yaml =
+            fs::read_to_string(CRD_PATH).unwrap_or_else(|e| panic!("cannot read {CRD_PATH}: {e}"));
+        serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("{CRD_PATH} is not valid yaml: {e}"))
+    }
+
+    /// Creates an object, answering the API server's refusal instead of panicking on it.
+    pub fn try_create_ic(&self, name: &str, image: &str) -> Result<Value, Error> {
+        let body = json!({
+            "apiVersion": GROUP_VERSION, "kind": KIND,
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"image": image},
+        });
+        self.api.try_request(
+            "POST",
+            &format!(
+                "/apis/{GROUP_VERSION}/namespaces/{}/immortalcontainers",
+                self.ns
+            ),
+            "application/json",
+            Some(&body),
+        )
     }
 
     fn ic_path(&self, name: &str) -> String {
@@ -805,6 +846,14 @@ pub fn found(r: Result<Value, Error>) -> Result<Option<Value>, Error> {
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The Ready condition's message, or "".
+pub fn reason_message(ic: &Value) -> String {
+    condition(ic, "Ready")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("")
+        .to_string()
 }
 
 pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {

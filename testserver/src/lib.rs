@@ -15,6 +15,7 @@
 mod admission;
 mod api;
 mod auth;
+mod cel;
 mod cluster;
 mod discovery;
 mod faults;

@@ -330,6 +330,8 @@ pub fn from_crd(crd: &Value) -> Result<ResourceDef, Vec<Cause>> {
                 "schemas are required",
             ));
         }
+        let field = format!("spec.versions[{}].schema.openAPIV3Schema", versions.len());
+        crate::cel::compile_rules(&v["schema"]["openAPIV3Schema"], &field, &mut causes);
         schemas.push((vname.clone(), v["schema"]["openAPIV3Schema"].clone()));
         if storage {
             versions.insert(0, vname);

@@ -229,6 +229,11 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
                         }
                     }
                 }
+                // The root's rules see the whole object, metadata included (the
+                // `*-cel-rule-rejects-long-name` fixture), and name no field: `<nil>`.
+                if causes.is_empty() {
+                    crate::cel::rule_causes(schema, obj, "<nil>", &mut causes);
+                }
                 causes
             }
             None => Vec::new(),
@@ -359,9 +364,18 @@ fn type_matches(want: &str, v: &Value) -> bool {
 }
 
 /// Walks `value` against `schema` (type, required, minLength, maxLength, minimum, maximum,
-/// enum, items, properties, map-list keys), the subset our CRDs use, with kube-openapi's
-/// messages.
+/// enum, items, properties, map-list keys, and the CEL subset of `cel` in
+/// `x-kubernetes-validations`), the subset our CRDs use, with kube-openapi's messages. A node's
+/// rules are evaluated once its schema holds (kube-apiserver skips CEL after blocking errors).
 pub fn schema_walk(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let before = causes.len();
+    schema_walk_node(schema, value, path, causes);
+    if causes.len() == before {
+        crate::cel::rule_causes(schema, value, path, causes);
+    }
+}
+
+fn schema_walk_node(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
     let want = schema["type"].as_str().unwrap_or("");
     if value.is_null() && schema["nullable"].as_bool() == Some(true) {
         return;
