@@ -132,7 +132,7 @@ render: ## Print the manifests deploy applies, with the image set to IMG
 	ln -s "$(CURDIR)/config" "$$dir/config"; \
 	img='$(IMG)'; ref=$${img%%@*}; \
 	case "$${ref##*/}" in *:*) name=$${ref%:*}; tag=$${ref##*:} ;; *) name=$$ref; tag=latest ;; esac; \
-	case "$$img" in *@*) pin="digest: $${img#*@}" ;; *) pin="newTag: $$tag" ;; esac; \
+	case "$$img" in *@*) pin="digest: \"$${img#*@}\"" ;; *) pin="newTag: \"$$tag\"" ;; esac; \
 	printf '%s\n' 'resources: [config/default]' 'images:' '  - name: immortal-operator' \
 		"    newName: $$name" "    $$pin" > "$$dir/kustomization.yaml"; \
 	$(KUBECTL) kustomize "$$dir"

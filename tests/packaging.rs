@@ -441,6 +441,12 @@ fn build_installer_writes_the_render_of_an_overlay_that_sets_img() {
             "registry.example.com:5000/immortal-operator",
             ("newTag", "latest".to_string()),
         ),
+        // A tag YAML would read as a number must stay a string (kustomize refuses a number).
+        (
+            "registry.example.com/team/immortal-operator:1".to_string(),
+            "registry.example.com/team/immortal-operator",
+            ("newTag", "1".to_string()),
+        ),
         (
             format!("ghcr.io/me/immortal-operator@{digest}"),
             "ghcr.io/me/immortal-operator",
