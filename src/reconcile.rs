@@ -1495,6 +1495,14 @@ mod tests {
             .clone()
     }
 
+    /// As if the operator died after creating the pod and before recording it.
+    fn forget_the_count(f: &Fake) {
+        let mut ic = f.ic.borrow_mut();
+        let st = &mut ic.as_mut().unwrap().status;
+        st.start_times = Some(0);
+        st.last_counted_pod_uid = None;
+    }
+
     /// A new object whose pod was created and now runs, ready; the calls so far forgotten.
     fn running(image: &str) -> Fake {
         let f = fake(ic("web", image));
@@ -1712,12 +1720,7 @@ mod tests {
     fn a_terminated_pod_never_counted_is_counted_once_when_deleted_by_hint() {
         // The operator died after creating pod-uid-1 and before recording it.
         let f = running("nginx");
-        {
-            let mut ic = f.ic.borrow_mut();
-            let st = &mut ic.as_mut().unwrap().status;
-            st.start_times = Some(0);
-            st.last_counted_pod_uid = None;
-        }
+        forget_the_count(&f);
         fail_pod(&f);
         run_with(&f, &seen(&f)).unwrap();
         // pod-uid-1 and its replacement pod-uid-2.
@@ -2161,12 +2164,7 @@ mod tests {
         // A terminated pod never counted (the operator died before recording it) is deleted;
         // its replacement is refused by a quota. The first pod's start must not be lost.
         let f = running("nginx");
-        {
-            let mut ic = f.ic.borrow_mut();
-            let st = &mut ic.as_mut().unwrap().status;
-            st.start_times = Some(0);
-            st.last_counted_pod_uid = None;
-        }
+        forget_the_count(&f);
         fail_pod(&f);
         let (code, body) = crate::testutil::kubelet_fixture("15-pod-create-forbidden-quota");
         f.fail_next(
