@@ -491,7 +491,16 @@ mod tests {
         );
         assert_eq!(
             t["rows"][0]["cells"],
-            json!(["x", "nginx", "x-immortalpod", "Running", "True", "PodRunning", 2, "0s"])
+            json!([
+                "x",
+                "nginx",
+                "x-immortalpod",
+                "Running",
+                "True",
+                "PodRunning",
+                2,
+                "0s"
+            ])
         );
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     }
