@@ -271,6 +271,11 @@ impl Cluster {
         self.server.is_some()
     }
 
+    /// The in-process test server, for phases that inject faults; `None` on a real cluster.
+    pub fn test_server(&self) -> Option<&TestServer> {
+        self.server.as_ref()
+    }
+
     /// The kubeconfig the operator is given.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
