@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 /// Deadline for an ordinary (non-watch) request, connect to last byte. client-go has no default,
 /// but a reconcile blocked on a dead connection would stall every key behind it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a watch may outlive its own `timeoutSeconds` before we call the connection half-open
-/// and give up on it: the server closes the stream itself at `timeoutSeconds`.
+/// How long a watch may outlive its own `timeoutSeconds` before we give up on it: the server
+/// closes the stream itself at `timeoutSeconds`. (A silent connection is given up much sooner,
+/// after [`WatchParams::idle_timeout`].)
 pub const WATCH_GRACE: Duration = Duration::from_secs(30);
 /// Attempts for a request answered 429 or 503 (the first try included).
 const THROTTLE_ATTEMPTS: u32 = 4;
@@ -215,6 +216,10 @@ pub struct WatchParams<'a> {
     pub label_selector: Option<&'a str>,
     pub resource_version: &'a str,
     pub timeout_seconds: u32,
+    /// Not sent: how long the connection may stay silent (no event, no bookmark, not even the
+    /// answer's head) before the watch is given up as dead, with an error of kind
+    /// `TimedOut`. Zero: only the stream's deadline (`timeoutSeconds` + [`WATCH_GRACE`]).
+    pub idle_timeout: Duration,
 }
 
 /// Query string of a LIST (with its leading `?`, or empty).
@@ -400,6 +405,9 @@ struct Req<'a> {
     path: &'a str,
     body: Option<(&'static str, &'a [u8])>,
     timeout: Duration,
+    /// A watch: no overall timeout, but every read waits at most this long (see
+    /// [`Client::watch`]).
+    idle: Option<Duration>,
 }
 
 impl Client {
@@ -486,6 +494,28 @@ impl Client {
         Ok(agent)
     }
 
+    /// An agent for one watch: every read (TLS handshake, the answer's head, each piece of
+    /// the stream) and write waits at most `idle`, and nothing else bounds the request.
+    ///
+    /// ureq 2 turns an overall timeout into a socket timeout re-armed on every read from the
+    /// time left (`DeadlineStream::fill_buf`), so a per-read limit needs a request without
+    /// one. It applies `timeout_read` only to a connection it opens (a pooled one reads the
+    /// head with no limit at all, its timeout cleared when it was pooled), hence an agent
+    /// that never pools: one connection per watch, closed when it ends, a TLS handshake every
+    /// few minutes.
+    fn watch_agent(&self, idle: Duration) -> Result<ureq::Agent, Error> {
+        let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
+        Ok(ureq::AgentBuilder::new()
+            .tls_config(tls)
+            .timeout_connect(Duration::from_secs(10))
+            .timeout_read(idle)
+            .timeout_write(idle)
+            .max_idle_connections(0)
+            .max_idle_connections_per_host(0)
+            .redirects(0)
+            .build())
+    }
+
     /// Sends one request, retrying 429/503 after `Retry-After` and a 401 once with refreshed
     /// credentials. Returns the 2xx response, or the error.
     fn send(&self, req: &Req) -> Result<ureq::Response, Error> {
@@ -564,7 +594,11 @@ impl Client {
 
     #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.
     fn send_once(&self, req: &Req, deadline: Instant) -> Result<ureq::Response, ureq::Error> {
-        let agent = match self.agent() {
+        let agent = match req.idle {
+            Some(idle) => self.watch_agent(idle),
+            None => self.agent(),
+        };
+        let agent = match agent {
             Ok(a) => a,
             Err(e) => return Err(ureq::Error::Transport(transport_error(e.to_string()))),
         };
@@ -588,7 +622,9 @@ impl Client {
                 req.method, req.path
             ))));
         }
-        r = r.timeout(left);
+        if req.idle.is_none() {
+            r = r.timeout(left);
+        }
         match req.body {
             Some((ct, body)) => r.set("Content-Type", ct).send_bytes(body),
             None => r.call(),
@@ -620,6 +656,7 @@ impl Client {
             path,
             body: None,
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -644,6 +681,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -666,6 +704,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", body.as_bytes())),
             timeout: self.request_timeout(),
+            idle: None,
         }) {
             Err(Error::Decode(_)) => Ok(Pod::default()),
             other => other,
@@ -683,6 +722,7 @@ impl Client {
             path: &path,
             body: Some(("application/strategic-merge-patch+json", body.as_bytes())),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -704,6 +744,7 @@ impl Client {
             path: &path,
             body: Some(("application/merge-patch+json", body.as_bytes())),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -721,6 +762,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -738,6 +780,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -766,6 +809,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -784,6 +828,7 @@ impl Client {
             path: &path,
             body: Some(("application/merge-patch+json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -798,9 +843,14 @@ impl Client {
         self.get(&path)
     }
 
-    /// Opens a WATCH and returns the event stream, one JSON event per line. The request's
-    /// deadline is the watch's own `timeoutSeconds` plus [`WATCH_GRACE`]: a half-open connection
-    /// that never delivers the server's clean end is caught by it instead of hanging forever.
+    /// Opens a WATCH and returns the event stream, one JSON event per line.
+    ///
+    /// Two limits catch a connection that is open but dead (its node or load balancer gone
+    /// without a reset): nothing may take longer than [`WatchParams::idle_timeout`] to arrive,
+    /// the answer's head included (the API server sends a BOOKMARK about once a minute on a
+    /// quiet watch), and no read starts after the watch's own `timeoutSeconds` plus
+    /// [`WATCH_GRACE`], so a stream that never ends, ends. Either fails the read; silence with
+    /// an error of kind `TimedOut`.
     pub fn watch(
         &self,
         res: Resource,
@@ -808,19 +858,60 @@ impl Client {
         params: &WatchParams,
     ) -> Result<Box<dyn BufRead + Send>, Error> {
         let path = format!("{}{}", collection_path(res, ns), watch_query(params));
+        let timeout = Duration::from_secs(params.timeout_seconds as u64) + WATCH_GRACE;
+        let idle = match params.idle_timeout {
+            d if d.is_zero() => timeout,
+            d => d.min(timeout),
+        };
         let resp = self.send(&Req {
             method: "GET",
             path: &path,
             body: None,
-            timeout: Duration::from_secs(params.timeout_seconds as u64) + WATCH_GRACE,
+            timeout,
+            idle: Some(idle),
         })?;
+        let mut deadline = Instant::now() + timeout;
+        if let Some(until) = self.until {
+            deadline = deadline.min(until);
+        }
         // One TLS record's worth: the reader below hands over at most a record's plaintext per
         // read, so a larger buffer only adds resident memory to every watch (64 KiB cost
         // 0.1 MiB of idle RSS for the two watches).
         Ok(Box::new(BufReader::with_capacity(
             16 * 1024,
-            resp.into_reader(),
+            WatchBody {
+                inner: resp.into_reader(),
+                deadline,
+                idle,
+            },
         )))
+    }
+}
+
+/// A watch's body: each read waits at most `idle` (the agent's socket timeout does that; a
+/// timeout is reported as `TimedOut` whatever the platform calls it), and none starts after
+/// `deadline`.
+struct WatchBody {
+    inner: Box<dyn Read + Send + Sync>,
+    deadline: Instant,
+    idle: Duration,
+}
+
+impl Read for WatchBody {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if Instant::now() >= self.deadline {
+            return Err(std::io::Error::other(
+                "the watch outlived its timeoutSeconds and grace",
+            ));
+        }
+        self.inner.read(buf).map_err(|e| match e.kind() {
+            // Unix reports a socket read timeout as WouldBlock (the socket is blocking).
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("nothing heard for {:?}", self.idle),
+            ),
+            _ => e,
+        })
     }
 }
 
@@ -877,6 +968,7 @@ mod tests {
             label_selector: Some("app.kubernetes.io/managed-by=immortal-operator"),
             resource_version: "967",
             timeout_seconds: 231,
+            idle_timeout: Duration::from_secs(75),
         });
         assert_eq!(
             q,
@@ -889,6 +981,7 @@ mod tests {
             label_selector: None,
             resource_version: "",
             timeout_seconds: 5,
+            ..Default::default()
         });
         assert_eq!(q, "?watch=true&allowWatchBookmarks=true&timeoutSeconds=5");
     }
@@ -981,8 +1074,11 @@ mod tests {
 
     /// A client of a fresh test API server.
     fn against_test_server() -> (kube_testserver::TestServer, Client) {
-        let server =
-            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        against(kube_testserver::Options::default())
+    }
+
+    fn against(options: kube_testserver::Options) -> (kube_testserver::TestServer, Client) {
+        let server = kube_testserver::TestServer::start(options).unwrap();
         let opts = crate::kubeconfig::LoadOptions {
             kubeconfig: Some(server.kubeconfig_path()),
             context: None,
@@ -1087,6 +1183,108 @@ mod tests {
             "ended with the fence, not after the 30 s request timeout: {took:?}"
         );
         assert_eq!(fence.writes_in_flight(), 0);
+    }
+
+    fn pod_watch(idle: Duration) -> WatchParams<'static> {
+        WatchParams {
+            label_selector: None,
+            resource_version: "",
+            timeout_seconds: 60,
+            idle_timeout: idle,
+        }
+    }
+
+    /// Runs `f` on a thread and gives up after `bound`: a read that waits forever must fail
+    /// the test, not hang it.
+    fn bounded<T: Send + 'static>(bound: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(bound)
+            .expect("still waiting: the idle timeout did not fire")
+    }
+
+    #[test]
+    fn a_watch_that_goes_silent_on_an_open_connection_fails_after_its_idle_timeout() {
+        let (server, client) = against(kube_testserver::Options {
+            bookmark_interval: Duration::from_millis(200),
+            ..Default::default()
+        });
+        let idle = Duration::from_millis(800);
+        let mut stream = client
+            .watch(Resource::Pods, Some("default"), &pod_watch(idle))
+            .unwrap();
+        // Bookmarks every 0.2 s keep a watch with a 0.8 s idle limit going.
+        let talking = Instant::now();
+        while talking.elapsed() < Duration::from_millis(1500) {
+            let mut line = String::new();
+            let n = stream
+                .read_line(&mut line)
+                .expect("bookmarks keep it alive");
+            assert!(n > 0 && line.contains("BOOKMARK"), "{line:?}");
+        }
+        server.freeze_watches();
+        let frozen = Instant::now();
+        let (err, took) = bounded(Duration::from_secs(20), move || {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                // Bookmarks the server had sent before the freeze may still be on their way.
+                if let Err(e) = stream.read_line(&mut line) {
+                    return (e, frozen.elapsed());
+                }
+            }
+        });
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        assert_eq!(server.open_watches(), 1, "the server never closed it");
+    }
+
+    #[test]
+    fn a_watch_whose_answer_never_comes_fails_after_its_idle_timeout_even_after_other_requests() {
+        let (server, client) = against_test_server();
+        // A pooled connection now exists; a watch must not read its head there without a limit.
+        assert!(client.get_pod("default", "x").unwrap_err().is_not_found());
+        server.stall(kube_testserver::StallRule {
+            verb: Some("watch".into()),
+            ..Default::default()
+        });
+        let started = Instant::now();
+        let idle = Duration::from_millis(500);
+        let result = bounded(Duration::from_secs(20), move || {
+            client
+                .watch(Resource::Pods, Some("default"), &pod_watch(idle))
+                .map(drop)
+        });
+        let took = started.elapsed();
+        assert!(matches!(result, Err(Error::Transport(_))), "{result:?}");
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn a_watch_body_ends_at_its_deadline_however_much_it_is_sent() {
+        let mut body = WatchBody {
+            inner: Box::new(std::io::repeat(b'x')),
+            deadline: Instant::now() + Duration::from_millis(100),
+            idle: Duration::from_secs(60),
+        };
+        let mut buf = [0u8; 64];
+        assert_eq!(body.read(&mut buf).unwrap(), 64);
+        std::thread::sleep(Duration::from_millis(150));
+        let e = body.read(&mut buf).unwrap_err();
+        assert_ne!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut,
+            "not taken for silence"
+        );
+        assert!(e.to_string().contains("outlived"), "{e}");
     }
 
     #[test]

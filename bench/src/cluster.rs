@@ -148,6 +148,7 @@ impl Api {
             label_selector: None,
             resource_version: rv,
             timeout_seconds: WATCH_SECONDS,
+            idle_timeout: immortal_operator::watcher::DEFAULT_IDLE_TIMEOUT,
         };
         self.client.watch(res, Some(ns), &params)
     }
