@@ -198,6 +198,13 @@ pub fn peak_rss_target_mib(objects: usize) -> f64 {
     8.0 + (n - 1000.0) * (25.0 - 8.0) / 9000.0
 }
 
+/// Most requests the operator may send during a burst of errors of `seconds`: its queue lets
+/// 100 failing reconciles through, then 10 a second (plus one per worker in flight), and each
+/// costs at most the client's 4 attempts (a 503 or 429 is retried within the request).
+pub fn herd_request_bound(seconds: f64, workers: usize) -> u64 {
+    4 * (100 + (10.0 * seconds).ceil() as u64 + workers as u64)
+}
+
 fn check(name: &str, result: String, target: &str, met: bool) -> Check {
     Check {
         name: name.into(),
@@ -266,6 +273,15 @@ impl Report {
                 format!("{:.2} ms", l.max_ms),
                 "<= 8 ms",
                 l.max_ms <= 8.0,
+            ));
+        }
+        if let Some(h) = &self.herd {
+            let most = herd_request_bound(h.burst_seconds, self.workers);
+            out.push(check(
+                &format!("herd requests in {:.0} s of {}s", h.burst_seconds, h.status),
+                format!("{} ({:.1}/s)", h.requests.total, h.mean_per_second),
+                &format!("<= {most}"),
+                h.requests.total <= most,
             ));
         }
         if let Some(idle) = self.bulk_operator.as_ref().and_then(|p| p.idle) {
@@ -488,6 +504,12 @@ mod tests {
             vec![4.0, 1.0, 2.0],
             "samples kept in run order"
         );
+    }
+
+    #[test]
+    fn the_herd_bound_is_the_budget_times_the_clients_attempts() {
+        assert_eq!(herd_request_bound(10.0, 1), 4 * 201);
+        assert_eq!(herd_request_bound(2.5, 4), 4 * 129);
     }
 
     #[test]
