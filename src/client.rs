@@ -379,6 +379,8 @@ pub struct Client {
     until: Option<Instant>,
     /// Set by [`Client::fenced`]: writes only while it is open, ending when it closes.
     fence: Option<Arc<Fence>>,
+    /// Cleared by [`Client::unpooled`]: every request on a connection of its own.
+    pooled: bool,
 }
 
 struct Inner {
@@ -426,6 +428,7 @@ impl Client {
             }),
             until: None,
             fence: None,
+            pooled: true,
         })
     }
 
@@ -446,6 +449,18 @@ impl Client {
     pub fn fenced(&self, fence: Arc<Fence>) -> Client {
         Client {
             fence: Some(fence),
+            ..self.clone()
+        }
+    }
+
+    /// The same client, but every request opens a connection of its own and closes it when it
+    /// ends, instead of taking one from the pool and putting it back: for requests minutes
+    /// apart (start-up checks, the watchers' lists), whose pooled connection would otherwise
+    /// sit idle, its TLS buffers resident, until a reconcile happens to need it. (A watch
+    /// always has a connection of its own, see [`Client::watch`].)
+    pub fn unpooled(&self) -> Client {
+        Client {
+            pooled: false,
             ..self.clone()
         }
     }
@@ -494,26 +509,28 @@ impl Client {
         Ok(agent)
     }
 
-    /// An agent for one watch: every read (TLS handshake, the answer's head, each piece of
-    /// the stream) and write waits at most `idle`, and nothing else bounds the request.
+    /// An agent for one request that never pools: its connection is opened for it and closed
+    /// when it ends. With `idle` (a watch), every read (TLS handshake, the answer's head, each
+    /// piece of the stream) and write waits at most that long, and the request is sent
+    /// without an overall timeout.
     ///
     /// ureq 2 turns an overall timeout into a socket timeout re-armed on every read from the
     /// time left (`DeadlineStream::fill_buf`), so a per-read limit needs a request without
     /// one. It applies `timeout_read` only to a connection it opens (a pooled one reads the
-    /// head with no limit at all, its timeout cleared when it was pooled), hence an agent
-    /// that never pools: one connection per watch, closed when it ends, a TLS handshake every
-    /// few minutes.
-    fn watch_agent(&self, idle: Duration) -> Result<ureq::Agent, Error> {
+    /// head with no limit at all, its timeout cleared when it was pooled), hence no pool: a
+    /// watch costs a TLS handshake every few minutes.
+    fn own_agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
-        Ok(ureq::AgentBuilder::new()
+        let mut b = ureq::AgentBuilder::new()
             .tls_config(tls)
             .timeout_connect(Duration::from_secs(10))
-            .timeout_read(idle)
-            .timeout_write(idle)
             .max_idle_connections(0)
             .max_idle_connections_per_host(0)
-            .redirects(0)
-            .build())
+            .redirects(0);
+        if let Some(idle) = idle {
+            b = b.timeout_read(idle).timeout_write(idle);
+        }
+        Ok(b.build())
     }
 
     /// Sends one request, retrying 429/503 after `Retry-After` and a 401 once with refreshed
@@ -594,9 +611,9 @@ impl Client {
 
     #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.
     fn send_once(&self, req: &Req, deadline: Instant) -> Result<ureq::Response, ureq::Error> {
-        let agent = match req.idle {
-            Some(idle) => self.watch_agent(idle),
-            None => self.agent(),
+        let agent = match (req.idle, self.pooled) {
+            (Some(_), _) | (None, false) => self.own_agent(req.idle),
+            (None, true) => self.agent(),
         };
         let agent = match agent {
             Ok(a) => a,
@@ -1285,6 +1302,85 @@ mod tests {
             "not taken for silence"
         );
         assert!(e.to_string().contains("outlived"), "{e}");
+    }
+
+    /// A TCP relay to `port` on 127.0.0.1 that counts the connections made through it and
+    /// those still open.
+    fn relay(
+        port: u16,
+    ) -> (
+        u16,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap().port();
+        let (made, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (m, o) = (made.clone(), open.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(client) = conn else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                    return;
+                };
+                m.fetch_add(1, SeqCst);
+                o.fetch_add(1, SeqCst);
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s2, &mut c2);
+                    let _ = c2.shutdown(Shutdown::Write);
+                });
+                let o = o.clone();
+                std::thread::spawn(move || {
+                    let (mut client, mut server) = (client, server);
+                    // The client closing its side is what this counts.
+                    let _ = std::io::copy(&mut client, &mut server);
+                    let _ = server.shutdown(Shutdown::Write);
+                    o.fetch_sub(1, SeqCst);
+                });
+            }
+        });
+        (local, made, open)
+    }
+
+    #[test]
+    fn an_unpooled_client_closes_each_connection_and_a_pooled_one_keeps_one() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let server =
+            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        let (port, made, open) = relay(server.port());
+        let opts = crate::kubeconfig::LoadOptions {
+            kubeconfig: Some(server.kubeconfig_path()),
+            context: None,
+        };
+        let mut config = crate::kubeconfig::load(&opts).unwrap();
+        config.server = format!("https://127.0.0.1:{port}");
+        let client = Client::new(config, 2).unwrap();
+        let settled = |want_open: usize| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while open.load(SeqCst) != want_open && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (made.load(SeqCst), open.load(SeqCst))
+        };
+        for _ in 0..3 {
+            assert!(client
+                .unpooled()
+                .get_pod("default", "x")
+                .unwrap_err()
+                .is_not_found());
+        }
+        assert_eq!(settled(0), (3, 0), "one connection each, none left open");
+        for _ in 0..3 {
+            assert!(client.get_pod("default", "x").unwrap_err().is_not_found());
+        }
+        assert_eq!(
+            settled(1),
+            (4, 1),
+            "one connection, kept for the next request"
+        );
     }
 
     #[test]

@@ -81,14 +81,17 @@ pub fn run(config: Config) -> ExitCode {
         return fail_at_start(&format!("cannot install signal handlers: {e}"));
     }
 
-    if let Err(msg) = preflight(&client, &quit) {
+    // Start-up checks and the watchers' lists come minutes apart: their connections are not
+    // kept (see `Client::unpooled`), so an idle operator holds only its two watch streams.
+    let once = client.unpooled();
+    if let Err(msg) = preflight(&once, &quit) {
         return fail_at_start(&msg);
     }
     if is_quitting(&quit) {
         return ExitCode::SUCCESS;
     }
     let books = Arc::new(Books::new());
-    check_crd_schema(&client, &books);
+    check_crd_schema(&once, &books);
 
     let health = Arc::new(Health::new(
         vec![
@@ -121,7 +124,7 @@ pub fn run(config: Config) -> ExitCode {
     let watchers = [
         spawn_watcher(
             Watcher::new(
-                client.clone(),
+                once.clone(),
                 lifecycle::immortal_containers_kind(config.namespace.clone()),
                 IcEvents,
                 queue.clone(),
@@ -133,7 +136,7 @@ pub fn run(config: Config) -> ExitCode {
         ),
         spawn_watcher(
             Watcher::new(
-                client.clone(),
+                once.clone(),
                 lifecycle::pods_kind(config.namespace.clone()),
                 PodEvents,
                 queue.clone(),
