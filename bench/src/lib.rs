@@ -344,10 +344,25 @@ impl Run<'_> {
         })?;
         let obs = Observer::start(api, &ns, self.deadline)?;
         obs.expect(n);
+        let spawned = self.cluster.snapshot();
         let mut op = self.spawn_operator(&ns, "herd")?;
-        // Ready: both first lists are in, so every object is queued, and the watches are open
-        // (the burst fails new requests only: open streams go on).
+        // Ready: both first lists are in, so every object is queued. The watches are opened
+        // right after; wait for them too, so that the burst (which fails new requests only:
+        // open streams go on) meets reconciles, not a watch still being opened.
         op.wait_ready(self.deadline)?;
+        let watching = |verb: &str| {
+            let now = self.cluster.snapshot();
+            cluster::operator_requests(&spawned, &now).is_some_and(|c| c.contains_key(verb))
+        };
+        while !(watching("watch immortalcontainers") && watching("watch pods")) {
+            op.check_alive()?;
+            if Instant::now() >= self.deadline {
+                return Err(Error::Timeout(
+                    "herd: the operator never opened its watches".into(),
+                ));
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
         let before = self.cluster.snapshot();
         server.fail_for(
             FailRule {
