@@ -95,6 +95,12 @@ pub struct Args {
     /// Address of the /healthz and /readyz probes, plain HTTP ("0" disables).
     #[arg(long, default_value = ":8081", value_name = "ADDR")]
     pub health_probe_bind_address: String,
+
+    /// Give a watch up as dead after this long without a word from the API server, and
+    /// resume it (the server sends a bookmark about once a minute); /readyz fails once a watch
+    /// has not been live for longer than this.
+    #[arg(long, default_value = "75s", value_parser = parse_duration, value_name = "DURATION")]
+    pub watch_idle_timeout: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -161,6 +167,8 @@ pub struct Config {
     pub leader: Option<LeaderFlags>,
     /// The metrics and probe endpoints.
     pub endpoints: serve::Settings,
+    /// `--watch-idle-timeout`.
+    pub watch_idle_timeout: Duration,
 }
 
 /// A flag combination that cannot run.
@@ -223,6 +231,13 @@ impl TryFrom<Args> for Config {
             .map_err(|e| InvalidFlags(format!("--metrics-bind-address: {e}")))?;
         let probes = serve::parse_bind(&a.health_probe_bind_address)
             .map_err(|e| InvalidFlags(format!("--health-probe-bind-address: {e}")))?;
+        if a.watch_idle_timeout < Duration::from_secs(1) {
+            // Shorter would give up a healthy watch between two events of a busy one.
+            return Err(InvalidFlags(format!(
+                "--watch-idle-timeout must be at least 1s, got {:?}",
+                a.watch_idle_timeout
+            )));
+        }
         if a.metrics_cert_path.is_some() && !a.metrics_secure {
             // A certificate for a plain-HTTP endpoint is a mistake worth saying, not ignoring.
             return Err(InvalidFlags(
@@ -242,6 +257,7 @@ impl TryFrom<Args> for Config {
                 secure: a.metrics_secure,
                 cert_dir: a.metrics_cert_path,
             },
+            watch_idle_timeout: a.watch_idle_timeout,
         })
     }
 }
@@ -263,6 +279,7 @@ mod tests {
         assert_eq!(c.namespace, None);
         assert_eq!(c.workers, 1);
         assert!(c.leader.is_none());
+        assert_eq!(c.watch_idle_timeout, crate::watcher::DEFAULT_IDLE_TIMEOUT);
         assert_eq!(
             c.endpoints,
             serve::Settings {
@@ -315,6 +332,19 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("--renew-deadline"), "{e}");
         assert!(parse(&["--leader-elect"]).unwrap().leader.is_some());
+    }
+
+    #[test]
+    fn the_watch_idle_timeout_is_a_duration_of_at_least_a_second() {
+        assert_eq!(
+            parse(&["--watch-idle-timeout", "3s"])
+                .unwrap()
+                .watch_idle_timeout,
+            Duration::from_secs(3)
+        );
+        assert!(parse(&["--watch-idle-timeout", "500ms"])
+            .unwrap_err()
+            .contains("--watch-idle-timeout"));
     }
 
     #[test]

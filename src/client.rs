@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 /// Deadline for an ordinary (non-watch) request, connect to last byte. client-go has no default,
 /// but a reconcile blocked on a dead connection would stall every key behind it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a watch may outlive its own `timeoutSeconds` before we call the connection half-open
-/// and give up on it: the server closes the stream itself at `timeoutSeconds`.
+/// How long a watch may outlive its own `timeoutSeconds` before we give up on it: the server
+/// closes the stream itself at `timeoutSeconds`. (A silent connection is given up much sooner,
+/// after [`WatchParams::idle_timeout`].)
 pub const WATCH_GRACE: Duration = Duration::from_secs(30);
 /// Attempts for a request answered 429 or 503 (the first try included).
 const THROTTLE_ATTEMPTS: u32 = 4;
@@ -215,6 +216,10 @@ pub struct WatchParams<'a> {
     pub label_selector: Option<&'a str>,
     pub resource_version: &'a str,
     pub timeout_seconds: u32,
+    /// Not sent: how long the connection may stay silent (no event, no bookmark, not even the
+    /// answer's head) before the watch is given up as dead, with an error of kind
+    /// `TimedOut`. Zero: only the stream's deadline (`timeoutSeconds` + [`WATCH_GRACE`]).
+    pub idle_timeout: Duration,
 }
 
 /// Query string of a LIST (with its leading `?`, or empty).
@@ -374,6 +379,8 @@ pub struct Client {
     until: Option<Instant>,
     /// Set by [`Client::fenced`]: writes only while it is open, ending when it closes.
     fence: Option<Arc<Fence>>,
+    /// Cleared by [`Client::unpooled`]: every request on a connection of its own.
+    pooled: bool,
 }
 
 struct Inner {
@@ -400,6 +407,9 @@ struct Req<'a> {
     path: &'a str,
     body: Option<(&'static str, &'a [u8])>,
     timeout: Duration,
+    /// A watch: no overall timeout, but every read waits at most this long (see
+    /// [`Client::watch`]).
+    idle: Option<Duration>,
 }
 
 impl Client {
@@ -418,6 +428,7 @@ impl Client {
             }),
             until: None,
             fence: None,
+            pooled: true,
         })
     }
 
@@ -438,6 +449,18 @@ impl Client {
     pub fn fenced(&self, fence: Arc<Fence>) -> Client {
         Client {
             fence: Some(fence),
+            ..self.clone()
+        }
+    }
+
+    /// The same client, but every request opens a connection of its own and closes it when it
+    /// ends, instead of taking one from the pool and putting it back: for requests minutes
+    /// apart (start-up checks, the watchers' lists), whose pooled connection would otherwise
+    /// sit idle, its TLS buffers resident, until a reconcile happens to need it. (A watch
+    /// always has a connection of its own, see [`Client::watch`].)
+    pub fn unpooled(&self) -> Client {
+        Client {
+            pooled: false,
             ..self.clone()
         }
     }
@@ -484,6 +507,30 @@ impl Client {
         let agent = build_agent(tls.clone(), self.inner.max_idle_per_host);
         *self.inner.agent.write().unwrap_or_else(|p| p.into_inner()) = (tls, agent.clone());
         Ok(agent)
+    }
+
+    /// An agent for one request that never pools: its connection is opened for it and closed
+    /// when it ends. With `idle` (a watch), every read (TLS handshake, the answer's head, each
+    /// piece of the stream) and write waits at most that long, and the request is sent
+    /// without an overall timeout.
+    ///
+    /// ureq 2 turns an overall timeout into a socket timeout re-armed on every read from the
+    /// time left (`DeadlineStream::fill_buf`), so a per-read limit needs a request without
+    /// one. It applies `timeout_read` only to a connection it opens (a pooled one reads the
+    /// head with no limit at all, its timeout cleared when it was pooled), hence no pool: a
+    /// watch costs a TLS handshake every few minutes.
+    fn own_agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
+        let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
+        let mut b = ureq::AgentBuilder::new()
+            .tls_config(tls)
+            .timeout_connect(Duration::from_secs(10))
+            .max_idle_connections(0)
+            .max_idle_connections_per_host(0)
+            .redirects(0);
+        if let Some(idle) = idle {
+            b = b.timeout_read(idle).timeout_write(idle);
+        }
+        Ok(b.build())
     }
 
     /// Sends one request, retrying 429/503 after `Retry-After` and a 401 once with refreshed
@@ -564,7 +611,11 @@ impl Client {
 
     #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.
     fn send_once(&self, req: &Req, deadline: Instant) -> Result<ureq::Response, ureq::Error> {
-        let agent = match self.agent() {
+        let agent = match (req.idle, self.pooled) {
+            (Some(_), _) | (None, false) => self.own_agent(req.idle),
+            (None, true) => self.agent(),
+        };
+        let agent = match agent {
             Ok(a) => a,
             Err(e) => return Err(ureq::Error::Transport(transport_error(e.to_string()))),
         };
@@ -588,7 +639,9 @@ impl Client {
                 req.method, req.path
             ))));
         }
-        r = r.timeout(left);
+        if req.idle.is_none() {
+            r = r.timeout(left);
+        }
         match req.body {
             Some((ct, body)) => r.set("Content-Type", ct).send_bytes(body),
             None => r.call(),
@@ -620,6 +673,7 @@ impl Client {
             path,
             body: None,
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -644,6 +698,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -666,6 +721,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", body.as_bytes())),
             timeout: self.request_timeout(),
+            idle: None,
         }) {
             Err(Error::Decode(_)) => Ok(Pod::default()),
             other => other,
@@ -683,6 +739,7 @@ impl Client {
             path: &path,
             body: Some(("application/strategic-merge-patch+json", body.as_bytes())),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -704,6 +761,7 @@ impl Client {
             path: &path,
             body: Some(("application/merge-patch+json", body.as_bytes())),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -721,6 +779,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -738,6 +797,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -766,6 +826,7 @@ impl Client {
             path: &path,
             body: Some(("application/json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -784,6 +845,7 @@ impl Client {
             path: &path,
             body: Some(("application/merge-patch+json", &body)),
             timeout: self.request_timeout(),
+            idle: None,
         })
     }
 
@@ -798,9 +860,14 @@ impl Client {
         self.get(&path)
     }
 
-    /// Opens a WATCH and returns the event stream, one JSON event per line. The request's
-    /// deadline is the watch's own `timeoutSeconds` plus [`WATCH_GRACE`]: a half-open connection
-    /// that never delivers the server's clean end is caught by it instead of hanging forever.
+    /// Opens a WATCH and returns the event stream, one JSON event per line.
+    ///
+    /// Two limits catch a connection that is open but dead (its node or load balancer gone
+    /// without a reset): nothing may take longer than [`WatchParams::idle_timeout`] to arrive,
+    /// the answer's head included (the API server sends a BOOKMARK about once a minute on a
+    /// quiet watch), and no read starts after the watch's own `timeoutSeconds` plus
+    /// [`WATCH_GRACE`], so a stream that never ends, ends. Either fails the read; silence with
+    /// an error of kind `TimedOut`.
     pub fn watch(
         &self,
         res: Resource,
@@ -808,19 +875,60 @@ impl Client {
         params: &WatchParams,
     ) -> Result<Box<dyn BufRead + Send>, Error> {
         let path = format!("{}{}", collection_path(res, ns), watch_query(params));
+        let timeout = Duration::from_secs(params.timeout_seconds as u64) + WATCH_GRACE;
+        let idle = match params.idle_timeout {
+            d if d.is_zero() => timeout,
+            d => d.min(timeout),
+        };
         let resp = self.send(&Req {
             method: "GET",
             path: &path,
             body: None,
-            timeout: Duration::from_secs(params.timeout_seconds as u64) + WATCH_GRACE,
+            timeout,
+            idle: Some(idle),
         })?;
+        let mut deadline = Instant::now() + timeout;
+        if let Some(until) = self.until {
+            deadline = deadline.min(until);
+        }
         // One TLS record's worth: the reader below hands over at most a record's plaintext per
         // read, so a larger buffer only adds resident memory to every watch (64 KiB cost
         // 0.1 MiB of idle RSS for the two watches).
         Ok(Box::new(BufReader::with_capacity(
             16 * 1024,
-            resp.into_reader(),
+            WatchBody {
+                inner: resp.into_reader(),
+                deadline,
+                idle,
+            },
         )))
+    }
+}
+
+/// A watch's body: each read waits at most `idle` (the agent's socket timeout does that; a
+/// timeout is reported as `TimedOut` whatever the platform calls it), and none starts after
+/// `deadline`.
+struct WatchBody {
+    inner: Box<dyn Read + Send + Sync>,
+    deadline: Instant,
+    idle: Duration,
+}
+
+impl Read for WatchBody {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if Instant::now() >= self.deadline {
+            return Err(std::io::Error::other(
+                "the watch outlived its timeoutSeconds and grace",
+            ));
+        }
+        self.inner.read(buf).map_err(|e| match e.kind() {
+            // Unix reports a socket read timeout as WouldBlock (the socket is blocking).
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("nothing heard for {:?}", self.idle),
+            ),
+            _ => e,
+        })
     }
 }
 
@@ -877,6 +985,7 @@ mod tests {
             label_selector: Some("app.kubernetes.io/managed-by=immortal-operator"),
             resource_version: "967",
             timeout_seconds: 231,
+            idle_timeout: Duration::from_secs(75),
         });
         assert_eq!(
             q,
@@ -889,6 +998,7 @@ mod tests {
             label_selector: None,
             resource_version: "",
             timeout_seconds: 5,
+            ..Default::default()
         });
         assert_eq!(q, "?watch=true&allowWatchBookmarks=true&timeoutSeconds=5");
     }
@@ -981,8 +1091,11 @@ mod tests {
 
     /// A client of a fresh test API server.
     fn against_test_server() -> (kube_testserver::TestServer, Client) {
-        let server =
-            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        against(kube_testserver::Options::default())
+    }
+
+    fn against(options: kube_testserver::Options) -> (kube_testserver::TestServer, Client) {
+        let server = kube_testserver::TestServer::start(options).unwrap();
         let opts = crate::kubeconfig::LoadOptions {
             kubeconfig: Some(server.kubeconfig_path()),
             context: None,
@@ -1087,6 +1200,187 @@ mod tests {
             "ended with the fence, not after the 30 s request timeout: {took:?}"
         );
         assert_eq!(fence.writes_in_flight(), 0);
+    }
+
+    fn pod_watch(idle: Duration) -> WatchParams<'static> {
+        WatchParams {
+            label_selector: None,
+            resource_version: "",
+            timeout_seconds: 60,
+            idle_timeout: idle,
+        }
+    }
+
+    /// Runs `f` on a thread and gives up after `bound`: a read that waits forever must fail
+    /// the test, not hang it.
+    fn bounded<T: Send + 'static>(bound: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(bound)
+            .expect("still waiting: the idle timeout did not fire")
+    }
+
+    #[test]
+    fn a_watch_that_goes_silent_on_an_open_connection_fails_after_its_idle_timeout() {
+        let (server, client) = against(kube_testserver::Options {
+            bookmark_interval: Duration::from_millis(200),
+            ..Default::default()
+        });
+        let idle = Duration::from_millis(800);
+        let mut stream = client
+            .watch(Resource::Pods, Some("default"), &pod_watch(idle))
+            .unwrap();
+        // Bookmarks every 0.2 s keep a watch with a 0.8 s idle limit going.
+        let talking = Instant::now();
+        while talking.elapsed() < Duration::from_millis(1500) {
+            let mut line = String::new();
+            let n = stream
+                .read_line(&mut line)
+                .expect("bookmarks keep it alive");
+            assert!(n > 0 && line.contains("BOOKMARK"), "{line:?}");
+        }
+        server.freeze_watches();
+        let frozen = Instant::now();
+        let (err, took) = bounded(Duration::from_secs(20), move || {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                // Bookmarks the server had sent before the freeze may still be on their way.
+                if let Err(e) = stream.read_line(&mut line) {
+                    return (e, frozen.elapsed());
+                }
+            }
+        });
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        assert_eq!(server.open_watches(), 1, "the server never closed it");
+    }
+
+    #[test]
+    fn a_watch_whose_answer_never_comes_fails_after_its_idle_timeout_even_after_other_requests() {
+        let (server, client) = against_test_server();
+        // A pooled connection now exists; a watch must not read its head there without a limit.
+        assert!(client.get_pod("default", "x").unwrap_err().is_not_found());
+        server.stall(kube_testserver::StallRule {
+            verb: Some("watch".into()),
+            ..Default::default()
+        });
+        let started = Instant::now();
+        let idle = Duration::from_millis(500);
+        let result = bounded(Duration::from_secs(20), move || {
+            client
+                .watch(Resource::Pods, Some("default"), &pod_watch(idle))
+                .map(drop)
+        });
+        let took = started.elapsed();
+        assert!(matches!(result, Err(Error::Transport(_))), "{result:?}");
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn a_watch_body_ends_at_its_deadline_however_much_it_is_sent() {
+        let mut body = WatchBody {
+            inner: Box::new(std::io::repeat(b'x')),
+            deadline: Instant::now() + Duration::from_millis(100),
+            idle: Duration::from_secs(60),
+        };
+        let mut buf = [0u8; 64];
+        assert_eq!(body.read(&mut buf).unwrap(), 64);
+        std::thread::sleep(Duration::from_millis(150));
+        let e = body.read(&mut buf).unwrap_err();
+        assert_ne!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut,
+            "not taken for silence"
+        );
+        assert!(e.to_string().contains("outlived"), "{e}");
+    }
+
+    /// A TCP relay to `port` on 127.0.0.1 that counts the connections made through it and
+    /// those still open.
+    fn relay(
+        port: u16,
+    ) -> (
+        u16,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap().port();
+        let (made, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (m, o) = (made.clone(), open.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(client) = conn else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                    return;
+                };
+                m.fetch_add(1, SeqCst);
+                o.fetch_add(1, SeqCst);
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s2, &mut c2);
+                    let _ = c2.shutdown(Shutdown::Write);
+                });
+                let o = o.clone();
+                std::thread::spawn(move || {
+                    let (mut client, mut server) = (client, server);
+                    // The client closing its side is what this counts.
+                    let _ = std::io::copy(&mut client, &mut server);
+                    let _ = server.shutdown(Shutdown::Write);
+                    o.fetch_sub(1, SeqCst);
+                });
+            }
+        });
+        (local, made, open)
+    }
+
+    #[test]
+    fn an_unpooled_client_closes_each_connection_and_a_pooled_one_keeps_one() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let server =
+            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        let (port, made, open) = relay(server.port());
+        let opts = crate::kubeconfig::LoadOptions {
+            kubeconfig: Some(server.kubeconfig_path()),
+            context: None,
+        };
+        let mut config = crate::kubeconfig::load(&opts).unwrap();
+        config.server = format!("https://127.0.0.1:{port}");
+        let client = Client::new(config, 2).unwrap();
+        let settled = |want_open: usize| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while open.load(SeqCst) != want_open && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (made.load(SeqCst), open.load(SeqCst))
+        };
+        for _ in 0..3 {
+            assert!(client
+                .unpooled()
+                .get_pod("default", "x")
+                .unwrap_err()
+                .is_not_found());
+        }
+        assert_eq!(settled(0), (3, 0), "one connection each, none left open");
+        for _ in 0..3 {
+            assert!(client.get_pod("default", "x").unwrap_err().is_not_found());
+        }
+        assert_eq!(
+            settled(1),
+            (4, 1),
+            "one connection, kept for the next request"
+        );
     }
 
     #[test]

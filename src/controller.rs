@@ -19,7 +19,7 @@ use crate::queue::{Queue, Trigger};
 use crate::reconcile::{self, Books, Cluster, Next, Trace};
 use crate::resources::{GROUP, PLURAL, VERSION};
 use crate::serve::{self, Health};
-use crate::watcher::{Backoff, Kind, Watched, Watcher};
+use crate::watcher::{Backoff, Watched, Watcher};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,19 +81,25 @@ pub fn run(config: Config) -> ExitCode {
         return fail_at_start(&format!("cannot install signal handlers: {e}"));
     }
 
-    if let Err(msg) = preflight(&client, &quit) {
+    // Start-up checks and the watchers' lists come minutes apart: their connections are not
+    // kept (see `Client::unpooled`), so an idle operator holds only its two watch streams.
+    let once = client.unpooled();
+    if let Err(msg) = preflight(&once, &quit) {
         return fail_at_start(&msg);
     }
     if is_quitting(&quit) {
         return ExitCode::SUCCESS;
     }
     let books = Arc::new(Books::new());
-    check_crd_schema(&client, &books);
+    check_crd_schema(&once, &books);
 
-    let health = Arc::new(Health::new(vec![
-        client::Resource::ImmortalContainers.short(),
-        client::Resource::Pods.short(),
-    ]));
+    let health = Arc::new(Health::new(
+        vec![
+            client::Resource::ImmortalContainers.short(),
+            client::Resource::Pods.short(),
+        ],
+        config.watch_idle_timeout,
+    ));
     let host = server
         .trim_start_matches("https://")
         .trim_start_matches("http://")
@@ -110,32 +116,35 @@ pub fn run(config: Config) -> ExitCode {
     let queue: Arc<Queue<PodHint>> = Arc::new(Queue::new());
     let (synced_tx, synced) = crossbeam_channel::unbounded();
     let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
+    let sentinel = || Sentinel {
+        health: health.clone(),
+        dead: dead_tx.clone(),
+        name: "watcher",
+    };
     let watchers = [
         spawn_watcher(
-            &client,
-            lifecycle::immortal_containers_kind(config.namespace.clone()),
-            IcEvents,
-            &queue,
-            &quit,
-            &synced_tx,
-            Sentinel {
-                health: health.clone(),
-                dead: dead_tx.clone(),
-                name: "watcher",
-            },
+            Watcher::new(
+                once.clone(),
+                lifecycle::immortal_containers_kind(config.namespace.clone()),
+                IcEvents,
+                queue.clone(),
+                quit.clone(),
+                synced_tx.clone(),
+                config.watch_idle_timeout,
+            ),
+            sentinel(),
         ),
         spawn_watcher(
-            &client,
-            lifecycle::pods_kind(config.namespace.clone()),
-            PodEvents,
-            &queue,
-            &quit,
-            &synced_tx,
-            Sentinel {
-                health: health.clone(),
-                dead: dead_tx.clone(),
-                name: "watcher",
-            },
+            Watcher::new(
+                once.clone(),
+                lifecycle::pods_kind(config.namespace.clone()),
+                PodEvents,
+                queue.clone(),
+                quit.clone(),
+                synced_tx.clone(),
+                config.watch_idle_timeout,
+            ),
+            sentinel(),
         ),
     ];
     for spawned in watchers {
@@ -314,27 +323,14 @@ impl Drop for Sentinel {
     }
 }
 
-/// Starts the watcher thread of one resource.
+/// Starts the thread of one resource's watcher.
 fn spawn_watcher<W>(
-    client: &Client,
-    kind: Kind,
-    policy: W,
-    queue: &Arc<Queue<PodHint>>,
-    quit: &Receiver<()>,
-    synced: &Sender<&'static str>,
+    w: Watcher<Client, W>,
     sentinel: Sentinel,
 ) -> std::io::Result<thread::JoinHandle<()>>
 where
     W: Watched<Hint = PodHint> + Send + 'static,
 {
-    let w = Watcher::new(
-        client.clone(),
-        kind,
-        policy,
-        queue.clone(),
-        quit.clone(),
-        synced.clone(),
-    );
     thread::Builder::new()
         .name(format!("watch-{}", w.kind.resource.short()))
         .spawn(move || {

@@ -63,13 +63,48 @@ impl Histogram {
     }
 }
 
+/// Why a watch stream ended and was opened again (the `reason` of
+/// `immortal_watch_restarts_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// The server ended it cleanly (its `timeoutSeconds`).
+    Closed,
+    /// Our resourceVersion was too old (410): a relist follows.
+    Expired,
+    /// Nothing was heard for the idle limit: the connection was given up as dead.
+    Stalled,
+    /// A read error, an ERROR event, or data that did not decode.
+    Error,
+}
+
+impl Restart {
+    const ALL: [Restart; 4] = [
+        Restart::Closed,
+        Restart::Expired,
+        Restart::Stalled,
+        Restart::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Restart::Closed => "closed",
+            Restart::Expired => "expired",
+            Restart::Stalled => "stalled",
+            Restart::Error => "error",
+        }
+    }
+}
+
 /// Per-watched-resource counters.
 #[derive(Default)]
 struct WatchStats {
-    restarts: AtomicU64,
+    /// By [`Restart`], in the order of `Restart::ALL`.
+    restarts: [AtomicU64; 4],
     relists: AtomicU64,
     /// Unix time in ms of the last event or bookmark; 0 = never.
     last_heard_ms: AtomicU64,
+    /// Unix time in ms since when no watch stream has been open; 0 while one is.
+    down_since_ms: AtomicU64,
 }
 
 struct Registry {
@@ -158,8 +193,39 @@ fn watch_stats(resource: &'static str) -> &'static WatchStats {
         .or_insert_with(|| Box::leak(Box::default()))
 }
 
-pub fn watch_restarted(resource: &'static str) {
-    watch_stats(resource).restarts.fetch_add(1, Relaxed);
+pub fn watch_restarted(resource: &'static str, why: Restart) {
+    let i = Restart::ALL.iter().position(|r| *r == why).unwrap_or(0);
+    watch_stats(resource).restarts[i].fetch_add(1, Relaxed);
+}
+/// A watch stream of this resource was opened: it is live while it keeps hearing from the
+/// server.
+pub fn watch_opened(resource: &'static str) {
+    let s = watch_stats(resource);
+    s.down_since_ms.store(0, Relaxed);
+    s.last_heard_ms.store(unix_ms(), Relaxed);
+}
+/// This resource's watch stream ended, or could not be opened: it is down from now, unless it
+/// already was.
+pub fn watch_closed(resource: &'static str) {
+    let _ = watch_stats(resource)
+        .down_since_ms
+        .compare_exchange(0, unix_ms(), Relaxed, Relaxed);
+}
+/// How long this resource's watch has not been live, `None` while it is. Live means: a stream
+/// is open and the server was heard within `idle`; so a stream that fell silent stopped
+/// being live `idle` after it was last heard, and a closed one when it closed, whichever came
+/// first.
+pub fn watch_down_for(resource: &'static str, idle: Duration) -> Option<Duration> {
+    let s = watch_stats(resource);
+    let heard = s.last_heard_ms.load(Relaxed);
+    let down = s.down_since_ms.load(Relaxed);
+    let quiet_from = heard.saturating_add(idle.as_millis() as u64);
+    let since = match down {
+        0 => quiet_from,
+        d => d.min(quiet_from),
+    };
+    let now = unix_ms();
+    (now > since).then(|| Duration::from_millis(now - since))
 }
 pub fn watch_relisted(resource: &'static str) {
     watch_stats(resource).relists.fetch_add(1, Relaxed);
@@ -269,14 +335,17 @@ pub fn render(host: &str) -> String {
         r.leader.load(Relaxed)
     );
 
-    out.push_str("# HELP immortal_watch_restarts_total Watch streams re-opened, per resource\n# TYPE immortal_watch_restarts_total counter\n");
+    out.push_str("# HELP immortal_watch_restarts_total Watch streams re-opened, per resource and why the last one ended\n# TYPE immortal_watch_restarts_total counter\n");
     let watches = r.watches.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for (res, s) in &watches {
-        let _ = writeln!(
-            out,
-            "immortal_watch_restarts_total{{resource=\"{res}\"}} {}",
-            s.restarts.load(Relaxed)
-        );
+        for (why, n) in Restart::ALL.iter().zip(&s.restarts) {
+            let _ = writeln!(
+                out,
+                "immortal_watch_restarts_total{{resource=\"{res}\",reason=\"{}\"}} {}",
+                why.as_str(),
+                n.load(Relaxed)
+            );
+        }
     }
     out.push_str("# HELP immortal_watch_relists_total Full relists, per resource\n# TYPE immortal_watch_relists_total counter\n");
     for (res, s) in &watches {
@@ -313,7 +382,14 @@ mod tests {
         record_request("GET", 200);
         record_reconcile("success", Duration::from_millis(3));
         watch_heard("pod");
+        watch_restarted("pod", Restart::Stalled);
         let text = render("127.0.0.1:6443");
+        assert!(
+            text.contains("immortal_watch_restarts_total{resource=\"pod\",reason=\"stalled\"} 1\n")
+        );
+        assert!(
+            text.contains("immortal_watch_restarts_total{resource=\"pod\",reason=\"closed\"} 0\n")
+        );
         assert!(text.contains("controller_runtime_reconcile_total{controller=\"immortalcontainer\",result=\"success\"}"));
         assert!(text.contains(
             "rest_client_requests_total{code=\"200\",host=\"127.0.0.1:6443\",method=\"GET\"}"
@@ -321,6 +397,33 @@ mod tests {
         assert!(text.contains("controller_runtime_reconcile_time_seconds_bucket{controller=\"immortalcontainer\",le=\"0.005\"}"));
         assert!(text.contains("workqueue_depth{name=\"immortalcontainer\"}"));
         assert!(text.contains("immortal_watch_last_event_age_seconds{resource=\"pod\"}"));
+    }
+
+    #[test]
+    fn a_watch_is_live_while_open_and_heard_within_the_idle_limit() {
+        let r = "liveness-test-resource";
+        let idle = Duration::from_millis(200);
+        let opened = Instant::now();
+        watch_opened(r);
+        assert_eq!(watch_down_for(r, idle), None);
+        std::thread::sleep(Duration::from_millis(300));
+        // Open but silent for longer than the limit: down since the limit ran out.
+        let d = watch_down_for(r, idle).expect("silent");
+        let silent = opened.elapsed();
+        assert!(
+            d >= Duration::from_millis(90) && d + idle <= silent + Duration::from_millis(5),
+            "{d:?} down after {silent:?} of silence"
+        );
+        watch_heard(r);
+        assert_eq!(watch_down_for(r, idle), None);
+        // Closed: down at once, and a later close does not move the moment.
+        watch_closed(r);
+        std::thread::sleep(Duration::from_millis(50));
+        watch_closed(r);
+        let d = watch_down_for(r, idle).expect("closed");
+        assert!(d >= Duration::from_millis(40), "{d:?}");
+        watch_opened(r);
+        assert_eq!(watch_down_for(r, idle), None);
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! - Delayed adds keep the earliest deadline.
 //! - [`Queue::add_rate_limited`] backs a failing key off exponentially, 5 ms doubling to 1000 s
 //!   (client-go's `DefaultItemBasedRateLimiter`); [`Queue::forget`] resets it after a success.
+//! - Failures also spend an overall budget, client-go's bucket of 10 a second with a burst of
+//!   100 (`DefaultControllerRateLimiter`); while it is spent, [`Queue::get`] hands out at most
+//!   10 keys a second, whatever queued them. See [`Budget`] for how and why it differs from
+//!   client-go's.
 //! - [`Queue::shutdown`] wakes every waiter; `get` then returns `None`.
 //!
 //! Each queued key carries the [`Trigger`] that queued it, so the reconcile log can say why it
@@ -22,6 +26,66 @@ use std::time::{Duration, Instant};
 const BASE_DELAY: Duration = Duration::from_millis(5);
 /// Longest delay of a failing key.
 const MAX_DELAY: Duration = Duration::from_secs(1000);
+/// The overall budget refills this many failures a second...
+const BUDGET_RATE: f64 = 10.0;
+/// ...up to this many: client-go's `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
+const BUDGET_BURST: f64 = 100.0;
+
+/// How many failing reconciles the queue lets through: client-go's overall bucket (10 a
+/// second, burst 100), so that 10,000 failing keys do not hammer an API server that is coming
+/// back. Two differences from client-go, both for the same case (many keys failing at once):
+/// - client-go makes each `AddRateLimited` reserve the next free slot, so the 10,000th retry
+///   is scheduled 1,000 s ahead even when the server is back a second later. Here a failure
+///   spends a token, a success gives one back, and the queue hands keys out (any key) only
+///   while a token is left: the rate is capped while reconciles fail, and everything goes at
+///   full speed again from the first success.
+/// - client-go's bucket delays retries only; the first attempt of every key queued by a relist
+///   goes out unbounded. Here a spent budget holds every key: after 100 failures in a row,
+///   10 reconciles a second, whatever queued them.
+///
+/// A key's own exponential backoff (and the server's `Retry-After`) apply as well, as in
+/// client-go's `MaxOf`.
+#[derive(Debug)]
+struct Budget {
+    /// May go below zero when several workers fail at once: the debt is paid before the next
+    /// key is handed out.
+    tokens: f64,
+    /// When `tokens` was last refilled.
+    at: Instant,
+}
+
+impl Budget {
+    fn new(now: Instant) -> Budget {
+        Budget {
+            tokens: BUDGET_BURST,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + dt * BUDGET_RATE).min(BUDGET_BURST);
+        self.at = self.at.max(now);
+    }
+
+    /// `None` when a key may be handed out now; otherwise how long until one may.
+    fn wait(&mut self, now: Instant) -> Option<Duration> {
+        self.refill(now);
+        (self.tokens < 1.0).then(|| Duration::from_secs_f64((1.0 - self.tokens) / BUDGET_RATE))
+    }
+
+    /// A reconcile failed.
+    fn spend(&mut self, now: Instant) {
+        self.refill(now);
+        self.tokens -= 1.0;
+    }
+
+    /// A reconcile succeeded: the API server answers.
+    fn refund(&mut self, now: Instant) {
+        self.refill(now);
+        self.tokens = (self.tokens + 1.0).min(BUDGET_BURST);
+    }
+}
 
 /// Why a key was queued. Logged with the reconcile it causes. `H` is what a watch event tells
 /// reconcile beyond the key (the policy's hint: see `lifecycle::PodHint`); the queue only
@@ -80,6 +144,10 @@ struct State<H> {
     timers: BinaryHeap<Reverse<(Instant, String)>>,
     /// Consecutive failures per key, for the rate limiter.
     failures: HashMap<String, u32>,
+    /// Failures the queue still lets through.
+    budget: Budget,
+    /// Whether the last `get` found the budget spent (to log when that changes).
+    throttled: bool,
     shutting_down: bool,
 }
 
@@ -92,6 +160,8 @@ impl<H> Default for State<H> {
             waiting: HashMap::new(),
             timers: BinaryHeap::new(),
             failures: HashMap::new(),
+            budget: Budget::new(Instant::now()),
+            throttled: false,
             shutting_down: false,
         }
     }
@@ -173,11 +243,13 @@ impl<H: Clone> Queue<H> {
         self.cond.notify_one();
     }
 
-    /// Queues `key` after its rate-limited backoff, or after `at_least` if that is longer (the
-    /// server's `Retry-After`); returns the delay chosen.
+    /// Queues `key`, whose reconcile failed, after its rate-limited backoff, or after
+    /// `at_least` if that is longer (the server's `Retry-After`); returns the delay chosen.
+    /// The failure also spends the overall budget.
     pub fn add_rate_limited(&self, key: String, at_least: Duration) -> Duration {
         let delay = {
             let mut st = self.lock();
+            st.budget.spend(Instant::now());
             let n = st.failures.entry(key.clone()).or_insert(0);
             let delay = backoff(*n).max(at_least);
             *n = n.saturating_add(1);
@@ -193,35 +265,60 @@ impl<H: Clone> Queue<H> {
         self.lock().failures.get(key).copied().unwrap_or(0)
     }
 
-    /// Resets the backoff of `key` (after a successful reconcile).
+    /// Resets the backoff of `key` after a successful reconcile, and gives the overall budget
+    /// back the token a failure took.
     pub fn forget(&self, key: &str) {
-        self.lock().failures.remove(key);
+        let mut st = self.lock();
+        st.failures.remove(key);
+        st.budget.refund(Instant::now());
     }
 
-    /// Blocks until a key is ready and hands it out, or returns `None` once shut down.
-    /// The caller must call [`Queue::done`] with the key when finished.
+    /// Blocks until a key is ready and the overall budget lets it out, and hands it out, or
+    /// returns `None` once shut down. The caller must call [`Queue::done`] with the key when
+    /// finished.
     pub fn get(&self) -> Option<(String, Trigger<H>)> {
         let mut st = self.lock();
         loop {
             if st.shutting_down {
                 return None;
             }
-            let next_deadline = Self::promote_due(&mut st);
-            if let Some(key) = st.ready.pop_front() {
-                metrics::queue_depth(st.ready.len());
-                let trigger = match st.dirty.remove(&key) {
-                    Some((trigger, added)) => {
-                        metrics::queue_wait(added.elapsed());
-                        trigger
+            let mut next_deadline = Self::promote_due(&mut st);
+            if !st.ready.is_empty() {
+                let held = st.budget.wait(Instant::now());
+                if held.is_some() != st.throttled {
+                    st.throttled = held.is_some();
+                    if st.throttled {
+                        log::debug!(
+                            target: "queue", ready = st.ready.len();
+                            "reconciles keep failing: handing out at most {BUDGET_RATE} keys a second until one succeeds"
+                        );
+                    } else {
+                        log::debug!(target: "queue", ready = st.ready.len(); "handing out keys at full speed again");
                     }
-                    None => Trigger::Scheduled,
-                };
-                st.processing.insert(key.clone());
-                return Some((key, trigger));
+                }
+                match held {
+                    Some(wait) => {
+                        let at = Instant::now() + wait;
+                        next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
+                    }
+                    None => {
+                        let key = st.ready.pop_front().expect("not empty");
+                        metrics::queue_depth(st.ready.len());
+                        let trigger = match st.dirty.remove(&key) {
+                            Some((trigger, added)) => {
+                                metrics::queue_wait(added.elapsed());
+                                trigger
+                            }
+                            None => Trigger::Scheduled,
+                        };
+                        st.processing.insert(key.clone());
+                        return Some((key, trigger));
+                    }
+                }
             }
             st = match next_deadline {
-                // A timer, not a poll: we sleep exactly until the next delayed key is due, or
-                // until an add wakes us.
+                // A timer, not a poll: we sleep exactly until the next delayed key is due (or
+                // the budget lets the next key out), or until an add wakes us.
                 Some(d) => {
                     let wait = d.saturating_duration_since(Instant::now());
                     self.cond
@@ -445,6 +542,88 @@ mod tests {
             q.add_rate_limited("ns/a".into(), Duration::from_secs(30)),
             Duration::from_secs(30)
         );
+    }
+
+    #[test]
+    fn the_budget_lets_a_hundred_failures_through_then_ten_a_second() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(t0);
+        for i in 0..100 {
+            assert_eq!(b.wait(t0), None, "failure {i} is within the burst");
+            b.spend(t0);
+        }
+        assert_eq!(b.wait(t0), Some(Duration::from_millis(100)));
+        let t1 = t0 + Duration::from_millis(100);
+        assert_eq!(b.wait(t1), None, "one token a tenth of a second later");
+        b.spend(t1);
+        assert!(b.wait(t1).is_some());
+        // A long quiet time refills only up to the burst.
+        let t2 = t1 + Duration::from_secs(3600);
+        for _ in 0..100 {
+            assert_eq!(b.wait(t2), None);
+            b.spend(t2);
+        }
+        assert!(b.wait(t2).is_some());
+    }
+
+    #[test]
+    fn a_success_gives_a_spent_budget_a_token_back_at_once() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(t0);
+        for _ in 0..100 {
+            b.spend(t0);
+        }
+        assert!(b.wait(t0).is_some());
+        b.refund(t0);
+        assert_eq!(b.wait(t0), None);
+        // Successes never raise it past the burst.
+        let mut full = Budget::new(t0);
+        full.refund(t0);
+        for _ in 0..100 {
+            full.spend(t0);
+        }
+        assert!(full.wait(t0).is_some());
+    }
+
+    #[test]
+    fn failures_of_several_workers_at_once_are_a_debt_paid_before_the_next_key() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(t0);
+        for _ in 0..103 {
+            b.spend(t0);
+        }
+        // Three tokens owed, and one to hand out: 0.4 s.
+        assert_eq!(b.wait(t0), Some(Duration::from_millis(400)));
+    }
+
+    #[test]
+    fn keys_that_keep_failing_are_handed_out_at_most_a_hundred_then_ten_a_second() {
+        let q = Q::new();
+        for i in 0..1000 {
+            q.add(format!("ns/{i}"), t());
+        }
+        let start = Instant::now();
+        let window = Duration::from_millis(1500);
+        let mut handed_out = 0u32;
+        // Every reconcile fails, as while the API server answers 503 to everything.
+        while start.elapsed() < window {
+            let (k, _) = q.get().expect("not shut down");
+            handed_out += 1;
+            q.add_rate_limited(k.clone(), Duration::ZERO);
+            q.done(&k);
+        }
+        let secs = start.elapsed().as_secs_f64();
+        // The bound is arithmetic: a slow machine only hands out fewer. Without the budget the
+        // loop hands out tens of thousands.
+        let most = 100.0 + 10.0 * secs + 1.0;
+        assert!(
+            (handed_out as f64) <= most,
+            "{handed_out} handed out in {secs:.2} s, at most {most:.0}"
+        );
+        assert!(handed_out >= 100, "the first hundred are not held back");
+        // One success, and the next key goes at once.
+        q.forget("ns/0");
+        assert_eq!(q.lock().budget.wait(Instant::now()), None);
     }
 
     #[test]

@@ -31,11 +31,6 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// A watch that has not heard from the server for this long makes the operator unready: longer
-/// than a watch's own timeout (at most 230 s) plus the client's grace, so a healthy but quiet
-/// cluster never trips it.
-pub const MAX_WATCH_SILENCE: Duration = Duration::from_secs(300);
-
 /// Largest request head read, in bytes. The kubelet's and Prometheus' requests are a few
 /// hundred bytes, a bearer token included; Go's net/http allows 1 MiB, nginx 8 KiB per line.
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -71,12 +66,16 @@ pub struct Health {
     pub dead: AtomicBool,
     /// Resources watched, one watcher each.
     pub resources: Vec<&'static str>,
+    /// The watchers' idle limit (`--watch-idle-timeout`): a watch is live while open and heard
+    /// from within it, and one not live for longer than it makes the operator unready.
+    pub watch_idle_timeout: Duration,
 }
 
 impl Health {
-    pub fn new(resources: Vec<&'static str>) -> Health {
+    pub fn new(resources: Vec<&'static str>, watch_idle_timeout: Duration) -> Health {
         Health {
             resources,
+            watch_idle_timeout,
             ..Default::default()
         }
     }
@@ -89,7 +88,10 @@ impl Health {
         Ok(())
     }
 
-    /// Ready once every first list completed and while every watch hears from the server.
+    /// Ready once every first list completed, and unless a watch has not been live (open, and
+    /// heard from within the idle limit) for longer than the idle limit: a watch that went
+    /// silent is given up at the limit, and if it cannot be opened again within one more, the
+    /// operator says so. Watches run on a standby replica too, so it is ready as well.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
         let (synced, all) = (self.synced.load(Ordering::Relaxed), self.resources.len());
@@ -98,10 +100,11 @@ impl Health {
                 "{synced} of {all} watches have completed their first list"
             ));
         }
+        let idle = self.watch_idle_timeout;
         for r in &self.resources {
-            match metrics::watch_silence(r) {
-                Some(d) if d > MAX_WATCH_SILENCE => {
-                    return Err(format!("{r} watch silent for {}s", d.as_secs()))
+            match metrics::watch_down_for(r, idle) {
+                Some(d) if d > idle => {
+                    return Err(format!("{r} watch not live for {}s", d.as_secs()))
                 }
                 _ => {}
             }
@@ -651,7 +654,10 @@ mod tests {
 
     #[test]
     fn probes_turn_ready_after_the_first_lists_and_unlive_when_a_thread_dies() {
-        let health = Arc::new(Health::new(vec!["probe-test-resource"]));
+        let health = Arc::new(Health::new(
+            vec!["probe-test-resource"],
+            Duration::from_secs(75),
+        ));
         let addr = spawn_probes(localhost(), health.clone()).unwrap();
         assert!(get(addr, "/healthz").starts_with("HTTP/1.1 200"));
         let r = get(addr, "/readyz");
@@ -665,6 +671,25 @@ mod tests {
         health.dead.store(true, Ordering::Relaxed);
         assert!(get(addr, "/healthz").starts_with("HTTP/1.1 503"));
         assert!(get(addr, "/nope").starts_with("HTTP/1.1 404"));
+    }
+
+    #[test]
+    fn readiness_goes_once_a_watch_has_not_been_live_for_longer_than_the_idle_limit() {
+        let r = "readiness-test-resource";
+        let health = Health::new(vec![r], Duration::from_millis(200));
+        health.synced.fetch_add(1, Ordering::Relaxed);
+        metrics::watch_opened(r);
+        assert_eq!(health.ready(), Ok(()));
+        // The stream ends and cannot be opened again: still ready for one idle limit...
+        metrics::watch_closed(r);
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(health.ready(), Ok(()));
+        // ...and not after it.
+        thread::sleep(Duration::from_millis(200));
+        let e = health.ready().unwrap_err();
+        assert!(e.contains("watch not live"), "{e}");
+        metrics::watch_opened(r);
+        assert_eq!(health.ready(), Ok(()));
     }
 
     #[test]
@@ -835,7 +860,7 @@ mod tests {
 
     #[test]
     fn healthz_answers_while_the_metrics_port_is_flooded() {
-        let health = Arc::new(Health::new(vec![]));
+        let health = Arc::new(Health::new(vec![], Duration::from_secs(75)));
         let probes = spawn_probes(localhost(), health).unwrap();
         let metrics = spawn_metrics(localhost(), Metrics::Plain, String::new()).unwrap();
         let stop = Arc::new(AtomicBool::new(false));

@@ -8,13 +8,18 @@
 //! fixture) or an HTTP 410 relists; any other failure backs off (0.8 s doubling to 30 s, with
 //! jitter, reset once the server talks to us again) and re-watches.
 //!
+//! A stream that says nothing for the idle limit ([`DEFAULT_IDLE_TIMEOUT`], `--watch-idle-timeout`)
+//! is given up as dead, as is one whose answer does not come within it: a connection whose
+//! node or load balancer vanished stays open without a word. The watch is resumed from the
+//! last resourceVersion (no relist), with the same backoff as any other failure.
+//!
 //! This is machinery: what an event means (which key, whether it is worth a reconcile, what it
 //! tells reconcile) is the policy's, a [`Watched`] (see `lifecycle`). A watcher keeps no
 //! object: only the last resourceVersion and, per key, the small memo the policy asks it to
 //! keep (a digest), which also gives a relist the keys that vanished while the watch was down.
 
 use crate::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
-use crate::metrics;
+use crate::metrics::{self, Restart};
 use crate::queue::{Queue, Trigger};
 use crate::resources::{ObjectMeta, Status};
 use crate::util;
@@ -35,6 +40,14 @@ const WATCH_TIMEOUT_SECS: (u64, u64) = (170, 230);
 /// A stream that ends cleanly this fast without saying anything is treated as a failure, so a
 /// server that closes every watch at once cannot make us spin.
 const MIN_HEALTHY_STREAM: Duration = Duration::from_secs(1);
+/// How long a watch may say nothing before it is given up as dead. kube-apiserver's watch cache
+/// sends a watch that asked for bookmarks (we do) a BOOKMARK about once a minute when nothing
+/// else is sent (`defaultBookmarkFrequency`, dispatched by a timer that ticks every second), so
+/// 75 s is that minute plus a quarter for a late timer or a slow network: a dead connection is
+/// noticed little more than a quarter-minute after the bookmark that did not come, and a
+/// healthy one is almost never given up (if it is, resuming from the last version costs one
+/// request). A server that sends no bookmarks has its quiet watches re-opened at this pace.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// What a watched resource's events mean: the policy half of a watcher.
 pub trait Watched {
@@ -101,11 +114,13 @@ pub trait Source {
         kind: &Kind,
         continue_token: Option<&str>,
     ) -> Result<ListPage<T>, client::Error>;
+    /// A stream that hears nothing for `idle` must fail its read with `TimedOut`.
     fn watch(
         &self,
         kind: &Kind,
         rv: &str,
         timeout_secs: u32,
+        idle: Duration,
     ) -> Result<Box<dyn BufRead + Send>, client::Error>;
 }
 
@@ -128,11 +143,13 @@ impl Source for Client {
         kind: &Kind,
         rv: &str,
         timeout_secs: u32,
+        idle: Duration,
     ) -> Result<Box<dyn BufRead + Send>, client::Error> {
         let params = WatchParams {
             label_selector: kind.label_selector.as_deref(),
             resource_version: rv,
             timeout_seconds: timeout_secs,
+            idle_timeout: idle,
         };
         Client::watch(self, kind.resource, kind.namespace.as_deref(), &params)
     }
@@ -176,6 +193,8 @@ enum StreamEnd {
     Clean,
     /// ERROR 410 in the stream: our version is too old; relist.
     Expired,
+    /// Nothing heard for the idle limit: the connection is given up; back off, re-watch.
+    Stalled(String),
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
     Failed(String),
 }
@@ -195,6 +214,8 @@ pub struct Watcher<S: Source, W: Watched> {
     pub quit: Receiver<()>,
     /// Told once, after the first complete list.
     pub synced: Option<Sender<&'static str>>,
+    /// How long a stream may say nothing before it is given up.
+    pub idle_timeout: Duration,
     /// Every key seen since the last list, with the policy's memo of its last event.
     known: HashMap<String, u64>,
 }
@@ -210,6 +231,7 @@ where
         queue: Arc<Queue<W::Hint>>,
         quit: Receiver<()>,
         synced: Sender<&'static str>,
+        idle_timeout: Duration,
     ) -> Self {
         Watcher {
             source,
@@ -218,6 +240,7 @@ where
             queue,
             quit,
             synced: Some(synced),
+            idle_timeout,
             known: HashMap::new(),
         }
     }
@@ -258,12 +281,17 @@ where
                     let started = Instant::now();
                     let timeout =
                         util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
-                    match self.source.watch(&self.kind, &rv, timeout) {
+                    match self
+                        .source
+                        .watch(&self.kind, &rv, timeout, self.idle_timeout)
+                    {
                         Err(e) if e.is_gone() => {
+                            metrics::watch_closed(self.name());
                             log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "watch answered 410, relisting");
                             State::List
                         }
                         Err(e) => {
+                            metrics::watch_closed(self.name());
                             self.report_failure("watch", &e, &backoff);
                             if !self.sleep(
                                 backoff
@@ -276,12 +304,19 @@ where
                         }
                         Ok(stream) => {
                             // The server accepted the watch: it is alive.
-                            metrics::watch_heard(self.name());
+                            metrics::watch_opened(self.name());
                             let (end, heard) = self.consume(stream, &mut rv);
+                            metrics::watch_closed(self.name());
                             if heard {
                                 backoff.reset();
                             }
-                            metrics::watch_restarted(self.name());
+                            let why = match &end {
+                                StreamEnd::Clean => Restart::Closed,
+                                StreamEnd::Expired => Restart::Expired,
+                                StreamEnd::Stalled(_) => Restart::Stalled,
+                                StreamEnd::Failed(_) => Restart::Error,
+                            };
+                            metrics::watch_restarted(self.name(), why);
                             match end {
                                 StreamEnd::Expired => {
                                     log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resourceVersion expired, relisting");
@@ -300,8 +335,16 @@ where
                                     }
                                     State::Watch { rv }
                                 }
-                                StreamEnd::Failed(error) => {
-                                    log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(); "watch failed, backing off");
+                                StreamEnd::Stalled(error) | StreamEnd::Failed(error) => {
+                                    let what = match why {
+                                        Restart::Stalled => "watch went silent",
+                                        _ => "watch failed",
+                                    };
+                                    if backoff.failures() >= 3 {
+                                        log::warn!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "{what} again; resuming after a backoff");
+                                    } else {
+                                        log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(); "{what}; resuming after a backoff");
+                                    }
                                     if !self.sleep(backoff.next_delay()) {
                                         return;
                                     }
@@ -408,6 +451,9 @@ where
             match stream.read_line(&mut line) {
                 Ok(0) => return (StreamEnd::Clean, heard),
                 Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return (StreamEnd::Stalled(e.to_string()), heard)
+                }
                 Err(e) => return (StreamEnd::Failed(e.to_string()), heard),
             }
             if line.trim().is_empty() {
@@ -507,10 +553,13 @@ mod tests {
 
     /// A scripted API: each call pops the next answer and records what was asked. Pages are
     /// JSON, decoded into whatever the watcher asks for, as the client does.
+    /// A scripted watch: its lines, and how its stream ends (cleanly, or with a read error).
+    type ScriptedWatch = Result<(String, Option<std::io::ErrorKind>), client::Error>;
+
     #[derive(Default)]
     struct Script {
         lists: Mutex<VecDeque<Result<serde_json::Value, client::Error>>>,
-        watches: Mutex<VecDeque<Result<String, client::Error>>>,
+        watches: Mutex<VecDeque<ScriptedWatch>>,
         calls: Mutex<Vec<String>>,
         quit_tx: Mutex<Option<Sender<()>>>,
     }
@@ -535,18 +584,38 @@ mod tests {
             _: &Kind,
             rv: &str,
             _: u32,
+            _: Duration,
         ) -> Result<Box<dyn BufRead + Send>, client::Error> {
             self.calls.lock().unwrap().push(format!("watch rv={rv}"));
             let next = self.watches.lock().unwrap().pop_front();
             match next {
-                Some(r) => r.map(|body| {
-                    Box::new(Cursor::new(body.into_bytes())) as Box<dyn BufRead + Send>
+                Some(r) => r.map(|(body, fails)| {
+                    let stream = Scripted {
+                        body: Cursor::new(body.into_bytes()),
+                        fails,
+                    };
+                    Box::new(std::io::BufReader::new(stream)) as Box<dyn BufRead + Send>
                 }),
                 None => {
                     // Script exhausted: shut the watcher down.
                     self.quit_tx.lock().unwrap().take();
                     Ok(Box::new(Cursor::new(Vec::new())))
                 }
+            }
+        }
+    }
+
+    /// A scripted stream body: its lines, then a clean end or a read error of kind `fails`.
+    struct Scripted {
+        body: Cursor<Vec<u8>>,
+        fails: Option<std::io::ErrorKind>,
+    }
+
+    impl std::io::Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match (self.body.read(buf)?, self.fails) {
+                (0, Some(kind)) => Err(std::io::Error::new(kind, "scripted")),
+                (n, _) => Ok(n),
             }
         }
     }
@@ -582,7 +651,15 @@ mod tests {
         *script.quit_tx.lock().unwrap() = Some(quit_tx);
         let (synced_tx, synced_rx) = crossbeam_channel::unbounded();
         let kind = crate::lifecycle::pods_kind(None);
-        let w = Watcher::new(script, kind, PodEvents, queue.clone(), quit_rx, synced_tx);
+        let w = Watcher::new(
+            script,
+            kind,
+            PodEvents,
+            queue.clone(),
+            quit_rx,
+            synced_tx,
+            DEFAULT_IDLE_TIMEOUT,
+        );
         let handle = std::thread::scope(|s| s.spawn(move || w.run()).join());
         handle.unwrap();
         assert_eq!(
@@ -668,7 +745,7 @@ mod tests {
             .lock()
             .unwrap()
             .push_back(Ok(page("967", &[], None)));
-        s.watches.lock().unwrap().push_back(Ok(events));
+        s.watches.lock().unwrap().push_back(Ok((events, None)));
         let (calls, queued) = run(&s);
         assert_eq!(
             calls[..3],
@@ -697,7 +774,7 @@ mod tests {
             .lock()
             .unwrap()
             .push_back(Ok(page("990", &[("ns", "a")], None)));
-        s.watches.lock().unwrap().push_back(Ok(expired));
+        s.watches.lock().unwrap().push_back(Ok((expired, None)));
         let (calls, queued) = run(&s);
         assert_eq!(
             calls[..4],
@@ -757,6 +834,32 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_gone_silent_is_resumed_from_its_last_version_without_a_relist() {
+        let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"8"}}}"#;
+        let s = Script::default();
+        s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
+        s.watches.lock().unwrap().push_back(Ok((
+            format!("{bookmark}\n"),
+            Some(std::io::ErrorKind::TimedOut),
+        )));
+        let (calls, _) = run(&s);
+        assert_eq!(
+            calls,
+            ["list continue=", "watch rv=5", "watch rv=8"].map(String::from)
+        );
+        let text = metrics::render("h");
+        let stalled = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    "immortal_watch_restarts_total{resource=\"pod\",reason=\"stalled\"} ",
+                )
+            })
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(stalled >= Some(1), "counted as stalled: {stalled:?}");
+    }
+
+    #[test]
     fn backoff_doubles_from_800ms_to_30s_with_jitter_and_resets() {
         let mut b = Backoff::new();
         let d: Vec<_> = (0..8).map(|_| b.next_delay().as_millis() as f64).collect();
@@ -790,6 +893,7 @@ mod tests {
             Arc::new(Queue::new()),
             quit_rx,
             synced_tx,
+            DEFAULT_IDLE_TIMEOUT,
         );
         let mut rv = "1".to_string();
         assert_eq!(w.handle_line(line, &mut rv), Err(StreamEnd::Expired));

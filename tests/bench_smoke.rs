@@ -10,6 +10,9 @@ use std::time::Duration;
 const RUN_BUDGET: Duration = Duration::from_secs(90);
 /// The test's backstop, should the run not return at all.
 const DEADLINE: Duration = Duration::from_secs(120);
+/// The herd phase: this many objects queued when every request of theirs fails for this long.
+const HERD_OBJECTS: usize = 500;
+const HERD_BURST: Duration = Duration::from_secs(3);
 
 #[test]
 fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
@@ -19,6 +22,12 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
         connections: 4,
         recovery: 5,
         workers: 1,
+        burst: HERD_BURST,
+        // 500s, not 503s: the client retries a 503 within the request (sleeping 2.8 s over 4
+        // attempts), which alone keeps one worker slow; a 500 goes straight back to the queue,
+        // so only the queue's budget stands between 500 failing objects and a flood.
+        burst_status: 500,
+        burst_objects: Some(HERD_OBJECTS),
         timeout: RUN_BUDGET,
         ..immortal_bench::Config::default()
     };
@@ -59,6 +68,18 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
     let op = report.bulk_operator.as_ref().expect("bulk operator");
     assert!(op.idle.is_some_and(|u| u.rss_kib > 0));
     assert_eq!(op.exit_code, Some(0), "the operator exits 0 on SIGTERM");
+    // The one timing-free bound of the run: requests in a window can only be fewer on a slow
+    // machine. Without the queue's budget, 500 failing objects cost thousands a second.
+    let herd = report.herd.as_ref().expect("herd phase");
+    assert!(herd.correct, "converged after the burst");
+    let most = 100 + 10 * HERD_BURST.as_secs() + 1 + 20;
+    assert!(
+        herd.requests.total <= most,
+        "{} requests during {:?} of 500s ({:?} a second), at most {most}",
+        herd.requests.total,
+        HERD_BURST,
+        herd.per_second
+    );
     assert!(!report.checks.is_empty());
     assert!(report.table().contains("correctness: passed"));
 }

@@ -148,6 +148,7 @@ impl Api {
             label_selector: None,
             resource_version: rv,
             timeout_seconds: WATCH_SECONDS,
+            idle_timeout: immortal_operator::watcher::DEFAULT_IDLE_TIMEOUT,
         };
         self.client.watch(res, Some(ns), &params)
     }
@@ -269,6 +270,11 @@ impl Cluster {
 
     pub fn is_test_server(&self) -> bool {
         self.server.is_some()
+    }
+
+    /// The in-process test server, for phases that inject faults; `None` on a real cluster.
+    pub fn test_server(&self) -> Option<&TestServer> {
+        self.server.as_ref()
     }
 
     /// The kubeconfig the operator is given.

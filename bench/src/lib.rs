@@ -5,9 +5,12 @@
 //! **backlog** (N objects exist, then the operator starts; time until all converged),
 //! **bulk** (a second operator, idle first, then N objects created from C threads),
 //! **recovery** (K pods deleted, then K pods marked Failed, one at a time; latency to the
-//! replacement's ADDED event). Correctness is checked after each operator phase by listing
-//! everything; CPU and memory are read from the operator's /proc, never the bench's (the test
-//! server runs in the bench's process).
+//! replacement's ADDED event), **herd** (test server only: N objects queued by a fresh
+//! operator's first lists, then every request of their namespace answered with an error for a
+//! few seconds; the operator's requests per second while it lasts, and the time to converge
+//! after). Correctness is checked after each operator phase by listing everything; CPU and
+//! memory are read from the operator's /proc, never the bench's (the test server runs in the
+//! bench's process).
 
 pub mod cluster;
 pub mod observe;
@@ -21,9 +24,10 @@ use immortal_operator::resources::{
     self, Condition, ImmortalContainer, ImmortalContainerStatus, Pod, CONTAINER_NAME,
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_UID_LABEL,
 };
+use kube_testserver::{FailRule, TestServer};
 use observe::Observer;
 use operator::Operator;
-use report::{Convergence, Floor, Latency, Machine, Process, Report, Requests};
+use report::{Convergence, Floor, Herd, Latency, Machine, Process, Report, Requests};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,6 +61,12 @@ pub struct Config {
     /// Passed to the operator as `--workers`.
     pub workers: usize,
     pub image: String,
+    /// How long the herd phase's burst of errors lasts; zero skips the phase.
+    pub burst: Duration,
+    /// The HTTP status the burst answers with.
+    pub burst_status: u16,
+    /// Objects of the herd phase; `None`: `objects`.
+    pub burst_objects: Option<usize>,
     /// The whole run's budget; every wait gives up (with an error naming what it waited for)
     /// when it is spent.
     pub timeout: Duration,
@@ -74,6 +84,9 @@ impl Default for Config {
             recovery: 50,
             workers: 1,
             image: DEFAULT_IMAGE.into(),
+            burst: Duration::from_secs(10),
+            burst_status: 503,
+            burst_objects: None,
             timeout: Duration::from_secs(3600),
             progress: false,
         }
@@ -165,6 +178,7 @@ pub fn run(cfg: &Config) -> Result<Report, Error> {
         recovery_requests: None,
         backlog_operator: None,
         bulk_operator: None,
+        herd: None,
         checks: Vec::new(),
         failures: Vec::new(),
         logs: logs.display().to_string(),
@@ -296,7 +310,117 @@ impl Run<'_> {
             end,
             exit_code,
         });
+
+        // Herd: needs the test server to answer errors on cue.
+        match self.cluster.test_server() {
+            Some(server) if !self.cfg.burst.is_zero() => {
+                let herd = self.herd(server, &mut report.failures)?;
+                self.say(&format!(
+                    "herd: {} requests in {:.0} s of {}s, at most {} in a second; converged {:.3} s after",
+                    herd.requests.total,
+                    herd.burst_seconds,
+                    herd.status,
+                    herd.max_per_second,
+                    herd.converged_after_seconds
+                ));
+                report.herd = Some(herd);
+            }
+            Some(_) => {}
+            None => self.say("herd: skipped (needs the test server to inject errors)"),
+        }
         Ok(())
+    }
+
+    /// N objects, a fresh operator whose first lists queue them all, then every request of
+    /// their namespace answered `burst_status` for `burst`: what the operator asks of an API
+    /// server that is coming back, second by second, and how long it takes to converge once
+    /// the server answers again.
+    fn herd(&self, server: &TestServer, failures: &mut Vec<String>) -> Result<Herd, Error> {
+        let n = self.cfg.burst_objects.unwrap_or(self.cfg.objects);
+        let ns = self.cluster.create_namespace("herd")?;
+        let api = self.api();
+        parallel(n, self.cfg.connections, self.deadline, |i| {
+            api.create_immortal_container(&ns, &format!("ic-{i}"), &self.cfg.image)
+        })?;
+        let obs = Observer::start(api, &ns, self.deadline)?;
+        obs.expect(n);
+        let spawned = self.cluster.snapshot();
+        let mut op = self.spawn_operator(&ns, "herd")?;
+        // Ready: both first lists are in, so every object is queued. The watches are opened
+        // right after; wait for them too, so that the burst (which fails new requests only:
+        // open streams go on) meets reconciles, not a watch still being opened.
+        op.wait_ready(self.deadline)?;
+        let watching = |verb: &str| {
+            let now = self.cluster.snapshot();
+            cluster::operator_requests(&spawned, &now).is_some_and(|c| c.contains_key(verb))
+        };
+        while !(watching("watch immortalcontainers") && watching("watch pods")) {
+            op.check_alive()?;
+            if Instant::now() >= self.deadline {
+                return Err(Error::Timeout(
+                    "herd: the operator never opened its watches".into(),
+                ));
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        let before = self.cluster.snapshot();
+        server.fail_for(
+            FailRule {
+                count: 1,
+                status: self.cfg.burst_status,
+                retry_after: None,
+                verb: None,
+                path_contains: Some(format!("/namespaces/{ns}/")),
+            },
+            self.cfg.burst,
+        );
+        let started = Instant::now();
+        let burst_end = started + self.cfg.burst;
+        let mut per_second = Vec::new();
+        let mut last = before.clone();
+        let mut tick = started;
+        while tick < burst_end {
+            tick = (tick + Duration::from_secs(1)).min(burst_end);
+            thread::sleep(tick.saturating_duration_since(Instant::now()));
+            let now = self.cluster.snapshot();
+            let sent: u64 = cluster::operator_requests(&last, &now)
+                .map(|c| c.values().sum())
+                .unwrap_or(0);
+            per_second.push(sent);
+            last = now;
+            op.check_alive()?;
+        }
+        let by_verb = cluster::operator_requests(&before, &last).unwrap_or_default();
+        let requests = Requests {
+            total: by_verb.values().sum(),
+            by_verb,
+            source: "test server".into(),
+            ..Requests::default()
+        };
+        let converged = self.converge(&ns, &obs, &mut op, "herd", n)?;
+        let converged_after = converged.saturating_duration_since(burst_end);
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        let problems = verify(api, &ns, &|_| 1)?;
+        let correct = problems.is_empty();
+        failures.extend(problems.into_iter().map(|p| format!("herd: {p}")));
+        let exit_code = op.stop()?;
+        if exit_code != Some(0) {
+            failures.push(format!(
+                "herd operator: exit code {exit_code:?} after SIGTERM, want 0"
+            ));
+        }
+        let burst_seconds = self.cfg.burst.as_secs_f64();
+        Ok(Herd {
+            objects: n,
+            status: self.cfg.burst_status,
+            burst_seconds,
+            max_per_second: per_second.iter().copied().max().unwrap_or(0),
+            mean_per_second: requests.total as f64 / burst_seconds,
+            per_second,
+            requests,
+            converged_after_seconds: converged_after.as_secs_f64(),
+            correct,
+        })
     }
 
     /// N objects created untimed, then N pod creates and N status patches from `conns`

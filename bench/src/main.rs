@@ -39,6 +39,16 @@ struct Args {
     /// Image of every ImmortalContainer.
     #[arg(long, default_value = DEFAULT_IMAGE, value_name = "IMAGE")]
     image: String,
+    /// Herd phase (test server only): how long every request of its namespace fails, in
+    /// seconds; 0 skips the phase.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    burst_seconds: u64,
+    /// Herd phase: the HTTP status of the burst's answers (503, 500, 429...).
+    #[arg(long, default_value_t = 503, value_name = "CODE")]
+    burst_status: u16,
+    /// Herd phase: objects queued when the burst starts [default: --objects].
+    #[arg(long, value_name = "N")]
+    burst_objects: Option<usize>,
     /// Give up (exit 2) when the whole run takes longer, in seconds.
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     timeout: u64,
@@ -70,6 +80,9 @@ fn main() -> ExitCode {
         recovery: args.recovery,
         workers: args.workers,
         image: args.image,
+        burst: Duration::from_secs(args.burst_seconds),
+        burst_status: args.burst_status,
+        burst_objects: args.burst_objects,
         timeout: Duration::from_secs(args.timeout),
         progress: true,
     };

@@ -121,6 +121,25 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The herd phase: a burst of errors while every object is queued.
+#[derive(Debug, Clone, Serialize)]
+pub struct Herd {
+    pub objects: usize,
+    /// What every request of the phase's namespace was answered during the burst.
+    pub status: u16,
+    pub burst_seconds: f64,
+    /// The operator's requests in each second of the burst (the last may be shorter).
+    pub per_second: Vec<u64>,
+    pub max_per_second: u64,
+    pub mean_per_second: f64,
+    /// The operator's requests during the burst, by verb (the test server's counts).
+    pub requests: Requests,
+    /// From the end of the burst until every object had its pod and its status.
+    pub converged_after_seconds: f64,
+    /// Passed the correctness check.
+    pub correct: bool,
+}
+
 /// One of the operator processes: the backlog's, or the one that ran idle, bulk and recovery.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Process {
@@ -160,6 +179,8 @@ pub struct Report {
     pub recovery_requests: Option<Requests>,
     pub backlog_operator: Option<Process>,
     pub bulk_operator: Option<Process>,
+    /// `None` when skipped (a real cluster, or `--burst-seconds 0`).
+    pub herd: Option<Herd>,
     /// Targets, computed by [`Report::checks`] when the run ends.
     pub checks: Vec<Check>,
     /// Correctness failures: wrong counts, missing or extra pods, a bad exit. Any → exit 1.
@@ -175,6 +196,13 @@ const MIB: f64 = 1024.0;
 pub fn peak_rss_target_mib(objects: usize) -> f64 {
     let n = objects.clamp(1000, 10_000) as f64;
     8.0 + (n - 1000.0) * (25.0 - 8.0) / 9000.0
+}
+
+/// Most requests the operator may send during a burst of errors of `seconds`: its queue lets
+/// 100 failing reconciles through, then 10 a second (plus one per worker in flight), and each
+/// costs at most the client's 4 attempts (a 503 or 429 is retried within the request).
+pub fn herd_request_bound(seconds: f64, workers: usize) -> u64 {
+    4 * (100 + (10.0 * seconds).ceil() as u64 + workers as u64)
 }
 
 fn check(name: &str, result: String, target: &str, met: bool) -> Check {
@@ -245,6 +273,15 @@ impl Report {
                 format!("{:.2} ms", l.max_ms),
                 "<= 8 ms",
                 l.max_ms <= 8.0,
+            ));
+        }
+        if let Some(h) = &self.herd {
+            let most = herd_request_bound(h.burst_seconds, self.workers);
+            out.push(check(
+                &format!("herd requests in {:.0} s of {}s", h.burst_seconds, h.status),
+                format!("{} ({:.1}/s)", h.requests.total, h.mean_per_second),
+                &format!("<= {most}"),
+                h.requests.total <= most,
             ));
         }
         if let Some(idle) = self.bulk_operator.as_ref().and_then(|p| p.idle) {
@@ -378,6 +415,26 @@ impl Report {
                     .map_or_else(|| "none (signal)".to_string(), |c| c.to_string())
             );
         }
+        if let Some(h) = &self.herd {
+            let _ = writeln!(
+                t,
+                "herd: {} objects queued, {:.0} s of {}s: {} operator requests, {:.1}/s, at most {} in a second; converged {:.3} s after{}",
+                h.objects,
+                h.burst_seconds,
+                h.status,
+                h.requests.total,
+                h.mean_per_second,
+                h.max_per_second,
+                h.converged_after_seconds,
+                if h.correct {
+                    ""
+                } else {
+                    "  FAILED correctness check"
+                }
+            );
+            let per_second: Vec<String> = h.per_second.iter().map(u64::to_string).collect();
+            let _ = writeln!(t, "  requests each second: {}", per_second.join(" "));
+        }
         let _ = writeln!(t);
         let _ = writeln!(t, "  {:<30}  {:>22}  {:>14}", "target", "result", "goal");
         for c in &self.checks {
@@ -447,6 +504,12 @@ mod tests {
             vec![4.0, 1.0, 2.0],
             "samples kept in run order"
         );
+    }
+
+    #[test]
+    fn the_herd_bound_is_the_budget_times_the_clients_attempts() {
+        assert_eq!(herd_request_bound(10.0, 1), 4 * 201);
+        assert_eq!(herd_request_bound(2.5, 4), 4 * 129);
     }
 
     #[test]

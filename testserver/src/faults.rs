@@ -1,5 +1,6 @@
-//! Fault injection (failing the next matching requests, holding requests as a slow or hung
-//! server does, added latency), request counters and the request log.
+//! Fault injection (failing the next matching requests or every one for a while, holding
+//! requests as a slow or hung server does, freezing open watch streams, added latency),
+//! request counters and the request log.
 
 use crate::status::ApiError;
 use std::collections::BTreeMap;
@@ -61,42 +62,84 @@ impl StallRule {
     }
 }
 
-/// Pending failures, stalls and latency, behind one mutex in the server.
+/// Pending failures, stalls, frozen watches and latency, behind one mutex in the server.
 #[derive(Debug, Default)]
 pub struct Faults {
-    rules: Vec<FailRule>,
+    /// Failure rules in force: each with the moment it ends when it is timed (its count is
+    /// then not used up), `None` when it ends with its count.
+    rules: Vec<(FailRule, Option<Instant>)>,
     /// Stall rules in force, by id; a request is held by the first that matches.
     stalls: Vec<(u64, StallRule)>,
     next_stall: u64,
+    /// The epoch the next watch stream starts in; [`Faults::freeze_watches`] starts a new one.
+    watch_epoch: u64,
+    /// Watch streams of this epoch and before are frozen; `None`: none is.
+    frozen_through: Option<u64>,
     pub latency: Duration,
 }
 
 impl Faults {
     pub fn add(&mut self, rule: FailRule) {
         if rule.count > 0 {
-            self.rules.push(rule);
+            self.rules.push((rule, None));
         }
+    }
+
+    /// Fails every request `rule` matches until `until`, whatever its count: a burst of
+    /// errors that lasts a while, as from an API server coming back up.
+    pub fn add_until(&mut self, rule: FailRule, until: Instant) {
+        self.rules.push((rule, Some(until)));
     }
 
     /// The injected failure for this request, if a rule matches; uses up one of its count.
     /// Rules are tried in the order they were added.
     pub fn take(&mut self, verb: &str, target: &str) -> Option<ApiError> {
-        let i = self.rules.iter().position(|r| {
+        let now = Instant::now();
+        self.rules
+            .retain(|(_, until)| until.map_or(true, |u| u > now));
+        let i = self.rules.iter().position(|(r, _)| {
             r.verb.as_deref().map_or(true, |v| v == verb)
                 && r.path_contains
                     .as_deref()
                     .map_or(true, |p| target.contains(p))
         })?;
-        let rule = &mut self.rules[i];
+        let (rule, until) = &mut self.rules[i];
         let err = ApiError::Injected {
             code: rule.status,
             retry_after: rule.retry_after,
         };
-        rule.count -= 1;
-        if rule.count == 0 {
-            self.rules.remove(i);
+        if until.is_none() {
+            rule.count -= 1;
+            if rule.count == 0 {
+                self.rules.remove(i);
+            }
         }
         Some(err)
+    }
+
+    /// The epoch of a watch stream starting now, for [`Faults::is_frozen`].
+    pub fn watch_epoch(&self) -> u64 {
+        self.watch_epoch
+    }
+
+    /// Freezes every watch stream open now: each keeps its connection open and sends nothing
+    /// (no event, no bookmark, not its end) until [`Faults::thaw_watches`], as a watch behind
+    /// a node or load balancer that vanished looks to its client. Streams opened later are
+    /// not frozen.
+    pub fn freeze_watches(&mut self) {
+        self.frozen_through = Some(self.watch_epoch);
+        self.watch_epoch += 1;
+    }
+
+    /// Ends every freeze: frozen streams send what they held back and go on. The caller wakes
+    /// them (`Condvar::notify_all` on the server's `stall_lifted`).
+    pub fn thaw_watches(&mut self) {
+        self.frozen_through = None;
+    }
+
+    /// Whether a watch stream started in `epoch` is frozen.
+    pub fn is_frozen(&self, epoch: u64) -> bool {
+        self.frozen_through.is_some_and(|t| epoch <= t)
     }
 
     /// Puts `rule` in force; the id lifts it.
@@ -154,6 +197,24 @@ pub fn wait_out_stalls(
             }
         };
     }
+}
+
+/// Blocks a frozen watch stream's thread for at most `at_most`, or until the watches are
+/// thawed; returns whether the stream started in `epoch` is still frozen.
+pub fn wait_while_frozen(
+    faults: &Mutex<Faults>,
+    thawed: &Condvar,
+    epoch: u64,
+    at_most: Duration,
+) -> bool {
+    let f = faults.lock().unwrap_or_else(|e| e.into_inner());
+    if !f.is_frozen(epoch) {
+        return false;
+    }
+    let (f, _) = thawed
+        .wait_timeout(f, at_most)
+        .unwrap_or_else(|e| e.into_inner());
+    f.is_frozen(epoch)
 }
 
 /// Handled requests by `(verb, resource)`.
@@ -222,6 +283,43 @@ mod tests {
             )
             .expect("fails");
         assert_eq!(e.retry_after(), Some(2));
+    }
+
+    #[test]
+    fn a_timed_rule_fails_every_matching_request_until_it_ends() {
+        let mut f = Faults::default();
+        f.add_until(
+            FailRule {
+                status: 503,
+                path_contains: Some("/namespaces/a/".into()),
+                ..FailRule::default()
+            },
+            Instant::now() + Duration::from_millis(200),
+        );
+        for _ in 0..5 {
+            assert_eq!(
+                f.take("get", "/api/v1/namespaces/a/pods/x")
+                    .map(|e| e.code()),
+                Some(503),
+                "a count of 1 does not end a timed rule"
+            );
+        }
+        assert!(f.take("get", "/api/v1/namespaces/b/pods/x").is_none());
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(f.take("get", "/api/v1/namespaces/a/pods/x").is_none());
+        assert!(f.rules.is_empty(), "an ended rule is forgotten");
+    }
+
+    #[test]
+    fn a_freeze_holds_the_streams_open_before_it_and_not_those_after() {
+        let mut f = Faults::default();
+        let before = f.watch_epoch();
+        f.freeze_watches();
+        let after = f.watch_epoch();
+        assert!(f.is_frozen(before));
+        assert!(!f.is_frozen(after));
+        f.thaw_watches();
+        assert!(!f.is_frozen(before));
     }
 
     #[test]

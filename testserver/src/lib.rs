@@ -294,6 +294,29 @@ impl TestServer {
         self.shared.faults().add(rule);
     }
 
+    /// Makes every request `rule` matches fail for `duration` from now, whatever its count:
+    /// a burst of errors, as from an API server that is coming back up.
+    pub fn fail_for(&self, rule: FailRule, duration: Duration) {
+        self.shared
+            .faults()
+            .add_until(rule, std::time::Instant::now() + duration);
+    }
+
+    /// Freezes every watch stream open now: its connection stays open and it sends nothing,
+    /// no event, no bookmark, not even its end, as a watch does whose node or load balancer
+    /// vanished without a reset. Watches opened afterwards are served as usual (to make new
+    /// watches hang too, [`TestServer::stall`] the `watch` verb). Ends with
+    /// [`TestServer::thaw_watches`]; a frozen stream whose client has gone then ends.
+    pub fn freeze_watches(&self) {
+        self.shared.faults().freeze_watches();
+    }
+
+    /// Ends the freeze: frozen streams send what they held back and go on.
+    pub fn thaw_watches(&self) {
+        self.shared.faults().thaw_watches();
+        self.shared.stall_lifted.notify_all();
+    }
+
     /// Holds matching requests before they are handled (see [`StallRule`]) until
     /// [`TestServer::lift_stall`] with the id returned, or their hold passes.
     pub fn stall(&self, rule: StallRule) -> StallId {
@@ -432,6 +455,7 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         // Held requests end with the server instead of waiting for a lift that never comes.
         self.lift_all_stalls();
+        self.thaw_watches();
         self.stop_listening();
         if self.remove_dir {
             let _ = std::fs::remove_dir_all(&self.dir);

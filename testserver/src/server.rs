@@ -21,7 +21,7 @@ pub struct Shared {
     store: Mutex<Store>,
     pub users: RwLock<Users>,
     pub faults: Mutex<Faults>,
-    /// Notified when a stall rule is lifted, waking the requests it held.
+    /// Notified when a stall rule is lifted or watches are thawed, waking what they held.
     pub stall_lifted: Condvar,
     pub counts: Mutex<Counts>,
     /// Every request, once `TestServer::record_requests` turned the log on (`None`: off, so

@@ -1,6 +1,7 @@
 //! Serving one watch: a chunked stream of JSON events, one per line, with selector
 //! transitions, bookmarks and the timeout as kube-apiserver's watch cache does them.
 
+use crate::faults;
 use crate::http::Conn;
 use crate::resources::{self, ResourceDef};
 use crate::selector::Selector;
@@ -153,7 +154,12 @@ fn next_bookmark(now: Instant, interval: Duration, deadline: Instant) -> Option<
     (at > now).then_some(at)
 }
 
+/// How often a frozen stream checks whether it was dropped (its channel closed).
+const FROZEN_POLL: Duration = Duration::from_millis(100);
+
 /// Streams the watch on `conn` until it times out, is dropped, or the client goes away.
+/// While frozen (`TestServer::freeze_watches`) it sends nothing at all, its end included, and
+/// keeps what arrives for after the thaw.
 pub fn serve<S: Read + Write>(
     shared: &Shared,
     conn: &mut Conn<S>,
@@ -178,6 +184,8 @@ pub fn serve<S: Read + Write>(
         Start::Started { id, rx, backlog } => (*id, rx, backlog),
     };
     let _registration = Registration { shared, key, id };
+    let epoch = shared.faults().watch_epoch();
+    let mut held: Vec<Arc<Event>> = Vec::new();
     let started = Instant::now();
     let deadline = started + plan.timeout;
     let mut stream = Stream {
@@ -197,6 +205,22 @@ pub fn serve<S: Read + Write>(
         None
     };
     loop {
+        if shared.faults().is_frozen(epoch) {
+            loop {
+                match rx.try_recv() {
+                    Ok(ev) => held.push(ev),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => return Ended::Dropped,
+                }
+            }
+            faults::wait_while_frozen(&shared.faults, &shared.stall_lifted, epoch, FROZEN_POLL);
+            continue;
+        }
+        for ev in held.drain(..) {
+            if stream.send(&ev).is_err() {
+                return Ended::Dropped;
+            }
+        }
         let now = Instant::now();
         if now >= deadline {
             return match stream.conn.end_chunked() {
@@ -207,12 +231,17 @@ pub fn serve<S: Read + Write>(
         let wake = bookmark_at.map_or(deadline, |b| b.min(deadline));
         match rx.recv_timeout(wake.saturating_duration_since(now)) {
             Ok(ev) => {
-                if stream.send(&ev).is_err() {
+                if shared.faults().is_frozen(epoch) {
+                    held.push(ev);
+                } else if stream.send(&ev).is_err() {
                     return Ended::Dropped;
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
                 let now = Instant::now();
+                if shared.faults().is_frozen(epoch) {
+                    continue;
+                }
                 if bookmark_at.is_some_and(|b| b <= now) {
                     // Every commit up to the version read here is already in the channel
                     // (commits send under the same lock), so send those first: a bookmark

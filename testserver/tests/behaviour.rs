@@ -216,6 +216,45 @@ fn drop_watches_breaks_streams_without_the_final_chunk() {
 }
 
 #[test]
+fn a_frozen_watch_sends_nothing_until_thawed_while_a_newer_watch_is_served() {
+    bounded(30, || {
+        let (server, admin) = start_without_kubelet();
+        let watch = || {
+            admin
+                .watch(&format!(
+                    "{PODS}?watch=true&allowWatchBookmarks=true&timeoutSeconds=30"
+                ))
+                .spawn()
+        };
+        let wait_open = |n: usize| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while server.open_watches() != n {
+                assert!(Instant::now() < deadline, "watch never registered");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        let frozen = watch();
+        wait_open(1);
+        server.freeze_watches();
+        let fresh = watch();
+        wait_open(2);
+        admin.post(PODS, &pod_body("a", None));
+        let seen = fresh.take(1, Duration::from_secs(5));
+        assert_eq!(types(&seen), vec!["ADDED"], "the newer watch is served");
+        // Bookmarks are due every second: 2.5 s of silence means the freeze holds them too.
+        assert_eq!(frozen.any(Duration::from_millis(2500)), None);
+        assert_eq!(server.open_watches(), 2, "the frozen stream stays open");
+        server.thaw_watches();
+        let held = frozen.take(1, Duration::from_secs(5));
+        assert_eq!(
+            types(&held),
+            vec!["ADDED"],
+            "what the freeze held comes after it"
+        );
+    });
+}
+
+#[test]
 fn label_selector_watch_sees_relabel_as_added_and_deleted() {
     bounded(20, || {
         let (_server, admin) = start_without_kubelet();
@@ -443,6 +482,27 @@ fn fail_next_answers_injected_status_with_retry_after_then_recovers() {
             (503, Some("ServiceUnavailable"))
         );
         assert_eq!(r.retry_after, None);
+    });
+}
+
+#[test]
+fn fail_for_fails_every_matching_request_for_its_duration_then_recovers() {
+    bounded(20, || {
+        let (server, admin) = start();
+        server.fail_for(
+            FailRule {
+                status: 503,
+                verb: Some("list".into()),
+                ..FailRule::default()
+            },
+            Duration::from_millis(500),
+        );
+        for _ in 0..3 {
+            assert_eq!(admin.get(PODS).code, 503);
+        }
+        assert_eq!(admin.post(PODS, &pod_body("a", None)).code, 201);
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(admin.get(PODS).code, 200);
     });
 }
 

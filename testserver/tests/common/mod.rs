@@ -286,6 +286,11 @@ impl Events {
         out
     }
 
+    /// The next event of any type, BOOKMARK included, if one arrives within `timeout`.
+    pub fn any(&self, timeout: Duration) -> Option<Value> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+
     /// Events other than BOOKMARK that arrive within `quiet`.
     pub fn more(&self, quiet: Duration) -> Vec<Value> {
         self.take(usize::MAX, quiet)
