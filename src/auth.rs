@@ -3,14 +3,14 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
 
-use crate::kubeconfig::{lock, redact_values, ConfigError};
+use crate::util::lock;
 
 /// How long a token read from a file is used before the file is read again. Bound
 /// service-account tokens are rotated by the kubelet at 80% of their lifetime (an hour or more),
@@ -30,6 +30,49 @@ const EXEC_API_VERSIONS: [&str; 2] = [
     "client.authentication.k8s.io/v1",
     "client.authentication.k8s.io/v1beta1",
 ];
+
+/// Why a credential could not be set up or produced. Every message names where it is
+/// configured (`kubeconfig PATH, user "NAME", exec`) or the file at fault, never a token or key.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A token file cannot be read, or is empty. At load: not retried. A failed re-read of a
+    /// rotating token file keeps the previous token instead (see `TokenFile::current`).
+    Read {
+        what: String,
+        path: PathBuf,
+        error: io::Error,
+    },
+    /// An exec plugin setting the operator cannot honour (an apiVersion it does not speak,
+    /// `interactiveMode: Always`). Found at load; not retried.
+    Unsupported { origin: String, problem: String },
+    /// An exec credential plugin was not found, failed, timed out or printed a bad
+    /// ExecCredential. Returned on use (`authorization()`, `client_certificate()`); the plugin
+    /// runs again on the next call, so callers retry with backoff.
+    Exec { origin: String, problem: String },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Read { what, path, error } => {
+                write!(f, "{what}: cannot read {}: {error}", path.display())
+            }
+            Error::Unsupported { origin, problem } | Error::Exec { origin, problem } => {
+                write!(f, "{origin}: {problem}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Read { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 /// A client certificate chain and its private key, both PEM.
 pub(crate) type PemPair = (Vec<u8>, Vec<u8>);
@@ -74,7 +117,7 @@ impl Credentials {
 
     /// A token read from `path` now (so a missing file fails at startup) and again whenever the
     /// copy is older than a minute. `what` names the file in errors.
-    pub(crate) fn token_file(path: PathBuf, what: String) -> Result<Credentials, ConfigError> {
+    pub(crate) fn token_file(path: PathBuf, what: String) -> Result<Credentials, Error> {
         let token = read_token(&path, &what)?;
         Ok(Credentials {
             source: Source::TokenFile(TokenFile {
@@ -89,9 +132,9 @@ impl Credentials {
     }
 
     /// An exec plugin; it first runs when a credential is first needed.
-    pub(crate) fn exec(config: ExecConfig) -> Result<Credentials, ConfigError> {
+    pub(crate) fn exec(config: ExecConfig) -> Result<Credentials, Error> {
         if !EXEC_API_VERSIONS.contains(&config.api_version.as_str()) {
-            return Err(ConfigError::Invalid {
+            return Err(Error::Unsupported {
                 origin: config.origin,
                 problem: format!(
                     "apiVersion {:?} is not supported (use {})",
@@ -102,7 +145,7 @@ impl Credentials {
         }
         // We never have a terminal; client-go refuses "Always" without one.
         if config.interactive_mode.as_deref() == Some("Always") {
-            return Err(ConfigError::Invalid {
+            return Err(Error::Unsupported {
                 origin: config.origin,
                 problem:
                     "interactiveMode Always needs a terminal, which the operator does not have"
@@ -120,7 +163,7 @@ impl Credentials {
 
     /// The Authorization header value to send ("Bearer ..."), or None for cert-only/anonymous.
     /// Re-reads a rotating token file / re-runs an expired exec plugin as needed.
-    pub fn authorization(&self) -> Result<Option<String>, ConfigError> {
+    pub fn authorization(&self) -> Result<Option<String>, Error> {
         let token = match &self.source {
             Source::Anonymous => None,
             Source::Token(token) => Some(token.clone()),
@@ -141,7 +184,7 @@ impl Credentials {
 
     /// The client certificate and key (PEM) an exec plugin handed out, running it if needed;
     /// None for every other kind of credential.
-    pub(crate) fn client_certificate(&self) -> Result<Option<PemPair>, ConfigError> {
+    pub(crate) fn client_certificate(&self) -> Result<Option<PemPair>, Error> {
         match &self.source {
             Source::Exec(plugin) => Ok(plugin.credential()?.client.clone()),
             _ => Ok(None),
@@ -187,8 +230,8 @@ impl TokenFile {
     }
 }
 
-fn read_token(path: &std::path::Path, what: &str) -> Result<String, ConfigError> {
-    let read_error = |error| ConfigError::Read {
+fn read_token(path: &Path, what: &str) -> Result<String, Error> {
+    let read_error = |error| Error::Read {
         what: what.to_string(),
         path: path.to_path_buf(),
         error,
@@ -255,7 +298,7 @@ impl ExecPlugin {
     /// The cached credential, or a new one if there is none or it is about to expire. A
     /// credential without expirationTimestamp is kept until `invalidate()`, as in client-go.
     /// The lock is held while the plugin runs, so concurrent callers wait for one run.
-    fn credential(&self) -> Result<Arc<ExecCredential>, ConfigError> {
+    fn credential(&self) -> Result<Arc<ExecCredential>, Error> {
         let mut cached = lock(&self.cached);
         if let Some(credential) = cached.as_ref() {
             let fresh = match credential.expires {
@@ -271,14 +314,14 @@ impl ExecPlugin {
         Ok(credential)
     }
 
-    fn error(&self, problem: String) -> ConfigError {
-        ConfigError::Exec {
+    fn error(&self, problem: String) -> Error {
+        Error::Exec {
             origin: self.config.origin.clone(),
             problem,
         }
     }
 
-    fn run(&self) -> Result<ExecCredential, ConfigError> {
+    fn run(&self) -> Result<ExecCredential, Error> {
         let config = &self.config;
         let command = config.command.to_string_lossy();
         let mut spec = serde_json::json!({ "interactive": false });
@@ -359,7 +402,7 @@ impl ExecPlugin {
 
     /// Checks the output the way client-go does: same apiVersion as requested, a status, and a
     /// token or a complete certificate/key pair.
-    fn parse(&self, stdout: &[u8]) -> Result<ExecCredential, ConfigError> {
+    fn parse(&self, stdout: &[u8]) -> Result<ExecCredential, Error> {
         let command = self.config.command.to_string_lossy();
         let output: ExecOutput = serde_json::from_slice(stdout).map_err(|e| {
             self.error(format!(
@@ -419,6 +462,55 @@ impl ExecPlugin {
             expires,
         })
     }
+}
+
+/// Removes the offending value serde quotes in "invalid type/value" messages (for example
+/// `invalid type: integer `123`, expected a string`): that value may be a token.
+pub(crate) fn redact_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = [
+        "string \"",
+        "integer `",
+        "floating point `",
+        "character `",
+        "bytes \"",
+    ]
+    .iter()
+    .filter_map(|marker| rest.find(marker).map(|i| (i, marker.len())))
+    .min()
+    {
+        let (at, len) = start;
+        let quote = rest.as_bytes()[at + len - 1];
+        out.push_str(&rest[..at + len]);
+        let value = &rest[at + len..];
+        // Debug-formatted strings escape inner quotes; skip those.
+        let mut end = None;
+        let mut escaped = false;
+        for (i, b) in value.bytes().enumerate() {
+            match b {
+                b'\\' if !escaped => escaped = true,
+                b if b == quote && !escaped => {
+                    end = Some(i);
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        match end {
+            Some(end) => {
+                out.push_str("...");
+                out.push(quote as char);
+                rest = &value[end + 1..];
+            }
+            None => {
+                out.push_str("...");
+                return out;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -886,5 +978,23 @@ exit "$(cat "$dir/exit-code" 2>/dev/null || echo 0)"
         for (credentials, expected) in cases {
             assert_eq!(format!("{credentials:?}"), expected);
         }
+    }
+
+    #[test]
+    fn redaction_removes_quoted_values_and_keeps_the_rest() {
+        assert_eq!(
+            redact_values(
+                "invalid type: string \"t0k\\\"en\", expected a boolean at line 3 column 5"
+            ),
+            "invalid type: string \"...\", expected a boolean at line 3 column 5"
+        );
+        assert_eq!(
+            redact_values("invalid type: integer `12345`, expected a string"),
+            "invalid type: integer `...`, expected a string"
+        );
+        assert_eq!(
+            redact_values("missing field `name`"),
+            "missing field `name`"
+        );
     }
 }

@@ -4,12 +4,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
-use crate::auth::{Credentials, ExecConfig, PemPair};
+use crate::auth::{self, redact_values, Credentials, ExecConfig, PemPair};
 use crate::tls::{self, TlsError};
+use crate::util::lock;
 
 /// Where the service account is mounted in every pod (token, ca.crt, namespace); the path
 /// client-go's `rest.InClusterConfig` reads.
@@ -64,9 +65,8 @@ pub enum ConfigError {
     /// not in a pod. Not retried.
     NoConfiguration(String),
     /// A file named by the configuration could not be read: a kubeconfig, CA, client
-    /// certificate or key, token file, or service-account file. `what` says which and where it
-    /// was named. Not retried at load; a failed re-read of a rotating token file keeps the
-    /// previous token and only errors if there never was one.
+    /// certificate or key, or the service account's CA. `what` says which and where it was
+    /// named. Not retried. (A token file is the credentials': [`ConfigError::Credentials`].)
     Read {
         what: String,
         path: PathBuf,
@@ -81,10 +81,10 @@ pub enum ConfigError {
     /// Certificates or keys are unusable. Not retried (from an exec plugin: rebuilt the next
     /// time the plugin runs).
     Tls { origin: String, error: TlsError },
-    /// An exec credential plugin was not found, failed, timed out or printed a bad
-    /// ExecCredential. Returned by `authorization()`/`tls_config()`; the plugin runs again on
-    /// the next call, so callers retry with backoff.
-    Exec { origin: String, problem: String },
+    /// The user's credentials cannot be set up (a token file, an exec plugin setting) or, from
+    /// [`ClusterConfig::tls_config`], an exec plugin failed to hand out its certificate: see
+    /// [`auth::Error`] for which are retried.
+    Credentials(auth::Error),
 }
 
 impl fmt::Display for ConfigError {
@@ -105,8 +105,14 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::Invalid { origin, problem } => write!(f, "{origin}: {problem}"),
             ConfigError::Tls { origin, error } => write!(f, "{origin}: {error}"),
-            ConfigError::Exec { origin, problem } => write!(f, "{origin}: {problem}"),
+            ConfigError::Credentials(e) => write!(f, "{e}"),
         }
+    }
+}
+
+impl From<auth::Error> for ConfigError {
+    fn from(e: auth::Error) -> ConfigError {
+        ConfigError::Credentials(e)
     }
 }
 
@@ -115,6 +121,7 @@ impl std::error::Error for ConfigError {
         match self {
             ConfigError::Read { error, .. } => Some(error),
             ConfigError::Tls { error, .. } => Some(error),
+            ConfigError::Credentials(error) => Some(error),
             _ => None,
         }
     }
@@ -876,63 +883,6 @@ fn available<T>(entries: &BTreeMap<String, T>) -> String {
         .map(String::as_str)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Locks a mutex, recovering from poisoning: the data guarded here (caches) stays valid if a
-/// holder panicked, and the operator must not crash on it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Removes the offending value serde quotes in "invalid type/value" messages (for example
-/// `invalid type: integer `123`, expected a string`): that value may be a token.
-pub(crate) fn redact_values(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(start) = [
-        "string \"",
-        "integer `",
-        "floating point `",
-        "character `",
-        "bytes \"",
-    ]
-    .iter()
-    .filter_map(|marker| rest.find(marker).map(|i| (i, marker.len())))
-    .min()
-    {
-        let (at, len) = start;
-        let quote = rest.as_bytes()[at + len - 1];
-        out.push_str(&rest[..at + len]);
-        let value = &rest[at + len..];
-        // Debug-formatted strings escape inner quotes; skip those.
-        let mut end = None;
-        let mut escaped = false;
-        for (i, b) in value.bytes().enumerate() {
-            match b {
-                b'\\' if !escaped => escaped = true,
-                b if b == quote && !escaped => {
-                    end = Some(i);
-                    break;
-                }
-                _ => escaped = false,
-            }
-        }
-        match end {
-            Some(end) => {
-                out.push_str("...");
-                out.push(quote as char);
-                rest = &value[end + 1..];
-            }
-            None => {
-                out.push_str("...");
-                return out;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 /// Decodes standard base64 (RFC 4648 alphabet), padding optional, whitespace ignored. Written
@@ -1832,23 +1782,5 @@ contexts:
             assert_eq!(base64_decode(&encoded).unwrap(), &data[..len]);
         }
         assert_eq!(base64_encode(b"hello"), "aGVsbG8=");
-    }
-
-    #[test]
-    fn redaction_removes_quoted_values_and_keeps_the_rest() {
-        assert_eq!(
-            redact_values(
-                "invalid type: string \"t0k\\\"en\", expected a boolean at line 3 column 5"
-            ),
-            "invalid type: string \"...\", expected a boolean at line 3 column 5"
-        );
-        assert_eq!(
-            redact_values("invalid type: integer `12345`, expected a string"),
-            "invalid type: integer `...`, expected a string"
-        );
-        assert_eq!(
-            redact_values("missing field `name`"),
-            "missing field `name`"
-        );
     }
 }

@@ -1,6 +1,8 @@
-//! Small helpers several stages share: a random source for jitter and RFC 3339 timestamps.
+//! Small helpers several stages share: a random source for jitter, RFC 3339 timestamps, and a
+//! lock that survives a panicked holder.
 
 use std::cell::Cell;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 thread_local! {
@@ -168,6 +170,14 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
     let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
     era * 146_097 + day_of_era - 719_468
+}
+
+/// Locks a mutex, recovering from poisoning: the data guarded with it (caches) stays valid if a
+/// holder panicked, and the operator must not crash on it.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
