@@ -5,11 +5,11 @@
 //! after a 401, and turning every non-2xx answer into [`Error::Api`] carrying the server's
 //! `Status`. Nothing here logs a header: the Authorization value never reaches a log line.
 //!
-//! A client given a [`Fence`] (leader election's) sends a write only while the fence is open,
-//! and with a timeout that ends when it closes.
+//! A client given a [`Fence`] (leader election opens and closes it) sends a write only while
+//! the fence is open, and with a timeout that ends when it closes.
 
+use crate::fence::Fence;
 use crate::kubeconfig::{ClusterConfig, ConfigError};
-use crate::leader::Fence;
 use crate::metrics;
 use crate::resources::{ImmortalContainer, Pod, Status, GROUP, PLURAL, VERSION};
 use serde::de::DeserializeOwned;

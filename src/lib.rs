@@ -14,6 +14,7 @@ pub mod client;
 pub mod controller;
 pub mod counting;
 pub mod events;
+pub mod fence;
 pub mod kubeconfig;
 pub mod leader;
 pub mod lifecycle;
