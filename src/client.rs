@@ -5,12 +5,14 @@
 //! after a 401, and turning every non-2xx answer into [`Error::Api`] carrying the server's
 //! `Status`. Nothing here logs a header: the Authorization value never reaches a log line.
 //!
+//! Every request is reported to the client's [`RequestHook`] (the metrics registry's, in the
+//! operator), which is how requests are counted without the client knowing how.
+//!
 //! A client given a [`Fence`] (leader election opens and closes it) sends a write only while
 //! the fence is open, and with a timeout that ends when it closes.
 
 use crate::fence::Fence;
 use crate::kubeconfig::{ClusterConfig, ConfigError};
-use crate::metrics;
 use crate::resources::{ImmortalContainer, Pod, Status, GROUP, PLURAL, VERSION};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -371,6 +373,14 @@ pub struct ListMeta {
 // ---------------------------------------------------------------------------------------------
 // The client.
 
+/// Told of every request a client sent: its method and the HTTP status it was answered with
+/// (0: no answer at all). The client defines the hook and whoever keeps metrics supplies one
+/// (see [`Client::reporting`]), as client-go's `tools/metrics` adapters are registered.
+pub type RequestHook = fn(method: &'static str, code: u16);
+
+/// The hook of a client nobody asked to report.
+fn unreported(_: &'static str, _: u16) {}
+
 /// The HTTP client every thread shares. Cheap to clone: all state is behind `Arc`s.
 #[derive(Clone)]
 pub struct Client {
@@ -381,6 +391,8 @@ pub struct Client {
     fence: Option<Arc<Fence>>,
     /// Cleared by [`Client::unpooled`]: every request on a connection of its own.
     pooled: bool,
+    /// Set by [`Client::reporting`]: told of every request sent.
+    on_request: RequestHook,
 }
 
 struct Inner {
@@ -429,7 +441,17 @@ impl Client {
             until: None,
             fence: None,
             pooled: true,
+            on_request: unreported,
         })
+    }
+
+    /// The same client, but every request it sends (each attempt of a retried one included)
+    /// is reported to `hook`, and so is every request of the clients made from it.
+    pub fn reporting(&self, hook: RequestHook) -> Client {
+        Client {
+            on_request: hook,
+            ..self.clone()
+        }
     }
 
     /// The same client, but every request ends by `deadline` (its timeout is cut to fit, and
@@ -555,7 +577,7 @@ impl Client {
                 Err(ureq::Error::Status(c, _)) => *c,
                 Err(ureq::Error::Transport(_)) => 0,
             };
-            metrics::record_request(req.method, code);
+            (self.on_request)(req.method, code);
             log::trace!(
                 target: "client",
                 method = req.method, path = req.path, code = code,

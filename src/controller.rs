@@ -63,8 +63,9 @@ pub fn run(config: Config) -> ExitCode {
     let server = cluster.server.clone();
     let default_ns = cluster.default_namespace.clone();
     // One connection per worker, one per watcher, one for events and one for the lease.
+    // Every request of every client made from this one is counted in the metrics.
     let client = match Client::new(cluster, config.workers + 4) {
-        Ok(c) => c,
+        Ok(c) => c.reporting(metrics::record_request),
         Err(e) => return fail_at_start(&e.to_string()),
     };
     log::info!(

@@ -149,7 +149,8 @@ fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
         .or_insert(0) += 1;
 }
 
-/// One API request answered with `code` (0: no answer).
+/// One API request answered with `code` (0: no answer): the API client's
+/// [`RequestHook`](crate::client::RequestHook).
 pub fn record_request(method: &'static str, code: u16) {
     bump(&registry().requests, (method, code));
 }
