@@ -1,8 +1,8 @@
 //! Command line: raw flags as clap parses them ([`Args`]), checked into the configuration the
 //! rest of the program runs on ([`Config`]).
 
-use crate::logging;
-use crate::serve;
+use crate::runtime::logging;
+use crate::runtime::serve;
 use clap::{Parser, Subcommand};
 use std::fmt;
 use std::path::PathBuf;
@@ -279,7 +279,10 @@ mod tests {
         assert_eq!(c.namespace, None);
         assert_eq!(c.workers, 1);
         assert!(c.leader.is_none());
-        assert_eq!(c.watch_idle_timeout, crate::watcher::DEFAULT_IDLE_TIMEOUT);
+        assert_eq!(
+            c.watch_idle_timeout,
+            crate::runtime::watcher::DEFAULT_IDLE_TIMEOUT
+        );
         assert_eq!(
             c.endpoints,
             serve::Settings {

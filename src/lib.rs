@@ -1,35 +1,26 @@
 //! immortal-operator: keeps exactly one pod alive for every ImmortalContainer.
 //!
-//! The data flow, one module per stage: [`cli`] flags → [`kubeconfig`] (with [`tls`] and
-//! [`auth`]) → [`client`] → two [`watcher`] threads pushing `namespace/name` keys into the
-//! [`queue`] → [`reconcile`] workers, wired together and shut down by [`controller`].
-//! [`resources`] holds the API types; [`events`], [`leader`], [`metrics`] and [`serve`] (with
-//! [`metrics_auth`] and [`server_tls`] for HTTPS metrics) are what running in production adds;
-//! [`trace`] reads the logs back. [`allocator`] is the binary's global allocator.
+//! Three layers, each in its own folder, and imports run one way only, from the top down:
+//!
+//! - [`immortal`]: the ImmortalContainer policy, all of it: the resource's types, what each
+//!   watch event means for its owner, the desired pod, the reconcile decisions, the counting
+//!   invariant and the conditions.
+//! - [`runtime`]: controller machinery that knows no resource in particular: the work queue and
+//!   its rate limits, watchers, leader election, metrics, the probe and metrics server,
+//!   logging and the allocator.
+//! - [`kube`]: Kubernetes access: configuration (kubeconfig, in-cluster, exec plugins),
+//!   credentials, TLS, the typed REST client, the core object types and the Event recorder.
+//!
+//! On top: [`cli`] (flags) and [`operator`] (wires the layers into a running operator and
+//! takes it down in order); `main.rs` only calls them. [`trace`] reads the logs back and
+//! [`util`] holds the few helpers every layer uses (time, base64, poison-tolerant locks).
 
-pub mod allocator;
-pub mod auth;
 pub mod cli;
-pub mod client;
-pub mod controller;
-pub mod counting;
-pub mod events;
-pub mod fence;
-pub mod kubeconfig;
-pub mod leader;
-pub mod lifecycle;
-pub mod logging;
-pub mod metrics;
-pub mod metrics_auth;
-pub mod queue;
-pub mod reconcile;
-pub mod resources;
-pub mod restarts;
-pub mod serve;
-pub mod server_tls;
+pub mod immortal;
+pub mod kube;
+pub mod operator;
+pub mod runtime;
 #[cfg(test)]
 mod testutil;
-pub mod tls;
 pub mod trace;
 pub mod util;
-pub mod watcher;

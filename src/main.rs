@@ -1,12 +1,14 @@
 //! The `immortal-operator` binary: parse flags, set up logging, run the operator.
 
 use clap::Parser;
-use immortal_operator::{cli, controller, logging, trace};
+use immortal_operator::runtime::logging;
+use immortal_operator::{cli, operator, trace};
 use std::process::ExitCode;
 
-// Why a cache in front of the system allocator: see allocator.rs (musl's malloc, measured).
+// Why a cache in front of the system allocator: see runtime/allocator.rs (musl's malloc, measured).
 #[global_allocator]
-static ALLOC: immortal_operator::allocator::Cached = immortal_operator::allocator::Cached;
+static ALLOC: immortal_operator::runtime::allocator::Cached =
+    immortal_operator::runtime::allocator::Cached;
 
 fn main() -> ExitCode {
     let args = cli::Args::parse();
@@ -21,5 +23,5 @@ fn main() -> ExitCode {
         }
     };
     logging::init(config.log_format);
-    controller::run(config)
+    operator::run(config)
 }

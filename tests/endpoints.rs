@@ -94,7 +94,7 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
 
 /// An HTTPS GET that trusts any certificate, as the ServiceMonitor's insecureSkipVerify does.
 fn https_get(addr: SocketAddr, token: Option<&str>) -> (u16, String) {
-    let tls = immortal_operator::tls::client_config(None, true, None, None).unwrap();
+    let tls = immortal_operator::kube::tls::client_config(None, true, None, None).unwrap();
     let agent = ureq::AgentBuilder::new()
         .tls_config(tls)
         .timeout(BOUND)

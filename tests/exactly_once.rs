@@ -16,14 +16,16 @@
 //! generator: `IMMORTAL_FAULT_SEED=N` replays another set; a failure prints the seed, the
 //! faults and every call the run made.
 
-use immortal_operator::client;
-use immortal_operator::lifecycle::{IcEvents, IcSeen, PodEvents, PodHint};
-use immortal_operator::reconcile::{self, Api, Books, Next, Note, Trace};
-use immortal_operator::resources::{
-    self, Condition, ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ObjectMeta,
-    Pod, PodCondition, PodStatus, Status, COUNT_FINALIZER,
+use immortal_operator::immortal::lifecycle::{IcEvents, IcSeen, PodEvents, PodHint};
+use immortal_operator::immortal::reconcile::{self, Api, Books, Next, Note, Trace};
+use immortal_operator::immortal::types::{
+    ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
 };
-use immortal_operator::watcher::{Verdict, Watched};
+use immortal_operator::kube::client;
+use immortal_operator::kube::types::{
+    Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
+};
+use immortal_operator::runtime::watcher::{Verdict, Watched};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -171,7 +173,7 @@ fn api_err(code: u16, reason: &str) -> client::Error {
         code,
         reason: reason.into(),
         message: format!("injected {reason}"),
-        details: (code == 429).then(|| resources::StatusDetails {
+        details: (code == 429).then(|| StatusDetails {
             retry_after_seconds: Some(1),
             ..Default::default()
         }),

@@ -2,9 +2,12 @@
 //! bench's own API calls, counted so the operator's requests can be told apart from them.
 
 use crate::Error;
-use immortal_operator::client::{self, Client, ListParams, Resource, WatchParams};
-use immortal_operator::kubeconfig::{self, LoadOptions};
-use immortal_operator::resources::{ImmortalContainer, Pod, API_VERSION, GROUP, KIND, VERSION};
+use immortal_operator::immortal::types::{
+    ImmortalContainer, API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, VERSION,
+};
+use immortal_operator::kube::client::{self, Client, ListParams, Resource, WatchParams};
+use immortal_operator::kube::config::{self, LoadOptions};
+use immortal_operator::kube::types::Pod;
 use kube_testserver::{Options, TestServer};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -58,7 +61,7 @@ impl Api {
             "spec": { "image": image },
         });
         self.client
-            .create(Resource::ImmortalContainers, ns, &body)
+            .create(IMMORTAL_CONTAINERS, ns, &body)
             .map_err(|e| Error::api("create immortalcontainer", e))
     }
 
@@ -77,7 +80,7 @@ impl Api {
     ) -> Result<ImmortalContainer, Error> {
         self.note("patch", "immortalcontainers/status");
         self.client
-            .patch_immortal_container_status(ns, name, patch)
+            .patch_status(IMMORTAL_CONTAINERS, ns, name, patch)
             .map_err(|e| Error::api("patch immortalcontainer status", e))
     }
 
@@ -100,7 +103,7 @@ impl Api {
         let sub = format!("{name}/status");
         self.client
             .merge_patch::<_, Value>(
-                Resource::Pods,
+                Resource::PODS,
                 ns,
                 &sub,
                 &json!({ "status": { "phase": "Failed" } }),
@@ -148,7 +151,7 @@ impl Api {
             label_selector: None,
             resource_version: rv,
             timeout_seconds: WATCH_SECONDS,
-            idle_timeout: immortal_operator::watcher::DEFAULT_IDLE_TIMEOUT,
+            idle_timeout: immortal_operator::runtime::watcher::DEFAULT_IDLE_TIMEOUT,
         };
         self.client.watch(res, Some(ns), &params)
     }
@@ -227,7 +230,7 @@ impl Cluster {
             kubeconfig: Some(path.clone()),
             context: None,
         };
-        let config = kubeconfig::load(&opts)
+        let config = config::load(&opts)
             .map_err(|e| Error::Setup(format!("kubeconfig {}: {e}", path.display())))?;
         let client = Client::new(config, connections)
             .map_err(|e| Error::Setup(format!("kubeconfig {}: {e}", path.display())))?;

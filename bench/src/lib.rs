@@ -18,12 +18,13 @@ pub mod operator;
 pub mod report;
 
 use cluster::{Api, Cluster, Counts, Snapshot};
-use immortal_operator::client::{self, Resource};
-use immortal_operator::reconcile;
-use immortal_operator::resources::{
-    self, Condition, ImmortalContainer, ImmortalContainerStatus, Pod, CONTAINER_NAME,
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_UID_LABEL,
+use immortal_operator::immortal::reconcile;
+use immortal_operator::immortal::types::{
+    pod_name, ImmortalContainer, ImmortalContainerStatus, CONTAINER_NAME, IMAGE_ANNOTATION,
+    IMMORTAL_CONTAINERS, MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_UID_LABEL,
 };
+use immortal_operator::kube::client::{self, Resource};
+use immortal_operator::kube::types::{Condition, Pod};
 use kube_testserver::{FailRule, TestServer};
 use observe::Observer;
 use operator::Operator;
@@ -561,7 +562,7 @@ impl Run<'_> {
         let mut failed = Vec::with_capacity(k);
         for round in 0..2 * k {
             let name = format!("ic-{}", round % n);
-            let pod = resources::pod_name(&name);
+            let pod = pod_name(&name);
             let old = obs
                 .lock()
                 .pods
@@ -789,8 +790,8 @@ pub fn verify(
     ns: &str,
     want_starts: &dyn Fn(&str) -> i64,
 ) -> Result<Vec<String>, Error> {
-    let (ics, _) = api.list_all::<ImmortalContainer>(Resource::ImmortalContainers, ns)?;
-    let (pods, _) = api.list_all::<Pod>(Resource::Pods, ns)?;
+    let (ics, _) = api.list_all::<ImmortalContainer>(IMMORTAL_CONTAINERS, ns)?;
+    let (pods, _) = api.list_all::<Pod>(Resource::PODS, ns)?;
     let mut pods: BTreeMap<String, Pod> = pods
         .into_iter()
         .map(|p| (p.metadata.name.clone(), p))
@@ -798,7 +799,7 @@ pub fn verify(
     let mut problems = Vec::new();
     for ic in &ics {
         let name = &ic.metadata.name;
-        let pod_name = resources::pod_name(name);
+        let pod_name = pod_name(name);
         let want = want_starts(name);
         if ic.status.start_times != Some(want) {
             problems.push(format!(
@@ -845,7 +846,7 @@ fn pod_problems(ic: &ImmortalContainer, pod: &Pod) -> Vec<String> {
     {
         out.push(format!("pod {name}: labels {labels:?}"));
     }
-    let annotated = pod.metadata.annotations.get(resources::IMAGE_ANNOTATION);
+    let annotated = pod.metadata.annotations.get(IMAGE_ANNOTATION);
     if annotated != Some(&ic.spec.image) {
         out.push(format!("pod {name}: image annotation {annotated:?}"));
     }
@@ -871,7 +872,7 @@ fn pod_problems(ic: &ImmortalContainer, pod: &Pod) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use immortal_operator::resources::ObjectMeta;
+    use immortal_operator::kube::types::ObjectMeta;
 
     #[test]
     fn startup_requests_are_discovery_lists_and_watches_only() {

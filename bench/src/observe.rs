@@ -8,7 +8,8 @@
 
 use crate::cluster::{Api, RETRY_PAUSE};
 use crate::Error;
-use immortal_operator::client::Resource;
+use immortal_operator::immortal::types::IMMORTAL_CONTAINERS;
+use immortal_operator::kube::client::Resource;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -130,7 +131,7 @@ impl Observer {
             shared: Arc::new((Mutex::new(State::new()), Condvar::new())),
             quit: Arc::new(AtomicBool::new(false)),
         };
-        for res in [Resource::ImmortalContainers, Resource::Pods] {
+        for res in [IMMORTAL_CONTAINERS, Resource::PODS] {
             let (api, ns, shared, quit) = (
                 api.clone(),
                 ns.to_string(),
@@ -225,7 +226,7 @@ fn watch_loop(api: &Api, res: Resource, ns: &str, shared: &Shared, quit: &Atomic
             let mut s = shared.0.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
             match res {
-                Resource::Pods => s.pods.clear(),
+                Resource::PODS => s.pods.clear(),
                 _ => {
                     s.ics.clear();
                     s.started = 0;
@@ -302,7 +303,7 @@ fn apply(s: &mut State, res: Resource, kind: &str, obj: &Value, now: Instant) {
         return;
     };
     match res {
-        Resource::Pods => {
+        Resource::PODS => {
             if kind == "DELETED" {
                 s.pods.remove(name);
                 return;
@@ -357,16 +358,10 @@ mod tests {
         let t0 = Instant::now();
         for (i, name) in ["a", "b"].iter().enumerate() {
             let at = t0 + Duration::from_millis(i as u64);
+            apply(&mut s, IMMORTAL_CONTAINERS, "ADDED", &ic(name, None), at);
             apply(
                 &mut s,
-                Resource::ImmortalContainers,
-                "ADDED",
-                &ic(name, None),
-                at,
-            );
-            apply(
-                &mut s,
-                Resource::Pods,
+                Resource::PODS,
                 "ADDED",
                 &pod(&format!("{name}-immortalpod"), "u"),
                 at,
@@ -377,7 +372,7 @@ mod tests {
         let a = t0 + Duration::from_millis(5);
         apply(
             &mut s,
-            Resource::ImmortalContainers,
+            IMMORTAL_CONTAINERS,
             "MODIFIED",
             &ic("a", Some(1)),
             a,
@@ -387,7 +382,7 @@ mod tests {
         let b = t0 + Duration::from_millis(7);
         apply(
             &mut s,
-            Resource::ImmortalContainers,
+            IMMORTAL_CONTAINERS,
             "MODIFIED",
             &ic("b", Some(1)),
             b,
@@ -397,7 +392,7 @@ mod tests {
         // A later write does not move the stamp.
         apply(
             &mut s,
-            Resource::ImmortalContainers,
+            IMMORTAL_CONTAINERS,
             "MODIFIED",
             &ic("b", Some(1)),
             b + Duration::from_millis(1),
@@ -413,12 +408,12 @@ mod tests {
         let t0 = Instant::now();
         let t1 = t0 + Duration::from_millis(3);
         let t2 = t0 + Duration::from_millis(9);
-        apply(&mut s, Resource::Pods, "ADDED", &pod("p", "old"), t0);
-        apply(&mut s, Resource::Pods, "MODIFIED", &pod("p", "old"), t1);
+        apply(&mut s, Resource::PODS, "ADDED", &pod("p", "old"), t0);
+        apply(&mut s, Resource::PODS, "MODIFIED", &pod("p", "old"), t1);
         assert_eq!(s.pods["p"].added_at, t0);
-        apply(&mut s, Resource::Pods, "DELETED", &pod("p", "old"), t1);
+        apply(&mut s, Resource::PODS, "DELETED", &pod("p", "old"), t1);
         assert!(!s.pods.contains_key("p"));
-        apply(&mut s, Resource::Pods, "ADDED", &pod("p", "new"), t2);
+        apply(&mut s, Resource::PODS, "ADDED", &pod("p", "new"), t2);
         assert_eq!(
             (s.pods["p"].uid.as_str(), s.pods["p"].added_at),
             ("new", t2)
@@ -429,17 +424,11 @@ mod tests {
     fn a_deleted_started_object_no_longer_counts() {
         let mut s = State::new();
         let now = Instant::now();
-        apply(
-            &mut s,
-            Resource::ImmortalContainers,
-            "ADDED",
-            &ic("a", Some(1)),
-            now,
-        );
+        apply(&mut s, IMMORTAL_CONTAINERS, "ADDED", &ic("a", Some(1)), now);
         assert_eq!(s.started, 1);
         apply(
             &mut s,
-            Resource::ImmortalContainers,
+            IMMORTAL_CONTAINERS,
             "DELETED",
             &ic("a", Some(1)),
             now,

@@ -3,14 +3,14 @@
 //! and bounded polling with the convergence checks every scenario shares.
 //!
 //! The raw client is deliberately independent of the operator's typed client: the thing under
-//! test must not grade itself. It only borrows `immortal_operator::kubeconfig` to read the
+//! test must not grade itself. It only borrows `immortal_operator::kube::config` to read the
 //! kubeconfig (server, CA, credentials), which has its own tests.
 
 // Each test crate under tests/ compiles this module and uses only part of it.
 #![allow(dead_code)]
 
-use immortal_operator::auth::Credentials;
-use immortal_operator::kubeconfig::{self, LoadOptions};
+use immortal_operator::kube::auth::Credentials;
+use immortal_operator::kube::config::{self, LoadOptions};
 use kube_testserver::{Options, TestServer};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -143,7 +143,7 @@ impl Api {
             kubeconfig: Some(path.to_path_buf()),
             context: None,
         };
-        let config = kubeconfig::load(&opts)
+        let config = config::load(&opts)
             .unwrap_or_else(|e| panic!("cannot load kubeconfig {}: {e}", path.display()));
         let tls = config
             .tls_config()

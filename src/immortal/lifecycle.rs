@@ -19,9 +19,12 @@
 //! only a request to the API server (never an assumption about who else acts) decides what
 //! happens next.
 
-use crate::resources::{Pod, PodStatus, IMAGE_ANNOTATION};
-use crate::watcher::{Verdict, Watched};
-use crate::{client::Resource, resources};
+use crate::immortal::types::{
+    self as ic, ImmortalOwner, ImmortalPod, IMAGE_ANNOTATION, IMMORTAL_CONTAINERS,
+};
+use crate::kube::client::Resource;
+use crate::kube::types::{self, Pod, PodStatus};
+use crate::runtime::watcher::{Verdict, Watched};
 use serde::Deserialize;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
@@ -240,22 +243,22 @@ impl PodView {
     }
 }
 
-fn condition<'a>(st: &'a PodStatus, type_: &str) -> Option<&'a resources::PodCondition> {
+fn condition<'a>(st: &'a PodStatus, type_: &str) -> Option<&'a types::PodCondition> {
     st.conditions.iter().find(|c| c.type_ == type_)
 }
 
 /// Our container's status.
-fn container(st: &PodStatus) -> Option<&resources::ContainerStatus> {
+fn container(st: &PodStatus) -> Option<&types::ContainerStatus> {
     st.container_statuses
         .iter()
-        .find(|c| c.name == resources::CONTAINER_NAME)
+        .find(|c| c.name == ic::CONTAINER_NAME)
 }
 
-fn waiting(st: &PodStatus) -> Option<&resources::StateDetail> {
+fn waiting(st: &PodStatus) -> Option<&types::StateDetail> {
     container(st).and_then(|c| c.state.waiting.as_ref())
 }
 
-fn exit(c: &resources::ContainerStatus) -> Option<i32> {
+fn exit(c: &types::ContainerStatus) -> Option<i32> {
     c.state.terminated.as_ref().and_then(|t| t.exit_code)
 }
 
@@ -301,7 +304,7 @@ impl Watched for PodEvents {
     type Object = Pod;
     type Hint = PodHint;
 
-    fn meta(o: &Pod) -> &resources::ObjectMeta {
+    fn meta(o: &Pod) -> &types::ObjectMeta {
         &o.metadata
     }
 
@@ -310,7 +313,7 @@ impl Watched for PodEvents {
             .metadata
             .controller()
             .filter(|r| r.is_immortal_container())?;
-        Some(resources::key(&o.metadata.namespace, &owner.name))
+        Some(types::key(&o.metadata.namespace, &owner.name))
     }
 
     fn memo(&self, o: &Pod) -> u64 {
@@ -350,7 +353,7 @@ impl Watched for PodEvents {
                 .get(IMAGE_ANNOTATION)
                 .cloned()
                 .unwrap_or_default(),
-            holds_count: crate::counting::holds(&o.metadata.finalizers),
+            holds_count: crate::immortal::counting::holds(&o.metadata.finalizers),
             view,
         }))))
     }
@@ -360,7 +363,7 @@ impl Watched for PodEvents {
 #[derive(Debug, Default, Deserialize)]
 pub struct IcSeen {
     #[serde(default)]
-    pub metadata: resources::ObjectMeta,
+    pub metadata: types::ObjectMeta,
     #[serde(default)]
     pub status: IcSeenStatus,
 }
@@ -378,12 +381,12 @@ impl Watched for IcEvents {
     type Object = IcSeen;
     type Hint = PodHint;
 
-    fn meta(o: &IcSeen) -> &resources::ObjectMeta {
+    fn meta(o: &IcSeen) -> &types::ObjectMeta {
         &o.metadata
     }
 
     fn key_of(&self, o: &IcSeen) -> Option<String> {
-        Some(resources::key(&o.metadata.namespace, &o.metadata.name))
+        Some(types::key(&o.metadata.namespace, &o.metadata.name))
     }
 
     fn memo(&self, _: &IcSeen) -> u64 {
@@ -408,21 +411,17 @@ impl Watched for IcEvents {
 }
 
 /// The two watched resources, their policies and where they are selected.
-pub fn pods_kind(namespace: Option<String>) -> crate::watcher::Kind {
-    crate::watcher::Kind {
-        resource: Resource::Pods,
+pub fn pods_kind(namespace: Option<String>) -> crate::runtime::watcher::Kind {
+    crate::runtime::watcher::Kind {
+        resource: Resource::PODS,
         namespace,
-        label_selector: Some(format!(
-            "{}={}",
-            resources::MANAGED_BY_LABEL,
-            resources::MANAGED_BY_VALUE
-        )),
+        label_selector: Some(format!("{}={}", ic::MANAGED_BY_LABEL, ic::MANAGED_BY_VALUE)),
     }
 }
 
-pub fn immortal_containers_kind(namespace: Option<String>) -> crate::watcher::Kind {
-    crate::watcher::Kind {
-        resource: Resource::ImmortalContainers,
+pub fn immortal_containers_kind(namespace: Option<String>) -> crate::runtime::watcher::Kind {
+    crate::runtime::watcher::Kind {
+        resource: IMMORTAL_CONTAINERS,
         namespace,
         label_selector: None,
     }
@@ -659,9 +658,9 @@ mod tests {
             serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}]}),
         );
         let mut p = ready.clone();
-        p.metadata.owner_references = vec![resources::OwnerReference {
-            api_version: resources::API_VERSION.into(),
-            kind: resources::KIND.into(),
+        p.metadata.owner_references = vec![types::OwnerReference {
+            api_version: ic::API_VERSION.into(),
+            kind: ic::KIND.into(),
             name: "web".into(),
             uid: "ic-uid".into(),
             controller: Some(true),

@@ -1,5 +1,5 @@
 //! The operator's own small HTTP endpoints: `/metrics` (Prometheus text, over HTTPS for callers
-//! the API server vouches for, see [`crate::metrics_auth`]) and the plain-HTTP `/healthz` and
+//! the API server vouches for, see [`crate::runtime::serve::auth`]) and the plain-HTTP `/healthz` and
 //! `/readyz` probes the Deployment points the kubelet at.
 //!
 //! Any pod in the cluster can connect to both, so nothing a client sends may cost more than a
@@ -18,10 +18,12 @@
 //! One request per connection (`Connection: close`): scrapes and probes are a few per minute,
 //! so plain blocking I/O on short-lived threads is all this needs, and costs nothing at idle.
 
-use crate::client::Client;
-use crate::metrics;
-use crate::metrics_auth::{self, MetricsAuth, Verdict};
-use crate::server_tls;
+pub mod auth;
+pub mod tls;
+
+use crate::kube::client::Client;
+use crate::runtime::metrics;
+use auth::{MetricsAuth, Verdict};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -168,7 +170,7 @@ pub fn start(
     }
     if let Some(addr) = settings.metrics {
         let metrics = if settings.secure {
-            let tls = server_tls::config(settings.cert_dir.as_deref())
+            let tls = tls::config(settings.cert_dir.as_deref())
                 .map_err(|e| format!("cannot serve metrics over HTTPS: {e}"))?;
             Metrics::Secure {
                 tls,
@@ -386,7 +388,7 @@ fn metrics_response(
     host: &str,
     deadline: Instant,
 ) -> Response {
-    if req.path != metrics_auth::PATH {
+    if req.path != auth::PATH {
         return Response::text(404, "not found\n");
     }
     if req.method != "GET" {
@@ -903,13 +905,13 @@ mod tests {
             vec![Rule::new(&["get"], &["/metrics"])],
         );
         server.add_user("nobody", "nobody", vec![]);
-        let opts = crate::kubeconfig::LoadOptions {
+        let opts = crate::kube::config::LoadOptions {
             kubeconfig: Some(server.kubeconfig_path()),
             context: None,
         };
-        let client = Client::new(crate::kubeconfig::load(&opts).unwrap(), 2).unwrap();
+        let client = Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap();
         let metrics = Metrics::Secure {
-            tls: server_tls::config(None).unwrap(),
+            tls: tls::config(None).unwrap(),
             auth: Arc::new(MetricsAuth::new(client)),
         };
         let addr = spawn_metrics(localhost(), metrics, String::new()).unwrap();
@@ -919,7 +921,7 @@ mod tests {
     /// GET over HTTPS, trusting any certificate (as the ServiceMonitor's insecureSkipVerify).
     fn https_get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
         let agent = ureq::AgentBuilder::new()
-            .tls_config(crate::tls::client_config(None, true, None, None).unwrap())
+            .tls_config(crate::kube::tls::client_config(None, true, None, None).unwrap())
             .timeout(READ_BOUND)
             .build();
         let mut req = agent.get(&format!("https://{addr}{path}"));

@@ -7,12 +7,10 @@
 //! spam filter) keeps a hot error from flooding the API server. Events are best effort: a
 //! failed write is logged at DEBUG and dropped, never retried in a loop.
 
-use crate::client::{Client, Resource};
-use crate::reconcile::Note;
-use crate::resources::{
-    Event, EventSource, ImmortalContainer, ObjectMeta, ObjectReference, API_VERSION, KIND,
-    MAX_NAME_LEN,
-};
+use crate::immortal::reconcile::Note;
+use crate::immortal::types::{ImmortalContainer, API_VERSION, KIND};
+use crate::kube::client::{Client, Resource};
+use crate::kube::types::{Event, EventSource, ObjectMeta, ObjectReference, MAX_NAME_LEN};
 use crate::util;
 use crossbeam_channel::{Receiver, Sender};
 use serde::de::IgnoredAny;
@@ -243,14 +241,14 @@ pub fn run(client: Client, rx: Receiver<Pending>, instance: String) {
                 };
                 // The answer is not needed: IgnoredAny checks it is JSON without building it.
                 client
-                    .create::<_, IgnoredAny>(Resource::Events, &p.namespace, &event)
+                    .create::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &event)
                     .map(drop)
             }
             Decision::Bump { name, count, first } => {
                 let patch =
                     json!({ "count": count, "lastTimestamp": now, "firstTimestamp": first });
                 client
-                    .merge_patch::<_, IgnoredAny>(Resource::Events, &p.namespace, &name, &patch)
+                    .merge_patch::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &name, &patch)
                     .map(drop)
             }
         };

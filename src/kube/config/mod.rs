@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
-use crate::auth::{self, redact_values, Credentials, ExecConfig, PemPair};
-use crate::tls::{self, TlsError};
+use crate::kube::auth::{self, redact_values, Credentials, ExecConfig, PemPair};
+use crate::kube::tls::{self, TlsError};
 use crate::util::lock;
 
 /// Where the service account is mounted in every pod (token, ca.crt, namespace); the path
@@ -953,7 +953,7 @@ pub(crate) fn base64_encode(input: &[u8]) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::tls::tests::{fixture, get, one_shot_server};
+    use crate::kube::tls::tests::{fixture, get, one_shot_server};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -1112,7 +1112,10 @@ preferences: {{}}
         require_client_cert: bool,
         cluster_fields: &str,
         user_fields: &str,
-    ) -> (Result<String, String>, crate::tls::tests::ServerOutcome) {
+    ) -> (
+        Result<String, String>,
+        crate::kube::tls::tests::ServerOutcome,
+    ) {
         let (port, rx) = one_shot_server(
             server_cert,
             &server_cert.replace(".crt", ".key"),

@@ -29,7 +29,7 @@
 //! - *Delete*: by uid, never a pod we did not look at; a delete never removes a pod carrying F.
 //!
 //! **In memory only**: nothing the count depends on. A restarted operator reads S, L and the pod
-//! and goes on; the restart back-off ([`crate::restarts`]) is the only thing it forgets.
+//! and goes on; the restart back-off ([`crate::immortal::restarts`]) is the only thing it forgets.
 //!
 //! **What it costs**: one PATCH per pod, the release, right after the status patch that counts
 //! it. Without F, a pod created (its answer lost, or the operator killed) and deleted before the
@@ -43,7 +43,7 @@
 //! once per object in a Warning Event: apply `config/crd`. Other pruned fields are only not
 //! written any more (so their absence does not make every reconcile write again).
 
-use crate::resources::COUNT_FINALIZER;
+use crate::immortal::types::COUNT_FINALIZER;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -191,7 +191,7 @@ mod tests {
             Some(NEWER_FIELDS.to_vec())
         );
         let ours: Value =
-            serde_yaml::from_str(include_str!("../config/crd/immortalcontainers.yaml")).unwrap();
+            serde_yaml::from_str(include_str!("../../config/crd/immortalcontainers.yaml")).unwrap();
         assert_eq!(Counting::missing_in_crd(&ours, "v1alpha1"), Some(vec![]));
         assert_eq!(Counting::missing_in_crd(&ours, "v2"), None);
     }

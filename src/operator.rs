@@ -7,19 +7,19 @@
 //! the process exits 0, all within the Deployment's grace period even when the API server
 //! hangs. A second signal exits at once.
 
-use crate::allocator;
 use crate::cli::Config;
-use crate::client::{self, Client};
-use crate::events::{self, Recorder};
-use crate::kubeconfig::{self, LoadOptions};
-use crate::leader::{self, Elector};
-use crate::lifecycle::{self, IcEvents, PodEvents, PodHint};
-use crate::metrics;
-use crate::queue::{Queue, Trigger};
-use crate::reconcile::{self, Books, Cluster, Next, Trace};
-use crate::resources::{GROUP, PLURAL, VERSION};
-use crate::serve::{self, Health};
-use crate::watcher::{Backoff, Watched, Watcher};
+use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint};
+use crate::immortal::reconcile::{self, Books, Cluster, Next, Trace};
+use crate::immortal::types::{GROUP, IMMORTAL_CONTAINERS, PLURAL, VERSION};
+use crate::kube::client::{self, Client};
+use crate::kube::config::{self, LoadOptions};
+use crate::kube::events::{self, Recorder};
+use crate::runtime::allocator;
+use crate::runtime::leader::{self, Elector};
+use crate::runtime::metrics;
+use crate::runtime::queue::{Queue, Trigger};
+use crate::runtime::serve::{self, Health};
+use crate::runtime::watcher::{Backoff, Watched, Watcher};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +55,7 @@ pub fn run(config: Config) -> ExitCode {
         kubeconfig: config.kubeconfig.clone(),
         context: config.context.clone(),
     };
-    let cluster = match kubeconfig::load(&opts) {
+    let cluster = match config::load(&opts) {
         Ok(c) => c,
         Err(e) => return fail_at_start(&e.to_string()),
     };
@@ -95,10 +95,7 @@ pub fn run(config: Config) -> ExitCode {
     check_crd_schema(&once, &books);
 
     let health = Arc::new(Health::new(
-        vec![
-            client::Resource::ImmortalContainers.short(),
-            client::Resource::Pods.short(),
-        ],
+        vec![IMMORTAL_CONTAINERS.short(), client::Resource::PODS.short()],
         config.watch_idle_timeout,
     ));
     let host = server
@@ -460,7 +457,9 @@ fn check_crd_schema(client: &Client, books: &Books) {
     let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
     match attempt.get_path::<serde_json::Value>(&path) {
         Ok(crd) => {
-            if let Some(missing) = crate::counting::Counting::missing_in_crd(&crd, VERSION) {
+            if let Some(missing) =
+                crate::immortal::counting::Counting::missing_in_crd(&crd, VERSION)
+            {
                 books
                     .counting
                     .learn_pruned(&missing, "the installed CRD's schema lacks it");
@@ -500,7 +499,7 @@ fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
 
 fn fail_at_start(msg: &str) -> ExitCode {
     // One message, where a person looks: plain on stderr; JSON log collectors get it too.
-    if crate::logging::is_json() {
+    if crate::runtime::logging::is_json() {
         log::error!(target: "controller", "{msg}");
         log::logger().flush();
     }

@@ -11,7 +11,7 @@
 //! within one; denied (401 or 403) for 30 seconds, its deny TTL, so a binding just created takes
 //! effect soon. A failed review is not cached: the next scrape asks again.
 
-use crate::client::{self, Client, Resource};
+use crate::kube::client::{self, Client, Resource};
 use serde_json::{json, Map, Value};
 use std::fmt;
 use std::sync::Mutex;
@@ -129,7 +129,7 @@ impl MetricsAuth {
         });
         let answer: Value = self
             .within(deadline)?
-            .create_cluster_scoped(Resource::TokenReviews, &token_review)
+            .create_cluster_scoped(Resource::TOKEN_REVIEWS, &token_review)
             .map_err(Error::TokenReview)?;
         // `authenticated` is left out of the answer when false, as Go's omitempty does.
         let status = &answer["status"];
@@ -161,7 +161,7 @@ impl MetricsAuth {
         });
         let answer: Value = self
             .within(deadline)?
-            .create_cluster_scoped(Resource::SubjectAccessReviews, &access_review)
+            .create_cluster_scoped(Resource::SUBJECT_ACCESS_REVIEWS, &access_review)
             .map_err(|error| Error::AccessReview {
                 user: username.clone(),
                 error,
@@ -239,11 +239,11 @@ mod tests {
             vec![Rule::new(&["get"], &["/metrics"])],
         );
         server.add_user("nobody", "nobody", vec![]);
-        let opts = crate::kubeconfig::LoadOptions {
+        let opts = crate::kube::config::LoadOptions {
             kubeconfig: Some(server.kubeconfig_path()),
             context: None,
         };
-        let client = Client::new(crate::kubeconfig::load(&opts).unwrap(), 2).unwrap();
+        let client = Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap();
         (server, MetricsAuth::new(client))
     }
 
@@ -349,12 +349,12 @@ mod tests {
         let path =
             std::env::temp_dir().join(format!("metrics-auth-{}.kubeconfig", std::process::id()));
         server.write_kubeconfig(&path, "op").unwrap();
-        let opts = crate::kubeconfig::LoadOptions {
+        let opts = crate::kube::config::LoadOptions {
             kubeconfig: Some(path.clone()),
             context: None,
         };
         let auth =
-            MetricsAuth::new(Client::new(crate::kubeconfig::load(&opts).unwrap(), 2).unwrap());
+            MetricsAuth::new(Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap());
         let _ = std::fs::remove_file(&path);
         let err = auth.check(Some("Bearer reader"), soon()).unwrap_err();
         assert!(err.is_denied(), "{err}");

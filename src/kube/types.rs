@@ -1,4 +1,5 @@
-//! The Kubernetes objects the operator reads and writes, reduced to the fields it uses.
+//! The core Kubernetes objects (metadata, pods, events, statuses) reduced to the fields the
+//! operator uses. The custom resource's own types live with its policy (`immortal/types.rs`).
 //!
 //! Unknown fields are ignored on decode (serde's default), so a pod the API server returns with
 //! all its defaults (tolerations, volumes, managedFields...) costs only what we keep. Desired
@@ -8,34 +9,6 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// API group of the custom resource.
-pub const GROUP: &str = "immortalcontainer.flugel.it";
-/// Served version of the custom resource.
-pub const VERSION: &str = "v1alpha1";
-/// `apiVersion` of the custom resource, as ownerReferences and events name it.
-pub const API_VERSION: &str = "immortalcontainer.flugel.it/v1alpha1";
-/// Kind of the custom resource.
-pub const KIND: &str = "ImmortalContainer";
-/// Plural resource name, as it appears in URLs.
-pub const PLURAL: &str = "immortalcontainers";
-/// The one container of every immortal pod.
-pub const CONTAINER_NAME: &str = "acontainer";
-/// Suffix appended to the object's name to name its pod.
-pub const POD_SUFFIX: &str = "-immortalpod";
-/// Label put on every pod the operator creates; the pod watcher selects on it so the operator
-/// never streams the rest of the cluster's pods.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY_VALUE: &str = "immortal-operator";
-/// Label carrying the owner's uid: always 36 characters, so it is a valid label value whatever
-/// the length of the owner's name (names go to 253, label values stop at 63).
-pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
-/// Annotation recording the image the pod was created for, so the pod watcher can tell, from
-/// the pod alone, that someone changed the pod's image behind our back.
-pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
-/// The finalizer every pod is created with and keeps until its start is counted, so that no pod
-/// can vanish uncounted (see `counting`).
-pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
 /// Longest object name Kubernetes accepts (DNS-1123 subdomain).
 pub const MAX_NAME_LEN: usize = 253;
 
@@ -88,58 +61,6 @@ pub struct OwnerReference {
     pub controller: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_owner_deletion: Option<bool>,
-}
-
-impl OwnerReference {
-    /// Whether this reference points at an ImmortalContainer (any version of our group).
-    pub fn is_immortal_container(&self) -> bool {
-        self.kind == KIND && self.api_version.split('/').next() == Some(GROUP)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// ImmortalContainer
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ImmortalContainer {
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: ImmortalContainerSpec,
-    #[serde(default)]
-    pub status: ImmortalContainerStatus,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ImmortalContainerSpec {
-    #[serde(default)]
-    pub image: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ImmortalContainerStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_pod: Option<String>,
-    /// `None` until the operator first writes status, so it can write an explicit 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_times: Option<i64>,
-    /// UID of the last pod counted in `start_times`. A pod we control whose uid differs has not
-    /// been counted yet: that is how a count lost to a crash or a 409 is repaired.
-    #[serde(
-        rename = "lastCountedPodUID",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub last_counted_pod_uid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// The pod's phase, `Terminating` while it is being deleted (the PHASE column).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_phase: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
 }
 
 /// A status condition in the shape the API conventions (and `metav1.Condition`) give it.
@@ -292,15 +213,6 @@ impl Pod {
         self.metadata.deletion_grace_period_seconds == Some(0)
             && self.metadata.finalizers.is_empty()
     }
-
-    /// Image of our container, if the pod has it.
-    pub fn container_image(&self) -> Option<&str> {
-        self.spec
-            .containers
-            .iter()
-            .find(|c| c.name == CONTAINER_NAME)
-            .map(|c| c.image.as_str())
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -401,25 +313,9 @@ pub fn split_key(key: &str) -> Option<(&str, &str)> {
     key.split_once('/')
 }
 
-/// Name of the pod kept for the object called `name`.
-pub fn pod_name(name: &str) -> String {
-    format!("{name}{POD_SUFFIX}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn decodes_recorded_pod_keeping_only_the_fields_we_use() {
-        let pod: Pod = serde_json::from_str(&crate::testutil::fixture("14-pod-get").1).unwrap();
-        assert_eq!(pod.metadata.name, "example-immortalpod");
-        assert_eq!(pod.container_image(), Some("nginx:latest"));
-        let owner = pod.metadata.controller().unwrap();
-        assert!(owner.is_immortal_container());
-        assert_eq!(owner.name, "example");
-        assert!(!pod.is_terminated());
-    }
 
     #[test]
     fn splits_keys_at_the_first_slash() {

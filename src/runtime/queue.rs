@@ -15,7 +15,7 @@
 //! Each queued key carries the [`Trigger`] that queued it, so the reconcile log can say why it
 //! ran. Only keys and triggers are stored: never objects.
 
-use crate::metrics;
+use crate::runtime::metrics;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::fmt;

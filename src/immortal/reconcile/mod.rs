@@ -13,15 +13,18 @@
 //! Every pod started is counted exactly once; the invariant that makes it so, and why each
 //! step below keeps it, is written down in `counting`.
 
-use crate::client;
-use crate::counting::{self, Counting};
-use crate::lifecycle::{Phase, PodHint, PodView, SeenPod, READY};
-use crate::resources::{
-    self, Condition, Container, ImmortalContainer, ImmortalContainerStatus, ObjectMeta,
-    OwnerReference, Pod, PodSpec, API_VERSION, CONTAINER_NAME, COUNT_FINALIZER, IMAGE_ANNOTATION,
-    KIND, MANAGED_BY_LABEL, MANAGED_BY_VALUE, MAX_NAME_LEN, OWNER_UID_LABEL,
+use crate::immortal::counting::{self, Counting};
+use crate::immortal::lifecycle::{Phase, PodHint, PodView, SeenPod, READY};
+use crate::immortal::restarts::Restarts;
+use crate::immortal::types::{
+    self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner, ImmortalPod,
+    API_VERSION, CONTAINER_NAME, COUNT_FINALIZER, IMAGE_ANNOTATION, IMMORTAL_CONTAINERS, KIND,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_UID_LABEL,
 };
-use crate::restarts::Restarts;
+use crate::kube::client;
+use crate::kube::types::{
+    self, Condition, Container, ObjectMeta, OwnerReference, Pod, PodSpec, MAX_NAME_LEN,
+};
 use crate::util;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -69,7 +72,7 @@ pub trait Api {
 /// The real API: the client, with Events going to the recorder thread.
 pub struct Cluster {
     pub client: client::Client,
-    pub events: crate::events::Recorder,
+    pub events: crate::kube::events::Recorder,
 }
 
 impl Api for Cluster {
@@ -78,7 +81,7 @@ impl Api for Cluster {
         ns: &str,
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
-        self.client.get_immortal_container(ns, name)
+        self.client.get_object(IMMORTAL_CONTAINERS, ns, name)
     }
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
         self.client.get_pod(ns, name)
@@ -104,7 +107,8 @@ impl Api for Cluster {
         name: &str,
         patch: &Value,
     ) -> Result<ImmortalContainer, client::Error> {
-        self.client.patch_immortal_container_status(ns, name, patch)
+        self.client
+            .patch_status(IMMORTAL_CONTAINERS, ns, name, patch)
     }
     fn record(&self, ic: &ImmortalContainer, note: Note) {
         self.events.record(ic, note);
@@ -262,7 +266,7 @@ pub fn desired_pod(ic: &ImmortalContainer, counted: bool) -> Pod {
         api_version: "v1".into(),
         kind: "Pod".into(),
         metadata: ObjectMeta {
-            name: resources::pod_name(&m.name),
+            name: ic::pod_name(&m.name),
             namespace: m.namespace.clone(),
             labels: desired_labels(ic),
             annotations: BTreeMap::from([(IMAGE_ANNOTATION.to_string(), ic.spec.image.clone())]),
@@ -374,7 +378,7 @@ pub fn reconcile<A: Api>(
     trace: &Trace,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
-    let Some((ns, name)) = resources::split_key(trace.key) else {
+    let Some((ns, name)) = types::split_key(trace.key) else {
         log::warn!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "malformed key, dropped");
         return Ok(Next::Done);
     };
@@ -400,7 +404,7 @@ pub fn reconcile<A: Api>(
         trace,
         ic: &ic,
         ns,
-        pod_name: resources::pod_name(name),
+        pod_name: ic::pod_name(name),
         have: ic.status.clone(),
         rv: ic.metadata.resource_version.clone(),
         status: ic.status.clone(),
@@ -435,7 +439,7 @@ fn release_orphan<A: Api>(
     owner_uid: Option<&str>,
     hint: Option<&PodHint>,
 ) -> Result<(), Error> {
-    let pod_name = resources::pod_name(name);
+    let pod_name = ic::pod_name(name);
     let uid = match hint {
         Some(PodHint::Seen(p)) if p.name == pod_name => {
             if !p.holds_count || owner_uid.is_some_and(|o| o != p.owner_uid) {
@@ -503,7 +507,7 @@ impl<A: Api> Run<'_, A> {
                  rename the ImmortalContainer to at most {} characters",
                 &self.pod_name[..40],
                 self.pod_name.len(),
-                MAX_NAME_LEN - resources::POD_SUFFIX.len()
+                MAX_NAME_LEN - ic::POD_SUFFIX.len()
             );
             self.fail_permanently("PodNameTooLong", "InvalidSpec", msg);
             return Ok(Next::Done);
@@ -738,7 +742,7 @@ impl<A: Api> Run<'_, A> {
                     image = self.ic.spec.image.as_str(), cause = cause.label();
                     "created pod"
                 );
-                crate::metrics::record_pod_created(cause.label());
+                crate::runtime::metrics::record_pod_created(cause.label());
                 self.count(&created.metadata.uid);
                 if counted {
                     self.release = Some(created.metadata.uid.clone());
@@ -925,14 +929,14 @@ impl<A: Api> Run<'_, A> {
     }
 
     /// A replacement waits for the back-off: say so, once, on the object.
-    fn back_off(&mut self, wait: crate::restarts::Wait) {
+    fn back_off(&mut self, wait: crate::immortal::restarts::Wait) {
         let at = util::rfc3339_after(wait.remaining);
         let msg = format!(
             "pod {} ended {} time(s) in a row soon after it started; the next one is created at {at} (back-off {}s, doubling to {}s)",
             self.pod_name,
             wait.streak + 1,
             wait.remaining.as_secs_f64().ceil() as u64,
-            crate::restarts::MAX.as_secs()
+            crate::immortal::restarts::MAX.as_secs()
         );
         self.status.pod_phase = None;
         if self.set_ready(false, "PodRestartBackOff", &msg) {
@@ -981,7 +985,7 @@ impl<A: Api> Run<'_, A> {
     fn appeared(&self) -> Error {
         Error::Transient {
             action: "create pod",
-            source: client::Error::Api(Box::new(resources::Status {
+            source: client::Error::Api(Box::new(types::Status {
                 code: 409,
                 reason: "AlreadyExists".into(),
                 message: format!("pod {} appeared while we created it", self.pod_name),
@@ -1176,9 +1180,9 @@ pub fn status_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::PodEvents;
-    use crate::resources::{PodCondition, PodStatus, Status};
-    use crate::watcher::{Verdict, Watched};
+    use crate::immortal::lifecycle::PodEvents;
+    use crate::kube::types::{PodCondition, PodStatus, Status};
+    use crate::runtime::watcher::{Verdict, Watched};
     use std::cell::RefCell;
 
     /// A fake API holding one object and one pod, recording every call as "VERB what". It
@@ -1398,7 +1402,7 @@ mod tests {
                 generation: Some(1),
                 ..Default::default()
             },
-            spec: resources::ImmortalContainerSpec {
+            spec: ic::ImmortalContainerSpec {
                 image: image.into(),
             },
             status: Default::default(),
@@ -1927,7 +1931,10 @@ mod tests {
         let Next::RequeueAfter(wait) = next else {
             panic!("no back-off: {next:?}")
         };
-        assert!(wait <= crate::restarts::BASE && !wait.is_zero(), "{wait:?}");
+        assert!(
+            wait <= crate::immortal::restarts::BASE && !wait.is_zero(),
+            "{wait:?}"
+        );
         assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
         assert_eq!(ready(&f), ("False".into(), "PodRestartBackOff".into()));
         assert_eq!(status(&f).start_times, Some(2));
@@ -1938,9 +1945,10 @@ mod tests {
         );
         // Its time come (as if the last replacement had been longer ago), the pod is made.
         f.books.restarts.forget("ns/web");
-        f.books
-            .restarts
-            .replaced("ns/web", Instant::now() - crate::restarts::BASE * 2);
+        f.books.restarts.replaced(
+            "ns/web",
+            Instant::now() - crate::immortal::restarts::BASE * 2,
+        );
         f.clear();
         assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
         assert_eq!(

@@ -516,9 +516,9 @@ pub(crate) fn redact_values(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubeconfig::tests::{b64_fixture, empty_env, kubeconfig, with_file, TempDir};
-    use crate::kubeconfig::{load_with_env, ClusterConfig, LoadOptions};
-    use crate::tls::tests::{fixture, get, one_shot_server};
+    use crate::kube::config::tests::{b64_fixture, empty_env, kubeconfig, with_file, TempDir};
+    use crate::kube::config::{load_with_env, ClusterConfig, LoadOptions};
+    use crate::kube::tls::tests::{fixture, get, one_shot_server};
     use std::os::unix::fs::PermissionsExt;
 
     /// Serializes the tests that write and run plugin scripts: a script still open for writing

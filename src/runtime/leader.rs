@@ -19,10 +19,10 @@
 //! A leader that cannot renew within the renew deadline (or before its fence closes), or finds
 //! another holder, closes the fence and reports [`Lost`]; the process then exits non-zero.
 
-use crate::client::{self, Client, Resource};
-use crate::fence::Fence;
-use crate::metrics;
-use crate::resources::ObjectMeta;
+use crate::kube::client::{self, Client, Resource};
+use crate::kube::fence::Fence;
+use crate::kube::types::ObjectMeta;
+use crate::runtime::metrics;
 use crate::util;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::{Deserialize, Serialize};
@@ -241,7 +241,7 @@ impl Elector {
         match self
             .client
             .until(Instant::now() + timeout)
-            .replace::<_, Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &lease)
+            .replace::<_, Lease>(Resource::LEASES, &self.s.namespace, &self.s.name, &lease)
         {
             Ok(_) => {
                 log::info!(target: "leader", lease = self.lease_key().as_str(); "released lease")
@@ -263,7 +263,7 @@ impl Elector {
         let now = micro_time(SystemTime::now());
         let duration = self.duration.as_secs() as i64;
         let current =
-            match client.get_object::<Lease>(Resource::Leases, &self.s.namespace, &self.s.name) {
+            match client.get_object::<Lease>(Resource::LEASES, &self.s.namespace, &self.s.name) {
                 Ok(l) => l,
                 Err(e) if e.is_not_found() => {
                     let lease = Lease {
@@ -284,7 +284,7 @@ impl Elector {
                     };
                     let sent = Instant::now();
                     return match client.create::<_, Lease>(
-                        Resource::Leases,
+                        Resource::LEASES,
                         &self.s.namespace,
                         &lease,
                     ) {
@@ -336,7 +336,7 @@ impl Elector {
         // Taken just before the request leaves: the server cannot have seen it earlier, so no
         // standby can count the lease's expiry from an earlier point.
         let sent = Instant::now();
-        match client.replace::<_, Lease>(Resource::Leases, &self.s.namespace, &self.s.name, &next) {
+        match client.replace::<_, Lease>(Resource::LEASES, &self.s.namespace, &self.s.name, &next) {
             Ok(l) => {
                 self.remember(l, sent);
                 Ok(Attempt::Held)
@@ -415,11 +415,11 @@ mod tests {
         let server =
             kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
         server.record_requests();
-        let opts = crate::kubeconfig::LoadOptions {
+        let opts = crate::kube::config::LoadOptions {
             kubeconfig: Some(server.kubeconfig_path()),
             context: None,
         };
-        let client = Client::new(crate::kubeconfig::load(&opts).unwrap(), 2).unwrap();
+        let client = Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap();
         let e = Elector::new(
             client,
             Settings {

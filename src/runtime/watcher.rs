@@ -18,10 +18,10 @@
 //! object: only the last resourceVersion and, per key, the small memo the policy asks it to
 //! keep (a digest), which also gives a relist the keys that vanished while the watch was down.
 
-use crate::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
-use crate::metrics::{self, Restart};
-use crate::queue::{Queue, Trigger};
-use crate::resources::{ObjectMeta, Status};
+use crate::kube::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
+use crate::kube::types::{ObjectMeta, Status};
+use crate::runtime::metrics::{self, Restart};
+use crate::runtime::queue::{Queue, Trigger};
 use crate::util;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::de::DeserializeOwned;
@@ -545,7 +545,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::{PodEvents, PodHint};
+    use crate::immortal::lifecycle::{PodEvents, PodHint};
     use crate::testutil::fixture_events;
     use std::collections::VecDeque;
     use std::io::Cursor;
@@ -650,7 +650,7 @@ mod tests {
         let (quit_tx, quit_rx) = crossbeam_channel::bounded(0);
         *script.quit_tx.lock().unwrap() = Some(quit_tx);
         let (synced_tx, synced_rx) = crossbeam_channel::unbounded();
-        let kind = crate::lifecycle::pods_kind(None);
+        let kind = crate::immortal::lifecycle::pods_kind(None);
         let w = Watcher::new(
             script,
             kind,
@@ -885,7 +885,7 @@ mod tests {
         let (quit_tx, quit_rx) = crossbeam_channel::bounded(0);
         let (synced_tx, _) = crossbeam_channel::unbounded();
         let s = Script::default();
-        let kind = crate::lifecycle::pods_kind(None);
+        let kind = crate::immortal::lifecycle::pods_kind(None);
         let mut w = Watcher::new(
             &s,
             kind,

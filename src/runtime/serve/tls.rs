@@ -315,22 +315,27 @@ mod tests {
         );
         let pem = format!(
             "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            crate::kubeconfig::base64_encode(cert.as_ref())
+            crate::kube::config::base64_encode(cert.as_ref())
         );
-        let client = crate::tls::client_config(Some(pem.as_bytes()), false, None, None).unwrap();
+        let client =
+            crate::kube::tls::client_config(Some(pem.as_bytes()), false, None, None).unwrap();
         for host in ["localhost", "127.0.0.1"] {
             let port = serve_once(config.clone());
             assert_eq!(
-                crate::tls::tests::get(client.clone(), host, port).unwrap(),
+                crate::kube::tls::tests::get(client.clone(), host, port).unwrap(),
                 "ok"
             );
         }
         // And only for those names.
         let port = serve_once(config.clone());
-        let client =
-            crate::tls::client_config(Some(pem.as_bytes()), false, Some("metrics.example"), None)
-                .unwrap();
-        let err = crate::tls::tests::get(client, "localhost", port).unwrap_err();
+        let client = crate::kube::tls::client_config(
+            Some(pem.as_bytes()),
+            false,
+            Some("metrics.example"),
+            None,
+        )
+        .unwrap();
+        let err = crate::kube::tls::tests::get(client, "localhost", port).unwrap_err();
         assert!(err.contains("not valid for name"), "{err}");
     }
 
@@ -349,11 +354,12 @@ mod tests {
         );
         let pem = format!(
             "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            crate::kubeconfig::base64_encode(cert.as_ref())
+            crate::kube::config::base64_encode(cert.as_ref())
         );
-        let client = crate::tls::client_config(Some(pem.as_bytes()), false, None, None).unwrap();
+        let client =
+            crate::kube::tls::client_config(Some(pem.as_bytes()), false, None, None).unwrap();
         let port = serve_once(config);
-        let err = crate::tls::tests::get(client, "localhost", port).unwrap_err();
+        let err = crate::kube::tls::tests::get(client, "localhost", port).unwrap_err();
         assert!(err.to_lowercase().contains("expired"), "{err}");
     }
 
@@ -361,15 +367,15 @@ mod tests {
     fn a_mounted_certificate_is_served_and_a_mismatched_key_refused() {
         let dir = std::env::temp_dir().join(format!("metrics-cert-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let fixture = crate::tls::tests::fixture;
+        let fixture = crate::kube::tls::tests::fixture;
         std::fs::write(dir.join(CERT_FILE), fixture("server.crt")).unwrap();
         std::fs::write(dir.join(KEY_FILE), fixture("server.key")).unwrap();
         let config = config(Some(&dir)).unwrap();
         let client =
-            crate::tls::client_config(Some(&fixture("ca.crt")), false, None, None).unwrap();
+            crate::kube::tls::client_config(Some(&fixture("ca.crt")), false, None, None).unwrap();
         let port = serve_once(config);
         assert_eq!(
-            crate::tls::tests::get(client, "127.0.0.1", port).unwrap(),
+            crate::kube::tls::tests::get(client, "127.0.0.1", port).unwrap(),
             "ok"
         );
 

@@ -150,7 +150,7 @@ fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
 }
 
 /// One API request answered with `code` (0: no answer): the API client's
-/// [`RequestHook`](crate::client::RequestHook).
+/// [`RequestHook`](crate::kube::client::RequestHook).
 pub fn record_request(method: &'static str, code: u16) {
     bump(&registry().requests, (method, code));
 }

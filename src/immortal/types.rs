@@ -1,0 +1,149 @@
+//! The ImmortalContainer resource: its API coordinates, its types, and the names and labels its
+//! pods carry. What the operator does with them lives next door ([`super::reconcile`]).
+
+use crate::kube::client::Resource;
+use crate::kube::types::{Condition, ObjectMeta, OwnerReference, Pod};
+use serde::{Deserialize, Serialize};
+
+/// API group of the custom resource.
+pub const GROUP: &str = "immortalcontainer.flugel.it";
+/// Served version of the custom resource.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of the custom resource, as ownerReferences and events name it.
+pub const API_VERSION: &str = "immortalcontainer.flugel.it/v1alpha1";
+/// Kind of the custom resource.
+pub const KIND: &str = "ImmortalContainer";
+/// Plural resource name, as it appears in URLs.
+pub const PLURAL: &str = "immortalcontainers";
+/// The one container of every immortal pod.
+pub const CONTAINER_NAME: &str = "acontainer";
+/// Suffix appended to the object's name to name its pod.
+pub const POD_SUFFIX: &str = "-immortalpod";
+/// Label put on every pod the operator creates; the pod watcher selects on it so the operator
+/// never streams the rest of the cluster's pods.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "immortal-operator";
+/// Label carrying the owner's uid: always 36 characters, so it is a valid label value whatever
+/// the length of the owner's name (names go to 253, label values stop at 63).
+pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
+/// Annotation recording the image the pod was created for, so the pod watcher can tell, from
+/// the pod alone, that someone changed the pod's image behind our back.
+pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
+/// The finalizer every pod is created with and keeps until its start is counted, so that no pod
+/// can vanish uncounted (see `counting`).
+pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
+/// How the client addresses ImmortalContainers (see the test below for its parts).
+pub const IMMORTAL_CONTAINERS: Resource = Resource::new(
+    "/apis/immortalcontainer.flugel.it/v1alpha1",
+    PLURAL,
+    "immortalcontainer",
+);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImmortalContainer {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ImmortalContainerSpec,
+    #[serde(default)]
+    pub status: ImmortalContainerStatus,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ImmortalContainerSpec {
+    #[serde(default)]
+    pub image: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImmortalContainerStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_pod: Option<String>,
+    /// `None` until the operator first writes status, so it can write an explicit 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_times: Option<i64>,
+    /// UID of the last pod counted in `start_times`. A pod we control whose uid differs has not
+    /// been counted yet: that is how a count lost to a crash or a 409 is repaired.
+    #[serde(
+        rename = "lastCountedPodUID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_counted_pod_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The pod's phase, `Terminating` while it is being deleted (the PHASE column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// What an ownerReference says about us.
+pub trait ImmortalOwner {
+    /// Whether this reference points at an ImmortalContainer (any version of our group).
+    fn is_immortal_container(&self) -> bool;
+}
+
+impl ImmortalOwner for OwnerReference {
+    fn is_immortal_container(&self) -> bool {
+        self.kind == KIND && self.api_version.split('/').next() == Some(GROUP)
+    }
+}
+
+/// What a pod says about our container.
+pub trait ImmortalPod {
+    /// Image of our container, if the pod has it.
+    fn container_image(&self) -> Option<&str>;
+}
+
+impl ImmortalPod for Pod {
+    fn container_image(&self) -> Option<&str> {
+        self.spec
+            .containers
+            .iter()
+            .find(|c| c.name == CONTAINER_NAME)
+            .map(|c| c.image.as_str())
+    }
+}
+
+/// Name of the pod kept for the object called `name`.
+pub fn pod_name(name: &str) -> String {
+    format!("{name}{POD_SUFFIX}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_recorded_pod_keeping_only_the_fields_we_use() {
+        let pod: Pod = serde_json::from_str(&crate::testutil::fixture("14-pod-get").1).unwrap();
+        assert_eq!(pod.metadata.name, "example-immortalpod");
+        assert_eq!(pod.container_image(), Some("nginx:latest"));
+        let owner = pod.metadata.controller().unwrap();
+        assert!(owner.is_immortal_container());
+        assert_eq!(owner.name, "example");
+        assert!(!pod.is_terminated());
+    }
+
+    #[test]
+    fn the_resource_path_is_the_group_and_version() {
+        assert_eq!(
+            crate::kube::client::collection_path(IMMORTAL_CONTAINERS, Some("ns")),
+            format!("/apis/{GROUP}/{VERSION}/namespaces/ns/{PLURAL}")
+        );
+    }
+
+    #[test]
+    fn decodes_a_recorded_custom_resource_list_page() {
+        let (_, body) = crate::testutil::fixture("10-ic-list-all-namespaces");
+        let page: crate::kube::client::ListPage<ImmortalContainer> =
+            serde_json::from_str(&body).unwrap();
+        assert!(!page.metadata.resource_version.is_empty());
+        assert_eq!(page.items[0].spec.image, "nginx:latest");
+    }
+}

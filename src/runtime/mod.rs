@@ -1,0 +1,20 @@
+//! Controller machinery, generic over the resource: the shape of kube-rs's `kube-runtime` and
+//! of controller-runtime.
+//!
+//! [`watcher`] lists and watches any resource and turns its events into keys for the
+//! [`queue`] (deduplicating, with per-key back-off and an overall failure budget);
+//! [`leader`] elects one active replica through a Lease and fences the client's writes;
+//! [`metrics`], [`serve`] (probes, and metrics over HTTPS with TokenReview and
+//! SubjectAccessReview) and [`logging`] make a running operator observable; [`allocator`] is
+//! the binary's global allocator.
+//!
+//! Not here: which events matter, or what a reconcile does. A resource's policy implements
+//! [`watcher::Watched`] and drains the queue (see `immortal`); requests go through `kube`.
+
+pub mod allocator;
+pub mod leader;
+pub mod logging;
+pub mod metrics;
+pub mod queue;
+pub mod serve;
+pub mod watcher;
