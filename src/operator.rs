@@ -10,7 +10,7 @@
 use crate::cli::Config;
 use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint};
 use crate::immortal::reconcile::{self, Books, Cluster, Next, Trace};
-use crate::immortal::types::{GROUP, IMMORTAL_CONTAINERS, PLURAL, VERSION};
+use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
 use crate::kube::client::{self, Client};
 use crate::kube::config::{self, LoadOptions};
 use crate::kube::events::{self, Recorder};
@@ -26,6 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+/// `source.component` and `reportingComponent` of our Events.
+const COMPONENT: &str = "immortal-operator";
 
 /// How long start-up keeps trying to reach the API server (and find our CRD) before it gives
 /// up with a clear message instead of retrying silently forever.
@@ -225,7 +228,10 @@ pub fn run(config: Config) -> ExitCode {
     // Each worker and the events thread hold a sender; all are gone once they have all ended.
     let (finished_tx, finished) = crossbeam_channel::bounded::<()>(0);
 
-    let (recorder, event_rx) = Recorder::channel();
+    let (recorder, event_rx) = Recorder::channel(events::Kind {
+        api_version: API_VERSION,
+        kind: KIND,
+    });
     let identity = elector
         .as_ref()
         .map(|e| e.identity().to_string())
@@ -235,7 +241,7 @@ pub fn run(config: Config) -> ExitCode {
         if let Err(e) = thread::Builder::new().name("events".into()).spawn(move || {
             let _finished = finished;
             let _cache = allocator::cache_this_thread();
-            events::run(client, event_rx, identity)
+            events::run(client, event_rx, COMPONENT, identity)
         }) {
             return fail_running(&format!("cannot start events thread: {e}"));
         }

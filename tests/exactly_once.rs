@@ -17,11 +17,12 @@
 //! faults and every call the run made.
 
 use immortal_operator::immortal::lifecycle::{IcEvents, IcSeen, PodEvents, PodHint};
-use immortal_operator::immortal::reconcile::{self, Api, Books, Next, Note, Trace};
+use immortal_operator::immortal::reconcile::{self, Api, Books, Next, Trace};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
 };
 use immortal_operator::kube::client;
+use immortal_operator::kube::events::Note;
 use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };

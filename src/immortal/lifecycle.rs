@@ -707,4 +707,33 @@ mod tests {
             Verdict::Ignore
         );
     }
+
+    /// The pod policy over a recorded stream, run by a real watcher.
+    #[test]
+    fn recorded_stream_moves_the_version_through_bookmarks_and_rewatches_after_a_clean_end() {
+        use crate::runtime::watcher::script::{page, run, Script};
+        use crate::testutil::fixture_events;
+        // The recorded stream: MODIFIED (Failed), MODIFIED (deleting), DELETED, BOOKMARK rv 970.
+        let events = fixture_events("30-watch-pods-from-list-rv").join("\n") + "\n";
+        let s = Script::default();
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("967", &[], None)));
+        s.watches.lock().unwrap().push_back(Ok((events, None)));
+        let (calls, queued) = run(&s, PodEvents);
+        assert_eq!(
+            calls[..3],
+            ["list continue=", "watch rv=967", "watch rv=970"].map(String::from)
+        );
+        // Each event queued the owner, each replacing the last trigger; the pod is gone in the
+        // end, which is what the reconcile that follows is told.
+        assert_eq!(
+            queued,
+            vec![(
+                "fixtures/example".to_string(),
+                "pod DELETED rv=970 gone uid=c6f0852f-487c-4a9a-9867-b6cc2e7718f3".to_string()
+            )]
+        );
+    }
 }

@@ -1,5 +1,4 @@
-//! Kubernetes Events about ImmortalContainers, written off the reconcile path by a thread of
-//! their own.
+//! Kubernetes Events about any object, written off the caller's path by a thread of their own.
 //!
 //! As client-go's recorder: a repeat of the same reason and message for the same object within
 //! [`DEDUP_WINDOW`] bumps `count` and `lastTimestamp` of the existing Event instead of creating
@@ -7,8 +6,6 @@
 //! spam filter) keeps a hot error from flooding the API server. Events are best effort: a
 //! failed write is logged at DEBUG and dropped, never retried in a loop.
 
-use crate::immortal::reconcile::Note;
-use crate::immortal::types::{ImmortalContainer, API_VERSION, KIND};
 use crate::kube::client::{Client, Resource};
 use crate::kube::types::{Event, EventSource, ObjectMeta, ObjectReference, MAX_NAME_LEN};
 use crate::util;
@@ -28,14 +25,28 @@ const REFILL_EVERY: Duration = Duration::from_secs(300);
 /// (its LRU caches hold 4096): without a cap a backlog of 10,000 objects kept 10,000 entries
 /// for the whole window, and memory grew with the object count.
 pub const MAX_REMEMBERED: usize = 4096;
-/// `source.component` and `reportingComponent` of our Events.
-const COMPONENT: &str = "immortal-operator";
 /// Events waiting to be written; beyond this they are dropped (the reconcile never waits).
 const BACKLOG: usize = 1024;
+
+/// An Event to record: Normal or Warning, a CamelCase reason, a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The kind of object Events are about, as `involvedObject` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+}
 
 /// What the reconcile thread hands over: the object reference and the note.
 #[derive(Debug, Clone)]
 pub struct Pending {
+    pub kind: Kind,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -46,29 +57,33 @@ pub struct Pending {
 #[derive(Clone)]
 pub struct Recorder {
     tx: Sender<Pending>,
+    kind: Kind,
 }
 
 impl Recorder {
-    /// A recorder whose events go to `rx`; [`run`] drains it.
-    pub fn channel() -> (Recorder, Receiver<Pending>) {
+    /// A recorder of Events about objects of `kind`, whose events go to `rx`; [`run`] drains
+    /// it.
+    pub fn channel(kind: Kind) -> (Recorder, Receiver<Pending>) {
         // Unbounded with a length check rather than bounded(BACKLOG): a bounded channel
         // allocates and touches all BACKLOG slots up front (about 130 KiB of resident memory
         // for a queue that is empty almost always); the unbounded one grows in small blocks.
         // Two workers racing past the check can overshoot BACKLOG by one each, which is fine.
         let (tx, rx) = crossbeam_channel::unbounded();
-        (Recorder { tx }, rx)
+        (Recorder { tx, kind }, rx)
     }
 
-    pub fn record(&self, ic: &ImmortalContainer, note: Note) {
+    /// Queues `note` about the object `meta` describes; never waits.
+    pub fn record(&self, meta: &ObjectMeta, note: Note) {
         if self.tx.len() >= BACKLOG {
-            log::debug!(target: "events", object = format!("{}/{}", ic.metadata.namespace, ic.metadata.name).as_str(), reason = note.reason; "event backlog full, dropped");
+            log::debug!(target: "events", object = format!("{}/{}", meta.namespace, meta.name).as_str(), reason = note.reason; "event backlog full, dropped");
             return;
         }
         // A send fails only once the recorder thread is gone (shutdown): nothing to do then.
         let _ = self.tx.send(Pending {
-            namespace: ic.metadata.namespace.clone(),
-            name: ic.metadata.name.clone(),
-            uid: ic.metadata.uid.clone(),
+            kind: self.kind,
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
             note,
         });
     }
@@ -200,8 +215,9 @@ pub fn event_name(object: &str) -> String {
     format!("{base}.{suffix}")
 }
 
-/// Drains `rx` until every sender is gone, writing events through `client`.
-pub fn run(client: Client, rx: Receiver<Pending>, instance: String) {
+/// Drains `rx` until every sender is gone, writing events through `client` as `component`
+/// (`source.component` and `reportingComponent`) from `instance`.
+pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, instance: String) {
     let mut book = Book::default();
     for p in rx {
         let now = util::now_rfc3339();
@@ -221,8 +237,8 @@ pub fn run(client: Client, rx: Receiver<Pending>, instance: String) {
                         ..Default::default()
                     },
                     involved_object: ObjectReference {
-                        api_version: API_VERSION.into(),
-                        kind: KIND.into(),
+                        api_version: p.kind.api_version.into(),
+                        kind: p.kind.kind.into(),
                         name: p.name.clone(),
                         namespace: p.namespace.clone(),
                         uid: p.uid.clone(),
@@ -231,12 +247,12 @@ pub fn run(client: Client, rx: Receiver<Pending>, instance: String) {
                     message: p.note.message.clone(),
                     type_: if p.note.warning { "Warning" } else { "Normal" }.into(),
                     source: EventSource {
-                        component: COMPONENT.into(),
+                        component: component.into(),
                     },
                     first_timestamp: Some(now.clone()),
                     last_timestamp: Some(now),
                     count: 1,
-                    reporting_component: COMPONENT.into(),
+                    reporting_component: component.into(),
                     reporting_instance: instance.clone(),
                 };
                 // The answer is not needed: IgnoredAny checks it is JSON without building it.
@@ -269,6 +285,10 @@ mod tests {
 
     fn pending(uid: &str, reason: &'static str, message: &str) -> Pending {
         Pending {
+            kind: Kind {
+                api_version: "example.com/v1",
+                kind: "Example",
+            },
             namespace: "ns".into(),
             name: "web".into(),
             uid: uid.into(),

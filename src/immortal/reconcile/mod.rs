@@ -22,6 +22,7 @@ use crate::immortal::types::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_UID_LABEL,
 };
 use crate::kube::client;
+use crate::kube::events::{Note, Recorder};
 use crate::kube::types::{
     self, Condition, Container, ObjectMeta, OwnerReference, Pod, PodSpec, MAX_NAME_LEN,
 };
@@ -72,7 +73,7 @@ pub trait Api {
 /// The real API: the client, with Events going to the recorder thread.
 pub struct Cluster {
     pub client: client::Client,
-    pub events: crate::kube::events::Recorder,
+    pub events: Recorder,
 }
 
 impl Api for Cluster {
@@ -111,7 +112,7 @@ impl Api for Cluster {
             .patch_status(IMMORTAL_CONTAINERS, ns, name, patch)
     }
     fn record(&self, ic: &ImmortalContainer, note: Note) {
-        self.events.record(ic, note);
+        self.events.record(&ic.metadata, note);
     }
 }
 
@@ -146,14 +147,6 @@ impl Default for Books {
     fn default() -> Self {
         Books::new()
     }
-}
-
-/// An Event to record: Normal or Warning, a CamelCase reason, a sentence.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub message: String,
 }
 
 /// What the worker does with the key after a successful reconcile.

@@ -1,0 +1,197 @@
+use super::script::{gone, page, pods, run, ByOwner, Script};
+use super::*;
+use crate::testutil::fixture_events;
+
+#[test]
+fn lists_then_watches_from_the_lists_resource_version() {
+    let s = Script::default();
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("100", &[("ns", "a")], None)));
+    let (calls, queued) = run(&s, ByOwner);
+    assert_eq!(
+        calls[..2],
+        ["list continue=".to_string(), "watch rv=100".to_string()]
+    );
+    assert_eq!(queued, vec![("ns/a".to_string(), "pod relist".to_string())]);
+}
+
+#[test]
+fn follows_list_pages_with_continue() {
+    let s = Script::default();
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("", &[("ns", "a")], Some("tok"))));
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("120", &[("ns", "b")], None)));
+    let (calls, queued) = run(&s, ByOwner);
+    assert_eq!(
+        calls[..3],
+        ["list continue=", "list continue=tok", "watch rv=120"].map(String::from)
+    );
+    assert_eq!(queued.len(), 2);
+}
+
+#[test]
+fn an_expired_continue_token_restarts_the_list_from_the_first_page() {
+    let s = Script::default();
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("", &[("ns", "a")], Some("tok"))));
+    s.lists.lock().unwrap().push_back(Err(gone()));
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("130", &[("ns", "a")], None)));
+    let (calls, _) = run(&s, ByOwner);
+    assert_eq!(
+        calls[..4],
+        [
+            "list continue=",
+            "list continue=tok",
+            "list continue=",
+            "watch rv=130"
+        ]
+        .map(String::from)
+    );
+}
+
+#[test]
+fn in_stream_410_relists_and_enqueues_objects_that_vanished() {
+    let expired = fixture_events("28-watch-expired-resource-version-410").join("\n");
+    let s = Script::default();
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("963", &[("ns", "a"), ("ns", "b")], None)));
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("990", &[("ns", "a")], None)));
+    s.watches.lock().unwrap().push_back(Ok((expired, None)));
+    let (calls, queued) = run(&s, ByOwner);
+    assert_eq!(
+        calls[..4],
+        [
+            "list continue=",
+            "watch rv=963",
+            "list continue=",
+            "watch rv=990"
+        ]
+        .map(String::from)
+    );
+    let mut keys: Vec<_> = queued.into_iter().map(|(k, _)| k).collect();
+    keys.sort();
+    // ns/b's pod vanished while the watch was down: its owner is reconciled too.
+    assert_eq!(keys, ["ns/a", "ns/b"]);
+}
+
+#[test]
+fn http_410_on_watch_relists() {
+    let s = Script::default();
+    s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
+    s.lists.lock().unwrap().push_back(Ok(page("9", &[], None)));
+    s.watches.lock().unwrap().push_back(Err(gone()));
+    let (calls, _) = run(&s, ByOwner);
+    assert_eq!(
+        calls[..4],
+        [
+            "list continue=",
+            "watch rv=5",
+            "list continue=",
+            "watch rv=9"
+        ]
+        .map(String::from)
+    );
+}
+
+#[test]
+fn a_failed_watch_backs_off_and_rewatches_from_the_same_version() {
+    let s = Script::default();
+    s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
+    s.watches
+        .lock()
+        .unwrap()
+        .push_back(Err(client::Error::Transport("connection reset".into())));
+    let start = Instant::now();
+    let (calls, _) = run(&s, ByOwner);
+    assert_eq!(
+        calls[..3],
+        ["list continue=", "watch rv=5", "watch rv=5"].map(String::from)
+    );
+    // The first backoff step is 0.8 s ± 20 %.
+    assert!(
+        start.elapsed() >= Duration::from_millis(640),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_stream_gone_silent_is_resumed_from_its_last_version_without_a_relist() {
+    let bookmark = r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"8"}}}"#;
+    let s = Script::default();
+    s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
+    s.watches.lock().unwrap().push_back(Ok((
+        format!("{bookmark}\n"),
+        Some(std::io::ErrorKind::TimedOut),
+    )));
+    let (calls, _) = run(&s, ByOwner);
+    assert_eq!(
+        calls,
+        ["list continue=", "watch rv=5", "watch rv=8"].map(String::from)
+    );
+    let text = metrics::render("h");
+    let stalled = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("immortal_watch_restarts_total{resource=\"pod\",reason=\"stalled\"} ")
+        })
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(stalled >= Some(1), "counted as stalled: {stalled:?}");
+}
+
+#[test]
+fn backoff_doubles_from_800ms_to_30s_with_jitter_and_resets() {
+    let mut b = Backoff::new();
+    let d: Vec<_> = (0..8).map(|_| b.next_delay().as_millis() as f64).collect();
+    for (i, want) in [
+        800.0, 1600.0, 3200.0, 6400.0, 12800.0, 25600.0, 30000.0, 30000.0,
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert!(
+            d[i] >= want * 0.8 - 1.0 && d[i] <= (want * 1.2f64).min(30000.0),
+            "step {i}: {}",
+            d[i]
+        );
+    }
+    b.reset();
+    assert!(b.next_delay() <= Duration::from_millis(960));
+}
+
+#[test]
+fn an_error_event_carrying_410_ends_the_stream_for_a_relist() {
+    let line = &fixture_events("28-watch-expired-resource-version-410")[0];
+    let (quit_tx, quit_rx) = crossbeam_channel::bounded(0);
+    let (synced_tx, _) = crossbeam_channel::unbounded();
+    let s = Script::default();
+    let mut w = Watcher::new(
+        &s,
+        pods(),
+        ByOwner,
+        Arc::new(Queue::new()),
+        quit_rx,
+        synced_tx,
+        DEFAULT_IDLE_TIMEOUT,
+    );
+    let mut rv = "1".to_string();
+    assert_eq!(w.handle_line(line, &mut rv), Err(StreamEnd::Expired));
+    drop(quit_tx);
+}
