@@ -16,6 +16,7 @@
 //! generator: `IMMORTAL_FAULT_SEED=N` replays another set; a failure prints the seed, the
 //! faults and every call the run made.
 
+use immortal_operator::immortal::desired;
 use immortal_operator::immortal::lifecycle::{IcEvents, IcSeen, PodEvents, PodHint};
 use immortal_operator::immortal::reconcile::{self, Api, Books, Next, Trace};
 use immortal_operator::immortal::types::{
@@ -889,7 +890,7 @@ impl Scenario {
         }
         // Converged: one running pod, counted.
         let ic = w.ic.clone().unwrap();
-        let mut pod = reconcile::desired_pod(&ic, false);
+        let mut pod = desired::desired_pod(&ic, false);
         pod.metadata.uid = w.new_uid("pod");
         pod.metadata.resource_version = w.next_rv();
         set_phase(&mut pod, "Running", true);

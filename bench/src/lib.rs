@@ -18,11 +18,11 @@ pub mod operator;
 pub mod report;
 
 use cluster::{Api, Cluster, Counts, Snapshot};
-use immortal_operator::immortal::reconcile;
 use immortal_operator::immortal::types::{
     pod_name, ImmortalContainer, ImmortalContainerStatus, CONTAINER_NAME, IMAGE_ANNOTATION,
     IMMORTAL_CONTAINERS, MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_UID_LABEL,
 };
+use immortal_operator::immortal::{desired, reconcile};
 use immortal_operator::kube::client::{self, Resource};
 use immortal_operator::kube::types::{Condition, Pod};
 use kube_testserver::{FailRule, TestServer};
@@ -435,7 +435,7 @@ impl Run<'_> {
         })?;
         let started = Instant::now();
         let pods = parallel(n, conns, self.deadline, |i| {
-            api.create_pod(ns, &reconcile::desired_pod(&ics[i], false))
+            api.create_pod(ns, &desired::desired_pod(&ics[i], false))
         })?;
         let pods_secs = started.elapsed().as_secs_f64();
         let started = Instant::now();
@@ -935,7 +935,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let mut pod = reconcile::desired_pod(&ic, true);
+        let mut pod = desired::desired_pod(&ic, true);
         pod.metadata.uid = "p1".into();
         let patch = first_status_patch(&ic, &pod);
         assert_eq!(patch["status"]["startTimes"], 1);
@@ -954,7 +954,7 @@ mod tests {
             .create_immortal_container(&ns, "good", "nginx")
             .expect("ic");
         let pod = api
-            .create_pod(&ns, &reconcile::desired_pod(&good, true))
+            .create_pod(&ns, &desired::desired_pod(&good, true))
             .expect("pod");
         api.patch_status(&ns, "good", &first_status_patch(&good, &pod))
             .expect("status");
@@ -965,7 +965,7 @@ mod tests {
 
         api.create_immortal_container(&ns, "lonely", "nginx")
             .expect("ic");
-        let mut stray = reconcile::desired_pod(&good, true);
+        let mut stray = desired::desired_pod(&good, true);
         stray.metadata.name = "stray".into();
         api.create_pod(&ns, &stray).expect("stray pod");
         let problems =
@@ -995,7 +995,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let pod = reconcile::desired_pod(&ic, true);
+        let pod = desired::desired_pod(&ic, true);
         assert_eq!(pod_problems(&ic, &pod), Vec::<String>::new());
         let stranger = Pod {
             metadata: ObjectMeta {

@@ -1,0 +1,215 @@
+//! What reconcile reports: `status` (the pod, its phase, the Ready condition with a reason a
+//! user can act on), Events, and the one merge patch that writes a status that changed.
+
+use super::*;
+
+impl<A: Api> Run<'_, A> {
+    /// Status reports `view` of our pod.
+    pub(super) fn report(&mut self, view: &PodView) {
+        self.status.current_pod = Some(self.pod_name.clone());
+        self.status.pod_phase = Some(view.phase.as_str().to_string());
+        self.set_ready(view.ready, view.reason, &view.message);
+    }
+
+    /// Our pod created for `old_image` is being deleted to make way for one with the new image.
+    pub(super) fn replacing(&mut self, old_image: &str) {
+        self.status.current_pod = Some(self.pod_name.clone());
+        self.status.pod_phase = Some(Phase::Terminating.as_str().to_string());
+        let msg = format!(
+            "replacing pod {}: image changed from {old_image} to {}; waiting for the old pod to go",
+            self.pod_name, self.ic.spec.image
+        );
+        self.set_ready(false, "PodReplacing", &msg);
+    }
+
+    /// A replacement waits for the back-off: say so, once, on the object.
+    pub(super) fn back_off(&mut self, wait: crate::immortal::restarts::Wait) {
+        let at = util::rfc3339_after(wait.remaining);
+        let msg = format!(
+            "pod {} ended {} time(s) in a row soon after it started; the next one is created at {at} (back-off {}s, doubling to {}s)",
+            self.pod_name,
+            wait.streak + 1,
+            wait.remaining.as_secs_f64().ceil() as u64,
+            crate::immortal::restarts::MAX.as_secs()
+        );
+        self.status.pod_phase = None;
+        if self.set_ready(false, "PodRestartBackOff", &msg) {
+            log::info!(
+                target: "reconcile",
+                reconcile_id = self.trace.id, object = self.trace.key, action = "back_off",
+                requeue_after_ms = wait.remaining.as_millis() as u64;
+                "{msg}"
+            );
+            self.note(true, "PodRestartBackOff", msg);
+        }
+    }
+
+    pub(super) fn ready_reason(&self) -> Option<&str> {
+        self.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .map(|c| c.reason.as_str())
+    }
+
+    /// Sets the Ready condition; returns whether its status or reason changed (the moments worth
+    /// an Event). `lastTransitionTime` moves only when the status flips, per the API conventions.
+    pub(super) fn set_ready(&mut self, ready: bool, reason: &str, message: &str) -> bool {
+        let status = if ready { "True" } else { "False" };
+        let generation = self.ic.metadata.generation;
+        match self.status.conditions.iter_mut().find(|c| c.type_ == READY) {
+            Some(c) => {
+                let changed = c.status != status || c.reason != reason;
+                if c.status != status {
+                    c.last_transition_time = util::now_rfc3339();
+                }
+                c.status = status.into();
+                c.reason = reason.into();
+                c.message = message.into();
+                c.observed_generation = generation;
+                changed
+            }
+            None => {
+                self.status.conditions.push(Condition {
+                    type_: READY.into(),
+                    status: status.into(),
+                    observed_generation: generation,
+                    last_transition_time: util::now_rfc3339(),
+                    reason: reason.into(),
+                    message: message.into(),
+                });
+                true
+            }
+        }
+    }
+
+    /// A problem retrying cannot fix: a condition, a Warning Event when it is new, a WARN line
+    /// (a person must act), and no requeue.
+    pub(super) fn fail_permanently(
+        &mut self,
+        reason: &'static str,
+        event_reason: &'static str,
+        msg: String,
+    ) {
+        self.status.pod_phase = None;
+        if self.set_ready(false, reason, &msg) {
+            log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = reason; "{msg}");
+            self.note(true, event_reason, msg);
+        }
+    }
+
+    pub(super) fn note(&self, warning: bool, reason: &'static str, message: String) {
+        self.api.record(
+            self.ic,
+            Note {
+                warning,
+                reason,
+                message,
+            },
+        );
+    }
+
+    /// Writes status if it differs from what the API server holds, as a JSON merge patch of the
+    /// changed fields. A count change carries the resourceVersion we read: if anything wrote
+    /// the object since, the patch fails with 409 and the next reconcile recounts from fresh
+    /// state, so a pod is never counted twice. The answer is the API server's copy: what it did
+    /// not keep, the CRD prunes (see `counting`).
+    pub(super) fn write_status(&mut self) -> Result<(), Error> {
+        let counting = &self.books.counting;
+        let Some(patch) = status_patch(&self.rv, &self.have, &self.status, |f| counting.prunes(f))
+        else {
+            return Ok(());
+        };
+        match self
+            .api
+            .patch_status(self.ns, &self.ic.metadata.name, &patch)
+        {
+            Ok(answered) => {
+                let kept = serde_json::to_value(&answered.status).unwrap_or_default();
+                let pruned = Counting::not_kept(&patch["status"], &kept);
+                if !pruned.is_empty() {
+                    let new = counting.learn_pruned(&pruned, "a status write did not keep it");
+                    if new.contains(&"lastCountedPodUID") {
+                        self.note(
+                            true,
+                            "StartsNotCounted",
+                            "status.startTimes is no longer counted: the installed ImmortalContainer CRD is older than the \
+                             operator and prunes status.lastCountedPodUID; apply config/crd (kubectl apply -k config/crd)"
+                                .to_string(),
+                        );
+                    }
+                }
+                self.have = answered.status;
+                self.rv = answered.metadata.resource_version;
+                // What was pruned is not ours to write again: compare it as it is.
+                for f in pruned {
+                    match f {
+                        "lastCountedPodUID" => {
+                            self.status.last_counted_pod_uid =
+                                self.have.last_counted_pod_uid.clone()
+                        }
+                        "observedGeneration" => {
+                            self.status.observed_generation = self.have.observed_generation
+                        }
+                        _ => self.status.pod_phase = self.have.pod_phase.clone(),
+                    }
+                }
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = self.trace.id, object = self.trace.key, action = "patch_status",
+                    start_times = self.status.start_times.unwrap_or(0), ready = self.ready_reason().unwrap_or("");
+                    "updated status"
+                );
+                Ok(())
+            }
+            // Gone meanwhile: nothing left to report on.
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(Error::from_api("patch status", e)),
+        }
+    }
+}
+
+/// The merge patch taking the status `have` (of resourceVersion `rv`) to `want`, or `None` when
+/// nothing changed (a reconcile with nothing to do writes nothing). Fields `pruned` says the
+/// CRD does not keep are left out.
+pub fn status_patch(
+    rv: &str,
+    have: &ImmortalContainerStatus,
+    want: &ImmortalContainerStatus,
+    pruned: impl Fn(&str) -> bool,
+) -> Option<Value> {
+    let mut st = Map::new();
+    if want.current_pod != have.current_pod {
+        st.insert("currentPod".into(), json!(want.current_pod));
+    }
+    if want.start_times != have.start_times {
+        st.insert("startTimes".into(), json!(want.start_times));
+    }
+    if want.last_counted_pod_uid != have.last_counted_pod_uid && !pruned("lastCountedPodUID") {
+        st.insert("lastCountedPodUID".into(), json!(want.last_counted_pod_uid));
+    }
+    if want.observed_generation != have.observed_generation && !pruned("observedGeneration") {
+        st.insert("observedGeneration".into(), json!(want.observed_generation));
+    }
+    if want.pod_phase != have.pod_phase && !pruned("podPhase") {
+        st.insert("podPhase".into(), json!(want.pod_phase));
+    }
+    if want.conditions != have.conditions {
+        // Merge patch replaces lists whole: send them all.
+        st.insert(
+            "conditions".into(),
+            serde_json::to_value(&want.conditions).unwrap_or(Value::Null),
+        );
+    }
+    if st.is_empty() {
+        return None;
+    }
+    // Writing the first explicit 0 counts nothing; only a change of count needs a fresh read.
+    let counted = want.start_times.unwrap_or(0) != have.start_times.unwrap_or(0)
+        || want.last_counted_pod_uid != have.last_counted_pod_uid;
+    let mut patch = json!({ "status": st });
+    if counted {
+        patch["metadata"] = json!({ "resourceVersion": rv });
+    }
+    Some(patch)
+}

@@ -1,0 +1,1149 @@
+use super::*;
+use crate::immortal::lifecycle::PodEvents;
+use crate::immortal::types::{ImmortalPod, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::kube::types::{Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status};
+use crate::runtime::watcher::{Verdict, Watched};
+use std::cell::RefCell;
+
+/// A fake API holding one object and one pod, recording every call as "VERB what". It
+/// deletes a pod as the API server's pod strategy does: gracefully (deletionTimestamp, the
+/// pod stays) when it runs on a node, at once when it is unscheduled (Pending here) or
+/// terminal.
+#[derive(Default)]
+struct Fake {
+    ic: RefCell<Option<ImmortalContainer>>,
+    pod: RefCell<Option<Pod>>,
+    calls: RefCell<Vec<String>>,
+    notes: RefCell<Vec<Note>>,
+    /// Errors to answer the next call of a verb with.
+    fail: RefCell<Vec<(&'static str, client::Error)>>,
+    next_uid: RefCell<u32>,
+    books: Books,
+    /// Status fields the "installed CRD" does not know, pruned from every write.
+    prunes: RefCell<Vec<&'static str>>,
+}
+
+fn api_err(code: u16, reason: &str) -> client::Error {
+    client::Error::Api(Box::new(Status {
+        code,
+        reason: reason.into(),
+        message: reason.into(),
+        ..Default::default()
+    }))
+}
+
+impl Fake {
+    fn failing(&self, verb: &'static str) -> Option<client::Error> {
+        let mut f = self.fail.borrow_mut();
+        let i = f.iter().position(|(v, _)| *v == verb)?;
+        Some(f.remove(i).1)
+    }
+    fn fail_next(&self, verb: &'static str, e: client::Error) {
+        self.fail.borrow_mut().push((verb, e));
+    }
+    fn calls(&self) -> Vec<String> {
+        self.calls.borrow().clone()
+    }
+    fn clear(&self) {
+        self.calls.borrow_mut().clear();
+    }
+    fn call(&self, c: String) {
+        self.calls.borrow_mut().push(c);
+    }
+}
+
+impl Api for Fake {
+    fn get_immortal_container(
+        &self,
+        _: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
+        self.call(format!("GET ic/{name}"));
+        self.ic
+            .borrow()
+            .clone()
+            .ok_or_else(|| api_err(404, "NotFound"))
+    }
+    fn get_pod(&self, _: &str, name: &str) -> Result<Pod, client::Error> {
+        self.call(format!("GET pod/{name}"));
+        if let Some(e) = self.failing("get_pod") {
+            return Err(e);
+        }
+        self.pod
+            .borrow()
+            .clone()
+            .ok_or_else(|| api_err(404, "NotFound"))
+    }
+    fn create_pod(&self, _: &str, pod: &Pod) -> Result<Pod, client::Error> {
+        self.call(format!("POST pod/{}", pod.metadata.name));
+        if let Some(e) = self.failing("create_pod") {
+            return Err(e);
+        }
+        if self.pod.borrow().is_some() {
+            return Err(api_err(409, "AlreadyExists"));
+        }
+        let mut p = pod.clone();
+        *self.next_uid.borrow_mut() += 1;
+        p.metadata.uid = format!("pod-uid-{}", self.next_uid.borrow());
+        p.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        });
+        *self.pod.borrow_mut() = Some(p.clone());
+        Ok(p)
+    }
+    fn delete_pod(
+        &self,
+        _: &str,
+        name: &str,
+        uid: &str,
+        grace: Option<u32>,
+    ) -> Result<Pod, client::Error> {
+        let g = grace.map(|g| format!(" grace={g}")).unwrap_or_default();
+        self.call(format!("DELETE pod/{name} uid={uid}{g}"));
+        if let Some(e) = self.failing("delete_pod") {
+            return Err(e);
+        }
+        // The API server checks preconditions.uid against the object: 409 on a mismatch.
+        let mut slot = self.pod.borrow_mut();
+        let Some(p) = slot.as_mut() else {
+            return Err(api_err(404, "NotFound"));
+        };
+        if p.metadata.uid != uid {
+            return Err(api_err(409, "Conflict"));
+        }
+        let scheduled_and_live = p.phase() == "Running";
+        let grace = if scheduled_and_live {
+            grace.map_or(30, i64::from)
+        } else {
+            0
+        };
+        p.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+        p.metadata.deletion_grace_period_seconds = Some(grace);
+        let left = p.clone();
+        if grace == 0 && p.metadata.finalizers.is_empty() {
+            *slot = None;
+        }
+        Ok(left)
+    }
+    fn patch_pod(&self, _: &str, name: &str, patch: &Value) -> Result<Pod, client::Error> {
+        let what = if patch["metadata"]["labels"].is_object() {
+            "labels"
+        } else {
+            "release"
+        };
+        self.call(format!("PATCH pod/{name} {what}"));
+        if let Some(e) = self.failing("patch_pod") {
+            return Err(e);
+        }
+        let mut slot = self.pod.borrow_mut();
+        let Some(p) = slot.as_mut() else {
+            return Err(api_err(404, "NotFound"));
+        };
+        // A uid in the patch is a precondition (the API server's update preconditions).
+        if patch["metadata"]["uid"] != p.metadata.uid.as_str() {
+            return Err(api_err(409, "Conflict"));
+        }
+        if let Some(labels) = patch["metadata"]["labels"].as_object() {
+            for (k, v) in labels {
+                p.metadata
+                    .labels
+                    .insert(k.clone(), v.as_str().unwrap().into());
+            }
+        }
+        if let Some(gone) = patch["metadata"]["$deleteFromPrimitiveList/finalizers"].as_array() {
+            p.metadata
+                .finalizers
+                .retain(|f| !gone.iter().any(|g| g == f));
+        }
+        let left = p.clone();
+        // The last finalizer of a pod being deleted with grace 0 gone: it is removed.
+        if p.metadata.finalizers.is_empty() && p.metadata.deletion_grace_period_seconds == Some(0) {
+            *slot = None;
+        }
+        Ok(left)
+    }
+    fn patch_status(
+        &self,
+        _: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<ImmortalContainer, client::Error> {
+        self.call(format!("PATCH ic/{name}/status"));
+        if let Some(e) = self.failing("patch_status") {
+            return Err(e);
+        }
+        let mut ic = self.ic.borrow().clone().unwrap();
+        let st = &patch["status"];
+        if let Some(v) = st.get("currentPod") {
+            ic.status.current_pod = v.as_str().map(String::from);
+        }
+        if let Some(v) = st.get("startTimes") {
+            ic.status.start_times = v.as_i64();
+        }
+        if let Some(v) = st.get("lastCountedPodUID") {
+            ic.status.last_counted_pod_uid = v.as_str().map(String::from);
+        }
+        if let Some(v) = st.get("observedGeneration") {
+            ic.status.observed_generation = v.as_i64();
+        }
+        if let Some(v) = st.get("podPhase") {
+            ic.status.pod_phase = v.as_str().map(String::from);
+        }
+        if let Some(v) = st.get("conditions") {
+            ic.status.conditions = serde_json::from_value(v.clone()).unwrap();
+        }
+        for f in self.prunes.borrow().iter() {
+            match *f {
+                "lastCountedPodUID" => ic.status.last_counted_pod_uid = None,
+                "observedGeneration" => ic.status.observed_generation = None,
+                _ => ic.status.pod_phase = None,
+            }
+        }
+        ic.metadata.resource_version = format!("{}1", ic.metadata.resource_version);
+        *self.ic.borrow_mut() = Some(ic.clone());
+        Ok(ic)
+    }
+    fn record(&self, _: &ImmortalContainer, note: Note) {
+        self.notes.borrow_mut().push(note);
+    }
+}
+
+fn ic(name: &str, image: &str) -> ImmortalContainer {
+    ImmortalContainer {
+        metadata: ObjectMeta {
+            name: name.into(),
+            namespace: "ns".into(),
+            uid: "ic-uid".into(),
+            resource_version: "10".into(),
+            generation: Some(1),
+            ..Default::default()
+        },
+        spec: ic::ImmortalContainerSpec {
+            image: image.into(),
+        },
+        status: Default::default(),
+    }
+}
+
+fn fake(ic: ImmortalContainer) -> Fake {
+    let f = Fake::default();
+    *f.ic.borrow_mut() = Some(ic);
+    f
+}
+
+fn run(f: &Fake, key: &str) -> Result<Next, Error> {
+    reconcile(f, &f.books, &Trace { id: "1", key }, None)
+}
+
+fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
+    reconcile(
+        f,
+        &f.books,
+        &Trace {
+            id: "2",
+            key: "ns/web",
+        },
+        Some(hint),
+    )
+}
+
+fn gone(f: &Fake) -> PodHint {
+    PodHint::Gone {
+        uid: f
+            .pod
+            .borrow()
+            .as_ref()
+            .map(|p| p.metadata.uid.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// The hint the pod watcher would queue for the pod as it is now.
+fn seen(f: &Fake) -> PodHint {
+    let pod = f.pod.borrow().clone().unwrap();
+    match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+        Verdict::Queue(Some(h)) => h,
+        other => panic!("the watcher would not queue this pod: {other:?}"),
+    }
+}
+
+/// What the kubelet writes once the container runs.
+fn start_pod(f: &Fake) {
+    f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
+        phase: Some("Running".into()),
+        conditions: vec![PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+}
+
+fn fail_pod(f: &Fake) {
+    f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
+        phase: Some("Failed".into()),
+        ..Default::default()
+    });
+}
+
+/// A person deletes the pod gracefully (`kubectl delete pod`): it stays while it stops.
+fn start_deleting(f: &Fake) {
+    let mut p = f.pod.borrow_mut();
+    let m = &mut p.as_mut().unwrap().metadata;
+    m.deletion_timestamp = Some("2026-01-01T00:00:30Z".into());
+    m.deletion_grace_period_seconds = Some(30);
+}
+
+fn status(f: &Fake) -> ImmortalContainerStatus {
+    f.ic.borrow().as_ref().unwrap().status.clone()
+}
+
+fn ready(f: &Fake) -> (String, String) {
+    let st = status(f);
+    let c = st.conditions.iter().find(|c| c.type_ == READY).unwrap();
+    (c.status.clone(), c.reason.clone())
+}
+
+fn message(f: &Fake) -> String {
+    let st = status(f);
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == READY)
+        .unwrap()
+        .message
+        .clone()
+}
+
+/// As if the operator died after creating the pod and before recording it.
+fn forget_the_count(f: &Fake) {
+    let mut ic = f.ic.borrow_mut();
+    let st = &mut ic.as_mut().unwrap().status;
+    st.start_times = Some(0);
+    st.last_counted_pod_uid = None;
+}
+
+/// A new object whose pod was created and now runs, ready; the calls so far forgotten.
+fn running(image: &str) -> Fake {
+    let f = fake(ic("web", image));
+    run(&f, "ns/web").unwrap();
+    start_pod(&f);
+    run_with(&f, &seen(&f)).unwrap();
+    f.clear();
+    f
+}
+
+#[test]
+fn creates_the_pod_of_a_new_object_counts_it_and_reports_it_pending() {
+    let f = fake(ic("web", "nginx"));
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    // A new object has no pod yet: create first, no GET of the pod.
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    let st = status(&f);
+    assert_eq!(st.start_times, Some(1));
+    assert_eq!(st.current_pod.as_deref(), Some("web-immortalpod"));
+    assert_eq!(st.last_counted_pod_uid.as_deref(), Some("pod-uid-1"));
+    assert_eq!(st.observed_generation, Some(1));
+    assert_eq!(st.pod_phase.as_deref(), Some("Pending"));
+    // Not ready until the pod runs: a pod just created may never start.
+    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
+    assert_eq!(f.notes.borrow()[0].reason, "PodCreated");
+}
+
+#[test]
+fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
+    let f = fake(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    start_pod(&f);
+    f.clear();
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
+    assert_eq!(message(&f), "pod web-immortalpod runs nginx");
+    assert_eq!(status(&f).pod_phase.as_deref(), Some("Running"));
+    assert_eq!(status(&f).start_times, Some(1));
+}
+
+#[test]
+fn an_event_for_a_pod_not_counted_yet_is_read_before_it_is_counted() {
+    let f = running("nginx");
+    f.ic.borrow_mut()
+        .as_mut()
+        .unwrap()
+        .status
+        .last_counted_pod_uid = Some("older".into());
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(2));
+}
+
+#[test]
+fn desired_pod_has_name_container_labels_and_controller_reference() {
+    let mut o = ic(&"a".repeat(241), "nginx:1.27");
+    o.metadata.uid = "09ff1c2a-773e-4ed4-824a-51e4cd7a3baf".into();
+    let p = desired_pod(&o, true);
+    assert_eq!(p.metadata.name.len(), 253);
+    assert_eq!(
+        p.spec.containers,
+        vec![Container {
+            name: "acontainer".into(),
+            image: "nginx:1.27".into()
+        }]
+    );
+    for v in p.metadata.labels.values() {
+        assert!(v.len() <= 63, "label value {v} too long");
+    }
+    let owner = p.metadata.controller().unwrap();
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("ImmortalContainer", o.metadata.name.as_str())
+    );
+    assert_eq!(owner.block_owner_deletion, Some(true));
+}
+
+#[test]
+fn a_second_reconcile_with_nothing_to_do_writes_nothing() {
+    let f = running("nginx");
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    assert_eq!(status(&f).start_times, Some(1));
+}
+
+#[test]
+fn a_deleted_object_is_done_and_its_pod_is_let_go() {
+    let f = Fake::default();
+    // Nothing said about its pod (a relist): one look, in case it still holds our finalizer.
+    assert_eq!(run(&f, "ns/gone").unwrap(), Next::Done);
+    assert_eq!(f.calls(), ["GET ic/gone", "GET pod/gone-immortalpod"]);
+
+    // The object was deleted between its pod's create and the status write counting it:
+    // the pod carries our finalizer, and the garbage collector cannot remove it until we
+    // take it off.
+    let f = fake(ic("web", "nginx"));
+    f.fail_next("patch_status", api_err(500, "InternalError"));
+    assert!(run(&f, "ns/web").is_err());
+    assert!(counting::holds(
+        &f.pod.borrow().as_ref().unwrap().metadata.finalizers
+    ));
+    *f.ic.borrow_mut() = None;
+    start_deleting(&f);
+    let hint = seen(&f);
+    f.clear();
+    run_with(&f, &hint).unwrap();
+    assert_eq!(
+        f.calls(),
+        ["GET ic/web", "PATCH pod/web-immortalpod release"]
+    );
+    // An event saying the pod holds nothing of ours costs nothing more.
+    f.clear();
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(f.calls(), ["GET ic/web"]);
+}
+
+#[test]
+fn replaces_a_deleted_pod_and_counts_the_new_one() {
+    let f = running("nginx");
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    // Triggered by the pod's DELETED event: create without looking first.
+    run_with(&f, &hint).unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some("pod-uid-2")
+    );
+    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
+}
+
+#[test]
+fn a_graceful_deletion_is_reported_terminating_and_waited_for_without_polling() {
+    let f = running("nginx");
+    start_deleting(&f);
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(ready(&f), ("False".into(), "PodTerminating".into()));
+    assert_eq!(status(&f).pod_phase.as_deref(), Some("Terminating"));
+    // The kubelet writes Succeeded before it removes the pod (Kubernetes 1.27+); whatever
+    // queues the object meanwhile, no create is tried while the name is held.
+    fail_pod(&f);
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    // Removed: its DELETED event brings the replacement.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    f.clear();
+    run_with(&f, &hint).unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(
+        f.notes.borrow().last().unwrap().message,
+        "Created pod web-immortalpod: the previous one was deleted"
+    );
+}
+
+#[test]
+fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
+    let f = running("nginx");
+    fail_pod(&f);
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "DELETE pod/web-immortalpod uid=pod-uid-1",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(
+        f.notes.borrow().last().unwrap().message,
+        "Created pod web-immortalpod: the previous one terminated"
+    );
+}
+
+#[test]
+fn a_terminated_pod_never_counted_is_counted_once_when_deleted_by_hint() {
+    // The operator died after creating pod-uid-1 and before recording it.
+    let f = running("nginx");
+    forget_the_count(&f);
+    fail_pod(&f);
+    run_with(&f, &seen(&f)).unwrap();
+    // pod-uid-1 and its replacement pod-uid-2.
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some("pod-uid-2")
+    );
+}
+
+#[test]
+fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
+    let f = running("nginx");
+    fail_pod(&f);
+    let stale = seen(&f);
+    // pod-uid-1 terminated and was replaced by pod-uid-2 (running) before the hint's turn.
+    run(&f, "ns/web").unwrap();
+    start_pod(&f);
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(status(&f).start_times, Some(2));
+    f.clear();
+    run_with(&f, &stale).unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "DELETE pod/web-immortalpod uid=pod-uid-1",
+            "GET pod/web-immortalpod"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(2));
+    // And once no pod holds the name at all, the stale hint only leads to a create (the
+    // restart back-off, which the replacement above started, set aside: not under test).
+    *f.pod.borrow_mut() = None;
+    f.books.restarts.forget("ns/web");
+    f.clear();
+    run_with(&f, &stale).unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "DELETE pod/web-immortalpod uid=pod-uid-1",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(3));
+}
+
+#[test]
+fn a_hint_for_a_pod_of_another_owner_or_name_is_not_trusted() {
+    for (name, owner) in [
+        ("web-immortalpod", "another-ic-uid"),
+        ("other-immortalpod", "ic-uid"),
+    ] {
+        let f = running("nginx");
+        let mut hint = seen(&f);
+        if let PodHint::Seen(p) = &mut hint {
+            p.name = name.into();
+            p.owner_uid = owner.into();
+            p.view.phase = Phase::Failed;
+        }
+        run_with(&f, &hint).unwrap();
+        // The pod is running: looked at, left alone.
+        assert_eq!(
+            f.calls(),
+            ["GET ic/web", "GET pod/web-immortalpod"],
+            "{name} {owner}"
+        );
+    }
+}
+
+#[test]
+fn an_image_change_deletes_the_running_pod_then_waits_for_its_deletion() {
+    let f = running("nginx:1");
+    {
+        let mut ic = f.ic.borrow_mut();
+        let ic = ic.as_mut().unwrap();
+        ic.spec.image = "nginx:2".into();
+        ic.metadata.generation = Some(2);
+    }
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "DELETE pod/web-immortalpod uid=pod-uid-1",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert_eq!(ready(&f), ("False".into(), "PodReplacing".into()));
+    // Still terminating, and its events say so: nothing to do, nothing to write.
+    f.clear();
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(f.calls(), ["GET ic/web"]);
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    // Gone: the replacement runs the new image.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    run_with(&f, &hint).unwrap();
+    assert_eq!(
+        f.pod.borrow().as_ref().unwrap().container_image(),
+        Some("nginx:2")
+    );
+    assert_eq!(status(&f).start_times, Some(2));
+    assert!(f
+        .notes
+        .borrow()
+        .last()
+        .unwrap()
+        .message
+        .contains("the image changed"));
+}
+
+#[test]
+fn an_image_change_replaces_a_pod_not_yet_scheduled_at_once() {
+    let f = fake(ic("web", "nginx:1"));
+    run(&f, "ns/web").unwrap();
+    f.ic.borrow_mut().as_mut().unwrap().spec.image = "nginx:2".into();
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    // The server removes an unscheduled pod at once: the name is free, no event awaited.
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "DELETE pod/web-immortalpod uid=pod-uid-1",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(
+        f.pod.borrow().as_ref().unwrap().container_image(),
+        Some("nginx:2")
+    );
+    assert_eq!(status(&f).start_times, Some(2));
+}
+
+#[test]
+fn a_terminal_pod_held_by_a_finalizer_is_waited_for() {
+    let f = running("nginx");
+    fail_pod(&f);
+    f.pod.borrow_mut().as_mut().unwrap().metadata.finalizers = vec!["someone/else".into()];
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "DELETE pod/web-immortalpod uid=pod-uid-1",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(ready(&f), ("False".into(), "PodTerminated".into()));
+}
+
+#[test]
+fn a_pod_whose_label_was_removed_gets_it_back() {
+    let f = running("nginx");
+    f.pod
+        .borrow_mut()
+        .as_mut()
+        .unwrap()
+        .metadata
+        .labels
+        .remove(MANAGED_BY_LABEL);
+    // Our label-selected watch reported it DELETED, although it lives on.
+    run_with(&f, &gone(&f)).unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "GET pod/web-immortalpod",
+            "PATCH pod/web-immortalpod labels"
+        ]
+    );
+    let pod = f.pod.borrow().clone().unwrap();
+    assert_eq!(pod.metadata.labels[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(f.notes.borrow().last().unwrap().reason, "PodLabelsRestored");
+}
+
+#[test]
+fn pods_that_keep_ending_back_off_and_say_so() {
+    let f = running("nginx");
+    // Deleted: replaced at once; the back-off starts.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    run_with(&f, &hint).unwrap();
+    assert_eq!(status(&f).start_times, Some(2));
+    // Deleted again right away: the next one waits.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    f.clear();
+    let next = run_with(&f, &hint).unwrap();
+    let Next::RequeueAfter(wait) = next else {
+        panic!("no back-off: {next:?}")
+    };
+    assert!(
+        wait <= crate::immortal::restarts::BASE && !wait.is_zero(),
+        "{wait:?}"
+    );
+    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(ready(&f), ("False".into(), "PodRestartBackOff".into()));
+    assert_eq!(status(&f).start_times, Some(2));
+    let note = f.notes.borrow().last().unwrap().clone();
+    assert!(
+        note.warning && note.reason == "PodRestartBackOff",
+        "{note:?}"
+    );
+    // Its time come (as if the last replacement had been longer ago), the pod is made.
+    f.books.restarts.forget("ns/web");
+    f.books.restarts.replaced(
+        "ns/web",
+        Instant::now() - crate::immortal::restarts::BASE * 2,
+    );
+    f.clear();
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(3));
+}
+
+#[test]
+fn an_image_change_is_never_held_back() {
+    let f = running("nginx:1");
+    // Two quick replacements: the back-off is running.
+    for _ in 0..2 {
+        let hint = gone(&f);
+        *f.pod.borrow_mut() = None;
+        let _ = run_with(&f, &hint);
+    }
+    {
+        let mut ic = f.ic.borrow_mut();
+        let ic = ic.as_mut().unwrap();
+        ic.spec.image = "nginx:2".into();
+        ic.metadata.generation = Some(2);
+    }
+    f.clear();
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(
+        f.pod.borrow().as_ref().unwrap().container_image(),
+        Some("nginx:2")
+    );
+}
+
+#[test]
+fn a_pod_that_is_not_ours_is_left_alone_and_reported() {
+    let f = fake(ic("web", "nginx"));
+    *f.pod.borrow_mut() = Some(Pod {
+        metadata: ObjectMeta {
+            name: "web-immortalpod".into(),
+            uid: "foreign".into(),
+            ..Default::default()
+        },
+        spec: PodSpec {
+            containers: vec![Container {
+                name: "x".into(),
+                image: "busybox".into(),
+            }],
+        },
+        ..Default::default()
+    });
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RequeueAfter(CONFLICT_RETRY)
+    );
+    // Create first (new object), AlreadyExists, look, leave it: no DELETE, no second POST.
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "GET pod/web-immortalpod",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert_eq!(ready(&f), ("False".into(), "PodNameConflict".into()));
+    assert_eq!(status(&f).start_times, Some(0), "an explicit zero");
+    assert!(f.notes.borrow()[0].warning);
+    // Looking again later changes nothing and writes nothing.
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "GET pod/web-immortalpod"
+        ]
+    );
+    assert_eq!(f.notes.borrow().len(), 1, "the Warning is not repeated");
+}
+
+#[test]
+fn a_pod_of_another_owner_with_the_same_name_is_not_ours() {
+    let f = fake(ic("web", "nginx"));
+    let mut stale = desired_pod(&ic("web", "nginx"), true);
+    stale.metadata.owner_references[0].uid = "previous-incarnation".into();
+    stale.metadata.uid = "p".into();
+    *f.pod.borrow_mut() = Some(stale);
+    run(&f, "ns/web").unwrap();
+    let st = status(&f);
+    assert!(st.conditions[0]
+        .message
+        .contains("earlier ImmortalContainer of the same name"));
+    assert!(!f.calls().iter().any(|c| c.starts_with("DELETE")));
+}
+
+#[test]
+fn a_name_too_long_for_its_pod_is_a_condition_not_a_retry_loop() {
+    let long = "a".repeat(253);
+    let f = fake(ic(&long, "nginx"));
+    let key = format!("ns/{long}");
+    assert_eq!(run(&f, &key).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [format!("GET ic/{long}"), format!("PATCH ic/{long}/status")]
+    );
+    let st = status(&f);
+    assert_eq!(st.conditions[0].reason, "PodNameTooLong");
+    assert!(
+        st.conditions[0].message.contains("253"),
+        "{}",
+        st.conditions[0].message
+    );
+    assert_eq!(f.notes.borrow()[0].reason, "InvalidSpec");
+    f.clear();
+    run(&f, &key).unwrap();
+    assert_eq!(
+        f.calls(),
+        [format!("GET ic/{long}")],
+        "nothing new to write"
+    );
+}
+
+#[test]
+fn an_uncounted_pod_left_by_a_crash_is_counted_once() {
+    // The operator created a pod and died before writing status.
+    let f = fake(ic("web", "nginx"));
+    let mut p = desired_pod(&ic("web", "nginx"), true);
+    p.metadata.uid = "left-behind".into();
+    *f.pod.borrow_mut() = Some(p);
+    run(&f, "ns/web").unwrap();
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some("left-behind")
+    );
+    run(&f, "ns/web").unwrap();
+    assert_eq!(status(&f).start_times, Some(1));
+}
+
+#[test]
+fn a_status_conflict_is_retried_and_the_retry_does_not_count_twice() {
+    let f = fake(ic("web", "nginx"));
+    f.fail_next("patch_status", api_err(409, "Conflict"));
+    let err = run(&f, "ns/web").unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Transient {
+            action: "patch status",
+            ..
+        }
+    ));
+    assert_eq!(status(&f).start_times, None, "nothing was written");
+    run(&f, "ns/web").unwrap();
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(
+        f.calls().iter().filter(|c| c.starts_with("POST")).count(),
+        2,
+        "second POST met AlreadyExists"
+    );
+}
+
+#[test]
+fn a_count_carries_the_resource_version_it_was_computed_from() {
+    let o = ic("web", "nginx");
+    let patch = |want: &ImmortalContainerStatus| status_patch("10", &o.status, want, |_| false);
+    let mut want = o.status.clone();
+    want.start_times = Some(1);
+    want.last_counted_pod_uid = Some("u".into());
+    assert_eq!(patch(&want).unwrap()["metadata"]["resourceVersion"], "10");
+    // A condition-only change, or the first explicit zero, needs no precondition.
+    let mut want = o.status.clone();
+    want.observed_generation = Some(1);
+    want.start_times = Some(0);
+    assert!(patch(&want).unwrap().get("metadata").is_none());
+    assert!(patch(&o.status).is_none());
+}
+
+#[test]
+fn server_errors_are_transient_and_forbidden_is_denied() {
+    let f = fake(ic("web", "nginx"));
+    f.fail_next("create_pod", api_err(500, "InternalError"));
+    assert!(matches!(
+        run(&f, "ns/web"),
+        Err(Error::Transient {
+            action: "create pod",
+            ..
+        })
+    ));
+    f.fail_next("create_pod", api_err(403, "Forbidden"));
+    assert!(matches!(run(&f, "ns/web"), Err(Error::Denied { .. })));
+    assert_eq!(f.notes.borrow()[0].reason, "PodCreateFailed");
+}
+
+#[test]
+fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
+    let (code, body) = crate::testutil::kubelet_fixture("14-pod-create-forbidden-pod-security");
+    let refusal = client::Error::Api(Box::new(client::parse_status(code, &body)));
+    let f = fake(ic("web", "nginx"));
+    f.fail_next("create_pod", refusal);
+    let err = run(&f, "ns/web").unwrap_err();
+    assert!(matches!(err, Error::Denied { .. }), "{err}");
+    // Written although the reconcile failed: the user sees why, without reading logs.
+    assert!(f.calls().contains(&"PATCH ic/web/status".to_string()));
+    assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
+    let msg = message(&f);
+    assert!(
+        msg.contains("violates PodSecurity \"restricted:latest\""),
+        "{msg}"
+    );
+    assert_eq!(status(&f).start_times, Some(0));
+}
+
+#[test]
+fn a_start_counted_before_a_refused_create_is_still_written() {
+    // A terminated pod never counted (the operator died before recording it) is deleted;
+    // its replacement is refused by a quota. The first pod's start must not be lost.
+    let f = running("nginx");
+    forget_the_count(&f);
+    fail_pod(&f);
+    let (code, body) = crate::testutil::kubelet_fixture("15-pod-create-forbidden-quota");
+    f.fail_next(
+        "create_pod",
+        client::Error::Api(Box::new(client::parse_status(code, &body))),
+    );
+    assert!(run_with(&f, &seen(&f)).is_err());
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some("pod-uid-1")
+    );
+    assert!(message(&f).contains("exceeded quota"), "{}", message(&f));
+}
+
+#[test]
+fn a_pod_deleted_before_the_failed_status_write_is_retried_is_still_counted() {
+    // The create is accepted, the status write counting it refused (someone labelled the
+    // object: 409), and the pod deleted before the retry. It cannot vanish uncounted: it
+    // carries our finalizer until a status write counts it.
+    let f = fake(ic("web", "nginx"));
+    f.fail_next("patch_status", api_err(409, "Conflict"));
+    assert!(run(&f, "ns/web").is_err());
+    let first = f.pod.borrow().clone().unwrap();
+    f.call("(a person deletes the pod)".into());
+    f.delete_pod("ns", "web-immortalpod", &first.metadata.uid, None)
+        .unwrap();
+    assert!(f.pod.borrow().is_some(), "held by our finalizer");
+    // The retry (no hint: a retry after error) counts it, then lets it go.
+    run(&f, "ns/web").unwrap();
+    assert_eq!(status(&f).start_times, Some(1));
+    assert!(f.pod.borrow().is_none(), "released, so removed");
+    // Its DELETED event: the replacement, the second start.
+    run_with(
+        &f,
+        &PodHint::Gone {
+            uid: first.metadata.uid.clone(),
+        },
+    )
+    .unwrap();
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(*f.next_uid.borrow(), 2, "two pods were accepted");
+}
+
+#[test]
+fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() {
+    let f = fake(ic("web", "nginx"));
+    *f.prunes.borrow_mut() = vec!["lastCountedPodUID", "observedGeneration", "podPhase"];
+    run(&f, "ns/web").unwrap();
+    // The first count went through (startTimes is in every CRD), L did not stick.
+    assert_eq!(status(&f).start_times, Some(1));
+    assert!(!f.books.counting.active());
+    let warned: Vec<Note> = f
+        .notes
+        .borrow()
+        .iter()
+        .filter(|n| n.reason == "StartsNotCounted")
+        .cloned()
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", f.notes.borrow());
+    assert!(warned[0].warning && warned[0].message.contains("config/crd"));
+    // The pod is let go all the same: nothing can count it any more.
+    assert!(f
+        .calls()
+        .contains(&"PATCH pod/web-immortalpod release".to_string()));
+    // Reconciling again and again counts nothing more and writes nothing.
+    start_pod(&f);
+    for _ in 0..5 {
+        run(&f, "ns/web").unwrap();
+    }
+    assert_eq!(status(&f).start_times, Some(1));
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    // A replacement is still made, and not counted, and carries no finalizer.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    run_with(&f, &hint).unwrap();
+    assert_eq!(status(&f).start_times, Some(1));
+    assert!(f
+        .pod
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .metadata
+        .finalizers
+        .is_empty());
+}
+
+#[test]
+fn a_pod_the_server_rejects_becomes_a_condition() {
+    let f = fake(ic("web", "nginx"));
+    f.fail_next("create_pod", api_err(422, "Invalid"));
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
+}
+
+#[test]
+fn lasttransitiontime_moves_only_when_the_status_flips() {
+    let f = running("nginx");
+    let t0 = status(&f).conditions[0].last_transition_time.clone();
+    f.ic.borrow_mut().as_mut().unwrap().status.conditions[0].last_transition_time =
+        "2000-01-01T00:00:00Z".into();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        status(&f).conditions[0].last_transition_time,
+        "2000-01-01T00:00:00Z"
+    );
+    assert!(!t0.is_empty());
+}
+
+#[test]
+fn a_name_that_keeps_changing_under_us_is_left_to_the_backoff_not_spun_on() {
+    // A terminated pod of ours that every DELETE reports gone (404) and every look finds
+    // again: delete, create (taken), look, delete, ... must stop.
+    let f = fake(ic("web", "nginx"));
+    let mut p = desired_pod(&ic("web", "nginx"), true);
+    p.metadata.uid = "stuck".into();
+    p.status = Some(PodStatus {
+        phase: Some("Failed".into()),
+        ..Default::default()
+    });
+    *f.pod.borrow_mut() = Some(p);
+    f.ic.borrow_mut()
+        .as_mut()
+        .unwrap()
+        .status
+        .last_counted_pod_uid = Some("stuck".into());
+    for _ in 0..10 {
+        f.fail_next("delete_pod", api_err(404, "NotFound"));
+    }
+    let err = run(&f, "ns/web").unwrap_err();
+    assert!(matches!(err, Error::Unsettled { .. }), "{err}");
+    assert!(f.calls().len() <= 2 * MAX_ROUNDS + 2, "{:?}", f.calls());
+}
+
+#[test]
+fn an_image_rewritten_by_an_admission_webhook_does_not_replace_the_pod() {
+    let f = running("nginx");
+    // A mutating webhook pointed the container at a mirror.
+    f.pod.borrow_mut().as_mut().unwrap().spec.containers[0].image = "mirror.example/nginx".into();
+    run(&f, "ns/web").unwrap();
+    assert!(
+        !f.calls().iter().any(|c| c.starts_with("DELETE")),
+        "{:?}",
+        f.calls()
+    );
+    assert_eq!(status(&f).start_times, Some(1));
+    // A change of spec.image still replaces it.
+    f.ic.borrow_mut().as_mut().unwrap().spec.image = "nginx:2".into();
+    run(&f, "ns/web").unwrap();
+    assert!(
+        f.calls().iter().any(|c| c.starts_with("DELETE")),
+        "{:?}",
+        f.calls()
+    );
+}

@@ -1,0 +1,112 @@
+//! What a request can fail with: the server's `Status` for every non-2xx answer, or why no
+//! answer came.
+
+use super::*;
+
+/// Errors of the API client.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The API server answered 4xx/5xx. Carries the parsed `Status` (synthesised from the HTTP
+    /// code when the body was not one). Callers decide from the code: 404/409/410/422 are
+    /// answers, 429/5xx are transient, 401/403 need a person.
+    Api(Box<Status>),
+    /// No HTTP answer: DNS, connect, TLS handshake, timeout, connection reset. Transient.
+    Transport(String),
+    /// A 2xx answer whose body did not decode as the expected type. A bug or a version skew;
+    /// retried with backoff like a transient error, but logged as such.
+    Decode(String),
+    /// Credentials could not be produced (exec plugin failed, token file unreadable).
+    Credentials(ConfigError),
+    /// A write refused before it was sent: this replica does not hold the leader Lease, or
+    /// renewed it too long ago to be sure that no other replica holds it now (see
+    /// [`Fence`]). Transient: the reconcile is retried with backoff, and a replica that lost
+    /// the Lease exits.
+    Fenced,
+}
+
+impl Error {
+    /// HTTP status of an API error, 0 otherwise.
+    pub fn code(&self) -> u16 {
+        match self {
+            Error::Api(s) => s.code,
+            _ => 0,
+        }
+    }
+    pub fn reason(&self) -> &str {
+        match self {
+            Error::Api(s) => &s.reason,
+            _ => "",
+        }
+    }
+    pub fn is_not_found(&self) -> bool {
+        self.code() == 404
+    }
+    /// 409 with reason AlreadyExists: a create hit an existing name.
+    pub fn is_already_exists(&self) -> bool {
+        self.code() == 409 && self.reason() == "AlreadyExists"
+    }
+    /// 409 Conflict: a stale resourceVersion or a uid precondition that did not match.
+    pub fn is_conflict(&self) -> bool {
+        self.code() == 409 && self.reason() != "AlreadyExists"
+    }
+    /// 410 Gone / Expired: a resourceVersion or continue token too old; relist.
+    pub fn is_gone(&self) -> bool {
+        self.code() == 410
+    }
+    pub fn is_forbidden(&self) -> bool {
+        self.code() == 403
+    }
+    pub fn is_unauthorized(&self) -> bool {
+        self.code() == 401
+    }
+    /// 422 Invalid: the server rejected what we sent; retrying the same request cannot help.
+    pub fn is_invalid(&self) -> bool {
+        self.code() == 422
+    }
+    /// How long the server asked us to wait before trying again (`Retry-After`, or
+    /// `details.retryAfterSeconds` of its Status), if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Api(s) => s
+                .details
+                .as_ref()?
+                .retry_after_seconds
+                .map(Duration::from_secs),
+            _ => None,
+        }
+    }
+    /// Worth retrying unchanged after a while: throttling, server errors, no answer at all.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Api(s) => s.code == 429 || s.code >= 500,
+            Error::Transport(_) | Error::Decode(_) | Error::Fenced => true,
+            Error::Credentials(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Api(s) => {
+                write!(f, "api error {} {}: {}", s.code, s.reason, s.message)?;
+                if let Some(d) = &s.details {
+                    for c in &d.causes {
+                        write!(f, "; {}: {}", c.field, c.message)?;
+                    }
+                }
+                Ok(())
+            }
+            Error::Transport(m) => write!(f, "transport error: {m}"),
+            Error::Decode(m) => write!(f, "decode error: {m}"),
+            Error::Credentials(e) => write!(f, "credentials: {e}"),
+            Error::Fenced => write!(
+                f,
+                "write refused: this replica does not hold the leader lease (or may no longer)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,228 @@
+//! Request building, pure functions over strings unit-tested on URLs alone: where a resource
+//! lives, query strings, delete options, and reading a `Status` or `Retry-After` back.
+
+use super::*;
+
+/// Where a kind of object lives in the API: its group-version path and its plural name. The
+/// core kinds the operator touches are constants here; a custom resource defines its own
+/// (`immortal::types::IMMORTAL_CONTAINERS`), as kube-rs's `ApiResource` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resource {
+    api_path: &'static str,
+    plural: &'static str,
+    short: &'static str,
+}
+
+impl Resource {
+    pub const PODS: Resource = Resource::new("/api/v1", "pods", "pod");
+    pub const EVENTS: Resource = Resource::new("/api/v1", "events", "event");
+    pub const LEASES: Resource = Resource::new("/apis/coordination.k8s.io/v1", "leases", "lease");
+    /// Cluster-scoped and create-only: the metrics endpoint asks who a bearer token is.
+    pub const TOKEN_REVIEWS: Resource = Resource::new(
+        "/apis/authentication.k8s.io/v1",
+        "tokenreviews",
+        "tokenreview",
+    );
+    /// Cluster-scoped and create-only: the metrics endpoint asks whether a user may read it.
+    pub const SUBJECT_ACCESS_REVIEWS: Resource = Resource::new(
+        "/apis/authorization.k8s.io/v1",
+        "subjectaccessreviews",
+        "subjectaccessreview",
+    );
+
+    /// `api_path`: `/api/v1` for the core group, `/apis/GROUP/VERSION` for the others;
+    /// `short`: the singular name logs and metrics labels use.
+    pub const fn new(api_path: &'static str, plural: &'static str, short: &'static str) -> Self {
+        Resource {
+            api_path,
+            plural,
+            short,
+        }
+    }
+    pub fn plural(self) -> &'static str {
+        self.plural
+    }
+    /// Short name for logs and metrics labels.
+    pub fn short(self) -> &'static str {
+        self.short
+    }
+}
+
+/// `/api/v1/namespaces/NS/pods`, or the cluster-wide `/api/v1/pods` when `ns` is `None`.
+pub fn collection_path(res: Resource, ns: Option<&str>) -> String {
+    match ns {
+        Some(ns) => format!("{}/namespaces/{}/{}", res.api_path, ns, res.plural),
+        None => format!("{}/{}", res.api_path, res.plural),
+    }
+}
+
+/// `/api/v1/namespaces/NS/pods/NAME`.
+pub fn object_path(res: Resource, ns: &str, name: &str) -> String {
+    format!("{}/{}", collection_path(res, Some(ns)), name)
+}
+
+/// Parameters of a LIST.
+#[derive(Debug, Clone, Default)]
+pub struct ListParams<'a> {
+    pub label_selector: Option<&'a str>,
+    pub limit: Option<u32>,
+    pub continue_token: Option<&'a str>,
+}
+
+/// Parameters of a WATCH.
+#[derive(Debug, Clone, Default)]
+pub struct WatchParams<'a> {
+    pub label_selector: Option<&'a str>,
+    pub resource_version: &'a str,
+    pub timeout_seconds: u32,
+    /// Not sent: how long the connection may stay silent (no event, no bookmark, not even the
+    /// answer's head) before the watch is given up as dead, with an error of kind
+    /// `TimedOut`. Zero: only the stream's deadline (`timeoutSeconds` + [`WATCH_GRACE`]).
+    pub idle_timeout: Duration,
+}
+
+/// Query string of a LIST (with its leading `?`, or empty).
+pub fn list_query(p: &ListParams) -> String {
+    let mut q = Query::default();
+    if let Some(s) = p.label_selector {
+        q.push("labelSelector", s);
+    }
+    if let Some(l) = p.limit {
+        q.push("limit", &l.to_string());
+    }
+    if let Some(c) = p.continue_token {
+        q.push("continue", c);
+    }
+    q.finish()
+}
+
+/// Query string of a WATCH. Bookmarks are always requested: they move our resourceVersion
+/// forward while nothing we watch changes, so a restarted watch rarely falls out of history.
+pub fn watch_query(p: &WatchParams) -> String {
+    let mut q = Query::default();
+    q.push("watch", "true");
+    if let Some(s) = p.label_selector {
+        q.push("labelSelector", s);
+    }
+    if !p.resource_version.is_empty() {
+        q.push("resourceVersion", p.resource_version);
+    }
+    q.push("allowWatchBookmarks", "true");
+    q.push("timeoutSeconds", &p.timeout_seconds.to_string());
+    q.finish()
+}
+
+#[derive(Default)]
+pub(super) struct Query(String);
+
+impl Query {
+    fn push(&mut self, k: &str, v: &str) {
+        self.0.push(if self.0.is_empty() { '?' } else { '&' });
+        self.0.push_str(k);
+        self.0.push('=');
+        percent_encode(v, &mut self.0);
+    }
+    fn finish(self) -> String {
+        self.0
+    }
+}
+
+/// Percent-encodes a query value (RFC 3986 unreserved characters pass through).
+pub(super) fn percent_encode(v: &str, out: &mut String) {
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
+/// Body of a DELETE: a uid precondition so we never delete a pod that replaced the one we
+/// looked at (the `*-uid-precondition-mismatch` fixture shows the 409 it earns otherwise).
+pub fn delete_body(uid: &str, grace_period_seconds: Option<u32>) -> String {
+    let mut body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": { "uid": uid },
+        "propagationPolicy": "Background",
+    });
+    if let Some(g) = grace_period_seconds {
+        body["gracePeriodSeconds"] = g.into();
+    }
+    body.to_string()
+}
+
+/// Parses an error body into a `Status`; when the body is not one (a proxy's HTML, an empty
+/// 503), synthesises one from the HTTP code so callers still get code and reason.
+pub fn parse_status(code: u16, body: &str) -> Status {
+    match serde_json::from_str::<Status>(body) {
+        Ok(mut s) if !s.reason.is_empty() || s.code != 0 => {
+            if s.code == 0 {
+                s.code = code;
+            }
+            s
+        }
+        _ => {
+            let mut message: String = body.trim().chars().take(200).collect();
+            if message.is_empty() {
+                message = format!("HTTP {code}");
+            }
+            Status {
+                status: "Failure".into(),
+                message,
+                reason: reason_for(code).into(),
+                code,
+                details: None,
+            }
+        }
+    }
+}
+
+/// The `StatusReason` Kubernetes uses for an HTTP code.
+pub(super) fn reason_for(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        409 => "Conflict",
+        410 => "Expired",
+        415 => "UnsupportedMediaType",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "Unknown",
+    }
+}
+
+/// `Retry-After` in seconds (the API server only sends the delta-seconds form).
+pub(super) fn retry_after(header: Option<&str>) -> Option<Duration> {
+    header
+        .and_then(|h| h.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lists and watch events, decoded to the little the watchers need.
+
+/// One page of a LIST, items decoded as `T`.
+#[derive(Debug, Deserialize)]
+pub struct ListPage<T> {
+    #[serde(default)]
+    pub metadata: ListMeta,
+    #[serde(default = "Vec::new")]
+    pub items: Vec<T>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListMeta {
+    #[serde(default)]
+    pub resource_version: String,
+    #[serde(default, rename = "continue")]
+    pub continue_token: Option<String>,
+}

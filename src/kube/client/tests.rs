@@ -1,0 +1,457 @@
+use super::verbs::WatchBody;
+use super::*;
+use crate::testutil::fixture;
+
+/// A custom resource as the operator's own is addressed (the client knows none by name).
+const IMMORTAL_CONTAINERS: Resource = Resource::new(
+    "/apis/immortalcontainer.flugel.it/v1alpha1",
+    "immortalcontainers",
+    "immortalcontainer",
+);
+
+#[test]
+fn builds_namespaced_and_cluster_wide_paths() {
+    assert_eq!(
+        object_path(IMMORTAL_CONTAINERS, "fixtures", "example"),
+        "/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/fixtures/immortalcontainers/example"
+    );
+    assert_eq!(collection_path(Resource::PODS, None), "/api/v1/pods");
+    assert_eq!(
+        collection_path(Resource::EVENTS, Some("ns")),
+        "/api/v1/namespaces/ns/events"
+    );
+    assert_eq!(
+        collection_path(Resource::LEASES, Some("op")),
+        "/apis/coordination.k8s.io/v1/namespaces/op/leases"
+    );
+    assert_eq!(
+        collection_path(IMMORTAL_CONTAINERS, None),
+        "/apis/immortalcontainer.flugel.it/v1alpha1/immortalcontainers"
+    );
+    assert_eq!(
+        collection_path(Resource::TOKEN_REVIEWS, None),
+        "/apis/authentication.k8s.io/v1/tokenreviews"
+    );
+    assert_eq!(
+        collection_path(Resource::SUBJECT_ACCESS_REVIEWS, None),
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+    );
+}
+
+#[test]
+fn watch_query_encodes_selector_and_asks_for_bookmarks() {
+    let q = watch_query(&WatchParams {
+        label_selector: Some("app.kubernetes.io/managed-by=immortal-operator"),
+        resource_version: "967",
+        timeout_seconds: 231,
+        idle_timeout: Duration::from_secs(75),
+    });
+    assert_eq!(
+        q,
+        "?watch=true&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dimmortal-operator\
+             &resourceVersion=967&allowWatchBookmarks=true&timeoutSeconds=231"
+    );
+    // No resourceVersion: the server replays every object as ADDED, which we never want
+    // from a watch (we list first), so the parameter is simply absent, never "0".
+    let q = watch_query(&WatchParams {
+        label_selector: None,
+        resource_version: "",
+        timeout_seconds: 5,
+        ..Default::default()
+    });
+    assert_eq!(q, "?watch=true&allowWatchBookmarks=true&timeoutSeconds=5");
+}
+
+#[test]
+fn list_query_pages_with_limit_and_continue() {
+    assert_eq!(list_query(&ListParams::default()), "");
+    let q = list_query(&ListParams {
+        label_selector: None,
+        limit: Some(500),
+        continue_token: Some("a+b="),
+    });
+    assert_eq!(q, "?limit=500&continue=a%2Bb%3D");
+}
+
+#[test]
+fn delete_body_carries_uid_precondition() {
+    let v: serde_json::Value = serde_json::from_str(&delete_body("u-1", Some(0))).unwrap();
+    assert_eq!(v["preconditions"]["uid"], "u-1");
+    assert_eq!(v["gracePeriodSeconds"], 0);
+    let v: serde_json::Value = serde_json::from_str(&delete_body("u-1", None)).unwrap();
+    assert!(v.get("gracePeriodSeconds").is_none());
+}
+
+#[test]
+fn parses_recorded_not_found() {
+    let (code, body) = fixture("09-ic-get-not-found");
+    let e = Error::Api(Box::new(parse_status(code, &body)));
+    assert!(e.is_not_found());
+    assert!(!e.is_transient());
+    assert_eq!(e.to_string(), "api error 404 NotFound: immortalcontainers.immortalcontainer.flugel.it \"missing\" not found");
+}
+
+#[test]
+fn tells_already_exists_from_conflict() {
+    let (code, body) = fixture("12-pod-create-already-exists");
+    let e = Error::Api(Box::new(parse_status(code, &body)));
+    assert!(e.is_already_exists() && !e.is_conflict());
+    let (code, body) = fixture("19-ic-status-merge-patch-stale-rv-conflict");
+    let e = Error::Api(Box::new(parse_status(code, &body)));
+    assert!(e.is_conflict() && !e.is_already_exists());
+    let (code, body) = fixture("24-pod-delete-uid-precondition-mismatch");
+    assert!(Error::Api(Box::new(parse_status(code, &body))).is_conflict());
+}
+
+#[test]
+fn invalid_keeps_its_causes() {
+    let (code, body) = fixture("13-pod-create-invalid-label-too-long");
+    let e = Error::Api(Box::new(parse_status(code, &body)));
+    assert!(e.is_invalid());
+    let Error::Api(s) = &e else { unreachable!() };
+    assert!(!s.details.as_ref().unwrap().causes.is_empty());
+    assert!(e.to_string().contains("metadata.labels"), "{e}");
+}
+
+#[test]
+fn parses_forbidden_unauthorized_and_unsupported_media_type() {
+    let (code, body) = fixture("26-forbidden-list-pods");
+    assert!(Error::Api(Box::new(parse_status(code, &body))).is_forbidden());
+    let (code, body) = fixture("27-unauthorized");
+    assert!(Error::Api(Box::new(parse_status(code, &body))).is_unauthorized());
+    let (code, body) = fixture("20-ic-strategic-merge-patch-unsupported");
+    let s = parse_status(code, &body);
+    assert_eq!((s.code, s.reason.as_str()), (415, "UnsupportedMediaType"));
+}
+
+#[test]
+fn synthesises_status_from_a_body_that_is_not_one() {
+    let s = parse_status(503, "<html>upstream unavailable</html>");
+    assert_eq!((s.code, s.reason.as_str()), (503, "ServiceUnavailable"));
+    assert!(Error::Api(Box::new(s)).is_transient());
+    let s = parse_status(429, "");
+    assert_eq!(s.message, "HTTP 429");
+}
+
+#[test]
+fn reads_retry_after_seconds() {
+    assert_eq!(retry_after(Some("3")), Some(Duration::from_secs(3)));
+    assert_eq!(retry_after(Some("soon")), None);
+    assert_eq!(retry_after(None), None);
+}
+
+/// A client of a fresh test API server.
+fn against_test_server() -> (kube_testserver::TestServer, Client) {
+    against(kube_testserver::Options::default())
+}
+
+fn against(options: kube_testserver::Options) -> (kube_testserver::TestServer, Client) {
+    let server = kube_testserver::TestServer::start(options).unwrap();
+    let opts = crate::kube::config::LoadOptions {
+        kubeconfig: Some(server.kubeconfig_path()),
+        context: None,
+    };
+    let client = Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap();
+    (server, client)
+}
+
+fn throttle(server: &kube_testserver::TestServer, status: u16, retry_after: u64) {
+    server.fail_next(kube_testserver::FailRule {
+        count: 1,
+        status,
+        retry_after: Some(retry_after),
+        verb: Some("get".into()),
+        path_contains: Some("/pods/x".into()),
+    });
+}
+
+fn pod_gets(server: &kube_testserver::TestServer) -> u64 {
+    server
+        .request_counts()
+        .get(&("get".to_string(), "pods".to_string()))
+        .copied()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_short_retry_after_is_waited_out_and_the_request_retried() {
+    let (server, client) = against_test_server();
+    throttle(&server, 429, 1);
+    // Retried after the throttle: the answer is the real one (no such pod).
+    assert!(client.get_pod("default", "x").unwrap_err().is_not_found());
+    assert_eq!(pod_gets(&server), 2);
+}
+
+#[test]
+fn a_long_retry_after_is_handed_to_the_caller_instead_of_slept_on() {
+    let (server, client) = against_test_server();
+    throttle(&server, 429, 30);
+    let e = client.get_pod("default", "x").unwrap_err();
+    assert_eq!(e.code(), 429);
+    // The caller's retry must wait at least this long.
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(30)));
+    assert_eq!(pod_gets(&server), 1);
+}
+
+fn pod_creates(server: &kube_testserver::TestServer) -> u64 {
+    server
+        .request_counts()
+        .get(&("create".to_string(), "pods".to_string()))
+        .copied()
+        .unwrap_or(0)
+}
+
+fn a_pod(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "pause"}]},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_write_outside_the_fence_is_refused_before_it_reaches_the_server() {
+    let (server, client) = against_test_server();
+    let fence = Arc::new(Fence::closed());
+    let fenced = client.fenced(fence.clone());
+    let e = fenced.create_pod("default", &a_pod("p")).unwrap_err();
+    assert!(matches!(e, Error::Fenced) && e.is_transient(), "{e}");
+    assert_eq!(pod_creates(&server), 0, "never sent");
+    // Reads are not fenced.
+    assert!(fenced.get_pod("default", "p").unwrap_err().is_not_found());
+    fence.open_until(Instant::now() + Duration::from_secs(10));
+    fenced.create_pod("default", &a_pod("p")).unwrap();
+    fence.close();
+    assert!(matches!(
+        fenced.create_pod("default", &a_pod("q")),
+        Err(Error::Fenced)
+    ));
+    assert_eq!(pod_creates(&server), 1);
+}
+
+#[test]
+fn a_write_the_server_never_answers_is_given_up_when_the_fence_closes() {
+    let (server, client) = against_test_server();
+    server.stall(kube_testserver::StallRule {
+        verb: Some("create".into()),
+        ..Default::default()
+    });
+    let fence = Arc::new(Fence::closed());
+    fence.open_until(Instant::now() + Duration::from_millis(600));
+    let fenced = client.fenced(fence.clone());
+    let started = Instant::now();
+    let write = std::thread::spawn(move || fenced.create_pod("default", &a_pod("p")));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(fence.writes_in_flight(), 1, "counted while it waits");
+    let result = write.join().unwrap();
+    let took = started.elapsed();
+    assert!(matches!(result, Err(Error::Transport(_))), "{result:?}");
+    assert!(
+        took >= Duration::from_millis(550) && took < Duration::from_millis(1500),
+        "ended with the fence, not after the 30 s request timeout: {took:?}"
+    );
+    assert_eq!(fence.writes_in_flight(), 0);
+}
+
+fn pod_watch(idle: Duration) -> WatchParams<'static> {
+    WatchParams {
+        label_selector: None,
+        resource_version: "",
+        timeout_seconds: 60,
+        idle_timeout: idle,
+    }
+}
+
+/// Runs `f` on a thread and gives up after `bound`: a read that waits forever must fail
+/// the test, not hang it.
+fn bounded<T: Send + 'static>(bound: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(bound)
+        .expect("still waiting: the idle timeout did not fire")
+}
+
+#[test]
+fn a_watch_that_goes_silent_on_an_open_connection_fails_after_its_idle_timeout() {
+    let (server, client) = against(kube_testserver::Options {
+        bookmark_interval: Duration::from_millis(200),
+        ..Default::default()
+    });
+    let idle = Duration::from_millis(800);
+    let mut stream = client
+        .watch(Resource::PODS, Some("default"), &pod_watch(idle))
+        .unwrap();
+    // Bookmarks every 0.2 s keep a watch with a 0.8 s idle limit going.
+    let talking = Instant::now();
+    while talking.elapsed() < Duration::from_millis(1500) {
+        let mut line = String::new();
+        let n = stream
+            .read_line(&mut line)
+            .expect("bookmarks keep it alive");
+        assert!(n > 0 && line.contains("BOOKMARK"), "{line:?}");
+    }
+    server.freeze_watches();
+    let frozen = Instant::now();
+    let (err, took) = bounded(Duration::from_secs(20), move || {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            // Bookmarks the server had sent before the freeze may still be on their way.
+            if let Err(e) = stream.read_line(&mut line) {
+                return (e, frozen.elapsed());
+            }
+        }
+    });
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!(server.open_watches(), 1, "the server never closed it");
+}
+
+#[test]
+fn a_watch_whose_answer_never_comes_fails_after_its_idle_timeout_even_after_other_requests() {
+    let (server, client) = against_test_server();
+    // A pooled connection now exists; a watch must not read its head there without a limit.
+    assert!(client.get_pod("default", "x").unwrap_err().is_not_found());
+    server.stall(kube_testserver::StallRule {
+        verb: Some("watch".into()),
+        ..Default::default()
+    });
+    let started = Instant::now();
+    let idle = Duration::from_millis(500);
+    let result = bounded(Duration::from_secs(20), move || {
+        client
+            .watch(Resource::PODS, Some("default"), &pod_watch(idle))
+            .map(drop)
+    });
+    let took = started.elapsed();
+    assert!(matches!(result, Err(Error::Transport(_))), "{result:?}");
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_watch_body_ends_at_its_deadline_however_much_it_is_sent() {
+    let mut body = WatchBody {
+        inner: Box::new(std::io::repeat(b'x')),
+        deadline: Instant::now() + Duration::from_millis(100),
+        idle: Duration::from_secs(60),
+    };
+    let mut buf = [0u8; 64];
+    assert_eq!(body.read(&mut buf).unwrap(), 64);
+    std::thread::sleep(Duration::from_millis(150));
+    let e = body.read(&mut buf).unwrap_err();
+    assert_ne!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut,
+        "not taken for silence"
+    );
+    assert!(e.to_string().contains("outlived"), "{e}");
+}
+
+/// A TCP relay to `port` on 127.0.0.1 that counts the connections made through it and
+/// those still open.
+fn relay(
+    port: u16,
+) -> (
+    u16,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let local = listener.local_addr().unwrap().port();
+    let (made, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (m, o) = (made.clone(), open.clone());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(client) = conn else { return };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                return;
+            };
+            m.fetch_add(1, SeqCst);
+            o.fetch_add(1, SeqCst);
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(Shutdown::Write);
+            });
+            let o = o.clone();
+            std::thread::spawn(move || {
+                let (mut client, mut server) = (client, server);
+                // The client closing its side is what this counts.
+                let _ = std::io::copy(&mut client, &mut server);
+                let _ = server.shutdown(Shutdown::Write);
+                o.fetch_sub(1, SeqCst);
+            });
+        }
+    });
+    (local, made, open)
+}
+
+#[test]
+fn an_unpooled_client_closes_each_connection_and_a_pooled_one_keeps_one() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let server = kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+    let (port, made, open) = relay(server.port());
+    let opts = crate::kube::config::LoadOptions {
+        kubeconfig: Some(server.kubeconfig_path()),
+        context: None,
+    };
+    let mut config = crate::kube::config::load(&opts).unwrap();
+    config.server = format!("https://127.0.0.1:{port}");
+    let client = Client::new(config, 2).unwrap();
+    let settled = |want_open: usize| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while open.load(SeqCst) != want_open && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (made.load(SeqCst), open.load(SeqCst))
+    };
+    for _ in 0..3 {
+        assert!(client
+            .unpooled()
+            .get_pod("default", "x")
+            .unwrap_err()
+            .is_not_found());
+    }
+    assert_eq!(settled(0), (3, 0), "one connection each, none left open");
+    for _ in 0..3 {
+        assert!(client.get_pod("default", "x").unwrap_err().is_not_found());
+    }
+    assert_eq!(
+        settled(1),
+        (4, 1),
+        "one connection, kept for the next request"
+    );
+}
+
+#[test]
+fn a_request_with_no_time_left_before_its_deadline_is_not_sent() {
+    let (server, client) = against_test_server();
+    let e = client
+        .until(Instant::now())
+        .create_pod("default", &a_pod("p"))
+        .unwrap_err();
+    assert!(e.to_string().contains("no time left"), "{e}");
+    assert_eq!(pod_creates(&server), 0);
+}
+
+#[test]
+fn a_client_with_a_deadline_does_not_retry_throttling() {
+    let (server, client) = against_test_server();
+    throttle(&server, 503, 1);
+    let e = client
+        .until(Instant::now() + Duration::from_secs(1))
+        .get_pod("default", "x")
+        .unwrap_err();
+    assert_eq!(e.code(), 503);
+    assert_eq!(pod_gets(&server), 1);
+}
