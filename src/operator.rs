@@ -9,20 +9,21 @@
 
 use crate::cli::Config;
 use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint};
-use crate::immortal::reconcile::{self, Books, Cluster, Next, Trace};
+use crate::immortal::reconcile::{self, Books, Cluster};
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
 use crate::kube::client::{self, Client};
 use crate::kube::config::{self, LoadOptions};
 use crate::kube::events::{self, Recorder};
 use crate::runtime::allocator;
+use crate::runtime::controller::{self, is_quitting, listen_for_signals, spawn_watcher, Sentinel};
 use crate::runtime::leader::{self, Elector};
 use crate::runtime::metrics;
-use crate::runtime::queue::{Queue, Trigger};
+use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
-use crate::runtime::watcher::{Backoff, Watched, Watcher};
-use crossbeam_channel::{select, Receiver, Sender};
+use crate::runtime::watcher::{Backoff, Watcher};
+use crossbeam_channel::{select, Receiver};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -269,7 +270,9 @@ pub fn run(config: Config) -> ExitCode {
                 let _finished = finished;
                 let _sentinel = sentinel;
                 let _cache = allocator::cache_this_thread();
-                work(&queue, &api, &books, run_id)
+                controller::work(&queue, run_id, |trace, hint| {
+                    reconcile::reconcile(&*api, &books, trace, hint)
+                })
             }) {
             Ok(_) => {}
             Err(e) => return fail_running(&format!("cannot start worker thread: {e}")),
@@ -307,107 +310,6 @@ pub fn run(config: Config) -> ExitCode {
     log::info!(target: "controller", elapsed_ms = started.elapsed().as_millis() as u64; "stopped");
     log::logger().flush();
     ExitCode::SUCCESS
-}
-
-/// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic.
-/// (Release builds abort on panic, which ends the process at once; this covers builds that
-/// unwind, such as the tests'.)
-struct Sentinel {
-    health: Arc<Health>,
-    dead: Sender<&'static str>,
-    name: &'static str,
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        if thread::panicking() {
-            self.health.dead.store(true, Ordering::Relaxed);
-            let _ = self.dead.send(self.name);
-        }
-    }
-}
-
-/// Starts the thread of one resource's watcher.
-fn spawn_watcher<W>(
-    w: Watcher<Client, W>,
-    sentinel: Sentinel,
-) -> std::io::Result<thread::JoinHandle<()>>
-where
-    W: Watched<Hint = PodHint> + Send + 'static,
-{
-    thread::Builder::new()
-        .name(format!("watch-{}", w.kind.resource.short()))
-        .spawn(move || {
-            let _sentinel = sentinel;
-            let _cache = allocator::cache_this_thread();
-            w.run()
-        })
-}
-
-/// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
-/// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
-fn work(queue: &Queue<PodHint>, api: &Cluster, books: &Books, run_id: u16) {
-    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    while let Some((key, trigger)) = queue.get() {
-        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{run_id:04x}-{n}");
-        let trigger_s = trigger.to_string();
-        let started = Instant::now();
-        // What the watch event that queued the key said about the pod, if it did.
-        let hint = match &trigger {
-            Trigger::Watch { hint, .. } => hint.as_ref(),
-            _ => None,
-        };
-        log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
-        let result = reconcile::reconcile(api, books, &Trace { id: &id, key: &key }, hint);
-        let elapsed = started.elapsed();
-        let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
-        let elapsed_ms = format!("{elapsed_ms:.1}");
-        match result {
-            Ok(Next::Done) => {
-                queue.forget(&key);
-                metrics::record_reconcile("success", elapsed);
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "success", elapsed_ms = elapsed_ms.as_str();
-                    "reconciled"
-                );
-            }
-            Ok(Next::RequeueAfter(after)) => {
-                queue.forget(&key);
-                queue.add_after(key.clone(), after, Trigger::Scheduled);
-                metrics::record_reconcile("requeue_after", elapsed);
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms.as_str();
-                    "reconciled"
-                );
-            }
-            Err(e) => {
-                let after =
-                    queue.add_rate_limited(key.clone(), e.retry_after().unwrap_or_default());
-                metrics::record_reconcile("error", elapsed);
-                let error = e.to_string();
-                let denied = matches!(e, reconcile::Error::Denied { .. });
-                // A person must act on a refusal, or on an error that keeps coming back.
-                let level = if denied || queue.num_requeues(&key) > 8 {
-                    log::Level::Warn
-                } else {
-                    log::Level::Info
-                };
-                log::log!(
-                    target: "reconcile", level,
-                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "error", error = error.as_str(), requeue_after_ms = after.as_millis() as u64,
-                    elapsed_ms = elapsed_ms.as_str();
-                    "reconcile failed"
-                );
-            }
-        }
-        queue.done(&key);
-    }
 }
 
 /// Checks, before anything starts, that the server answers and serves our resource: a wrong
@@ -475,32 +377,6 @@ fn check_crd_schema(client: &Client, books: &Books) {
             log::debug!(target: "controller", error = e.to_string().as_str(); "cannot read the CRD; an older schema would show on the first status write");
         }
     }
-}
-
-fn is_quitting(quit: &Receiver<()>) -> bool {
-    matches!(
-        quit.try_recv(),
-        Err(crossbeam_channel::TryRecvError::Disconnected)
-    )
-}
-
-/// First SIGTERM/SIGINT: drop `quit_tx` (graceful). Second: exit at once.
-fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
-    thread::Builder::new().name("signals".into()).spawn(move || {
-        let mut quit_tx = Some(quit_tx);
-        for sig in signals.forever() {
-            if quit_tx.take().is_some() {
-                log::info!(target: "controller", signal = sig; "signal received; shutting down (send again to exit at once)");
-            } else {
-                log::warn!(target: "controller", signal = sig; "second signal; exiting now");
-                log::logger().flush();
-                std::process::exit(130);
-            }
-        }
-    })?;
-    Ok(())
 }
 
 fn fail_at_start(msg: &str) -> ExitCode {

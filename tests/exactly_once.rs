@@ -18,7 +18,7 @@
 
 use immortal_operator::immortal::desired;
 use immortal_operator::immortal::lifecycle::{IcEvents, IcSeen, PodEvents, PodHint};
-use immortal_operator::immortal::reconcile::{self, Api, Books, Next, Trace};
+use immortal_operator::immortal::reconcile::{self, Api, Books};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
 };
@@ -27,6 +27,7 @@ use immortal_operator::kube::events::Note;
 use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };
+use immortal_operator::runtime::controller::{Next, Trace};
 use immortal_operator::runtime::watcher::{Verdict, Watched};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};

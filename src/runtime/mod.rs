@@ -1,7 +1,8 @@
 //! Controller machinery, generic over the resource: the shape of kube-rs's `kube-runtime` and
 //! of controller-runtime.
 //!
-//! [`watcher`] lists and watches any resource and turns its events into keys for the
+//! [`controller`] runs watcher and worker threads and holds the worker's contract with the
+//! queue; [`watcher`] lists and watches any resource and turns its events into keys for the
 //! [`queue`] (deduplicating, with per-key back-off and an overall failure budget);
 //! [`leader`] elects one active replica through a Lease and fences the client's writes;
 //! [`metrics`], [`serve`] (probes, and metrics over HTTPS with TokenReview and
@@ -12,6 +13,7 @@
 //! [`watcher::Watched`] and drains the queue (see `immortal`); requests go through `kube`.
 
 pub mod allocator;
+pub mod controller;
 pub mod leader;
 pub mod logging;
 pub mod metrics;

@@ -23,6 +23,7 @@ use crate::immortal::types::{
 use crate::kube::client;
 use crate::kube::events::{Note, Recorder};
 use crate::kube::types::{self, Condition, Pod, MAX_NAME_LEN};
+use crate::runtime::controller::{Failure, Next, Trace};
 use crate::util;
 use serde_json::{json, Map, Value};
 use std::fmt;
@@ -149,15 +150,6 @@ impl Default for Books {
     }
 }
 
-/// What the worker does with the key after a successful reconcile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// Nothing to do until a watch event says otherwise.
-    Done,
-    /// Look again after this long (a pod name held by someone else; a replacement backing off).
-    RequeueAfter(Duration),
-}
-
 /// Why a reconcile failed. Every variant is retried with the queue's per-key backoff; what
 /// retrying cannot fix (an invalid spec, a name too long, a pod that is not ours) is not an
 /// error but a status condition.
@@ -216,10 +208,13 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Fields every log line of one reconcile carries.
-pub struct Trace<'a> {
-    pub id: &'a str,
-    pub key: &'a str,
+impl Failure for Error {
+    fn retry_after(&self) -> Option<Duration> {
+        Error::retry_after(self)
+    }
+    fn needs_a_person(&self) -> bool {
+        matches!(self, Error::Denied { .. })
+    }
 }
 
 /// Why the pod we are about to create replaces another; also the metric label.

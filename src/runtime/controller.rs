@@ -1,0 +1,171 @@
+//! The controller loop, generic over the resource: watcher and worker threads that report
+//! their own death, the worker's contract with the queue, and signals. What one reconcile does
+//! is the caller's (a closure); which events queue a key is the policy's ([`Watched`]).
+
+use crate::kube::client::Client;
+use crate::runtime::allocator;
+use crate::runtime::metrics;
+use crate::runtime::queue::{Queue, Trigger};
+use crate::runtime::serve::Health;
+use crate::runtime::watcher::{Watched, Watcher};
+use crossbeam_channel::{Receiver, Sender};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// What the worker does with the key after a successful reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing to do until a watch event says otherwise.
+    Done,
+    /// Look again after this long (a pod name held by someone else; a replacement backing off).
+    RequeueAfter(Duration),
+}
+
+/// What the worker needs to know of a failed reconcile.
+pub trait Failure: fmt::Display {
+    /// How long the server asked us to wait before retrying, if it did.
+    fn retry_after(&self) -> Option<Duration>;
+    /// Whether only a person can fix it (a refusal), so it is logged as a warning at once.
+    fn needs_a_person(&self) -> bool;
+}
+
+/// Fields every log line of one reconcile carries.
+pub struct Trace<'a> {
+    pub id: &'a str,
+    pub key: &'a str,
+}
+
+/// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic.
+/// (Release builds abort on panic, which ends the process at once; this covers builds that
+/// unwind, such as the tests'.)
+pub struct Sentinel {
+    pub health: Arc<Health>,
+    pub dead: Sender<&'static str>,
+    pub name: &'static str,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.health.dead.store(true, Ordering::Relaxed);
+            let _ = self.dead.send(self.name);
+        }
+    }
+}
+
+/// Starts the thread of one resource's watcher.
+pub fn spawn_watcher<W>(
+    w: Watcher<Client, W>,
+    sentinel: Sentinel,
+) -> std::io::Result<thread::JoinHandle<()>>
+where
+    W: Watched + Send + 'static,
+    W::Hint: Clone + Send,
+{
+    thread::Builder::new()
+        .name(format!("watch-{}", w.kind.resource.short()))
+        .spawn(move || {
+            let _sentinel = sentinel;
+            let _cache = allocator::cache_this_thread();
+            w.run()
+        })
+}
+
+/// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
+/// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
+pub fn work<H, E, R>(queue: &Queue<H>, run_id: u16, reconcile: R)
+where
+    H: Clone + fmt::Display,
+    E: Failure,
+    R: Fn(&Trace, Option<&H>) -> Result<Next, E>,
+{
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    while let Some((key, trigger)) = queue.get() {
+        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{run_id:04x}-{n}");
+        let trigger_s = trigger.to_string();
+        let started = Instant::now();
+        // What the watch event that queued the key said about the pod, if it did.
+        let hint = match &trigger {
+            Trigger::Watch { hint, .. } => hint.as_ref(),
+            _ => None,
+        };
+        log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
+        let result = reconcile(&Trace { id: &id, key: &key }, hint);
+        let elapsed = started.elapsed();
+        let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+        let elapsed_ms = format!("{elapsed_ms:.1}");
+        match result {
+            Ok(Next::Done) => {
+                queue.forget(&key);
+                metrics::record_reconcile("success", elapsed);
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    result = "success", elapsed_ms = elapsed_ms.as_str();
+                    "reconciled"
+                );
+            }
+            Ok(Next::RequeueAfter(after)) => {
+                queue.forget(&key);
+                queue.add_after(key.clone(), after, Trigger::Scheduled);
+                metrics::record_reconcile("requeue_after", elapsed);
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms.as_str();
+                    "reconciled"
+                );
+            }
+            Err(e) => {
+                let after =
+                    queue.add_rate_limited(key.clone(), e.retry_after().unwrap_or_default());
+                metrics::record_reconcile("error", elapsed);
+                let error = e.to_string();
+                // A person must act on a refusal, or on an error that keeps coming back.
+                let level = if e.needs_a_person() || queue.num_requeues(&key) > 8 {
+                    log::Level::Warn
+                } else {
+                    log::Level::Info
+                };
+                log::log!(
+                    target: "reconcile", level,
+                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    result = "error", error = error.as_str(), requeue_after_ms = after.as_millis() as u64,
+                    elapsed_ms = elapsed_ms.as_str();
+                    "reconcile failed"
+                );
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+pub fn is_quitting(quit: &Receiver<()>) -> bool {
+    matches!(
+        quit.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    )
+}
+
+/// First SIGTERM/SIGINT: drop `quit_tx` (graceful). Second: exit at once.
+pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    thread::Builder::new().name("signals".into()).spawn(move || {
+        let mut quit_tx = Some(quit_tx);
+        for sig in signals.forever() {
+            if quit_tx.take().is_some() {
+                log::info!(target: "controller", signal = sig; "signal received; shutting down (send again to exit at once)");
+            } else {
+                log::warn!(target: "controller", signal = sig; "second signal; exiting now");
+                log::logger().flush();
+                std::process::exit(130);
+            }
+        }
+    })?;
+    Ok(())
+}
