@@ -568,6 +568,9 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
         .filter(|s| *s > 0)
         .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
     let bookmarks = is_true(req.param("allowWatchBookmarks"));
+    // Read before the stream is registered: a freeze that a test starts once it sees the watch
+    // open must hold this stream (taken later, a freeze in between would miss it).
+    let epoch = shared.faults().watch_epoch();
     let mut store = shared.store();
     let def = lookup(&store, t, "watch")?;
     let (labels, fields) = selectors(req, &def, t.name.as_deref())?;
@@ -592,6 +595,7 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
         bookmarks,
         from,
         table,
+        epoch,
     };
     Ok(Reply::Watch(Box::new(plan), key))
 }

@@ -41,6 +41,9 @@ pub struct WatchPlan {
     pub from: u64,
     /// `Some(includeObject)` when the client asked for Table events (`kubectl get -w`).
     pub table: Option<Option<String>>,
+    /// The fault epoch the stream started in (see `Faults::is_frozen`), read before it was
+    /// registered.
+    pub epoch: u64,
 }
 
 /// How a watch stream ended.
@@ -184,7 +187,7 @@ pub fn serve<S: Read + Write>(
         Start::Started { id, rx, backlog } => (*id, rx, backlog),
     };
     let _registration = Registration { shared, key, id };
-    let epoch = shared.faults().watch_epoch();
+    let epoch = plan.epoch;
     let mut held: Vec<Arc<Event>> = Vec::new();
     let started = Instant::now();
     let deadline = started + plan.timeout;
