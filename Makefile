@@ -28,7 +28,7 @@ build: ## Build the release binaries
 
 # The static musl binary is what the image ships: it maps no libc, which is 1.5 MiB of resident
 # memory (idle 2.7 instead of 4.25 MiB, make bench 2026-11-23), and with the allocator cache in
-# src/allocator.rs it costs no more CPU than the glibc build. Needs the musl target
+# src/runtime/allocator.rs it costs no more CPU than the glibc build. Needs the musl target
 # (rustup target add $(MUSL_TARGET)) and musl-gcc (Debian: musl-tools) for ring's C code.
 MUSL_TARGET := $(shell uname -m)-unknown-linux-musl
 # The cc crate compiles ring's C with CC_<target> when set; name Debian's musl-gcc, as the image

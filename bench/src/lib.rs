@@ -872,6 +872,7 @@ fn pod_problems(ic: &ImmortalContainer, pod: &Pod) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use immortal_operator::immortal::types::ImmortalContainerSpec;
     use immortal_operator::kube::types::ObjectMeta;
 
     #[test]
@@ -930,7 +931,7 @@ mod tests {
                 generation: Some(1),
                 ..Default::default()
             },
-            spec: resources::ImmortalContainerSpec {
+            spec: ImmortalContainerSpec {
                 image: "nginx".into(),
             },
             ..Default::default()
@@ -990,7 +991,7 @@ mod tests {
                 uid: "u1".into(),
                 ..Default::default()
             },
-            spec: resources::ImmortalContainerSpec {
+            spec: ImmortalContainerSpec {
                 image: "nginx".into(),
             },
             ..Default::default()
