@@ -257,25 +257,17 @@ impl Client {
                 Err(ureq::Error::Status(code, resp)) => {
                     let wait = retry_after(resp.header("Retry-After"));
                     let body = resp.into_string().unwrap_or_default();
-                    let mut status = parse_status(code, &body);
-                    if code == 401 && !refreshed {
-                        // An exec credential or a rotated service-account token may have expired
-                        // early: fetch a fresh one and try once more, as client-go does.
-                        refreshed = true;
-                        self.inner.config.credentials.invalidate();
-                        continue;
-                    }
                     let attempts = if self.until.is_some() {
                         1
                     } else {
                         THROTTLE_ATTEMPTS
                     };
-                    if (code == 429 || code == 503) && attempt < attempts {
-                        let backoff = Duration::from_millis(200 << attempt);
-                        let wait = wait
-                            .unwrap_or(backoff)
-                            .max(backoff.min(Duration::from_secs(1)));
-                        if wait <= MAX_RETRY_AFTER {
+                    match after_failure(code, attempt, attempts, refreshed, wait) {
+                        Again::Refreshed => {
+                            refreshed = true;
+                            self.inner.config.credentials.invalidate();
+                        }
+                        Again::After(wait) => {
                             log::debug!(
                                 target: "client",
                                 method = req.method, path = req.path, code = code,
@@ -283,16 +275,18 @@ impl Client {
                                 "throttled, retrying"
                             );
                             std::thread::sleep(wait);
-                            continue;
+                        }
+                        Again::No => {
+                            let mut status = parse_status(code, &body);
+                            // Keep the server's wish for whoever retries later (the queue, a
+                            // watcher): they must not come back sooner than it asked.
+                            if let Some(w) = wait {
+                                let details = status.details.get_or_insert_with(Default::default);
+                                details.retry_after_seconds.get_or_insert(w.as_secs());
+                            }
+                            return Err(Error::Api(Box::new(status)));
                         }
                     }
-                    // Keep the server's wish for whoever retries later (the queue, a watcher):
-                    // they must not come back sooner than it asked.
-                    if let Some(w) = wait {
-                        let details = status.details.get_or_insert_with(Default::default);
-                        details.retry_after_seconds.get_or_insert(w.as_secs());
-                    }
-                    return Err(Error::Api(Box::new(status)));
                 }
             }
         }

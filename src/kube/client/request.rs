@@ -226,3 +226,41 @@ pub struct ListMeta {
     #[serde(default, rename = "continue")]
     pub continue_token: Option<String>,
 }
+
+/// Whether a request answered with an error is sent again, and how.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Again {
+    /// Once, after a 401, with fresh credentials: an exec credential or a rotated
+    /// service-account token may have expired early (client-go does the same).
+    Refreshed,
+    /// After this wait: a 429 or 503 whose wait is short enough to spend in the caller's
+    /// thread (growing from 400 ms, at least the server's `Retry-After`, at most
+    /// [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER)).
+    After(Duration),
+    /// No: the error goes back to the caller, whose own back-off takes over.
+    No,
+}
+
+/// What to do after attempt number `attempt` (from 1) of at most `attempts` was answered with
+/// `code` and, maybe, a `Retry-After` of `wait`; `refreshed`: credentials were refreshed once.
+pub(super) fn after_failure(
+    code: u16,
+    attempt: u32,
+    attempts: u32,
+    refreshed: bool,
+    wait: Option<Duration>,
+) -> Again {
+    if code == 401 && !refreshed {
+        return Again::Refreshed;
+    }
+    if (code == 429 || code == 503) && attempt < attempts {
+        let backoff = Duration::from_millis(200 << attempt);
+        let wait = wait
+            .unwrap_or(backoff)
+            .max(backoff.min(Duration::from_secs(1)));
+        if wait <= super::MAX_RETRY_AFTER {
+            return Again::After(wait);
+        }
+    }
+    Again::No
+}

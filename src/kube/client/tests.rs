@@ -455,3 +455,28 @@ fn a_client_with_a_deadline_does_not_retry_throttling() {
     assert_eq!(e.code(), 503);
     assert_eq!(pod_gets(&server), 1);
 }
+
+#[test]
+fn a_failed_request_is_sent_again_only_after_a_first_401_or_a_short_throttle() {
+    let secs = |s| Some(Duration::from_secs(s));
+    // One credential refresh per request, then the 401 is the caller's.
+    assert_eq!(after_failure(401, 1, 4, false, None), Again::Refreshed);
+    assert_eq!(after_failure(401, 2, 4, true, None), Again::No);
+    // 429/503: the back-off grows from 400 ms and never undercuts the server's Retry-After.
+    assert_eq!(
+        after_failure(429, 1, 4, false, None),
+        Again::After(Duration::from_millis(400))
+    );
+    assert_eq!(
+        after_failure(503, 2, 4, false, secs(3)),
+        Again::After(Duration::from_secs(3))
+    );
+    // Too long to wait in the caller's thread, the last attempt, or a client that may try
+    // only once (`until`): the error goes back with its Retry-After.
+    assert_eq!(after_failure(429, 1, 4, false, secs(30)), Again::No);
+    assert_eq!(after_failure(503, 4, 4, false, None), Again::No);
+    assert_eq!(after_failure(429, 1, 1, false, None), Again::No);
+    // Anything else is never retried here.
+    assert_eq!(after_failure(500, 1, 4, false, None), Again::No);
+    assert_eq!(after_failure(409, 1, 4, false, None), Again::No);
+}

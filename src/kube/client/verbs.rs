@@ -4,6 +4,24 @@
 use super::*;
 
 impl Client {
+    /// A request with a body (POST, PUT, PATCH, DELETE) within the client's request timeout,
+    /// its answer decoded as `T`.
+    fn send_body<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        path: &str,
+        content_type: &'static str,
+        body: &[u8],
+    ) -> Result<T, Error> {
+        self.json(&Req {
+            method,
+            path,
+            body: Some((content_type, body)),
+            timeout: self.request_timeout(),
+            idle: None,
+        })
+    }
+
     /// GET of any path (discovery documents), decoded as `T`.
     pub fn get_path<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
         self.get(path)
@@ -16,13 +34,7 @@ impl Client {
     pub fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, Error> {
         let body = serde_json::to_vec(pod).map_err(|e| Error::Decode(e.to_string()))?;
         let path = collection_path(Resource::PODS, Some(ns));
-        self.json(&Req {
-            method: "POST",
-            path: &path,
-            body: Some(("application/json", &body)),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        self.send_body("POST", &path, "application/json", &body)
     }
 
     /// Deletes a pod only if it still has `uid`, and answers the pod as the server left it:
@@ -39,13 +51,7 @@ impl Client {
     ) -> Result<Pod, Error> {
         let body = delete_body(uid, grace);
         let path = object_path(Resource::PODS, ns, name);
-        match self.json::<Pod>(&Req {
-            method: "DELETE",
-            path: &path,
-            body: Some(("application/json", body.as_bytes())),
-            timeout: self.request_timeout(),
-            idle: None,
-        }) {
+        match self.send_body::<Pod>("DELETE", &path, "application/json", body.as_bytes()) {
             Err(Error::Decode(_)) => Ok(Pod::default()),
             other => other,
         }
@@ -57,13 +63,12 @@ impl Client {
     pub fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<Pod, Error> {
         let body = patch.to_string();
         let path = object_path(Resource::PODS, ns, name);
-        self.json(&Req {
-            method: "PATCH",
-            path: &path,
-            body: Some(("application/strategic-merge-patch+json", body.as_bytes())),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        self.send_body(
+            "PATCH",
+            &path,
+            "application/strategic-merge-patch+json",
+            body.as_bytes(),
+        )
     }
 
     /// JSON merge patch (RFC 7386) of an object's `/status` subresource. Custom resources do
@@ -78,13 +83,12 @@ impl Client {
     ) -> Result<T, Error> {
         let body = patch.to_string();
         let path = format!("{}/status", object_path(res, ns, name));
-        self.json(&Req {
-            method: "PATCH",
-            path: &path,
-            body: Some(("application/merge-patch+json", body.as_bytes())),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        self.send_body(
+            "PATCH",
+            &path,
+            "application/merge-patch+json",
+            body.as_bytes(),
+        )
     }
 
     /// POST of any object to a namespaced collection (events, leases), decoded as `T`.
@@ -96,13 +100,7 @@ impl Client {
     ) -> Result<T, Error> {
         let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
         let path = collection_path(res, Some(ns));
-        self.json(&Req {
-            method: "POST",
-            path: &path,
-            body: Some(("application/json", &body)),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        self.send_body("POST", &path, "application/json", &body)
     }
 
     /// POST of any object to a cluster-scoped collection (token and access reviews), decoded
@@ -114,13 +112,7 @@ impl Client {
     ) -> Result<T, Error> {
         let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
         let path = collection_path(res, None);
-        self.json(&Req {
-            method: "POST",
-            path: &path,
-            body: Some(("application/json", &body)),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        self.send_body("POST", &path, "application/json", &body)
     }
 
     /// GET of any namespaced object, decoded as `T`.
@@ -143,13 +135,7 @@ impl Client {
     ) -> Result<T, Error> {
         let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
         let path = object_path(res, ns, name);
-        self.json(&Req {
-            method: "PUT",
-            path: &path,
-            body: Some(("application/json", &body)),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        self.send_body("PUT", &path, "application/json", &body)
     }
 
     /// JSON merge patch of a namespaced object.
@@ -162,13 +148,7 @@ impl Client {
     ) -> Result<T, Error> {
         let body = serde_json::to_vec(patch).map_err(|e| Error::Decode(e.to_string()))?;
         let path = object_path(res, ns, name);
-        self.json(&Req {
-            method: "PATCH",
-            path: &path,
-            body: Some(("application/merge-patch+json", &body)),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        self.send_body("PATCH", &path, "application/merge-patch+json", &body)
     }
 
     /// One page of a LIST.
