@@ -13,7 +13,8 @@
 //!
 //! On top: [`cli`] (flags) and [`operator`] (wires the layers into a running operator and
 //! takes it down in order); `main.rs` only calls them. [`trace`] reads the logs back and
-//! [`util`] holds the few helpers every layer uses (time, base64, poison-tolerant locks).
+//! [`util`] holds the few helpers every layer uses (jitter, RFC 3339 time, poison-tolerant
+//! locks).
 
 pub mod cli;
 pub mod immortal;

@@ -3,7 +3,7 @@
 //!
 //! Shutdown follows the ripgrep/crossbeam pattern: one `quit` channel whose sender is dropped
 //! to wake every blocking loop at once; the queue is shut down so workers finish their
-//! in-flight reconcile and return, within [`DRAIN_TIMEOUT`]; the leader releases its Lease;
+//! in-flight reconcile and return, within `DRAIN_TIMEOUT`; the leader releases its Lease;
 //! the process exits 0, all within the Deployment's grace period even when the API server
 //! hangs. A second signal exits at once.
 

@@ -8,7 +8,7 @@
 //!   (client-go's `DefaultItemBasedRateLimiter`); [`Queue::forget`] resets it after a success.
 //! - Failures also spend an overall budget, client-go's bucket of 10 a second with a burst of
 //!   100 (`DefaultControllerRateLimiter`); while it is spent, [`Queue::get`] hands out at most
-//!   10 keys a second, whatever queued them. See [`Budget`] for how and why it differs from
+//!   10 keys a second, whatever queued them. See `Budget` for how and why it differs from
 //!   client-go's.
 //! - [`Queue::shutdown`] wakes every waiter; `get` then returns `None`.
 //!
