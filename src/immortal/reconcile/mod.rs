@@ -12,6 +12,11 @@
 //!
 //! Every pod started is counted exactly once; the invariant that makes it so, and why each
 //! step below keeps it, is written down in `counting`.
+//!
+//! Here: the decisions (`sync`, this file), the counting steps (`starts.rs`), and the status,
+//! conditions and Events they report (`status.rs`). Not here: the desired pod (`desired`),
+//! what a watch event means (`lifecycle`), or the worker that calls [`reconcile`]
+//! (`runtime::controller`).
 
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::desired::{controlled_by, created_for, desired_labels, desired_pod, holder};

@@ -1,4 +1,7 @@
-//! Credentials for API requests: static token, rotating token file, or exec credential plugin.
+//! Credentials for API requests: a static token, a token file re-read as the kubelet rotates
+//! it, or an exec credential plugin (`exec.rs`), each refreshed on demand after a 401.
+//!
+//! Not here: where the settings come from (`config`) or the requests themselves (`client`).
 
 use std::ffi::OsString;
 use std::fmt;

@@ -10,6 +10,10 @@
 //!
 //! A client given a [`Fence`] (leader election opens and closes it) sends a write only while
 //! the fence is open, and with a timeout that ends when it closes.
+//!
+//! Here: the client and its sender; `request.rs` (pure request building), `error.rs`,
+//! `verbs.rs` (GET to WATCH). Not here: what any resource means, or retrying beyond one
+//! request (the caller's queue or watcher does that).
 
 use crate::kube::config::{ClusterConfig, ConfigError};
 use crate::kube::fence::Fence;

@@ -1,4 +1,9 @@
-//! Finds the cluster to talk to: --kubeconfig, KUBECONFIG, ~/.kube/config or the in-cluster service account.
+//! Finds the cluster to talk to: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config` or the
+//! in-cluster service account, in client-go's order (here), from kubeconfig files
+//! (`kubeconfig.rs`) or the pod's service account (`in_cluster.rs`).
+//!
+//! Not here: keeping credentials fresh (`auth`), building TLS configurations (`tls`), or
+//! sending anything (`client`). A [`ClusterConfig`] is where they meet.
 
 use std::collections::BTreeMap;
 use std::fmt;
