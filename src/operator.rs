@@ -21,7 +21,7 @@ use crate::runtime::metrics;
 use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
 use crate::runtime::watcher::{Backoff, Watcher};
-use crossbeam_channel::{select, Receiver};
+use crossbeam_channel::{select, Receiver, Sender};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -55,45 +55,29 @@ const EXIT_CONFIG: u8 = 1;
 
 /// Runs the operator until a signal; returns the process exit code.
 pub fn run(config: Config) -> ExitCode {
-    let opts = LoadOptions {
-        kubeconfig: config.kubeconfig.clone(),
-        context: config.context.clone(),
-    };
-    let cluster = match config::load(&opts) {
-        Ok(c) => c,
-        Err(e) => return fail_at_start(&e.to_string()),
-    };
-    let source = cluster.source.clone();
-    let server = cluster.server.clone();
-    let default_ns = cluster.default_namespace.clone();
-    // One connection per worker, one per watcher, one for events and one for the lease.
-    // Every request of every client made from this one is counted in the metrics.
-    let client = match Client::new(cluster, config.workers + 4) {
-        Ok(c) => c.reporting(metrics::record_request),
-        Err(e) => return fail_at_start(&e.to_string()),
-    };
-    log::info!(
-        target: "controller",
-        server = server.as_str(), config = source.as_str(),
-        namespace = config.namespace.as_deref().unwrap_or("(all)"), workers = config.workers as u64,
-        version = env!("CARGO_PKG_VERSION");
-        "starting"
-    );
+    // Each stage answers `Err(code)` when the process is to exit now: a clear message at
+    // start-up, a dead thread, or a signal before reconciling began.
+    match run_stages(&config) {
+        Ok(code) | Err(code) => code,
+    }
+}
+
+/// The stages, in order: connect, checks, endpoints, watchers and their first lists, the
+/// Lease, the workers; then wait for a signal or a dead thread, and shut down.
+fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
+    let (client, cluster) = connect(config)?;
 
     // The first signal drops `quit_tx`, waking every loop that selects on `quit`.
     let (quit_tx, quit) = crossbeam_channel::bounded::<()>(0);
-    if let Err(e) = listen_for_signals(quit_tx) {
-        return fail_at_start(&format!("cannot install signal handlers: {e}"));
-    }
+    listen_for_signals(quit_tx)
+        .map_err(|e| fail_at_start(&format!("cannot install signal handlers: {e}")))?;
 
     // Start-up checks and the watchers' lists come minutes apart: their connections are not
     // kept (see `Client::unpooled`), so an idle operator holds only its two watch streams.
     let once = client.unpooled();
-    if let Err(msg) = preflight(&once, &quit) {
-        return fail_at_start(&msg);
-    }
+    preflight(&once, &quit).map_err(|msg| fail_at_start(&msg))?;
     if is_quitting(&quit) {
-        return ExitCode::SUCCESS;
+        return Ok(ExitCode::SUCCESS);
     }
     let books = Arc::new(Books::new());
     check_crd_schema(&once, &books);
@@ -102,22 +86,144 @@ pub fn run(config: Config) -> ExitCode {
         vec![IMMORTAL_CONTAINERS.short(), client::Resource::PODS.short()],
         config.watch_idle_timeout,
     ));
-    let host = server
+    let host = cluster
+        .server
         .trim_start_matches("https://")
         .trim_start_matches("http://")
         .split('/')
         .next()
         .unwrap_or("")
         .to_string();
-    if let Err(msg) = serve::start(&config.endpoints, health.clone(), host, &client) {
-        return fail_at_start(&msg);
+    serve::start(&config.endpoints, health.clone(), host, &client)
+        .map_err(|msg| fail_at_start(&msg))?;
+
+    let queue: Arc<Queue<PodHint>> = Arc::new(Queue::new());
+    let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
+    let synced = start_watchers(config, &once, &queue, &quit, &health, &dead_tx)?;
+    wait_for_lists(&synced, &dead, &quit, &health)?;
+
+    let (stop_renewing_tx, stop_renewing) = crossbeam_channel::bounded::<()>(0);
+    let elector = elect(
+        config,
+        &client,
+        cluster.default_namespace,
+        &quit,
+        stop_renewing,
+    )?;
+    // Every write goes through the leader's fence: none is sent once the Lease may have passed.
+    let writer = match &elector {
+        Some(e) => client.fenced(e.fence()),
+        None => client.clone(),
+    };
+    // Each worker and the events thread hold a sender; all are gone once they have all ended.
+    let (finished_tx, finished) = crossbeam_channel::bounded::<()>(0);
+    let identity = elector
+        .as_ref()
+        .map(|e| e.identity().to_string())
+        .unwrap_or_else(leader::identity);
+    start_workers(
+        config,
+        writer,
+        identity,
+        &queue,
+        &books,
+        &health,
+        &dead_tx,
+        &finished_tx,
+    )?;
+
+    select! {
+        recv(quit) -> _ => {}
+        recv(dead) -> r => {
+            let what = r.unwrap_or("thread");
+            return Err(fail_running(&format!("a {what} thread died; exiting so the kubelet restarts the operator")));
+        }
     }
 
-    // Watchers: ImmortalContainers and our pods. They fill the queue from their first list on,
-    // also while this replica stands by, so a new leader starts with a warm queue.
-    let queue: Arc<Queue<PodHint>> = Arc::new(Queue::new());
+    shut_down(
+        &queue,
+        finished_tx,
+        &finished,
+        elector.as_deref(),
+        stop_renewing_tx,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Graceful shutdown: workers finish the reconcile they are in (abandoned after
+/// [`DRAIN_TIMEOUT`]), then the lease goes.
+fn shut_down(
+    queue: &Queue<PodHint>,
+    finished_tx: Sender<()>,
+    finished: &Receiver<()>,
+    elector: Option<&Elector>,
+    stop_renewing_tx: Sender<()>,
+) {
+    log::info!(target: "controller", "shutting down: finishing in-flight reconciles");
+    let started = Instant::now();
+    queue.shutdown();
+    drop(finished_tx);
+    if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+        finished.recv_deadline(started + DRAIN_TIMEOUT)
+    {
+        log::warn!(
+            target: "controller", elapsed_ms = started.elapsed().as_millis() as u64;
+            "in-flight reconciles still wait on the API server; abandoning them"
+        );
+    }
+    if let Some(e) = elector {
+        drop(stop_renewing_tx);
+        e.release(RELEASE_TIMEOUT);
+    }
+    log::info!(target: "controller", elapsed_ms = started.elapsed().as_millis() as u64; "stopped");
+    log::logger().flush();
+}
+
+/// What start-up learned of the cluster besides the client.
+struct ClusterFacts {
+    server: String,
+    default_namespace: Option<String>,
+}
+
+/// Loads the configuration and builds the client every thread shares.
+fn connect(config: &Config) -> Result<(Client, ClusterFacts), ExitCode> {
+    let opts = LoadOptions {
+        kubeconfig: config.kubeconfig.clone(),
+        context: config.context.clone(),
+    };
+    let cluster = config::load(&opts).map_err(|e| fail_at_start(&e.to_string()))?;
+    let source = cluster.source.clone();
+    let facts = ClusterFacts {
+        server: cluster.server.clone(),
+        default_namespace: cluster.default_namespace.clone(),
+    };
+    // One connection per worker, one per watcher, one for events and one for the lease.
+    // Every request of every client made from this one is counted in the metrics.
+    let client = Client::new(cluster, config.workers + 4)
+        .map_err(|e| fail_at_start(&e.to_string()))?
+        .reporting(metrics::record_request);
+    log::info!(
+        target: "controller",
+        server = facts.server.as_str(), config = source.as_str(),
+        namespace = config.namespace.as_deref().unwrap_or("(all)"), workers = config.workers as u64,
+        version = env!("CARGO_PKG_VERSION");
+        "starting"
+    );
+    Ok((client, facts))
+}
+
+/// Watchers: ImmortalContainers and our pods. They fill the queue from their first list on,
+/// also while this replica stands by, so a new leader starts with a warm queue. Answers the
+/// channel on which each reports its first list.
+fn start_watchers(
+    config: &Config,
+    once: &Client,
+    queue: &Arc<Queue<PodHint>>,
+    quit: &Receiver<()>,
+    health: &Arc<Health>,
+    dead_tx: &Sender<&'static str>,
+) -> Result<Receiver<&'static str>, ExitCode> {
     let (synced_tx, synced) = crossbeam_channel::unbounded();
-    let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
     let sentinel = || Sentinel {
         health: health.clone(),
         dead: dead_tx.clone(),
@@ -143,7 +249,7 @@ pub fn run(config: Config) -> ExitCode {
                 PodEvents,
                 queue.clone(),
                 quit.clone(),
-                synced_tx.clone(),
+                synced_tx,
                 config.watch_idle_timeout,
             ),
             sentinel(),
@@ -151,13 +257,20 @@ pub fn run(config: Config) -> ExitCode {
     ];
     for spawned in watchers {
         if let Err(e) = spawned {
-            return fail_at_start(&format!("cannot start watcher thread: {e}"));
+            return Err(fail_at_start(&format!("cannot start watcher thread: {e}")));
         }
     }
-    drop(synced_tx);
+    Ok(synced)
+}
 
-    // Reconcile starts once both first lists are in: before that, a missing pod may only be
-    // missing from a list not yet read.
+/// Reconcile starts once both first lists are in: before that, a missing pod may only be
+/// missing from a list not yet read.
+fn wait_for_lists(
+    synced: &Receiver<&'static str>,
+    dead: &Receiver<&'static str>,
+    quit: &Receiver<()>,
+    health: &Health,
+) -> Result<(), ExitCode> {
     let mut pending = 2;
     while pending > 0 {
         select! {
@@ -167,76 +280,84 @@ pub fn run(config: Config) -> ExitCode {
                     health.synced.fetch_add(1, Ordering::Relaxed);
                     log::info!(target: "controller", resource = resource; "initial list complete");
                 }
-                Err(_) => return fail_running("a watcher stopped before its first list"),
+                Err(_) => return Err(fail_running("a watcher stopped before its first list")),
             },
-            recv(dead) -> _ => return fail_running("a watcher thread died"),
-            recv(quit) -> _ => return stopped(),
+            recv(dead) -> _ => return Err(fail_running("a watcher thread died")),
+            recv(quit) -> _ => return Err(stopped()),
         }
     }
+    Ok(())
+}
 
-    let (stop_renewing_tx, stop_renewing) = crossbeam_channel::bounded::<()>(0);
-    let elector = match &config.leader {
-        Some(flags) => {
-            let namespace = flags
-                .namespace
-                .clone()
-                .or(default_ns)
-                .unwrap_or_else(|| "default".into());
-            let settings = leader::Settings {
-                namespace,
-                name: flags.name.clone(),
-                identity: leader::identity(),
-                lease_duration: flags.lease_duration,
-                renew_deadline: flags.renew_deadline,
-                retry_period: flags.retry_period,
-            };
-            let elector = Arc::new(Elector::new(client.clone(), settings));
-            // Acquiring and renewing happen on a thread of their own, so that a signal is
-            // answered at once even while a request to a hung API server is pending. Renewal
-            // goes on during shutdown until the release, so reconciles finishing are not fenced.
-            let (leading_tx, leading) = crossbeam_channel::bounded::<()>(1);
-            let (e, quit_acquiring) = (elector.clone(), quit.clone());
-            let spawned = thread::Builder::new().name("lease".into()).spawn(move || {
-                if !e.acquire(&quit_acquiring) {
-                    return;
-                }
-                let _ = leading_tx.send(());
-                if e.keep_renewing(&stop_renewing).is_err() {
-                    // The fence is closed already: nothing more is written while we exit.
-                    log::logger().flush();
-                    std::process::exit(1);
-                }
-            });
-            if let Err(e) = spawned {
-                return fail_running(&format!("cannot start lease thread: {e}"));
-            }
-            select! {
-                recv(leading) -> r => if r.is_err() { return stopped() },
-                recv(quit) -> _ => return stopped(),
-            }
-            Some(elector)
-        }
-        None => {
-            metrics::set_leader(true);
-            None
-        }
+/// With `--leader-elect`, waits until this replica holds the Lease, and keeps renewing it on a
+/// thread of its own until `stop_renewing` closes; without, this replica leads.
+fn elect(
+    config: &Config,
+    client: &Client,
+    default_ns: Option<String>,
+    quit: &Receiver<()>,
+    stop_renewing: Receiver<()>,
+) -> Result<Option<Arc<Elector>>, ExitCode> {
+    let Some(flags) = &config.leader else {
+        metrics::set_leader(true);
+        return Ok(None);
     };
-    // Every write goes through the leader's fence: none is sent once the Lease may have passed.
-    let writer = match &elector {
-        Some(e) => client.fenced(e.fence()),
-        None => client.clone(),
+    let namespace = flags
+        .namespace
+        .clone()
+        .or(default_ns)
+        .unwrap_or_else(|| "default".into());
+    let settings = leader::Settings {
+        namespace,
+        name: flags.name.clone(),
+        identity: leader::identity(),
+        lease_duration: flags.lease_duration,
+        renew_deadline: flags.renew_deadline,
+        retry_period: flags.retry_period,
     };
-    // Each worker and the events thread hold a sender; all are gone once they have all ended.
-    let (finished_tx, finished) = crossbeam_channel::bounded::<()>(0);
+    let elector = Arc::new(Elector::new(client.clone(), settings));
+    // Acquiring and renewing happen on a thread of their own, so that a signal is answered at
+    // once even while a request to a hung API server is pending. Renewal goes on during
+    // shutdown until the release, so reconciles finishing are not fenced.
+    let (leading_tx, leading) = crossbeam_channel::bounded::<()>(1);
+    let (e, quit_acquiring) = (elector.clone(), quit.clone());
+    let spawned = thread::Builder::new().name("lease".into()).spawn(move || {
+        if !e.acquire(&quit_acquiring) {
+            return;
+        }
+        let _ = leading_tx.send(());
+        if e.keep_renewing(&stop_renewing).is_err() {
+            // The fence is closed already: nothing more is written while we exit.
+            log::logger().flush();
+            std::process::exit(1);
+        }
+    });
+    if let Err(e) = spawned {
+        return Err(fail_running(&format!("cannot start lease thread: {e}")));
+    }
+    select! {
+        recv(leading) -> r => if r.is_err() { return Err(stopped()) },
+        recv(quit) -> _ => return Err(stopped()),
+    }
+    Ok(Some(elector))
+}
 
+/// The Event recorder's thread and the reconcile workers, all writing through `writer`.
+#[allow(clippy::too_many_arguments)]
+fn start_workers(
+    config: &Config,
+    writer: Client,
+    identity: String,
+    queue: &Arc<Queue<PodHint>>,
+    books: &Arc<Books>,
+    health: &Arc<Health>,
+    dead_tx: &Sender<&'static str>,
+    finished_tx: &Sender<()>,
+) -> Result<(), ExitCode> {
     let (recorder, event_rx) = Recorder::channel(events::Kind {
         api_version: API_VERSION,
         kind: KIND,
     });
-    let identity = elector
-        .as_ref()
-        .map(|e| e.identity().to_string())
-        .unwrap_or_else(leader::identity);
     {
         let (client, finished) = (writer.clone(), finished_tx.clone());
         if let Err(e) = thread::Builder::new().name("events".into()).spawn(move || {
@@ -244,7 +365,7 @@ pub fn run(config: Config) -> ExitCode {
             let _cache = allocator::cache_this_thread();
             events::run(client, event_rx, COMPONENT, identity)
         }) {
-            return fail_running(&format!("cannot start events thread: {e}"));
+            return Err(fail_running(&format!("cannot start events thread: {e}")));
         }
     }
     let api = Arc::new(Cluster {
@@ -264,7 +385,7 @@ pub fn run(config: Config) -> ExitCode {
             dead: dead_tx.clone(),
             name: "worker",
         };
-        match thread::Builder::new()
+        if let Err(e) = thread::Builder::new()
             .name(format!("reconcile-{i}"))
             .spawn(move || {
                 let _finished = finished;
@@ -273,43 +394,13 @@ pub fn run(config: Config) -> ExitCode {
                 controller::work(&queue, run_id, |trace, hint| {
                     reconcile::reconcile(&*api, &books, trace, hint)
                 })
-            }) {
-            Ok(_) => {}
-            Err(e) => return fail_running(&format!("cannot start worker thread: {e}")),
+            })
+        {
+            return Err(fail_running(&format!("cannot start worker thread: {e}")));
         }
     }
-    drop(api);
     log::info!(target: "controller", workers = config.workers as u64; "reconciling");
-
-    select! {
-        recv(quit) -> _ => {}
-        recv(dead) -> r => {
-            let what = r.unwrap_or("thread");
-            return fail_running(&format!("a {what} thread died; exiting so the kubelet restarts the operator"));
-        }
-    }
-
-    // Graceful shutdown: workers finish the reconcile they are in (abandoned after
-    // DRAIN_TIMEOUT), then the lease goes.
-    log::info!(target: "controller", "shutting down: finishing in-flight reconciles");
-    let started = Instant::now();
-    queue.shutdown();
-    drop(finished_tx);
-    if let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-        finished.recv_deadline(started + DRAIN_TIMEOUT)
-    {
-        log::warn!(
-            target: "controller", elapsed_ms = started.elapsed().as_millis() as u64;
-            "in-flight reconciles still wait on the API server; abandoning them"
-        );
-    }
-    if let Some(e) = &elector {
-        drop(stop_renewing_tx);
-        e.release(RELEASE_TIMEOUT);
-    }
-    log::info!(target: "controller", elapsed_ms = started.elapsed().as_millis() as u64; "stopped");
-    log::logger().flush();
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// Checks, before anything starts, that the server answers and serves our resource: a wrong
