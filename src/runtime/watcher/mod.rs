@@ -266,12 +266,7 @@ where
                         State::Watch { rv }
                     }
                     Err(e) => {
-                        self.report_failure("list", &e, &backoff);
-                        if !self.sleep(
-                            backoff
-                                .next_delay()
-                                .max(e.retry_after().unwrap_or_default()),
-                        ) {
+                        if !self.fail_and_wait("list", &e, &mut backoff) {
                             return;
                         }
                         State::List
@@ -292,12 +287,7 @@ where
                         }
                         Err(e) => {
                             metrics::watch_closed(self.name());
-                            self.report_failure("watch", &e, &backoff);
-                            if !self.sleep(
-                                backoff
-                                    .next_delay()
-                                    .max(e.retry_after().unwrap_or_default()),
-                            ) {
+                            if !self.fail_and_wait("watch", &e, &mut backoff) {
                                 return;
                             }
                             State::Watch { rv }
@@ -370,7 +360,9 @@ where
         matches!(self.quit.recv_timeout(d), Err(RecvTimeoutError::Timeout))
     }
 
-    fn report_failure(&self, what: &str, e: &client::Error, backoff: &Backoff) {
+    /// Logs a failed list or watch request, then waits out the backoff (or the server's
+    /// `Retry-After`, if longer) unless shutdown comes first; returns whether to go on.
+    fn fail_and_wait(&self, what: &str, e: &client::Error, backoff: &mut Backoff) -> bool {
         let error = e.to_string();
         if e.is_forbidden() || e.is_unauthorized() {
             // A person must fix RBAC or credentials; say so every time.
@@ -380,6 +372,11 @@ where
         } else {
             log::debug!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} failed, backing off");
         }
+        self.sleep(
+            backoff
+                .next_delay()
+                .max(e.retry_after().unwrap_or_default()),
+        )
     }
 
     /// Lists every page; enqueues every listed key and every known key that is gone; returns
