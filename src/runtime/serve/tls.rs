@@ -67,6 +67,14 @@ pub fn config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>, Error> {
             (vec![cert], key)
         }
     };
+    server_config(chain, key)
+}
+
+/// A server configuration presenting `chain` with `key`.
+fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ServerConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -280,6 +288,14 @@ mod tests {
     }
 
     /// Serves one TLS handshake with `config` and answers "ok".
+    /// `cert` as PEM, for a client that trusts exactly it.
+    fn pem_of(cert: &CertificateDer<'_>) -> String {
+        format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            crate::kube::config::base64_encode(cert.as_ref())
+        )
+    }
+
     fn serve_once(config: Arc<ServerConfig>) -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -304,19 +320,8 @@ mod tests {
     #[test]
     fn a_client_trusting_the_self_signed_certificate_verifies_it_for_localhost_and_127_0_0_1() {
         let (cert, key) = self_signed(SystemTime::now()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = Arc::new(
-            ServerConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(vec![cert.clone()], key)
-                .unwrap(),
-        );
-        let pem = format!(
-            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            crate::kube::config::base64_encode(cert.as_ref())
-        );
+        let pem = pem_of(&cert);
+        let config = server_config(vec![cert], key).unwrap();
         let client =
             crate::kube::tls::client_config(Some(pem.as_bytes()), false, None, None).unwrap();
         for host in ["localhost", "127.0.0.1"] {
@@ -343,19 +348,8 @@ mod tests {
     fn a_certificate_made_long_ago_is_refused_as_expired() {
         let long_ago = SystemTime::now() - VALIDITY - Duration::from_secs(7 * 24 * 3600);
         let (cert, key) = self_signed(long_ago).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = Arc::new(
-            ServerConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(vec![cert.clone()], key)
-                .unwrap(),
-        );
-        let pem = format!(
-            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            crate::kube::config::base64_encode(cert.as_ref())
-        );
+        let pem = pem_of(&cert);
+        let config = server_config(vec![cert], key).unwrap();
         let client =
             crate::kube::tls::client_config(Some(pem.as_bytes()), false, None, None).unwrap();
         let port = serve_once(config);
