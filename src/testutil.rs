@@ -65,3 +65,26 @@ fn events(body: String) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// A client of the cluster a kubeconfig file names, with two connections.
+pub fn client_of(kubeconfig: &std::path::Path) -> crate::kube::client::Client {
+    let opts = crate::kube::config::LoadOptions {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        context: None,
+    };
+    crate::kube::client::Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap()
+}
+
+/// A test API server that knows a metrics reader (token `reader`, may get /metrics) and a
+/// stranger (token `nobody`, may do nothing), besides its admin.
+pub fn server_with_metrics_reader() -> kube_testserver::TestServer {
+    use kube_testserver::{Options, Rule, TestServer};
+    let server = TestServer::start(Options::default()).unwrap();
+    server.add_user(
+        "prometheus",
+        "reader",
+        vec![Rule::new(&["get"], &["/metrics"])],
+    );
+    server.add_user("nobody", "nobody", vec![]);
+    server
+}

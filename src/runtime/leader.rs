@@ -415,11 +415,7 @@ mod tests {
         let server =
             kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
         server.record_requests();
-        let opts = crate::kube::config::LoadOptions {
-            kubeconfig: Some(server.kubeconfig_path()),
-            context: None,
-        };
-        let client = Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap();
+        let client = crate::testutil::client_of(&server.kubeconfig_path());
         let e = Elector::new(
             client,
             Settings {

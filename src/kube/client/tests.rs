@@ -147,11 +147,7 @@ fn against_test_server() -> (kube_testserver::TestServer, Client) {
 
 fn against(options: kube_testserver::Options) -> (kube_testserver::TestServer, Client) {
     let server = kube_testserver::TestServer::start(options).unwrap();
-    let opts = crate::kube::config::LoadOptions {
-        kubeconfig: Some(server.kubeconfig_path()),
-        context: None,
-    };
-    let client = Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap();
+    let client = crate::testutil::client_of(&server.kubeconfig_path());
     (server, client)
 }
 

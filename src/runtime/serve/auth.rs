@@ -227,23 +227,13 @@ fn token_digest(token: &str) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube_testserver::{Options, Rule, TestServer};
+    use kube_testserver::{Rule, TestServer};
 
     /// A test server where `reader` may get /metrics and `nobody` may do nothing, and the
     /// operator's client (the admin: it may create both reviews).
     fn cluster() -> (TestServer, MetricsAuth) {
-        let server = TestServer::start(Options::default()).unwrap();
-        server.add_user(
-            "prometheus",
-            "reader",
-            vec![Rule::new(&["get"], &["/metrics"])],
-        );
-        server.add_user("nobody", "nobody", vec![]);
-        let opts = crate::kube::config::LoadOptions {
-            kubeconfig: Some(server.kubeconfig_path()),
-            context: None,
-        };
-        let client = Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap();
+        let server = crate::testutil::server_with_metrics_reader();
+        let client = crate::testutil::client_of(&server.kubeconfig_path());
         (server, MetricsAuth::new(client))
     }
 
@@ -349,12 +339,7 @@ mod tests {
         let path =
             std::env::temp_dir().join(format!("metrics-auth-{}.kubeconfig", std::process::id()));
         server.write_kubeconfig(&path, "op").unwrap();
-        let opts = crate::kube::config::LoadOptions {
-            kubeconfig: Some(path.clone()),
-            context: None,
-        };
-        let auth =
-            MetricsAuth::new(Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap());
+        let auth = MetricsAuth::new(crate::testutil::client_of(&path));
         let _ = std::fs::remove_file(&path);
         let err = auth.check(Some("Bearer reader"), soon()).unwrap_err();
         assert!(err.is_denied(), "{err}");

@@ -1,5 +1,5 @@
 use super::*;
-use kube_testserver::{Options, Rule, TestServer};
+use kube_testserver::TestServer;
 
 const READ_BOUND: Duration = Duration::from_secs(10);
 
@@ -303,18 +303,8 @@ fn healthz_answers_while_the_metrics_port_is_flooded() {
 
 /// HTTPS metrics in front of a test API server that knows a reader and a stranger.
 fn secure_metrics() -> (TestServer, SocketAddr) {
-    let server = TestServer::start(Options::default()).unwrap();
-    server.add_user(
-        "prometheus",
-        "reader",
-        vec![Rule::new(&["get"], &["/metrics"])],
-    );
-    server.add_user("nobody", "nobody", vec![]);
-    let opts = crate::kube::config::LoadOptions {
-        kubeconfig: Some(server.kubeconfig_path()),
-        context: None,
-    };
-    let client = Client::new(crate::kube::config::load(&opts).unwrap(), 2).unwrap();
+    let server = crate::testutil::server_with_metrics_reader();
+    let client = crate::testutil::client_of(&server.kubeconfig_path());
     let metrics = Metrics::Secure {
         tls: tls::config(None).unwrap(),
         auth: Arc::new(MetricsAuth::new(client)),
