@@ -62,15 +62,9 @@ fn holder(server: &TestServer, ns: &str) -> Option<String> {
         .map(String::from)
 }
 
-fn log_says(op: &Operator, needle: &str) -> bool {
-    std::fs::read_to_string(op.log_path())
-        .map(|t| t.contains(needle))
-        .unwrap_or(false)
-}
-
 fn wait_for_log(op: &Operator, needle: &str, what: &str) {
     wait_until(Duration::from_secs(20), what, || {
-        if log_says(op, needle) {
+        if op.log_says(needle) {
             Ok(())
         } else {
             Err(op.log_tail(5))
@@ -156,7 +150,7 @@ fn a_leader_whose_lease_renewals_hang_writes_nothing_once_the_lease_could_pass_a
         !status.success(),
         "a deposed leader exits non-zero: {status:?}"
     );
-    assert!(log_says(&a, "leadership lost"), "{}", a.log_tail(10));
+    assert!(a.log_says("leadership lost"), "{}", a.log_tail(10));
 
     let log = server.request_log();
     let last_renewal = log
@@ -294,12 +288,8 @@ fn sigterm_while_the_api_server_hangs_every_request_exits_in_time_and_the_releas
         "SIGTERM to exit with every request hanging: {} ms",
         ms(took)
     );
-    assert!(log_says(&a, "abandoning"), "{}", a.log_tail(10));
-    assert!(
-        log_says(&a, "could not release lease"),
-        "{}",
-        a.log_tail(10)
-    );
+    assert!(a.log_says("abandoning"), "{}", a.log_tail(10));
+    assert!(a.log_says("could not release lease"), "{}", a.log_tail(10));
     assert_eq!(
         holder(server, &cluster.ns).as_deref(),
         Some(identity.as_str()),
@@ -358,11 +348,7 @@ fn sigterm_while_a_write_hangs_leaves_the_lease_to_expire_instead_of_releasing_i
 
     let took = sigterm_and_time_exit(&mut a);
     eprintln!("SIGTERM to exit with a pod create hanging: {} ms", ms(took));
-    assert!(
-        log_says(&a, "not releasing the lease"),
-        "{}",
-        a.log_tail(10)
-    );
+    assert!(a.log_says("not releasing the lease"), "{}", a.log_tail(10));
     // The server may still apply that create; a standby must not lead before its timeout
     // ended, so the Lease stays until it expires.
     assert_eq!(

@@ -40,12 +40,6 @@ fn holder(cluster: &Cluster) -> Option<String> {
         .map(String::from)
 }
 
-fn log_says(op: &Operator, needle: &str) -> bool {
-    std::fs::read_to_string(op.log_path())
-        .map(|t| t.contains(needle))
-        .unwrap_or(false)
-}
-
 #[test]
 fn two_replicas_elect_one_leader_and_the_standby_takes_over_when_the_leader_is_killed() {
     let cluster = Cluster::new("leader-kill");
@@ -64,10 +58,10 @@ fn two_replicas_elect_one_leader_and_the_standby_takes_over_when_the_leader_is_k
     );
     let leaders: Vec<&Operator> = [&a, &b]
         .into_iter()
-        .filter(|o| log_says(o, "became leader"))
+        .filter(|o| o.log_says("became leader"))
         .collect();
     assert_eq!(leaders.len(), 1, "exactly one replica leads");
-    let a_leads = log_says(&a, "became leader");
+    let a_leads = a.log_says("became leader");
 
     // Kill the leader where it stands, and give the survivor work: a deleted pod.
     let (leader, standby) = if a_leads {
@@ -91,7 +85,7 @@ fn two_replicas_elect_one_leader_and_the_standby_takes_over_when_the_leader_is_k
         || cluster.converged_all(&want),
     );
     assert!(
-        log_says(standby, "became leader"),
+        standby.log_says("became leader"),
         "the survivor must say it leads"
     );
     // Still one pod per object, counted exactly, a while later.
@@ -108,7 +102,7 @@ fn a_leader_stopped_with_sigterm_releases_the_lease_so_the_standby_need_not_wait
         cluster.timeout(Duration::from_secs(20)),
         "replica a leads",
         || {
-            if log_says(&a, "became leader") {
+            if a.log_says("became leader") {
                 Ok(())
             } else {
                 Err(a.log_tail(5))
@@ -120,7 +114,7 @@ fn a_leader_stopped_with_sigterm_releases_the_lease_so_the_standby_need_not_wait
         cluster.timeout(Duration::from_secs(20)),
         "replica b stands by",
         || {
-            if log_says(&b, "standing by") {
+            if b.log_says("standing by") {
                 Ok(())
             } else {
                 Err(b.log_tail(5))
@@ -135,12 +129,12 @@ fn a_leader_stopped_with_sigterm_releases_the_lease_so_the_standby_need_not_wait
         .wait_exit(Duration::from_secs(5))
         .expect("the leader exits within 5 s of SIGTERM");
     assert!(status.success(), "graceful exit: {status:?}");
-    assert!(log_says(&a, "released lease"));
+    assert!(a.log_says("released lease"));
     wait_until(
         Duration::from_secs(20),
         "replica b takes the released lease",
         || match holder(&cluster) {
-            Some(h) if h != first && log_says(&b, "became leader") => Ok(()),
+            Some(h) if h != first && b.log_says("became leader") => Ok(()),
             other => Err(format!("holder {other:?}")),
         },
     );

@@ -340,11 +340,7 @@ impl Run<'_> {
         let n = self.cfg.burst_objects.unwrap_or(self.cfg.objects);
         let ns = self.cluster.create_namespace("herd")?;
         let api = self.api();
-        parallel(n, self.cfg.connections, self.deadline, |i| {
-            api.create_immortal_container(&ns, &format!("ic-{i}"), &self.cfg.image)
-        })?;
-        let obs = Observer::start(api, &ns, self.deadline)?;
-        obs.expect(n);
+        let obs = self.existing_objects(&ns, n)?;
         let spawned = self.cluster.snapshot();
         let mut op = self.spawn_operator(&ns, "herd")?;
         // Ready: both first lists are in, so every object is queued. The watches are opened
@@ -457,15 +453,22 @@ impl Run<'_> {
         })
     }
 
+    /// `n` objects created in `ns` before any operator runs, and an observer of the namespace
+    /// that expects them (the backlog and herd phases start from such a namespace).
+    fn existing_objects(&self, ns: &str, n: usize) -> Result<Observer, Error> {
+        let api = self.api();
+        parallel(n, self.cfg.connections, self.deadline, |i| {
+            api.create_immortal_container(ns, &format!("ic-{i}"), &self.cfg.image)
+        })?;
+        let obs = Observer::start(api, ns, self.deadline)?;
+        obs.expect(n);
+        Ok(obs)
+    }
+
     fn backlog(&self, failures: &mut Vec<String>) -> Result<(Convergence, Process), Error> {
         let n = self.cfg.objects;
         let ns = self.cluster.create_namespace("backlog")?;
-        let api = self.api();
-        parallel(n, self.cfg.connections, self.deadline, |i| {
-            api.create_immortal_container(&ns, &format!("ic-{i}"), &self.cfg.image)
-        })?;
-        let obs = Observer::start(api, &ns, self.deadline)?;
-        obs.expect(n);
+        let obs = self.existing_objects(&ns, n)?;
         let before = self.cluster.snapshot();
         let mut op = self.spawn_operator(&ns, "backlog")?;
         let converged = self.converge(&ns, &obs, &mut op, "backlog", n)?;
@@ -475,7 +478,7 @@ impl Run<'_> {
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
         let usage = op.usage()?;
         let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, n as u64)?;
-        let problems = verify(api, &ns, &|_| 1)?;
+        let problems = verify(self.api(), &ns, &|_| 1)?;
         let correct = problems.is_empty();
         failures.extend(problems.into_iter().map(|p| format!("backlog: {p}")));
         let exit_code = op.stop()?;

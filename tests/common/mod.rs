@@ -1107,6 +1107,13 @@ impl Operator {
         &self.log
     }
 
+    /// Whether the operator's log holds `needle` so far.
+    pub fn log_says(&self, needle: &str) -> bool {
+        std::fs::read_to_string(&self.log)
+            .map(|t| t.contains(needle))
+            .unwrap_or(false)
+    }
+
     /// Sends SIGTERM (the operator's orderly shutdown signal).
     pub fn sigterm(&self) {
         let pid = self.pid().to_string();
