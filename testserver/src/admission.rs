@@ -16,6 +16,22 @@ fn join_quote(items: &[String]) -> String {
         .join(", ")
 }
 
+/// `container "a"` or `containers "a", "b"`: how the plugin names the containers of a check.
+fn containers_named(names: &[String]) -> String {
+    format!("{} {}", containers_word(names.len()), join_quote(names))
+}
+
+/// Who set a field to a bad value: `pod`, the containers named, or `pod and container "a"`;
+/// `None` when nobody did.
+fn setters(pod: bool, containers: &[String]) -> Option<String> {
+    match (pod, containers.is_empty()) {
+        (false, true) => None,
+        (true, true) => Some("pod".into()),
+        (false, false) => Some(containers_named(containers)),
+        (true, false) => Some(format!("pod and {}", containers_named(containers))),
+    }
+}
+
 fn containers_word(n: usize) -> &'static str {
     if n == 1 {
         "container"
@@ -101,9 +117,8 @@ fn baseline(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
             Violation {
                 reason: "privileged",
                 detail: format!(
-                    "{} {} must not set securityContext.privileged=true",
-                    containers_word(privileged.len()),
-                    join_quote(&privileged)
+                    "{} must not set securityContext.privileged=true",
+                    containers_named(&privileged)
                 ),
             },
         ));
@@ -124,9 +139,8 @@ fn restricted(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
             Violation {
                 reason: "allowPrivilegeEscalation != false",
                 detail: format!(
-                    "{} {} must set securityContext.allowPrivilegeEscalation=false",
-                    containers_word(escalating.len()),
-                    join_quote(&escalating)
+                    "{} must set securityContext.allowPrivilegeEscalation=false",
+                    containers_named(&escalating)
                 ),
             },
         ));
@@ -162,17 +176,15 @@ fn restricted(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
     let mut details = Vec::new();
     if !missing_drop.is_empty() {
         details.push(format!(
-            "{} {} must set securityContext.capabilities.drop=[\"ALL\"]",
-            containers_word(missing_drop.len()),
-            join_quote(&missing_drop)
+            "{} must set securityContext.capabilities.drop=[\"ALL\"]",
+            containers_named(&missing_drop)
         ));
     }
     if !adding.is_empty() {
         let added: Vec<String> = added.into_iter().collect();
         details.push(format!(
-            "{} {} must not include {} in securityContext.capabilities.add",
-            containers_word(adding.len()),
-            join_quote(&adding),
+            "{} must not include {} in securityContext.capabilities.add",
+            containers_named(&adding),
             join_quote(&added)
         ));
     }
@@ -188,26 +200,12 @@ fn restricted(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
 
     let (explicit, implicit, pod_bad, _) =
         pod_or_container_check(pod, "runAsNonRoot", |v| v.as_bool() == Some(true));
-    let mut setters: Vec<String> = Vec::new();
-    if pod_bad {
-        setters.push("pod".into());
-    }
-    if !explicit.is_empty() {
-        setters.push(format!(
-            "{} {}",
-            containers_word(explicit.len()),
-            join_quote(&explicit)
-        ));
-    }
-    if !setters.is_empty() {
+    if let Some(who) = setters(pod_bad, &explicit) {
         out.push((
             "runAsNonRoot",
             Violation {
                 reason: "runAsNonRoot != true",
-                detail: format!(
-                    "{} must not set securityContext.runAsNonRoot=false",
-                    setters.join(" and ")
-                ),
+                detail: format!("{who} must not set securityContext.runAsNonRoot=false"),
             },
         ));
     } else if !implicit.is_empty() {
@@ -216,36 +214,25 @@ fn restricted(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
             Violation {
                 reason: "runAsNonRoot != true",
                 detail: format!(
-                    "pod or {} {} must set securityContext.runAsNonRoot=true",
-                    containers_word(implicit.len()),
-                    join_quote(&implicit)
+                    "pod or {} must set securityContext.runAsNonRoot=true",
+                    containers_named(&implicit)
                 ),
             },
         ));
     }
 
-    let mut root: Vec<String> = Vec::new();
-    if pod["spec"]["securityContext"]["runAsUser"].as_i64() == Some(0) {
-        root.push("pod".into());
-    }
+    let pod_root = pod["spec"]["securityContext"]["runAsUser"].as_i64() == Some(0);
     let root_containers: Vec<String> = all
         .iter()
         .filter(|c| c["securityContext"]["runAsUser"].as_i64() == Some(0))
         .map(|c| name_of(c))
         .collect();
-    if !root_containers.is_empty() {
-        root.push(format!(
-            "{} {}",
-            containers_word(root_containers.len()),
-            join_quote(&root_containers)
-        ));
-    }
-    if !root.is_empty() {
+    if let Some(who) = setters(pod_root, &root_containers) {
         out.push((
             "runAsUser",
             Violation {
                 reason: "runAsUser=0",
-                detail: format!("{} must not set runAsUser=0", root.join(" and ")),
+                detail: format!("{who} must not set runAsUser=0"),
             },
         ));
     }
@@ -269,26 +256,14 @@ fn restricted(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
             bad_values.insert(v["type"].as_str().unwrap_or("").to_string());
         }
     }
-    let mut setters: Vec<String> = Vec::new();
-    if pod_bad {
-        setters.push("pod".into());
-    }
-    if !explicit.is_empty() {
-        setters.push(format!(
-            "{} {}",
-            containers_word(explicit.len()),
-            join_quote(&explicit)
-        ));
-    }
-    if !setters.is_empty() {
+    if let Some(who) = setters(pod_bad, &explicit) {
         let values: Vec<String> = bad_values.into_iter().collect();
         out.push((
             "seccompProfile_restricted",
             Violation {
                 reason: "seccompProfile",
                 detail: format!(
-                    "{} must not set securityContext.seccompProfile.type to {}",
-                    setters.join(" and "),
+                    "{who} must not set securityContext.seccompProfile.type to {}",
                     join_quote(&values)
                 ),
             },
@@ -299,9 +274,8 @@ fn restricted(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
             Violation {
                 reason: "seccompProfile",
                 detail: format!(
-                    "pod or {} {} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
-                    containers_word(implicit.len()),
-                    join_quote(&implicit)
+                    "pod or {} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
+                    containers_named(&implicit)
                 ),
             },
         ));
