@@ -36,6 +36,17 @@
 //! operator looks again leaves no trace: "created then deleted" and "never created" look the
 //! same, so a start would be lost. The finalizer is the trace.
 //!
+//! **Never at a pod's expense.** A pod someone deletes waits on our finalizer until its start is
+//! counted, normally milliseconds. When status cannot be written (an edited ClusterRole, an
+//! operator upgraded without its RBAC, a fail-closed webhook on `*/status`), such a pod is
+//! held at most [`HOLD_AT_MOST`] from when the operator first saw it being deleted, then let
+//! go uncounted, which a WARN line and a `StartsNotCounted` Warning Event say: `kubectl delete
+//! pod` and `kubectl drain` wait a minute at worst, never for a person to fix the cluster. A pod
+//! nobody deletes keeps its finalizer meanwhile (it costs nothing, and it is counted once
+//! status can be written again). Whenever no object can count a pod any more (the object is
+//! deleted, even in the middle of counting; the pod orphaned; found by the start-up sweep
+//! after losing our label), the finalizer is taken off without a count.
+//!
 //! **When it cannot hold**: a CRD older than the operator (Helm and GitOps setups often never
 //! upgrade CRDs) prunes fields it does not know from every status write. Without L the count
 //! cannot be made idempotent: every reconcile would count the running pod again. So when L does
@@ -45,9 +56,15 @@
 
 use crate::immortal::types::COUNT_FINALIZER;
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Longest a pod being deleted is held for its count while status cannot be written. A person
+/// who runs `kubectl delete pod` waits about this long before wondering; with the watch and
+/// the retry around it, the pod is gone well within two minutes.
+pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 
 /// The status fields the operator writes that an older CRD may not know.
 pub const NEWER_FIELDS: [&str; 3] = ["lastCountedPodUID", "observedGeneration", "podPhase"];
@@ -59,11 +76,34 @@ pub struct Counting {
     pruned: Mutex<BTreeSet<&'static str>>,
     /// L does not stick: counting has stopped.
     suspended: AtomicBool,
+    /// Pods (uid) being deleted while they wait on a count that could not be written, and when
+    /// the operator first saw that.
+    holding: Mutex<HashMap<String, Instant>>,
 }
 
 impl Counting {
     pub fn new() -> Counting {
         Counting::default()
+    }
+
+    /// How long the pod `uid`, being deleted, has waited on a count that could not be written,
+    /// counted from the first time this was asked about it.
+    pub fn holding(&self, uid: &str, now: Instant) -> Duration {
+        let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+        if holding.len() >= 1024 {
+            // Pods that went some other way: long past any hold.
+            holding.retain(|_, since| now.saturating_duration_since(*since) < HOLD_AT_MOST * 10);
+        }
+        let since = *holding.entry(uid.to_string()).or_insert(now);
+        now.saturating_duration_since(since)
+    }
+
+    /// The pod `uid` was let go: it waits on nothing any more.
+    pub fn let_go(&self, uid: &str) {
+        self.holding
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
     }
 
     /// Whether starts are counted (L sticks).

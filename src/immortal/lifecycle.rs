@@ -25,10 +25,12 @@ use crate::immortal::types::{
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, PodStatus};
 use crate::runtime::watcher::{Verdict, Watched};
+use crate::util;
 use serde::Deserialize;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::time::Duration;
 
 /// The condition type the operator maintains.
 pub const READY: &str = "Ready";
@@ -243,6 +245,96 @@ impl PodView {
     }
 }
 
+/// How a pod of ours ended, read from its last state: whether it was deleted (through the API:
+/// a person, a drain or eviction, the garbage collector, PodGC) or ended on its own (phase
+/// Succeeded or Failed before anyone asked to delete it), and how long its container had run
+/// by then. The restart back-off ([`crate::immortal::restarts`]) goes by how long it ran.
+///
+/// Every time is the pod's own, so no clock of ours is compared with the cluster's: the
+/// container's `startedAt` (the kubelet's), and the moment the deletion was asked for, which is
+/// `deletionTimestamp - deletionGracePeriodSeconds` (the API server sets the first to the time
+/// of the request plus the grace period, and a later, shorter grace period moves both so that
+/// this difference stays; `BeforeDelete` in the API server's registry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ending {
+    pub how: How,
+    /// How long the container had run when the pod was deleted or ended; `None` when it never
+    /// started (or the pod does not say).
+    pub ran: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum How {
+    /// Deleted through the API, or evicted.
+    Deleted,
+    /// Ended on its own: phase Succeeded or Failed with nobody asking. Our pods restart their
+    /// container (restartPolicy Always), so what ends one is the cluster: an
+    /// `activeDeadlineSeconds`, a kubelet evicting under node pressure, a node shutting down.
+    Ended,
+}
+
+impl Ending {
+    /// How `pod` ended, or `None` when it shows no ending (it still runs; a watch saw it only
+    /// leave our label selector).
+    pub fn of(pod: &Pod) -> Option<Ending> {
+        let st = pod.status.as_ref();
+        let terminal = matches!(pod.phase(), "Succeeded" | "Failed");
+        let c = st.and_then(container);
+        let at = |t: Option<&String>| t.and_then(|t| util::parse_rfc3339(t));
+        let started = c.and_then(|c| {
+            at(c.state.running.as_ref().and_then(|r| r.started_at.as_ref()))
+                .or(at(c
+                    .state
+                    .terminated
+                    .as_ref()
+                    .and_then(|t| t.started_at.as_ref())))
+                .or(at(c
+                    .last_state
+                    .terminated
+                    .as_ref()
+                    .and_then(|t| t.started_at.as_ref())))
+        });
+        let finished = c.and_then(|c| {
+            at(c.state
+                .terminated
+                .as_ref()
+                .and_then(|t| t.finished_at.as_ref()))
+        });
+        let m = &pod.metadata;
+        let asked = at(m.deletion_timestamp.as_ref()).map(|t| {
+            let grace =
+                Duration::from_secs(m.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
+            t.checked_sub(grace).unwrap_or(t)
+        });
+        let (how, end) = match (asked, terminal) {
+            // Terminal before the deletion was asked for: it ended, then was cleared away.
+            (Some(asked), true) if finished.is_some_and(|f| f < asked) => (How::Ended, finished),
+            (Some(asked), _) => (How::Deleted, Some(asked)),
+            (None, true) => (How::Ended, finished),
+            (None, false) => return None,
+        };
+        let ran = match (started, end) {
+            (Some(s), Some(e)) => Some(e.duration_since(s).unwrap_or_default()),
+            _ => None,
+        };
+        Some(Ending { how, ran })
+    }
+}
+
+impl fmt::Display for Ending {
+    /// "was deleted 3 s after it started", "ended before it started"...
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verb = match self.how {
+            How::Deleted => "was deleted",
+            How::Ended => "ended",
+        };
+        match self.ran {
+            Some(d) => write!(f, "{verb} {} s after it started", d.as_secs()),
+            None => write!(f, "{verb} before it started"),
+        }
+    }
+}
+
 fn condition<'a>(st: &'a PodStatus, type_: &str) -> Option<&'a types::PodCondition> {
     st.conditions.iter().find(|c| c.type_ == type_)
 }
@@ -266,8 +358,15 @@ fn exit(c: &types::ContainerStatus) -> Option<i32> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodHint {
     /// The pod left our watch: deleted, or our label removed from it. Its name is probably
-    /// free, so reconcile tries the create first and looks only if the name is taken.
-    Gone { uid: String },
+    /// free, so reconcile tries the create first and looks only if the name is taken. How it
+    /// ended, if its last state shows that it did (not when only our label went).
+    Gone {
+        uid: String,
+        ending: Option<Ending>,
+        /// It still carried our finalizer, so it cannot have been removed: it only left our
+        /// label selector, and must be looked at.
+        holds_count: bool,
+    },
     /// The pod as the event showed it. Reconcile may act on it without reading the pod again
     /// (see `reconcile`, which says when it trusts it).
     Seen(Box<SeenPod>),
@@ -285,12 +384,14 @@ pub struct SeenPod {
     /// It still carries our finalizer: its start may not be counted yet (see `counting`).
     pub holds_count: bool,
     pub view: PodView,
+    /// How it ended, once it is terminal or being deleted.
+    pub ending: Option<Ending>,
 }
 
 impl fmt::Display for PodHint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PodHint::Gone { uid } => write!(f, "gone uid={uid}"),
+            PodHint::Gone { uid, .. } => write!(f, "gone uid={uid}"),
             PodHint::Seen(p) => write!(f, "{} uid={}", p.view.phase.as_str(), p.uid),
         }
     }
@@ -309,11 +410,22 @@ impl Watched for PodEvents {
     }
 
     fn key_of(&self, o: &Pod) -> Option<String> {
-        let owner = o
+        match o
             .metadata
             .controller()
-            .filter(|r| r.is_immortal_container())?;
-        Some(types::key(&o.metadata.namespace, &owner.name))
+            .filter(|r| r.is_immortal_container())
+        {
+            Some(owner) => Some(types::key(&o.metadata.namespace, &owner.name)),
+            // No ImmortalContainer controls it any more (`kubectl delete ic --cascade=orphan`
+            // strips the reference), yet it still carries our finalizer: nobody would ever
+            // take that off. Its name says which object it was made for.
+            None if crate::immortal::counting::holds(&o.metadata.finalizers) => o
+                .metadata
+                .name
+                .strip_suffix(ic::POD_SUFFIX)
+                .map(|name| types::key(&o.metadata.namespace, name)),
+            None => None,
+        }
     }
 
     fn memo(&self, o: &Pod) -> u64 {
@@ -325,23 +437,34 @@ impl Watched for PodEvents {
             *memo = None;
             return Verdict::Queue(Some(PodHint::Gone {
                 uid: o.metadata.uid.clone(),
+                ending: Ending::of(o),
+                holds_count: crate::immortal::counting::holds(&o.metadata.finalizers),
             }));
         }
         let view = PodView::of(o);
         let digest = view.digest();
+        let holds_count = crate::immortal::counting::holds(&o.metadata.finalizers);
+        // Orphaned while holding our finalizer: its view may not have changed, but it must be
+        // let go (see `key_of`).
+        let orphaned = holds_count
+            && !o
+                .metadata
+                .controller()
+                .is_some_and(|r| r.is_immortal_container());
         match memo.replace(digest) {
-            Some(before) if before == digest => return Verdict::Ignore,
+            Some(before) if before == digest && !orphaned => return Verdict::Ignore,
             // A new pod that is plainly pending: reconcile created it and wrote this very
             // view. (A pod someone else made is found by the relist after our restart, or by
             // its next change.)
-            None if event == "ADDED" && view == PodView::pending(&o.metadata.name) => {
+            None if event == "ADDED" && view == PodView::pending(&o.metadata.name) && !orphaned => {
                 return Verdict::Ignore
             }
             _ => {}
         }
         let owner_uid = match o.metadata.controller() {
-            Some(c) => c.uid.clone(),
-            None => return Verdict::Queue(None),
+            Some(c) if c.is_immortal_container() => c.uid.clone(),
+            _ if orphaned => String::new(),
+            _ => return Verdict::Queue(None),
         };
         Verdict::Queue(Some(PodHint::Seen(Box::new(SeenPod {
             name: o.metadata.name.clone(),
@@ -353,7 +476,8 @@ impl Watched for PodEvents {
                 .get(IMAGE_ANNOTATION)
                 .cloned()
                 .unwrap_or_default(),
-            holds_count: crate::immortal::counting::holds(&o.metadata.finalizers),
+            holds_count,
+            ending: Ending::of(o),
             view,
         }))))
     }
@@ -394,11 +518,13 @@ impl Watched for IcEvents {
     }
 
     /// A new object or a spec change (generation ahead of what status says we observed) needs
-    /// a reconcile; our own status writes come back as MODIFIED events too, and do not.
-    /// Deletions need nothing: the garbage collector removes the pod.
+    /// a reconcile; our own status writes come back as MODIFIED events too, and do not. A
+    /// deletion does: the garbage collector removes the pod, unless it still holds our
+    /// finalizer (the object went while its pod was being counted), which the reconcile of a
+    /// key whose object is gone takes off.
     fn on_event(&self, event: &'static str, o: &IcSeen, _: &mut Option<u64>) -> Verdict<PodHint> {
         let wanted = match event {
-            "ADDED" => true,
+            "ADDED" | "DELETED" => true,
             "MODIFIED" => o.metadata.generation != o.status.observed_generation,
             _ => false,
         };
@@ -681,7 +807,7 @@ mod tests {
     }
 
     #[test]
-    fn our_own_status_writes_do_not_requeue_an_immortal_container() {
+    fn our_own_status_writes_do_not_requeue_an_immortal_container_and_a_deletion_does() {
         let seen = |v: serde_json::Value| -> IcSeen { serde_json::from_value(v).unwrap() };
         let written = seen(
             serde_json::json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}}),
@@ -702,9 +828,10 @@ mod tests {
             IcEvents.on_event("ADDED", &written, &mut memo),
             Verdict::Queue(None)
         );
+        // A deletion is looked at: its pod may still hold our finalizer.
         assert_eq!(
             IcEvents.on_event("DELETED", &written, &mut memo),
-            Verdict::Ignore
+            Verdict::Queue(None)
         );
     }
 

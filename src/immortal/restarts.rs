@@ -1,15 +1,26 @@
-//! Per-object back-off for pods that keep ending, so that an object whose pods are evicted again
-//! and again, or fail as soon as they start, does not turn into a create/delete loop.
+//! Per-object back-off, for the two things that can turn into a loop of API requests: pods that
+//! end as soon as they start, again and again, and creates the API server keeps refusing.
 //!
-//! The DaemonSet controller's failed-pods back-off (`failedPodsBackoff`, client-go's
-//! `flowcontrol.Backoff`): the first replacement goes ahead at once and starts a back-off of
-//! [`BASE`]; a replacement due while the back-off since the previous one runs waits for it to
-//! end; each replacement doubles it, up to [`MAX`] (the kubelet's cap on a crash-looping
-//! container, which users know). It is forgotten once the last replacement was more than twice
-//! [`MAX`] ago, that is once a pod has run for a while. In memory only, as the DaemonSet
-//! controller keeps it: a restarted operator starts afresh, which costs at most one early
-//! replacement.
+//! **Endings.** A pod that ran for at least [`MIN_RUN`] before it ended, however it ended
+//! (deleted, evicted, drained, failed, completed), is replaced at once, and any back-off
+//! before it is forgotten: the ReplicaSet and StatefulSet controllers replace a deleted pod at
+//! once every time, and a pod that has run has shown it can. Only *quick* endings back off: a
+//! pod that ended (or was deleted) before it ran for [`MIN_RUN`], or whose ending we did not
+//! see. The first quick ending in a row is replaced at once and starts a back-off of [`BASE`];
+//! a replacement due while the back-off since the previous one runs waits for it to end; each
+//! one doubles it, up to [`MAX`] (the kubelet's cap on a crash-looping container, which users
+//! know). The same doubling and cap as the DaemonSet controller's back-off for failed pods
+//! (client-go's `flowcontrol.Backoff`), applied only where a pod earned it.
+//!
+//! **Refusals.** A create the API server refused (422 from a ValidatingAdmissionPolicy or a
+//! webhook, 403 from PodSecurity, a ResourceQuota or RBAC) is retried after [`BASE`], doubling
+//! to [`MAX`], until one is accepted, which clears it: a refusal is about the cluster's policy,
+//! which can change at any time without the object changing.
+//!
+//! In memory only, as the DaemonSet controller keeps it: a restarted operator starts afresh,
+//! which costs at most one early replacement or retry.
 
+use crate::immortal::lifecycle::Ending;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,20 +29,70 @@ use std::time::{Duration, Instant};
 pub const BASE: Duration = Duration::from_secs(1);
 /// The longest back-off.
 pub const MAX: Duration = Duration::from_secs(300);
+/// A pod whose container ran at least this long before it ended is replaced at once. Long
+/// enough that a loop (a pod deleted on sight by a script, a policy controller or a person,
+/// or failing as it starts) stays under it: such a pod is gone within a second or two of
+/// starting. Short enough that no day-2 operation meets it: a drain, an eviction, a
+/// descheduler, an autoscaler or a person acts on pods that have run for minutes, and
+/// `kubectl drain` of the next node starts well after the replacement runs. A pod replaced
+/// every 10 s costs the API server five requests every 10 s, which is no load.
+pub const MIN_RUN: Duration = Duration::from_secs(10);
 /// Entries are swept when the book grows past this many (the expired ones go).
 const SWEEP_AT: usize = 1024;
 
+/// One doubling back-off.
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+struct Streak {
     backoff: Duration,
+    /// When the last step was taken.
     last: Instant,
-    /// Replacements in a row, for the message.
-    streak: u32,
+    /// Steps in a row.
+    count: u32,
+}
+
+impl Streak {
+    fn first(now: Instant) -> Streak {
+        Streak {
+            backoff: BASE,
+            last: now,
+            count: 1,
+        }
+    }
+
+    fn next(self, now: Instant) -> Streak {
+        Streak {
+            backoff: (self.backoff * 2).min(MAX),
+            last: now,
+            count: self.count.saturating_add(1),
+        }
+    }
+
+    /// Forgotten after twice the longest back-off without a step.
+    fn expired(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last) > MAX * 2
+    }
+
+    fn remaining(&self, now: Instant) -> Option<Duration> {
+        let since = now.saturating_duration_since(self.last);
+        (since < self.backoff).then(|| self.backoff - since)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    /// Quick endings in a row, each replaced.
+    quick: Option<Streak>,
+    /// Creates refused in a row.
+    refused: Option<Streak>,
+    /// How the object's last pod ended (its uid), learned before its replacement was made.
+    ending: Option<(String, Ending)>,
 }
 
 impl Entry {
-    fn expired(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last) > MAX * 2
+    fn idle(&self, now: Instant) -> bool {
+        self.ending.is_none()
+            && self.quick.map_or(true, |s| s.expired(now))
+            && self.refused.map_or(true, |s| s.expired(now))
     }
 }
 
@@ -46,8 +107,12 @@ pub struct Restarts {
 pub struct Wait {
     /// How long until it may go ahead.
     pub remaining: Duration,
-    /// Pods replaced in a row, each soon after the one before.
+    /// The back-off it waits out.
+    pub backoff: Duration,
+    /// Quick endings in a row, the one waited on included.
     pub streak: u32,
+    /// How the pod it replaces ended, when that was seen.
+    pub ending: Option<Ending>,
 }
 
 impl Restarts {
@@ -55,80 +120,152 @@ impl Restarts {
         Restarts::default()
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records how the pod `uid` of `key` ended (its replacement is not made yet).
+    pub fn ended(&self, key: &str, uid: &str, ending: Ending) {
+        self.lock().entry(key.to_string()).or_default().ending = Some((uid.to_string(), ending));
+    }
+
+    /// How the last pod of `key` ended, if that was seen.
+    pub fn ending(&self, key: &str) -> Option<Ending> {
+        self.lock()
+            .get(key)
+            .and_then(|e| e.ending.as_ref())
+            .map(|(_, e)| *e)
+    }
+
     /// The pod of `key` ended and a replacement is due at `now`: `None` when it may be created
-    /// now, else how long it must wait.
+    /// now, else how long it must wait. A pod that ran for [`MIN_RUN`] clears the back-off.
     pub fn wait(&self, key: &str, now: Instant) -> Option<Wait> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let e = entries.get(key).filter(|e| !e.expired(now))?;
-        let since = now.saturating_duration_since(e.last);
-        (since < e.backoff).then(|| Wait {
-            remaining: e.backoff - since,
-            streak: e.streak,
+        let mut entries = self.lock();
+        let e = entries.get_mut(key)?;
+        let ending = e.ending.as_ref().map(|(_, e)| *e);
+        if ending.is_some_and(|e| !e.quick()) {
+            e.quick = None;
+            return None;
+        }
+        let s = e.quick.filter(|s| !s.expired(now))?;
+        s.remaining(now).map(|remaining| Wait {
+            remaining,
+            backoff: s.backoff,
+            streak: s.count + 1,
+            ending,
         })
     }
 
-    /// Records that a replacement for `key` was created at `now`: the next one waits longer.
+    /// Records that a replacement for `key` was created at `now`: after a quick ending, the
+    /// next quick one waits longer.
     pub fn replaced(&self, key: &str, now: Instant) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut entries = self.lock();
         if entries.len() >= SWEEP_AT {
-            entries.retain(|_, e| !e.expired(now));
+            entries.retain(|_, e| !e.idle(now));
         }
-        match entries.get_mut(key) {
-            Some(e) if !e.expired(now) => {
-                e.backoff = (e.backoff * 2).min(MAX);
-                e.last = now;
-                e.streak = e.streak.saturating_add(1);
+        let e = entries.entry(key.to_string()).or_default();
+        let quick = e.ending.take().map_or(true, |(_, e)| e.quick());
+        e.refused = None;
+        e.quick = if !quick {
+            None
+        } else {
+            match e.quick.filter(|s| !s.expired(now)) {
+                Some(s) => Some(s.next(now)),
+                None => Some(Streak::first(now)),
             }
-            _ => {
-                entries.insert(
-                    key.to_string(),
-                    Entry {
-                        backoff: BASE,
-                        last: now,
-                        streak: 1,
-                    },
-                );
-            }
+        };
+        if e.idle(now) {
+            entries.remove(key);
         }
+    }
+
+    /// A create for `key` was accepted at `now` (a first pod, or one for a new image): a
+    /// refusal before it is over.
+    pub fn created(&self, key: &str) {
+        let mut entries = self.lock();
+        if let Some(e) = entries.get_mut(key) {
+            e.refused = None;
+        }
+    }
+
+    /// A create for `key` was refused at `now`: how long until the next try, and how many
+    /// were refused in a row.
+    pub fn refused(&self, key: &str, now: Instant) -> (Duration, u32) {
+        let mut entries = self.lock();
+        let e = entries.entry(key.to_string()).or_default();
+        let s = match e.refused.filter(|s| !s.expired(now)) {
+            Some(s) => s.next(now),
+            None => Streak::first(now),
+        };
+        e.refused = Some(s);
+        (s.backoff, s.count)
     }
 
     /// Forgets `key` (its object is gone).
     pub fn forget(&self, key: &str) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        self.lock().remove(key);
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.entries.lock().unwrap().len()
+        self.lock().len()
+    }
+}
+
+impl Ending {
+    /// Ended before it ran for [`MIN_RUN`] (or never ran): part of a loop, if it repeats.
+    pub fn quick(&self) -> bool {
+        self.ran.map_or(true, |r| r < MIN_RUN)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::immortal::lifecycle::How;
 
     const S: Duration = Duration::from_secs(1);
 
+    fn deleted_after(secs: u64) -> Ending {
+        Ending {
+            how: How::Deleted,
+            ran: Some(Duration::from_secs(secs)),
+        }
+    }
+
+    /// A pod of `key` ends as `ending` at `now` and is replaced if it may be: the wait, if any.
+    fn end(r: &Restarts, key: &str, ending: Option<Ending>, now: Instant) -> Option<Duration> {
+        if let Some(e) = ending {
+            r.ended(key, "uid", e);
+        }
+        match r.wait(key, now) {
+            Some(w) => Some(w.remaining),
+            None => {
+                r.replaced(key, now);
+                None
+            }
+        }
+    }
+
     #[test]
-    fn the_first_replacement_goes_ahead_and_the_next_ones_wait_doubling_up_to_five_minutes() {
+    fn quick_endings_back_off_doubling_up_to_five_minutes() {
         let r = Restarts::new();
         let t0 = Instant::now();
-        assert_eq!(r.wait("ns/a", t0), None, "nothing known: go ahead");
-        r.replaced("ns/a", t0);
+        let ending = deleted_after(1);
+        let quick = Some(ending);
+        assert_eq!(end(&r, "ns/a", quick, t0), None, "the first goes ahead");
         // Ended again half a second later: wait the rest of the first second.
+        r.ended("ns/a", "uid", ending);
         let w = r.wait("ns/a", t0 + S / 2).expect("in back-off");
-        assert_eq!((w.remaining, w.streak), (S / 2, 1));
+        assert_eq!((w.remaining, w.streak), (S / 2, 2));
+        assert_eq!(w.ending, quick);
         // Once it has passed, go ahead, and the back-off doubles.
-        assert_eq!(r.wait("ns/a", t0 + S), None);
-        r.replaced("ns/a", t0 + S);
+        assert_eq!(end(&r, "ns/a", quick, t0 + S), None);
         assert_eq!(r.wait("ns/a", t0 + S + S).map(|w| w.remaining), Some(S));
         let mut t = t0 + S;
         for _ in 0..20 {
             t += MAX;
-            r.replaced("ns/a", t);
+            assert_eq!(end(&r, "ns/a", quick, t), None);
         }
         assert_eq!(r.wait("ns/a", t).map(|w| w.remaining), Some(MAX), "capped");
         // Other objects are not affected.
@@ -136,18 +273,45 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_that_ran_for_a_while_resets_the_back_off() {
+    fn a_pod_that_ran_is_replaced_at_once_whatever_came_before() {
         let r = Restarts::new();
         let t0 = Instant::now();
-        for i in 0..5 {
-            r.replaced("ns/a", t0 + S * i);
+        let mut t = t0;
+        for _ in 0..9 {
+            while let Some(w) = end(&r, "ns/a", Some(deleted_after(2)), t) {
+                t += w;
+            }
         }
-        // Its pod ran longer than twice the longest back-off: forgotten.
-        let later = t0 + S * 4 + MAX * 2 + S;
-        assert_eq!(r.wait("ns/a", later), None);
-        r.replaced("ns/a", later);
-        let w = r.wait("ns/a", later).expect("back-off restarted");
-        assert_eq!((w.remaining, w.streak), (BASE, 1));
+        assert!(
+            r.wait("ns/a", t).is_some(),
+            "a streak of quick endings waits"
+        );
+        // Its replacement ran for a minute and was deleted: at once, and the streak is over.
+        t += Duration::from_secs(60);
+        assert_eq!(end(&r, "ns/a", Some(deleted_after(60)), t), None);
+        // A quick ending after it is the first of a new streak.
+        assert_eq!(end(&r, "ns/a", Some(deleted_after(1)), t + S / 10), None);
+        let w = r.wait("ns/a", t + S / 5).expect("a new streak");
+        assert_eq!((w.backoff, w.streak), (BASE, 2));
+    }
+
+    #[test]
+    fn an_ending_not_seen_counts_as_quick() {
+        let r = Restarts::new();
+        let t0 = Instant::now();
+        assert_eq!(end(&r, "ns/a", None, t0), None);
+        assert!(r.wait("ns/a", t0).is_some());
+    }
+
+    #[test]
+    fn refusals_back_off_doubling_and_a_create_clears_them() {
+        let r = Restarts::new();
+        let t0 = Instant::now();
+        assert_eq!(r.refused("ns/a", t0), (BASE, 1));
+        assert_eq!(r.refused("ns/a", t0 + S), (BASE * 2, 2));
+        assert_eq!(r.refused("ns/a", t0 + S * 3), (BASE * 4, 3));
+        r.created("ns/a");
+        assert_eq!(r.refused("ns/a", t0 + S * 4), (BASE, 1));
     }
 
     #[test]

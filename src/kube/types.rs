@@ -180,6 +180,7 @@ pub struct Running {
     pub started_at: Option<String>,
 }
 
+/// A container's `waiting` or `terminated` state (the times are set on `terminated` only).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StateDetail {
@@ -189,6 +190,10 @@ pub struct StateDetail {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
 }
 
 impl Pod {

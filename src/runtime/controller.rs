@@ -28,6 +28,11 @@ pub enum Next {
 pub trait Failure: fmt::Display {
     /// How long the server asked us to wait before retrying, if it did.
     fn retry_after(&self) -> Option<Duration>;
+    /// The latest the retry may come, whatever the key's back-off, if the reconcile has
+    /// something to do by then.
+    fn retry_within(&self) -> Option<Duration> {
+        None
+    }
     /// Whether only a person can fix it (a refusal), so it is logged as a warning at once.
     fn needs_a_person(&self) -> bool;
 }
@@ -121,8 +126,11 @@ where
                 );
             }
             Err(e) => {
-                let after =
-                    queue.add_rate_limited(key.clone(), e.retry_after().unwrap_or_default());
+                let after = queue.add_rate_limited(
+                    key.clone(),
+                    e.retry_after().unwrap_or_default(),
+                    e.retry_within(),
+                );
                 metrics::record_reconcile("error", elapsed);
                 let error = e.to_string();
                 // A person must act on a refusal, or on an error that keeps coming back.

@@ -244,14 +244,22 @@ impl<H: Clone> Queue<H> {
     }
 
     /// Queues `key`, whose reconcile failed, after its rate-limited backoff, or after
-    /// `at_least` if that is longer (the server's `Retry-After`); returns the delay chosen.
-    /// The failure also spends the overall budget.
-    pub fn add_rate_limited(&self, key: String, at_least: Duration) -> Duration {
+    /// `at_least` if that is longer (the server's `Retry-After`), but no later than `at_most`
+    /// when given (the reconcile has something to do by then); returns the delay chosen. The
+    /// failure also spends the overall budget.
+    pub fn add_rate_limited(
+        &self,
+        key: String,
+        at_least: Duration,
+        at_most: Option<Duration>,
+    ) -> Duration {
         let delay = {
             let mut st = self.lock();
             st.budget.spend(Instant::now());
             let n = st.failures.entry(key.clone()).or_insert(0);
-            let delay = backoff(*n).max(at_least);
+            let delay = backoff(*n)
+                .max(at_least)
+                .min(at_most.unwrap_or(Duration::MAX));
             *n = n.saturating_add(1);
             delay
         };
@@ -523,24 +531,33 @@ mod tests {
         assert_eq!(backoff(u32::MAX), Duration::from_secs(1000));
         let q = Q::new();
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None),
             Duration::from_millis(5)
         );
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None),
             Duration::from_millis(10)
         );
         assert_eq!(q.num_requeues("ns/a"), 2);
         q.forget("ns/a");
         assert_eq!(q.num_requeues("ns/a"), 0);
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None),
             Duration::from_millis(5)
         );
         // The server's Retry-After wins over a shorter backoff.
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::from_secs(30)),
+            q.add_rate_limited("ns/a".into(), Duration::from_secs(30), None),
             Duration::from_secs(30)
+        );
+        // A key with something to do by a deadline is retried by then, however long its
+        // back-off has grown.
+        for _ in 0..30 {
+            q.add_rate_limited("ns/b".into(), Duration::ZERO, None);
+        }
+        assert_eq!(
+            q.add_rate_limited("ns/b".into(), Duration::ZERO, Some(Duration::from_secs(7))),
+            Duration::from_secs(7)
         );
     }
 
@@ -609,7 +626,7 @@ mod tests {
         while start.elapsed() < window {
             let (k, _) = q.get().expect("not shut down");
             handed_out += 1;
-            q.add_rate_limited(k.clone(), Duration::ZERO);
+            q.add_rate_limited(k.clone(), Duration::ZERO, None);
             q.done(&k);
         }
         let secs = start.elapsed().as_secs_f64();

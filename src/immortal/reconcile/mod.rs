@@ -20,7 +20,7 @@
 
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::desired::{controlled_by, created_for, desired_labels, desired_pod, holder};
-use crate::immortal::lifecycle::{Phase, PodHint, PodView, SeenPod, READY};
+use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, READY};
 use crate::immortal::restarts::Restarts;
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner, IMMORTAL_CONTAINERS,
@@ -179,6 +179,14 @@ pub enum Error {
     /// The pod changed under every round of one reconcile (taken, freed, retaken). Retried
     /// with backoff rather than spun on.
     Unsettled { pod: String },
+    /// Status could not be written (`source`) while our pod, still held for its count, is
+    /// being deleted. Retried `within` at the latest: by then the pod is let go uncounted
+    /// rather than kept from going (see `counting::HOLD_AT_MOST`).
+    Holding {
+        pod: String,
+        within: Duration,
+        source: Box<Error>,
+    },
 }
 
 impl Error {
@@ -187,6 +195,7 @@ impl Error {
         match self {
             Error::Transient { source, .. } | Error::Denied { source, .. } => source.retry_after(),
             Error::Unsettled { .. } => None,
+            Error::Holding { source, within, .. } => source.retry_after().map(|d| d.min(*within)),
         }
     }
 
@@ -210,6 +219,15 @@ impl fmt::Display for Error {
                     "pod {pod} changed under every one of {MAX_ROUNDS} attempts"
                 )
             }
+            Error::Holding {
+                pod,
+                within,
+                source,
+            } => write!(
+                f,
+                "{source}; pod {pod} is being deleted and waits on its count: it is let go uncounted in {}s",
+                within.as_secs()
+            ),
         }
     }
 }
@@ -220,8 +238,18 @@ impl Failure for Error {
     fn retry_after(&self) -> Option<Duration> {
         Error::retry_after(self)
     }
+    fn retry_within(&self) -> Option<Duration> {
+        match self {
+            Error::Holding { within, .. } => Some(*within),
+            _ => None,
+        }
+    }
     fn needs_a_person(&self) -> bool {
-        matches!(self, Error::Denied { .. })
+        match self {
+            Error::Denied { .. } => true,
+            Error::Holding { source, .. } => source.needs_a_person(),
+            _ => false,
+        }
     }
 }
 
@@ -286,8 +314,17 @@ struct Run<'a, A: Api> {
     rv: String,
     /// The status this reconcile wants.
     status: ImmortalContainerStatus,
-    /// The pod (uid) to release once the status that counts it is written.
-    release: Option<String>,
+    /// The pod to release once the status that counts it is written.
+    release: Option<Held>,
+    /// The object was deleted while we worked (the status write answered 404).
+    gone: bool,
+}
+
+/// A pod of ours still holding our finalizer.
+struct Held {
+    uid: String,
+    /// Someone is deleting it: it waits on our count (see `counting::HOLD_AT_MOST`).
+    deleting: bool,
 }
 
 /// Reconciles the object called `key`, with what its trigger says about the pod.
@@ -328,6 +365,7 @@ pub fn reconcile<A: Api>(
         rv: ic.metadata.resource_version.clone(),
         status: ic.status.clone(),
         release: None,
+        gone: false,
     };
     run.status.observed_generation = ic.metadata.generation;
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
@@ -337,11 +375,43 @@ pub fn reconcile<A: Api>(
     // counted, a refusal is reported. When the write fails too, the first error is the one
     // worth retrying on.
     let written = run.write_status();
+    if run.gone {
+        // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
+        // collector could never remove it.
+        books.restarts.forget(trace.key);
+        if let Some(held) = run.release.take() {
+            release_pod(
+                api,
+                trace,
+                ns,
+                &run.pod_name,
+                &held.uid,
+                "its ImmortalContainer is gone",
+            )?;
+        }
+        return Ok(Next::Done);
+    }
+    if let Err(e) = written {
+        // A pod someone is deleting waits on our count, and the count cannot be written: hold
+        // it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
+        if let Some(held) = run.release.take().filter(|h| h.deleting) {
+            let waited = books.counting.holding(&held.uid, books.now());
+            if waited < counting::HOLD_AT_MOST {
+                return Err(Error::Holding {
+                    pod: run.pod_name,
+                    within: counting::HOLD_AT_MOST - waited,
+                    source: Box::new(e),
+                });
+            }
+            run.let_go_uncounted(&held.uid, &e)?;
+        }
+        synced?;
+        return Err(e);
+    }
     let next = synced?;
-    written?;
     // The pod created here is counted in the status just written: it may go now.
-    if let Some(uid) = run.release.take() {
-        run.release(&uid)?;
+    if let Some(held) = run.release.take() {
+        run.release(&held.uid)?;
     }
     Ok(next)
 }
@@ -426,6 +496,8 @@ impl<A: Api> Run<'_, A> {
                                 self.books
                                     .restarts
                                     .replaced(self.trace.key, self.books.now());
+                            } else {
+                                self.books.restarts.created(self.trace.key);
                             }
                             return Ok(Next::Done);
                         }
@@ -457,24 +529,37 @@ impl<A: Api> Run<'_, A> {
                     let view = PodView::of(&pod);
                     let image = created_for(&pod).to_string();
                     let holds = counting::holds(&pod.metadata.finalizers);
-                    (pod.metadata.uid.clone(), image, view, holds)
+                    (
+                        pod.metadata.uid.clone(),
+                        image,
+                        view,
+                        holds,
+                        Ending::of(&pod),
+                    )
                 }
                 Found::Seen(p) => (
                     p.uid.clone(),
                     p.created_for.clone(),
                     p.view.clone(),
                     p.holds_count,
+                    p.ending,
                 ),
             };
-            let (uid, created_for, view, holds) = found;
+            let (uid, created_for, view, holds, ending) = found;
 
             // Ours: it was started, so it counts, once.
             self.count(&uid);
+            if let Some(e) = ending {
+                self.ended(&uid, e);
+            }
             if holds {
                 // Still held for its count (a status write failed, or the operator died, after
                 // its create): it goes once the status write that ends this reconcile counts
                 // it, so that whoever deletes it does not wait on us for long.
-                self.release = Some(uid.clone());
+                self.release = Some(Held {
+                    uid: uid.clone(),
+                    deleting: view.phase == Phase::Terminating,
+                });
             }
             if view.phase == Phase::Terminating {
                 // Its DELETED event brings us back; creating now would only earn AlreadyExists.
@@ -542,9 +627,17 @@ impl<A: Api> Run<'_, A> {
     fn first_look<'h>(&self, hint: Option<&'h PodHint>) -> Look<'h> {
         let ours = |p: &SeenPod| p.name == self.pod_name && p.owner_uid == self.ic.metadata.uid;
         match hint {
-            Some(PodHint::Gone { .. }) => return Look::AssumeAbsent,
+            Some(PodHint::Gone { uid, ending, .. }) => {
+                if let Some(e) = ending {
+                    self.ended(uid, *e);
+                }
+                return Look::AssumeAbsent;
+            }
             Some(PodHint::Seen(p)) if ours(p) => {
                 if p.view.phase.is_terminal() {
+                    if let Some(e) = p.ending {
+                        self.ended(&p.uid, e);
+                    }
                     return Look::DeleteTerminated(&p.uid);
                 }
                 if self.status.last_counted_pod_uid.as_deref() == Some(p.uid.as_str()) {
@@ -559,6 +652,15 @@ impl<A: Api> Run<'_, A> {
             Look::AssumeAbsent
         } else {
             Look::Get
+        }
+    }
+
+    /// Records how our pod `uid` ended, for the back-off of its replacement: unless a later
+    /// pod of ours was counted already (the event is about an older one).
+    fn ended(&self, uid: &str, ending: Ending) {
+        let last = self.status.last_counted_pod_uid.as_deref();
+        if last.map_or(true, |l| l == uid) {
+            self.books.restarts.ended(self.trace.key, uid, ending);
         }
     }
 
@@ -592,7 +694,10 @@ impl<A: Api> Run<'_, A> {
                 crate::runtime::metrics::record_pod_created(cause.label());
                 self.count(&created.metadata.uid);
                 if counted {
-                    self.release = Some(created.metadata.uid.clone());
+                    self.release = Some(Held {
+                        uid: created.metadata.uid.clone(),
+                        deleting: false,
+                    });
                 }
                 self.report(&PodView::of(&created));
                 let (reason, message) = match cause {
@@ -603,16 +708,21 @@ impl<A: Api> Run<'_, A> {
                             self.pod_name, self.ic.spec.image
                         ),
                     ),
-                    Cause::Deleted => (
+                    Cause::Deleted | Cause::Terminated => (
                         "PodReplaced",
-                        format!(
-                            "Created pod {}: the previous one was deleted",
-                            self.pod_name
-                        ),
-                    ),
-                    Cause::Terminated => (
-                        "PodReplaced",
-                        format!("Created pod {}: the previous one terminated", self.pod_name),
+                        match self.books.restarts.ending(self.trace.key) {
+                            Some(e) => {
+                                format!("Created pod {}: the previous one {e}", self.pod_name)
+                            }
+                            None if cause == Cause::Deleted => format!(
+                                "Created pod {}: the previous one was deleted",
+                                self.pod_name
+                            ),
+                            None => format!(
+                                "Created pod {}: the previous one terminated",
+                                self.pod_name
+                            ),
+                        },
                     ),
                     Cause::ImageChanged => (
                         "PodReplaced",
@@ -631,23 +741,31 @@ impl<A: Api> Run<'_, A> {
         }
     }
 
-    /// The API server refused our pod, and no pod holds its name: say why on the object. A 422
-    /// will come back every time: wait for the spec to change. A 403 is admission (PodSecurity,
-    /// a ResourceQuota) or RBAC: a person must act, and the fix needs no change to the object,
-    /// so retry with backoff meanwhile.
+    /// The API server refused our pod, and no pod holds its name: say why on the object, and
+    /// try again after the object's back-off (see `restarts`). A refusal is the cluster's
+    /// policy speaking (a ValidatingAdmissionPolicy or a webhook: 422; PodSecurity, a
+    /// ResourceQuota, RBAC: 403), and a person may lift it at any time without touching the
+    /// object, so every refusal is retried, as the ReplicaSet controller retries a failed
+    /// create. The condition keeps the server's words, unchanged from one try to the next so
+    /// that a retry refused again writes nothing.
     fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
-        let verb = if e.is_invalid() {
-            "rejected"
-        } else {
-            "refused"
-        };
-        let msg = format!("the API server {verb} pod {}: {e}", self.pod_name);
-        self.fail_permanently("PodCreateFailed", "PodCreateFailed", msg);
-        if e.is_invalid() {
-            Ok(Next::Done)
-        } else {
-            Err(Error::from_api("create pod", e))
+        let (wait, _) = self
+            .books
+            .restarts
+            .refused(self.trace.key, self.books.now());
+        let msg = format!(
+            "the API server refused pod {}: {e}; the operator tries again after {}s, doubling to {}s",
+            self.pod_name,
+            crate::immortal::restarts::BASE.as_secs(),
+            crate::immortal::restarts::MAX.as_secs()
+        );
+        self.status.current_pod = None;
+        self.status.pod_phase = None;
+        if self.set_ready(false, "PodCreateFailed", &msg) {
+            log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodCreateFailed"; "{msg}");
+            self.note(true, "PodCreateFailed", msg);
         }
+        Ok(Next::RequeueAfter(wait))
     }
 
     /// Deletes our pod with `uid` and says what became of it.
@@ -721,19 +839,17 @@ impl<A: Api> Run<'_, A> {
     /// an earlier object of the same name goes with it; if it still carries our finalizer (that
     /// object was deleted in the moment between its pod's create and its count), let it go.
     fn conflict(&mut self, pod: &Pod) -> Result<Next, Error> {
-        let earlier = pod.metadata.controller().is_some_and(|o| {
-            o.is_immortal_container()
-                && o.name == self.ic.metadata.name
-                && o.uid != self.ic.metadata.uid
-        });
-        if earlier && counting::holds(&pod.metadata.finalizers) {
+        // Not ours to count, and no other object can count a pod under our name: whoever holds
+        // it now (an earlier object of the same name, deleted in the moment between its pod's
+        // create and its count, or nobody after an orphaning delete), our finalizer goes.
+        if counting::holds(&pod.metadata.finalizers) {
             release_pod(
                 self.api,
                 self.trace,
                 self.ns,
                 &self.pod_name,
                 &pod.metadata.uid,
-                "its ImmortalContainer is gone",
+                "no ImmortalContainer counts it",
             )?;
         }
         let msg = format!(

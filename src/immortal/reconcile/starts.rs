@@ -42,15 +42,44 @@ impl<A: Api> Run<'_, A> {
                 uid,
                 "its start is counted",
             )?;
+            self.books.counting.let_go(uid);
         }
+        Ok(())
+    }
+
+    /// Lets our pod `uid` go although its start could not be counted (writing status failed
+    /// with `why` for as long as a pod being deleted may wait on us), and says so: a pod is
+    /// never kept from going for a count.
+    pub(super) fn let_go_uncounted(&self, uid: &str, why: &Error) -> Result<(), Error> {
+        release_pod(
+            self.api,
+            self.trace,
+            self.ns,
+            &self.pod_name,
+            uid,
+            "it is being deleted and its start cannot be counted",
+        )?;
+        self.books.counting.let_go(uid);
+        let msg = format!(
+            "pod {} (uid {uid}) was deleted before its start could be counted: writing status failed for {}s ({why}); \
+             it was let go uncounted, so status.startTimes misses one start",
+            self.pod_name,
+            counting::HOLD_AT_MOST.as_secs()
+        );
+        log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "StartsNotCounted"; "{msg}");
+        self.note(true, "StartsNotCounted", msg);
         Ok(())
     }
 }
 
 /// Lets the pod of a deleted object (or of one being deleted, with `owner_uid`) go: takes our
 /// finalizer off it if it still carries it, so the garbage collector can remove it. Nothing is
-/// left to count for an object that is gone. Costs a request only when the trigger said the pod
-/// holds our finalizer, or said nothing (a relist, a retry).
+/// left to count for an object that is gone, and no other object can count a pod under its
+/// name: so a pod of that name holding our finalizer is let go whoever controls it now (the
+/// object that went, or nobody, after `kubectl delete ic --cascade=orphan`), except, while the
+/// object is still being deleted, a pod another object of the name controls. Costs a request
+/// only when the trigger said the pod holds our finalizer, or said nothing (a relist, a
+/// retry, the start-up sweep).
 pub(super) fn release_orphan<A: Api>(
     api: &A,
     trace: &Trace,
@@ -60,22 +89,29 @@ pub(super) fn release_orphan<A: Api>(
     hint: Option<&PodHint>,
 ) -> Result<(), Error> {
     let pod_name = ic::pod_name(name);
+    let other_owner =
+        |controller: &str| owner_uid.is_some_and(|o| !controller.is_empty() && controller != o);
     let uid = match hint {
         Some(PodHint::Seen(p)) if p.name == pod_name => {
-            if !p.holds_count || owner_uid.is_some_and(|o| o != p.owner_uid) {
+            if !p.holds_count || other_owner(&p.owner_uid) {
                 return Ok(());
             }
             p.uid.clone()
         }
-        Some(_) => return Ok(()),
-        None => match api.get_pod(ns, &pod_name) {
+        // Removed from storage, so it held no finalizer any more.
+        Some(PodHint::Gone {
+            holds_count: false, ..
+        }) => return Ok(()),
+        Some(PodHint::Seen(_)) => return Ok(()),
+        // It left our label selector still holding our finalizer, or nothing was said: look.
+        Some(PodHint::Gone { .. }) | None => match api.get_pod(ns, &pod_name) {
             Ok(p) => {
-                let ours = p.metadata.controller().is_some_and(|o| {
-                    o.is_immortal_container()
-                        && o.name == name
-                        && owner_uid.map_or(true, |u| u == o.uid)
-                });
-                if !ours || !counting::holds(&p.metadata.finalizers) {
+                let controller = p
+                    .metadata
+                    .controller()
+                    .filter(|o| o.is_immortal_container())
+                    .map_or("", |o| o.uid.as_str());
+                if !counting::holds(&p.metadata.finalizers) || other_owner(controller) {
                     return Ok(());
                 }
                 p.metadata.uid
@@ -106,7 +142,7 @@ pub(super) fn release_pod<A: Api>(
 ) -> Result<(), Error> {
     match api.patch_pod(ns, pod, &counting::release_patch(uid)) {
         Ok(_) => {
-            log::debug!(
+            log::info!(
                 target: "reconcile",
                 reconcile_id = trace.id, object = trace.key, action = "release_pod",
                 pod = pod, uid = uid, reason = why;

@@ -22,16 +22,26 @@ impl<A: Api> Run<'_, A> {
         self.set_ready(false, "PodReplacing", &msg);
     }
 
-    /// A replacement waits for the back-off: say so, once, on the object.
+    /// A replacement waits for the back-off: say so, once, on the object. No pod is named
+    /// meanwhile: there is none.
     pub(super) fn back_off(&mut self, wait: crate::immortal::restarts::Wait) {
+        use crate::immortal::restarts::{MAX, MIN_RUN};
         let at = util::rfc3339_after(wait.remaining);
+        let how = match wait.ending {
+            Some(e) => e.to_string(),
+            None => "ended".to_string(),
+        };
         let msg = format!(
-            "pod {} ended {} time(s) in a row soon after it started; the next one is created at {at} (back-off {}s, doubling to {}s)",
+            "pod {} {how}: {} pods in a row ended within {}s of starting; the next one is created at {at} \
+             (back-off {}s, doubling to {}s; a pod that runs {}s or more is replaced at once)",
             self.pod_name,
-            wait.streak + 1,
-            wait.remaining.as_secs_f64().ceil() as u64,
-            crate::immortal::restarts::MAX.as_secs()
+            wait.streak,
+            MIN_RUN.as_secs(),
+            wait.backoff.as_secs(),
+            MAX.as_secs(),
+            MIN_RUN.as_secs(),
         );
+        self.status.current_pod = None;
         self.status.pod_phase = None;
         if self.set_ready(false, "PodRestartBackOff", &msg) {
             log::info!(
@@ -162,8 +172,11 @@ impl<A: Api> Run<'_, A> {
                 );
                 Ok(())
             }
-            // Gone meanwhile: nothing left to report on.
-            Err(e) if e.is_not_found() => Ok(()),
+            // Gone meanwhile: nothing left to report on (see `reconcile` for its pod).
+            Err(e) if e.is_not_found() => {
+                self.gone = true;
+                Ok(())
+            }
             Err(e) => Err(Error::from_api("patch status", e)),
         }
     }

@@ -248,15 +248,41 @@ fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
     )
 }
 
+/// The hint the pod watcher would queue for the pod's DELETED event, as it is now.
 fn gone(f: &Fake) -> PodHint {
-    PodHint::Gone {
-        uid: f
-            .pod
-            .borrow()
-            .as_ref()
-            .map(|p| p.metadata.uid.clone())
-            .unwrap_or_default(),
+    let pod = f.pod.borrow().clone().unwrap_or_default();
+    match PodEvents.on_event("DELETED", &pod, &mut None) {
+        Verdict::Queue(Some(h)) => h,
+        other => panic!("the watcher would not queue a DELETED pod: {other:?}"),
     }
+}
+
+/// Someone force-deletes the pod `ran` seconds after its container started: it is gone at
+/// once. Answers the hint its DELETED event queues.
+fn delete_after_running(f: &Fake, ran: u64) -> PodHint {
+    {
+        let mut slot = f.pod.borrow_mut();
+        let p = slot.as_mut().unwrap();
+        let asked = crate::util::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        let started = crate::util::rfc3339(asked - std::time::Duration::from_secs(ran));
+        let st = p.status.get_or_insert_with(Default::default);
+        st.phase = Some("Running".into());
+        st.container_statuses = vec![types::ContainerStatus {
+            name: ic::CONTAINER_NAME.into(),
+            state: types::ContainerState {
+                running: Some(types::Running {
+                    started_at: Some(started),
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }];
+        p.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+        p.metadata.deletion_grace_period_seconds = Some(0);
+    }
+    let hint = gone(f);
+    *f.pod.borrow_mut() = None;
+    hint
 }
 
 /// The hint the pod watcher would queue for the pod as it is now.
@@ -265,6 +291,35 @@ fn seen(f: &Fake) -> PodHint {
     match PodEvents.on_event("MODIFIED", &pod, &mut None) {
         Verdict::Queue(Some(h)) => h,
         other => panic!("the watcher would not queue this pod: {other:?}"),
+    }
+}
+
+/// When the fake kubelet starts every container: a minute before the fake API server's
+/// deletions (which it stamps `2026-01-01T00:00:00Z` plus the grace period).
+const STARTED: &str = "2025-12-31T23:59:00Z";
+
+/// Our container's status, started at [`STARTED`], running or `terminated` at `finished`.
+fn container_status(finished: Option<&str>) -> types::ContainerStatus {
+    let mut state = types::ContainerState::default();
+    match finished {
+        None => {
+            state.running = Some(types::Running {
+                started_at: Some(STARTED.into()),
+            })
+        }
+        Some(at) => {
+            state.terminated = Some(types::StateDetail {
+                exit_code: Some(1),
+                started_at: Some(STARTED.into()),
+                finished_at: Some(at.into()),
+                ..Default::default()
+            })
+        }
+    }
+    types::ContainerStatus {
+        name: ic::CONTAINER_NAME.into(),
+        state,
+        ..Default::default()
     }
 }
 
@@ -277,13 +332,16 @@ fn start_pod(f: &Fake) {
             status: "True".into(),
             ..Default::default()
         }],
+        container_statuses: vec![container_status(None)],
         ..Default::default()
     });
 }
 
+/// The pod ends on its own, its container having run 65 s.
 fn fail_pod(f: &Fake) {
     f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
         phase: Some("Failed".into()),
+        container_statuses: vec![container_status(Some("2026-01-01T00:00:05Z"))],
         ..Default::default()
     });
 }
@@ -511,7 +569,7 @@ fn a_graceful_deletion_is_reported_terminating_and_waited_for_without_polling() 
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(
         f.notes.borrow().last().unwrap().message,
-        "Created pod web-immortalpod: the previous one was deleted"
+        "Created pod web-immortalpod: the previous one was deleted 60 s after it started"
     );
 }
 
@@ -533,7 +591,7 @@ fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(
         f.notes.borrow().last().unwrap().message,
-        "Created pod web-immortalpod: the previous one terminated"
+        "Created pod web-immortalpod: the previous one ended 65 s after it started"
     );
 }
 
@@ -735,14 +793,13 @@ fn a_pod_whose_label_was_removed_gets_it_back() {
 #[test]
 fn pods_that_keep_ending_back_off_and_say_so() {
     let f = running("nginx");
-    // Deleted: replaced at once; the back-off starts.
-    let hint = gone(&f);
-    *f.pod.borrow_mut() = None;
+    // Deleted a second after it started: replaced at once; the back-off starts.
+    let hint = delete_after_running(&f, 1);
     run_with(&f, &hint).unwrap();
     assert_eq!(status(&f).start_times, Some(2));
-    // Deleted again right away: the next one waits.
-    let hint = gone(&f);
-    *f.pod.borrow_mut() = None;
+    // Deleted again as soon as it started: the next one waits.
+    start_pod(&f);
+    let hint = delete_after_running(&f, 0);
     f.clear();
     let next = run_with(&f, &hint).unwrap();
     let Next::RequeueAfter(wait) = next else {
@@ -755,6 +812,14 @@ fn pods_that_keep_ending_back_off_and_say_so() {
     assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
     assert_eq!(ready(&f), ("False".into(), "PodRestartBackOff".into()));
     assert_eq!(status(&f).start_times, Some(2));
+    // There is no pod meanwhile, and status names none (`kubectl get ic -o wide`).
+    assert_eq!(status(&f).current_pod, None);
+    assert_eq!(status(&f).pod_phase, None);
+    let msg = message(&f);
+    assert!(
+        msg.contains("was deleted 0 s after it started: 2 pods in a row ended within 10s"),
+        "{msg}"
+    );
     let note = f.notes.borrow().last().unwrap().clone();
     assert!(
         note.warning && note.reason == "PodRestartBackOff",
@@ -950,7 +1015,7 @@ fn a_count_carries_the_resource_version_it_was_computed_from() {
 }
 
 #[test]
-fn server_errors_are_transient_and_forbidden_is_denied() {
+fn server_errors_are_transient_and_a_refusal_waits_for_the_objects_back_off() {
     let f = fake(ic("web", "nginx"));
     f.fail_next("create_pod", api_err(500, "InternalError"));
     assert!(matches!(
@@ -960,8 +1025,13 @@ fn server_errors_are_transient_and_forbidden_is_denied() {
             ..
         })
     ));
+    // A refusal is the cluster's policy: no error to retry at the queue's pace, but the
+    // object's own back-off.
     f.fail_next("create_pod", api_err(403, "Forbidden"));
-    assert!(matches!(run(&f, "ns/web"), Err(Error::Denied { .. })));
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RequeueAfter(crate::immortal::restarts::BASE)
+    );
     assert_eq!(f.notes.borrow()[0].reason, "PodCreateFailed");
 }
 
@@ -971,9 +1041,11 @@ fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
     let refusal = client::Error::Api(Box::new(client::parse_status(code, &body)));
     let f = fake(ic("web", "nginx"));
     f.fail_next("create_pod", refusal);
-    let err = run(&f, "ns/web").unwrap_err();
-    assert!(matches!(err, Error::Denied { .. }), "{err}");
-    // Written although the reconcile failed: the user sees why, without reading logs.
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RequeueAfter(crate::immortal::restarts::BASE)
+    );
+    // The user sees why, without reading logs.
     assert!(f.calls().contains(&"PATCH ic/web/status".to_string()));
     assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
     let msg = message(&f);
@@ -996,7 +1068,7 @@ fn a_start_counted_before_a_refused_create_is_still_written() {
         "create_pod",
         client::Error::Api(Box::new(client::parse_status(code, &body))),
     );
-    assert!(run_with(&f, &seen(&f)).is_err());
+    assert!(matches!(run_with(&f, &seen(&f)), Ok(Next::RequeueAfter(_))));
     assert_eq!(status(&f).start_times, Some(1));
     assert_eq!(
         status(&f).last_counted_pod_uid.as_deref(),
@@ -1027,6 +1099,8 @@ fn a_pod_deleted_before_the_failed_status_write_is_retried_is_still_counted() {
         &f,
         &PodHint::Gone {
             uid: first.metadata.uid.clone(),
+            ending: None,
+            holds_count: false,
         },
     )
     .unwrap();
@@ -1080,11 +1154,54 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
 }
 
 #[test]
-fn a_pod_the_server_rejects_becomes_a_condition() {
+fn a_create_an_admission_policy_refuses_is_retried_with_back_off_until_it_is_lifted() {
+    // A ValidatingAdmissionPolicy answers 422 Invalid: nothing the object can change, and the
+    // policy may be lifted at any time.
+    let (code, body) = crate::testutil::kubelet_fixture("17-pod-create-denied-by-admission-policy");
+    let refusal = || client::Error::Api(Box::new(client::parse_status(code, &body)));
     let f = fake(ic("web", "nginx"));
-    f.fail_next("create_pod", api_err(422, "Invalid"));
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    f.fail_next("create_pod", refusal());
+    let base = crate::immortal::restarts::BASE;
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::RequeueAfter(base));
     assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
+    let msg = message(&f);
+    assert!(
+        msg.contains("ValidatingAdmissionPolicy 'fixture-require-limits'"),
+        "{msg}"
+    );
+    assert_eq!(status(&f).current_pod, None, "no pod to name");
+    // Refused again: a longer wait; the condition and its message stand, nothing written,
+    // no second Event. (A refusal of a create that only assumed the name free is checked by a
+    // look: a pod of ours made before a crash must not hide behind it.)
+    f.fail_next("create_pod", refusal());
+    f.clear();
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::RequeueAfter(base * 2));
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "GET pod/web-immortalpod"
+        ]
+    );
+    let warnings = |f: &Fake| {
+        f.notes
+            .borrow()
+            .iter()
+            .filter(|n| n.reason == "PodCreateFailed")
+            .count()
+    };
+    assert_eq!(warnings(&f), 1);
+    // Lifted: the pod is made and the condition says what it does.
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
+    // A later refusal starts from the first back-off again.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    f.fail_next("create_pod", refusal());
+    assert_eq!(run_with(&f, &hint).unwrap(), Next::RequeueAfter(base));
 }
 
 #[test]
@@ -1146,4 +1263,236 @@ fn an_image_rewritten_by_an_admission_webhook_does_not_replace_the_pod() {
         "{:?}",
         f.calls()
     );
+}
+
+#[test]
+fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() {
+    let f = running("nginx");
+    // A quick ending: replaced at once, and the back-off starts.
+    assert_eq!(
+        run_with(&f, &delete_after_running(&f, 1)).unwrap(),
+        Next::Done
+    );
+    // Its replacement runs for a minute and is evicted by a drain, while that back-off still
+    // runs: replaced at once all the same, as the ReplicaSet controller would.
+    start_pod(&f);
+    f.clear();
+    assert_eq!(
+        run_with(&f, &delete_after_running(&f, 60)).unwrap(),
+        Next::Done
+    );
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(3));
+    assert_eq!(
+        f.notes.borrow().last().unwrap().message,
+        "Created pod web-immortalpod: the previous one was deleted 60 s after it started"
+    );
+    // And the streak before it is forgotten: the next quick ending is the first of a row.
+    start_pod(&f);
+    assert_eq!(
+        run_with(&f, &delete_after_running(&f, 2)).unwrap(),
+        Next::Done
+    );
+    start_pod(&f);
+    assert!(matches!(
+        run_with(&f, &delete_after_running(&f, 2)).unwrap(),
+        Next::RequeueAfter(_)
+    ));
+}
+
+#[test]
+fn a_pod_that_ended_on_its_own_soon_after_it_started_backs_off_too() {
+    let f = running("nginx");
+    let end_quickly = |f: &Fake| {
+        let mut slot = f.pod.borrow_mut();
+        let st = slot
+            .as_mut()
+            .unwrap()
+            .status
+            .get_or_insert_with(Default::default);
+        st.phase = Some("Failed".into());
+        st.container_statuses = vec![container_status(Some("2025-12-31T23:59:02Z"))];
+    };
+    end_quickly(&f);
+    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
+    start_pod(&f);
+    end_quickly(&f);
+    let next = run_with(&f, &seen(&f)).unwrap();
+    assert!(matches!(next, Next::RequeueAfter(_)), "{next:?}");
+    let msg = message(&f);
+    assert!(msg.contains("ended 2 s after it started"), "{msg}");
+}
+
+#[test]
+fn the_object_deleted_while_its_pod_is_counted_lets_the_pod_go() {
+    let f = fake(ic("web", "nginx"));
+    // The object goes between the create and the status write that would count its pod.
+    f.fail_next("patch_status", api_err(404, "NotFound"));
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert!(f
+        .pod
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .metadata
+        .finalizers
+        .is_empty());
+}
+
+/// A pod of ours still holding our finalizer whose object was deleted with
+/// `--cascade=orphan`: the garbage collector stripped its controller reference.
+fn orphan(f: &Fake) -> Pod {
+    let mut p = desired_pod(&ic("web", "nginx"), true);
+    p.metadata.uid = "pod-uid-orphan".into();
+    p.metadata.owner_references.clear();
+    *f.pod.borrow_mut() = Some(p.clone());
+    p
+}
+
+#[test]
+fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
+    let f = Fake::default();
+    let pod = orphan(&f);
+    // Its view did not change when its reference went; it is queued all the same, under the
+    // name it was made for.
+    assert_eq!(PodEvents.key_of(&pod).as_deref(), Some("ns/web"));
+    let mut memo = Some(PodEvents.memo(&pod));
+    let Verdict::Queue(Some(hint)) = PodEvents.on_event("MODIFIED", &pod, &mut memo) else {
+        panic!("an orphan holding our finalizer was not queued")
+    };
+    run_with(&f, &hint).unwrap();
+    assert_eq!(
+        f.calls(),
+        ["GET ic/web", "PATCH pod/web-immortalpod release"]
+    );
+    assert!(f
+        .pod
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .metadata
+        .finalizers
+        .is_empty());
+    // Without our finalizer an orphan is none of ours: not even queued.
+    let released = f.pod.borrow().clone().unwrap();
+    assert_eq!(PodEvents.key_of(&released), None);
+}
+
+#[test]
+fn an_orphan_holding_our_finalizer_under_a_new_objects_name_is_let_go_and_left_alone() {
+    let f = Fake::default();
+    orphan(&f);
+    let mut new = ic("web", "nginx");
+    new.metadata.uid = "ic-uid-2".into();
+    *f.ic.borrow_mut() = Some(new);
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RequeueAfter(CONFLICT_RETRY)
+    );
+    assert!(f
+        .calls()
+        .contains(&"PATCH pod/web-immortalpod release".to_string()));
+    assert!(f
+        .pod
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .metadata
+        .finalizers
+        .is_empty());
+    assert_eq!(ready(&f), ("False".into(), "PodNameConflict".into()));
+    assert_eq!(status(&f).current_pod, None);
+}
+
+#[test]
+fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most() {
+    let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+    let clock = now.clone();
+    let f = Fake {
+        books: Books::with_clock(move || *clock.lock().unwrap()),
+        ..Default::default()
+    };
+    *f.ic.borrow_mut() = Some(ic("web", "nginx"));
+    // Status writes are refused (an edited ClusterRole): the pod is made, and held.
+    let denied = || api_err(403, "Forbidden");
+    f.fail_next("patch_status", denied());
+    assert!(matches!(run(&f, "ns/web"), Err(Error::Denied { .. })));
+    start_pod(&f);
+    let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
+    // A person deletes it (kubectl drain): it waits on our finalizer...
+    f.delete_pod("ns", "web-immortalpod", &uid, None).unwrap();
+    f.fail_next("patch_status", denied());
+    let err = run_with(&f, &seen(&f)).unwrap_err();
+    assert_eq!(err.retry_within(), Some(counting::HOLD_AT_MOST), "{err}");
+    assert!(f.pod.borrow().as_ref().unwrap().metadata.finalizers.len() == 1);
+    // ...and is retried within what is left of the minute...
+    *now.lock().unwrap() += Duration::from_secs(45);
+    f.fail_next("patch_status", denied());
+    let err = run(&f, "ns/web").unwrap_err();
+    assert_eq!(err.retry_within(), Some(Duration::from_secs(15)), "{err}");
+    // ...then let go uncounted, which is said.
+    *now.lock().unwrap() += Duration::from_secs(15);
+    f.fail_next("patch_status", denied());
+    assert!(run(&f, "ns/web").is_err());
+    assert!(
+        f.pod
+            .borrow()
+            .as_ref()
+            .unwrap()
+            .metadata
+            .finalizers
+            .is_empty(),
+        "released: the kubelet may now finish the deletion"
+    );
+    let note = f.notes.borrow().last().unwrap().clone();
+    assert!(
+        note.warning && note.reason == "StartsNotCounted",
+        "{note:?}"
+    );
+    assert!(
+        note.message.contains("let go uncounted"),
+        "{}",
+        note.message
+    );
+}
+
+#[test]
+fn a_pod_nobody_deletes_keeps_our_finalizer_while_status_cannot_be_written() {
+    let f = fake(ic("web", "nginx"));
+    for _ in 0..3 {
+        f.fail_next("patch_status", api_err(403, "Forbidden"));
+        assert!(run(&f, "ns/web").is_err());
+    }
+    assert_eq!(
+        f.pod.borrow().as_ref().unwrap().metadata.finalizers.len(),
+        1
+    );
+    // Once status can be written, it is counted and let go.
+    run(&f, "ns/web").unwrap();
+    assert_eq!(status(&f).start_times, Some(1));
+    assert!(f
+        .pod
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .metadata
+        .finalizers
+        .is_empty());
 }
