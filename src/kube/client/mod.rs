@@ -183,6 +183,19 @@ impl Client {
         Ok(deadline)
     }
 
+    /// Drops every pooled connection, so that the next request of this client and of every
+    /// client made from it opens a new one. For when a connection to the server was found
+    /// dead (a request timed out, a watch went silent): the pool's other connections took the
+    /// same path, and a network that stops forwarding without closing (a proxy or a load
+    /// balancer gone) leaves them open and as dead, so each request that picked one would wait
+    /// its whole timeout too. Requests in flight keep theirs and end by their own timeouts.
+    pub fn forget_connections(&self) {
+        let mut cur = self.inner.agent.write().unwrap_or_else(|p| p.into_inner());
+        let tls = cur.0.clone();
+        *cur = (tls.clone(), build_agent(tls, self.inner.max_idle_per_host));
+        log::debug!(target: "client", server = self.inner.config.server.as_str(); "dropped every pooled connection");
+    }
+
     /// The cluster this client talks to (for logs).
     pub fn config(&self) -> &ClusterConfig {
         &self.inner.config
@@ -257,7 +270,12 @@ impl Client {
             );
             match result {
                 Ok(resp) => return Ok(resp),
-                Err(ureq::Error::Transport(t)) => return Err(Error::Transport(t.to_string())),
+                Err(ureq::Error::Transport(t)) => {
+                    if timed_out(&t) {
+                        self.forget_connections();
+                    }
+                    return Err(Error::Transport(t.to_string()));
+                }
                 Err(ureq::Error::Status(code, resp)) => {
                     let wait = retry_after(resp.header("Retry-After"));
                     let body = resp.into_string().unwrap_or_default();
@@ -345,6 +363,9 @@ impl Client {
             .unwrap_or(4096);
         let mut body = Vec::with_capacity(len.min(1 << 20));
         resp.into_reader().read_to_end(&mut body).map_err(|e| {
+            if is_timeout(&e) {
+                self.forget_connections();
+            }
             Error::Transport(format!(
                 "{} {}: reading the answer: {e}",
                 req.method, req.path
@@ -368,6 +389,28 @@ impl Client {
 /// Whether a request of this method may change something, and so is fenced.
 fn is_write(method: &str) -> bool {
     method != "GET"
+}
+
+/// Whether an I/O error is a read or write that waited its whole timeout (`WouldBlock` is how
+/// a socket timeout shows on some platforms).
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    )
+}
+
+/// Whether a request failed because the server said nothing for its whole timeout (as opposed
+/// to refusing or resetting the connection, which a new connection would meet as well).
+fn timed_out(t: &ureq::Transport) -> bool {
+    let mut source = std::error::Error::source(t);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return is_timeout(io);
+        }
+        source = e.source();
+    }
+    false
 }
 
 fn transport_error(msg: String) -> ureq::Transport {

@@ -114,6 +114,9 @@ pub trait Source {
         kind: &Kind,
         continue_token: Option<&str>,
     ) -> Result<ListPage<T>, client::Error>;
+    /// A connection to the server was found dead (a watch heard nothing for its idle limit):
+    /// drop whatever other connections share its path (see `Client::forget_connections`).
+    fn connections_dead(&self) {}
     /// A stream that hears nothing for `idle` must fail its read with `TimedOut`.
     fn watch(
         &self,
@@ -125,6 +128,10 @@ pub trait Source {
 }
 
 impl Source for Client {
+    fn connections_dead(&self) {
+        self.forget_connections();
+    }
+
     fn list_page<T: DeserializeOwned>(
         &self,
         kind: &Kind,
@@ -325,15 +332,27 @@ where
                                     }
                                     State::Watch { rv }
                                 }
-                                StreamEnd::Stalled(error) | StreamEnd::Failed(error) => {
-                                    let what = match why {
-                                        Restart::Stalled => "watch went silent",
-                                        _ => "watch failed",
-                                    };
+                                StreamEnd::Stalled(error) => {
+                                    // Said every time: a connection that dies without a word
+                                    // is worth a person's look (a proxy, a load balancer).
+                                    log::warn!(
+                                        target: "watcher",
+                                        resource = self.name(), rv = rv.as_str(), error = error.as_str(),
+                                        idle_ms = self.idle_timeout.as_millis() as u64;
+                                        "watch said nothing for {}s: given up as dead, with every pooled connection to the server; resuming",
+                                        self.idle_timeout.as_secs()
+                                    );
+                                    self.source.connections_dead();
+                                    if !self.sleep(backoff.next_delay()) {
+                                        return;
+                                    }
+                                    State::Watch { rv }
+                                }
+                                StreamEnd::Failed(error) => {
                                     if backoff.failures() >= 3 {
-                                        log::warn!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "{what} again; resuming after a backoff");
+                                        log::warn!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "watch failed again; resuming after a backoff");
                                     } else {
-                                        log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(); "{what}; resuming after a backoff");
+                                        log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
                                     }
                                     if !self.sleep(backoff.next_delay()) {
                                         return;
