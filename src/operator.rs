@@ -8,8 +8,10 @@
 //! hangs. A second signal exits at once.
 
 use crate::cli::Config;
+use crate::immortal::counting::{self, Counting};
 use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint};
 use crate::immortal::reconcile::{self, Books, Cluster};
+use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
 use crate::kube::client::{self, Client};
 use crate::kube::config::{self, LoadOptions};
@@ -20,7 +22,7 @@ use crate::runtime::leader::{self, Elector};
 use crate::runtime::metrics;
 use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
-use crate::runtime::watcher::{Backoff, Watcher};
+use crate::runtime::watcher::{Backoff, Resync, Watcher};
 use crossbeam_channel::{select, Receiver, Sender};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -99,8 +101,11 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
 
     let queue: Arc<Queue<PodHint>> = Arc::new(Queue::new());
     let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
-    let synced = start_watchers(config, &once, &queue, &quit, &health, &dead_tx)?;
+    let ic_resync = Resync::every(config.resync_period);
+    let synced = start_watchers(config, &once, &queue, &quit, &health, &dead_tx, &ic_resync)?;
     wait_for_lists(&synced, &dead, &quit, &health)?;
+    recheck_crd(&once, &books, ic_resync, &quit)?;
+    start_sweep(config, &once, &queue, &quit)?;
 
     let (stop_renewing_tx, stop_renewing) = crossbeam_channel::bounded::<()>(0);
     let elector = elect(
@@ -222,6 +227,7 @@ fn start_watchers(
     quit: &Receiver<()>,
     health: &Arc<Health>,
     dead_tx: &Sender<&'static str>,
+    ic_resync: &Resync,
 ) -> Result<Receiver<&'static str>, ExitCode> {
     let (synced_tx, synced) = crossbeam_channel::unbounded();
     let sentinel = || Sentinel {
@@ -239,7 +245,8 @@ fn start_watchers(
                 quit.clone(),
                 synced_tx.clone(),
                 config.watch_idle_timeout,
-            ),
+            )
+            .resyncing(ic_resync.clone()),
             sentinel(),
         ),
         spawn_watcher(
@@ -251,7 +258,8 @@ fn start_watchers(
                 quit.clone(),
                 synced_tx,
                 config.watch_idle_timeout,
-            ),
+            )
+            .resyncing(Resync::every(config.resync_period)),
             sentinel(),
         ),
     ];
@@ -446,28 +454,95 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     }
 }
 
+/// The start-up sweep for pods holding our finalizer unseen (see `sweep`), on a thread of its
+/// own so that reconciling does not wait for it.
+fn start_sweep(
+    config: &Config,
+    once: &Client,
+    queue: &Arc<Queue<PodHint>>,
+    quit: &Receiver<()>,
+) -> Result<(), ExitCode> {
+    let (client, queue, quit) = (once.clone(), queue.clone(), quit.clone());
+    let namespace = config.namespace.clone();
+    let spawned = thread::Builder::new().name("sweep".into()).spawn(move || {
+        let started = Instant::now();
+        match sweep::sweep(&client, namespace.as_deref(), &queue, &quit) {
+            Ok(s) => log::info!(
+                target: "sweep",
+                pods = s.pods as u64, pages = s.pages as u64, found = s.found as u64,
+                elapsed_ms = started.elapsed().as_millis() as u64;
+                "swept every pod's metadata for our finalizer"
+            ),
+            Err(e) => log::warn!(
+                target: "sweep", error = e.to_string().as_str();
+                "cannot sweep pods for our finalizer (a pod that lost our label while the operator was down may stay Terminating; the next start sweeps again)"
+            ),
+        }
+    });
+    spawned
+        .map(|_| ())
+        .map_err(|e| fail_running(&format!("cannot start the sweep thread: {e}")))
+}
+
 /// Reads the installed CRD's schema once: a CRD older than the operator prunes status fields
 /// it does not know, and without `lastCountedPodUID` starts cannot be counted exactly once
 /// (see `counting`). Knowing it before the first count keeps that count from being a wrong
 /// one. When the CRD cannot be read (RBAC), the first status write tells instead.
 fn check_crd_schema(client: &Client, books: &Books) {
+    if let Some(missing) = read_crd_schema(client) {
+        books
+            .counting
+            .learn_pruned(&missing, "the installed CRD's schema lacks it");
+    }
+}
+
+/// The status fields the installed CRD's schema lacks, or `None` when it cannot be read or
+/// cannot tell. Bounded like every start-up check.
+fn read_crd_schema(client: &Client) -> Option<Vec<&'static str>> {
     let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}");
-    // Bounded like every start-up check: it runs on the thread that answers signals.
     let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
     match attempt.get_path::<serde_json::Value>(&path) {
-        Ok(crd) => {
-            if let Some(missing) =
-                crate::immortal::counting::Counting::missing_in_crd(&crd, VERSION)
-            {
-                books
-                    .counting
-                    .learn_pruned(&missing, "the installed CRD's schema lacks it");
-            }
-        }
+        Ok(crd) => Counting::missing_in_crd(&crd, VERSION),
         Err(e) => {
-            log::debug!(target: "controller", error = e.to_string().as_str(); "cannot read the CRD; an older schema would show on the first status write");
+            log::debug!(target: "controller", error = e.to_string().as_str(); "cannot read the CRD; an older schema shows on status writes");
+            None
         }
     }
+}
+
+/// While the CRD prunes something the operator writes, reads it again every
+/// [`counting::RECHECK`] on a thread of its own, so that an upgraded CRD (`make install`) is
+/// taken up without a restart: fields it keeps are written again, and once it keeps
+/// `lastCountedPodUID` counting resumes and `resync` has every object reconciled (see
+/// `counting`, Resuming). Costs one GET every 10 s, and only while something is pruned.
+fn recheck_crd(
+    client: &Client,
+    books: &Arc<Books>,
+    resync: Resync,
+    quit: &Receiver<()>,
+) -> Result<(), ExitCode> {
+    let (client, books, quit) = (client.clone(), books.clone(), quit.clone());
+    let spawned = thread::Builder::new()
+        .name("crd".into())
+        .spawn(move || loop {
+            if !matches!(
+                quit.recv_timeout(counting::RECHECK),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout)
+            ) {
+                return;
+            }
+            if !books.counting.any_pruned() {
+                continue;
+            }
+            if let Some(missing) = read_crd_schema(&client) {
+                if books.counting.relearn(&missing) {
+                    resync.ask();
+                }
+            }
+        });
+    spawned
+        .map(|_| ())
+        .map_err(|e| fail_running(&format!("cannot start the CRD thread: {e}")))
 }
 
 fn fail_at_start(msg: &str) -> ExitCode {

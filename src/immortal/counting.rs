@@ -53,6 +53,14 @@
 //! not stick, counting stops (S stays as it is, pods get no F), said once in an ERROR line and
 //! once per object in a Warning Event: apply `config/crd`. Other pruned fields are only not
 //! written any more (so their absence does not make every reconcile write again).
+//!
+//! **Resuming.** While anything is pruned, the operator reads its CRD again every
+//! [`RECHECK`]; once the schema keeps L, counting resumes by itself (an INFO line), and every
+//! object is reconciled. A status written while L was pruned names a pod but no L: that pod
+//! may have been counted before L was lost, or started meanwhile, which cannot be told apart.
+//! So it is *adopted*: L is set to it and S left as it is, with a `CountingResumed` Event.
+//! `startTimes` then counts every start while counting was on, never one twice, and misses the
+//! starts while it was off, as the Event says.
 
 use crate::immortal::types::COUNT_FINALIZER;
 use serde_json::{json, Value};
@@ -66,6 +74,9 @@ use std::time::{Duration, Instant};
 /// the retry around it, the pod is gone well within two minutes.
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 
+/// How often the CRD is read again while it prunes something we write.
+pub const RECHECK: Duration = Duration::from_secs(10);
+
 /// The status fields the operator writes that an older CRD may not know.
 pub const NEWER_FIELDS: [&str; 3] = ["lastCountedPodUID", "observedGeneration", "podPhase"];
 
@@ -76,6 +87,8 @@ pub struct Counting {
     pruned: Mutex<BTreeSet<&'static str>>,
     /// L does not stick: counting has stopped.
     suspended: AtomicBool,
+    /// Counting stopped and resumed in this process: statuses without L are adopted.
+    resumed: AtomicBool,
     /// Pods (uid) being deleted while they wait on a count that could not be written, and when
     /// the operator first saw that.
     holding: Mutex<HashMap<String, Instant>>,
@@ -111,6 +124,53 @@ impl Counting {
         !self.suspended.load(Ordering::Relaxed)
     }
 
+    /// Whether counting stopped and resumed since the operator started.
+    pub fn resumed(&self) -> bool {
+        self.resumed.load(Ordering::Relaxed)
+    }
+
+    /// Whether any field we write is pruned (so the CRD is worth reading again).
+    pub fn any_pruned(&self) -> bool {
+        !self
+            .pruned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    /// What the installed CRD's schema lacks, read again (see [`Counting::missing_in_crd`]):
+    /// fields it keeps now are written again, newly missing ones are learned as at start, and
+    /// counting resumes once L is kept. Returns whether it resumed.
+    pub fn relearn(&self, missing: &[&'static str]) -> bool {
+        {
+            let mut pruned = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+            let kept: Vec<&'static str> = pruned
+                .iter()
+                .copied()
+                .filter(|f| !missing.contains(f))
+                .collect();
+            for f in kept {
+                pruned.remove(f);
+                if f != "lastCountedPodUID" {
+                    log::info!(target: "reconcile", field = f; "the installed ImmortalContainer CRD keeps status.{f} now: it is written again");
+                }
+            }
+        }
+        self.learn_pruned(missing, "the installed CRD's schema lacks it");
+        let resume = !missing.contains(&"lastCountedPodUID")
+            && self.suspended.swap(false, Ordering::Relaxed);
+        if resume {
+            self.resumed.store(true, Ordering::Relaxed);
+            log::info!(
+                target: "reconcile",
+                field = "lastCountedPodUID";
+                "the installed ImmortalContainer CRD keeps status.lastCountedPodUID now: status.startTimes is counted again; \
+                 every object is reconciled, and a pod that started while counting was off is not counted"
+            );
+        }
+        resume
+    }
+
     /// Whether the API server prunes the status field `field`.
     pub fn prunes(&self, field: &str) -> bool {
         self.pruned
@@ -137,14 +197,17 @@ impl Counting {
                     field = *f;
                     "the installed ImmortalContainer CRD is older than this operator: it prunes status.{f} ({how}); \
                      without it starts cannot be counted exactly once, so status.startTimes is no longer counted. \
-                     Apply the CRD of this version: kubectl apply -k config/crd (make install)"
+                     Apply the CRD of this version: kubectl apply -k config/crd (make install); counting resumes by itself \
+                     once it is installed (the CRD is read again every {}s)",
+                    RECHECK.as_secs()
                 );
             } else {
                 log::warn!(
                     target: "reconcile",
                     field = *f;
                     "the installed ImmortalContainer CRD is older than this operator: it prunes status.{f} ({how}), \
-                     which is no longer written. Apply the CRD of this version: kubectl apply -k config/crd (make install)"
+                     which is no longer written. Apply the CRD of this version: kubectl apply -k config/crd (make install); \
+                     it is written again once that is installed"
                 );
             }
         }
@@ -217,6 +280,22 @@ mod tests {
         assert!(!c.active(), "counting stops without L");
         assert!(c.prunes("lastCountedPodUID"));
         assert!(c.learn_pruned(&pruned, "test").is_empty(), "said once");
+    }
+
+    #[test]
+    fn counting_resumes_once_the_crd_keeps_the_last_counted_uid() {
+        let c = Counting::new();
+        c.learn_pruned(&NEWER_FIELDS, "test");
+        assert!(!c.active() && c.any_pruned());
+        // Upgraded part way: podPhase still pruned, L kept.
+        assert!(c.relearn(&["podPhase"]));
+        assert!(c.active() && c.resumed());
+        assert!(!c.prunes("lastCountedPodUID") && !c.prunes("observedGeneration"));
+        assert!(c.prunes("podPhase"));
+        // Said once: reading the same schema again resumes nothing.
+        assert!(!c.relearn(&["podPhase"]));
+        assert!(!c.relearn(&[]));
+        assert!(!c.any_pruned());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! and object event means for its owner, and the hint it carries to the reconcile;
 //! [`desired`] is the pod an object wants; [`reconcile`] makes the decisions (creating,
 //! deleting, waiting, and the status, conditions and Events it reports); [`counting`] holds the exactly-once invariant of
-//! `status.startTimes`; [`restarts`] backs off an object whose pods keep ending.
+//! `status.startTimes`; [`restarts`] backs off an object whose pods keep ending; [`sweep`]
+//! finds, once at start, pods holding our finalizer that the pod watch cannot see.
 //!
 //! Not here: how requests are sent (`kube`) or how keys are queued and workers run
 //! (`runtime`). Imports from here go down to those two, never the other way.
@@ -14,4 +15,5 @@ pub mod desired;
 pub mod lifecycle;
 pub mod reconcile;
 pub mod restarts;
+pub mod sweep;
 pub mod types;

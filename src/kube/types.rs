@@ -220,6 +220,14 @@ impl Pod {
     }
 }
 
+/// Any object reduced to its `metadata`: an item of a metadata-only list
+/// (`PartialObjectMetadata`), or of an ordinary one read for its metadata alone.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct PartialObjectMetadata {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Events (core/v1)
 

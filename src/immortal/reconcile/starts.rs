@@ -19,14 +19,40 @@ impl<A: Api> Run<'_, A> {
                     true,
                     "StartsNotCounted",
                     "status.startTimes is not counted: the installed ImmortalContainer CRD is older than the operator \
-                     and prunes status.lastCountedPodUID; apply config/crd (kubectl apply -k config/crd)"
+                     and prunes status.lastCountedPodUID; apply config/crd (kubectl apply -k config/crd), and counting \
+                     resumes by itself"
                         .to_string(),
                 );
             }
             return;
         }
+        if self.written_while_uncounted() {
+            // Counted before L was lost, or started since: adopted, never counted twice (see
+            // `counting`, Resuming).
+            self.status.last_counted_pod_uid = Some(uid.to_string());
+            self.note(
+                false,
+                "CountingResumed",
+                format!(
+                    "status.startTimes is counted again from pod {} (uid {uid}) on: the installed CRD keeps \
+                     status.lastCountedPodUID now; pods started while counting was off are not in it",
+                    self.pod_name
+                ),
+            );
+            return;
+        }
         *self.status.start_times.get_or_insert(0) += 1;
         self.status.last_counted_pod_uid = Some(uid.to_string());
+    }
+
+    /// Whether the status the API server holds was written while the CRD pruned L: it names a
+    /// pod but no L, after counting resumed in this process, or with no observedGeneration
+    /// either (which every status write of ours carries where the CRD keeps it: such a CRD,
+    /// like every older one we know, lacked both).
+    fn written_while_uncounted(&self) -> bool {
+        self.have.last_counted_pod_uid.is_none()
+            && self.have.current_pod.is_some()
+            && (self.books.counting.resumed() || self.have.observed_generation.is_none())
     }
 
     /// Lets our pod with `uid` go (see `counting`: only once the status the API server holds

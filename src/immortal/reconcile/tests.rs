@@ -1496,3 +1496,46 @@ fn a_pod_nobody_deletes_keeps_our_finalizer_while_status_cannot_be_written() {
         .finalizers
         .is_empty());
 }
+
+#[test]
+fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
+    let f = fake(ic("web", "nginx"));
+    *f.prunes.borrow_mut() = vec!["lastCountedPodUID", "observedGeneration", "podPhase"];
+    run(&f, "ns/web").unwrap();
+    assert!(!f.books.counting.active());
+    // Replaced while counting is off: not counted.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    run_with(&f, &hint).unwrap();
+    assert_eq!(status(&f).start_times, Some(1));
+    // The CRD is upgraded (make install): the schema read again keeps every field.
+    f.prunes.borrow_mut().clear();
+    assert!(f.books.counting.relearn(&[]));
+    // The resync's reconcile adopts the pod status names: it may have been counted, or not.
+    run(&f, "ns/web").unwrap();
+    let st = status(&f);
+    assert_eq!(st.start_times, Some(1), "not counted twice");
+    assert_eq!(
+        st.last_counted_pod_uid.as_deref(),
+        Some(f.pod.borrow().as_ref().unwrap().metadata.uid.as_str())
+    );
+    let note = f.notes.borrow().last().unwrap().clone();
+    assert!(
+        !note.warning && note.reason == "CountingResumed",
+        "{note:?}"
+    );
+    // From now on every start counts, exactly once.
+    start_pod(&f);
+    let hint = delete_after_running(&f, 60);
+    run_with(&f, &hint).unwrap();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(status(&f).start_times, Some(2));
+    assert!(f
+        .pod
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .metadata
+        .finalizers
+        .is_empty());
+}

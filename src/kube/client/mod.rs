@@ -39,6 +39,13 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// closes the stream itself at `timeoutSeconds`. (A silent connection is given up much sooner,
 /// after [`WatchParams::idle_timeout`].)
 pub const WATCH_GRACE: Duration = Duration::from_secs(30);
+/// What every request accepts, but metadata-only lists.
+const JSON: &str = "application/json";
+/// What a metadata-only list accepts: kube-apiserver's `PartialObjectMetadataList` (only each
+/// object's `metadata`), or else whole objects, which read the same to a decoder of `metadata`.
+const METADATA_LIST: &str =
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+
 /// Attempts for a request answered 429 or 503 (the first try included).
 const THROTTLE_ATTEMPTS: u32 = 4;
 /// Longest we honour a `Retry-After` before giving the error back to the caller's own backoff.
@@ -88,6 +95,8 @@ fn build_agent(tls: Arc<rustls::ClientConfig>, max_idle_per_host: usize) -> ureq
 struct Req<'a> {
     method: &'static str,
     path: &'a str,
+    /// The `Accept` header: [`JSON`] but for metadata-only lists.
+    accept: &'static str,
     body: Option<(&'static str, &'a [u8])>,
     timeout: Duration,
     /// A watch: no overall timeout, but every read waits at most this long (see
@@ -327,7 +336,7 @@ impl Client {
         let url = format!("{}{}", self.inner.config.server, req.path);
         let mut r = agent
             .request(req.method, &url)
-            .set("Accept", "application/json")
+            .set("Accept", req.accept)
             .set("User-Agent", &self.inner.user_agent);
         match self.inner.config.credentials.authorization() {
             Ok(Some(auth)) => r = r.set("Authorization", &auth),
@@ -379,6 +388,7 @@ impl Client {
         self.json(&Req {
             method: "GET",
             path,
+            accept: JSON,
             body: None,
             timeout: self.request_timeout(),
             idle: None,

@@ -16,6 +16,7 @@ impl Client {
         self.json(&Req {
             method,
             path,
+            accept: JSON,
             body: Some((content_type, body)),
             timeout: self.request_timeout(),
             idle: None,
@@ -162,6 +163,27 @@ impl Client {
         self.get(&path)
     }
 
+    /// One page of a LIST of the objects' metadata only (kube-apiserver's
+    /// `PartialObjectMetadataList`): a fraction of the bytes of whole objects, for a caller that
+    /// reads nothing else. A server that does not serve it answers whole objects, which decode
+    /// the same way.
+    pub fn list_metadata(
+        &self,
+        res: Resource,
+        ns: Option<&str>,
+        params: &ListParams,
+    ) -> Result<ListPage<crate::kube::types::PartialObjectMetadata>, Error> {
+        let path = format!("{}{}", collection_path(res, ns), list_query(params));
+        self.json(&Req {
+            method: "GET",
+            path: &path,
+            accept: METADATA_LIST,
+            body: None,
+            timeout: self.request_timeout(),
+            idle: None,
+        })
+    }
+
     /// Opens a WATCH and returns the event stream, one JSON event per line.
     ///
     /// Two limits catch a connection that is open but dead (its node or load balancer gone
@@ -185,6 +207,7 @@ impl Client {
         let resp = self.send(&Req {
             method: "GET",
             path: &path,
+            accept: JSON,
             body: None,
             timeout,
             idle: Some(idle),

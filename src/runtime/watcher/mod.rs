@@ -29,6 +29,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,43 @@ pub enum Verdict<H> {
     Ignore,
     /// Queue the key, with what the event tells reconcile, if anything.
     Queue(Option<H>),
+}
+
+/// When a watcher lists again although its watch is healthy: every `period` (each one drawn
+/// between 90 % and 110 % of it, so replicas and restarts do not line up), and whenever asked
+/// ([`Resync::ask`], e.g. when the operator learns that what it could not do before has become
+/// possible). A relist queues every key, as a periodic resync does in controller-runtime, and
+/// also catches anything the watch might have missed. Clones share what was asked.
+#[derive(Clone, Debug, Default)]
+pub struct Resync {
+    period: Option<Duration>,
+    asked: Arc<AtomicU64>,
+}
+
+impl Resync {
+    /// Every `period` (`None`: only when asked).
+    pub fn every(period: Option<Duration>) -> Resync {
+        Resync {
+            period,
+            asked: Arc::default(),
+        }
+    }
+
+    /// Asks the watcher to list again as soon as it can: after the next line its watch
+    /// delivers (a bookmark comes about once a minute), or when that watch ends.
+    pub fn ask(&self) {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn asked(&self) -> u64 {
+        self.asked.load(Ordering::Relaxed)
+    }
+
+    /// When the next periodic resync is due after a list at `now`.
+    fn next_after(&self, now: Instant) -> Option<Instant> {
+        self.period
+            .map(|p| now + p.mul_f64(0.9 + 0.2 * util::rand_f64()))
+    }
 }
 
 /// Where one watched resource lives.
@@ -202,6 +240,8 @@ enum StreamEnd {
     Expired,
     /// Nothing heard for the idle limit: the connection is given up; back off, re-watch.
     Stalled(String),
+    /// A resync is due: stop watching and list again.
+    Resync,
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
     Failed(String),
 }
@@ -223,8 +263,13 @@ pub struct Watcher<S: Source, W: Watched> {
     pub synced: Option<Sender<&'static str>>,
     /// How long a stream may say nothing before it is given up.
     pub idle_timeout: Duration,
+    /// When to list again although the watch is healthy.
+    pub resync: Resync,
     /// Every key seen since the last list, with the policy's memo of its last event.
     known: HashMap<String, u64>,
+    /// What of `resync` the last list answered: the asks it saw, and when the next periodic
+    /// one is due.
+    resynced: (u64, Option<Instant>),
 }
 
 impl<S: Source, W: Watched> Watcher<S, W>
@@ -248,8 +293,22 @@ where
             quit,
             synced: Some(synced),
             idle_timeout,
+            resync: Resync::default(),
             known: HashMap::new(),
+            resynced: (0, None),
         }
+    }
+
+    /// The same watcher, listing again as `resync` says.
+    pub fn resyncing(mut self, resync: Resync) -> Self {
+        self.resync = resync;
+        self
+    }
+
+    /// Whether a resync is due: asked for since the last list, or its period is over.
+    fn resync_due(&self) -> bool {
+        let (asks, next) = self.resynced;
+        self.resync.asked() != asks || next.is_some_and(|t| Instant::now() >= t)
     }
 
     fn name(&self) -> &'static str {
@@ -308,7 +367,7 @@ where
                                 backoff.reset();
                             }
                             let why = match &end {
-                                StreamEnd::Clean => Restart::Closed,
+                                StreamEnd::Clean | StreamEnd::Resync => Restart::Closed,
                                 StreamEnd::Expired => Restart::Expired,
                                 StreamEnd::Stalled(_) => Restart::Stalled,
                                 StreamEnd::Failed(_) => Restart::Error,
@@ -317,6 +376,14 @@ where
                             match end {
                                 StreamEnd::Expired => {
                                     log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resourceVersion expired, relisting");
+                                    State::List
+                                }
+                                StreamEnd::Resync => {
+                                    log::info!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resync: listing again, every object is reconciled");
+                                    State::List
+                                }
+                                StreamEnd::Clean if self.resync_due() => {
+                                    log::info!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resync: listing again, every object is reconciled");
                                     State::List
                                 }
                                 StreamEnd::Clean
@@ -402,6 +469,8 @@ where
     /// the list's resourceVersion. An expired continue token (410) restarts from the first page.
     fn relist(&mut self) -> Result<String, client::Error> {
         metrics::watch_relisted(self.name());
+        // What was asked before this list is answered by it.
+        let asks = self.resync.asked();
         let mut restarts = 0;
         'again: loop {
             let mut listed = HashMap::new();
@@ -445,6 +514,7 @@ where
                             "listed"
                         );
                         self.known = listed;
+                        self.resynced = (asks, self.resync.next_after(Instant::now()));
                         metrics::watch_heard(self.name());
                         return Ok(rv);
                     }
@@ -483,6 +553,9 @@ where
             }
             if self.quitting() {
                 return (StreamEnd::Clean, heard);
+            }
+            if self.resync_due() {
+                return (StreamEnd::Resync, heard);
             }
         }
     }

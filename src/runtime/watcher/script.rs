@@ -136,6 +136,19 @@ where
     W: Watched + Send,
     W::Hint: fmt::Display + Clone + Send,
 {
+    run_resyncing(script, policy, Resync::default())
+}
+
+/// [`run`], the watcher listing again as `resync` says.
+pub fn run_resyncing<W>(
+    script: &Script,
+    policy: W,
+    resync: Resync,
+) -> (Vec<String>, Vec<(String, String)>)
+where
+    W: Watched + Send,
+    W::Hint: fmt::Display + Clone + Send,
+{
     let queue = Arc::new(Queue::new());
     let (quit_tx, quit_rx) = crossbeam_channel::bounded(0);
     *script.quit_tx.lock().unwrap() = Some(quit_tx);
@@ -148,7 +161,8 @@ where
         quit_rx,
         synced_tx,
         DEFAULT_IDLE_TIMEOUT,
-    );
+    )
+    .resyncing(resync);
     let handle = std::thread::scope(|s| s.spawn(move || w.run()).join());
     handle.unwrap();
     assert_eq!(

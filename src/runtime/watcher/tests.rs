@@ -1,4 +1,4 @@
-use super::script::{gone, page, pods, run, ByOwner, Script};
+use super::script::{gone, page, pods, run, run_resyncing, ByOwner, Script};
 use super::*;
 use crate::testutil::fixture_events;
 
@@ -194,4 +194,91 @@ fn an_error_event_carrying_410_ends_the_stream_for_a_relist() {
     let mut rv = "1".to_string();
     assert_eq!(w.handle_line(line, &mut rv), Err(StreamEnd::Expired));
     drop(quit_tx);
+}
+
+#[test]
+fn a_resync_lists_again_and_queues_every_key_once_its_period_is_over() {
+    let s = Script::default();
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("100", &[("ns", "a")], None)));
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("200", &[("ns", "a"), ("ns", "b")], None)));
+    let bookmark = r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"150"}}}"#;
+    s.watches
+        .lock()
+        .unwrap()
+        .push_back(Ok((format!("{bookmark}\n{bookmark}\n"), None)));
+    // A period of zero: due as soon as the watch says anything.
+    let (calls, queued) = run_resyncing(&s, ByOwner, Resync::every(Some(Duration::ZERO)));
+    assert_eq!(
+        calls[..4],
+        [
+            "list continue=",
+            "watch rv=100",
+            "list continue=",
+            "watch rv=200"
+        ]
+        .map(String::from)
+    );
+    assert_eq!(queued.len(), 2, "{queued:?}");
+}
+
+#[test]
+fn without_a_period_nothing_resyncs_and_an_ask_is_answered_by_the_next_list() {
+    let script = |s: &Script| {
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("100", &[("ns", "a")], None)));
+        s.lists
+            .lock()
+            .unwrap()
+            .push_back(Ok(page("200", &[("ns", "a")], None)));
+        let bookmark = r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"150"}}}"#;
+        s.watches
+            .lock()
+            .unwrap()
+            .push_back(Ok((format!("{bookmark}\n"), None)));
+    };
+    let s = Script::default();
+    script(&s);
+    let (calls, _) = run(&s, ByOwner);
+    assert_eq!(
+        calls[..3],
+        ["list continue=", "watch rv=100", "watch rv=150"].map(String::from)
+    );
+    // Asked before the first list: that list answers it, no second one.
+    let s = Script::default();
+    script(&s);
+    let resync = Resync::every(None);
+    resync.ask();
+    let (calls, _) = run_resyncing(&s, ByOwner, resync.clone());
+    assert_eq!(
+        calls[..3],
+        ["list continue=", "watch rv=100", "watch rv=150"].map(String::from)
+    );
+    // Asked again (after that list): the watch's next line ends it and the watcher lists.
+    let s = Script::default();
+    script(&s);
+    let w = Watcher::new(
+        &s,
+        pods(),
+        ByOwner,
+        Arc::new(Queue::new()),
+        crossbeam_channel::never(),
+        crossbeam_channel::unbounded().0,
+        DEFAULT_IDLE_TIMEOUT,
+    )
+    .resyncing(resync.clone());
+    let mut w = w;
+    w.relist().unwrap();
+    assert!(!w.resync_due());
+    resync.ask();
+    assert!(w.resync_due());
+    w.relist().unwrap();
+    assert!(!w.resync_due());
 }

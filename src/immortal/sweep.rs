@@ -1,0 +1,190 @@
+//! The start-up sweep: pods that still carry our counting finalizer but that our pod watch
+//! cannot see, found by reading the metadata of every pod once.
+//!
+//! The pod watch selects on our label. A pod whose label was removed while the operator ran
+//! left that watch with a DELETED event, and its reconcile looked at it (the label is put back,
+//! or the finalizer taken off when its object is gone). One whose label was removed while the
+//! operator was down is invisible from then on; if it still holds our finalizer (it was created
+//! and not yet counted when the operator stopped) and its object is deleted, it would stay
+//! Terminating forever, and its namespace with it. No selector finds a finalizer, so the sweep
+//! reads every pod's metadata in the operator's namespaces, a page of [`PAGE`] at a time
+//! (kube-apiserver's `PartialObjectMetadataList`: metadata only, no spec or status), and queues
+//! the object of each such pod, whose reconcile lets it go or relabels it.
+//!
+//! What it costs: one request per [`PAGE`] pods, once per operator start, on a thread of its
+//! own after the first lists, one page in memory at a time. The figures for 100,000 pods are in
+//! the README (Counting).
+
+use crate::immortal::counting;
+use crate::immortal::types::{MANAGED_BY_LABEL, POD_SUFFIX};
+use crate::kube::client::{self, Client, ListParams, Resource};
+use crate::kube::types;
+use crate::runtime::queue::{Queue, Trigger};
+use crate::runtime::watcher::Backoff;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+/// Pods per page: a page of metadata is about 1-3 KB a pod.
+pub const PAGE: u32 = 500;
+/// Attempts per page before the sweep is given up (until the next start).
+const ATTEMPTS: u32 = 5;
+
+/// What one sweep read and found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub pages: usize,
+    pub pods: usize,
+    /// Pods holding our finalizer without our label: their objects were queued.
+    pub found: usize,
+}
+
+/// The key of the object a pod holding our finalizer was made for, when our watch cannot see
+/// it (it lacks our label); `None` for every other pod.
+pub fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
+    if !counting::holds(&meta.finalizers) || meta.labels.contains_key(MANAGED_BY_LABEL) {
+        return None;
+    }
+    let name = meta.name.strip_suffix(POD_SUFFIX)?;
+    Some(types::key(&meta.namespace, name))
+}
+
+/// Sweeps the pods of `namespace` (all when `None`), queueing the object of every pod that
+/// holds our finalizer unseen. Stops early on `quit`; a page that keeps failing ends the sweep
+/// with its error.
+pub fn sweep<H: Clone>(
+    client: &Client,
+    namespace: Option<&str>,
+    queue: &Queue<H>,
+    quit: &Receiver<()>,
+) -> Result<Swept, client::Error> {
+    let mut swept = Swept::default();
+    let mut token: Option<String> = None;
+    loop {
+        let mut backoff = Backoff::new();
+        let page = loop {
+            let params = ListParams {
+                label_selector: None,
+                limit: Some(PAGE),
+                continue_token: token.as_deref(),
+            };
+            match client.list_metadata(Resource::PODS, namespace, &params) {
+                Ok(p) => break p,
+                // The continue token expired (410): the pods listed so far stay swept; start
+                // over from the first page.
+                Err(e) if e.is_gone() && token.is_some() => {
+                    token = None;
+                    continue;
+                }
+                Err(e) if backoff.failures() + 1 < ATTEMPTS => {
+                    log::debug!(target: "sweep", error = e.to_string().as_str(); "listing pod metadata failed, retrying");
+                    if !matches!(
+                        quit.recv_timeout(backoff.next_delay()),
+                        Err(RecvTimeoutError::Timeout)
+                    ) {
+                        return Ok(swept);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        swept.pages += 1;
+        swept.pods += page.items.len();
+        for item in &page.items {
+            if let Some(key) = unseen_holder(&item.metadata) {
+                log::info!(
+                    target: "sweep",
+                    object = key.as_str(), pod = item.metadata.name.as_str(), uid = item.metadata.uid.as_str();
+                    "found a pod holding our finalizer without our label; reconciling its object"
+                );
+                swept.found += 1;
+                queue.add(
+                    key,
+                    Trigger::Relist {
+                        resource: "pod sweep",
+                    },
+                );
+            }
+        }
+        match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+            Some(t) => token = Some(t),
+            None => return Ok(swept),
+        }
+        if crate::runtime::controller::is_quitting(quit) {
+            return Ok(swept);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::immortal::types::{COUNT_FINALIZER, MANAGED_BY_VALUE};
+
+    fn meta(name: &str, finalizer: bool, label: bool) -> types::ObjectMeta {
+        let mut m = types::ObjectMeta {
+            name: name.into(),
+            namespace: "ns".into(),
+            ..Default::default()
+        };
+        if finalizer {
+            m.finalizers = vec!["other".into(), COUNT_FINALIZER.into()];
+        }
+        if label {
+            m.labels
+                .insert(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into());
+        }
+        m
+    }
+
+    #[test]
+    fn only_pods_holding_our_finalizer_that_our_watch_cannot_see_are_queued() {
+        assert_eq!(
+            unseen_holder(&meta("web-immortalpod", true, false)).as_deref(),
+            Some("ns/web")
+        );
+        // Our watch sees it: its own events and the relist take care of it.
+        assert_eq!(unseen_holder(&meta("web-immortalpod", true, true)), None);
+        // Not ours to release.
+        assert_eq!(unseen_holder(&meta("web-immortalpod", false, false)), None);
+        assert_eq!(unseen_holder(&meta("web-other", true, false)), None);
+    }
+
+    #[test]
+    fn a_sweep_reads_every_page_of_metadata_and_queues_what_it_finds() {
+        use crate::kube::types::{Container, Pod, PodSpec};
+        let server =
+            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        let client = crate::testutil::client_of(&server.kubeconfig_path());
+        let pod = |name: &str, finalizer: bool| Pod {
+            metadata: types::ObjectMeta {
+                name: name.into(),
+                finalizers: if finalizer {
+                    vec![COUNT_FINALIZER.into()]
+                } else {
+                    vec![]
+                },
+                ..Default::default()
+            },
+            spec: PodSpec {
+                containers: vec![Container {
+                    name: "acontainer".into(),
+                    image: "nginx".into(),
+                }],
+            },
+            ..Default::default()
+        };
+        // A pod of ours whose label went while the operator was down, and others.
+        client
+            .create_pod("default", &pod("web-immortalpod", true))
+            .unwrap();
+        for i in 0..3 {
+            client
+                .create_pod("default", &pod(&format!("other-{i}"), false))
+                .unwrap();
+        }
+        let queue: Queue<String> = Queue::new();
+        let (_quit_tx, quit) = crossbeam_channel::bounded::<()>(0);
+        let swept = sweep(&client, Some("default"), &queue, &quit).unwrap();
+        assert_eq!((swept.pods, swept.found), (4, 1));
+        assert_eq!(queue.lock_for_tests().0, ["default/web"]);
+    }
+}
