@@ -142,7 +142,36 @@ deploy: ## Deploy CRD, RBAC and the operator (image IMG) to the current cluster
 	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$out"; \
 	$(KUBECTL) apply -f "$$out"
 
-undeploy: ## Remove everything deploy created, CRD and ImmortalContainers included
+# In two steps, so that no pod or namespace is left stuck. First every ImmortalContainer, while
+# the operator still runs: the garbage collector removes their pods, and the operator takes its
+# counting finalizer off any pod that still holds it (a pod created a moment before, or while
+# status could not be written). Then the rest. Deleting everything at once removes the operator,
+# its RBAC and the CRD in the same moment, and a pod still holding the finalizer would then stay
+# Terminating and keep its namespace from going. If the operator is not running (or the pods do
+# not go within UNDEPLOY_TIMEOUT seconds), the finalizer, ours only, is taken off by hand.
+UNDEPLOY_TIMEOUT ?= 120
+COUNT_FINALIZER := immortalcontainer.flugel.it/count-start
+MANAGED_PODS := -l app.kubernetes.io/managed-by=immortal-operator --all-namespaces
+undeploy: ## Remove every ImmortalContainer and its pod, then everything deploy created
+	@set -e; \
+	if $(KUBECTL) get crd immortalcontainers.immortalcontainer.flugel.it >/dev/null 2>&1; then \
+		$(KUBECTL) delete immortalcontainers.immortalcontainer.flugel.it --all --all-namespaces --wait=true; \
+		echo "waiting up to $(UNDEPLOY_TIMEOUT)s for their pods to go"; \
+		i=0; while [ -n "$$($(KUBECTL) get pods $(MANAGED_PODS) -o name)" ]; do \
+			i=$$((i + 1)); \
+			if [ $$i -gt $(UNDEPLOY_TIMEOUT) ]; then \
+				echo "pods still there after $(UNDEPLOY_TIMEOUT)s; taking $(COUNT_FINALIZER) off them"; \
+				$(KUBECTL) get pods $(MANAGED_PODS) \
+					-o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name}{"\n"}{end}' | \
+				while read -r ns pod; do \
+					$(KUBECTL) patch pod -n "$$ns" "$$pod" --type=strategic \
+						-p '{"metadata":{"$$deleteFromPrimitiveList/finalizers":["$(COUNT_FINALIZER)"]}}' || true; \
+				done; \
+				break; \
+			fi; \
+			sleep 1; \
+		done; \
+	fi; \
 	$(KUBECTL) delete -k config/default --ignore-not-found
 
 # The one-file install (kubebuilder's convention): exactly what deploy applies, image IMG

@@ -30,6 +30,7 @@ pub const MANAGED_BY_VALUE: &str = "immortal-operator";
 pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
 pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
 pub const CONTAINER: &str = "acontainer";
+pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
 pub const POD_SUFFIX: &str = "-immortalpod";
 const CRD_NAME: &str = "immortalcontainers.immortalcontainer.flugel.it";
 const CRD_PATH: &str = concat!(
@@ -654,6 +655,17 @@ impl Cluster {
         guard
     }
 
+    /// Cordons `node`, as `kubectl cordon` does, until the guard is dropped (also when the test
+    /// fails).
+    pub fn cordon(&self, node: &str) -> Cordoned {
+        let guard = Cordoned {
+            api: self.api.clone(),
+            nodes: vec![node.to_string()],
+        };
+        set_unschedulable(&self.api, node, true);
+        guard
+    }
+
     /// Waits until the object's Ready condition has `status` and `reason`; returns the object.
     pub fn wait_ready(&self, name: &str, status: &str, reason: &str) -> Value {
         let what = format!("{}/{name} Ready={status} reason {reason}", self.ns);
@@ -1033,6 +1045,9 @@ pub struct Operator {
     extra_args: Vec<String>,
     log: PathBuf,
     runs: u32,
+    /// The harness's own client, and how long the last check may wait (see `Drop`).
+    api: Api,
+    settle: Duration,
 }
 
 impl Operator {
@@ -1062,6 +1077,8 @@ impl Operator {
             extra_args: extra_args.to_vec(),
             log: cluster.dir().join(log_name),
             runs: 0,
+            api: cluster.api.clone(),
+            settle: cluster.timeout(Duration::from_secs(10)),
         };
         op.spawn();
         op
@@ -1167,8 +1184,58 @@ impl Operator {
     }
 }
 
+impl Operator {
+    /// The pods of the operator's namespace that still hold our counting finalizer (whatever
+    /// their labels), `None` when they cannot be listed.
+    fn holding_pods(&self) -> Option<Vec<String>> {
+        let list = self
+            .api
+            .try_request(
+                "GET",
+                &format!("/api/v1/namespaces/{}/pods", self.ns),
+                "",
+                None,
+            )
+            .ok()?;
+        Some(
+            items(list)
+                .iter()
+                .filter(|p| {
+                    p["metadata"]["finalizers"]
+                        .as_array()
+                        .is_some_and(|f| f.iter().any(|f| f == COUNT_FINALIZER))
+                })
+                .map(|p| format!("{} (uid {})", name(p), uid(p)))
+                .collect(),
+        )
+    }
+}
+
 impl Drop for Operator {
     fn drop(&mut self) {
+        // Every scenario ends with no pod held by our finalizer once the operator settled:
+        // nothing of ours may keep a pod (or its namespace) from going.
+        if !std::thread::panicking() && self.child.is_some() {
+            let deadline = Instant::now() + self.settle;
+            let held = loop {
+                match self.holding_pods() {
+                    Some(h) if !h.is_empty() && Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(100))
+                    }
+                    Some(h) => break h,
+                    None => break Vec::new(),
+                }
+            };
+            if !held.is_empty() {
+                self.sigkill();
+                panic!(
+                    "pods of {} still hold {COUNT_FINALIZER} {:?} after the scenario:\n{}",
+                    self.ns,
+                    held,
+                    self.log_tail(40)
+                );
+            }
+        }
         self.sigkill();
         if std::thread::panicking() {
             eprintln!(

@@ -91,6 +91,11 @@ impl Faults {
         self.rules.push((rule, Some(until)));
     }
 
+    /// Ends every failure rule in force, counted or timed.
+    pub fn clear_failures(&mut self) {
+        self.rules.clear();
+    }
+
     /// The injected failure for this request, if a rule matches; uses up one of its count.
     /// Rules are tried in the order they were added.
     pub fn take(&mut self, verb: &str, target: &str) -> Option<ApiError> {

@@ -302,6 +302,12 @@ impl TestServer {
             .add_until(rule, std::time::Instant::now() + duration);
     }
 
+    /// Ends every failure put in force by [`TestServer::fail_next`] or
+    /// [`TestServer::fail_for`]: requests are answered as usual again.
+    pub fn clear_failures(&self) {
+        self.shared.faults().clear_failures();
+    }
+
     /// Freezes every watch stream open now: its connection stays open and it sends nothing,
     /// no event, no bookmark, not even its end, as a watch does whose node or load balancer
     /// vanished without a reset. Watches opened afterwards are served as usual (to make new

@@ -179,11 +179,13 @@ pub enum Error {
     /// The pod changed under every round of one reconcile (taken, freed, retaken). Retried
     /// with backoff rather than spun on.
     Unsettled { pod: String },
-    /// Status could not be written (`source`) while our pod, still held for its count, is
-    /// being deleted. Retried `within` at the latest: by then the pod is let go uncounted
-    /// rather than kept from going (see `counting::HOLD_AT_MOST`).
+    /// Status could not be written (`source`) while our pod holds our finalizer for its count.
+    /// Retried `within` at the latest: a pod being deleted (`deleting`) is let go uncounted by
+    /// then rather than kept from going (see `counting::HOLD_AT_MOST`); any other is counted
+    /// and let go soon after status can be written again (`counting::RECOUNT_AT_MOST`).
     Holding {
         pod: String,
+        deleting: bool,
         within: Duration,
         source: Box<Error>,
     },
@@ -221,11 +223,22 @@ impl fmt::Display for Error {
             }
             Error::Holding {
                 pod,
+                deleting: true,
                 within,
                 source,
             } => write!(
                 f,
                 "{source}; pod {pod} is being deleted and waits on its count: it is let go uncounted in {}s",
+                within.as_secs()
+            ),
+            Error::Holding {
+                pod,
+                deleting: false,
+                within,
+                source,
+            } => write!(
+                f,
+                "{source}; pod {pod} holds our finalizer until it is counted: retried within {}s",
                 within.as_secs()
             ),
         }
@@ -392,18 +405,32 @@ pub fn reconcile<A: Api>(
         return Ok(Next::Done);
     }
     if let Err(e) = written {
-        // A pod someone is deleting waits on our count, and the count cannot be written: hold
-        // it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
-        if let Some(held) = run.release.take().filter(|h| h.deleting) {
-            let waited = books.counting.holding(&held.uid, books.now());
-            if waited < counting::HOLD_AT_MOST {
+        match run.release.take() {
+            // A pod someone is deleting waits on our count, and the count cannot be written:
+            // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
+            Some(held) if held.deleting => {
+                let waited = books.counting.holding(&held.uid, books.now());
+                if waited < counting::HOLD_AT_MOST {
+                    return Err(Error::Holding {
+                        pod: run.pod_name,
+                        deleting: true,
+                        within: counting::HOLD_AT_MOST - waited,
+                        source: Box::new(e),
+                    });
+                }
+                run.let_go_uncounted(&held.uid, &e)?;
+            }
+            // Held, and nobody waits on it yet: try again soon enough that it is let go soon
+            // after status can be written again, whatever the key's back-off has grown to.
+            Some(_) => {
                 return Err(Error::Holding {
                     pod: run.pod_name,
-                    within: counting::HOLD_AT_MOST - waited,
+                    deleting: false,
+                    within: counting::RECOUNT_AT_MOST,
                     source: Box::new(e),
-                });
+                })
             }
-            run.let_go_uncounted(&held.uid, &e)?;
+            None => {}
         }
         synced?;
         return Err(e);

@@ -981,8 +981,12 @@ fn a_status_conflict_is_retried_and_the_retry_does_not_count_twice() {
     let f = fake(ic("web", "nginx"));
     f.fail_next("patch_status", api_err(409, "Conflict"));
     let err = run(&f, "ns/web").unwrap_err();
+    // The new pod holds our finalizer meanwhile: retried soon whatever the back-off.
+    let Error::Holding { source, .. } = err else {
+        panic!("{err}")
+    };
     assert!(matches!(
-        err,
+        *source,
         Error::Transient {
             action: "patch status",
             ..
@@ -1433,7 +1437,13 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     // Status writes are refused (an edited ClusterRole): the pod is made, and held.
     let denied = || api_err(403, "Forbidden");
     f.fail_next("patch_status", denied());
-    assert!(matches!(run(&f, "ns/web"), Err(Error::Denied { .. })));
+    assert!(matches!(
+        run(&f, "ns/web"),
+        Err(Error::Holding {
+            deleting: false,
+            ..
+        })
+    ));
     start_pod(&f);
     let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
     // A person deletes it (kubectl drain): it waits on our finalizer...
@@ -1477,8 +1487,11 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
 fn a_pod_nobody_deletes_keeps_our_finalizer_while_status_cannot_be_written() {
     let f = fake(ic("web", "nginx"));
     for _ in 0..3 {
+        // Held: retried within half a minute however long it has failed, so it is counted
+        // soon after status can be written again.
         f.fail_next("patch_status", api_err(403, "Forbidden"));
-        assert!(run(&f, "ns/web").is_err());
+        let err = run(&f, "ns/web").unwrap_err();
+        assert_eq!(err.retry_within(), Some(counting::RECOUNT_AT_MOST), "{err}");
     }
     assert_eq!(
         f.pod.borrow().as_ref().unwrap().metadata.finalizers.len(),

@@ -1,0 +1,494 @@
+//! End-to-end: day-2 operation. Pods ended on purpose by people and by the cluster (rolling
+//! drains, evictions) are replaced at once and never wait on a back-off they did not earn;
+//! pods that end as soon as they start still back off; refused creates are retried; and our
+//! counting finalizer never keeps a pod from going, whatever happens to its object, its labels
+//! or the operator's status writes. Each scenario runs unchanged on a real cluster
+//! (`IMMORTAL_E2E_KUBECONFIG`); a step that needs the test server says SKIPPED there. Every
+//! scenario ends with the harness checking that no pod of its namespace holds our finalizer.
+
+mod common;
+
+use common::{
+    condition, image, name, reason_message, uid, wait_until, Cluster, Operator, COUNT_FINALIZER,
+};
+use kube_testserver::FailRule;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a pod must run before its end is no longer a quick one (the operator's
+/// `restarts::MIN_RUN`), with a second to spare for the whole-second timestamps it is read from.
+const RAN_LONG: Duration = Duration::from_secs(11);
+
+/// Records every Ready reason an object shows while it lives, polling every 20 ms, so that a
+/// scenario can say which it never showed (a back-off lasts a second at least).
+struct Reasons {
+    seen: Arc<Mutex<BTreeSet<String>>>,
+    stop: Arc<AtomicBool>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Reasons {
+    fn watch(c: &Cluster, ic: &str) -> Reasons {
+        let (api, path) = (
+            c.api.clone(),
+            format!(
+                "/apis/{}/namespaces/{}/immortalcontainers/{ic}",
+                common::GROUP_VERSION,
+                c.ns
+            ),
+        );
+        let seen = Arc::new(Mutex::new(BTreeSet::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (seen.clone(), stop.clone());
+        let handle = thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                if let Ok(obj) = api.get(&path) {
+                    if let Some(r) = condition(&obj, "Ready").and_then(|r| r["reason"].as_str()) {
+                        s.lock().unwrap().insert(r.to_string());
+                    }
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Reasons {
+            seen,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops watching; answers every reason seen.
+    fn stop(mut self) -> BTreeSet<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Waits until `name` converged on a pod other than `old` with `starts` counted.
+fn replaced(c: &Cluster, name: &str, old: &Value, starts: i64) -> Value {
+    let old = uid(old).to_string();
+    c.wait_converged(name, starts, |p| {
+        if uid(p) != old {
+            Ok(())
+        } else {
+            Err("still the old pod".into())
+        }
+    })
+}
+
+/// Force-deletes each new pod of `ic` as soon as it exists until the object reports the
+/// restart back-off; answers how many were deleted.
+fn delete_on_sight_until_backing_off(c: &Cluster, ic: &str) -> i64 {
+    let mut deleted = 0;
+    let mut last = String::new();
+    let end = Instant::now() + c.timeout(Duration::from_secs(30));
+    while Instant::now() < end {
+        if let Some(p) = c.get_pod(&common::pod_name(ic)).expect("get pod") {
+            if uid(&p) != last && p["metadata"]["deletionTimestamp"].is_null() {
+                last = uid(&p).to_string();
+                if c.delete_pod_with_grace(name(&p), uid(&p), Some(0)) {
+                    deleted += 1;
+                }
+            }
+        }
+        if condition(&c.ic(ic), "Ready").is_some_and(|r| r["reason"] == "PodRestartBackOff") {
+            return deleted;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{ic} never reported PodRestartBackOff after {deleted} deletions");
+}
+
+#[test]
+fn a_pod_that_ran_a_while_is_replaced_at_once_even_right_after_quick_replacements() {
+    let c = Cluster::new("ran-long");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    c.wait_converged("web", 1, |_| Ok(()));
+    // A streak of pods deleted as soon as they appear: the operator backs off, and says so.
+    let deleted = delete_on_sight_until_backing_off(&c, "web");
+    let ic = c.ic("web");
+    assert!(
+        ic["status"]["currentPod"].is_null(),
+        "while it waits, status names no pod: {}",
+        ic["status"]
+    );
+    let running = c.wait_converged("web", 1 + deleted, |_| Ok(()));
+    // That pod runs for a while, then is deleted, as a person or a drain would: replaced at
+    // once, the streak before it notwithstanding.
+    thread::sleep(RAN_LONG);
+    let reasons = Reasons::watch(&c, "web");
+    assert!(c.delete_pod_with_grace(name(&running), uid(&running), None));
+    replaced(&c, "web", &running, 2 + deleted);
+    let seen = reasons.stop();
+    assert!(
+        !seen.contains("PodRestartBackOff"),
+        "the replacement waited on a back-off it did not earn: {seen:?}"
+    );
+}
+
+#[test]
+fn a_rolling_drain_of_several_nodes_never_waits_on_a_back_off() {
+    let c = Cluster::new("rolling-drain");
+    if let Some(server) = c.test_server() {
+        server.add_node("node-1");
+        server.add_node("node-2");
+    }
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let mut pod = c.wait_converged("web", 1, |_| Ok(()));
+    let reasons = Reasons::watch(&c, "web");
+    // `kubectl drain` of each node in turn: cordon it, evict its pods, and once the
+    // replacement runs elsewhere (after it has run for a while, as drains go), the next. With a
+    // single node, the node is uncordoned for the replacement to be scheduled.
+    let single = c.schedulable_nodes().len() < 2;
+    for step in 0..3 {
+        thread::sleep(RAN_LONG);
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .expect("scheduled")
+            .to_string();
+        let cordoned = c.cordon(&node);
+        c.evict_pod(name(&pod));
+        if single {
+            c.wait_ready("web", "False", "PodUnschedulable");
+            drop(cordoned);
+            pod = replaced(&c, "web", &pod, 2 + step);
+        } else {
+            pod = replaced(&c, "web", &pod, 2 + step);
+            assert_ne!(pod["spec"]["nodeName"], node.as_str());
+            drop(cordoned);
+        }
+    }
+    let seen = reasons.stop();
+    assert!(
+        !seen.contains("PodRestartBackOff"),
+        "a drain step waited on a back-off: {seen:?}"
+    );
+}
+
+#[test]
+fn a_pod_that_fails_as_soon_as_it_starts_still_backs_off() {
+    let c = Cluster::new("fails-at-once");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    c.wait_converged("web", 1, |_| Ok(()));
+    // Each new pod gets a one-second activeDeadlineSeconds: the kubelet fails it a second after
+    // it started (phase Failed, DeadlineExceeded), again and again.
+    let mut failed = BTreeSet::new();
+    let end = Instant::now() + c.timeout(Duration::from_secs(40));
+    let backing_off = loop {
+        assert!(
+            Instant::now() < end,
+            "never backed off; {} pods failed",
+            failed.len()
+        );
+        if let Some(p) = c.get_pod(&common::pod_name("web")).expect("get pod") {
+            let live = p["metadata"]["deletionTimestamp"].is_null();
+            if live && p["spec"]["activeDeadlineSeconds"].is_null() {
+                // The pod may be gone (or going) by the time the patch lands: then it is not
+                // one of ours to fail.
+                let patched = c.api.merge_patch(
+                    &format!("/api/v1/namespaces/{}/pods/{}", c.ns, name(&p)),
+                    &json!({"metadata": {"uid": uid(&p)}, "spec": {"activeDeadlineSeconds": 1}}),
+                );
+                match patched {
+                    Ok(_) => {
+                        failed.insert(uid(&p).to_string());
+                    }
+                    Err(e) if matches!(e.code(), Some(404 | 409 | 422)) => {}
+                    Err(e) => panic!("cannot patch pod {}: {e}", name(&p)),
+                }
+            }
+        }
+        let ic = c.ic("web");
+        if condition(&ic, "Ready").is_some_and(|r| r["reason"] == "PodRestartBackOff") {
+            break ic;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let msg = reason_message(&backing_off);
+    assert!(
+        msg.contains("ended") && msg.contains("after it started"),
+        "{msg}"
+    );
+    assert!(msg.contains("the next one is created at"), "{msg}");
+    // Left alone, a pod comes and stays; every start counted once.
+    let pod = wait_until(
+        c.timeout(Duration::from_secs(60)),
+        "a pod nobody fails",
+        || match c
+            .get_pod(&common::pod_name("web"))
+            .map_err(|e| e.to_string())?
+        {
+            Some(p) if !failed.contains(uid(&p)) => Ok(p),
+            _ => Err("none yet".into()),
+        },
+    );
+    let starts = 1 + failed.len() as i64;
+    c.wait_converged("web", starts, |p| {
+        if uid(p) == uid(&pod) {
+            Ok(())
+        } else {
+            Err("another pod".into())
+        }
+    });
+}
+
+#[test]
+fn a_create_refused_by_pod_security_is_retried_and_made_soon_after_the_refusal_is_lifted() {
+    let c = Cluster::new("refused-403");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let first = c.wait_converged("web", 1, |_| Ok(()));
+    c.label_namespace("pod-security.kubernetes.io/enforce", Some("restricted"));
+    assert!(c.delete_pod_with_grace(name(&first), uid(&first), Some(0)));
+    let ic = c.wait_ready("web", "False", "PodCreateFailed");
+    assert!(
+        reason_message(&ic).contains("PodSecurity"),
+        "{}",
+        reason_message(&ic)
+    );
+    assert!(ic["status"]["currentPod"].is_null(), "{}", ic["status"]);
+    // Refused for a few seconds: the tries back off 1, 2, 4 s...
+    thread::sleep(Duration::from_secs(3));
+    c.label_namespace("pod-security.kubernetes.io/enforce", None);
+    let lifted = Instant::now();
+    replaced(&c, "web", &first, 2);
+    // ...so the pod comes within the back-off reached, not at the queue's pace (which grows
+    // to 1000 s) or never (a 422, before).
+    let took = lifted.elapsed();
+    assert!(took < c.timeout(Duration::from_secs(10)), "{took:?}");
+}
+
+/// While the returned guard lives, the operator's status writes are refused (test server:
+/// every PATCH of an ImmortalContainer's status answers 403). `None` (after SKIPPED) on a
+/// real cluster.
+fn refuse_status_writes<'c>(c: &'c Cluster, scenario: &str) -> Option<impl Drop + 'c> {
+    let server = c.test_server_or_skip(scenario)?;
+    server.fail_for(
+        FailRule {
+            status: 403,
+            verb: Some("patch".into()),
+            path_contains: Some("/status".into()),
+            ..FailRule::default()
+        },
+        Duration::from_secs(3600),
+    );
+    struct Lifted<'a>(&'a kube_testserver::TestServer);
+    impl Drop for Lifted<'_> {
+        fn drop(&mut self) {
+            self.0.clear_failures();
+        }
+    }
+    Some(Lifted(server))
+}
+
+/// Whether the pod (by name, whatever its labels) exists and holds our finalizer.
+fn holds_our_finalizer(c: &Cluster, pod: &str) -> bool {
+    c.get_pod(pod).expect("get pod").is_some_and(|p| {
+        p["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == COUNT_FINALIZER))
+    })
+}
+
+/// Creates `ic` while status writes are refused: its pod is made and holds our finalizer,
+/// uncounted.
+fn held_pod(c: &Cluster, ic: &str) -> Value {
+    c.create_ic(ic, &image());
+    let pod = common::pod_name(ic);
+    wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "a pod holding our finalizer",
+        || match holds_our_finalizer(c, &pod) {
+            true => Ok(()),
+            false => Err("not yet".into()),
+        },
+    );
+    c.get_pod(&pod).unwrap().unwrap()
+}
+
+fn wait_gone(c: &Cluster, pod: &str) {
+    wait_until(
+        c.timeout(Duration::from_secs(30)),
+        &format!("pod {pod} to go"),
+        || match c.get_pod(pod).map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!(
+                "still there: finalizers {}",
+                p["metadata"]["finalizers"]
+            )),
+        },
+    );
+}
+
+#[test]
+fn the_object_deleted_while_its_pod_waits_to_be_counted_lets_the_pod_go() {
+    let c = Cluster::new("deleted-mid-count");
+    let _op = Operator::start(&c);
+    let Some(refused) = refuse_status_writes(&c, "deleted-mid-count refuses status writes") else {
+        return;
+    };
+    let pod = held_pod(&c, "web");
+    c.delete_ic("web");
+    drop(refused);
+    wait_gone(&c, name(&pod));
+}
+
+#[test]
+fn an_orphaning_delete_of_the_object_lets_its_held_pod_go_and_keeps_it() {
+    let c = Cluster::new("orphaned");
+    let _op = Operator::start(&c);
+    let Some(refused) = refuse_status_writes(&c, "orphaned refuses status writes") else {
+        return;
+    };
+    let pod = held_pod(&c, "web");
+    // kubectl delete ic web --cascade=orphan
+    c.api
+        .delete(
+            &format!(
+                "/apis/{}/namespaces/{}/immortalcontainers/web",
+                common::GROUP_VERSION,
+                c.ns
+            ),
+            Some(&json!({"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Orphan"})),
+        )
+        .expect("delete with orphan");
+    wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "the orphan to be let go",
+        || match c.get_pod(name(&pod)).map_err(|e| e.to_string())? {
+            Some(p) if !holds_our_finalizer(&c, name(&p)) => Ok(p),
+            Some(p) => Err(format!("{}", p["metadata"])),
+            None => Err("the orphan is gone; it should have been kept".into()),
+        },
+    );
+    drop(refused);
+    // Orphaned on purpose: the pod lives on, none of ours any more.
+    let kept = c.get_pod(name(&pod)).unwrap().expect("kept");
+    assert_eq!(uid(&kept), uid(&pod));
+}
+
+#[test]
+fn a_held_pod_that_lost_our_label_while_the_operator_was_down_is_found_and_let_go() {
+    let c = Cluster::new("label-lost-down");
+    let mut op = Operator::start(&c);
+    let Some(refused) = refuse_status_writes(&c, "label-lost-down refuses status writes") else {
+        return;
+    };
+    let pod = held_pod(&c, "web");
+    op.sigkill();
+    drop(refused);
+    // While the operator is down: our label goes (our watch will never see the pod again),
+    // then the object (the garbage collector deletes the pod, which our finalizer holds).
+    c.patch_pod(
+        name(&pod),
+        &json!({"metadata": {"labels": {common::MANAGED_BY: null}}}),
+    );
+    c.delete_ic("web");
+    thread::sleep(Duration::from_millis(500));
+    assert!(
+        holds_our_finalizer(&c, name(&pod)),
+        "held while we are down"
+    );
+    op.restart();
+    wait_gone(&c, name(&pod));
+    assert!(op.log_says("swept every pod's metadata for our finalizer"));
+}
+
+#[test]
+fn a_pod_deleted_while_status_writes_are_refused_goes_within_a_minute_uncounted_and_said() {
+    let c = Cluster::new("status-refused-long");
+    let _op = Operator::start(&c);
+    let Some(refused) = refuse_status_writes(&c, "status-refused-long refuses status writes")
+    else {
+        return;
+    };
+    let pod = held_pod(&c, "web");
+    // A person (or a drain) deletes it; the count cannot be written: held a minute at most.
+    let deleted = Instant::now();
+    assert!(c.delete_pod_with_grace(name(&pod), uid(&pod), None));
+    wait_until(
+        c.timeout(Duration::from_secs(90)),
+        "the deleted pod to be let go",
+        || match c.get_pod(name(&pod)).map_err(|e| e.to_string())? {
+            Some(p) if uid(&p) == uid(&pod) => Err("still held".into()),
+            _ => Ok(()),
+        },
+    );
+    eprintln!("let go {:?} after its deletion", deleted.elapsed());
+    let events = c
+        .api
+        .get(&format!("/api/v1/namespaces/{}/events", c.ns))
+        .expect("events");
+    let said = events["items"].as_array().into_iter().flatten().any(|e| {
+        e["reason"] == "StartsNotCounted"
+            && e["message"].as_str().is_some_and(|m| m.contains(uid(&pod)))
+    });
+    assert!(said, "no StartsNotCounted Event names the pod");
+    drop(refused);
+    // Status can be written again: the replacement, made meanwhile and held, is counted (the
+    // lost start is not) within half a minute, whatever its retries' back-off grew to.
+    let counted = wait_until(
+        c.timeout(Duration::from_secs(45)),
+        "the replacement to be counted",
+        || c.converged("web", 1),
+    );
+    assert_ne!(uid(&counted), uid(&pod));
+}
+
+#[test]
+fn counting_resumes_without_a_restart_once_the_crd_is_upgraded() {
+    let c = Cluster::new("crd-upgraded");
+    let Some(_server) = c.test_server_or_skip("crd-upgraded replaces the cluster-wide CRD") else {
+        return;
+    };
+    // A CRD older than the operator: its status schema knows neither lastCountedPodUID nor
+    // observedGeneration nor podPhase.
+    let mut old = c.crd();
+    let status = &mut old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        ["status"]["properties"];
+    for f in ["lastCountedPodUID", "observedGeneration", "podPhase"] {
+        status.as_object_mut().unwrap().remove(f);
+    }
+    c.apply_crd(&old);
+    let op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let first = wait_until(c.timeout(Duration::from_secs(30)), "a running pod", || {
+        let ic = c.ic("web");
+        match condition(&ic, "Ready") {
+            Some(r) if r["reason"] == "PodRunning" => Ok(ic),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert!(first["status"]["lastCountedPodUID"].is_null());
+    // `make install`: the current CRD. Counting resumes by itself: the pod running now is
+    // adopted, not counted (it may have been counted before the field was lost).
+    c.apply_crd(&c.crd());
+    let before = first["status"]["startTimes"].as_i64().unwrap_or(0);
+    let pod = wait_until(
+        c.timeout(Duration::from_secs(40)),
+        "counting to resume",
+        || {
+            let ic = c.ic("web");
+            match ic["status"]["lastCountedPodUID"].as_str() {
+                Some(_) => Ok(ic),
+                None => Err("not yet".into()),
+            }
+        },
+    );
+    assert_eq!(pod["status"]["startTimes"].as_i64().unwrap_or(0), before);
+    assert!(op.log_says("counted again"), "{}", op.log_tail(20));
+    // From now on every start counts.
+    let running = c.wait_converged("web", before, |_| Ok(()));
+    assert!(c.delete_pod_with_grace(name(&running), uid(&running), Some(0)));
+    replaced(&c, "web", &running, before + 1);
+}
