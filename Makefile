@@ -153,7 +153,8 @@ build-installer: ## Write dist/install.yaml (CRD, RBAC, Deployment of image IMG)
 	@set -e; mkdir -p dist; tmp=$$(mktemp dist/.install.yaml.XXXXXX); trap 'rm -f "$$tmp"' EXIT; \
 	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$tmp"; \
 	chmod 644 "$$tmp"; mv "$$tmp" dist/install.yaml; \
-	echo 'wrote dist/install.yaml with image $(IMG)'
+	img=$$(sed -n 's/^[ -]*image: *\([^ ].*\)$$/\1/p' dist/install.yaml | head -n 1); \
+	echo "wrote dist/install.yaml with image $${img:-(none: the render named no image)}"
 
 docker-build: ## Build the operator image IMG
 	$(CONTAINER_TOOL) build -t $(IMG) .
