@@ -37,7 +37,10 @@ pub fn run(args: &TraceArgs) -> ExitCode {
                      (end it with Ctrl-D); to read a file, pass --log FILE"
                 );
             }
-            (Box::new(BufReader::new(stdin.lock())), "standard input".into())
+            (
+                Box::new(BufReader::new(stdin.lock())),
+                "standard input".into(),
+            )
         }
     };
     let t = timeline(input, &args.object);
@@ -85,7 +88,10 @@ struct Pending {
 /// Builds the timeline of `object` from the operator's log lines, text or JSON. Lines in
 /// neither format (a panic, a shell's echo), or about other objects, are skipped.
 pub fn timeline(input: impl BufRead, object: &str) -> Timeline {
-    let mut out = String::new();
+    // (when it began, its text): a reconcile is known whole only at its outcome, so entries are
+    // put in time order at the end, where a line logged meanwhile (its Event) would otherwise
+    // come first.
+    let mut entries: Vec<(String, String)> = Vec::new();
     let mut open: HashMap<String, Pending> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
     let (mut found, mut understood, mut read) = (0, 0, 0);
@@ -103,7 +109,8 @@ pub fn timeline(input: impl BufRead, object: &str) -> Timeline {
         let ts = s("ts");
         let Some(id) = v.get("reconcile_id").map(render) else {
             // Not part of a reconcile (an Event, a watch decision): show it on its own.
-            let _ = writeln!(out, "{ts}  {} {}{}", s("level"), s("msg"), fields(&v));
+            let text = format!("{ts}  {} {}{}\n", s("level"), s("msg"), fields(&v));
+            entries.push((ts, text));
             continue;
         };
         let p = open.entry(id.clone()).or_insert_with(|| {
@@ -127,11 +134,7 @@ pub fn timeline(input: impl BufRead, object: &str) -> Timeline {
                 } else {
                     p.trigger
                 };
-                let _ = writeln!(
-                    out,
-                    "{}  reconcile {id}  triggered by: {trigger}",
-                    p.started
-                );
+                let mut out = format!("{}  reconcile {id}  triggered by: {trigger}\n", p.started);
                 for step in &p.steps {
                     let _ = writeln!(out, "    {step}");
                 }
@@ -143,6 +146,7 @@ pub fn timeline(input: impl BufRead, object: &str) -> Timeline {
                     let _ = write!(outcome, "; next look in {} ms", s("requeue_after_ms"));
                 }
                 let _ = writeln!(out, "    {outcome} ({} ms)", s("elapsed_ms"));
+                entries.push((p.started, out));
             }
             msg => {
                 let action = v
@@ -157,22 +161,21 @@ pub fn timeline(input: impl BufRead, object: &str) -> Timeline {
     // Reconciles the log ends in the middle of (the operator was killed).
     for id in order {
         if let Some(p) = open.remove(&id) {
-            let _ = writeln!(
-                out,
-                "{}  reconcile {id}  triggered by: {}",
+            let mut out = format!(
+                "{}  reconcile {id}  triggered by: {}\n",
                 p.started, p.trigger
             );
             for step in &p.steps {
                 let _ = writeln!(out, "    {step}");
             }
-            let _ = writeln!(
-                out,
-                "    → no outcome logged (the operator stopped during this reconcile)"
-            );
+            out.push_str("    → no outcome logged (the operator stopped during this reconcile)\n");
+            entries.push((p.started, out));
         }
     }
+    // Stable: what began in the same millisecond stays in log order.
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
     Timeline {
-        text: out,
+        text: entries.into_iter().map(|(_, text)| text).collect(),
         found,
         understood,
         read,
@@ -384,6 +387,17 @@ immortal-operator: a line that is not a log line
     }
 
     #[test]
+    fn a_line_logged_during_a_reconcile_comes_after_it_in_the_timeline() {
+        let log = "2026-11-22T03:12:00.001Z INFO  reconcile: created pod reconcile_id=1-4 object=ns/a action=create_pod cause=deleted\n\
+                   2026-11-22T03:12:00.002Z INFO  events: recorded event object=ns/a action=create_event reason=PodReplaced type=Normal result=success\n\
+                   2026-11-22T03:12:00.002Z INFO  reconcile: reconciled reconcile_id=1-4 object=ns/a trigger=\"pod DELETED rv=21\" result=success elapsed_ms=0.9\n";
+        let text = timeline(log.as_bytes(), "ns/a").text;
+        let reconcile = text.find("reconcile 1-4").expect("the reconcile");
+        let event = text.find("recorded event").expect("the event");
+        assert!(reconcile < event, "{text}");
+    }
+
+    #[test]
     fn text_fields_are_read_back_as_the_logger_quoted_them() {
         let line = r#"2026-11-22T03:12:00.004Z WARN  reconcile: reconcile failed: see error reconcile_id=1-2 object=ns/a error="api error 500: \"boom\" at a=b\ttab" empty="" n=3"#;
         let m = parse_text(line).expect("a text line");
@@ -407,7 +421,10 @@ immortal-operator: a line that is not a log line
         let kvs: [(&str, Kv); 4] = [
             ("object", Kv::from("ns/web")),
             ("trigger", Kv::from("pod DELETED rv=9 gone")),
-            ("error", Kv::from("quote \" backslash \\ newline \n bell \u{7}")),
+            (
+                "error",
+                Kv::from("quote \" backslash \\ newline \n bell \u{7}"),
+            ),
             ("elapsed_ms", Kv::from(2.5f64)),
         ];
         let record = log::Record::builder()

@@ -606,7 +606,12 @@ mod tests {
                  "fieldPath": ".metadata.name", "reason": "FieldValueForbidden"},
                 {"rule": "self.metadata.name.size() <= 2", "message": "still too long"}]});
         let mut causes = Vec::new();
-        rule_causes(&schema, &json!({"metadata": {"name": "abcd"}}), "<nil>", &mut causes);
+        rule_causes(
+            &schema,
+            &json!({"metadata": {"name": "abcd"}}),
+            "<nil>",
+            &mut causes,
+        );
         let got: Vec<_> = causes
             .iter()
             .map(|c| (c.reason.as_str(), c.field.as_str(), c.message.as_str()))
@@ -614,7 +619,11 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("FieldValueForbidden", "metadata.name", "Forbidden: too long"),
+                (
+                    "FieldValueForbidden",
+                    "metadata.name",
+                    "Forbidden: too long"
+                ),
                 (
                     "FieldValueInvalid",
                     "<nil>",
