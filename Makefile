@@ -11,9 +11,20 @@ ARGS ?=
 
 # Where cargo puts binaries: honour CARGO_TARGET_DIR as cargo does.
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
-DEMO_DIR := .demo
+# The demo's files: kubeconfig, pids, logs (tests point it elsewhere).
+DEMO_DIR ?= .demo
 DEMO_KUBECTL := $(KUBECTL) --kubeconfig $(DEMO_DIR)/kubeconfig
+# The demo operator's probe and metrics listeners: this machine only, on ports the kernel picks
+# (printed once bound), so that a port another program holds cannot take the demo down.
+DEMO_PROBE_ADDR ?= 127.0.0.1:0
+DEMO_METRICS_ADDR ?= 127.0.0.1:0
+# How long make demo waits for both processes to be up and the sample to have its pod.
+DEMO_WAIT ?= 60
 SAMPLE := config/samples/immortalcontainer.yaml
+
+# `alive PID` in a recipe: the process runs. A zombie (exited, not yet reaped by whoever
+# inherited it) does not count, so a dead demo process is never reported running.
+ALIVE = alive() { s=$$(ps -o stat= -p "$$1" 2>/dev/null); [ -n "$$s" ] && [ "$${s\#Z}" = "$$s" ]; };
 
 .DEFAULT_GOAL := help
 .PHONY: help build build-static test run demo demo-stop install uninstall render deploy undeploy \
@@ -62,18 +73,20 @@ run: ## Run the operator locally with $KUBECONFIG or ~/.kube/config (none: make 
 
 demo: ## Start the test API server and the operator in the background, create the sample
 	@mkdir -p $(DEMO_DIR)
-	@if [ -f $(DEMO_DIR)/server.pid ] && kill -0 "$$(cat $(DEMO_DIR)/server.pid)" 2>/dev/null; then \
-		echo 'a demo is already running: make demo-stop first'; exit 1; \
-	fi
+	@$(ALIVE) for p in server operator; do \
+		if [ -f $(DEMO_DIR)/$$p.pid ] && alive "$$(cat $(DEMO_DIR)/$$p.pid)"; then \
+			echo 'a demo is already running in $(DEMO_DIR): make demo-stop first'; exit 1; \
+		fi; \
+	done
 	$(CARGO) build --release -p immortal-operator -p kube-testserver
 	@# A stale kubeconfig from an earlier run must not be mistaken for the new server's.
-	@rm -f $(DEMO_DIR)/kubeconfig
+	@rm -f $(DEMO_DIR)/kubeconfig $(DEMO_DIR)/server.pid $(DEMO_DIR)/operator.pid
 	nohup $(TARGET_DIR)/release/kube-testserver --dir $(DEMO_DIR) \
 		--crd config/crd/immortalcontainers.yaml > $(DEMO_DIR)/server.log 2>&1 & \
 		echo $$! > $(DEMO_DIR)/server.pid
 	@# The server writes its kubeconfig once it is listening; wait for it (at most 30s).
-	@i=0; until [ -s $(DEMO_DIR)/kubeconfig ]; do \
-		if ! kill -0 "$$(cat $(DEMO_DIR)/server.pid)" 2>/dev/null; then \
+	@$(ALIVE) i=0; until [ -s $(DEMO_DIR)/kubeconfig ]; do \
+		if ! alive "$$(cat $(DEMO_DIR)/server.pid)"; then \
 			echo 'kube-testserver exited; $(DEMO_DIR)/server.log says:'; \
 			tail -n 20 $(DEMO_DIR)/server.log; rm -f $(DEMO_DIR)/server.pid; exit 1; \
 		fi; \
@@ -84,7 +97,16 @@ demo: ## Start the test API server and the operator in the background, create th
 		fi; \
 		sleep 0.2; \
 	done
-	nohup $(TARGET_DIR)/release/immortal-operator --kubeconfig $(DEMO_DIR)/kubeconfig $(ARGS) \
+	@# Loopback listeners and plain-HTTP metrics (nothing but this machine can reach them),
+	@# unless ARGS says otherwise.
+	@flags=; \
+	case ' $(ARGS)' in *' --health-probe-bind-address'*) ;; \
+		*) flags="$$flags --health-probe-bind-address $(DEMO_PROBE_ADDR)" ;; esac; \
+	case ' $(ARGS)' in *' --metrics-bind-address'*) ;; \
+		*) flags="$$flags --metrics-bind-address $(DEMO_METRICS_ADDR)" ;; esac; \
+	case ' $(ARGS)' in *' --metrics-secure'*) ;; *) flags="$$flags --metrics-secure=false" ;; esac; \
+	echo "nohup $(TARGET_DIR)/release/immortal-operator --kubeconfig $(DEMO_DIR)/kubeconfig$$flags $(ARGS) > $(DEMO_DIR)/operator.log 2>&1 &"; \
+	nohup $(TARGET_DIR)/release/immortal-operator --kubeconfig $(DEMO_DIR)/kubeconfig $$flags $(ARGS) \
 		> $(DEMO_DIR)/operator.log 2>&1 & \
 		echo $$! > $(DEMO_DIR)/operator.pid
 	@# Retried briefly: the kubeconfig can appear a moment before the server answers.
@@ -97,26 +119,63 @@ demo: ## Start the test API server and the operator in the background, create th
 		fi; \
 		sleep 1; \
 	done
-	@echo
-	@echo 'The demo is running: kube-testserver (pid '"$$(cat $(DEMO_DIR)/server.pid)"'),' \
-		'immortal-operator (pid '"$$(cat $(DEMO_DIR)/operator.pid)"').'
-	@echo 'Watch it work:'
-	@echo '  $(DEMO_KUBECTL) get ic,pods'
-	@echo '  $(DEMO_KUBECTL) delete pod example-immortalpod   # comes back; STARTS goes up'
-	@echo '  $(DEMO_KUBECTL) get ic,pods'
-	@echo '  tail -f $(DEMO_DIR)/operator.log'
-	@echo 'Stop it: make demo-stop'
+	@# Running means: both processes alive and the sample's pod made by the operator. Say so
+	@# only then; otherwise say why, from the log of what died, and stop what was started.
+	@$(ALIVE) i=0; while :; do \
+		for p in server operator; do \
+			if ! alive "$$(cat $(DEMO_DIR)/$$p.pid)"; then \
+				echo "the demo's $$p exited; the end of $(DEMO_DIR)/$$p.log:"; \
+				tail -n 20 $(DEMO_DIR)/$$p.log | sed 's/^/  /'; \
+				$(MAKE) --no-print-directory demo-stop >/dev/null; exit 1; \
+			fi; \
+		done; \
+		pod=$$($(DEMO_KUBECTL) get -f $(SAMPLE) -o 'jsonpath={.status.currentPod}' 2>/dev/null); \
+		if [ -n "$$pod" ] && $(DEMO_KUBECTL) get pod "$$pod" >/dev/null 2>&1; then break; fi; \
+		i=$$((i + 1)); \
+		if [ $$i -ge $$(( $(DEMO_WAIT) * 2 )) ]; then \
+			echo "the sample has no pod after $(DEMO_WAIT)s (status.currentPod: '$$pod');" \
+				'the end of $(DEMO_DIR)/operator.log:'; \
+			tail -n 20 $(DEMO_DIR)/operator.log | sed 's/^/  /'; \
+			$(MAKE) --no-print-directory demo-stop >/dev/null; exit 1; \
+		fi; \
+		sleep 0.5; \
+	done
+	@bound() { sed -n "s/.*serving $$1.*address[=\":]*\([0-9.]*:[0-9]*\).*/\1/p" $(DEMO_DIR)/operator.log | head -n 1; }; \
+	probes=$$(bound probes); metrics=$$(bound metrics); \
+	echo; \
+	echo "The demo is running: kube-testserver (pid $$(cat $(DEMO_DIR)/server.pid))," \
+		"immortal-operator (pid $$(cat $(DEMO_DIR)/operator.pid)); the sample's pod is" \
+		"$$($(DEMO_KUBECTL) get -f $(SAMPLE) -o 'jsonpath={.status.currentPod}')."; \
+	[ -z "$$probes" ] || echo "Probes: curl http://$$probes/readyz"; \
+	[ -z "$$metrics" ] || echo "Metrics: curl http://$$metrics/metrics"; \
+	echo 'Watch it work:'; \
+	echo '  $(DEMO_KUBECTL) get ic,pods'; \
+	echo '  $(DEMO_KUBECTL) delete pod example-immortalpod   # comes back; STARTS goes up'; \
+	echo '  $(DEMO_KUBECTL) get ic,pods'; \
+	echo '  tail -f $(DEMO_DIR)/operator.log'; \
+	echo '  $(TARGET_DIR)/release/immortal-operator trace default/example --log $(DEMO_DIR)/operator.log'; \
+	echo 'Stop it: make demo-stop'
 
-demo-stop: ## Stop the demo's operator and test API server
-	@# Only signal a pid that still runs one of our binaries, never a process that reused it.
-	@for p in operator server; do \
+demo-stop: ## Stop the demo's operator and test API server, and remove their kubeconfig
+	@# Only signal a pid that still runs one of our binaries, never a process that reused it;
+	@# wait for it to end (the operator takes up to 7 s), and SIGKILL what outlives 15 s.
+	@$(ALIVE) for p in operator server; do \
 		f=$(DEMO_DIR)/$$p.pid; [ -f $$f ] || continue; pid=$$(cat $$f); \
 		case "$$(ps -p "$$pid" -o comm= 2>/dev/null)" in \
-		*immortal-oper*|*kube-testserv*) kill "$$pid" && echo "stopped $$p (pid $$pid)" ;; \
+		*immortal-oper*|*kube-testserv*) \
+			kill "$$pid" 2>/dev/null; i=0; \
+			while alive "$$pid" && [ $$i -lt 75 ]; do sleep 0.2; i=$$((i + 1)); done; \
+			if alive "$$pid"; then kill -9 "$$pid" 2>/dev/null; echo "killed $$p (pid $$pid)"; \
+			else echo "stopped $$p (pid $$pid)"; fi ;; \
 		*) echo "$$p (pid $$pid) was not running" ;; \
 		esac; \
 		rm -f $$f; \
 	done
+	@# The kubeconfig and certificates belong to a server that is gone; the logs stay for trace.
+	@rm -f $(DEMO_DIR)/kubeconfig $(DEMO_DIR)/ca.crt $(DEMO_DIR)/tls.crt $(DEMO_DIR)/tls.key
+	@if [ -f $(DEMO_DIR)/operator.log ]; then \
+		echo 'removed $(DEMO_DIR)/kubeconfig; kept $(DEMO_DIR)/operator.log and $(DEMO_DIR)/server.log'; \
+	fi
 
 install: ## Install the CRD into the cluster of the current kubeconfig
 	$(KUBECTL) apply -k config/crd
@@ -182,7 +241,8 @@ build-installer: ## Write dist/install.yaml (CRD, RBAC, Deployment of image IMG)
 	@set -e; mkdir -p dist; tmp=$$(mktemp dist/.install.yaml.XXXXXX); trap 'rm -f "$$tmp"' EXIT; \
 	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$tmp"; \
 	chmod 644 "$$tmp"; mv "$$tmp" dist/install.yaml; \
-	echo 'wrote dist/install.yaml with image $(IMG)'
+	img=$$(sed -n 's/^[ -]*image: *\([^ ].*\)$$/\1/p' dist/install.yaml | head -n 1); \
+	echo "wrote dist/install.yaml with image $${img:-(none: the render named no image)}"
 
 docker-build: ## Build the operator image IMG
 	$(CONTAINER_TOOL) build -t $(IMG) .

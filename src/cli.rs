@@ -110,18 +110,32 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print one object's reconciliation history from the operator's JSON logs.
+    /// Print one object's reconciliation history from the operator's logs (text or JSON).
     Trace(TraceArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct TraceArgs {
     /// The object, as NAMESPACE/NAME.
-    #[arg(value_name = "NAMESPACE/NAME")]
+    #[arg(value_name = "NAMESPACE/NAME", value_parser = parse_object)]
     pub object: String,
-    /// JSON log file to read (default: standard input).
+    /// Log file to read, as the operator wrote it, text or JSON (default: standard input).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+}
+
+/// `NAMESPACE/NAME`: every log line names its object that way, so a bare name would match
+/// nothing, and saying why beats an empty answer.
+fn parse_object(s: &str) -> Result<String, String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(s.to_string())
+        }
+        _ => Err(format!(
+            "want NAMESPACE/NAME, e.g. default/{}",
+            s.trim_matches('/').rsplit('/').next().unwrap_or("example")
+        )),
+    }
 }
 
 /// `15s`, `2m`, `500ms`, `1h`, or plain seconds.
@@ -381,6 +395,28 @@ mod tests {
         assert!(parse(&["--watch-idle-timeout", "500ms"])
             .unwrap_err()
             .contains("--watch-idle-timeout"));
+    }
+
+    #[test]
+    fn trace_wants_a_namespace_and_a_name() {
+        let object = |args: &[&str]| {
+            Args::try_parse_from(["immortal-operator", "trace"].iter().chain(args))
+                .map(|a| match a.command {
+                    Some(Command::Trace(t)) => t.object,
+                    None => unreachable!(),
+                })
+                .map_err(|e| (e.exit_code(), e.to_string()))
+        };
+        assert_eq!(object(&["default/example"]).unwrap(), "default/example");
+        for bad in ["example", "/example", "default/", "a/b/c"] {
+            let (code, msg) = object(&[bad]).unwrap_err();
+            assert_eq!(code, 2, "{bad}");
+            assert!(msg.contains("want NAMESPACE/NAME"), "{bad}: {msg}");
+        }
+        assert!(object(&["example"])
+            .unwrap_err()
+            .1
+            .contains("default/example"));
     }
 
     #[test]

@@ -415,10 +415,15 @@ fn start_workers(
 /// kubeconfig, refused credentials or a missing CRD end the program with a message that says
 /// which. Unreachable servers and a CRD not yet established are retried for a while, since both
 /// happen briefly when a cluster and the operator are deployed together.
+///
+/// One WARN line says what is wrong and that it is retried; further attempts that fail the same
+/// way log at DEBUG, a different failure WARNs again, and giving up is the caller's one message.
+/// (A line per attempt, each with the error twice, was six lines saying one thing.)
 fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     let path = format!("/apis/{GROUP}/{VERSION}");
     let deadline = Instant::now() + PREFLIGHT_PATIENCE;
     let mut backoff = Backoff::new();
+    let mut warned: Option<String> = None;
     loop {
         let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
         let err = match attempt.get_path::<serde_json::Value>(&path) {
@@ -426,7 +431,8 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
             Err(e) => e,
         };
         let server = &client.config().server;
-        let msg = match &err {
+        // What is wrong, without the error itself: it goes into the `error` field once.
+        let what = match &err {
             e if e.is_unauthorized() => {
                 return Err(format!("the API server at {server} refused our credentials (401 Unauthorized); check the kubeconfig user"))
             }
@@ -436,12 +442,26 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
                  (install it with `make install` or `kubectl apply -k config/crd`)"
             ),
             client::Error::Credentials(e) => return Err(format!("cannot get credentials: {e}")),
-            e => format!("cannot reach the API server at {server}: {e}"),
+            _ => format!("cannot reach the API server at {server}"),
         };
         if Instant::now() >= deadline {
-            return Err(msg);
+            let patience = PREFLIGHT_PATIENCE.as_secs();
+            return Err(if err.is_not_found() {
+                format!("{what} (waited {patience}s)")
+            } else {
+                format!("{what} (tried for {patience}s): {err}")
+            });
         }
-        log::warn!(target: "controller", error = err.to_string().as_str(); "{msg}; retrying");
+        let error = err.to_string();
+        if warned.as_deref() == Some(what.as_str()) {
+            log::debug!(target: "controller", error = error.as_str(); "{what}; retrying");
+        } else {
+            log::warn!(
+                target: "controller", error = error.as_str();
+                "{what}; retrying for up to {}s", PREFLIGHT_PATIENCE.as_secs()
+            );
+            warned = Some(what);
+        }
         let wait = backoff
             .next_delay()
             .min(deadline.saturating_duration_since(Instant::now()));

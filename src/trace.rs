@@ -1,22 +1,25 @@
 //! `immortal-operator trace NAMESPACE/NAME`: one object's reconciliation history, read back from
-//! the operator's JSON logs, as a timeline a person can read.
+//! the operator's logs, text (the default `--log-format`) or JSON, as a timeline a person can
+//! read.
 //!
 //! Every log line about an object carries `object=NAMESPACE/NAME`, and every line of one
 //! reconcile carries its `reconcile_id`; this groups them: what triggered each reconcile, the
-//! API writes it made, its outcome and the next requeue.
+//! API writes it made, its outcome and the next requeue. Each line is read in whichever of the
+//! two formats it is in (`runtime/logging.rs` writes both), so a log a person redirected with
+//! the defaults traces as well as one a collector gathered.
 
 use crate::cli::TraceArgs;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::process::ExitCode;
 
 /// Runs the subcommand.
 pub fn run(args: &TraceArgs) -> ExitCode {
-    let input: Box<dyn BufRead> = match &args.log {
+    let (input, source): (Box<dyn BufRead>, String) = match &args.log {
         Some(path) => match std::fs::File::open(path) {
-            Ok(f) => Box::new(BufReader::new(f)),
+            Ok(f) => (Box::new(BufReader::new(f)), path.display().to_string()),
             Err(e) => {
                 eprintln!(
                     "immortal-operator trace: cannot open {}: {e}",
@@ -25,19 +28,54 @@ pub fn run(args: &TraceArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
         },
-        None => Box::new(BufReader::new(std::io::stdin().lock())),
+        None => {
+            let stdin = std::io::stdin();
+            // A person who typed the command without --log would otherwise see nothing happen.
+            if stdin.is_terminal() {
+                eprintln!(
+                    "immortal-operator trace: reading the operator's log from standard input \
+                     (end it with Ctrl-D); to read a file, pass --log FILE"
+                );
+            }
+            (
+                Box::new(BufReader::new(stdin.lock())),
+                "standard input".into(),
+            )
+        }
     };
-    let (text, found) = timeline(input, &args.object);
+    let t = timeline(input, &args.object);
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    if found == 0 {
-        eprintln!(
-            "immortal-operator trace: no log line mentions {} (the operator must log with --log-format json)",
-            args.object
-        );
-        return ExitCode::from(1);
+    let _ = out.write_all(t.text.as_bytes());
+    if t.found > 0 {
+        return ExitCode::SUCCESS;
     }
-    ExitCode::SUCCESS
+    if t.understood == 0 {
+        eprintln!(
+            "immortal-operator trace: no log line mentions {}: {source} holds no operator log \
+             lines ({} lines read; trace reads what immortal-operator writes, text or JSON)",
+            args.object, t.read
+        );
+    } else {
+        eprintln!(
+            "immortal-operator trace: no log line mentions {} ({} operator log lines read from \
+             {source}, none about it; is the namespace right?)",
+            args.object, t.understood
+        );
+    }
+    ExitCode::from(1)
+}
+
+/// What reading a log found.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// The timeline, one reconcile (or lone line) after another.
+    pub text: String,
+    /// Lines about the object.
+    pub found: usize,
+    /// Lines in a format the operator writes, about any object or none.
+    pub understood: usize,
+    /// Lines read.
+    pub read: usize,
 }
 
 /// One reconcile being assembled.
@@ -47,17 +85,22 @@ struct Pending {
     steps: Vec<String>,
 }
 
-/// Builds the timeline of `object` from JSON log lines; returns it and how many lines matched.
-/// Lines that are not JSON, or about other objects, are skipped.
-pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
-    let mut out = String::new();
+/// Builds the timeline of `object` from the operator's log lines, text or JSON. Lines in
+/// neither format (a panic, a shell's echo), or about other objects, are skipped.
+pub fn timeline(input: impl BufRead, object: &str) -> Timeline {
+    // (when it began, its text): a reconcile is known whole only at its outcome, so entries are
+    // put in time order at the end, where a line logged meanwhile (its Event) would otherwise
+    // come first.
+    let mut entries: Vec<(String, String)> = Vec::new();
     let mut open: HashMap<String, Pending> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
-    let mut found = 0;
+    let (mut found, mut understood, mut read) = (0, 0, 0);
     for line in input.lines().map_while(Result::ok) {
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+        read += 1;
+        let Some(v) = parse_line(&line) else {
             continue;
         };
+        understood += 1;
         if v.get("object").and_then(Value::as_str) != Some(object) {
             continue;
         }
@@ -66,7 +109,8 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
         let ts = s("ts");
         let Some(id) = v.get("reconcile_id").map(render) else {
             // Not part of a reconcile (an Event, a watch decision): show it on its own.
-            let _ = writeln!(out, "{ts}  {} {}{}", s("level"), s("msg"), fields(&v));
+            let text = format!("{ts}  {} {}{}\n", s("level"), s("msg"), fields(&v));
+            entries.push((ts, text));
             continue;
         };
         let p = open.entry(id.clone()).or_insert_with(|| {
@@ -90,11 +134,7 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
                 } else {
                     p.trigger
                 };
-                let _ = writeln!(
-                    out,
-                    "{}  reconcile {id}  triggered by: {trigger}",
-                    p.started
-                );
+                let mut out = format!("{}  reconcile {id}  triggered by: {trigger}\n", p.started);
                 for step in &p.steps {
                     let _ = writeln!(out, "    {step}");
                 }
@@ -106,6 +146,7 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
                     let _ = write!(outcome, "; next look in {} ms", s("requeue_after_ms"));
                 }
                 let _ = writeln!(out, "    {outcome} ({} ms)", s("elapsed_ms"));
+                entries.push((p.started, out));
             }
             msg => {
                 let action = v
@@ -120,21 +161,139 @@ pub fn timeline(input: impl BufRead, object: &str) -> (String, usize) {
     // Reconciles the log ends in the middle of (the operator was killed).
     for id in order {
         if let Some(p) = open.remove(&id) {
-            let _ = writeln!(
-                out,
-                "{}  reconcile {id}  triggered by: {}",
+            let mut out = format!(
+                "{}  reconcile {id}  triggered by: {}\n",
                 p.started, p.trigger
             );
             for step in &p.steps {
                 let _ = writeln!(out, "    {step}");
             }
-            let _ = writeln!(
-                out,
-                "    → no outcome logged (the operator stopped during this reconcile)"
-            );
+            out.push_str("    → no outcome logged (the operator stopped during this reconcile)\n");
+            entries.push((p.started, out));
         }
     }
-    (out, found)
+    // Stable: what began in the same millisecond stays in log order.
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Timeline {
+        text: entries.into_iter().map(|(_, text)| text).collect(),
+        found,
+        understood,
+        read,
+    }
+}
+
+/// One log line as fields (`ts`, `level`, `target`, `msg` and the line's own), if it is in a
+/// format the operator writes: a JSON object with `ts` and `msg`, or a text line.
+fn parse_line(line: &str) -> Option<Value> {
+    let line = line.trim_end();
+    if line.starts_with('{') {
+        let v: Value = serde_json::from_str(line).ok()?;
+        return (v.get("ts").is_some() && v.get("msg").is_some()).then_some(v);
+    }
+    parse_text(line).map(Value::Object)
+}
+
+/// A text line as `runtime/logging.rs` writes it:
+/// `TS LEVEL target: message key=value key="quoted value"`, values quoted (Rust string
+/// syntax) when they hold a space, a quote or `=`, or are empty.
+fn parse_text(line: &str) -> Option<Map<String, Value>> {
+    let (ts, rest) = line.trim_end_matches(['\n', '\r']).split_once(' ')?;
+    // 2026-11-22T03:12:00.001Z
+    let looks_like_ts = ts.len() >= 20
+        && ts.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+        && ts.as_bytes()[10] == b'T'
+        && ts.ends_with('Z');
+    if !looks_like_ts {
+        return None;
+    }
+    let rest = rest.trim_start();
+    let (level, rest) = rest.split_once(' ')?;
+    if !matches!(level, "ERROR" | "WARN" | "INFO" | "DEBUG" | "TRACE") {
+        return None;
+    }
+    let (target, rest) = rest.trim_start().split_once(": ")?;
+    if target.is_empty() || target.contains(' ') {
+        return None;
+    }
+    let mut m = Map::new();
+    m.insert("ts".into(), ts.into());
+    m.insert("level".into(), level.into());
+    m.insert("target".into(), target.into());
+    // The message is free text; the fields are the longest run of ` key=value` at its end. The
+    // first place from which the rest of the line reads as fields, and nothing else, is it.
+    let mut msg_end = rest.len();
+    let mut fields = Vec::new();
+    for (i, _) in rest.match_indices(' ') {
+        if let Some(f) = parse_fields(&rest[i..]) {
+            msg_end = i;
+            fields = f;
+            break;
+        }
+    }
+    m.insert("msg".into(), rest[..msg_end].into());
+    for (k, v) in fields {
+        m.insert(k, v.into());
+    }
+    Some(m)
+}
+
+/// `s` as a sequence of ` key=value` pairs and nothing else.
+fn parse_fields(mut s: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    while !s.is_empty() {
+        s = s.strip_prefix(' ')?;
+        let eq = s.find('=')?;
+        let key = &s[..eq];
+        let key_ok = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !key_ok {
+            return None;
+        }
+        s = &s[eq + 1..];
+        let value;
+        (value, s) = if s.starts_with('"') {
+            unquote(s)?
+        } else {
+            let end = s.find(' ').unwrap_or(s.len());
+            let v = &s[..end];
+            if v.is_empty() || v.contains(['"', '=']) {
+                return None;
+            }
+            (v.to_string(), &s[end..])
+        };
+        out.push((key.to_string(), value));
+    }
+    Some(out)
+}
+
+/// A Rust-quoted string (`{:?}` of a `str`) at the start of `s`: its value and what follows.
+fn unquote(s: &str) -> Option<(String, &str)> {
+    let mut out = String::new();
+    let mut chars = s.char_indices().skip(1);
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, &s[i + 1..])),
+            '\\' => match chars.next()?.1 {
+                'n' => out.push('\n'),
+                'r' => out.push('\r'),
+                't' => out.push('\t'),
+                '0' => out.push('\0'),
+                'u' => {
+                    // \u{1f}
+                    let rest = &s[chars.next()?.0..];
+                    let close = rest.find('}')?;
+                    let code = u32::from_str_radix(rest.get(1..close)?, 16).ok()?;
+                    out.push(char::from_u32(code)?);
+                    for _ in 0..close {
+                        chars.next();
+                    }
+                }
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
 }
 
 /// The fields worth showing in a step: everything but the bookkeeping ones.
@@ -182,10 +341,10 @@ not json at all
 
     #[test]
     fn groups_one_objects_lines_by_reconcile_with_trigger_writes_and_outcome() {
-        let (text, found) = timeline(LOG.as_bytes(), "demo/web");
-        assert_eq!(found, 5);
+        let t = timeline(LOG.as_bytes(), "demo/web");
+        assert_eq!((t.found, t.understood, t.read), (5, 6, 7));
         assert_eq!(
-            text,
+            t.text,
             "2026-11-22T03:12:00.001Z  reconcile ab-7  triggered by: pod DELETED rv=970\n\
              \x20   create_pod: cause=deleted pod=web-immortalpod uid=u2\n\
              \x20   patch_status: start_times=2\n\
@@ -195,8 +354,104 @@ not json at all
         );
     }
 
+    /// The same story as `LOG`, as the operator writes it by default (`--log-format text`).
+    const TEXT_LOG: &str = r#"2026-11-22T03:12:00.001Z DEBUG reconcile: reconciling reconcile_id=ab-7 object=demo/web trigger="pod DELETED rv=970"
+2026-11-22T03:12:00.002Z INFO  reconcile: created pod reconcile_id=ab-7 object=demo/web action=create_pod pod=web-immortalpod uid=u2 cause=deleted
+immortal-operator: a line that is not a log line
+2026-11-22T03:12:00.002Z INFO  reconcile: reconciled reconcile_id=ab-8 object=demo/other trigger=relist result=success elapsed_ms=1
+2026-11-22T03:12:00.003Z INFO  reconcile: updated status reconcile_id=ab-7 object=demo/web action=patch_status start_times=2
+2026-11-22T03:12:00.004Z INFO  reconcile: reconciled reconcile_id=ab-7 object=demo/web trigger="pod DELETED rv=970" result=success elapsed_ms=3.1
+2026-11-22T03:13:00.000Z DEBUG reconcile: reconciling reconcile_id=ab-9 object=demo/web trigger="immortalcontainer MODIFIED rv=990"
+"#;
+
     #[test]
-    fn an_object_never_logged_yields_nothing() {
-        assert_eq!(timeline(LOG.as_bytes(), "demo/none").1, 0);
+    fn the_default_text_format_traces_as_json_does() {
+        let text = timeline(TEXT_LOG.as_bytes(), "demo/web");
+        let json = timeline(LOG.as_bytes(), "demo/web");
+        assert_eq!(text.text, json.text);
+        assert_eq!((text.found, text.understood, text.read), (5, 6, 7));
+    }
+
+    #[test]
+    fn a_text_line_at_info_alone_still_makes_a_reconcile() {
+        // The default level: no DEBUG "reconciling" line; the outcome carries the trigger.
+        let log = "2026-11-22T03:12:00.004Z INFO  reconcile: reconciled reconcile_id=1-2 object=ns/a trigger=\"immortalcontainer ADDED rv=7\" result=success elapsed_ms=0.4\n\
+                   2026-11-22T03:12:00.005Z INFO  events: recorded event object=ns/a action=create_event reason=PodCreated type=Normal result=success\n";
+        let t = timeline(log.as_bytes(), "ns/a");
+        assert_eq!(
+            t.text,
+            "2026-11-22T03:12:00.004Z  reconcile 1-2  triggered by: immortalcontainer ADDED rv=7\n\
+             \x20   → success (0.4 ms)\n\
+             2026-11-22T03:12:00.005Z  INFO recorded event reason=PodCreated result=success type=Normal\n"
+        );
+    }
+
+    #[test]
+    fn a_line_logged_during_a_reconcile_comes_after_it_in_the_timeline() {
+        let log = "2026-11-22T03:12:00.001Z INFO  reconcile: created pod reconcile_id=1-4 object=ns/a action=create_pod cause=deleted\n\
+                   2026-11-22T03:12:00.002Z INFO  events: recorded event object=ns/a action=create_event reason=PodReplaced type=Normal result=success\n\
+                   2026-11-22T03:12:00.002Z INFO  reconcile: reconciled reconcile_id=1-4 object=ns/a trigger=\"pod DELETED rv=21\" result=success elapsed_ms=0.9\n";
+        let text = timeline(log.as_bytes(), "ns/a").text;
+        let reconcile = text.find("reconcile 1-4").expect("the reconcile");
+        let event = text.find("recorded event").expect("the event");
+        assert!(reconcile < event, "{text}");
+    }
+
+    #[test]
+    fn text_fields_are_read_back_as_the_logger_quoted_them() {
+        let line = r#"2026-11-22T03:12:00.004Z WARN  reconcile: reconcile failed: see error reconcile_id=1-2 object=ns/a error="api error 500: \"boom\" at a=b\ttab" empty="" n=3"#;
+        let m = parse_text(line).expect("a text line");
+        assert_eq!(m["level"], "WARN");
+        assert_eq!(m["target"], "reconcile");
+        assert_eq!(m["msg"], "reconcile failed: see error");
+        assert_eq!(m["error"], "api error 500: \"boom\" at a=b\ttab");
+        assert_eq!(m["empty"], "");
+        assert_eq!(m["n"], "3");
+        // A line without fields is all message.
+        let m = parse_text("2026-11-22T03:12:00.004Z INFO  controller: stopped").unwrap();
+        assert_eq!(m["msg"], "stopped");
+        assert!(parse_text("not a log line").is_none());
+        assert!(parse_text("2026-11-22T03:12:00.004Z NOTICE x: y").is_none());
+    }
+
+    #[test]
+    fn the_logger_s_own_text_lines_parse_back_to_their_fields() {
+        use crate::runtime::logging::{render, Format};
+        use log::kv::Value as Kv;
+        let kvs: [(&str, Kv); 4] = [
+            ("object", Kv::from("ns/web")),
+            ("trigger", Kv::from("pod DELETED rv=9 gone")),
+            (
+                "error",
+                Kv::from("quote \" backslash \\ newline \n bell \u{7}"),
+            ),
+            ("elapsed_ms", Kv::from(2.5f64)),
+        ];
+        let record = log::Record::builder()
+            .args(format_args!("reconcile failed"))
+            .level(log::Level::Info)
+            .target("immortal_operator::reconcile")
+            .key_values(&kvs)
+            .build();
+        let line = render(Format::Text, std::time::SystemTime::now(), &record);
+        let m = parse_text(&line).unwrap_or_else(|| panic!("not parsed: {line}"));
+        assert_eq!(m["msg"], "reconcile failed");
+        assert_eq!(m["object"], "ns/web");
+        assert_eq!(m["trigger"], "pod DELETED rv=9 gone");
+        assert_eq!(m["error"], "quote \" backslash \\ newline \n bell \u{7}");
+        assert_eq!(m["elapsed_ms"], "2.5");
+    }
+
+    #[test]
+    fn an_object_never_logged_yields_nothing_but_the_lines_are_counted() {
+        let t = timeline(LOG.as_bytes(), "demo/none");
+        assert_eq!((t.found, t.understood), (0, 6));
+        assert!(t.text.is_empty());
+    }
+
+    #[test]
+    fn a_file_that_is_no_operator_log_is_told_apart() {
+        let t = timeline("hello\n{\"not\": \"ours\"}\n".as_bytes(), "demo/web");
+        assert_eq!((t.found, t.understood, t.read), (0, 0, 2));
     }
 }

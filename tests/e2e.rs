@@ -167,14 +167,27 @@ fn name_of_64_gets_a_pod_and_names_over_241_or_images_with_spaces_are_refused_at
 
     // The CRD's CEL rules answer at once, with why: no object is made whose pod cannot be.
     for (ic, img, why) in [
-        (dotted_name(253), image(), "at most 241 characters"),
-        (dotted_name(242), image(), "at most 241 characters"),
+        // Each at the field it is about, as kubectl shows it (the rules' fieldPath).
+        (
+            dotted_name(253),
+            image(),
+            "metadata.name: Forbidden: must be at most 241 characters",
+        ),
+        (
+            dotted_name(242),
+            image(),
+            "metadata.name: Forbidden: must be at most 241 characters",
+        ),
         (
             "spaces".to_string(),
             "nginx latest".to_string(),
-            "without spaces",
+            "spec.image: Forbidden: must be an image reference, without spaces",
         ),
-        ("blank".to_string(), " ".to_string(), "without spaces"),
+        (
+            "blank".to_string(),
+            " ".to_string(),
+            "spec.image: Forbidden: must be an image reference, without spaces",
+        ),
     ] {
         match c.try_create_ic(&ic, &img) {
             Err(e) if e.code() == Some(422) => {

@@ -582,6 +582,21 @@ fn the_installer_holds_every_object_of_config_default_in_apply_order_with_the_im
 
     let deployment = the_one(&objs, "Deployment");
     assert_eq!(str_at(&containers(deployment)[0], &["image"]), Some(img));
+    assert!(
+        out.contains(&format!("wrote dist/install.yaml with image {img}\n")),
+        "{out}"
+    );
+
+    // An IMG without a tag gets :latest, and the message says the image written, not IMG.
+    let (ok, out, err) = make_build_installer(&dir, "registry.example.com/op", &kubectl);
+    assert!(ok, "make build-installer failed:\n{out}{err}");
+    let objs = documents(&dir.join("dist/install.yaml"));
+    let image = str_at(&containers(the_one(&objs, "Deployment"))[0], &["image"]);
+    assert_eq!(image, Some("registry.example.com/op:latest"));
+    assert!(
+        out.contains("wrote dist/install.yaml with image registry.example.com/op:latest\n"),
+        "{out}"
+    );
     let _ = fs::remove_dir_all(&dir);
 }
 

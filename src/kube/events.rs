@@ -4,7 +4,11 @@
 //! [`DEDUP_WINDOW`] bumps `count` and `lastTimestamp` of the existing Event instead of creating
 //! another, and a per-object token bucket (burst 25, one more every 5 minutes, client-go's
 //! spam filter) keeps a hot error from flooding the API server. Events are best effort: a
-//! failed write is logged at DEBUG and dropped, never retried in a loop.
+//! failed write is logged and dropped, never retried in a loop.
+//!
+//! Every Event written is an API write, so it gets an INFO line (the level contract in
+//! `runtime/logging.rs`): what a restarted operator did shows at the default level. A write
+//! refused with 403 is a WARN, as RBAC is for a person to fix.
 
 use crate::kube::client::{Client, Resource};
 use crate::kube::types::{Event, EventSource, ObjectMeta, ObjectReference, MAX_NAME_LEN};
@@ -222,7 +226,8 @@ pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, insta
     for p in rx {
         let now = util::now_rfc3339();
         let object = format!("{}/{}", p.namespace, p.name);
-        let result = match book.decide(&p, Instant::now()) {
+        let kind = if p.note.warning { "Warning" } else { "Normal" };
+        let (action, result) = match book.decide(&p, Instant::now()) {
             Decision::Drop => {
                 log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event rate-limited, dropped");
                 continue;
@@ -245,7 +250,7 @@ pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, insta
                     },
                     reason: p.note.reason.into(),
                     message: p.note.message.clone(),
-                    type_: if p.note.warning { "Warning" } else { "Normal" }.into(),
+                    type_: kind.into(),
                     source: EventSource {
                         component: component.into(),
                     },
@@ -256,24 +261,31 @@ pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, insta
                     reporting_instance: instance.clone(),
                 };
                 // The answer is not needed: IgnoredAny checks it is JSON without building it.
-                client
+                let result = client
                     .create::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &event)
-                    .map(drop)
+                    .map(drop);
+                ("create_event", result)
             }
             Decision::Bump { name, count, first } => {
                 let patch =
                     json!({ "count": count, "lastTimestamp": now, "firstTimestamp": first });
-                client
+                let result = client
                     .merge_patch::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &name, &patch)
-                    .map(drop)
+                    .map(drop);
+                ("bump_event", result)
             }
         };
         match result {
             Ok(()) => {
-                log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event recorded")
+                log::info!(target: "events", object = object.as_str(), action = action, reason = p.note.reason, type = kind, result = "success"; "recorded event")
             }
             Err(e) => {
-                log::debug!(target: "events", object = object.as_str(), reason = p.note.reason, error = e.to_string().as_str(); "event not recorded")
+                let level = if e.is_forbidden() {
+                    log::Level::Warn
+                } else {
+                    log::Level::Info
+                };
+                log::log!(target: "events", level, object = object.as_str(), action = action, reason = p.note.reason, type = kind, result = "error", error = e.to_string().as_str(); "event not recorded")
             }
         }
     }

@@ -106,6 +106,9 @@ impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
             let _ = write!(self.0, "{n}");
         } else if let Some(n) = value.to_i64() {
             let _ = write!(self.0, "{n}");
+        } else if let Some(n) = value.to_f64().filter(|n| n.is_finite()) {
+            // Rust prints a finite f64 without an exponent: always a JSON number.
+            let _ = write!(self.0, "{n}");
         } else if let Some(b) = value.to_bool() {
             let _ = write!(self.0, "{b}");
         } else {
@@ -168,6 +171,29 @@ mod tests {
         assert_eq!(v["reconcile_id"], 7);
         assert_eq!(v["ready"], true);
         assert_eq!(v["error"], "api error 500: \"boom\"");
+    }
+
+    #[test]
+    fn durations_are_numbers_in_json_and_plain_in_text() {
+        let kvs: [(&str, Value); 2] = [
+            ("elapsed_ms", Value::from(3.1f64)),
+            ("requeue_after_ms", Value::from(5000u64)),
+        ];
+        let record = log::Record::builder()
+            .args(format_args!("reconciled"))
+            .level(log::Level::Info)
+            .target("reconcile")
+            .key_values(&kvs)
+            .build();
+        let json = render(Format::Json, UNIX_EPOCH, &record);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["elapsed_ms"], 3.1);
+        assert_eq!(v["requeue_after_ms"], 5000);
+        let text = render(Format::Text, UNIX_EPOCH, &record);
+        assert!(
+            text.ends_with(" elapsed_ms=3.1 requeue_after_ms=5000\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -391,8 +391,18 @@ pub fn holds(rule: &Expr, this: &Value) -> Result<bool, String> {
     }
 }
 
+/// The `reason`s a rule may give (Kubernetes 1.28+), as kube-apiserver lists them.
+const REASONS: [&str; 4] = [
+    "FieldValueDuplicate",
+    "FieldValueForbidden",
+    "FieldValueInvalid",
+    "FieldValueRequired",
+];
+
 /// Checks, when a CRD is written, that every rule in `schema` is one the test server can
 /// evaluate; the others are refused, as kube-apiserver refuses a rule that does not compile.
+/// A rule's `reason` must be one of [`REASONS`] and its `fieldPath` must name a field the
+/// schema declares below the rule, as kube-apiserver 1.28 checks (`.a.b` paths only here).
 pub fn compile_rules(schema: &Value, field: &str, causes: &mut Vec<crate::status::Cause>) {
     if let Some(rules) = schema["x-kubernetes-validations"].as_array() {
         for (i, r) in rules.iter().enumerate() {
@@ -403,6 +413,25 @@ pub fn compile_rules(schema: &Value, field: &str, causes: &mut Vec<crate::status
                     &format!("{rule:?}"),
                     &format!("compilation failed: the test server evaluates a small CEL subset only (testserver/src/cel.rs): {e}"),
                 ));
+            }
+            if let Some(reason) = r["reason"].as_str() {
+                if !REASONS.contains(&reason) {
+                    let supported = REASONS.map(|r| format!("{r:?}")).join(", ");
+                    causes.push(crate::status::Cause::not_supported(
+                        &format!("{field}.x-kubernetes-validations[{i}].reason"),
+                        &format!("{reason:?}"),
+                        &supported,
+                    ));
+                }
+            }
+            if let Some(path) = r["fieldPath"].as_str() {
+                if field_path(schema, path).is_none() {
+                    causes.push(crate::status::Cause::invalid(
+                        &format!("{field}.x-kubernetes-validations[{i}].fieldPath"),
+                        &format!("{path:?}"),
+                        "fieldPath must be a valid path",
+                    ));
+                }
             }
         }
     }
@@ -427,19 +456,36 @@ pub fn compile_rules(schema: &Value, field: &str, causes: &mut Vec<crate::status
     }
 }
 
-/// The causes `value` earns from the rules of its schema node: for a rule that does not hold,
-/// `FIELD: Invalid value: "TYPE": MESSAGE`, as kube-apiserver reports it (the value shown is
-/// the schema's type; the field `<nil>` at the root).
+/// `fieldPath` (`.a.b`) as the field path it reports (`a.b`), if it names properties the
+/// schema declares; `None` otherwise, as kube-apiserver's `ValidFieldPath` refuses a path to
+/// anything undeclared (so a rule on the root can name `.metadata.name` only once the schema
+/// declares `metadata.properties.name`).
+fn field_path(schema: &Value, path: &str) -> Option<String> {
+    let mut node = schema;
+    let mut names = Vec::new();
+    for name in path.strip_prefix('.')?.split('.') {
+        node = node["properties"].get(name)?;
+        names.push(name);
+    }
+    Some(names.join("."))
+}
+
+/// The causes `value` earns from the rules of its schema node, as kube-apiserver reports a
+/// rule that does not hold: at `field` (`<nil>` at the root), or at the rule's `fieldPath`
+/// below it; with its `reason`, `FIELD: Invalid value: "TYPE": MESSAGE` by default (the value
+/// shown is the type of the rule's schema node, even with a `fieldPath`), `FIELD: Forbidden:
+/// MESSAGE`, `FIELD: Required value: MESSAGE` or `FIELD: Duplicate value: "TYPE"`.
 pub fn rule_causes(
     schema: &Value,
     value: &Value,
     field: &str,
     causes: &mut Vec<crate::status::Cause>,
 ) {
+    use crate::status::Cause;
     let Some(rules) = schema["x-kubernetes-validations"].as_array() else {
         return;
     };
-    let type_ = schema["type"].as_str().unwrap_or("object");
+    let type_ = format!("{:?}", schema["type"].as_str().unwrap_or("object"));
     for r in rules {
         let rule = r["rule"].as_str().unwrap_or("");
         let message = r["message"]
@@ -450,13 +496,27 @@ pub fn rule_causes(
         let detail = match verdict {
             Ok(true) => continue,
             Ok(false) => message,
-            Err(e) => format!("{e} evaluating rule: {rule}"),
+            Err(e) => {
+                // Not the rule's verdict but a failure to reach one: always Invalid, at the node.
+                causes.push(Cause::invalid(
+                    field,
+                    &type_,
+                    &format!("{e} evaluating rule: {rule}"),
+                ));
+                continue;
+            }
         };
-        causes.push(crate::status::Cause::invalid(
-            field,
-            &format!("{type_:?}"),
-            &detail,
-        ));
+        let at = match r["fieldPath"].as_str().and_then(|p| field_path(schema, p)) {
+            Some(sub) if field == "<nil>" => sub,
+            Some(sub) => format!("{field}.{sub}"),
+            None => field.to_string(),
+        };
+        causes.push(match r["reason"].as_str() {
+            Some("FieldValueForbidden") => Cause::forbidden(&at, &detail),
+            Some("FieldValueRequired") => Cause::required(&at, &detail),
+            Some("FieldValueDuplicate") => Cause::duplicate(&at, &type_),
+            _ => Cause::invalid(&at, &type_, &detail),
+        });
     }
 }
 
@@ -535,6 +595,69 @@ mod tests {
             &mut causes,
         );
         assert!(causes.is_empty(), "{causes:?}");
+    }
+
+    #[test]
+    fn a_field_path_and_reason_say_where_and_how_a_rule_refuses() {
+        let schema = json!({"type": "object",
+            "properties": {"metadata": {"type": "object", "properties": {"name": {"type": "string"}}}},
+            "x-kubernetes-validations": [
+                {"rule": "self.metadata.name.size() <= 3", "message": "too long",
+                 "fieldPath": ".metadata.name", "reason": "FieldValueForbidden"},
+                {"rule": "self.metadata.name.size() <= 2", "message": "still too long"}]});
+        let mut causes = Vec::new();
+        rule_causes(
+            &schema,
+            &json!({"metadata": {"name": "abcd"}}),
+            "<nil>",
+            &mut causes,
+        );
+        let got: Vec<_> = causes
+            .iter()
+            .map(|c| (c.reason.as_str(), c.field.as_str(), c.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "FieldValueForbidden",
+                    "metadata.name",
+                    "Forbidden: too long"
+                ),
+                (
+                    "FieldValueInvalid",
+                    "<nil>",
+                    "Invalid value: \"object\": still too long"
+                ),
+            ]
+        );
+        // Nested, the path is below the rule's own field.
+        let spec = json!({"type": "object", "properties": {"image": {"type": "string"}},
+            "x-kubernetes-validations": [{"rule": "!self.image.contains(' ')", "message": "m",
+                "fieldPath": ".image"}]});
+        let mut causes = Vec::new();
+        rule_causes(&spec, &json!({"image": "a b"}), "spec", &mut causes);
+        assert_eq!(causes[0].field, "spec.image");
+        assert_eq!(causes[0].message, "Invalid value: \"object\": m");
+    }
+
+    #[test]
+    fn a_field_path_to_an_undeclared_field_or_an_unknown_reason_is_refused() {
+        // As kube-apiserver: `.metadata.name` needs metadata.properties.name in the schema.
+        let schema = json!({"type": "object", "properties": {"metadata": {"type": "object"}},
+            "x-kubernetes-validations": [{"rule": "self.metadata.name.size() <= 3",
+                "fieldPath": ".metadata.name", "reason": "FieldValueTooLong"}]});
+        let mut causes = Vec::new();
+        compile_rules(&schema, "s", &mut causes);
+        let fields: Vec<_> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "s.x-kubernetes-validations[0].reason",
+                "s.x-kubernetes-validations[0].fieldPath"
+            ]
+        );
+        assert!(causes[1].message.contains("fieldPath must be a valid path"));
     }
 
     #[test]

@@ -30,21 +30,30 @@ struct Args {
     /// grace 300 ms). The pods still show the grace period that was asked for.
     #[arg(long, default_value_t = 1.0)]
     grace_scale: f64,
+    /// Multiplies the kubelet's restart and image-pull back-offs (10 s doubling to 5 min; 1 =
+    /// real time). Their messages ("back-off 10s restarting failed container") always name the
+    /// unscaled back-off, so only at 1 do they say what a person sees happen.
+    #[arg(long, default_value_t = 1.0)]
+    backoff_scale: f64,
 }
 
 fn main() {
     let args = Args::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    if !(args.grace_scale.is_finite() && args.grace_scale >= 0.0) {
-        eprintln!(
-            "kube-testserver: --grace-scale must be a number >= 0, not {}",
-            args.grace_scale
-        );
-        std::process::exit(2);
+    for (flag, scale) in [
+        ("--grace-scale", args.grace_scale),
+        ("--backoff-scale", args.backoff_scale),
+    ] {
+        if !(scale.is_finite() && scale >= 0.0) {
+            eprintln!("kube-testserver: {flag} must be a number >= 0, not {scale}");
+            std::process::exit(2);
+        }
     }
-    // A person watching the demo sees grace periods in real time, unlike the tests.
+    // A person watching the demo sees grace periods and back-offs in real time, unlike the
+    // tests: a crash-looping pod that says "back-off 5m0s" has waited five minutes.
     let kubelet = (!args.no_kubelet).then(|| kube_testserver::KubeletOptions {
         grace_scale: args.grace_scale,
+        backoff_scale: args.backoff_scale,
         ..kube_testserver::KubeletOptions::default()
     });
     let opts = kube_testserver::Options {

@@ -10,7 +10,8 @@ use std::time::Duration;
 pub enum Behaviour {
     /// Runs until stopped; exits 0 shortly after SIGTERM (`registry.k8s.io/pause:3.9`, nginx...).
     RunsUntilStopped,
-    /// The image cannot be pulled: ErrImagePull, then ImagePullBackOff (`...does-not-exist...`).
+    /// The image cannot be pulled: ErrImagePull, then ImagePullBackOff (`...does-not-exist...`,
+    /// or a version of nginx, busybox or pause that was never published, such as `nginx:9.99`).
     PullFails,
     /// Exits 0 as soon as it starts: busybox's default command is `sh`, which ends at once
     /// without a terminal, so with `restartPolicy: Always` it crash-loops (`busybox`, any
@@ -20,12 +21,23 @@ pub enum Behaviour {
     IgnoresSigterm,
 }
 
+/// Repositories whose published versions the runtime knows, with the newest major version each
+/// has: a version tag past it (`nginx:2`, `nginx:9.99`) is one the registry does not have, so
+/// on a real node its pull fails with NotFound. Other tags (`latest`, `1.27`, `1.36-musl`) and
+/// other repositories, whose versions it cannot know, run.
+const PUBLISHED_MAJORS: [(&str, u64); 3] = [
+    ("docker.io/library/nginx", 1),
+    ("docker.io/library/busybox", 1),
+    ("registry.k8s.io/pause", 3),
+];
+
 impl Behaviour {
-    /// The behaviour of `image`. A reference naming `does-not-exist` anywhere fails to pull; one
-    /// naming `ignore-sigterm` ignores SIGTERM; one whose repository's last path segment is
-    /// `busybox` exits at once; everything else runs until stopped.
+    /// The behaviour of `image`. A reference naming `does-not-exist` anywhere, or a version of a
+    /// repository in [`PUBLISHED_MAJORS`] that was never published, fails to pull; one naming
+    /// `ignore-sigterm` ignores SIGTERM; one whose repository's last path segment is `busybox`
+    /// exits at once; everything else runs until stopped.
     pub fn of(image: &str) -> Behaviour {
-        if image.contains("does-not-exist") {
+        if image.contains("does-not-exist") || !published(image) {
             return Behaviour::PullFails;
         }
         if image.contains("ignore-sigterm") {
@@ -36,6 +48,23 @@ impl Behaviour {
         }
         Behaviour::RunsUntilStopped
     }
+}
+
+/// Whether a registry could have `image`: false only for a version tag of a repository in
+/// [`PUBLISHED_MAJORS`] whose major version is past the newest published one.
+fn published(image: &str) -> bool {
+    if image.contains('@') {
+        // A digest names content, not a version; nothing to say about it.
+        return true;
+    }
+    let full = normalize(image);
+    let repo = repository(&full);
+    let Some(&(_, newest)) = PUBLISHED_MAJORS.iter().find(|(r, _)| *r == repo) else {
+        return true;
+    };
+    let tag = &full[repo.len() + 1..];
+    let major: String = tag.chars().take_while(char::is_ascii_digit).collect();
+    major.parse::<u64>().map_or(true, |m| m <= newest)
 }
 
 /// The repository part of an image reference: without tag and digest
@@ -176,6 +205,40 @@ mod tests {
         assert_eq!(
             Behaviour::of("quay.io/x/ignore-sigterm:2"),
             Behaviour::IgnoresSigterm
+        );
+    }
+
+    #[test]
+    fn versions_never_published_fail_to_pull_and_known_ones_run() {
+        // The README's stuck example, and every image the tests and the bench use.
+        for never in [
+            "nginx:9.99",
+            "nginx:2",
+            "docker.io/library/nginx:10.1",
+            "busybox:2.0",
+            "registry.k8s.io/pause:4.0",
+        ] {
+            assert_eq!(Behaviour::of(never), Behaviour::PullFails, "{never}");
+        }
+        for runs in [
+            "nginx",
+            "nginx:latest",
+            "nginx:1",
+            "nginx:1.27",
+            "nginx:1.27.3-alpine",
+            "nginx:stable",
+            "nginx@sha256:abc",
+            "registry.k8s.io/pause:3.9",
+            "registry.k8s.io/pause:3.10",
+            "mirror.example/nginx:9.99",
+            "localhost:5000/nginx",
+        ] {
+            assert_eq!(Behaviour::of(runs), Behaviour::RunsUntilStopped, "{runs}");
+        }
+        assert_eq!(Behaviour::of("busybox:1.36"), Behaviour::ExitsAtOnce);
+        assert_eq!(
+            pull_error("nginx:9.99"),
+            "rpc error: code = NotFound desc = failed to pull and unpack image \"docker.io/library/nginx:9.99\": failed to resolve reference \"docker.io/library/nginx:9.99\": docker.io/library/nginx:9.99: not found"
         );
     }
 

@@ -230,7 +230,8 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
                     }
                 }
                 // The root's rules see the whole object, metadata included (the
-                // `*-cel-rule-rejects-long-name` fixture), and name no field: `<nil>`.
+                // `*-cel-rule-rejects-long-name` fixture), and without a fieldPath name no
+                // field: `<nil>`.
                 if causes.is_empty() {
                     crate::cel::rule_causes(schema, obj, "<nil>", &mut causes);
                 }
