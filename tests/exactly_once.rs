@@ -250,7 +250,7 @@ impl World {
         let rv = self.next_rv();
         let mp = self.pods.get_mut(name).unwrap();
         let m = &mut mp.pod.metadata;
-        let shorter = m.deletion_grace_period_seconds.map_or(true, |g| grace < g);
+        let shorter = m.deletion_grace_period_seconds.is_none_or(|g| grace < g);
         if shorter {
             m.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
             m.deletion_grace_period_seconds = Some(grace);

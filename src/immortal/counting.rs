@@ -250,7 +250,7 @@ impl Counting {
             NEWER_FIELDS
                 .iter()
                 .copied()
-                .filter(|f| props.map_or(true, |p| !p.contains_key(*f)))
+                .filter(|f| props.is_none_or(|p| !p.contains_key(*f)))
                 .collect(),
         )
     }

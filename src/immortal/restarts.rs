@@ -91,8 +91,8 @@ struct Entry {
 impl Entry {
     fn idle(&self, now: Instant) -> bool {
         self.ending.is_none()
-            && self.quick.map_or(true, |s| s.expired(now))
-            && self.refused.map_or(true, |s| s.expired(now))
+            && self.quick.is_none_or(|s| s.expired(now))
+            && self.refused.is_none_or(|s| s.expired(now))
     }
 }
 
@@ -164,7 +164,7 @@ impl Restarts {
             entries.retain(|_, e| !e.idle(now));
         }
         let e = entries.entry(key.to_string()).or_default();
-        let quick = e.ending.take().map_or(true, |(_, e)| e.quick());
+        let quick = e.ending.take().is_none_or(|(_, e)| e.quick());
         e.refused = None;
         e.quick = if !quick {
             None
@@ -215,7 +215,7 @@ impl Restarts {
 impl Ending {
     /// Ended before it ran for [`MIN_RUN`] (or never ran): part of a loop, if it repeats.
     pub fn quick(&self) -> bool {
-        self.ran.map_or(true, |r| r < MIN_RUN)
+        self.ran.is_none_or(|r| r < MIN_RUN)
     }
 }
 

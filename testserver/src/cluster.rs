@@ -119,7 +119,7 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
             match msg {
                 Msg::Pod { key, rv } => {
                     // Changes up to the kubelet's own last write were seen when it wrote.
-                    if cluster.pods.get(&key).map_or(true, |r| rv > r.written_rv) {
+                    if cluster.pods.get(&key).is_none_or(|r| rv > r.written_rv) {
                         dirty.insert(key);
                     }
                 }
@@ -315,7 +315,7 @@ impl Cluster {
         let wake = run.wake;
         let gone = store
             .get("pods", &key.0, &key.1)
-            .map_or(true, |p| meta_str(&p, "uid") != uid);
+            .is_none_or(|p| meta_str(&p, "uid") != uid);
         if gone {
             self.forget(key);
             return;

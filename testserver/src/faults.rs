@@ -53,12 +53,12 @@ pub struct StallRule {
 
 impl StallRule {
     fn matches(&self, verb: &str, target: &str, user: &str) -> bool {
-        self.verb.as_deref().map_or(true, |v| v == verb)
+        self.verb.as_deref().is_none_or(|v| v == verb)
             && self
                 .path_contains
                 .as_deref()
-                .map_or(true, |p| target.contains(p))
-            && self.user.as_deref().map_or(true, |u| u == user)
+                .is_none_or(|p| target.contains(p))
+            && self.user.as_deref().is_none_or(|u| u == user)
     }
 }
 
@@ -101,12 +101,12 @@ impl Faults {
     pub fn take(&mut self, verb: &str, target: &str) -> Option<ApiError> {
         let now = Instant::now();
         self.rules
-            .retain(|(_, until)| until.map_or(true, |u| u > now));
+            .retain(|(_, until)| until.is_none_or(|u| u > now));
         let i = self.rules.iter().position(|(r, _)| {
-            r.verb.as_deref().map_or(true, |v| v == verb)
+            r.verb.as_deref().is_none_or(|v| v == verb)
                 && r.path_contains
                     .as_deref()
-                    .map_or(true, |p| target.contains(p))
+                    .is_none_or(|p| target.contains(p))
         })?;
         let (rule, until) = &mut self.rules[i];
         let err = ApiError::Injected {

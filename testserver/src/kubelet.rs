@@ -453,7 +453,7 @@ impl PodRun {
                         } else {
                             (graceful_exit, 0)
                         };
-                    if exit.map_or(true, |(t, _)| planned.0 < t) {
+                    if exit.is_none_or(|(t, _)| planned.0 < t) {
                         *exit = Some(planned);
                     }
                     None

@@ -418,7 +418,7 @@ pub fn obj_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<Stri
 }
 
 fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
-    if m.get(key).map_or(true, Value::is_null) {
+    if m.get(key).is_none_or(Value::is_null) {
         m.insert(key.to_string(), v);
     }
 }

@@ -59,7 +59,7 @@ pub fn decide(pod: &Value, nodes: &[Candidate]) -> Decision {
         match reason {
             Some(r) => *reasons.entry(r).or_default() += 1,
             None => {
-                if best.map_or(true, |b| (n.pods, &n.name) < (b.pods, &b.name)) {
+                if best.is_none_or(|b| (n.pods, &n.name) < (b.pods, &b.name)) {
                     best = Some(n);
                 }
             }

@@ -176,7 +176,7 @@ fn matches(r: &Requirement, v: Option<&str>) -> bool {
         Op::Exists => v.is_some(),
         Op::NotExists => v.is_none(),
         Op::Eq | Op::In => v.is_some_and(|v| r.values.iter().any(|x| x == v)),
-        Op::NotEq | Op::NotIn => v.map_or(true, |v| !r.values.iter().any(|x| x == v)),
+        Op::NotEq | Op::NotIn => v.is_none_or(|v| !r.values.iter().any(|x| x == v)),
     }
 }
 

@@ -447,7 +447,7 @@ impl Store {
                 == 0
             && obj["metadata"]["finalizers"]
                 .as_array()
-                .map_or(true, Vec::is_empty);
+                .is_none_or(Vec::is_empty);
         let stored = self.commit(key, EventType::Modified, obj, Some(prev));
         if !finalized {
             return stored;
@@ -775,7 +775,7 @@ impl Store {
                 oldest: self.rv,
             };
         };
-        let in_ns = |o: &Value| ns.map_or(true, |ns| meta_str(o, "namespace") == ns);
+        let in_ns = |o: &Value| ns.is_none_or(|ns| meta_str(o, "namespace") == ns);
         let backlog = match from {
             None => table
                 .objects

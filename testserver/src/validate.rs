@@ -216,7 +216,7 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
                     (schema["properties"].as_object(), obj.as_object())
                 {
                     for req in required_of(schema) {
-                        if map.get(req).map_or(true, Value::is_null) {
+                        if map.get(req).is_none_or(Value::is_null) {
                             causes.push(Cause::required(req, ""));
                         }
                     }
@@ -459,7 +459,7 @@ fn schema_walk_node(schema: &Value, value: &Value, path: &str, causes: &mut Vec<
     match value {
         Value::Object(map) => {
             for req in required_of(schema) {
-                if map.get(req).map_or(true, Value::is_null) {
+                if map.get(req).is_none_or(Value::is_null) {
                     causes.push(Cause::required(&format!("{path}.{req}"), ""));
                 }
             }

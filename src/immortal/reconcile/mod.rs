@@ -686,7 +686,7 @@ impl<A: Api> Run<'_, A> {
     /// pod of ours was counted already (the event is about an older one).
     fn ended(&self, uid: &str, ending: Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
-        if last.map_or(true, |l| l == uid) {
+        if last.is_none_or(|l| l == uid) {
             self.books.restarts.ended(self.trace.key, uid, ending);
         }
     }
