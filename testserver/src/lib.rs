@@ -264,6 +264,17 @@ impl TestServer {
         );
     }
 
+    /// Replaces the allow rules of user `name` (every token added under that name), as editing
+    /// the ClusterRole bound to the user does on a real cluster: from the next request on, what
+    /// the new rules do not allow is answered 403 with the RBAC message, and SubjectAccessReviews
+    /// answer from the new rules. As on a real server, authorization happens when a request
+    /// arrives: a watch already open goes on. `false` if no user has that name. (Calling
+    /// [`TestServer::add_user`] again with the same token replaces that token's user too.)
+    pub fn set_rules(&self, name: &str, rules: Vec<Rule>) -> bool {
+        let mut users = self.shared.users.write().unwrap_or_else(|e| e.into_inner());
+        users.set_rules(name, &rules) > 0
+    }
+
     /// Writes a kubeconfig for this server authenticating with `token`.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> io::Result<()> {
         let user = {

@@ -450,6 +450,49 @@ fn unknown_token_is_401_and_missing_rule_is_403() {
 }
 
 #[test]
+fn rules_edited_at_runtime_refuse_what_was_allowed_with_the_rbac_message() {
+    bounded(20, || {
+        let (server, admin) = start();
+        server.add_user(
+            "operator",
+            "op-token",
+            vec![Rule::new(&["*"], &["immortalcontainers/status", "pods"])],
+        );
+        let op = Client::new(&server, "op-token");
+        assert_eq!(op.get(PODS).code, 200);
+        let watch = op
+            .watch(&format!(
+                "{PODS}?watch=true&resourceVersion=1&timeoutSeconds=10"
+            ))
+            .spawn();
+        // As when the ClusterRole bound to the operator loses `pods`.
+        assert!(server.set_rules(
+            "operator",
+            vec![Rule::new(&["*"], &["immortalcontainers/status"])]
+        ));
+        assert!(!server.set_rules("nobody", Vec::new()));
+        let r = op.get(PODS);
+        assert_eq!(r.code, 403);
+        assert_eq!(
+            r.body["message"],
+            "pods is forbidden: User \"operator\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+        );
+        // Authorization happens when a request arrives: the watch opened before goes on.
+        assert_eq!(admin.post(PODS, &pod_body("seen", None)).code, 201);
+        let seen = watch.until(Duration::from_secs(5), |e| {
+            e["type"] == "ADDED" && e["object"]["metadata"]["name"] == "seen"
+        });
+        assert!(
+            seen.last().is_some_and(|e| e["type"] == "ADDED"),
+            "{seen:?}"
+        );
+        // And back, as when the role is restored.
+        assert!(server.set_rules("operator", vec![Rule::new(&["list"], &["pods"])]));
+        assert_eq!(op.get(PODS).code, 200);
+    });
+}
+
+#[test]
 fn fail_next_answers_injected_status_with_retry_after_then_recovers() {
     bounded(20, || {
         let (server, admin) = start();
