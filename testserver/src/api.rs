@@ -1,6 +1,7 @@
 //! The API layer: routes a request to discovery or to a resource verb, applies injected
 //! faults, authentication and authorization, and performs the verb on the store.
 
+use crate::accept::{self, Format};
 use crate::admission;
 use crate::auth::Attributes;
 use crate::discovery;
@@ -417,8 +418,8 @@ fn get(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
             .ok_or_else(|| def.not_found(name))?;
         (def, obj, store.rv())
     };
-    if table::wants_table(req.header("accept")) {
-        return Ok(ok_value(
+    match accept::negotiate(req.header("accept")) {
+        Format::Table => Ok(ok_value(
             200,
             &table::render(
                 &def,
@@ -428,9 +429,14 @@ fn get(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
                 None,
                 req.param("includeObject"),
             ),
-        ));
+        )),
+        Format::Metadata {
+            list: false,
+            version,
+        } => Ok(ok_value(200, &accept::partial(version, &obj))),
+        Format::Metadata { list: true, .. } => Err(accept::mismatch(&def, true)),
+        Format::Object => Ok(ok_bytes(200, encode(&def, &t.version, &obj))),
     }
-    Ok(ok_bytes(200, encode(&def, &t.version, &obj)))
 }
 
 fn selectors(
@@ -493,8 +499,8 @@ fn list(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
         (def, items, next, list_rv)
     };
     let cont = next.map(|k| encode_continue(rv, &k));
-    if table::wants_table(req.header("accept")) {
-        return Ok(ok_value(
+    match accept::negotiate(req.header("accept")) {
+        Format::Table => Ok(ok_value(
             200,
             &table::render(
                 &def,
@@ -504,12 +510,20 @@ fn list(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
                 cont.as_deref(),
                 req.param("includeObject"),
             ),
-        ));
+        )),
+        Format::Metadata {
+            list: true,
+            version,
+        } => Ok(ok_value(
+            200,
+            &accept::partial_list(version, &items, rv, cont.as_deref()),
+        )),
+        Format::Metadata { list: false, .. } => Err(accept::mismatch(&def, false)),
+        Format::Object => Ok(ok_bytes(
+            200,
+            encode_list(&def, &t.version, &items, rv, cont.as_deref()),
+        )),
     }
-    Ok(ok_bytes(
-        200,
-        encode_list(&def, &t.version, &items, rv, cont.as_deref()),
-    ))
 }
 
 /// A `<Kind>List` of `items`. Built by hand so the items (already JSON values) are written
@@ -568,11 +582,16 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
         .filter(|s| *s > 0)
         .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
     let bookmarks = is_true(req.param("allowWatchBookmarks"));
+    let format = accept::negotiate(req.header("accept"));
     // Read before the stream is registered: a freeze that a test starts once it sees the watch
     // open must hold this stream (taken later, a freeze in between would miss it).
     let epoch = shared.faults().watch_epoch();
     let mut store = shared.store();
     let def = lookup(&store, t, "watch")?;
+    if let Format::Metadata { list: true, .. } = format {
+        // Each event carries one object: a metadata list cannot be its form.
+        return Err(accept::mismatch(&def, true));
+    }
     let (labels, fields) = selectors(req, &def, t.name.as_deref())?;
     let key = def.key();
     let start = match store.watch(&key, t.namespace.as_deref(), from) {
@@ -583,8 +602,11 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
     };
     let from = from.unwrap_or_else(|| store.rv());
     drop(store);
-    let table = table::wants_table(req.header("accept"))
-        .then(|| req.param("includeObject").map(String::from));
+    let table = (format == Format::Table).then(|| req.param("includeObject").map(String::from));
+    let metadata = match format {
+        Format::Metadata { version, .. } => Some(version),
+        _ => None,
+    };
     let plan = WatchPlan {
         def,
         version: t.version.clone(),
@@ -595,6 +617,7 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
         bookmarks,
         from,
         table,
+        metadata,
         epoch,
     };
     Ok(Reply::Watch(Box::new(plan), key))

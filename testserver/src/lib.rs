@@ -12,6 +12,7 @@
 // a request, where boxing would buy nothing measurable.
 #![allow(clippy::result_large_err)]
 
+mod accept;
 mod admission;
 mod api;
 mod auth;

@@ -117,6 +117,9 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     /// 405 MethodNotAllowed: a verb the resource does not serve. Not retried.
     MethodNotAllowed(String),
+    /// 406 NotAcceptable: the `Accept` header asks for a form the answer cannot take (a
+    /// metadata list of one object). Not retried.
+    NotAcceptable(String),
     /// 413 RequestEntityTooLarge: a body over the 3 MiB limit of kube-apiserver. Not retried.
     TooLarge,
     /// Any status injected with `TestServer::fail_next` (500, 503, 429, ...), with an optional
@@ -168,6 +171,7 @@ impl ApiError {
             ApiError::Forbidden(..) => 403,
             ApiError::NotFound(..) => 404,
             ApiError::MethodNotAllowed(_) => 405,
+            ApiError::NotAcceptable(_) => 406,
             ApiError::AlreadyExists(..) | ApiError::Conflict(..) => 409,
             ApiError::Expired(_) => 410,
             ApiError::TooLarge => 413,
@@ -201,6 +205,7 @@ impl ApiError {
             ApiError::Expired(m) => (m.clone(), "Expired", None),
             ApiError::UnsupportedMediaType(m) => (m.clone(), "UnsupportedMediaType", None),
             ApiError::MethodNotAllowed(m) => (m.clone(), "MethodNotAllowed", None),
+            ApiError::NotAcceptable(m) => (m.clone(), "NotAcceptable", None),
             ApiError::TooLarge => (
                 "the request is too large".into(),
                 "RequestEntityTooLarge",

@@ -8,11 +8,6 @@ use crate::util;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// Whether the request's Accept header asks for a Table.
-pub fn wants_table(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| a.contains("as=Table"))
-}
-
 fn column(name: &str, type_: &str, format: &str) -> Value {
     json!({"name": name, "type": type_, "format": format, "description": "", "priority": 0})
 }

@@ -102,7 +102,22 @@ impl Client {
         content_type: Option<&str>,
         body: Option<&str>,
     ) -> Result<Resp, String> {
+        self.try_send_accepting(method, path, content_type, body, None)
+    }
+
+    /// As [`Client::try_send`], with an `Accept` header when one is given.
+    pub fn try_send_accepting(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&str>,
+        accept: Option<&str>,
+    ) -> Result<Resp, String> {
         let mut r = self.req(method, path);
+        if let Some(a) = accept {
+            r = r.set("Accept", a);
+        }
         if let Some(ct) = content_type {
             r = r.set("Content-Type", ct);
         }
@@ -143,6 +158,12 @@ impl Client {
         self.send("GET", path, None, None)
     }
 
+    /// A GET with an `Accept` header (Table, PartialObjectMetadata...).
+    pub fn get_accepting(&self, path: &str, accept: &str) -> Resp {
+        self.try_send_accepting("GET", path, None, None, Some(accept))
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
     pub fn post(&self, path: &str, body: &Value) -> Resp {
         self.send(
             "POST",
@@ -177,7 +198,12 @@ impl Client {
 
     /// Opens a watch (the path must carry `watch=true`); panics unless it answers 200.
     pub fn watch(&self, path: &str) -> Watch {
-        let resp = match self.req("GET", path).call() {
+        self.watch_accepting(path, "application/json")
+    }
+
+    /// Opens a watch with an `Accept` header; panics unless it answers 200.
+    pub fn watch_accepting(&self, path: &str, accept: &str) -> Watch {
+        let resp = match self.req("GET", path).set("Accept", accept).call() {
             Ok(r) => r,
             Err(e) => panic!("watch {path}: {e}"),
         };
