@@ -329,6 +329,26 @@ impl TestServer {
         self.shared.stall_lifted.notify_all();
     }
 
+    /// Black-holes every TCP connection open now whose last request was authenticated as
+    /// `user` (every open connection when `None`, those that carried no request yet included):
+    /// idle keep-alive connections, requests in flight, watch streams. Each goes silent for
+    /// good, as behind a proxy or NAT that stops forwarding without closing: the server neither
+    /// answers nor closes it, reads nothing more from it (what the client sends stays unread in
+    /// the socket) and writes nothing more to it, TLS included (no response, watch event,
+    /// bookmark or final chunk). A request in flight may still take effect; its answer is
+    /// never sent. Connections accepted afterwards, the same user's included, are served as
+    /// usual, so a client that gives up on a dead connection and dials again recovers. The
+    /// connections stay open until [`TestServer::stop_listening`] or the server is dropped.
+    /// Returns how many connections this call silenced.
+    pub fn blackhole(&self, user: Option<&str>) -> usize {
+        self.shared.blackhole(user)
+    }
+
+    /// How many connections are black-holed and held open now.
+    pub fn blackholed(&self) -> usize {
+        self.shared.blackholed()
+    }
+
     /// Holds matching requests before they are handled (see [`StallRule`]) until
     /// [`TestServer::lift_stall`] with the id returned, or their hold passes.
     pub fn stall(&self, rule: StallRule) -> StallId {
@@ -364,7 +384,8 @@ impl TestServer {
         self.shared.faults().latency = d;
     }
 
-    /// Closes the listener and every connection; data and certificates are kept.
+    /// Closes the listener and every connection (black-holed ones too); data and certificates
+    /// are kept.
     pub fn stop_listening(&self) {
         let listener = self
             .listener
