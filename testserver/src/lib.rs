@@ -24,6 +24,7 @@ mod http;
 mod kubelet;
 mod nodes;
 mod patch;
+mod policy;
 mod resources;
 mod review;
 mod runtime;

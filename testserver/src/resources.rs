@@ -16,6 +16,10 @@ pub enum Class {
     ResourceQuota,
     Lease,
     Crd,
+    /// ValidatingAdmissionPolicy (`policy.rs`).
+    AdmissionPolicy,
+    /// ValidatingAdmissionPolicyBinding.
+    AdmissionPolicyBinding,
     Custom,
 }
 
@@ -199,7 +203,12 @@ fn builtin(
         class,
         status_subresource: matches!(
             class,
-            Class::Pod | Class::Namespace | Class::Node | Class::ResourceQuota | Class::Crd
+            Class::Pod
+                | Class::Namespace
+                | Class::Node
+                | Class::ResourceQuota
+                | Class::Crd
+                | Class::AdmissionPolicy
         ),
         schemas: Vec::new(),
         columns: Vec::new(),
@@ -248,7 +257,42 @@ pub fn builtins() -> Vec<ResourceDef> {
             &["crd", "crds"],
             Class::Crd,
         ),
+        admission_policy_resource(
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicy",
+            "ValidatingAdmissionPolicy",
+            Class::AdmissionPolicy,
+        ),
+        admission_policy_resource(
+            "validatingadmissionpolicybindings",
+            "validatingadmissionpolicybinding",
+            "ValidatingAdmissionPolicyBinding",
+            Class::AdmissionPolicyBinding,
+        ),
     ]
+}
+
+/// A ValidatingAdmissionPolicy resource: served in `v1beta1`, as a 1.28 cluster with the beta
+/// enabled serves it, and in `v1`, as 1.30 does (the same shape; `v1` preferred, as for the
+/// rest of the group on a real server).
+fn admission_policy_resource(
+    plural: &str,
+    singular: &str,
+    kind: &str,
+    class: Class,
+) -> ResourceDef {
+    let mut def = builtin(
+        crate::policy::GROUP,
+        plural,
+        singular,
+        kind,
+        false,
+        &[],
+        class,
+    );
+    def.versions = vec!["v1".to_string(), "v1beta1".to_string()];
+    def.categories = vec!["api-extensions".to_string()];
+    def
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
@@ -445,6 +489,8 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Map<String, Value>) {
             set_default(obj, "reportingComponent", json!(""));
             set_default(obj, "reportingInstance", json!(""));
         }
+        Class::AdmissionPolicy => crate::policy::default_policy(obj),
+        Class::AdmissionPolicyBinding => crate::policy::default_binding(obj),
         Class::Node | Class::ResourceQuota | Class::Lease | Class::Crd | Class::Custom => {}
     }
 }
@@ -584,13 +630,21 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Map<String, Value>, now: &str
             let status = crd_status(&Value::Object(obj.clone()), now);
             obj.insert("status".into(), status);
         }
+        // The policy's status is the type checker's to write (this server has none).
+        Class::AdmissionPolicy => {
+            obj.remove("status");
+        }
         Class::Custom if def.status_subresource => {
             obj.remove("status");
         }
         // A node's status is what its kubelet registers it with: kept as written.
-        Class::Node | Class::Event | Class::Lease | Class::Custom => {}
+        Class::Node
+        | Class::Event
+        | Class::Lease
+        | Class::Custom
+        | Class::AdmissionPolicyBinding => {}
     }
-    if matches!(def.class, Class::Custom | Class::Crd) {
+    if tracks_generation(def.class) {
         obj_mut(obj, "metadata").insert("generation".into(), json!(1));
     }
 }
@@ -627,8 +681,16 @@ pub fn prepare_status_update(old: &Value, new: &mut Map<String, Value>) {
     *new = merged;
 }
 
+/// Kinds whose strategy sets `metadata.generation` and moves it on spec changes.
+fn tracks_generation(class: Class) -> bool {
+    matches!(
+        class,
+        Class::Custom | Class::Crd | Class::AdmissionPolicy | Class::AdmissionPolicyBinding
+    )
+}
+
 fn bump_generation(def: &ResourceDef, old: &Value, new: &mut Map<String, Value>) {
-    if !matches!(def.class, Class::Custom | Class::Crd) {
+    if !tracks_generation(def.class) {
         return;
     }
     let old_gen = old["metadata"]["generation"].as_i64().unwrap_or(1);
@@ -720,6 +782,13 @@ pub fn bookmark_object(def: &ResourceDef, version: &str, rv: u64) -> Value {
             v["eventTime"] = Value::Null;
             v["reportingComponent"] = json!("");
             v["reportingInstance"] = json!("");
+        }
+        Class::AdmissionPolicy => {
+            v["spec"] = json!({});
+            v["status"] = json!({});
+        }
+        Class::AdmissionPolicyBinding => {
+            v["spec"] = json!({});
         }
         Class::Crd => {
             v["spec"] = json!({"group": "", "names": {"plural": "", "kind": ""}, "scope": "", "versions": null});

@@ -24,8 +24,13 @@ pub struct Details {
 /// One entry of `details.causes` (fixture 07, 13).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Cause {
+    /// Empty ones are left out, as Go's `omitempty` on `StatusCause` does (an admission
+    /// policy's cause has only a message).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub field: String,
 }
 
@@ -128,6 +133,15 @@ pub enum ApiError {
     /// 500 InternalError: what the real server answers to, e.g., a create that carries a
     /// resourceVersion. Retried with backoff by clients, fails again here.
     Internal(String),
+    /// A refusal by a ValidatingAdmissionPolicy: the message says "is forbidden", while the
+    /// reason and code are the validation's (`Invalid` 422 unless it names another; fixture
+    /// kube-1.28-kubelet/17). Not retried: it lasts until the policy or binding changes.
+    Admission {
+        code: u16,
+        reason: String,
+        message: String,
+        details: Details,
+    },
 }
 
 #[derive(Serialize)]
@@ -179,6 +193,7 @@ impl ApiError {
             ApiError::Invalid(..) => 422,
             ApiError::Injected { code, .. } => *code,
             ApiError::Internal(_) => 500,
+            ApiError::Admission { code, .. } => *code,
         }
     }
 
@@ -225,6 +240,12 @@ impl ApiError {
                 "InternalError",
                 None,
             ),
+            ApiError::Admission {
+                reason,
+                message,
+                details,
+                ..
+            } => (message.clone(), reason.as_str(), Some(details)),
         };
         let body = StatusBody {
             kind: "Status",

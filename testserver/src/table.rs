@@ -357,6 +357,38 @@ fn layout(def: &ResourceDef) -> (Vec<Value>, RowFn<'_>) {
                 ]
             }),
         ),
+        Class::AdmissionPolicy => (
+            vec![
+                name(),
+                column("Validations", "integer", ""),
+                column("ParamKind", "string", ""),
+                column("Age", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    json!(o["spec"]["validations"].as_array().map_or(0, Vec::len)),
+                    json!("<unset>"),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
+        ),
+        Class::AdmissionPolicyBinding => (
+            vec![
+                name(),
+                column("PolicyName", "string", ""),
+                column("ParamRef", "string", ""),
+                column("Age", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    o["spec"]["policyName"].clone(),
+                    json!("<unset>"),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
+        ),
         Class::Crd => (
             vec![name(), column("Created At", "date", "")],
             Box::new(|o: &Value| {

@@ -40,6 +40,8 @@ pub struct Resp {
     pub body: Value,
     pub content_type: String,
     pub retry_after: Option<String>,
+    /// `Warning` headers, as sent.
+    pub warnings: Vec<String>,
 }
 
 /// An HTTPS client for one server and one token.
@@ -133,6 +135,7 @@ impl Client {
         let code = resp.status();
         let content_type = resp.header("content-type").unwrap_or("").to_string();
         let retry_after = resp.header("retry-after").map(String::from);
+        let warnings = resp.all("warning").into_iter().map(String::from).collect();
         let text = resp.into_string().map_err(|e| e.to_string())?;
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Ok(Resp {
@@ -140,6 +143,7 @@ impl Client {
             body,
             content_type,
             retry_after,
+            warnings,
         })
     }
 
@@ -341,6 +345,37 @@ impl Events {
             }
         }
     }
+}
+
+/// Runs kubectl against `server` with the admin kubeconfig, `stdin` piped in: whether it
+/// succeeded, and its stdout and stderr. `None` when kubectl is not installed.
+pub fn kubectl(server: &TestServer, args: &[&str], stdin: Option<&str>) -> Option<(bool, String)> {
+    use std::io::Write;
+    let installed = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok();
+    if !installed {
+        return None;
+    }
+    let mut child = std::process::Command::new("kubectl")
+        .args(args)
+        .arg("--request-timeout=10s")
+        .env("KUBECONFIG", server.kubeconfig_path())
+        .env("HOME", server.kubeconfig_path().parent().expect("dir"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    if let (Some(text), Some(mut input)) = (stdin, child.stdin.take()) {
+        input.write_all(text.as_bytes()).expect("stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl output");
+    Some((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    ))
 }
 
 /// Polls `get` until `ok` holds for its answer (returned) or `secs` pass (panics with `what`).
