@@ -22,6 +22,7 @@ mod discovery;
 mod faults;
 mod http;
 mod kubelet;
+mod lifecycle;
 mod nodes;
 mod patch;
 mod policy;
@@ -34,6 +35,7 @@ mod server;
 mod status;
 mod store;
 mod table;
+mod taints;
 mod tls;
 mod util;
 mod validate;
@@ -462,11 +464,51 @@ impl TestServer {
         true
     }
 
+    /// Cuts `node` off, as when its machine or network fails but the Node object stays: its
+    /// kubelet stops, so nothing it would write is written any more (no status, no pod started
+    /// or finished: a pod deleted now stays Terminating for good). After the node lifecycle
+    /// controller's grace period (`--node-monitor-grace-period` 40 s, multiplied by
+    /// [`KubeletOptions::grace_scale`]: 400 ms by default) the controllers of a v1.28 cluster
+    /// react as they do: the Node's Ready, MemoryPressure, DiskPressure and PIDPressure
+    /// conditions become Unknown (reason NodeStatusUnknown, message `Kubelet stopped posting
+    /// node status.`), its pods get Ready=False (`MarkPodsNotReady`), it is tainted
+    /// `node.kubernetes.io/unreachable:NoSchedule`, and `node.kubernetes.io/unreachable:NoExecute`
+    /// (with `timeAdded`) unless the zone is in disruption: with no node Ready at all (the
+    /// default single node partitioned) the controller enters master disruption mode and
+    /// neither taints nor evicts; with more than two nodes and at least 55 % of them not
+    /// Ready it taints no more nodes; successive nodes are tainted at least 10 s (scaled)
+    /// apart. The taint manager then evicts each pod (condition DisruptionTarget, reason
+    /// DeletionByTaintManager, then a graceful DELETE) after its shortest `tolerationSeconds`
+    /// for the taint, scaled (the 300 s every pod gets from DefaultTolerationSeconds: 3 s by
+    /// default), at once if it does not tolerate it; with the kubelet gone the pod stays
+    /// Terminating. A client that then taints the node `node.kubernetes.io/out-of-service`
+    /// (as `kubectl taint nodes NODE node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`
+    /// does) has the taint manager evict every pod not tolerating that taint and PodGC
+    /// force-delete every terminating pod of the node (phase Failed first, then grace 0).
+    /// Returns at once; `false` if there is no such node or no simulated cluster runs
+    /// (`Options::kubelet: None`).
+    pub fn partition_node(&self, node: &str) -> bool {
+        self.cluster
+            .as_ref()
+            .is_some_and(|c| c.partition(node, false))
+    }
+
+    /// Ends [`TestServer::partition_node`]: the kubelet posts its node status again (Ready,
+    /// no pressure) before this returns, then the controllers remove the unreachable taints
+    /// (scheduled evictions are cancelled) and the kubelet syncs its pods: a status others
+    /// wrote meanwhile is replaced after `status_sync_delay`, a pod deleted meanwhile is
+    /// terminated and removed. `false` if there is no such node or it was not partitioned.
+    pub fn heal_node(&self, node: &str) -> bool {
+        self.cluster
+            .as_ref()
+            .is_some_and(|c| c.partition(node, true))
+    }
+
     /// Makes the first running container of pod `ns/pod` exit with `exit_code` once, as a
     /// crash or a finished process would; the kubelet then acts on the pod's `restartPolicy`
     /// (Always: restart with back-off; Never: the pod ends Succeeded or Failed). The status
     /// showing the exit is written before this returns. `false` when no kubelet runs the pod
-    /// or none of its containers is running.
+    /// (its node partitioned included) or none of its containers is running.
     pub fn exit_container(&self, ns: &str, pod: &str, exit_code: i32) -> bool {
         self.cluster
             .as_ref()

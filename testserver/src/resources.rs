@@ -541,15 +541,7 @@ fn default_pod(obj: &mut Map<String, Value>) {
     set_default(spec, "priority", json!(0));
     set_default(spec, "enableServiceLinks", json!(true));
     set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-    // The DefaultTolerationSeconds admission plugin adds these two to every pod.
-    set_default(
-        spec,
-        "tolerations",
-        json!([
-            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-        ]),
-    );
+    default_toleration_seconds(spec);
     for list in ["containers", "initContainers"] {
         if let Some(Value::Array(cs)) = spec.get_mut(list) {
             for c in cs.iter_mut().filter_map(Value::as_object_mut) {
@@ -563,6 +555,37 @@ fn default_pod(obj: &mut Map<String, Value>) {
                 set_default(c, "terminationMessagePolicy", json!("File"));
                 set_default(c, "imagePullPolicy", json!(pull_policy(&image)));
             }
+        }
+    }
+}
+
+/// The DefaultTolerationSeconds admission plugin: a pod that does not tolerate the
+/// `node.kubernetes.io/not-ready` (resp. `unreachable`) NoExecute taint gets a toleration of it
+/// for 300 s, appended to its own tolerations (a toleration with no key, or no effect, counts).
+fn default_toleration_seconds(spec: &mut Map<String, Value>) {
+    let slot = spec
+        .entry("tolerations".to_string())
+        .or_insert_with(|| json!([]));
+    if !slot.is_array() {
+        *slot = json!([]);
+    }
+    let Some(tolerations) = slot.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerated = tolerations.iter().any(|t| {
+            let k = t["key"].as_str().unwrap_or("");
+            let effect = t["effect"].as_str().unwrap_or("");
+            (k == key || k.is_empty()) && (effect == "NoExecute" || effect.is_empty())
+        });
+        if !tolerated {
+            tolerations.push(
+                json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                "tolerationSeconds": 300}),
+            );
         }
     }
 }
@@ -868,6 +891,26 @@ mod tests {
     }
 
     #[test]
+    fn default_toleration_seconds_adds_only_the_tolerations_a_pod_lacks() {
+        let defaulted = |tolerations: Value| {
+            let mut spec = json!({"tolerations": tolerations});
+            default_toleration_seconds(spec.as_object_mut().expect("object"));
+            spec["tolerations"].clone()
+        };
+        let own = json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+            "effect": "NoExecute", "tolerationSeconds": 5});
+        let t = defaulted(json!([own.clone()]));
+        assert_eq!(t.as_array().map(Vec::len), Some(2));
+        assert_eq!(t[0], own, "the pod's own toleration is kept first");
+        assert_eq!(t[1]["key"], "node.kubernetes.io/not-ready");
+        assert_eq!(t[1]["tolerationSeconds"], 300);
+        let everything = json!([{"operator": "Exists"}]);
+        assert_eq!(defaulted(everything.clone()), everything);
+        let other = json!([{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+        assert_eq!(defaulted(other).as_array().map(Vec::len), Some(3));
+    }
+
+    #[test]
     fn pod_create_gets_server_defaults_and_pending_status() {
         let defs = builtins();
         let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx:latest"}]}, "status": {"phase": "Running"}});
@@ -876,6 +919,7 @@ mod tests {
         prepare_create(&defs[0], m, "2026-01-01T00:00:00Z");
         assert_eq!(m["spec"]["restartPolicy"], "Always");
         assert_eq!(m["spec"]["containers"][0]["imagePullPolicy"], "Always");
+        assert_eq!(m["spec"]["tolerations"].as_array().map(Vec::len), Some(2));
         assert_eq!(
             m["status"],
             json!({"phase": "Pending", "qosClass": "BestEffort"})
