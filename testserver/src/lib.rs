@@ -1,6 +1,6 @@
 //! kube-testserver: an in-memory Kubernetes API server over TLS, faithful to the recorded
-//! kube-apiserver fixtures, with simulated nodes (scheduler, kubelets, PodGC) and fault
-//! injection, for end-to-end tests and the local demo.
+//! kube-apiserver fixtures, with simulated nodes (scheduler, kubelets, PodGC, node lifecycle
+//! controller, taint manager) and fault injection, for end-to-end tests and the local demo.
 //!
 //! ```no_run
 //! let server = kube_testserver::TestServer::start(kube_testserver::Options::default())?;

@@ -363,3 +363,30 @@ fn cordoning_taints_the_node_unschedulable_and_uncordoning_removes_it() {
         );
     });
 }
+
+#[test]
+fn a_no_execute_taint_a_client_adds_to_a_healthy_node_evicts_the_pods_that_do_not_tolerate_it() {
+    bounded(30, || {
+        let (_server, admin) = start(1);
+        create_running(&admin, &pod_on("plain", "node-0", None));
+        let tolerates = json!([{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]);
+        create_running(&admin, &pod_on("tolerant", "node-0", Some(tolerates)));
+        let r = admin.send(
+            "PATCH",
+            "/api/v1/nodes/node-0",
+            Some("application/strategic-merge-patch+json"),
+            Some(r#"{"spec":{"taints":[{"key":"dedicated","value":"db","effect":"NoExecute"}]}}"#),
+        );
+        assert_eq!(r.code, 200, "{}", r.body);
+        // Evicted, then terminated and removed by its (live) kubelet.
+        wait_for(
+            10,
+            "plain to be evicted and removed",
+            || json!(admin.get(&format!("{PODS}/plain")).code),
+            |c| *c == 404,
+        );
+        let tolerant = get(&admin, &format!("{PODS}/tolerant"));
+        assert!(tolerant["metadata"]["deletionTimestamp"].is_null());
+        assert_eq!(condition(&tolerant, "Ready")["status"], "True");
+    });
+}
