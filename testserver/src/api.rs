@@ -1,12 +1,14 @@
 //! The API layer: routes a request to discovery or to a resource verb, applies injected
 //! faults, authentication and authorization, and performs the verb on the store.
 
+use crate::accept::{self, Format};
 use crate::admission;
 use crate::auth::Attributes;
 use crate::discovery;
 use crate::faults::{self, Logged};
 use crate::http::Request;
 use crate::patch::{self, PatchError};
+use crate::policy::{self, Attempt};
 use crate::resources::{self, Class, ResourceDef};
 use crate::review;
 use crate::selector::Selector;
@@ -251,18 +253,19 @@ fn handle_route(
                         name: t.name.as_deref(),
                     };
                     if user.allows(verb, &attrs.rule_resource()) {
-                        Ok(())
+                        Ok(user.name.clone())
                     } else {
                         Err(attrs.forbidden(&user.name))
                     }
                 }
-                _ => Ok(()),
+                _ => Ok(user.name.clone()),
             },
         }
     };
-    if let Err(e) = authorized {
-        return error(e);
-    }
+    let user = match authorized {
+        Ok(u) => u,
+        Err(e) => return error(e),
+    };
 
     let result = match route {
         Route::Version => Ok(ok_value(200, &discovery::version())),
@@ -292,11 +295,11 @@ fn handle_route(
             "get" => get(shared, req, &t),
             "list" => list(shared, req, &t),
             "watch" => watch(shared, req, &t),
-            "create" => create(shared, req, &t),
-            "update" => update(shared, req, &t),
-            "patch" => patch(shared, req, &t),
-            "delete" => delete(shared, req, &t),
-            "deletecollection" => delete_collection(shared, req, &t),
+            "create" => create(shared, req, &t, &user),
+            "update" => update(shared, req, &t, &user),
+            "patch" => patch(shared, req, &t, &user),
+            "delete" => delete(shared, req, &t, &user),
+            "deletecollection" => delete_collection(shared, req, &t, &user),
             _ => Err(ApiError::MethodNotAllowed(
                 "the server does not allow this method on the requested resource".into(),
             )),
@@ -317,7 +320,7 @@ pub fn create_direct(shared: &Shared, path: &str, obj: Value) -> Result<(), ApiE
         body: serde_json::to_vec(&obj).unwrap_or_default(),
         ..Request::default()
     };
-    create(shared, &req, &t).map(|_| ())
+    create(shared, &req, &t, "admin").map(|_| ())
 }
 
 /// GET of `path` (an object or a collection, with an optional query) without HTTP, auth,
@@ -417,8 +420,8 @@ fn get(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
             .ok_or_else(|| def.not_found(name))?;
         (def, obj, store.rv())
     };
-    if table::wants_table(req.header("accept")) {
-        return Ok(ok_value(
+    match accept::negotiate(req.header("accept")) {
+        Format::Table => Ok(ok_value(
             200,
             &table::render(
                 &def,
@@ -428,9 +431,14 @@ fn get(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
                 None,
                 req.param("includeObject"),
             ),
-        ));
+        )),
+        Format::Metadata {
+            list: false,
+            version,
+        } => Ok(ok_value(200, &accept::partial(version, &obj))),
+        Format::Metadata { list: true, .. } => Err(accept::mismatch(&def, true)),
+        Format::Object => Ok(ok_bytes(200, encode(&def, &t.version, &obj))),
     }
-    Ok(ok_bytes(200, encode(&def, &t.version, &obj)))
 }
 
 fn selectors(
@@ -493,8 +501,8 @@ fn list(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
         (def, items, next, list_rv)
     };
     let cont = next.map(|k| encode_continue(rv, &k));
-    if table::wants_table(req.header("accept")) {
-        return Ok(ok_value(
+    match accept::negotiate(req.header("accept")) {
+        Format::Table => Ok(ok_value(
             200,
             &table::render(
                 &def,
@@ -504,12 +512,20 @@ fn list(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
                 cont.as_deref(),
                 req.param("includeObject"),
             ),
-        ));
+        )),
+        Format::Metadata {
+            list: true,
+            version,
+        } => Ok(ok_value(
+            200,
+            &accept::partial_list(version, &items, rv, cont.as_deref()),
+        )),
+        Format::Metadata { list: false, .. } => Err(accept::mismatch(&def, false)),
+        Format::Object => Ok(ok_bytes(
+            200,
+            encode_list(&def, &t.version, &items, rv, cont.as_deref()),
+        )),
     }
-    Ok(ok_bytes(
-        200,
-        encode_list(&def, &t.version, &items, rv, cont.as_deref()),
-    ))
 }
 
 /// A `<Kind>List` of `items`. Built by hand so the items (already JSON values) are written
@@ -568,11 +584,16 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
         .filter(|s| *s > 0)
         .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
     let bookmarks = is_true(req.param("allowWatchBookmarks"));
+    let format = accept::negotiate(req.header("accept"));
     // Read before the stream is registered: a freeze that a test starts once it sees the watch
     // open must hold this stream (taken later, a freeze in between would miss it).
     let epoch = shared.faults().watch_epoch();
     let mut store = shared.store();
     let def = lookup(&store, t, "watch")?;
+    if let Format::Metadata { list: true, .. } = format {
+        // Each event carries one object: a metadata list cannot be its form.
+        return Err(accept::mismatch(&def, true));
+    }
     let (labels, fields) = selectors(req, &def, t.name.as_deref())?;
     let key = def.key();
     let start = match store.watch(&key, t.namespace.as_deref(), from) {
@@ -583,8 +604,11 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
     };
     let from = from.unwrap_or_else(|| store.rv());
     drop(store);
-    let table = table::wants_table(req.header("accept"))
-        .then(|| req.param("includeObject").map(String::from));
+    let table = (format == Format::Table).then(|| req.param("includeObject").map(String::from));
+    let metadata = match format {
+        Format::Metadata { version, .. } => Some(version),
+        _ => None,
+    };
     let plan = WatchPlan {
         def,
         version: t.version.clone(),
@@ -595,6 +619,7 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
         bookmarks,
         from,
         table,
+        metadata,
         epoch,
     };
     Ok(Reply::Watch(Box::new(plan), key))
@@ -683,7 +708,7 @@ fn prune(req: &Request, def: &ResourceDef, version: &str, obj: &mut Value) -> Re
     Ok(())
 }
 
-fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply, ApiError> {
     let mut obj = as_object(parse_body(req)?)?;
     let mut store = shared.store();
     let def = lookup(&store, t, "create")?;
@@ -763,10 +788,27 @@ fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
         return Err(def.invalid(&name, causes));
     }
     // Validating admission runs after validation and before storage (so before
-    // AlreadyExists), as in kube-apiserver.
+    // AlreadyExists), as in kube-apiserver, its plugins in the order of the default list:
+    // PodSecurity, ValidatingAdmissionPolicy, ResourceQuota.
     let ns = t.namespace.as_deref().unwrap_or("");
-    let quotas = if def.class == Class::Pod {
+    if def.class == Class::Pod {
         admission::pod_security(&store, ns, &name, &obj)?;
+    }
+    let warnings = policy::admit(
+        &store,
+        &Attempt {
+            operation: "CREATE",
+            def: &def,
+            version: &t.version,
+            subresource: None,
+            namespace: ns,
+            name: &name,
+            object: Some(&obj),
+            old: None,
+            user,
+        },
+    )?;
+    let quotas = if def.class == Class::Pod {
         admission::quota(&store, ns, &name)?
     } else {
         Vec::new()
@@ -792,13 +834,30 @@ fn create(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
         }
     }
     drop(store);
-    Ok(ok_bytes(201, encode(&def, &t.version, &stored)))
+    Ok(with_warnings(
+        ok_bytes(201, encode(&def, &t.version, &stored)),
+        warnings,
+    ))
+}
+
+/// `Warning: 299 - "text"` headers (`net.NewWarningHeader`), as admission warnings reach
+/// clients (kubectl prints them).
+fn with_warnings(mut reply: Reply, warnings: Vec<String>) -> Reply {
+    if let Reply::Json { headers, .. } = &mut reply {
+        for w in warnings {
+            let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+            headers.push(("Warning", format!("299 - \"{escaped}\"")));
+        }
+    }
+    reply
 }
 
 /// The shared end of PUT and PATCH: `new` is the whole intended object. Checks name,
 /// namespace and the resourceVersion precondition, keeps server-owned fields, applies the
-/// status-subresource rules, validates, and skips the write when nothing changed (the real
-/// server keeps the resourceVersion then).
+/// status-subresource rules, validates, runs validating admission, and skips the write when
+/// nothing changed (the real server keeps the resourceVersion then). Returns the stored object
+/// and the admission warnings.
+#[allow(clippy::too_many_arguments)]
 fn write_update(
     req: &Request,
     store: &mut Store,
@@ -807,7 +866,8 @@ fn write_update(
     cur: Obj,
     mut new: Map<String, Value>,
     require_rv: bool,
-) -> Result<Obj, ApiError> {
+    user: &str,
+) -> Result<(Obj, Vec<String>), ApiError> {
     let name = t.name.as_deref().unwrap_or("");
     {
         let meta = meta_mut(&mut new);
@@ -892,8 +952,23 @@ fn write_update(
     if !causes.is_empty() {
         return Err(def.invalid(name, causes));
     }
+    // Admission sees no-op writes too: the storage layer finds them unchanged only after.
+    let warnings = policy::admit(
+        store,
+        &Attempt {
+            operation: "UPDATE",
+            def,
+            version: &t.version,
+            subresource: t.sub.as_deref(),
+            namespace: t.namespace.as_deref().unwrap_or(""),
+            name,
+            object: Some(&new),
+            old: Some(&cur),
+            user,
+        },
+    )?;
     if new == *cur {
-        return Ok(cur);
+        return Ok((cur, warnings));
     }
     let key = def.key();
     let stored = store.update(&key, new, cur);
@@ -902,7 +977,7 @@ fn write_update(
             store.serve(custom);
         }
     }
-    Ok(stored)
+    Ok((stored, warnings))
 }
 
 /// 409 for an update whose object names another uid than the stored one (the wording of the
@@ -918,7 +993,7 @@ fn uid_precondition_failed(def: &ResourceDef, name: &str, want: &str, have: &str
     )
 }
 
-fn update(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+fn update(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply, ApiError> {
     let mut new = as_object(parse_body(req)?)?;
     let name = t.name.as_deref().unwrap_or("");
     let mut store = shared.store();
@@ -927,9 +1002,12 @@ fn update(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
     let cur = store
         .get(&def.key(), t.namespace.as_deref().unwrap_or(""), name)
         .ok_or_else(|| def.not_found(name))?;
-    let stored = write_update(req, &mut store, &def, t, cur, new, true)?;
+    let (stored, warnings) = write_update(req, &mut store, &def, t, cur, new, true, user)?;
     drop(store);
-    Ok(ok_bytes(200, encode(&def, &t.version, &stored)))
+    Ok(with_warnings(
+        ok_bytes(200, encode(&def, &t.version, &stored)),
+        warnings,
+    ))
 }
 
 /// The patch types a resource accepts, for the 415 message (fixture 20).
@@ -945,7 +1023,7 @@ fn unsupported_patch(def: &ResourceDef) -> ApiError {
     ))
 }
 
-fn patch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply, ApiError> {
     let name = t.name.as_deref().unwrap_or("");
     let content_type = req
         .header("content-type")
@@ -997,9 +1075,12 @@ fn patch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
     }
     let mut new = as_object(doc)?;
     strip_type(&def, &t.version, &mut new)?;
-    let stored = write_update(req, &mut store, &def, t, cur, new, false)?;
+    let (stored, warnings) = write_update(req, &mut store, &def, t, cur, new, false, user)?;
     drop(store);
-    Ok(ok_bytes(200, encode(&def, &t.version, &stored)))
+    Ok(with_warnings(
+        ok_bytes(200, encode(&def, &t.version, &stored)),
+        warnings,
+    ))
 }
 
 /// DeleteOptions from the body and the query.
@@ -1099,7 +1180,32 @@ fn evict(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
     ))
 }
 
-fn delete(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+/// Validating admission of deleting `cur` (operation DELETE: `oldObject` is the object,
+/// `object` is null).
+fn admit_delete(
+    store: &Store,
+    def: &ResourceDef,
+    t: &Target,
+    cur: &Value,
+    user: &str,
+) -> Result<Vec<String>, ApiError> {
+    policy::admit(
+        store,
+        &Attempt {
+            operation: "DELETE",
+            def,
+            version: &t.version,
+            subresource: None,
+            namespace: meta_str(cur, "namespace"),
+            name: meta_str(cur, "name"),
+            object: None,
+            old: Some(cur),
+            user,
+        },
+    )
+}
+
+fn delete(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply, ApiError> {
     let opts = delete_opts(req)?;
     let name = t.name.as_deref().unwrap_or("");
     let ns = t.namespace.as_deref().unwrap_or("");
@@ -1109,11 +1215,18 @@ fn delete(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
         return Err(not_served());
     }
     let key = def.key();
+    let warnings = match store.get(&key, ns, name) {
+        Some(cur) => admit_delete(&store, &def, t, &cur, user)?,
+        None => Vec::new(),
+    };
     let last = store.delete(&key, ns, name, &opts)?;
     let pending = store.get(&key, ns, name).is_some();
     drop(store);
     if pending || def.returns_deleted_object() {
-        return Ok(ok_bytes(200, encode(&def, &t.version, &last)));
+        return Ok(with_warnings(
+            ok_bytes(200, encode(&def, &t.version, &last)),
+            warnings,
+        ));
     }
     let status = json!({
         "kind": "Status",
@@ -1122,12 +1235,18 @@ fn delete(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError>
         "status": "Success",
         "details": {"name": name, "group": def.group, "kind": def.plural, "uid": meta_str(&last, "uid")},
     });
-    Ok(ok_value(200, &status))
+    Ok(with_warnings(ok_value(200, &status), warnings))
 }
 
-/// DELETE of a collection: every object matching the selectors, each deleted as a single
-/// DELETE would; answers the list of what was deleted.
-fn delete_collection(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
+/// DELETE of a collection: every object matching the selectors, each deleted (and admitted) as
+/// a single DELETE would be; an admission refusal ends the request with it, the objects before
+/// it being deleted already. Answers the list of what was deleted.
+fn delete_collection(
+    shared: &Shared,
+    req: &Request,
+    t: &Target,
+    user: &str,
+) -> Result<Reply, ApiError> {
     let opts = delete_opts(req)?;
     let mut store = shared.store();
     let def = lookup(&store, t, "deletecollection")?;
@@ -1142,6 +1261,7 @@ fn delete_collection(shared: &Shared, req: &Request, t: &Target) -> Result<Reply
             meta_str(&item, "namespace").to_string(),
             meta_str(&item, "name").to_string(),
         );
+        admit_delete(&store, &def, t, &item, user)?;
         match store.delete(&key, &ns, &name, &opts) {
             Ok(last) => deleted.push(last),
             Err(e) => {

@@ -59,6 +59,17 @@ impl Users {
         self.by_token.insert(token.to_string(), user);
     }
 
+    /// Replaces the allow rules of every token of user `name`, as editing the ClusterRole bound
+    /// to that user does; returns how many tokens were changed (0: no such user).
+    pub fn set_rules(&mut self, name: &str, rules: &[Rule]) -> usize {
+        let mut changed = 0;
+        for user in self.by_token.values_mut().filter(|u| u.name == name) {
+            user.rules = Some(rules.to_vec());
+            changed += 1;
+        }
+        changed
+    }
+
     /// Every user called `name` (several tokens may share one), for SubjectAccessReviews.
     pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a User> + 'a {
         self.by_token.values().filter(move |u| u.name == name)
@@ -160,6 +171,30 @@ mod tests {
         assert!(!u.allows("delete", "pods"));
         assert!(u.allows("patch", "immortalcontainers/status"));
         assert!(!u.allows("patch", "immortalcontainers"));
+    }
+
+    #[test]
+    fn set_rules_replaces_the_rules_of_every_token_of_the_user() {
+        let mut users = Users::default();
+        for t in ["t1", "t2"] {
+            users.add(
+                t,
+                User {
+                    name: "op".into(),
+                    rules: Some(vec![Rule::new(&["*"], &["pods"])]),
+                },
+            );
+        }
+        assert_eq!(
+            users.set_rules("op", &[Rule::new(&["get"], &["leases"])]),
+            2
+        );
+        assert_eq!(users.set_rules("nobody", &[]), 0);
+        for t in ["Bearer t1", "Bearer t2"] {
+            let u = users.authenticate(Some(t)).expect("known token");
+            assert!(!u.allows("list", "pods"));
+            assert!(u.allows("get", "leases"));
+        }
     }
 
     #[test]

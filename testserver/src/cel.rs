@@ -1,29 +1,42 @@
-//! The few CEL expressions CRD validation rules (`x-kubernetes-validations`, GA since 1.25) are
-//! written with here, evaluated as kube-apiserver does: `self` bound to the value at the rule's
-//! place in the schema; a rule that is false refuses the write with 422 Invalid and the rule's
-//! message (the `*-cel-rule-rejects-long-name` fixture).
+//! The CEL expressions the test server evaluates, as kube-apiserver does: CRD validation rules
+//! (`x-kubernetes-validations`, GA since 1.25), with `self` bound to the value at the rule's
+//! place in the schema (a rule that is false refuses the write with 422 Invalid and the rule's
+//! message, the `*-cel-rule-rejects-long-name` fixture), and ValidatingAdmissionPolicy
+//! expressions (`policy.rs`), with `object`, `oldObject`, `request` and `namespaceObject`.
 //!
-//! Not CEL: a small subset, on purpose. `self` and field selection, `has(...)`, integer and
-//! string literals, `!`, `&&`, `||`, comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`), and the
-//! string methods `size()`, `trim()`, `contains()`, `startsWith()`, `endsWith()`. A rule outside
-//! it is refused when the CRD is created, with a message saying so, rather than skipped.
+//! Not CEL: a small subset, on purpose. Variables and field selection, `[...]` indexing of maps
+//! and lists, `has(...)`, integer, string, `true`, `false`, `null` and list literals, `!`,
+//! `&&`, `||` (with CEL's commutative handling of errors), comparisons (`==`, `!=`, `<`, `<=`,
+//! `>`, `>=`; equality across types is false, as CEL's heterogeneous equality has it), `in`,
+//! `size()` (strings, lists, maps, as a method or a function), the string methods `trim()`,
+//! `contains()`, `startsWith()`, `endsWith()`, and the macros `all()`, `exists()` and
+//! `exists_one()` over lists (and map keys). An expression outside it is refused when its CRD
+//! or policy is written, with a message saying so, rather than skipped or half-checked.
 
 use serde_json::Value;
 use std::fmt;
 
-/// A parsed rule.
+/// A parsed expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
-    SelfRef,
+    /// A declared variable (`self`, `object`...) or one a macro binds.
+    Var(String),
     Int(i64),
     Str(String),
+    Bool(bool),
+    Null,
+    List(Vec<Expr>),
     Field(Box<Expr>, String),
+    Index(Box<Expr>, Box<Expr>),
     Has(Box<Expr>),
     Call(Box<Expr>, Method, Vec<Expr>),
+    /// `target.all(var, predicate)` and friends.
+    Macro(Box<Expr>, Quantifier, String, Box<Expr>),
     Not(Box<Expr>),
     And(Box<Expr>, Box<Expr>),
     Or(Box<Expr>, Box<Expr>),
     Cmp(Box<Expr>, Op, Box<Expr>),
+    In(Box<Expr>, Box<Expr>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +49,13 @@ pub enum Method {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantifier {
+    All,
+    Exists,
+    ExistsOne,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Eq,
     Ne,
@@ -45,12 +65,13 @@ pub enum Op {
     Ge,
 }
 
-/// A value during evaluation.
+/// A value during evaluation. Maps, lists and non-integer numbers stay JSON.
 #[derive(Debug, Clone, PartialEq)]
-enum Val {
+pub enum Val {
     Bool(bool),
     Int(i64),
     Str(String),
+    Null,
     Json(Value),
 }
 
@@ -60,17 +81,29 @@ impl fmt::Display for Val {
             Val::Bool(b) => write!(f, "{b}"),
             Val::Int(i) => write!(f, "{i}"),
             Val::Str(s) => write!(f, "{s:?}"),
+            Val::Null => write!(f, "null"),
             Val::Json(v) => write!(f, "{v}"),
         }
     }
 }
 
-fn from_json(v: &Value) -> Val {
+pub fn from_json(v: &Value) -> Val {
     match v {
+        Value::Null => Val::Null,
         Value::Bool(b) => Val::Bool(*b),
         Value::Number(n) if n.is_i64() => Val::Int(n.as_i64().unwrap_or(0)),
         Value::String(s) => Val::Str(s.clone()),
         other => Val::Json(other.clone()),
+    }
+}
+
+fn to_json(v: Val) -> Value {
+    match v {
+        Val::Bool(b) => Value::Bool(b),
+        Val::Int(i) => Value::from(i),
+        Val::Str(s) => Value::String(s),
+        Val::Null => Value::Null,
+        Val::Json(j) => j,
     }
 }
 
@@ -149,7 +182,10 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
                     '.' => ".",
                     '(' => "(",
                     ')' => ")",
+                    '[' => "[",
+                    ']' => "]",
                     ',' => ",",
+                    '-' => "-",
                     other => return Err(format!("unsupported character {other:?}")),
                 },
             };
@@ -160,12 +196,15 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
     Ok(out)
 }
 
-struct Parser {
+struct Parser<'a> {
     toks: Vec<Tok>,
     at: usize,
+    /// The variables in scope: the declared ones, then those of the macros around.
+    scope: Vec<String>,
+    declared: &'a [&'a str],
 }
 
-impl Parser {
+impl Parser<'_> {
     fn peek(&self) -> Option<&Tok> {
         self.toks.get(self.at)
     }
@@ -213,74 +252,155 @@ impl Parser {
             Some(Tok::Punct("<=")) => Op::Le,
             Some(Tok::Punct(">")) => Op::Gt,
             Some(Tok::Punct(">=")) => Op::Ge,
+            Some(Tok::Ident(i)) if i == "in" => {
+                self.at += 1;
+                return Ok(Expr::In(Box::new(left), Box::new(self.term()?)));
+            }
             _ => return Ok(left),
         };
         self.at += 1;
         Ok(Expr::Cmp(Box::new(left), op, Box::new(self.term()?)))
     }
+    /// Arguments up to the closing `)` (the `(` already eaten).
+    fn args(&mut self) -> Result<Vec<Expr>, String> {
+        let mut args = Vec::new();
+        if !self.eat(")") {
+            loop {
+                args.push(self.or()?);
+                if self.eat(")") {
+                    break;
+                }
+                self.expect(",")?;
+            }
+        }
+        Ok(args)
+    }
     fn term(&mut self) -> Result<Expr, String> {
         let mut e = self.atom()?;
-        while self.eat(".") {
+        loop {
+            if self.eat("[") {
+                let index = self.or()?;
+                self.expect("]")?;
+                e = Expr::Index(Box::new(e), Box::new(index));
+                continue;
+            }
+            if !self.eat(".") {
+                return Ok(e);
+            }
             let Some(Tok::Ident(name)) = self.peek().cloned() else {
                 return Err("expected a name after '.'".into());
             };
             self.at += 1;
-            if self.eat("(") {
-                let method = match name.as_str() {
-                    "size" => Method::Size,
-                    "trim" => Method::Trim,
-                    "contains" => Method::Contains,
-                    "startsWith" => Method::StartsWith,
-                    "endsWith" => Method::EndsWith,
-                    other => return Err(format!("the test server does not evaluate {other}()")),
-                };
-                let mut args = Vec::new();
-                if !self.eat(")") {
-                    loop {
-                        args.push(self.or()?);
-                        if self.eat(")") {
-                            break;
-                        }
-                        self.expect(",")?;
-                    }
-                }
-                let want = match method {
-                    Method::Size | Method::Trim => 0,
-                    _ => 1,
-                };
-                if args.len() != want {
-                    return Err(format!("{name}() takes {want} argument(s)"));
-                }
-                e = Expr::Call(Box::new(e), method, args);
-            } else {
+            if !self.eat("(") {
                 e = Expr::Field(Box::new(e), name);
+                continue;
             }
+            let quantifier = match name.as_str() {
+                "all" => Some(Quantifier::All),
+                "exists" => Some(Quantifier::Exists),
+                "exists_one" => Some(Quantifier::ExistsOne),
+                _ => None,
+            };
+            if let Some(q) = quantifier {
+                let Some(Tok::Ident(var)) = self.peek().cloned() else {
+                    return Err(format!("{name}() takes a variable name first"));
+                };
+                self.at += 1;
+                self.expect(",")?;
+                self.scope.push(var.clone());
+                let body = self.or();
+                self.scope.pop();
+                let body = body?;
+                self.expect(")")?;
+                e = Expr::Macro(Box::new(e), q, var, Box::new(body));
+                continue;
+            }
+            let method = match name.as_str() {
+                "size" => Method::Size,
+                "trim" => Method::Trim,
+                "contains" => Method::Contains,
+                "startsWith" => Method::StartsWith,
+                "endsWith" => Method::EndsWith,
+                other => return Err(format!("the test server does not evaluate {other}()")),
+            };
+            let args = self.args()?;
+            let want = match method {
+                Method::Size | Method::Trim => 0,
+                _ => 1,
+            };
+            if args.len() != want {
+                return Err(format!("{name}() takes {want} argument(s)"));
+            }
+            e = Expr::Call(Box::new(e), method, args);
         }
-        Ok(e)
     }
     fn atom(&mut self) -> Result<Expr, String> {
         match self.peek().cloned() {
-            Some(Tok::Ident(i)) if i == "self" => {
+            Some(Tok::Ident(i)) => {
                 self.at += 1;
-                Ok(Expr::SelfRef)
-            }
-            Some(Tok::Ident(i)) if i == "has" => {
-                self.at += 1;
-                self.expect("(")?;
-                let inner = self.term()?;
-                self.expect(")")?;
-                if !matches!(inner, Expr::Field(..)) {
-                    return Err("has() takes a field selection".into());
+                match i.as_str() {
+                    "true" => Ok(Expr::Bool(true)),
+                    "false" => Ok(Expr::Bool(false)),
+                    "null" => Ok(Expr::Null),
+                    "has" => {
+                        self.expect("(")?;
+                        let inner = self.term()?;
+                        self.expect(")")?;
+                        if !matches!(inner, Expr::Field(..)) {
+                            return Err("has() takes a field selection".into());
+                        }
+                        Ok(Expr::Has(Box::new(inner)))
+                    }
+                    "size" if self.eat("(") => {
+                        let mut args = self.args()?;
+                        if args.len() != 1 {
+                            return Err("size() takes 1 argument".into());
+                        }
+                        Ok(Expr::Call(
+                            Box::new(args.remove(0)),
+                            Method::Size,
+                            Vec::new(),
+                        ))
+                    }
+                    name if self.scope.iter().any(|v| v == name)
+                        || self.declared.contains(&name) =>
+                    {
+                        Ok(Expr::Var(i))
+                    }
+                    name => Err(format!("undeclared reference to '{name}'")),
                 }
-                Ok(Expr::Has(Box::new(inner)))
             }
             Some(Tok::Int(n)) => {
                 self.at += 1;
                 Ok(Expr::Int(n))
             }
+            Some(Tok::Punct("-")) => {
+                self.at += 1;
+                match self.peek().cloned() {
+                    Some(Tok::Int(n)) => {
+                        self.at += 1;
+                        Ok(Expr::Int(-n))
+                    }
+                    _ => Err("'-' only negates an integer literal here".into()),
+                }
+            }
             Some(Tok::Str(s)) => {
                 self.at += 1;
                 Ok(Expr::Str(s))
+            }
+            Some(Tok::Punct("[")) => {
+                self.at += 1;
+                let mut items = Vec::new();
+                if !self.eat("]") {
+                    loop {
+                        items.push(self.or()?);
+                        if self.eat("]") {
+                            break;
+                        }
+                        self.expect(",")?;
+                    }
+                }
+                Ok(Expr::List(items))
             }
             Some(Tok::Punct("(")) => {
                 self.at += 1;
@@ -293,10 +413,15 @@ impl Parser {
     }
 }
 
-/// Parses `rule`, or says why the test server cannot evaluate it.
-pub fn parse(rule: &str) -> Result<Expr, String> {
-    let toks = lex(rule)?;
-    let mut p = Parser { toks, at: 0 };
+/// Parses `src` with the variables `declared`, or says why the test server cannot evaluate it.
+pub fn parse_with(src: &str, declared: &[&str]) -> Result<Expr, String> {
+    let toks = lex(src)?;
+    let mut p = Parser {
+        toks,
+        at: 0,
+        scope: Vec::new(),
+        declared,
+    };
     let e = p.or()?;
     if p.at != p.toks.len() {
         return Err(format!("unexpected input after token {}", p.at));
@@ -304,88 +429,211 @@ pub fn parse(rule: &str) -> Result<Expr, String> {
     Ok(e)
 }
 
+/// Parses a CRD validation rule (`self` declared).
+pub fn parse(rule: &str) -> Result<Expr, String> {
+    parse_with(rule, &["self"])
+}
+
 // ------------------------------------------------------------------------------------------
 // Evaluation
 
-fn eval(e: &Expr, this: &Value) -> Result<Val, String> {
+/// Variable bindings: the declared ones first, then those of the macros being evaluated.
+pub type Bindings = Vec<(String, Val)>;
+
+fn lookup(env: &Bindings, name: &str) -> Result<Val, String> {
+    env.iter()
+        .rev()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
+        .ok_or_else(|| format!("no such attribute: {name}"))
+}
+
+/// `==` as CEL's heterogeneous equality: values of different types are not equal; numbers
+/// compare by value.
+fn equal(a: &Val, b: &Val) -> bool {
+    match (a, b) {
+        (Val::Int(x), Val::Json(Value::Number(y))) | (Val::Json(Value::Number(y)), Val::Int(x)) => {
+            y.as_f64() == Some(*x as f64)
+        }
+        (Val::Json(Value::Number(x)), Val::Json(Value::Number(y))) => x.as_f64() == y.as_f64(),
+        _ => to_json(a.clone()) == to_json(b.clone()),
+    }
+}
+
+/// The elements a macro ranges over: a list's items, a map's keys.
+fn range(v: Val, what: &str) -> Result<Vec<Val>, String> {
+    match v {
+        Val::Json(Value::Array(items)) => Ok(items.iter().map(from_json).collect()),
+        Val::Json(Value::Object(m)) => Ok(m.keys().map(|k| Val::Str(k.clone())).collect()),
+        other => Err(format!("{what}() applies to lists and maps, not {other}")),
+    }
+}
+
+fn as_bool(v: Result<Val, String>, op: &str) -> Result<bool, String> {
+    match v? {
+        Val::Bool(b) => Ok(b),
+        other => Err(format!("{op} applies to bools, not {other}")),
+    }
+}
+
+pub fn eval(e: &Expr, env: &mut Bindings) -> Result<Val, String> {
     Ok(match e {
-        Expr::SelfRef => from_json(this),
+        Expr::Var(name) => lookup(env, name)?,
         Expr::Int(n) => Val::Int(*n),
         Expr::Str(s) => Val::Str(s.clone()),
-        Expr::Field(obj, name) => match eval(obj, this)? {
+        Expr::Bool(b) => Val::Bool(*b),
+        Expr::Null => Val::Null,
+        Expr::List(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for i in items {
+                out.push(to_json(eval(i, env)?));
+            }
+            Val::Json(Value::Array(out))
+        }
+        Expr::Field(obj, name) => match eval(obj, env)? {
             Val::Json(Value::Object(m)) => match m.get(name) {
                 Some(v) => from_json(v),
                 None => return Err(format!("no such key: {name}")),
             },
             other => return Err(format!("no such key: {name} (on {other})")),
         },
+        Expr::Index(obj, index) => match (eval(obj, env)?, eval(index, env)?) {
+            (Val::Json(Value::Object(m)), Val::Str(k)) => match m.get(&k) {
+                Some(v) => from_json(v),
+                None => return Err(format!("no such key: {k}")),
+            },
+            (Val::Json(Value::Array(items)), Val::Int(i)) => {
+                match usize::try_from(i).ok().and_then(|i| items.get(i)) {
+                    Some(v) => from_json(v),
+                    None => return Err(format!("index out of bounds: {i}")),
+                }
+            }
+            (o, i) => return Err(format!("no such overload: {o}[{i}]")),
+        },
         Expr::Has(inner) => {
             let Expr::Field(obj, name) = inner.as_ref() else {
                 return Err("has() takes a field selection".into());
             };
-            match eval(obj, this)? {
+            match eval(obj, env)? {
                 Val::Json(Value::Object(m)) => Val::Bool(m.contains_key(name)),
                 _ => Val::Bool(false),
             }
         }
+        Expr::Call(target, Method::Size, _) => match eval(target, env)? {
+            // CEL strings count code points.
+            Val::Str(s) => Val::Int(s.chars().count() as i64),
+            Val::Json(Value::Array(a)) => Val::Int(a.len() as i64),
+            Val::Json(Value::Object(m)) => Val::Int(m.len() as i64),
+            other => return Err(format!("no such overload: size({other})")),
+        },
         Expr::Call(target, method, args) => {
-            let Val::Str(s) = eval(target, this)? else {
+            let Val::Str(s) = eval(target, env)? else {
                 return Err(format!("{method:?} applies to strings"));
             };
-            let arg = |i: usize| -> Result<String, String> {
-                match eval(&args[i], this)? {
+            let mut arg = |i: usize| -> Result<String, String> {
+                match eval(&args[i], env)? {
                     Val::Str(a) => Ok(a),
                     other => Err(format!("expected a string argument, got {other}")),
                 }
             };
             match method {
-                // CEL strings count code points.
-                Method::Size => Val::Int(s.chars().count() as i64),
+                Method::Size => unreachable!("handled above"),
                 Method::Trim => Val::Str(s.trim().to_string()),
                 Method::Contains => Val::Bool(s.contains(arg(0)?.as_str())),
                 Method::StartsWith => Val::Bool(s.starts_with(arg(0)?.as_str())),
                 Method::EndsWith => Val::Bool(s.ends_with(arg(0)?.as_str())),
             }
         }
-        Expr::Not(inner) => match eval(inner, this)? {
-            Val::Bool(b) => Val::Bool(!b),
-            other => return Err(format!("! applies to bools, not {other}")),
+        Expr::Macro(target, q, var, body) => {
+            let name = match q {
+                Quantifier::All => "all",
+                Quantifier::Exists => "exists",
+                Quantifier::ExistsOne => "exists_one",
+            };
+            let items = range(eval(target, env)?, name)?;
+            // As CEL's comprehensions: a decisive result wins over an error elsewhere.
+            let (mut trues, mut falses, mut error) = (0, 0, None);
+            for item in items {
+                env.push((var.clone(), item));
+                let verdict = as_bool(eval(body, env), name);
+                env.pop();
+                match verdict {
+                    Ok(true) => trues += 1,
+                    Ok(false) => falses += 1,
+                    Err(e) => error = error.or(Some(e)),
+                }
+            }
+            match (q, error) {
+                (Quantifier::All, _) if falses > 0 => Val::Bool(false),
+                (Quantifier::Exists, _) if trues > 0 => Val::Bool(true),
+                (_, Some(e)) => return Err(e),
+                (Quantifier::All, None) => Val::Bool(true),
+                (Quantifier::Exists, None) => Val::Bool(false),
+                (Quantifier::ExistsOne, None) => Val::Bool(trues == 1),
+            }
+        }
+        Expr::Not(inner) => Val::Bool(!as_bool(eval(inner, env), "!")?),
+        // CEL's logical operators are commutative over errors: `error && false` is false.
+        Expr::And(a, b) => match as_bool(eval(a, env), "&&") {
+            Ok(false) => Val::Bool(false),
+            Ok(true) => Val::Bool(as_bool(eval(b, env), "&&")?),
+            Err(e) => match as_bool(eval(b, env), "&&") {
+                Ok(false) => Val::Bool(false),
+                _ => return Err(e),
+            },
         },
-        Expr::And(a, b) => match eval(a, this)? {
-            Val::Bool(false) => Val::Bool(false),
-            Val::Bool(true) => eval(b, this)?,
-            other => return Err(format!("&& applies to bools, not {other}")),
-        },
-        Expr::Or(a, b) => match eval(a, this)? {
-            Val::Bool(true) => Val::Bool(true),
-            Val::Bool(false) => eval(b, this)?,
-            other => return Err(format!("|| applies to bools, not {other}")),
+        Expr::Or(a, b) => match as_bool(eval(a, env), "||") {
+            Ok(true) => Val::Bool(true),
+            Ok(false) => Val::Bool(as_bool(eval(b, env), "||")?),
+            Err(e) => match as_bool(eval(b, env), "||") {
+                Ok(true) => Val::Bool(true),
+                _ => return Err(e),
+            },
         },
         Expr::Cmp(a, op, b) => {
-            let (a, b) = (eval(a, this)?, eval(b, this)?);
+            let (a, b) = (eval(a, env)?, eval(b, env)?);
+            match op {
+                Op::Eq => return Ok(Val::Bool(equal(&a, &b))),
+                Op::Ne => return Ok(Val::Bool(!equal(&a, &b))),
+                _ => {}
+            }
             let ord = match (&a, &b) {
                 (Val::Int(x), Val::Int(y)) => x.cmp(y),
                 (Val::Str(x), Val::Str(y)) => x.cmp(y),
-                (Val::Bool(x), Val::Bool(y)) if matches!(op, Op::Eq | Op::Ne) => x.cmp(y),
-                _ => return Err(format!("cannot compare {a} and {b}")),
+                (Val::Bool(x), Val::Bool(y)) => x.cmp(y),
+                _ => return Err(format!("no such overload: {a} {op:?} {b}")),
             };
             use std::cmp::Ordering::*;
             Val::Bool(match op {
-                Op::Eq => ord == Equal,
-                Op::Ne => ord != Equal,
                 Op::Lt => ord == Less,
                 Op::Le => ord != Greater,
                 Op::Gt => ord == Greater,
                 Op::Ge => ord != Less,
+                Op::Eq | Op::Ne => unreachable!("answered above"),
             })
+        }
+        Expr::In(item, collection) => {
+            let item = eval(item, env)?;
+            match eval(collection, env)? {
+                Val::Json(Value::Array(items)) => {
+                    Val::Bool(items.iter().any(|i| equal(&item, &from_json(i))))
+                }
+                Val::Json(Value::Object(m)) => match &item {
+                    Val::Str(k) => Val::Bool(m.contains_key(k)),
+                    other => return Err(format!("no such overload: {other} in map")),
+                },
+                other => return Err(format!("no such overload: in {other}")),
+            }
         }
     })
 }
 
-/// Whether `rule` holds for `this`. A rule that cannot be evaluated (a field missing without
-/// `has()`) does not hold, as on a real server, where it is a validation error too.
+/// Whether `rule` holds with `self` bound to `this`. A rule that cannot be evaluated (a field
+/// missing without `has()`) does not hold, as on a real server, where it is a validation error
+/// too.
 pub fn holds(rule: &Expr, this: &Value) -> Result<bool, String> {
-    match eval(rule, this)? {
+    let mut env = vec![("self".to_string(), from_json(this))];
+    match eval(rule, &mut env)? {
         Val::Bool(b) => Ok(b),
         other => Err(format!("the rule evaluated to {other}, not a bool")),
     }
@@ -595,6 +843,132 @@ mod tests {
             &mut causes,
         );
         assert!(causes.is_empty(), "{causes:?}");
+    }
+
+    fn eval_with(src: &str, vars: Vec<(&str, Value)>) -> Result<Val, String> {
+        let names: Vec<&str> = vars.iter().map(|(n, _)| *n).collect();
+        let e = parse_with(src, &names)?;
+        let mut env = vars
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), from_json(&v)))
+            .collect();
+        eval(&e, &mut env)
+    }
+
+    #[test]
+    fn policy_expressions_see_object_old_object_and_request() {
+        let pod = json!({"metadata": {"name": "p", "labels": {"app.kubernetes.io/managed-by": "op"}},
+            "spec": {"containers": [
+                {"name": "a", "resources": {"limits": {"cpu": "1"}}},
+                {"name": "b", "resources": {}}]}});
+        let vars = |op: &str| {
+            vec![
+                ("object", pod.clone()),
+                ("oldObject", Value::Null),
+                (
+                    "request",
+                    json!({"operation": op, "userInfo": {"username": "op"}}),
+                ),
+            ]
+        };
+        let check = |src: &str, op: &str| eval_with(src, vars(op));
+        let limits = "object.spec.containers.all(c, has(c.resources.limits))";
+        assert_eq!(check(limits, "CREATE"), Ok(Val::Bool(false)));
+        assert_eq!(
+            check(
+                "object.spec.containers.exists(c, has(c.resources.limits))",
+                "CREATE"
+            ),
+            Ok(Val::Bool(true))
+        );
+        assert_eq!(
+            check(
+                "object.spec.containers.exists_one(c, c.name.startsWith('a'))",
+                "CREATE"
+            ),
+            Ok(Val::Bool(true))
+        );
+        assert_eq!(
+            check(
+                "oldObject == null && request.operation in ['CREATE', 'UPDATE']",
+                "CREATE"
+            ),
+            Ok(Val::Bool(true))
+        );
+        assert_eq!(
+            check("request.operation != 'DELETE' || false", "DELETE"),
+            Ok(Val::Bool(false))
+        );
+        assert_eq!(
+            check(
+                "object.metadata.labels['app.kubernetes.io/managed-by'] == 'op'",
+                "CREATE"
+            ),
+            Ok(Val::Bool(true))
+        );
+        assert_eq!(
+            check(
+                "'app.kubernetes.io/managed-by' in object.metadata.labels",
+                "CREATE"
+            ),
+            Ok(Val::Bool(true))
+        );
+        assert_eq!(
+            check(
+                "size(object.spec.containers) == 2 && object.spec.containers[1].name == 'b'",
+                "CREATE"
+            ),
+            Ok(Val::Bool(true))
+        );
+        assert_eq!(
+            check("object.metadata.labels.size() > -1", "CREATE"),
+            Ok(Val::Bool(true))
+        );
+        // Equality across types is false, not an error; ordering across types is an error.
+        assert_eq!(
+            check("object.metadata.name == 1", "CREATE"),
+            Ok(Val::Bool(false))
+        );
+        assert!(check("object.metadata.name < 1", "CREATE").is_err());
+        // A missing field is an error, unless the other side of && or || decides.
+        assert!(check("oldObject.metadata.name == 'p'", "CREATE").is_err());
+        assert_eq!(
+            check("oldObject.metadata.name == 'p' && false", "CREATE"),
+            Ok(Val::Bool(false))
+        );
+        assert_eq!(
+            check(
+                "object.spec.containers.all(c, c.resources.limits.cpu == '2')",
+                "CREATE"
+            ),
+            Ok(Val::Bool(false)),
+            "a false item decides over an error in another"
+        );
+        assert!(check(
+            "object.spec.containers.all(c, c.resources.limits.cpu == '1')",
+            "CREATE"
+        )
+        .is_err());
+        assert_eq!(
+            check(
+                "object.spec.containers.exists(c, c.resources.limits.cpu == '1')",
+                "CREATE"
+            ),
+            Ok(Val::Bool(true))
+        );
+    }
+
+    #[test]
+    fn only_declared_variables_and_those_of_macros_may_be_named() {
+        assert!(parse_with("object.x == 1", &["object"]).is_ok());
+        let e = parse_with("params.x == 1", &["object"]).unwrap_err();
+        assert_eq!(e, "undeclared reference to 'params'");
+        assert!(parse_with("object.items.all(i, i.x > 0)", &["object"]).is_ok());
+        assert!(parse_with("object.items.all(i, i.x > 0) && i.y", &["object"]).is_err());
+        assert!(
+            parse("oldSelf == self").is_err(),
+            "transition rules are not evaluated"
+        );
     }
 
     #[test]

@@ -283,6 +283,7 @@ mod tests {
             vec![
                 "coordination.k8s.io",
                 "apiextensions.k8s.io",
+                "admissionregistration.k8s.io",
                 "immortalcontainer.flugel.it"
             ]
         );

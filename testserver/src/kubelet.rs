@@ -27,7 +27,9 @@ pub struct KubeletOptions {
     pub stop_delay: Duration,
     /// Multiplies the kubelet's own waits on grace periods (SIGKILL at the end of the grace
     /// period); the pod object still says the grace period that was asked for. Default 0.01
-    /// (30 s of grace is 300 ms).
+    /// (30 s of grace is 300 ms). The node controllers' waits are multiplied too: the node
+    /// monitor grace period (40 s), a pod's `tolerationSeconds` before the taint manager
+    /// evicts it, the 10 s between two nodes tainted NoExecute.
     pub grace_scale: f64,
     /// Multiplies the restart and image-pull back-offs (10 s doubling to 5 min; messages still
     /// name the unscaled ones). Default 0.01.

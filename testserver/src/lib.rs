@@ -1,6 +1,6 @@
 //! kube-testserver: an in-memory Kubernetes API server over TLS, faithful to the recorded
-//! kube-apiserver fixtures, with simulated nodes (scheduler, kubelets, PodGC) and fault
-//! injection, for end-to-end tests and the local demo.
+//! kube-apiserver fixtures, with simulated nodes (scheduler, kubelets, PodGC, node lifecycle
+//! controller, taint manager) and fault injection, for end-to-end tests and the local demo.
 //!
 //! ```no_run
 //! let server = kube_testserver::TestServer::start(kube_testserver::Options::default())?;
@@ -12,6 +12,7 @@
 // a request, where boxing would buy nothing measurable.
 #![allow(clippy::result_large_err)]
 
+mod accept;
 mod admission;
 mod api;
 mod auth;
@@ -21,8 +22,10 @@ mod discovery;
 mod faults;
 mod http;
 mod kubelet;
+mod lifecycle;
 mod nodes;
 mod patch;
+mod policy;
 mod resources;
 mod review;
 mod runtime;
@@ -32,6 +35,7 @@ mod server;
 mod status;
 mod store;
 mod table;
+mod taints;
 mod tls;
 mod util;
 mod validate;
@@ -264,6 +268,17 @@ impl TestServer {
         );
     }
 
+    /// Replaces the allow rules of user `name` (every token added under that name), as editing
+    /// the ClusterRole bound to the user does on a real cluster: from the next request on, what
+    /// the new rules do not allow is answered 403 with the RBAC message, and SubjectAccessReviews
+    /// answer from the new rules. As on a real server, authorization happens when a request
+    /// arrives: a watch already open goes on. `false` if no user has that name. (Calling
+    /// [`TestServer::add_user`] again with the same token replaces that token's user too.)
+    pub fn set_rules(&self, name: &str, rules: Vec<Rule>) -> bool {
+        let mut users = self.shared.users.write().unwrap_or_else(|e| e.into_inner());
+        users.set_rules(name, &rules) > 0
+    }
+
     /// Writes a kubeconfig for this server authenticating with `token`.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> io::Result<()> {
         let user = {
@@ -323,6 +338,26 @@ impl TestServer {
         self.shared.stall_lifted.notify_all();
     }
 
+    /// Black-holes every TCP connection open now whose last request was authenticated as
+    /// `user` (every open connection when `None`, those that carried no request yet included):
+    /// idle keep-alive connections, requests in flight, watch streams. Each goes silent for
+    /// good, as behind a proxy or NAT that stops forwarding without closing: the server neither
+    /// answers nor closes it, reads nothing more from it (what the client sends stays unread in
+    /// the socket) and writes nothing more to it, TLS included (no response, watch event,
+    /// bookmark or final chunk). A request in flight may still take effect; its answer is
+    /// never sent. Connections accepted afterwards, the same user's included, are served as
+    /// usual, so a client that gives up on a dead connection and dials again recovers. The
+    /// connections stay open until [`TestServer::stop_listening`] or the server is dropped.
+    /// Returns how many connections this call silenced.
+    pub fn blackhole(&self, user: Option<&str>) -> usize {
+        self.shared.blackhole(user)
+    }
+
+    /// How many connections are black-holed and held open now.
+    pub fn blackholed(&self) -> usize {
+        self.shared.blackholed()
+    }
+
     /// Holds matching requests before they are handled (see [`StallRule`]) until
     /// [`TestServer::lift_stall`] with the id returned, or their hold passes.
     pub fn stall(&self, rule: StallRule) -> StallId {
@@ -358,7 +393,8 @@ impl TestServer {
         self.shared.faults().latency = d;
     }
 
-    /// Closes the listener and every connection; data and certificates are kept.
+    /// Closes the listener and every connection (black-holed ones too); data and certificates
+    /// are kept.
     pub fn stop_listening(&self) {
         let listener = self
             .listener
@@ -434,11 +470,51 @@ impl TestServer {
         true
     }
 
+    /// Cuts `node` off, as when its machine or network fails but the Node object stays: its
+    /// kubelet stops, so nothing it would write is written any more (no status, no pod started
+    /// or finished: a pod deleted now stays Terminating for good). After the node lifecycle
+    /// controller's grace period (`--node-monitor-grace-period` 40 s, multiplied by
+    /// [`KubeletOptions::grace_scale`]: 400 ms by default) the controllers of a v1.28 cluster
+    /// react as they do: the Node's Ready, MemoryPressure, DiskPressure and PIDPressure
+    /// conditions become Unknown (reason NodeStatusUnknown, message `Kubelet stopped posting
+    /// node status.`), its pods get Ready=False (`MarkPodsNotReady`), it is tainted
+    /// `node.kubernetes.io/unreachable:NoSchedule`, and `node.kubernetes.io/unreachable:NoExecute`
+    /// (with `timeAdded`) unless the zone is in disruption: with no node Ready at all (the
+    /// default single node partitioned) the controller enters master disruption mode and
+    /// neither taints nor evicts; with more than two nodes and at least 55 % of them not
+    /// Ready it taints no more nodes; successive nodes are tainted at least 10 s (scaled)
+    /// apart. The taint manager then evicts each pod (condition DisruptionTarget, reason
+    /// DeletionByTaintManager, then a graceful DELETE) after its shortest `tolerationSeconds`
+    /// for the taint, scaled (the 300 s every pod gets from DefaultTolerationSeconds: 3 s by
+    /// default), at once if it does not tolerate it; with the kubelet gone the pod stays
+    /// Terminating. A client that then taints the node `node.kubernetes.io/out-of-service`
+    /// (as `kubectl taint nodes NODE node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`
+    /// does) has the taint manager evict every pod not tolerating that taint and PodGC
+    /// force-delete every terminating pod of the node (phase Failed first, then grace 0).
+    /// Returns at once; `false` if there is no such node or no simulated cluster runs
+    /// (`Options::kubelet: None`).
+    pub fn partition_node(&self, node: &str) -> bool {
+        self.cluster
+            .as_ref()
+            .is_some_and(|c| c.partition(node, false))
+    }
+
+    /// Ends [`TestServer::partition_node`]: the kubelet posts its node status again (Ready,
+    /// no pressure) before this returns, then the controllers remove the unreachable taints
+    /// (scheduled evictions are cancelled) and the kubelet syncs its pods: a status others
+    /// wrote meanwhile is replaced after `status_sync_delay`, a pod deleted meanwhile is
+    /// terminated and removed. `false` if there is no such node or it was not partitioned.
+    pub fn heal_node(&self, node: &str) -> bool {
+        self.cluster
+            .as_ref()
+            .is_some_and(|c| c.partition(node, true))
+    }
+
     /// Makes the first running container of pod `ns/pod` exit with `exit_code` once, as a
     /// crash or a finished process would; the kubelet then acts on the pod's `restartPolicy`
     /// (Always: restart with back-off; Never: the pod ends Succeeded or Failed). The status
     /// showing the exit is written before this returns. `false` when no kubelet runs the pod
-    /// or none of its containers is running.
+    /// (its node partitioned included) or none of its containers is running.
     pub fn exit_container(&self, ns: &str, pod: &str, exit_code: i32) -> bool {
         self.cluster
             .as_ref()

@@ -26,8 +26,9 @@ struct Args {
     /// No scheduler and no kubelet: pods stay Pending and every pod deletion is immediate.
     #[arg(long)]
     no_kubelet: bool,
-    /// Multiplies the kubelet's waits on grace periods (1 = real time; 0.01 makes 30 s of
-    /// grace 300 ms). The pods still show the grace period that was asked for.
+    /// Multiplies the kubelet's waits on grace periods and the node controllers' waits (1 =
+    /// real time; 0.01 makes 30 s of grace 300 ms). The pods still show the grace period that
+    /// was asked for.
     #[arg(long, default_value_t = 1.0)]
     grace_scale: f64,
     /// Multiplies the kubelet's restart and image-pull back-offs (10 s doubling to 5 min; 1 =

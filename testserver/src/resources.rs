@@ -16,6 +16,10 @@ pub enum Class {
     ResourceQuota,
     Lease,
     Crd,
+    /// ValidatingAdmissionPolicy (`policy.rs`).
+    AdmissionPolicy,
+    /// ValidatingAdmissionPolicyBinding.
+    AdmissionPolicyBinding,
     Custom,
 }
 
@@ -199,7 +203,12 @@ fn builtin(
         class,
         status_subresource: matches!(
             class,
-            Class::Pod | Class::Namespace | Class::Node | Class::ResourceQuota | Class::Crd
+            Class::Pod
+                | Class::Namespace
+                | Class::Node
+                | Class::ResourceQuota
+                | Class::Crd
+                | Class::AdmissionPolicy
         ),
         schemas: Vec::new(),
         columns: Vec::new(),
@@ -248,7 +257,42 @@ pub fn builtins() -> Vec<ResourceDef> {
             &["crd", "crds"],
             Class::Crd,
         ),
+        admission_policy_resource(
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicy",
+            "ValidatingAdmissionPolicy",
+            Class::AdmissionPolicy,
+        ),
+        admission_policy_resource(
+            "validatingadmissionpolicybindings",
+            "validatingadmissionpolicybinding",
+            "ValidatingAdmissionPolicyBinding",
+            Class::AdmissionPolicyBinding,
+        ),
     ]
+}
+
+/// A ValidatingAdmissionPolicy resource: served in `v1beta1`, as a 1.28 cluster with the beta
+/// enabled serves it, and in `v1`, as 1.30 does (the same shape; `v1` preferred, as for the
+/// rest of the group on a real server).
+fn admission_policy_resource(
+    plural: &str,
+    singular: &str,
+    kind: &str,
+    class: Class,
+) -> ResourceDef {
+    let mut def = builtin(
+        crate::policy::GROUP,
+        plural,
+        singular,
+        kind,
+        false,
+        &[],
+        class,
+    );
+    def.versions = vec!["v1".to_string(), "v1beta1".to_string()];
+    def.categories = vec!["api-extensions".to_string()];
+    def
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
@@ -445,6 +489,8 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Map<String, Value>) {
             set_default(obj, "reportingComponent", json!(""));
             set_default(obj, "reportingInstance", json!(""));
         }
+        Class::AdmissionPolicy => crate::policy::default_policy(obj),
+        Class::AdmissionPolicyBinding => crate::policy::default_binding(obj),
         Class::Node | Class::ResourceQuota | Class::Lease | Class::Crd | Class::Custom => {}
     }
 }
@@ -495,15 +541,7 @@ fn default_pod(obj: &mut Map<String, Value>) {
     set_default(spec, "priority", json!(0));
     set_default(spec, "enableServiceLinks", json!(true));
     set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-    // The DefaultTolerationSeconds admission plugin adds these two to every pod.
-    set_default(
-        spec,
-        "tolerations",
-        json!([
-            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-        ]),
-    );
+    default_toleration_seconds(spec);
     for list in ["containers", "initContainers"] {
         if let Some(Value::Array(cs)) = spec.get_mut(list) {
             for c in cs.iter_mut().filter_map(Value::as_object_mut) {
@@ -517,6 +555,37 @@ fn default_pod(obj: &mut Map<String, Value>) {
                 set_default(c, "terminationMessagePolicy", json!("File"));
                 set_default(c, "imagePullPolicy", json!(pull_policy(&image)));
             }
+        }
+    }
+}
+
+/// The DefaultTolerationSeconds admission plugin: a pod that does not tolerate the
+/// `node.kubernetes.io/not-ready` (resp. `unreachable`) NoExecute taint gets a toleration of it
+/// for 300 s, appended to its own tolerations (a toleration with no key, or no effect, counts).
+fn default_toleration_seconds(spec: &mut Map<String, Value>) {
+    let slot = spec
+        .entry("tolerations".to_string())
+        .or_insert_with(|| json!([]));
+    if !slot.is_array() {
+        *slot = json!([]);
+    }
+    let Some(tolerations) = slot.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerated = tolerations.iter().any(|t| {
+            let k = t["key"].as_str().unwrap_or("");
+            let effect = t["effect"].as_str().unwrap_or("");
+            (k == key || k.is_empty()) && (effect == "NoExecute" || effect.is_empty())
+        });
+        if !tolerated {
+            tolerations.push(
+                json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                "tolerationSeconds": 300}),
+            );
         }
     }
 }
@@ -584,13 +653,21 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Map<String, Value>, now: &str
             let status = crd_status(&Value::Object(obj.clone()), now);
             obj.insert("status".into(), status);
         }
+        // The policy's status is the type checker's to write (this server has none).
+        Class::AdmissionPolicy => {
+            obj.remove("status");
+        }
         Class::Custom if def.status_subresource => {
             obj.remove("status");
         }
         // A node's status is what its kubelet registers it with: kept as written.
-        Class::Node | Class::Event | Class::Lease | Class::Custom => {}
+        Class::Node
+        | Class::Event
+        | Class::Lease
+        | Class::Custom
+        | Class::AdmissionPolicyBinding => {}
     }
-    if matches!(def.class, Class::Custom | Class::Crd) {
+    if tracks_generation(def.class) {
         obj_mut(obj, "metadata").insert("generation".into(), json!(1));
     }
 }
@@ -627,8 +704,16 @@ pub fn prepare_status_update(old: &Value, new: &mut Map<String, Value>) {
     *new = merged;
 }
 
+/// Kinds whose strategy sets `metadata.generation` and moves it on spec changes.
+fn tracks_generation(class: Class) -> bool {
+    matches!(
+        class,
+        Class::Custom | Class::Crd | Class::AdmissionPolicy | Class::AdmissionPolicyBinding
+    )
+}
+
 fn bump_generation(def: &ResourceDef, old: &Value, new: &mut Map<String, Value>) {
-    if !matches!(def.class, Class::Custom | Class::Crd) {
+    if !tracks_generation(def.class) {
         return;
     }
     let old_gen = old["metadata"]["generation"].as_i64().unwrap_or(1);
@@ -721,6 +806,13 @@ pub fn bookmark_object(def: &ResourceDef, version: &str, rv: u64) -> Value {
             v["reportingComponent"] = json!("");
             v["reportingInstance"] = json!("");
         }
+        Class::AdmissionPolicy => {
+            v["spec"] = json!({});
+            v["status"] = json!({});
+        }
+        Class::AdmissionPolicyBinding => {
+            v["spec"] = json!({});
+        }
         Class::Crd => {
             v["spec"] = json!({"group": "", "names": {"plural": "", "kind": ""}, "scope": "", "versions": null});
             v["status"] = json!({"conditions": null, "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": null});
@@ -799,6 +891,26 @@ mod tests {
     }
 
     #[test]
+    fn default_toleration_seconds_adds_only_the_tolerations_a_pod_lacks() {
+        let defaulted = |tolerations: Value| {
+            let mut spec = json!({"tolerations": tolerations});
+            default_toleration_seconds(spec.as_object_mut().expect("object"));
+            spec["tolerations"].clone()
+        };
+        let own = json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+            "effect": "NoExecute", "tolerationSeconds": 5});
+        let t = defaulted(json!([own.clone()]));
+        assert_eq!(t.as_array().map(Vec::len), Some(2));
+        assert_eq!(t[0], own, "the pod's own toleration is kept first");
+        assert_eq!(t[1]["key"], "node.kubernetes.io/not-ready");
+        assert_eq!(t[1]["tolerationSeconds"], 300);
+        let everything = json!([{"operator": "Exists"}]);
+        assert_eq!(defaulted(everything.clone()), everything);
+        let other = json!([{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+        assert_eq!(defaulted(other).as_array().map(Vec::len), Some(3));
+    }
+
+    #[test]
     fn pod_create_gets_server_defaults_and_pending_status() {
         let defs = builtins();
         let mut pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx:latest"}]}, "status": {"phase": "Running"}});
@@ -807,6 +919,7 @@ mod tests {
         prepare_create(&defs[0], m, "2026-01-01T00:00:00Z");
         assert_eq!(m["spec"]["restartPolicy"], "Always");
         assert_eq!(m["spec"]["containers"][0]["imagePullPolicy"], "Always");
+        assert_eq!(m["spec"]["tolerations"].as_array().map(Vec::len), Some(2));
         assert_eq!(
             m["status"],
             json!({"phase": "Pending", "qosClass": "BestEffort"})

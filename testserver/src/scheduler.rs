@@ -1,6 +1,7 @@
 //! The scheduler's decisions, as pure functions: which node a pending pod goes to, or why none
 //! fits, in the words kube-scheduler v1.28 writes into the PodScheduled condition (fixture 11).
 
+use crate::taints;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -8,10 +9,32 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     pub name: String,
-    pub ready: bool,
     pub cordoned: bool,
+    /// Its taints, in order; see [`effective_taints`].
+    pub taints: Vec<Value>,
     /// Pods bound to it now: the least loaded node wins (ties: by name).
     pub pods: usize,
+}
+
+/// The taints the scheduler sees on `node`: those it carries, and, for a node that is not
+/// Ready and does not carry it yet, the NoSchedule taint the node lifecycle controller is
+/// about to add (`node.kubernetes.io/unreachable` when Ready is Unknown, `not-ready`
+/// otherwise), so no pod lands on it in between.
+pub fn effective_taints(node: &Value) -> Vec<Value> {
+    let mut out = taints::of_node(node);
+    let ready = node["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .and_then(|c| c["status"].as_str());
+    let key = match ready {
+        Some("True") => return out,
+        Some("Unknown") => taints::UNREACHABLE,
+        _ => taints::NOT_READY,
+    };
+    if !out.iter().any(|t| taints::is(t, key, taints::NO_SCHEDULE)) {
+        out.push(taints::taint(key, taints::NO_SCHEDULE, None));
+    }
+    out
 }
 
 /// Where a pod goes.
@@ -22,39 +45,25 @@ pub enum Decision {
     Unschedulable(String),
 }
 
-/// Whether the pod tolerates a NoSchedule taint with `key` (no value), as the TaintToleration
-/// and NodeUnschedulable plugins check it.
-fn tolerates(pod: &Value, key: &str) -> bool {
-    pod["spec"]["tolerations"].as_array().is_some_and(|ts| {
-        ts.iter().any(|t| {
-            let key_ok = match t["key"].as_str().unwrap_or("") {
-                "" => t["operator"] == "Exists",
-                k => k == key,
-            };
-            let effect_ok = matches!(t["effect"].as_str().unwrap_or(""), "" | "NoSchedule");
-            key_ok && effect_ok
-        })
-    })
-}
-
 /// Picks the node for `pod`. Filters run in kube-scheduler's order and a node is counted
-/// under the first that rejects it: NodeUnschedulable (cordoned), then TaintToleration (a
-/// node not Ready carries `node.kubernetes.io/not-ready:NoSchedule`). Resources, affinity and
-/// node selectors are not simulated.
+/// under the first that rejects it: NodeUnschedulable (cordoned, unless the pod tolerates
+/// `node.kubernetes.io/unschedulable:NoSchedule`), then TaintToleration (the first NoSchedule
+/// or NoExecute taint the pod does not tolerate). Resources, affinity and node selectors are
+/// not simulated.
 pub fn decide(pod: &Value, nodes: &[Candidate]) -> Decision {
     if nodes.is_empty() {
         // kube-scheduler's ErrNoNodesAvailable.
         return Decision::Unschedulable("no nodes available to schedule pods".into());
     }
-    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    let unschedulable = taints::taint(taints::UNSCHEDULABLE, taints::NO_SCHEDULE, None);
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut best: Option<&Candidate> = None;
     for n in nodes {
-        let reason = if n.cordoned && !tolerates(pod, "node.kubernetes.io/unschedulable") {
-            Some("node(s) were unschedulable")
-        } else if !n.ready && !tolerates(pod, "node.kubernetes.io/not-ready") {
-            Some("node(s) had untolerated taint {node.kubernetes.io/not-ready: }")
+        let reason = if n.cordoned && !taints::tolerated(pod, &unschedulable) {
+            Some("node(s) were unschedulable".to_string())
         } else {
-            None
+            taints::first_untolerated(pod, &n.taints)
+                .map(|t| format!("node(s) had untolerated taint {}", taints::describe(t)))
         };
         match reason {
             Some(r) => *reasons.entry(r).or_default() += 1,
@@ -107,10 +116,12 @@ mod tests {
     use super::*;
 
     fn node(name: &str, ready: bool, cordoned: bool, pods: usize) -> Candidate {
+        let status = if ready { "True" } else { "False" };
+        let obj = json!({"status": {"conditions": [{"type": "Ready", "status": status}]}});
         Candidate {
             name: name.into(),
-            ready,
             cordoned,
+            taints: effective_taints(&obj),
             pods,
         }
     }
@@ -154,6 +165,29 @@ mod tests {
             decide(&pod, &[]),
             Decision::Unschedulable("no nodes available to schedule pods".into())
         );
+    }
+
+    #[test]
+    fn tainted_and_unreachable_nodes_are_left_out_under_their_first_untolerated_taint() {
+        let pod = json!({"spec": {"tolerations": [
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]}});
+        let unknown = json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}});
+        let out_of_service = json!({"spec": {"taints": [{"key": "node.kubernetes.io/out-of-service",
+            "value": "nodeshutdown", "effect": "NoExecute"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let candidate = |name: &str, obj: &Value| Candidate {
+            name: name.into(),
+            cordoned: false,
+            taints: effective_taints(obj),
+            pods: 0,
+        };
+        let Decision::Unschedulable(m) = decide(
+            &pod,
+            &[candidate("a", &unknown), candidate("b", &out_of_service)],
+        ) else {
+            panic!("nothing should fit")
+        };
+        assert_eq!(m, "0/2 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/out-of-service: nodeshutdown}, 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling..");
     }
 
     #[test]

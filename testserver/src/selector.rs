@@ -212,7 +212,12 @@ fn field_supported(class: Class, key: &str) -> bool {
         ),
         Class::Namespace => key == "status.phase",
         Class::Node => key == "spec.unschedulable",
-        Class::ResourceQuota | Class::Lease | Class::Crd | Class::Custom => false,
+        Class::ResourceQuota
+        | Class::Lease
+        | Class::Crd
+        | Class::AdmissionPolicy
+        | Class::AdmissionPolicyBinding
+        | Class::Custom => false,
     }
 }
 

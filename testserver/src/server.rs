@@ -7,9 +7,9 @@ use crate::faults::{Counts, Faults, Logged};
 use crate::http::{Conn, HttpError};
 use crate::status::ApiError;
 use crate::store::Store;
-use crate::watch::{self, Ended};
+use crate::watch::{self, Ended, Start};
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
@@ -30,9 +30,64 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     pub port: u16,
     pub tls: Arc<rustls::ServerConfig>,
-    /// Open connections, so `stop_listening` can close them.
-    conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Open connections, so `stop_listening` can close them and `blackhole` silence them; a
+    /// black-holed one stays here, open, after its thread has ended.
+    conns: Mutex<HashMap<u64, Tracked>>,
     next_conn: AtomicU64,
+}
+
+/// One open connection, as `stop_listening` and `blackhole` reach it.
+struct Tracked {
+    /// A second handle on the socket: the connection closes when both this and its thread's
+    /// handle are gone, so keeping this one holds a black-holed connection open.
+    tcp: TcpStream,
+    /// The user of the last request it carried; `None` before its first request, or when that
+    /// request's token was unknown.
+    user: Option<String>,
+    /// Set once the connection is black-holed: see [`Gated`].
+    silent: Arc<AtomicBool>,
+    /// The watch it streams now (resource key, watch id), so a black hole can end its wait.
+    watch: Option<(String, u64)>,
+}
+
+/// The socket under TLS. Once its connection is black-holed it reads and writes nothing more,
+/// TLS records and alerts included, as a proxy that stops forwarding without closing: every
+/// call fails at once and no system call reaches the socket.
+struct Gated {
+    tcp: TcpStream,
+    silent: Arc<AtomicBool>,
+}
+
+impl Gated {
+    fn check(&self) -> io::Result<()> {
+        if self.silent.load(Ordering::SeqCst) {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "connection black-holed",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Read for Gated {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.check()?;
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Gated {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.check()?;
+        self.tcp.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.check()?;
+        self.tcp.flush()
+    }
 }
 
 /// Locks a mutex even if a thread panicked while holding it: the data are plain maps that a
@@ -80,10 +135,56 @@ impl Shared {
         lock(&self.log)
     }
 
-    /// Closes every open connection (both directions), so their threads end.
+    /// Closes every open connection (both directions), black-holed ones included, so their
+    /// threads end.
     pub fn close_connections(&self) {
-        for (_, s) in lock(&self.conns).drain() {
-            let _ = s.shutdown(Shutdown::Both);
+        for (_, t) in lock(&self.conns).drain() {
+            let _ = t.tcp.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Black-holes every open connection whose last request came from `user` (any connection
+    /// when `None`): from now on nothing is read from it or written to it, and it stays open
+    /// until the server closes its connections. Returns how many connections this silenced.
+    pub fn blackhole(&self, user: Option<&str>) -> usize {
+        let mut watches = Vec::new();
+        let mut silenced = 0;
+        {
+            let mut conns = lock(&self.conns);
+            for t in conns.values_mut() {
+                let chosen = user.map_or(true, |u| t.user.as_deref() == Some(u));
+                if !chosen || t.silent.swap(true, Ordering::SeqCst) {
+                    continue;
+                }
+                // Wakes a thread blocked reading the next request of an idle keep-alive
+                // connection. Shutting down the read side sends nothing to the peer (no FIN,
+                // no reset); what the peer sends later is left unread.
+                let _ = t.tcp.shutdown(Shutdown::Read);
+                watches.extend(t.watch.take());
+                silenced += 1;
+            }
+        }
+        // A watch waiting for its next event learns it is over when its channel closes; it
+        // then ends without writing (its socket is gated), leaving the connection open.
+        let mut store = self.store();
+        for (key, id) in watches {
+            store.unwatch(&key, id);
+        }
+        silenced
+    }
+
+    /// Connections black-holed and held open now.
+    pub fn blackholed(&self) -> usize {
+        lock(&self.conns)
+            .values()
+            .filter(|t| t.silent.load(Ordering::SeqCst))
+            .count()
+    }
+
+    /// Records what a connection carries now, for `blackhole`.
+    fn track(&self, id: u64, f: impl FnOnce(&mut Tracked)) {
+        if let Some(t) = lock(&self.conns).get_mut(&id) {
+            f(t);
         }
     }
 }
@@ -145,9 +246,16 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: Arc<AtomicBool>
         };
         let _ = tcp.set_nodelay(true);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        let silent = Arc::new(AtomicBool::new(false));
         match tcp.try_clone() {
             Ok(c) => {
-                lock(&shared.conns).insert(id, c);
+                let tracked = Tracked {
+                    tcp: c,
+                    user: None,
+                    silent: silent.clone(),
+                    watch: None,
+                };
+                lock(&shared.conns).insert(id, tracked);
             }
             Err(e) => {
                 log::debug!("cannot track connection: {e}");
@@ -158,21 +266,29 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: Arc<AtomicBool>
         let spawned = thread::Builder::new()
             .name(format!("kube-testserver-conn-{id}"))
             .spawn(move || {
-                serve_connection(&s, tcp);
-                lock(&s.conns).remove(&id);
+                let gated = Gated {
+                    tcp,
+                    silent: silent.clone(),
+                };
+                serve_connection(&s, id, gated);
+                // A black-holed connection stays open (its tracked handle is kept) until the
+                // server closes every connection.
+                if !silent.load(Ordering::SeqCst) {
+                    lock(&s.conns).remove(&id);
+                }
             });
         if let Err(e) = spawned {
             log::debug!("cannot spawn connection thread: {e}");
-            if let Some(c) = lock(&shared.conns).remove(&id) {
-                let _ = c.shutdown(Shutdown::Both);
+            if let Some(t) = lock(&shared.conns).remove(&id) {
+                let _ = t.tcp.shutdown(Shutdown::Both);
             }
         }
     }
 }
 
-/// Serves requests on one connection until the client closes it, a watch is dropped, or an
-/// error makes the stream unusable.
-fn serve_connection(shared: &Shared, tcp: TcpStream) {
+/// Serves requests on one connection until the client closes it, a watch is dropped, an
+/// error makes the stream unusable, or the connection is black-holed.
+fn serve_connection(shared: &Shared, id: u64, tcp: Gated) {
     let tls = match rustls::ServerConnection::new(shared.tls.clone()) {
         Ok(t) => t,
         Err(e) => {
@@ -205,6 +321,13 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) {
             thread::sleep(latency);
         }
         log::trace!(method = req.method.as_str(), path = req.path.as_str(); "request");
+        let user = {
+            let users = shared.users.read().unwrap_or_else(|e| e.into_inner());
+            users
+                .authenticate(req.header("authorization"))
+                .map(|u| u.name.clone())
+        };
+        shared.track(id, |t| t.user = user);
         let keep_alive = req.keep_alive();
         match api::handle(shared, &req) {
             Reply::Json {
@@ -220,7 +343,13 @@ fn serve_connection(shared: &Shared, tcp: TcpStream) {
                 }
             }
             Reply::Watch(plan, key) => {
-                if watch::serve(shared, &mut conn, *plan, key) == Ended::Dropped {
+                if let Start::Started { id: watch, .. } = &plan.start {
+                    let watch = (key.clone(), *watch);
+                    shared.track(id, |t| t.watch = Some(watch));
+                }
+                let ended = watch::serve(shared, &mut conn, *plan, key);
+                shared.track(id, |t| t.watch = None);
+                if ended == Ended::Dropped {
                     return;
                 }
             }

@@ -24,8 +24,13 @@ pub struct Details {
 /// One entry of `details.causes` (fixture 07, 13).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Cause {
+    /// Empty ones are left out, as Go's `omitempty` on `StatusCause` does (an admission
+    /// policy's cause has only a message).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub field: String,
 }
 
@@ -117,6 +122,9 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     /// 405 MethodNotAllowed: a verb the resource does not serve. Not retried.
     MethodNotAllowed(String),
+    /// 406 NotAcceptable: the `Accept` header asks for a form the answer cannot take (a
+    /// metadata list of one object). Not retried.
+    NotAcceptable(String),
     /// 413 RequestEntityTooLarge: a body over the 3 MiB limit of kube-apiserver. Not retried.
     TooLarge,
     /// Any status injected with `TestServer::fail_next` (500, 503, 429, ...), with an optional
@@ -125,6 +133,15 @@ pub enum ApiError {
     /// 500 InternalError: what the real server answers to, e.g., a create that carries a
     /// resourceVersion. Retried with backoff by clients, fails again here.
     Internal(String),
+    /// A refusal by a ValidatingAdmissionPolicy: the message says "is forbidden", while the
+    /// reason and code are the validation's (`Invalid` 422 unless it names another; fixture
+    /// kube-1.28-kubelet/17). Not retried: it lasts until the policy or binding changes.
+    Admission {
+        code: u16,
+        reason: String,
+        message: String,
+        details: Details,
+    },
 }
 
 #[derive(Serialize)]
@@ -168,6 +185,7 @@ impl ApiError {
             ApiError::Forbidden(..) => 403,
             ApiError::NotFound(..) => 404,
             ApiError::MethodNotAllowed(_) => 405,
+            ApiError::NotAcceptable(_) => 406,
             ApiError::AlreadyExists(..) | ApiError::Conflict(..) => 409,
             ApiError::Expired(_) => 410,
             ApiError::TooLarge => 413,
@@ -175,6 +193,7 @@ impl ApiError {
             ApiError::Invalid(..) => 422,
             ApiError::Injected { code, .. } => *code,
             ApiError::Internal(_) => 500,
+            ApiError::Admission { code, .. } => *code,
         }
     }
 
@@ -201,6 +220,7 @@ impl ApiError {
             ApiError::Expired(m) => (m.clone(), "Expired", None),
             ApiError::UnsupportedMediaType(m) => (m.clone(), "UnsupportedMediaType", None),
             ApiError::MethodNotAllowed(m) => (m.clone(), "MethodNotAllowed", None),
+            ApiError::NotAcceptable(m) => (m.clone(), "NotAcceptable", None),
             ApiError::TooLarge => (
                 "the request is too large".into(),
                 "RequestEntityTooLarge",
@@ -220,6 +240,12 @@ impl ApiError {
                 "InternalError",
                 None,
             ),
+            ApiError::Admission {
+                reason,
+                message,
+                details,
+                ..
+            } => (message.clone(), reason.as_str(), Some(details)),
         };
         let body = StatusBody {
             kind: "Status",

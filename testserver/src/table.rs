@@ -8,11 +8,6 @@ use crate::util;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// Whether the request's Accept header asks for a Table.
-pub fn wants_table(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| a.contains("as=Table"))
-}
-
 fn column(name: &str, type_: &str, format: &str) -> Value {
     json!({"name": name, "type": type_, "format": format, "description": "", "priority": 0})
 }
@@ -358,6 +353,38 @@ fn layout(def: &ResourceDef) -> (Vec<Value>, RowFn<'_>) {
                 vec![
                     o["metadata"]["name"].clone(),
                     o["spec"]["holderIdentity"].clone(),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
+        ),
+        Class::AdmissionPolicy => (
+            vec![
+                name(),
+                column("Validations", "integer", ""),
+                column("ParamKind", "string", ""),
+                column("Age", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    json!(o["spec"]["validations"].as_array().map_or(0, Vec::len)),
+                    json!("<unset>"),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
+        ),
+        Class::AdmissionPolicyBinding => (
+            vec![
+                name(),
+                column("PolicyName", "string", ""),
+                column("ParamRef", "string", ""),
+                column("Age", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    o["spec"]["policyName"].clone(),
+                    json!("<unset>"),
                     age(&o["metadata"]["creationTimestamp"]),
                 ]
             }),

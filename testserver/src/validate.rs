@@ -253,6 +253,8 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
                 Vec::new()
             }
         }
+        Class::AdmissionPolicy => crate::policy::validate_policy(obj),
+        Class::AdmissionPolicyBinding => crate::policy::validate_binding(obj),
         Class::Namespace | Class::Node | Class::ResourceQuota | Class::Lease | Class::Crd => {
             Vec::new()
         }

@@ -1,6 +1,7 @@
 //! Serving one watch: a chunked stream of JSON events, one per line, with selector
 //! transitions, bookmarks and the timeout as kube-apiserver's watch cache does them.
 
+use crate::accept;
 use crate::faults;
 use crate::http::Conn;
 use crate::resources::{self, ResourceDef};
@@ -41,6 +42,9 @@ pub struct WatchPlan {
     pub from: u64,
     /// `Some(includeObject)` when the client asked for Table events (`kubectl get -w`).
     pub table: Option<Option<String>>,
+    /// `Some(meta.k8s.io version)` when the client asked for `PartialObjectMetadata` events
+    /// (a metadata informer).
+    pub metadata: Option<&'static str>,
     /// The fault epoch the stream started in (see `Faults::is_frozen`), read before it was
     /// registered.
     pub epoch: u64,
@@ -128,6 +132,10 @@ impl<S: Read + Write> Stream<'_, S> {
                 self.sent_columns = true;
                 serde_json::to_vec(&t).unwrap_or_default()
             }
+            None if self.plan.metadata.is_some() => {
+                let version = self.plan.metadata.unwrap_or("v1");
+                serde_json::to_vec(&accept::partial(version, &object)).unwrap_or_default()
+            }
             None if Arc::ptr_eq(&object, &ev.object)
                 && self.plan.version == self.plan.def.preferred_version() =>
             {
@@ -141,7 +149,12 @@ impl<S: Read + Write> Stream<'_, S> {
     fn send_bookmark(&mut self, rv: u64) -> std::io::Result<()> {
         let rv = rv.max(self.last_rv);
         self.last_rv = rv;
-        let obj = resources::bookmark_object(&self.plan.def, &self.plan.version, rv);
+        let mut obj = resources::bookmark_object(&self.plan.def, &self.plan.version, rv);
+        if let Some(version) = self.plan.metadata {
+            // The bookmark's metadata as a typed ObjectMeta writes it (a zero time is null).
+            obj["metadata"]["creationTimestamp"] = Value::Null;
+            obj = accept::partial(version, &obj);
+        }
         let bytes = serde_json::to_vec(&obj).unwrap_or_default();
         self.conn.write_chunk(&frame("BOOKMARK", &bytes))
     }

@@ -450,6 +450,49 @@ fn unknown_token_is_401_and_missing_rule_is_403() {
 }
 
 #[test]
+fn rules_edited_at_runtime_refuse_what_was_allowed_with_the_rbac_message() {
+    bounded(20, || {
+        let (server, admin) = start();
+        server.add_user(
+            "operator",
+            "op-token",
+            vec![Rule::new(&["*"], &["immortalcontainers/status", "pods"])],
+        );
+        let op = Client::new(&server, "op-token");
+        assert_eq!(op.get(PODS).code, 200);
+        let watch = op
+            .watch(&format!(
+                "{PODS}?watch=true&resourceVersion=1&timeoutSeconds=10"
+            ))
+            .spawn();
+        // As when the ClusterRole bound to the operator loses `pods`.
+        assert!(server.set_rules(
+            "operator",
+            vec![Rule::new(&["*"], &["immortalcontainers/status"])]
+        ));
+        assert!(!server.set_rules("nobody", Vec::new()));
+        let r = op.get(PODS);
+        assert_eq!(r.code, 403);
+        assert_eq!(
+            r.body["message"],
+            "pods is forbidden: User \"operator\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+        );
+        // Authorization happens when a request arrives: the watch opened before goes on.
+        assert_eq!(admin.post(PODS, &pod_body("seen", None)).code, 201);
+        let seen = watch.until(Duration::from_secs(5), |e| {
+            e["type"] == "ADDED" && e["object"]["metadata"]["name"] == "seen"
+        });
+        assert!(
+            seen.last().is_some_and(|e| e["type"] == "ADDED"),
+            "{seen:?}"
+        );
+        // And back, as when the role is restored.
+        assert!(server.set_rules("operator", vec![Rule::new(&["list"], &["pods"])]));
+        assert_eq!(op.get(PODS).code, 200);
+    });
+}
+
+#[test]
 fn fail_next_answers_injected_status_with_retry_after_then_recovers() {
     bounded(20, || {
         let (server, admin) = start();
@@ -784,6 +827,113 @@ fn list_pages_with_limit_and_continue() {
         assert_eq!(even.body["items"].as_array().map(Vec::len), Some(3));
         let bad = admin.get(&format!("{PODS}?labelSelector=a%20in%20b"));
         assert_eq!(bad.code, 400);
+    });
+}
+
+/// What client-go's metadata client sends for a list, and for a watch or a get.
+const METADATA_LIST: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+const METADATA: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+#[test]
+fn metadata_only_lists_gets_and_watches_answer_partial_object_metadata() {
+    bounded(30, || {
+        let (server, admin) = start_without_kubelet();
+        for (name, app) in [("a", "x"), ("b", "x"), ("c", "y")] {
+            let mut p = pod_body(name, None);
+            p["metadata"]["labels"] = json!({"app": app});
+            p["metadata"]["annotations"] = json!({"note": name});
+            assert_eq!(admin.post(PODS, &p).code, 201);
+        }
+        let first = admin.get_accepting(
+            &format!("{PODS}?labelSelector=app%3Dx&limit=1"),
+            METADATA_LIST,
+        );
+        assert_eq!(first.code, 200, "{}", first.body);
+        let b = &first.body;
+        assert_eq!(b["kind"], "PartialObjectMetadataList");
+        assert_eq!(b["apiVersion"], "meta.k8s.io/v1");
+        assert!(b["metadata"]["resourceVersion"].is_string());
+        let token = b["metadata"]["continue"]
+            .as_str()
+            .expect("a second page")
+            .to_string();
+        assert_eq!(b["items"].as_array().map(Vec::len), Some(1));
+        let item = &b["items"][0];
+        assert_eq!(item["kind"], "PartialObjectMetadata");
+        assert_eq!(item["apiVersion"], "meta.k8s.io/v1");
+        assert!(item.get("spec").is_none() && item.get("status").is_none());
+        let full = admin.get(&format!("{PODS}/a")).body;
+        assert_eq!(item["metadata"], full["metadata"], "the whole metadata");
+        let second = admin.get_accepting(
+            &format!("{PODS}?labelSelector=app%3Dx&limit=1&continue={token}"),
+            METADATA_LIST,
+        );
+        assert_eq!(second.body["items"][0]["metadata"]["name"], "b");
+        assert!(
+            second.body["metadata"].get("continue").is_none(),
+            "last page"
+        );
+        let by_field = admin.get_accepting(
+            &format!("{PODS}?fieldSelector=metadata.name%3Dc"),
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1",
+        );
+        assert_eq!(by_field.body["apiVersion"], "meta.k8s.io/v1beta1");
+        assert_eq!(
+            by_field.body["items"][0]["apiVersion"],
+            "meta.k8s.io/v1beta1"
+        );
+        assert_eq!(by_field.body["items"][0]["metadata"]["name"], "c");
+        let none = admin.get_accepting(&format!("{PODS}?labelSelector=app%3Dz"), METADATA_LIST);
+        assert_eq!(none.body["items"], serde_json::Value::Null);
+
+        // Custom resources too, and one object.
+        assert_eq!(admin.post(&ics(), &ic_body("one", "nginx")).code, 201);
+        let ic = admin.get_accepting(&format!("{}/one", ics()), METADATA);
+        assert_eq!(ic.code, 200);
+        assert_eq!(
+            (
+                ic.body["kind"].as_str(),
+                ic.body["metadata"]["generation"].as_i64()
+            ),
+            (Some("PartialObjectMetadata"), Some(1))
+        );
+        assert!(ic.body.get("spec").is_none());
+
+        // A form that does not fit is 406, as kube-apiserver answers it.
+        let r = admin.get_accepting(&format!("{PODS}/a"), METADATA_LIST);
+        assert_eq!(
+            (r.code, r.body["reason"].as_str()),
+            (406, Some("NotAcceptable"))
+        );
+        assert_eq!(
+            r.body["message"],
+            "you requested PartialObjectMetadataList, but the requested object is not a list (*core.Pod)"
+        );
+        assert_eq!(admin.get_accepting(PODS, METADATA).code, 406);
+
+        // A metadata watch (what a metadata informer opens): events and bookmarks carry only
+        // metadata.
+        let events = admin
+            .watch_accepting(
+                &format!("{PODS}?watch=true&labelSelector=app%3Dy&allowWatchBookmarks=true&timeoutSeconds=3"),
+                METADATA,
+            )
+            .spawn();
+        let added = events.take(1, Duration::from_secs(5));
+        assert_eq!(added[0]["type"], "ADDED");
+        assert_eq!(added[0]["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(added[0]["object"]["metadata"]["name"], "c");
+        assert!(added[0]["object"].get("spec").is_none());
+        let bookmark = std::iter::from_fn(|| events.any(Duration::from_secs(5)))
+            .find(|e| e["type"] == "BOOKMARK")
+            .expect("a bookmark");
+        assert_eq!(
+            bookmark["object"],
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": bookmark["object"]["metadata"]["resourceVersion"],
+                    "creationTimestamp": null}})
+        );
+        drop(server);
     });
 }
 

@@ -337,8 +337,8 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
 
         let fixtures = load("kube-1.28-kubelet");
         assert!(
-            fixtures.len() >= 16,
-            "expected the 16 recorded fixtures, found {}",
+            fixtures.len() >= 17,
+            "expected the 17 recorded fixtures, found {}",
             fixtures.len()
         );
         let mut failures = Vec::new();
@@ -563,6 +563,42 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                     assert_eq!(c.code, 201, "crd: {}", c.body);
                     compare_status(f, &r.send(f, Some(&f.body)))
                 }
+                // A ValidatingAdmissionPolicy refusing a pod: the recording shows the refusal;
+                // its policy and binding (not recorded) required resource limits on every
+                // container of the pods in the namespace. It answers before ResourceQuota
+                // (fixture 15's quota is still full), as the admission chain orders them.
+                "17" => {
+                    let policy = json!({
+                        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+                        "kind": "ValidatingAdmissionPolicy",
+                        "metadata": {"name": "fixture-require-limits"},
+                        "spec": {"failurePolicy": "Fail",
+                            "matchConstraints": {"resourceRules": [{"apiGroups": [""],
+                                "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                                "resources": ["pods"]}]},
+                            "validations": [{
+                                "expression": "object.spec.containers.all(c, has(c.resources.limits))",
+                                "message": "every container must set resource limits"}]}});
+                    let binding = json!({
+                        "apiVersion": "admissionregistration.k8s.io/v1beta1",
+                        "kind": "ValidatingAdmissionPolicyBinding",
+                        "metadata": {"name": "fixture-require-limits"},
+                        "spec": {"policyName": "fixture-require-limits",
+                            "validationActions": ["Deny"],
+                            "matchResources": {"namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": NS}}}}});
+                    for (what, body) in [
+                        ("validatingadmissionpolicies", policy),
+                        ("validatingadmissionpolicybindings", binding),
+                    ] {
+                        let c = r.admin.post(
+                            &format!("/apis/admissionregistration.k8s.io/v1beta1/{what}"),
+                            &body,
+                        );
+                        assert_eq!(c.code, 201, "{what}: {}", c.body);
+                    }
+                    compare_status(f, &r.send(f, Some(&f.body)))
+                }
                 _ => vec!["a fixture this replay does not know".into()],
             };
             replayed += 1;
@@ -575,7 +611,7 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                 failures.push(format!("{}{what}:\n  {}", f.name, diffs.join("\n  ")));
             }
         }
-        assert_eq!(replayed, 16, "every fixture was replayed");
+        assert_eq!(replayed, 17, "every fixture was replayed");
         assert!(
             failures.is_empty(),
             "fixtures that differ:\n{}",

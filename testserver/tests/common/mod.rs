@@ -40,6 +40,8 @@ pub struct Resp {
     pub body: Value,
     pub content_type: String,
     pub retry_after: Option<String>,
+    /// `Warning` headers, as sent.
+    pub warnings: Vec<String>,
 }
 
 /// An HTTPS client for one server and one token.
@@ -102,7 +104,22 @@ impl Client {
         content_type: Option<&str>,
         body: Option<&str>,
     ) -> Result<Resp, String> {
+        self.try_send_accepting(method, path, content_type, body, None)
+    }
+
+    /// As [`Client::try_send`], with an `Accept` header when one is given.
+    pub fn try_send_accepting(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&str>,
+        accept: Option<&str>,
+    ) -> Result<Resp, String> {
         let mut r = self.req(method, path);
+        if let Some(a) = accept {
+            r = r.set("Accept", a);
+        }
         if let Some(ct) = content_type {
             r = r.set("Content-Type", ct);
         }
@@ -118,6 +135,7 @@ impl Client {
         let code = resp.status();
         let content_type = resp.header("content-type").unwrap_or("").to_string();
         let retry_after = resp.header("retry-after").map(String::from);
+        let warnings = resp.all("warning").into_iter().map(String::from).collect();
         let text = resp.into_string().map_err(|e| e.to_string())?;
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Ok(Resp {
@@ -125,6 +143,7 @@ impl Client {
             body,
             content_type,
             retry_after,
+            warnings,
         })
     }
 
@@ -141,6 +160,12 @@ impl Client {
 
     pub fn get(&self, path: &str) -> Resp {
         self.send("GET", path, None, None)
+    }
+
+    /// A GET with an `Accept` header (Table, PartialObjectMetadata...).
+    pub fn get_accepting(&self, path: &str, accept: &str) -> Resp {
+        self.try_send_accepting("GET", path, None, None, Some(accept))
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
     }
 
     pub fn post(&self, path: &str, body: &Value) -> Resp {
@@ -177,7 +202,12 @@ impl Client {
 
     /// Opens a watch (the path must carry `watch=true`); panics unless it answers 200.
     pub fn watch(&self, path: &str) -> Watch {
-        let resp = match self.req("GET", path).call() {
+        self.watch_accepting(path, "application/json")
+    }
+
+    /// Opens a watch with an `Accept` header; panics unless it answers 200.
+    pub fn watch_accepting(&self, path: &str, accept: &str) -> Watch {
+        let resp = match self.req("GET", path).set("Accept", accept).call() {
             Ok(r) => r,
             Err(e) => panic!("watch {path}: {e}"),
         };
@@ -315,6 +345,37 @@ impl Events {
             }
         }
     }
+}
+
+/// Runs kubectl against `server` with the admin kubeconfig, `stdin` piped in: whether it
+/// succeeded, and its stdout and stderr. `None` when kubectl is not installed.
+pub fn kubectl(server: &TestServer, args: &[&str], stdin: Option<&str>) -> Option<(bool, String)> {
+    use std::io::Write;
+    let installed = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok();
+    if !installed {
+        return None;
+    }
+    let mut child = std::process::Command::new("kubectl")
+        .args(args)
+        .arg("--request-timeout=10s")
+        .env("KUBECONFIG", server.kubeconfig_path())
+        .env("HOME", server.kubeconfig_path().parent().expect("dir"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    if let (Some(text), Some(mut input)) = (stdin, child.stdin.take()) {
+        input.write_all(text.as_bytes()).expect("stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl output");
+    Some((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    ))
 }
 
 /// Polls `get` until `ok` holds for its answer (returned) or `secs` pass (panics with `what`).
