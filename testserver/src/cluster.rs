@@ -481,7 +481,7 @@ impl Cluster {
 
     /// The taint manager's timer: the pod goes if its eviction is still scheduled and due.
     fn evict_if_due(&mut self, store: &mut Store, key: &Key, now: Instant) {
-        if self.evictions.get(key).map_or(true, |at| *at > now) {
+        if self.evictions.get(key).is_none_or(|at| *at > now) {
             return;
         }
         self.evictions.remove(key);

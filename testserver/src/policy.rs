@@ -403,7 +403,7 @@ fn selector_matches(sel: &Value, labels: &Value) -> bool {
             let values = strings(&e["values"]);
             match e["operator"].as_str().unwrap_or("") {
                 "In" => get(key).is_some_and(|v| values.contains(&v)),
-                "NotIn" => get(key).map_or(true, |v| !values.contains(&v)),
+                "NotIn" => get(key).is_none_or(|v| !values.contains(&v)),
                 "Exists" => get(key).is_some(),
                 "DoesNotExist" => get(key).is_none(),
                 _ => false,
@@ -455,7 +455,7 @@ fn matches(m: &Value, a: &Attempt, ns_labels: &Option<Value>) -> bool {
     }
     let object_labels = |o: Option<&Value>| o.map(|o| o["metadata"]["labels"].clone());
     let sel = &m["objectSelector"];
-    let empty = sel.as_object().map_or(true, |s| {
+    let empty = sel.as_object().is_none_or(|s| {
         s.values().all(|v| match v {
             Value::Object(o) => o.is_empty(),
             Value::Array(a) => a.is_empty(),

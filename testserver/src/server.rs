@@ -152,7 +152,7 @@ impl Shared {
         {
             let mut conns = lock(&self.conns);
             for t in conns.values_mut() {
-                let chosen = user.map_or(true, |u| t.user.as_deref() == Some(u));
+                let chosen = user.is_none_or(|u| t.user.as_deref() == Some(u));
                 if !chosen || t.silent.swap(true, Ordering::SeqCst) {
                     continue;
                 }

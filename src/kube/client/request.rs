@@ -211,11 +211,23 @@ pub(super) fn retry_after(header: Option<&str>) -> Option<Duration> {
 
 /// One page of a LIST, items decoded as `T`.
 #[derive(Debug, Deserialize)]
+#[serde(bound(deserialize = "T: Deserialize<'de>"))]
 pub struct ListPage<T> {
     #[serde(default)]
     pub metadata: ListMeta,
-    #[serde(default = "Vec::new")]
+    /// `null` reads as empty: kube-apiserver answers an empty metadata-only list
+    /// (`PartialObjectMetadataList`) with `"items": null`, having none of the guards its
+    /// storage layer has against a nil slice.
+    #[serde(default = "Vec::new", deserialize_with = "null_as_empty")]
     pub items: Vec<T>,
+}
+
+fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
 #[derive(Debug, Default, Deserialize)]

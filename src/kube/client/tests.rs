@@ -476,3 +476,13 @@ fn a_failed_request_is_sent_again_only_after_a_first_401_or_a_short_throttle() {
     assert_eq!(after_failure(500, 1, 4, false, None), Again::No);
     assert_eq!(after_failure(409, 1, 4, false, None), Again::No);
 }
+
+#[test]
+fn an_empty_metadata_list_with_null_items_reads_as_empty() {
+    let page: ListPage<crate::kube::types::PartialObjectMetadata> = serde_json::from_str(
+        r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":null}"#,
+    )
+    .unwrap();
+    assert!(page.items.is_empty());
+    assert_eq!(page.metadata.resource_version, "7");
+}
