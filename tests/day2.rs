@@ -268,27 +268,150 @@ fn a_create_refused_by_pod_security_is_retried_and_made_soon_after_the_refusal_i
     assert!(took < c.timeout(Duration::from_secs(10)), "{took:?}");
 }
 
-/// While the returned guard lives, the operator's status writes are refused (test server:
-/// every PATCH of an ImmortalContainer's status answers 403). `None` (after SKIPPED) on a
-/// real cluster.
-fn refuse_status_writes<'c>(c: &'c Cluster, scenario: &str) -> Option<impl Drop + 'c> {
-    let server = c.test_server_or_skip(scenario)?;
-    server.fail_for(
-        FailRule {
-            status: 403,
-            verb: Some("patch".into()),
-            path_contains: Some("/status".into()),
-            ..FailRule::default()
-        },
-        Duration::from_secs(3600),
-    );
-    struct Lifted<'a>(&'a kube_testserver::TestServer);
-    impl Drop for Lifted<'_> {
-        fn drop(&mut self) {
-            self.0.clear_failures();
+/// A ValidatingAdmissionPolicy and its binding, bound to the test's namespace only (through a
+/// label it gives the namespace), in force from when [`Policy::deny`] returns until dropped.
+/// Works wherever the cluster serves `admissionregistration.k8s.io` policies (v1 from 1.30;
+/// v1beta1 on 1.28 with the beta enabled; the test server serves both).
+struct Policy<'c> {
+    c: &'c Cluster,
+    path: String,
+}
+
+impl<'c> Policy<'c> {
+    /// The served version of the policy API, if any.
+    fn version(c: &Cluster) -> Option<&'static str> {
+        ["v1", "v1beta1"].into_iter().find(|v| {
+            c.api
+                .get(&format!("/apis/admissionregistration.k8s.io/{v}"))
+                .is_ok_and(|doc| {
+                    doc["resources"].as_array().is_some_and(|r| {
+                        r.iter().any(|x| x["name"] == "validatingadmissionpolicies")
+                    })
+                })
+        })
+    }
+
+    /// Denies what `rule` matches in the test's namespace when `expression` is false, with
+    /// `message` (and `reason`: none is 422 Invalid, "Forbidden" 403). `probe` tries a request
+    /// the policy must refuse, answering whether it was refused: the policy is in force once it
+    /// is (a real API server takes a moment to load a new policy). `None`, after SKIPPED, when
+    /// the cluster serves no policies.
+    fn deny(
+        c: &'c Cluster,
+        what: &str,
+        rule: Value,
+        expression: &str,
+        message: &str,
+        reason: Option<&str>,
+        probe: impl Fn() -> bool,
+    ) -> Option<Policy<'c>> {
+        let Some(v) = Policy::version(c) else {
+            eprintln!("SKIPPED: the cluster serves no ValidatingAdmissionPolicy ({what})");
+            return None;
+        };
+        let name = format!("{}-{what}", c.ns);
+        let group = format!("/apis/admissionregistration.k8s.io/{v}");
+        let mut validation = json!({"expression": expression, "message": message});
+        if let Some(r) = reason {
+            validation["reason"] = json!(r);
+        }
+        c.label_namespace("immortal-e2e/policy", Some(&c.ns));
+        c.api
+            .post(
+                &format!("{group}/validatingadmissionpolicies"),
+                &json!({"apiVersion": format!("admissionregistration.k8s.io/{v}"),
+                    "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+                    "spec": {"failurePolicy": "Fail",
+                        "matchConstraints": {"resourceRules": [rule]},
+                        "validations": [validation]}}),
+            )
+            .unwrap_or_else(|e| panic!("cannot create policy {name}: {e}"));
+        let policy = Policy {
+            c,
+            path: format!("{group}/validatingadmissionpolicies/{name}"),
+        };
+        c.api
+            .post(
+                &format!("{group}/validatingadmissionpolicybindings"),
+                &json!({"apiVersion": format!("admissionregistration.k8s.io/{v}"),
+                    "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+                    "spec": {"policyName": name, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector":
+                            {"matchLabels": {"immortal-e2e/policy": c.ns}}}}}),
+            )
+            .unwrap_or_else(|e| panic!("cannot create binding {name}: {e}"));
+        wait_until(
+            c.timeout(Duration::from_secs(30)),
+            &format!("policy {name} in force"),
+            || match probe() {
+                true => Ok(()),
+                false => Err("not refused yet".into()),
+            },
+        );
+        Some(policy)
+    }
+}
+
+impl Drop for Policy<'_> {
+    fn drop(&mut self) {
+        let binding = self.path.replace(
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+        );
+        for path in [binding, self.path.clone()] {
+            if let Err(e) = self.c.api.try_request("DELETE", &path, "", None) {
+                if !e.is_not_found() {
+                    eprintln!("e2e: cannot delete {path}: {e}");
+                }
+            }
         }
     }
-    Some(Lifted(server))
+}
+
+/// While the returned guard lives, every write of an ImmortalContainer's status in the test's
+/// namespace is refused with 403, as when the operator's ClusterRole has been edited: on the
+/// test server by injected failures, elsewhere by an admission policy (SKIPPED where none is
+/// served). Call it before the operator starts: the policy is checked on a probe object first.
+/// Something in force until dropped.
+trait Guard {}
+impl<T> Guard for T {}
+
+fn refuse_status_writes<'c>(c: &'c Cluster, scenario: &str) -> Option<Box<dyn Guard + 'c>> {
+    if let Some(server) = c.test_server() {
+        server.fail_for(
+            FailRule {
+                status: 403,
+                verb: Some("patch".into()),
+                path_contains: Some("/status".into()),
+                ..FailRule::default()
+            },
+            Duration::from_secs(3600),
+        );
+        struct Lifted<'a>(&'a kube_testserver::TestServer);
+        impl Drop for Lifted<'_> {
+            fn drop(&mut self) {
+                self.0.clear_failures();
+            }
+        }
+        return Some(Box::new(Lifted(server)));
+    }
+    c.create_ic("probe", &image());
+    let probe = || {
+        c.try_patch_ic_status("probe", &json!({"status": {"startTimes": 7}}))
+            .is_err_and(|e| e.code() == Some(403))
+    };
+    let policy = Policy::deny(
+        c,
+        scenario,
+        json!({"apiGroups": ["immortalcontainer.flugel.it"], "apiVersions": ["*"],
+            "operations": ["UPDATE"], "resources": ["immortalcontainers/status"]}),
+        "false",
+        "status writes are refused by the e2e suite",
+        Some("Forbidden"),
+        probe,
+    );
+    c.delete_ic("probe");
+    Some(Box::new(policy?))
 }
 
 /// Whether the pod (by name, whatever its labels) exists and holds our finalizer.
@@ -333,10 +456,10 @@ fn wait_gone(c: &Cluster, pod: &str) {
 #[test]
 fn the_object_deleted_while_its_pod_waits_to_be_counted_lets_the_pod_go() {
     let c = Cluster::new("deleted-mid-count");
-    let _op = Operator::start(&c);
-    let Some(refused) = refuse_status_writes(&c, "deleted-mid-count refuses status writes") else {
+    let Some(refused) = refuse_status_writes(&c, "deleted-mid-count") else {
         return;
     };
+    let _op = Operator::start(&c);
     let pod = held_pod(&c, "web");
     c.delete_ic("web");
     drop(refused);
@@ -346,10 +469,10 @@ fn the_object_deleted_while_its_pod_waits_to_be_counted_lets_the_pod_go() {
 #[test]
 fn an_orphaning_delete_of_the_object_lets_its_held_pod_go_and_keeps_it() {
     let c = Cluster::new("orphaned");
-    let _op = Operator::start(&c);
-    let Some(refused) = refuse_status_writes(&c, "orphaned refuses status writes") else {
+    let Some(refused) = refuse_status_writes(&c, "orphaned") else {
         return;
     };
+    let _op = Operator::start(&c);
     let pod = held_pod(&c, "web");
     // kubectl delete ic web --cascade=orphan
     c.api
@@ -380,10 +503,10 @@ fn an_orphaning_delete_of_the_object_lets_its_held_pod_go_and_keeps_it() {
 #[test]
 fn a_held_pod_that_lost_our_label_while_the_operator_was_down_is_found_and_let_go() {
     let c = Cluster::new("label-lost-down");
-    let mut op = Operator::start(&c);
-    let Some(refused) = refuse_status_writes(&c, "label-lost-down refuses status writes") else {
+    let Some(refused) = refuse_status_writes(&c, "label-lost-down") else {
         return;
     };
+    let mut op = Operator::start(&c);
     let pod = held_pod(&c, "web");
     op.sigkill();
     drop(refused);
@@ -407,11 +530,10 @@ fn a_held_pod_that_lost_our_label_while_the_operator_was_down_is_found_and_let_g
 #[test]
 fn a_pod_deleted_while_status_writes_are_refused_goes_within_a_minute_uncounted_and_said() {
     let c = Cluster::new("status-refused-long");
-    let _op = Operator::start(&c);
-    let Some(refused) = refuse_status_writes(&c, "status-refused-long refuses status writes")
-    else {
+    let Some(refused) = refuse_status_writes(&c, "status-refused-long") else {
         return;
     };
+    let _op = Operator::start(&c);
     let pod = held_pod(&c, "web");
     // A person (or a drain) deletes it; the count cannot be written: held a minute at most.
     let deleted = Instant::now();
@@ -491,4 +613,153 @@ fn counting_resumes_without_a_restart_once_the_crd_is_upgraded() {
     let running = c.wait_converged("web", before, |_| Ok(()));
     assert!(c.delete_pod_with_grace(name(&running), uid(&running), Some(0)));
     replaced(&c, "web", &running, before + 1);
+}
+
+#[test]
+fn a_create_an_admission_policy_refuses_with_422_is_retried_and_made_once_the_policy_goes() {
+    let c = Cluster::new("refused-422");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let first = c.wait_converged("web", 1, |_| Ok(()));
+    // The policy recorded in fixture 17: every container must set resource limits (ours do
+    // not). A probe pod shows when it is in force.
+    let probe_pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "policy-probe"},
+        "spec": {"containers": [{"name": "c", "image": image()}]}});
+    let pods = format!("/api/v1/namespaces/{}/pods", c.ns);
+    let probe = || match c
+        .api
+        .try_request("POST", &pods, "application/json", Some(&probe_pod))
+    {
+        Err(e) => e.code() == Some(422),
+        Ok(_) => {
+            let _ = c.api.delete(&format!("{pods}/policy-probe"), None);
+            false
+        }
+    };
+    let Some(policy) = Policy::deny(
+        &c,
+        "require-limits",
+        json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+            "resources": ["pods"]}),
+        "object.spec.containers.all(c, has(c.resources) && has(c.resources.limits))",
+        "every container must set resource limits",
+        None,
+        probe,
+    ) else {
+        return;
+    };
+    assert!(c.delete_pod_with_grace(name(&first), uid(&first), Some(0)));
+    let ic = c.wait_ready("web", "False", "PodCreateFailed");
+    let msg = reason_message(&ic);
+    assert!(
+        msg.contains("ValidatingAdmissionPolicy") && msg.contains("resource limits"),
+        "{msg}"
+    );
+    assert!(ic["status"]["currentPod"].is_null(), "{}", ic["status"]);
+    // A 422 was never tried again before. Now it is, with the object's back-off: lifted, the
+    // pod comes within the back-off reached.
+    thread::sleep(Duration::from_secs(3));
+    drop(policy);
+    let lifted = Instant::now();
+    replaced(&c, "web", &first, 2);
+    let took = lifted.elapsed();
+    assert!(took < c.timeout(Duration::from_secs(10)), "{took:?}");
+}
+
+#[test]
+fn with_every_connection_black_holed_a_deleted_pod_is_back_within_90_seconds() {
+    let c = Cluster::new("black-holed");
+    let Some(server) = c.test_server_or_skip("black-holed silences the operator's connections")
+    else {
+        return;
+    };
+    // Its own user, so that only its connections go silent; default settings otherwise.
+    let config = c.user_kubeconfig(server, "operator");
+    let op = Operator::start_as(&c, &config, &[], "operator.log");
+    c.create_ic("web", &image());
+    let first = c.wait_converged("web", 1, |_| Ok(()));
+    // Every connection the operator has open (its two watches, the pooled ones its reconciles
+    // and Events used) goes silent without closing, as behind a proxy that stopped forwarding;
+    // new connections work.
+    let silenced = server.blackhole(Some("operator"));
+    assert!(silenced >= 3, "{silenced} connections silenced");
+    let cut = Instant::now();
+    assert!(c.delete_pod_with_grace(name(&first), uid(&first), Some(0)));
+    // The pod watch gives up after its idle limit (75 s), and drops the pool with it, so the
+    // reconcile its resumed stream queues does not wait 30 s on a dead pooled connection (it
+    // took 135 s before).
+    replaced_within(&c, "web", &first, 2, Duration::from_secs(90));
+    eprintln!(
+        "replaced {:?} after the connections went silent",
+        cut.elapsed()
+    );
+    assert!(op.log_says("given up as dead"), "{}", op.log_tail(20));
+}
+
+/// [`replaced`], within `bound` (not scaled: the bound is the point).
+fn replaced_within(c: &Cluster, ic: &str, old: &Value, starts: i64, bound: Duration) -> Value {
+    let old = uid(old).to_string();
+    wait_until(bound, &format!("{ic} replaced"), || {
+        let pod = c.converged(ic, starts)?;
+        if uid(&pod) == old {
+            return Err("still the old pod".into());
+        }
+        Ok(pod)
+    })
+}
+
+#[test]
+fn a_node_lost_but_not_deleted_holds_the_pod_until_it_is_tainted_out_of_service() {
+    let c = Cluster::new("node-partitioned");
+    let Some(server) = c.test_server_or_skip("node-partitioned cuts a node's kubelet off") else {
+        return;
+    };
+    server.add_node("node-spare");
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let first = c.wait_converged("web", 1, |_| Ok(()));
+    let node = first["spec"]["nodeName"]
+        .as_str()
+        .expect("scheduled")
+        .to_string();
+    // Its kubelet stops reporting: the node goes Unknown, the taint manager evicts our pod
+    // once its toleration of unreachable nodes is over (300 s, a hundredth of it here), and
+    // with no kubelet to finish the deletion the pod stays Terminating, its name held.
+    assert!(server.partition_node(&node));
+    let ic = c.wait_ready("web", "False", "PodTerminating");
+    assert!(
+        reason_message(&ic).contains("DeletionByTaintManager"),
+        "{}",
+        reason_message(&ic)
+    );
+    thread::sleep(Duration::from_secs(2));
+    let pods = c.list_managed_pods().expect("pods");
+    assert_eq!(
+        pods.len(),
+        1,
+        "no replacement while the name is held: {pods:?}"
+    );
+    assert_eq!(uid(&pods[0]), uid(&first));
+    // What the README says to do: taint the node out-of-service (kubectl taint nodes NODE
+    // node.kubernetes.io/out-of-service=nodeshutdown:NoExecute). PodGC force-deletes the pod,
+    // and its replacement goes to the other node.
+    let path = format!("/api/v1/nodes/{node}");
+    let mut taints = c.api.get(&path).expect("node")["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    taints.push(
+        json!({"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+        "effect": "NoExecute"}),
+    );
+    c.api
+        .request(
+            "PATCH",
+            &path,
+            "application/strategic-merge-patch+json",
+            Some(&json!({"spec": {"taints": taints}})),
+        )
+        .expect("taint the node");
+    let second = replaced(&c, "web", &first, 2);
+    assert_ne!(second["spec"]["nodeName"], node.as_str());
 }

@@ -11,8 +11,7 @@
 mod common;
 
 use common::{image, pod_name, uid, wait_until, Cluster, Operator};
-use kube_testserver::{Logged, Rule, StallRule, TestServer};
-use std::path::PathBuf;
+use kube_testserver::{Logged, StallRule, TestServer};
 use std::time::{Duration, Instant};
 
 /// The lease duration of the fencing scenario (`--lease-duration 3s`).
@@ -38,17 +37,6 @@ fn elect_args(ns: &str, lease: &str, renew_deadline: &str, retry_period: &str) -
     .iter()
     .map(|s| s.to_string())
     .collect()
-}
-
-/// A kubeconfig authenticating as the user `name`, allowed everything.
-fn user_kubeconfig(cluster: &Cluster, server: &TestServer, name: &str) -> PathBuf {
-    let token = format!("{name}-token");
-    server.add_user(name, &token, vec![Rule::new(&["*"], &["*"])]);
-    let path = cluster.dir().join(format!("{name}.kubeconfig"));
-    server
-        .write_kubeconfig(&path, &token)
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
-    path
 }
 
 /// The Lease's holder, read past HTTP, auth and stalls.
@@ -102,8 +90,8 @@ fn a_leader_whose_lease_renewals_hang_writes_nothing_once_the_lease_could_pass_a
     // its writes inside the lease whatever the settings (the elector before the fence kept
     // writing for up to 1.25 renew deadlines plus a retry period: here 4 s of a 3 s lease).
     let args = elect_args(&cluster.ns, "3s", "2800ms", "500ms");
-    let a_config = user_kubeconfig(&cluster, server, "replica-a");
-    let b_config = user_kubeconfig(&cluster, server, "replica-b");
+    let a_config = cluster.user_kubeconfig(server, "replica-a");
+    let b_config = cluster.user_kubeconfig(server, "replica-b");
     let mut a = Operator::start_as(&cluster, &a_config, &args, "replica-a.log");
     wait_for_log(&a, "became leader", "replica a leads");
     let b = Operator::start_as(&cluster, &b_config, &args, "replica-b.log");
@@ -230,7 +218,7 @@ fn a_leader_whose_lease_renewals_hang_writes_nothing_once_the_lease_could_pass_a
 /// lose it by expiry), its object converged; returns it and its identity.
 fn lone_leader(cluster: &Cluster, server: &TestServer, object: &str) -> (Operator, String) {
     cluster.create_ic(object, &image());
-    let config = user_kubeconfig(cluster, server, "replica-a");
+    let config = cluster.user_kubeconfig(server, "replica-a");
     let args = elect_args(&cluster.ns, "30s", "20s", "500ms");
     let a = Operator::start_as(cluster, &config, &args, "replica-a.log");
     wait_for_log(&a, "became leader", "replica a leads");
@@ -363,7 +351,7 @@ fn sigterm_during_start_up_against_an_api_server_that_hangs_exits_in_time() {
     let Some(server) = cluster.test_server_or_skip("an API server that hangs") else {
         return;
     };
-    let config = user_kubeconfig(&cluster, server, "replica-a");
+    let config = cluster.user_kubeconfig(server, "replica-a");
     server.stall(StallRule {
         user: Some("replica-a".into()),
         ..StallRule::default()

@@ -655,6 +655,22 @@ impl Cluster {
         guard
     }
 
+    /// A kubeconfig of the test server authenticating as the user `name`, allowed everything:
+    /// so that what the operator sends can be told from (or cut off without) the harness's own.
+    pub fn user_kubeconfig(&self, server: &TestServer, name: &str) -> PathBuf {
+        let token = format!("{name}-token");
+        server.add_user(
+            name,
+            &token,
+            vec![kube_testserver::Rule::new(&["*"], &["*"])],
+        );
+        let path = self.dir().join(format!("{name}.kubeconfig"));
+        server
+            .write_kubeconfig(&path, &token)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        path
+    }
+
     /// Cordons `node`, as `kubectl cordon` does, until the guard is dropped (also when the test
     /// fails).
     pub fn cordon(&self, node: &str) -> Cordoned {
