@@ -651,13 +651,13 @@ impl Controller {
             } else {
                 Some(memo.unwrap_or_default())
             };
-            if let Verdict::Queue(h) = verdict {
+            if let Verdict::Queue(h, _) = verdict {
                 self.queue(h);
             }
         }
         for (event, ic) in std::mem::take(&mut w.ic_events) {
             let seen: IcSeen = serde_json::from_value(serde_json::to_value(&ic).unwrap()).unwrap();
-            if let Verdict::Queue(h) = IcEvents.on_event(event, &seen, &mut None) {
+            if let Verdict::Queue(h, _) = IcEvents.on_event(event, &seen, &mut None) {
                 self.queue(h);
             }
         }

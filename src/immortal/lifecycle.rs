@@ -24,6 +24,7 @@ use crate::immortal::types::{
 };
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, PodStatus};
+use crate::runtime::queue::Priority;
 use crate::runtime::watcher::{Verdict, Watched};
 use crate::util;
 use serde::Deserialize;
@@ -435,11 +436,15 @@ impl Watched for PodEvents {
     fn on_event(&self, event: &'static str, o: &Pod, memo: &mut Option<u64>) -> Verdict<PodHint> {
         if event == "DELETED" {
             *memo = None;
-            return Verdict::Queue(Some(PodHint::Gone {
-                uid: o.metadata.uid.clone(),
-                ending: Ending::of(o),
-                holds_count: crate::immortal::counting::holds(&o.metadata.finalizers),
-            }));
+            // Its owner needs a pod (or its finalizer released): urgent.
+            return Verdict::Queue(
+                Some(PodHint::Gone {
+                    uid: o.metadata.uid.clone(),
+                    ending: Ending::of(o),
+                    holds_count: crate::immortal::counting::holds(&o.metadata.finalizers),
+                }),
+                Priority::Urgent,
+            );
         }
         let view = PodView::of(o);
         let digest = view.digest();
@@ -461,12 +466,19 @@ impl Watched for PodEvents {
             }
             _ => {}
         }
+        // A pod that ended must be replaced, and one held for nobody must be let go: urgent.
+        // Any other change only changes what status says: routine.
+        let priority = if view.phase.is_terminal() || orphaned {
+            Priority::Urgent
+        } else {
+            Priority::Routine
+        };
         let owner_uid = match o.metadata.controller() {
             Some(c) if c.is_immortal_container() => c.uid.clone(),
             _ if orphaned => String::new(),
-            _ => return Verdict::Queue(None),
+            _ => return Verdict::Queue(None, priority),
         };
-        Verdict::Queue(Some(PodHint::Seen(Box::new(SeenPod {
+        let hint = PodHint::Seen(Box::new(SeenPod {
             name: o.metadata.name.clone(),
             uid: o.metadata.uid.clone(),
             owner_uid,
@@ -479,7 +491,8 @@ impl Watched for PodEvents {
             holds_count,
             ending: Ending::of(o),
             view,
-        }))))
+        }));
+        Verdict::Queue(Some(hint), priority)
     }
 }
 
@@ -523,15 +536,15 @@ impl Watched for IcEvents {
     /// finalizer (the object went while its pod was being counted), which the reconcile of a
     /// key whose object is gone takes off.
     fn on_event(&self, event: &'static str, o: &IcSeen, _: &mut Option<u64>) -> Verdict<PodHint> {
-        let wanted = match event {
-            "ADDED" | "DELETED" => true,
-            "MODIFIED" => o.metadata.generation != o.status.observed_generation,
-            _ => false,
-        };
-        if wanted {
-            Verdict::Queue(None)
-        } else {
-            Verdict::Ignore
+        match event {
+            // A new object has no pod yet; a spec change needs a new one: urgent.
+            "ADDED" => Verdict::Queue(None, Priority::Urgent),
+            "MODIFIED" if o.metadata.generation != o.status.observed_generation => {
+                Verdict::Queue(None, Priority::Urgent)
+            }
+            // Its pod goes with it (unless held: see above); nothing waits on it.
+            "DELETED" => Verdict::Queue(None, Priority::Routine),
+            _ => Verdict::Ignore,
         }
     }
 }
@@ -580,8 +593,9 @@ mod tests {
     }
 
     /// What the pod watcher does with each recorded event: "-" for nothing, else the hint it
-    /// queues ("gone", or the phase and reason the event showed). `seed`: the memo before the
-    /// stream, as the event before it (the stream starts mid-life) would have left it.
+    /// queues ("gone!", or the phase and reason the event showed), with "!" when it is queued
+    /// urgent. `seed`: the memo before the stream, as the event before it (the stream starts
+    /// mid-life) would have left it.
     fn verdicts(name: &str, seed: Option<usize>) -> Vec<String> {
         let events = recorded(name);
         let mut memo = seed.map(|i| PodEvents.memo(&events[i].1));
@@ -590,11 +604,21 @@ mod tests {
             .map(
                 |(event, pod)| match PodEvents.on_event(event, pod, &mut memo) {
                     Verdict::Ignore => "-".to_string(),
-                    Verdict::Queue(Some(PodHint::Gone { .. })) => "gone".to_string(),
-                    Verdict::Queue(Some(PodHint::Seen(p))) => {
-                        format!("{} {}", p.view.phase.as_str(), p.view.reason)
+                    Verdict::Queue(hint, priority) => {
+                        let urgent = if priority == Priority::Urgent {
+                            "!"
+                        } else {
+                            ""
+                        };
+                        let what = match hint {
+                            Some(PodHint::Gone { .. }) => "gone".to_string(),
+                            Some(PodHint::Seen(p)) => {
+                                format!("{} {}", p.view.phase.as_str(), p.view.reason)
+                            }
+                            None => "queue".to_string(),
+                        };
+                        what + urgent
                     }
-                    Verdict::Queue(None) => "queue".to_string(),
                 },
             )
             .collect()
@@ -620,7 +644,7 @@ mod tests {
         ] {
             assert_eq!(
                 verdicts(name, None),
-                ["Terminating PodTerminating", "-", "-", "-", "gone"],
+                ["Terminating PodTerminating", "-", "-", "-", "gone!"],
                 "{name}"
             );
         }
@@ -630,7 +654,7 @@ mod tests {
     fn a_forced_delete_is_gone_while_the_phase_still_says_running() {
         assert_eq!(
             verdicts("06-watch-force-delete-grace-0", None),
-            ["Terminating PodTerminating", "gone"]
+            ["Terminating PodTerminating", "gone!"]
         );
     }
 
@@ -647,7 +671,7 @@ mod tests {
                 "-",
                 "-",
                 "-",
-                "gone"
+                "gone!"
             ]
         );
         let events = recorded("07-watch-eviction");
@@ -661,7 +685,7 @@ mod tests {
     fn a_pod_the_kubelet_failed_is_reported_not_ready_then_terminal() {
         assert_eq!(
             verdicts("09-watch-kubelet-fails-pod-deadline-exceeded", Some(0)),
-            ["-", "Running PodNotReady", "Failed PodTerminated", "-"]
+            ["-", "Running PodNotReady", "Failed PodTerminated!", "-"]
         );
         let events = recorded("09-watch-kubelet-fails-pod-deadline-exceeded");
         assert_eq!(
@@ -674,7 +698,7 @@ mod tests {
     fn a_phase_a_client_wrote_is_reported_and_so_is_the_kubelets_correction() {
         assert_eq!(
             verdicts("10-watch-client-writes-failed-kubelet-reverts", None),
-            ["Failed PodTerminated", "Running PodRunning"]
+            ["Failed PodTerminated!", "Running PodRunning"]
         );
     }
 
@@ -698,7 +722,7 @@ mod tests {
     #[test]
     fn a_pod_whose_label_was_removed_left_our_watch_and_queues_its_owner() {
         let v = verdicts("12-watch-label-removed-leaves-selected-watch", Some(0));
-        assert_eq!(v, ["-", "gone"]);
+        assert_eq!(v, ["-", "gone!"]);
     }
 
     fn pod(phase: &str, status: serde_json::Value) -> Pod {
@@ -795,7 +819,7 @@ mod tests {
         let mut memo = None;
         assert!(matches!(
             PodEvents.on_event("MODIFIED", &p, &mut memo),
-            Verdict::Queue(Some(PodHint::Seen(_)))
+            Verdict::Queue(Some(PodHint::Seen(_)), Priority::Routine)
         ));
         assert_eq!(
             PodEvents.on_event("MODIFIED", &p, &mut memo),
@@ -820,18 +844,19 @@ mod tests {
         let edited = seen(
             serde_json::json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}),
         );
+        // A spec change or a new object: a pod to make, urgent.
         assert_eq!(
             IcEvents.on_event("MODIFIED", &edited, &mut memo),
-            Verdict::Queue(None)
+            Verdict::Queue(None, Priority::Urgent)
         );
         assert_eq!(
             IcEvents.on_event("ADDED", &written, &mut memo),
-            Verdict::Queue(None)
+            Verdict::Queue(None, Priority::Urgent)
         );
-        // A deletion is looked at: its pod may still hold our finalizer.
+        // A deletion is looked at: its pod may still hold our finalizer. Nobody waits on it.
         assert_eq!(
             IcEvents.on_event("DELETED", &written, &mut memo),
-            Verdict::Queue(None)
+            Verdict::Queue(None, Priority::Routine)
         );
     }
 

@@ -19,7 +19,7 @@ use crate::immortal::counting;
 use crate::immortal::types::{MANAGED_BY_LABEL, POD_SUFFIX};
 use crate::kube::client::{self, Client, ListParams, Resource};
 use crate::kube::types;
-use crate::runtime::queue::{Queue, Trigger};
+use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::watcher::Backoff;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
@@ -96,11 +96,13 @@ pub fn sweep<H: Clone>(
                     "found a pod holding our finalizer without our label; reconciling its object"
                 );
                 swept.found += 1;
+                // A pod someone may be waiting on to go: urgent.
                 queue.add(
                     key,
                     Trigger::Relist {
                         resource: "pod sweep",
                     },
+                    Priority::Urgent,
                 );
             }
         }

@@ -5,7 +5,7 @@
 use crate::kube::client::Client;
 use crate::runtime::allocator;
 use crate::runtime::metrics;
-use crate::runtime::queue::{Queue, Trigger};
+use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::serve::Health;
 use crate::runtime::watcher::{Watched, Watcher};
 use crossbeam_channel::{Receiver, Sender};
@@ -88,7 +88,7 @@ where
     R: Fn(&Trace, Option<&H>) -> Result<Next, E>,
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    while let Some((key, trigger)) = queue.get() {
+    while let Some((key, trigger, priority)) = queue.get() {
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let id = format!("{run_id:04x}-{n}");
         let trigger_s = trigger.to_string();
@@ -117,7 +117,9 @@ where
             }
             Ok(Next::RequeueAfter(after)) => {
                 queue.forget(&key);
-                queue.add_after(key.clone(), after, Trigger::Scheduled);
+                // Asked for by a reconcile that waits to make a pod (a back-off, a refusal)
+                // or to look at a name another pod holds: urgent when it comes.
+                queue.add_after(key.clone(), after, Trigger::Scheduled, Priority::Urgent);
                 metrics::record_reconcile("requeue_after", elapsed);
                 log::info!(
                     target: "reconcile",
@@ -131,6 +133,7 @@ where
                     key.clone(),
                     e.retry_after().unwrap_or_default(),
                     e.retry_within(),
+                    priority,
                 );
                 metrics::record_reconcile("error", elapsed);
                 let error = e.to_string();

@@ -12,6 +12,15 @@
 //!   client-go's.
 //! - [`Queue::shutdown`] wakes every waiter; `get` then returns `None`.
 //!
+//! - Two bands ([`Priority`]): an **urgent** key (its owner's pod is gone, ended or missing, or
+//!   its spec changed) is handed out before a **routine** one (a refresh of what status says,
+//!   a list or resync), so a deleted pod is not replaced behind a backlog of routine work. A
+//!   routine key is never starved: while both bands hold keys, every [`SHARE`]th key handed
+//!   out is routine. So a routine key is handed out after at most `SHARE × p` other keys, `p`
+//!   its place in its band, however many urgent keys keep coming (controller-runtime's priority
+//!   queue starved its low band for as long as fresh events came, its issue 3496). A key queued
+//!   again at a higher priority moves up; at a lower one it keeps its place.
+//!
 //! Each queued key carries the [`Trigger`] that queued it, so the reconcile log can say why it
 //! ran. Only keys and triggers are stored: never objects.
 
@@ -30,6 +39,29 @@ const MAX_DELAY: Duration = Duration::from_secs(1000);
 const BUDGET_RATE: f64 = 10.0;
 /// ...up to this many: client-go's `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
 const BUDGET_BURST: f64 = 100.0;
+
+/// While both bands hold keys, one key in this many handed out is routine: the routine band's
+/// guaranteed share. High enough that an urgent key rarely waits behind a routine one (one
+/// reconcile in eight), low enough that routine work goes on at an eighth of the pace at worst.
+pub const SHARE: u32 = 8;
+
+/// How soon a queued key should be handed out (see the module's documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// Status refreshes, lists, resyncs: what only changes what status says.
+    Routine,
+    /// Something is missing or ended: a pod to make or replace.
+    Urgent,
+}
+
+impl Priority {
+    fn band(self) -> usize {
+        match self {
+            Priority::Urgent => 0,
+            Priority::Routine => 1,
+        }
+    }
+}
 
 /// How many failing reconciles the queue lets through: client-go's overall bucket (10 a
 /// second, burst 100), so that 10,000 failing keys do not hammer an API server that is coming
@@ -130,17 +162,30 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
     }
 }
 
+/// A key queued and not yet handed out.
+struct Dirty<H> {
+    /// What queued it; the latest trigger wins.
+    trigger: Trigger<H>,
+    /// When it was first added (for the queue-duration metric).
+    added: Instant,
+    /// The highest priority it was queued with.
+    priority: Priority,
+}
+
 struct State<H> {
-    /// Keys ready to hand out, in order.
-    ready: VecDeque<String>,
-    /// Keys queued and not yet handed out, with what queued them (the latest trigger wins)
-    /// and when they were first added (for the queue-duration metric).
-    dirty: HashMap<String, (Trigger<H>, Instant)>,
+    /// Keys ready to hand out, in order, one deque per band (urgent first). A key moved up a
+    /// band leaves a stale copy behind, skipped when it comes up (its `Dirty` says another
+    /// band, or it is not dirty any more).
+    ready: [VecDeque<String>; 2],
+    /// Keys queued and not yet handed out.
+    dirty: HashMap<String, Dirty<H>>,
+    /// Urgent keys handed out in a row while routine ones waited.
+    urgent_streak: u32,
     /// Keys a worker holds now.
     processing: HashSet<String>,
     /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
     /// stale entries (a later add with an earlier deadline leaves the old one in the heap).
-    waiting: HashMap<String, (Instant, Trigger<H>)>,
+    waiting: HashMap<String, (Instant, Trigger<H>, Priority)>,
     timers: BinaryHeap<Reverse<(Instant, String)>>,
     /// Consecutive failures per key, for the rate limiter.
     failures: HashMap<String, u32>,
@@ -154,8 +199,9 @@ struct State<H> {
 impl<H> Default for State<H> {
     fn default() -> Self {
         State {
-            ready: VecDeque::new(),
+            ready: [VecDeque::new(), VecDeque::new()],
             dirty: HashMap::new(),
+            urgent_streak: 0,
             processing: HashSet::new(),
             waiting: HashMap::new(),
             timers: BinaryHeap::new(),
@@ -193,40 +239,62 @@ impl<H: Clone> Queue<H> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `key` now.
-    pub fn add(&self, key: String, trigger: Trigger<H>) {
+    /// Queues `key` now, in the band of `priority`.
+    pub fn add(&self, key: String, trigger: Trigger<H>, priority: Priority) {
         let mut st = self.lock();
-        if Self::insert(&mut st, key, trigger) {
+        if Self::insert(&mut st, key, trigger, priority) {
             self.cond.notify_one();
         }
     }
 
     /// Marks `key` dirty; returns whether a waiter should be woken.
-    fn insert(st: &mut State<H>, key: String, trigger: Trigger<H>) -> bool {
+    fn insert(st: &mut State<H>, key: String, trigger: Trigger<H>, priority: Priority) -> bool {
         if st.shutting_down {
             return false;
         }
-        if let Some((t, _)) = st.dirty.get_mut(&key) {
-            *t = trigger;
-            return false;
+        let processing = st.processing.contains(&key);
+        if let Some(d) = st.dirty.get_mut(&key) {
+            d.trigger = trigger;
+            if priority <= d.priority {
+                return false;
+            }
+            // Moved up: a copy in the urgent band; the routine copy is skipped when it comes.
+            d.priority = priority;
+            if processing {
+                return false;
+            }
+            st.ready[priority.band()].push_back(key);
+            Self::depth(st);
+            return true;
         }
         // Counted as client-go counts it: a key already queued is not added again.
         metrics::queue_add();
-        let processing = st.processing.contains(&key);
-        st.dirty.insert(key.clone(), (trigger, Instant::now()));
+        st.dirty.insert(
+            key.clone(),
+            Dirty {
+                trigger,
+                added: Instant::now(),
+                priority,
+            },
+        );
         if processing {
             // Handed out again by `done`.
             return false;
         }
-        st.ready.push_back(key);
-        metrics::queue_depth(st.ready.len());
+        st.ready[priority.band()].push_back(key);
+        Self::depth(st);
         true
     }
 
+    /// Reports the number of keys ready (stale copies included: they are few).
+    fn depth(st: &State<H>) {
+        metrics::queue_depth(st.ready[0].len() + st.ready[1].len());
+    }
+
     /// Queues `key` after `delay`; an earlier pending deadline for the same key wins.
-    pub fn add_after(&self, key: String, delay: Duration, trigger: Trigger<H>) {
+    pub fn add_after(&self, key: String, delay: Duration, trigger: Trigger<H>, priority: Priority) {
         if delay.is_zero() {
-            return self.add(key, trigger);
+            return self.add(key, trigger, priority);
         }
         let deadline = Instant::now() + delay;
         let mut st = self.lock();
@@ -234,10 +302,11 @@ impl<H: Clone> Queue<H> {
             return;
         }
         match st.waiting.get(&key) {
-            Some((d, _)) if *d <= deadline => return,
+            Some((d, _, _)) if *d <= deadline => return,
             _ => {}
         }
-        st.waiting.insert(key.clone(), (deadline, trigger));
+        st.waiting
+            .insert(key.clone(), (deadline, trigger, priority));
         st.timers.push(Reverse((deadline, key)));
         // A waiting `get` may need to wake earlier than it planned.
         self.cond.notify_one();
@@ -245,13 +314,14 @@ impl<H: Clone> Queue<H> {
 
     /// Queues `key`, whose reconcile failed, after its rate-limited backoff, or after
     /// `at_least` if that is longer (the server's `Retry-After`), but no later than `at_most`
-    /// when given (the reconcile has something to do by then); returns the delay chosen. The
-    /// failure also spends the overall budget.
+    /// when given (the reconcile has something to do by then), in the band it failed in;
+    /// returns the delay chosen. The failure also spends the overall budget.
     pub fn add_rate_limited(
         &self,
         key: String,
         at_least: Duration,
         at_most: Option<Duration>,
+        priority: Priority,
     ) -> Duration {
         let delay = {
             let mut st = self.lock();
@@ -264,7 +334,7 @@ impl<H: Clone> Queue<H> {
             delay
         };
         metrics::queue_retry();
-        self.add_after(key, delay, Trigger::Retry);
+        self.add_after(key, delay, Trigger::Retry, priority);
         delay
     }
 
@@ -282,16 +352,17 @@ impl<H: Clone> Queue<H> {
     }
 
     /// Blocks until a key is ready and the overall budget lets it out, and hands it out, or
-    /// returns `None` once shut down. The caller must call [`Queue::done`] with the key when
-    /// finished.
-    pub fn get(&self) -> Option<(String, Trigger<H>)> {
+    /// returns `None` once shut down, with what queued it and its band. The caller must call
+    /// [`Queue::done`] with the key when finished.
+    pub fn get(&self) -> Option<(String, Trigger<H>, Priority)> {
         let mut st = self.lock();
         loop {
             if st.shutting_down {
                 return None;
             }
             let mut next_deadline = Self::promote_due(&mut st);
-            if !st.ready.is_empty() {
+            Self::drop_stale(&mut st);
+            if !st.ready[0].is_empty() || !st.ready[1].is_empty() {
                 let held = st.budget.wait(Instant::now());
                 if held.is_some() != st.throttled {
                     st.throttled = held.is_some();
@@ -310,17 +381,25 @@ impl<H: Clone> Queue<H> {
                         next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
                     }
                     None => {
-                        let key = st.ready.pop_front().expect("not empty");
-                        metrics::queue_depth(st.ready.len());
-                        let trigger = match st.dirty.remove(&key) {
-                            Some((trigger, added)) => {
-                                metrics::queue_wait(added.elapsed());
-                                trigger
+                        // Urgent first, but one in SHARE routine while both wait.
+                        let routine = st.ready[0].is_empty()
+                            || (!st.ready[1].is_empty() && st.urgent_streak + 1 >= SHARE);
+                        let band = usize::from(routine);
+                        let key = st.ready[band].pop_front().expect("not empty");
+                        st.urgent_streak = match (routine, st.ready[1].is_empty()) {
+                            (false, false) => st.urgent_streak + 1,
+                            _ => 0,
+                        };
+                        Self::depth(&st);
+                        let (trigger, priority) = match st.dirty.remove(&key) {
+                            Some(d) => {
+                                metrics::queue_wait(d.added.elapsed());
+                                (d.trigger, d.priority)
                             }
-                            None => Trigger::Scheduled,
+                            None => (Trigger::Scheduled, Priority::Routine),
                         };
                         st.processing.insert(key.clone());
-                        return Some((key, trigger));
+                        return Some((key, trigger, priority));
                     }
                 }
             }
@@ -339,6 +418,21 @@ impl<H: Clone> Queue<H> {
         }
     }
 
+    /// Pops the stale copies at the front of each band (keys moved up, or handed out from the
+    /// other band), so that what is at the front is a key to hand out.
+    fn drop_stale(st: &mut State<H>) {
+        for band in 0..2 {
+            while let Some(k) = st.ready[band].front() {
+                let live = st.dirty.get(k).is_some_and(|d| d.priority.band() == band)
+                    && !st.processing.contains(k);
+                if live {
+                    break;
+                }
+                st.ready[band].pop_front();
+            }
+        }
+    }
+
     /// Moves due delayed keys to ready; returns the next pending deadline.
     fn promote_due(st: &mut State<H>) -> Option<Instant> {
         let now = Instant::now();
@@ -349,22 +443,25 @@ impl<H: Clone> Queue<H> {
             let Reverse((deadline, key)) = st.timers.pop().expect("peeked");
             // Skip stale heap entries: the key was re-added with another deadline.
             match st.waiting.get(&key) {
-                Some((d, _)) if *d == deadline => {}
+                Some((d, _, _)) if *d == deadline => {}
                 _ => continue,
             }
-            let (_, trigger) = st.waiting.remove(&key).expect("checked");
-            Self::insert(st, key, trigger);
+            let (_, trigger, priority) = st.waiting.remove(&key).expect("checked");
+            Self::insert(st, key, trigger, priority);
         }
         None
     }
 
-    /// Marks `key` finished; if it was added meanwhile it becomes ready again.
+    /// Marks `key` finished; if it was added meanwhile it becomes ready again, in its band.
     pub fn done(&self, key: &str) {
         let mut st = self.lock();
         st.processing.remove(key);
-        if st.dirty.contains_key(key) && !st.shutting_down {
-            st.ready.push_back(key.to_string());
-            metrics::queue_depth(st.ready.len());
+        if st.shutting_down {
+            return;
+        }
+        if let Some(band) = st.dirty.get(key).map(|d| d.priority.band()) {
+            st.ready[band].push_back(key.to_string());
+            Self::depth(&st);
             self.cond.notify_one();
         }
     }
@@ -377,7 +474,12 @@ impl<H: Clone> Queue<H> {
 
     /// Keys ready to be handed out now.
     pub fn len(&self) -> usize {
-        self.lock().ready.len()
+        let st = self.lock();
+        st.dirty.len()
+            - st.dirty
+                .keys()
+                .filter(|k| st.processing.contains(*k))
+                .count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -387,9 +489,23 @@ impl<H: Clone> Queue<H> {
     /// Ready keys and their triggers, for other modules' tests.
     #[cfg(test)]
     pub(crate) fn lock_for_tests(&self) -> (Vec<String>, HashMap<String, Trigger<H>>) {
-        let st = self.lock();
-        let dirty = st.dirty.iter().map(|(k, (t, _))| (k.clone(), t.clone()));
-        (st.ready.iter().cloned().collect(), dirty.collect())
+        let mut st = self.lock();
+        Self::drop_stale(&mut st);
+        let dirty: HashMap<String, Trigger<H>> = st
+            .dirty
+            .iter()
+            .map(|(k, d)| (k.clone(), d.trigger.clone()))
+            .collect();
+        let mut ready = Vec::new();
+        for band in 0..2 {
+            for k in &st.ready[band] {
+                let live = st.dirty.get(k).is_some_and(|d| d.priority.band() == band);
+                if live && !ready.contains(k) {
+                    ready.push(k.clone());
+                }
+            }
+        }
+        (ready, dirty)
     }
 }
 
@@ -416,9 +532,9 @@ mod tests {
     #[test]
     fn adding_a_queued_key_again_does_not_duplicate_it() {
         let q = Q::new();
-        q.add("ns/a".into(), t());
-        q.add("ns/a".into(), t());
-        q.add("ns/b".into(), t());
+        q.add("ns/a".into(), t(), Priority::Routine);
+        q.add("ns/a".into(), t(), Priority::Routine);
+        q.add("ns/b".into(), t(), Priority::Routine);
         assert_eq!(q.len(), 2);
         assert_eq!(q.get().unwrap().0, "ns/a");
         assert_eq!(q.get().unwrap().0, "ns/b");
@@ -427,7 +543,11 @@ mod tests {
     #[test]
     fn the_latest_trigger_of_a_deduplicated_key_is_reported() {
         let q = Q::new();
-        q.add("ns/a".into(), Trigger::Relist { resource: "pod" });
+        q.add(
+            "ns/a".into(),
+            Trigger::Relist { resource: "pod" },
+            Priority::Routine,
+        );
         q.add(
             "ns/a".into(),
             Trigger::Watch {
@@ -436,6 +556,7 @@ mod tests {
                 rv: "9".into(),
                 hint: Some("gone".into()),
             },
+            Priority::Routine,
         );
         assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9 gone");
     }
@@ -443,9 +564,9 @@ mod tests {
     #[test]
     fn a_key_being_processed_is_not_handed_out_twice_and_comes_back_after_done() {
         let q = Q::new();
-        q.add("ns/a".into(), t());
-        let (k, _) = q.get().unwrap();
-        q.add("ns/a".into(), t());
+        q.add("ns/a".into(), t(), Priority::Routine);
+        let (k, _, _) = q.get().unwrap();
+        q.add("ns/a".into(), t(), Priority::Routine);
         // Still processing: not ready.
         assert_eq!(q.len(), 0);
         q.done(&k);
@@ -456,8 +577,8 @@ mod tests {
     #[test]
     fn done_without_a_new_add_leaves_nothing_behind() {
         let q = Q::new();
-        q.add("ns/a".into(), t());
-        let (k, _) = q.get().unwrap();
+        q.add("ns/a".into(), t(), Priority::Routine);
+        let (k, _, _) = q.get().unwrap();
         q.done(&k);
         assert!(q.is_empty());
     }
@@ -471,7 +592,7 @@ mod tests {
             .map(|_| {
                 let (q, busy, handled) = (q.clone(), busy.clone(), handled.clone());
                 thread::spawn(move || {
-                    while let Some((k, _)) = q.get() {
+                    while let Some((k, _, _)) = q.get() {
                         assert!(
                             busy.lock().unwrap().insert(k.clone()),
                             "{k} handed out twice"
@@ -485,7 +606,7 @@ mod tests {
             })
             .collect();
         for i in 0..2000 {
-            q.add(format!("ns/{}", i % 7), t());
+            q.add(format!("ns/{}", i % 7), t(), Priority::Routine);
         }
         // Let the workers drain, bounded in time.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -503,7 +624,12 @@ mod tests {
     fn delayed_add_becomes_ready_at_its_deadline() {
         let q = Q::new();
         let start = Instant::now();
-        q.add_after("ns/a".into(), Duration::from_millis(30), t());
+        q.add_after(
+            "ns/a".into(),
+            Duration::from_millis(30),
+            t(),
+            Priority::Routine,
+        );
         assert!(q.is_empty());
         assert_eq!(q.get().unwrap().0, "ns/a");
         assert!(start.elapsed() >= Duration::from_millis(30));
@@ -512,10 +638,25 @@ mod tests {
     #[test]
     fn delayed_adds_keep_the_earliest_deadline() {
         let q = Q::new();
-        q.add_after("ns/a".into(), Duration::from_secs(3600), t());
-        q.add_after("ns/a".into(), Duration::from_millis(10), t());
-        q.add_after("ns/a".into(), Duration::from_secs(60), t());
-        let (k, _) = q.get().unwrap();
+        q.add_after(
+            "ns/a".into(),
+            Duration::from_secs(3600),
+            t(),
+            Priority::Routine,
+        );
+        q.add_after(
+            "ns/a".into(),
+            Duration::from_millis(10),
+            t(),
+            Priority::Routine,
+        );
+        q.add_after(
+            "ns/a".into(),
+            Duration::from_secs(60),
+            t(),
+            Priority::Routine,
+        );
+        let (k, _, _) = q.get().unwrap();
         assert_eq!(k, "ns/a");
         q.done(&k);
         // The stale one-hour and one-minute entries are gone: nothing else is pending.
@@ -531,32 +672,42 @@ mod tests {
         assert_eq!(backoff(u32::MAX), Duration::from_secs(1000));
         let q = Q::new();
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
             Duration::from_millis(5)
         );
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
             Duration::from_millis(10)
         );
         assert_eq!(q.num_requeues("ns/a"), 2);
         q.forget("ns/a");
         assert_eq!(q.num_requeues("ns/a"), 0);
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
             Duration::from_millis(5)
         );
         // The server's Retry-After wins over a shorter backoff.
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::from_secs(30), None),
+            q.add_rate_limited(
+                "ns/a".into(),
+                Duration::from_secs(30),
+                None,
+                Priority::Routine
+            ),
             Duration::from_secs(30)
         );
         // A key with something to do by a deadline is retried by then, however long its
         // back-off has grown.
         for _ in 0..30 {
-            q.add_rate_limited("ns/b".into(), Duration::ZERO, None);
+            q.add_rate_limited("ns/b".into(), Duration::ZERO, None, Priority::Routine);
         }
         assert_eq!(
-            q.add_rate_limited("ns/b".into(), Duration::ZERO, Some(Duration::from_secs(7))),
+            q.add_rate_limited(
+                "ns/b".into(),
+                Duration::ZERO,
+                Some(Duration::from_secs(7)),
+                Priority::Routine
+            ),
             Duration::from_secs(7)
         );
     }
@@ -617,16 +768,16 @@ mod tests {
     fn keys_that_keep_failing_are_handed_out_at_most_a_hundred_then_ten_a_second() {
         let q = Q::new();
         for i in 0..1000 {
-            q.add(format!("ns/{i}"), t());
+            q.add(format!("ns/{i}"), t(), Priority::Routine);
         }
         let start = Instant::now();
         let window = Duration::from_millis(1500);
         let mut handed_out = 0u32;
         // Every reconcile fails, as while the API server answers 503 to everything.
         while start.elapsed() < window {
-            let (k, _) = q.get().expect("not shut down");
+            let (k, _, _) = q.get().expect("not shut down");
             handed_out += 1;
-            q.add_rate_limited(k.clone(), Duration::ZERO, None);
+            q.add_rate_limited(k.clone(), Duration::ZERO, None, Priority::Routine);
             q.done(&k);
         }
         let secs = start.elapsed().as_secs_f64();
@@ -657,7 +808,115 @@ mod tests {
         for w in waiters {
             assert_eq!(w.join().unwrap(), None);
         }
-        q.add("ns/a".into(), t());
+        q.add("ns/a".into(), t(), Priority::Routine);
         assert!(q.get().is_none());
+    }
+}
+
+#[cfg(test)]
+mod band_tests {
+    use super::*;
+
+    type Q = Queue<String>;
+
+    fn add(q: &Q, key: &str, p: Priority) {
+        q.add(key.into(), Trigger::Scheduled, p);
+    }
+
+    /// Hands out (and finishes) `n` keys; answers them in order.
+    fn take(q: &Q, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                let (k, _, _) = q.get().expect("a key");
+                q.done(&k);
+                k
+            })
+            .collect()
+    }
+
+    #[test]
+    fn urgent_keys_go_before_routine_ones_queued_earlier() {
+        let q = Q::new();
+        for i in 0..3 {
+            add(&q, &format!("ns/routine-{i}"), Priority::Routine);
+        }
+        add(&q, "ns/deleted", Priority::Urgent);
+        assert_eq!(take(&q, 1), ["ns/deleted"]);
+        assert_eq!(
+            take(&q, 3),
+            ["ns/routine-0", "ns/routine-1", "ns/routine-2"]
+        );
+    }
+
+    #[test]
+    fn a_key_queued_again_as_urgent_moves_up_and_never_down() {
+        let q = Q::new();
+        add(&q, "ns/a", Priority::Routine);
+        add(&q, "ns/b", Priority::Routine);
+        add(&q, "ns/b", Priority::Urgent);
+        add(&q, "ns/b", Priority::Routine);
+        assert_eq!(q.len(), 2);
+        let (k, _, p) = q.get().unwrap();
+        assert_eq!((k.as_str(), p), ("ns/b", Priority::Urgent));
+        q.done(&k);
+        // Its stale copy in the routine band is not handed out again.
+        assert_eq!(take(&q, 1), ["ns/a"]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_key_made_urgent_while_processed_comes_back_urgent() {
+        let q = Q::new();
+        add(&q, "ns/a", Priority::Routine);
+        add(&q, "ns/x", Priority::Routine);
+        let (k, _, _) = q.get().unwrap();
+        add(&q, &k, Priority::Urgent);
+        q.done(&k);
+        let (again, _, p) = q.get().unwrap();
+        assert_eq!((again.as_str(), p), ("ns/a", Priority::Urgent));
+    }
+
+    #[test]
+    fn routine_keys_get_one_turn_in_share_however_many_urgent_ones_keep_coming() {
+        let q = Q::new();
+        let routine: Vec<String> = (0..10).map(|i| format!("ns/routine-{i}")).collect();
+        for k in &routine {
+            add(&q, k, Priority::Routine);
+        }
+        // Urgent keys keep coming, always more than can be handed out.
+        let mut served = Vec::new();
+        for i in 0..(routine.len() * SHARE as usize) {
+            add(&q, &format!("ns/urgent-{i}-a"), Priority::Urgent);
+            add(&q, &format!("ns/urgent-{i}-b"), Priority::Urgent);
+            served.extend(take(&q, 1));
+        }
+        // The bound: the routine key at place p (from 1) is handed out within SHARE × p keys.
+        for (p, k) in routine.iter().enumerate() {
+            let at = served.iter().position(|s| s == k).expect("served") + 1;
+            assert!(
+                at <= SHARE as usize * (p + 1),
+                "{k} (place {}) handed out {at}th",
+                p + 1
+            );
+        }
+        // And urgent keys still got the rest.
+        let urgent = served.iter().filter(|s| s.contains("urgent")).count();
+        assert_eq!(urgent, served.len() - routine.len());
+    }
+
+    #[test]
+    fn a_failed_key_is_retried_in_the_band_it_failed_in() {
+        let q = Q::new();
+        add(&q, "ns/a", Priority::Urgent);
+        let (k, _, p) = q.get().unwrap();
+        q.add_rate_limited(k.clone(), Duration::ZERO, None, p);
+        q.done(&k);
+        add(&q, "ns/b", Priority::Routine);
+        std::thread::sleep(Duration::from_millis(20));
+        let (k, t, p) = q.get().unwrap();
+        assert_eq!(
+            (k.as_str(), t, p),
+            ("ns/a", Trigger::Retry, Priority::Urgent)
+        );
     }
 }

@@ -252,7 +252,7 @@ fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
 fn gone(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap_or_default();
     match PodEvents.on_event("DELETED", &pod, &mut None) {
-        Verdict::Queue(Some(h)) => h,
+        Verdict::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue a DELETED pod: {other:?}"),
     }
 }
@@ -289,7 +289,7 @@ fn delete_after_running(f: &Fake, ran: u64) -> PodHint {
 fn seen(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
     match PodEvents.on_event("MODIFIED", &pod, &mut None) {
-        Verdict::Queue(Some(h)) => h,
+        Verdict::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue this pod: {other:?}"),
     }
 }
@@ -1378,7 +1378,9 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
     // name it was made for.
     assert_eq!(PodEvents.key_of(&pod).as_deref(), Some("ns/web"));
     let mut memo = Some(PodEvents.memo(&pod));
-    let Verdict::Queue(Some(hint)) = PodEvents.on_event("MODIFIED", &pod, &mut memo) else {
+    let Verdict::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
+        PodEvents.on_event("MODIFIED", &pod, &mut memo)
+    else {
         panic!("an orphan holding our finalizer was not queued")
     };
     run_with(&f, &hint).unwrap();

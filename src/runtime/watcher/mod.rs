@@ -21,7 +21,7 @@
 use crate::kube::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
 use crate::kube::types::{ObjectMeta, Status};
 use crate::runtime::metrics::{self, Restart};
-use crate::runtime::queue::{Queue, Trigger};
+use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::util;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::de::DeserializeOwned;
@@ -78,8 +78,9 @@ pub trait Watched {
 pub enum Verdict<H> {
     /// Nothing reconcile would do differently.
     Ignore,
-    /// Queue the key, with what the event tells reconcile, if anything.
-    Queue(Option<H>),
+    /// Queue the key, with what the event tells reconcile, if anything, in the band the
+    /// policy says.
+    Queue(Option<H>, Priority),
 }
 
 /// When a watcher lists again although its watch is healthy: every `period` (each one drawn
@@ -500,12 +501,24 @@ where
                             .filter(|k| !listed.contains_key(*k))
                             .collect();
                         let count = vanished.len();
-                        for key in listed.keys().chain(vanished) {
+                        // What a list shows is routine; what vanished while the watch was
+                        // down (a pod deleted, say) is urgent.
+                        for key in listed.keys() {
                             self.queue.add(
                                 key.clone(),
                                 Trigger::Relist {
                                     resource: self.name(),
                                 },
+                                Priority::Routine,
+                            );
+                        }
+                        for key in vanished {
+                            self.queue.add(
+                                key.clone(),
+                                Trigger::Relist {
+                                    resource: self.name(),
+                                },
+                                Priority::Urgent,
                             );
                         }
                         log::debug!(
@@ -603,7 +616,7 @@ where
         };
         let mut memo = self.known.get(&key).copied();
         let verdict = self.policy.on_event(event, &o, &mut memo);
-        let queued = matches!(verdict, Verdict::Queue(_));
+        let queued = matches!(verdict, Verdict::Queue(..));
         log::trace!(
             target: "watcher",
             resource = self.name(), event = event, object = key.as_str(), rv = rv.as_str(), enqueue = queued;
@@ -616,7 +629,7 @@ where
         } else {
             self.known.insert(key.clone(), memo.unwrap_or_default());
         }
-        if let Verdict::Queue(hint) = verdict {
+        if let Verdict::Queue(hint, priority) = verdict {
             self.queue.add(
                 key,
                 Trigger::Watch {
@@ -625,6 +638,7 @@ where
                     rv: rv.clone(),
                     hint,
                 },
+                priority,
             );
         }
         Ok(())

@@ -125,7 +125,7 @@ impl Watched for ByOwner {
         0
     }
     fn on_event(&self, _: &'static str, _: &Self::Object, _: &mut Option<u64>) -> Verdict<String> {
-        Verdict::Queue(None)
+        Verdict::Queue(None, crate::runtime::queue::Priority::Routine)
     }
 }
 
