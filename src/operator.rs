@@ -11,6 +11,7 @@ use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint};
 use crate::immortal::reconcile::{self, Books, Cluster};
+use crate::immortal::store::IcStore;
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
 use crate::kube::client::{self, Client};
@@ -102,7 +103,11 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
     let queue: Arc<Queue<PodHint>> = Arc::new(Queue::new());
     let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
     let ic_resync = Resync::every(config.resync_period);
-    let synced = start_watchers(config, &once, &queue, &quit, &health, &dead_tx, &ic_resync)?;
+    // What the ImmortalContainer watcher knows, which reconcile reads instead of the API.
+    let ics = Arc::new(IcStore::new());
+    let synced = start_watchers(
+        config, &once, &queue, &quit, &health, &dead_tx, &ic_resync, &ics,
+    )?;
     wait_for_lists(&synced, &dead, &quit, &health)?;
     recheck_crd(&once, &books, ic_resync, &quit)?;
     start_sweep(config, &once, &queue, &quit)?;
@@ -132,6 +137,7 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
         identity,
         &queue,
         &books,
+        ics,
         &health,
         &dead_tx,
         &finished_tx,
@@ -220,6 +226,7 @@ fn connect(config: &Config) -> Result<(Client, ClusterFacts), ExitCode> {
 /// Watchers: ImmortalContainers and our pods. They fill the queue from their first list on,
 /// also while this replica stands by, so a new leader starts with a warm queue. Answers the
 /// channel on which each reports its first list.
+#[allow(clippy::too_many_arguments)]
 fn start_watchers(
     config: &Config,
     once: &Client,
@@ -228,6 +235,7 @@ fn start_watchers(
     health: &Arc<Health>,
     dead_tx: &Sender<&'static str>,
     ic_resync: &Resync,
+    ics: &Arc<IcStore>,
 ) -> Result<Receiver<&'static str>, ExitCode> {
     let (synced_tx, synced) = crossbeam_channel::unbounded();
     let sentinel = || Sentinel {
@@ -246,7 +254,8 @@ fn start_watchers(
                 synced_tx.clone(),
                 config.watch_idle_timeout,
             )
-            .resyncing(ic_resync.clone()),
+            .resyncing(ic_resync.clone())
+            .sharing(ics.clone()),
             sentinel(),
         ),
         spawn_watcher(
@@ -358,6 +367,7 @@ fn start_workers(
     identity: String,
     queue: &Arc<Queue<PodHint>>,
     books: &Arc<Books>,
+    ics: Arc<IcStore>,
     health: &Arc<Health>,
     dead_tx: &Sender<&'static str>,
     finished_tx: &Sender<()>,
@@ -379,6 +389,7 @@ fn start_workers(
     let api = Arc::new(Cluster {
         client: writer,
         events: recorder,
+        ics,
     });
     let run_id = crate::util::rand_u64() as u16;
     for i in 0..config.workers {

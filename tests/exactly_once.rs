@@ -17,8 +17,9 @@
 //! faults and every call the run made.
 
 use immortal_operator::immortal::desired;
-use immortal_operator::immortal::lifecycle::{IcEvents, IcSeen, PodEvents, PodHint};
+use immortal_operator::immortal::lifecycle::{IcEvents, PodEvents, PodHint};
 use immortal_operator::immortal::reconcile::{self, Api, Books};
+use immortal_operator::immortal::store::{self, IcState, IcStore};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
 };
@@ -193,6 +194,13 @@ impl World {
     fn new_uid(&mut self, what: &str) -> String {
         self.uids += 1;
         format!("{what}-{}", self.uids)
+    }
+
+    /// A person deletes the object: its watch says DELETED.
+    fn delete_object(&mut self) {
+        if let Some(ic) = self.ic.take() {
+            self.ic_events.push(("DELETED", ic));
+        }
     }
 
     fn new_object(&mut self) {
@@ -390,6 +398,9 @@ struct ModelApi {
     plan: Plan,
     calls: Cell<usize>,
     log: RefCell<Vec<String>>,
+    /// What the operator knows of the object, as its watcher and its own status writes keep
+    /// it (the controller's, renewed at each restart): reconcile reads it, stale or not.
+    ics: RefCell<Arc<IcStore>>,
 }
 
 enum Effect {
@@ -424,7 +435,7 @@ impl ModelApi {
             Some(Fault::Forbidden403) => Effect::Refuse(api_err(403, "Forbidden")),
             Some(Fault::Invalid422) => Effect::Refuse(api_err(422, "Invalid")),
             Some(Fault::ObjectDeleted) => {
-                self.world.borrow_mut().ic = None;
+                self.world.borrow_mut().delete_object();
                 Effect::Apply
             }
             Some(f @ (Fault::PodDeleted | Fault::PodForceDeleted | Fault::PodFailed)) => {
@@ -458,11 +469,15 @@ impl ModelApi {
 }
 
 impl Api for ModelApi {
+    /// As the operator's: from the store when it knows the object (no request), else asked.
     fn get_immortal_container(
         &self,
-        _: &str,
+        ns: &str,
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
+        if let Some(known) = self.ics.borrow().get(KEY) {
+            return Ok(known.to_object(ns, name));
+        }
         let e = self.call(format!("GET ic/{name}"));
         self.with(e, |w| w.ic.clone().ok_or_else(|| api_err(404, "NotFound")))
     }
@@ -555,7 +570,7 @@ impl Api for ModelApi {
         patch: &Value,
     ) -> Result<ImmortalContainer, client::Error> {
         let e = self.call(format!("PATCH ic/{name}/status"));
-        self.with(e, |w| {
+        let answered = self.with(e, |w| {
             let Some(ic) = w.ic.as_mut() else {
                 return Err(api_err(404, "NotFound"));
             };
@@ -591,7 +606,10 @@ impl Api for ModelApi {
             let ic = ic.clone();
             w.ic_events.push(("MODIFIED", ic.clone()));
             Ok(ic)
-        })
+        })?;
+        // As the operator's: the answer is known at once.
+        store::saw(&self.ics.borrow(), KEY, &answered);
+        Ok(answered)
     }
 
     fn record(&self, _: &ImmortalContainer, _: Note) {}
@@ -604,6 +622,8 @@ impl Api for ModelApi {
 struct Controller {
     clock: Arc<Mutex<Instant>>,
     books: Books,
+    /// What the ImmortalContainer watcher knows (shared with the model API's reads).
+    ics: Arc<IcStore>,
     /// The key is queued, with the hint of the latest event that queued it.
     queued: Option<Option<PodHint>>,
     /// When a delayed requeue is due.
@@ -618,6 +638,7 @@ impl Controller {
         Controller {
             clock,
             books: Books::with_clock(move || *c.lock().unwrap()),
+            ics: Arc::new(IcStore::new()),
             queued: None,
             timer: None,
             failures: 0,
@@ -656,8 +677,10 @@ impl Controller {
             }
         }
         for (event, ic) in std::mem::take(&mut w.ic_events) {
-            let seen: IcSeen = serde_json::from_value(serde_json::to_value(&ic).unwrap()).unwrap();
-            if let Verdict::Queue(h, _) = IcEvents.on_event(event, &seen, &mut None) {
+            let verdict = self
+                .ics
+                .entry(KEY, |memo| IcEvents.on_event(event, &ic, memo));
+            if let Verdict::Queue(h, _) = verdict {
                 self.queue(h);
             }
         }
@@ -669,6 +692,11 @@ impl Controller {
         *self = Controller::new(clock);
         w.pod_events.clear();
         w.ic_events.clear();
+        // The first list fills the new store.
+        if let Some(ic) = &w.ic {
+            self.ics
+                .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));
+        }
         let pod = w.pods.get(POD).map(|mp| mp.pod.clone());
         if let Some(p) = &pod {
             if PodEvents.key_of(p).as_deref() == Some(KEY) {
@@ -702,6 +730,7 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
         plan: plan.clone(),
         calls: Cell::new(0),
         log: RefCell::new(Vec::new()),
+        ics: RefCell::new(Arc::new(IcStore::new())),
     };
     let clock = Arc::new(Mutex::new(Instant::now()));
     let mut ctl = Controller::new(clock.clone());
@@ -746,7 +775,10 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                     ctl.failures += 1;
                     ctl.after(backoff.max(e.retry_after().unwrap_or_default()));
                 }
-                Err(p) if p.is::<Crash>() => ctl.restart(&mut api.world.borrow_mut()),
+                Err(p) if p.is::<Crash>() => {
+                    ctl.restart(&mut api.world.borrow_mut());
+                    *api.ics.borrow_mut() = ctl.ics.clone();
+                }
                 Err(p) => panic::resume_unwind(p),
             }
             continue;
@@ -913,6 +945,9 @@ impl Scenario {
             }],
         };
         ctl.pod_memo = Some(PodEvents.memo(&pod));
+        // The watcher knows the converged object.
+        ctl.ics
+            .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));
         w.pods.insert(
             POD.into(),
             ModelPod {
@@ -934,9 +969,7 @@ impl Scenario {
                 let ic = ic.clone();
                 w.ic_events.push(("MODIFIED", ic));
             }
-            Scenario::ObjectDeleted => {
-                w.ic = None;
-            }
+            Scenario::ObjectDeleted => w.delete_object(),
             _ => {}
         }
     }

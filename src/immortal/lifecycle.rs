@@ -19,18 +19,20 @@
 //! only a request to the API server (never an assumption about who else acts) decides what
 //! happens next.
 
+use crate::immortal::store::IcState;
 use crate::immortal::types::{
-    self as ic, ImmortalOwner, ImmortalPod, IMAGE_ANNOTATION, IMMORTAL_CONTAINERS,
+    self as ic, ImmortalContainer, ImmortalOwner, ImmortalPod, IMAGE_ANNOTATION,
+    IMMORTAL_CONTAINERS,
 };
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, PodStatus};
 use crate::runtime::queue::Priority;
 use crate::runtime::watcher::{Verdict, Watched};
 use crate::util;
-use serde::Deserialize;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The condition type the operator maintains.
@@ -405,6 +407,8 @@ pub struct PodEvents;
 impl Watched for PodEvents {
     type Object = Pod;
     type Hint = PodHint;
+    /// A digest of the pod's view: enough to tell a change from a repeat.
+    type Memo = u64;
 
     fn meta(o: &Pod) -> &types::ObjectMeta {
         &o.metadata
@@ -496,56 +500,68 @@ impl Watched for PodEvents {
     }
 }
 
-/// What the ImmortalContainer watcher decodes: identity and the two generations.
-#[derive(Debug, Default, Deserialize)]
-pub struct IcSeen {
-    #[serde(default)]
-    pub metadata: types::ObjectMeta,
-    #[serde(default)]
-    pub status: IcSeenStatus,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct IcSeenStatus {
-    #[serde(default, rename = "observedGeneration")]
-    pub observed_generation: Option<i64>,
-}
-
-/// The ImmortalContainer watcher's policy: every object is its own key.
+/// The ImmortalContainer watcher's policy: every object is its own key, and what reconcile
+/// needs of it is remembered (see `store`).
 pub struct IcEvents;
 
 impl Watched for IcEvents {
-    type Object = IcSeen;
+    type Object = ImmortalContainer;
     type Hint = PodHint;
+    type Memo = Arc<IcState>;
 
-    fn meta(o: &IcSeen) -> &types::ObjectMeta {
+    fn meta(o: &ImmortalContainer) -> &types::ObjectMeta {
         &o.metadata
     }
 
-    fn key_of(&self, o: &IcSeen) -> Option<String> {
+    fn key_of(&self, o: &ImmortalContainer) -> Option<String> {
         Some(types::key(&o.metadata.namespace, &o.metadata.name))
     }
 
-    fn memo(&self, _: &IcSeen) -> u64 {
-        0
+    fn memo(&self, o: &ImmortalContainer) -> Arc<IcState> {
+        Arc::new(IcState::of(o))
     }
 
-    /// A new object or a spec change (generation ahead of what status says we observed) needs
-    /// a reconcile; our own status writes come back as MODIFIED events too, and do not. A
-    /// deletion does: the garbage collector removes the pod, unless it still holds our
-    /// finalizer (the object went while its pod was being counted), which the reconcile of a
-    /// key whose object is gone takes off.
-    fn on_event(&self, event: &'static str, o: &IcSeen, _: &mut Option<u64>) -> Verdict<PodHint> {
-        match event {
-            // A new object has no pod yet; a spec change needs a new one: urgent.
-            "ADDED" => Verdict::Queue(None, Priority::Urgent),
-            "MODIFIED" if o.metadata.generation != o.status.observed_generation => {
+    /// A list served before our own latest status write answered must not undo it.
+    fn relisted(&self, old: Arc<IcState>, new: Arc<IcState>) -> Arc<IcState> {
+        if old.newer_than(&new) {
+            old
+        } else {
+            new
+        }
+    }
+
+    /// Compared with what is remembered: a new object or a spec change needs a pod (urgent);
+    /// a deletion needs a look (routine: a pod held by our finalizer must be let go). A change
+    /// of status alone needs nothing: it is our own write coming back (whose event may arrive
+    /// before its answer does, so it cannot be told from someone else's by the version).
+    fn on_event(
+        &self,
+        event: &'static str,
+        o: &ImmortalContainer,
+        memo: &mut Option<Arc<IcState>>,
+    ) -> Verdict<PodHint> {
+        if event == "DELETED" {
+            *memo = None;
+            // Its pod goes with it, unless our finalizer holds it (the object went while its
+            // pod was being counted), which the reconcile of a key whose object is gone takes
+            // off. Nothing waits on it.
+            return Verdict::Queue(None, Priority::Routine);
+        }
+        let new = IcState::of(o);
+        let verdict = match memo.as_deref() {
+            None => Verdict::Queue(None, Priority::Urgent),
+            // A copy we have, or an older one than we have.
+            Some(old) if !new.newer_than(old) => return Verdict::Ignore,
+            Some(old) if new.uid != old.uid || new.generation != old.generation => {
                 Verdict::Queue(None, Priority::Urgent)
             }
-            // Its pod goes with it (unless held: see above); nothing waits on it.
-            "DELETED" => Verdict::Queue(None, Priority::Routine),
-            _ => Verdict::Ignore,
-        }
+            Some(old) if new.deletion_timestamp != old.deletion_timestamp => {
+                Verdict::Queue(None, Priority::Routine)
+            }
+            Some(_) => Verdict::Ignore,
+        };
+        *memo = Some(Arc::new(new));
+        verdict
     }
 }
 
@@ -831,33 +847,48 @@ mod tests {
     }
 
     #[test]
-    fn our_own_status_writes_do_not_requeue_an_immortal_container_and_a_deletion_does() {
-        let seen = |v: serde_json::Value| -> IcSeen { serde_json::from_value(v).unwrap() };
-        let written = seen(
-            serde_json::json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}}),
-        );
+    fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes() {
+        let ic = |rv: &str, generation: i64, starts: i64| -> ImmortalContainer {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "ns", "uid": "u",
+                    "resourceVersion": rv, "generation": generation},
+                "status": {"startTimes": starts}}))
+            .unwrap()
+        };
+        // New: a pod to make.
         let mut memo = None;
         assert_eq!(
-            IcEvents.on_event("MODIFIED", &written, &mut memo),
+            IcEvents.on_event("ADDED", &ic("10", 1, 0), &mut memo),
+            Verdict::Queue(None, Priority::Urgent)
+        );
+        // Our status write: its answer is remembered (as reconcile does, see `store::saw`),
+        // so its event, and any older copy, is nothing new.
+        memo = Some(Arc::new(IcState::of(&ic("11", 1, 1))));
+        for older in [ic("11", 1, 1), ic("10", 1, 0)] {
+            assert_eq!(
+                IcEvents.on_event("MODIFIED", &older, &mut memo),
+                Verdict::Ignore
+            );
+        }
+        assert_eq!(memo.as_ref().unwrap().resource_version, "11");
+        // Our write's event before its answer: only status changed, nothing to do, but
+        // remembered.
+        assert_eq!(
+            IcEvents.on_event("MODIFIED", &ic("12", 1, 7), &mut memo),
             Verdict::Ignore
         );
-        let edited = seen(
-            serde_json::json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}),
-        );
-        // A spec change or a new object: a pod to make, urgent.
+        assert_eq!(memo.as_ref().unwrap().status.start_times, Some(7));
+        // A spec change: a pod to replace, urgent.
         assert_eq!(
-            IcEvents.on_event("MODIFIED", &edited, &mut memo),
+            IcEvents.on_event("MODIFIED", &ic("13", 2, 7), &mut memo),
             Verdict::Queue(None, Priority::Urgent)
         );
+        // A deletion is looked at (its pod may hold our finalizer), and forgotten.
         assert_eq!(
-            IcEvents.on_event("ADDED", &written, &mut memo),
-            Verdict::Queue(None, Priority::Urgent)
-        );
-        // A deletion is looked at: its pod may still hold our finalizer. Nobody waits on it.
-        assert_eq!(
-            IcEvents.on_event("DELETED", &written, &mut memo),
+            IcEvents.on_event("DELETED", &ic("14", 2, 7), &mut memo),
             Verdict::Queue(None, Priority::Routine)
         );
+        assert!(memo.is_none());
     }
 
     /// The pod policy over a recorded stream, run by a real watcher.

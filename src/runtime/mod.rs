@@ -3,7 +3,8 @@
 //!
 //! [`controller`] runs watcher and worker threads and holds the worker's contract with the
 //! queue; [`watcher`] lists and watches any resource and turns its events into keys for the
-//! [`queue`] (deduplicating, with per-key back-off and an overall failure budget);
+//! [`queue`] (deduplicating, with per-key back-off and an overall failure budget), and keeps
+//! what it knows of each key in a [`store`] others may read;
 //! [`leader`] elects one active replica through a Lease and fences the client's writes;
 //! [`metrics`], [`serve`] (probes, and metrics over HTTPS with TokenReview and
 //! SubjectAccessReview) and [`logging`] make a running operator observable; [`allocator`] is
@@ -19,4 +20,5 @@ pub mod logging;
 pub mod metrics;
 pub mod queue;
 pub mod serve;
+pub mod store;
 pub mod watcher;

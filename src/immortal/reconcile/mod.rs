@@ -22,6 +22,7 @@ use crate::immortal::counting::{self, Counting};
 use crate::immortal::desired::{controlled_by, created_for, desired_labels, desired_pod, holder};
 use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, READY};
 use crate::immortal::restarts::Restarts;
+use crate::immortal::store::{self, IcStore};
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner, IMMORTAL_CONTAINERS,
 };
@@ -32,6 +33,7 @@ use crate::runtime::controller::{Failure, Next, Trace};
 use crate::util;
 use serde_json::{json, Map, Value};
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod starts;
@@ -79,19 +81,26 @@ pub trait Api {
     fn record(&self, ic: &ImmortalContainer, note: Note);
 }
 
-/// The real API: the client, with Events going to the recorder thread.
+/// The real API: the client, with Events going to the recorder thread, and objects read from
+/// what the ImmortalContainer watcher knows (see `store`).
 pub struct Cluster {
     pub client: client::Client,
     pub events: Recorder,
+    pub ics: Arc<IcStore>,
 }
 
 impl Api for Cluster {
+    /// The object as the store knows it, or as the API server answers when the store does not
+    /// know it (deleted meanwhile, or not seen yet).
     fn get_immortal_container(
         &self,
         ns: &str,
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
-        self.client.get_object(IMMORTAL_CONTAINERS, ns, name)
+        match self.ics.get(&types::key(ns, name)) {
+            Some(state) => Ok(state.to_object(ns, name)),
+            None => self.client.get_object(IMMORTAL_CONTAINERS, ns, name),
+        }
     }
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
         self.client.get_pod(ns, name)
@@ -111,14 +120,19 @@ impl Api for Cluster {
     fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error> {
         self.client.patch_pod(ns, name, patch)
     }
+    /// The answer goes into the store at once: the next reconcile of the object must not act
+    /// on a copy from before this write (it would count the same pod again, and be refused).
     fn patch_status(
         &self,
         ns: &str,
         name: &str,
         patch: &Value,
     ) -> Result<ImmortalContainer, client::Error> {
-        self.client
-            .patch_status(IMMORTAL_CONTAINERS, ns, name, patch)
+        let answered: ImmortalContainer =
+            self.client
+                .patch_status(IMMORTAL_CONTAINERS, ns, name, patch)?;
+        store::saw(&self.ics, &types::key(ns, name), &answered);
+        Ok(answered)
     }
     fn record(&self, ic: &ImmortalContainer, note: Note) {
         self.events.record(&ic.metadata, note);
@@ -384,10 +398,16 @@ pub fn reconcile<A: Api>(
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
     run.status.start_times.get_or_insert(0);
     let synced = run.sync(hint);
-    // Status says what this reconcile learned even when it then failed: a pod it created is
-    // counted, a refusal is reported. When the write fails too, the first error is the one
-    // worth retrying on.
-    let written = run.write_status();
+    // Status says what this reconcile learned even when it then failed: a pod it created or
+    // found is counted. A reconcile that failed before it learned anything worth keeping writes
+    // nothing: the server that failed it would most likely fail that write too, and a failing
+    // reconcile must cost one request, for the queue's failure budget to bound what a herd of
+    // them sends. When the write fails too, the first error is the one worth retrying on.
+    let written = if synced.is_err() && !run.counted() {
+        Ok(())
+    } else {
+        run.write_status()
+    };
     if run.gone {
         // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
         // collector could never remove it.
@@ -465,6 +485,10 @@ impl<A: Api> Run<'_, A> {
             return Ok(Next::Done);
         }
 
+        if self.replaced_already(hint) {
+            log::debug!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key; "the pod that left was replaced already");
+            return Ok(Next::Done);
+        }
         let mut look = self.first_look(hint);
         let mut cause = None;
         let mut refused: Option<client::Error> = None;
@@ -645,6 +669,28 @@ impl<A: Api> Run<'_, A> {
         Err(Error::Unsettled {
             pod: self.pod_name.clone(),
         })
+    }
+
+    /// Whether the trigger is the DELETED event of a pod that was replaced already: it is not
+    /// the pod last counted, and it left storage (it held no finalizer, so it was not our label
+    /// that went). That happens every time a terminal pod is replaced, the old pod removed and
+    /// the new one made by the same reconcile before the old one's event arrives. Nothing is
+    /// new then: the pod counted is the one that stands, and its own events tell its story.
+    /// Acting on it would take the name for free and, after a quick ending, report a back-off
+    /// for a replacement that exists.
+    fn replaced_already(&self, hint: Option<&PodHint>) -> bool {
+        let Some(PodHint::Gone {
+            uid,
+            holds_count: false,
+            ..
+        }) = hint
+        else {
+            return false;
+        };
+        self.status
+            .last_counted_pod_uid
+            .as_deref()
+            .is_some_and(|counted| counted != uid)
     }
 
     /// What the trigger lets the first round skip. A hint is only for this object's own pod

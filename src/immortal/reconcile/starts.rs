@@ -45,6 +45,13 @@ impl<A: Api> Run<'_, A> {
         self.status.last_counted_pod_uid = Some(uid.to_string());
     }
 
+    /// Whether this reconcile counted a pod that the API server's status does not count yet.
+    /// (The first explicit 0 counts nothing.)
+    pub(super) fn counted(&self) -> bool {
+        self.status.start_times.unwrap_or(0) != self.have.start_times.unwrap_or(0)
+            || self.status.last_counted_pod_uid != self.have.last_counted_pod_uid
+    }
+
     /// Whether the status the API server holds was written while the CRD pruned L: it names a
     /// pod but no L, after counting resumed in this process, or with no observedGeneration
     /// either (which every status write of ours carries where the CRD keeps it: such a CRD,

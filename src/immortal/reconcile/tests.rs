@@ -1554,3 +1554,34 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
         .finalizers
         .is_empty());
 }
+
+#[test]
+fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
+    let f = running("nginx");
+    // The kubelet fails the pod, a second after it started: deleted and replaced at once.
+    let failed = {
+        let mut slot = f.pod.borrow_mut();
+        let st = slot
+            .as_mut()
+            .unwrap()
+            .status
+            .get_or_insert_with(Default::default);
+        st.phase = Some("Failed".into());
+        st.container_statuses = vec![container_status(Some("2025-12-31T23:59:01Z"))];
+        slot.clone().unwrap()
+    };
+    run_with(&f, &seen(&f)).unwrap();
+    let replacement = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
+    assert_ne!(replacement, failed.metadata.uid);
+    // Then the failed pod's DELETED event arrives: nothing to do, no request, no back-off
+    // reported for a replacement that exists.
+    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+        Verdict::Queue(Some(h), _) => h,
+        other => panic!("{other:?}"),
+    };
+    f.clear();
+    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(f.calls(), ["GET ic/web"]);
+    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
+    assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
+}

@@ -15,19 +15,21 @@
 //!
 //! This is machinery: what an event means (which key, whether it is worth a reconcile, what it
 //! tells reconcile) is the policy's, a [`Watched`] (see `lifecycle`). A watcher keeps no
-//! object: only the last resourceVersion and, per key, the small memo the policy asks it to
-//! keep (a digest), which also gives a relist the keys that vanished while the watch was down.
+//! object: only the last resourceVersion and, per key, the memo the policy asks it to keep
+//! (a digest, or a projection of what reconcile needs), in a [`Store`] others may read; the
+//! keys also give a relist those that vanished while the watch was down.
 
 use crate::kube::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
 use crate::kube::types::{ObjectMeta, Status};
 use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
+use crate::runtime::store::Store;
 use crate::util;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::BufRead;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -57,19 +59,28 @@ pub trait Watched {
     type Object: DeserializeOwned;
     /// What a trigger carries beyond the key.
     type Hint;
+    /// What the watcher remembers of each key (in its [`Store`]).
+    type Memo: Clone + Send + Sync;
     fn meta(o: &Self::Object) -> &ObjectMeta;
     /// The queue key the object stands for, or `None` when it is none of ours.
     fn key_of(&self, o: &Self::Object) -> Option<String>;
     /// What the watcher remembers of a listed object until its next event.
-    fn memo(&self, o: &Self::Object) -> u64;
+    fn memo(&self, o: &Self::Object) -> Self::Memo;
+    /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
+    /// policy knows `old` to be more recent (someone else updated the store after the list
+    /// was served).
+    fn relisted(&self, old: Self::Memo, new: Self::Memo) -> Self::Memo {
+        let _ = old;
+        new
+    }
     /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile of its key, and with
-    /// what hint. `memo` holds what was remembered from the key's previous event (`None`: no
-    /// event seen since the last list) and is updated in place.
+    /// what hint. `memo` holds what is remembered of the key (`None`: nothing yet) and is
+    /// updated in place; `None` after the event forgets the key.
     fn on_event(
         &self,
         event: &'static str,
         o: &Self::Object,
-        memo: &mut Option<u64>,
+        memo: &mut Option<Self::Memo>,
     ) -> Verdict<Self::Hint>;
 }
 
@@ -266,8 +277,8 @@ pub struct Watcher<S: Source, W: Watched> {
     pub idle_timeout: Duration,
     /// When to list again although the watch is healthy.
     pub resync: Resync,
-    /// Every key seen since the last list, with the policy's memo of its last event.
-    known: HashMap<String, u64>,
+    /// Every key seen since the last list, with the policy's memo of it.
+    known: Arc<Store<W::Memo>>,
     /// What of `resync` the last list answered: the asks it saw, and when the next periodic
     /// one is due.
     resynced: (u64, Option<Instant>),
@@ -295,9 +306,15 @@ where
             synced: Some(synced),
             idle_timeout,
             resync: Resync::default(),
-            known: HashMap::new(),
+            known: Arc::new(Store::new()),
             resynced: (0, None),
         }
+    }
+
+    /// The same watcher, keeping what it knows in `store`, which others may read.
+    pub fn sharing(mut self, store: Arc<Store<W::Memo>>) -> Self {
+        self.known = store;
+        self
     }
 
     /// The same watcher, listing again as `resync` says.
@@ -495,17 +512,36 @@ where
                     Some(t) => token = Some(t),
                     None => {
                         let rv = page.metadata.resource_version;
-                        let vanished: HashSet<&String> = self
-                            .known
-                            .keys()
-                            .filter(|k| !listed.contains_key(*k))
-                            .collect();
+                        let listed_count = listed.len();
+                        let mut listed_keys = Vec::with_capacity(listed_count);
+                        // What the list shows replaces what was known, and what vanished is
+                        // forgotten; then the keys are queued, the store's lock released.
+                        let vanished: Vec<String> = {
+                            let mut known = self.known.write();
+                            let vanished: Vec<String> = known
+                                .keys()
+                                .filter(|k| !listed.contains_key(*k))
+                                .cloned()
+                                .collect();
+                            for key in &vanished {
+                                known.remove(key);
+                            }
+                            for (key, new) in listed {
+                                let memo = match known.remove(&key) {
+                                    Some(old) => self.policy.relisted(old, new),
+                                    None => new,
+                                };
+                                listed_keys.push(key.clone());
+                                known.insert(key, memo);
+                            }
+                            vanished
+                        };
                         let count = vanished.len();
                         // What a list shows is routine; what vanished while the watch was
                         // down (a pod deleted, say) is urgent.
-                        for key in listed.keys() {
+                        for key in listed_keys {
                             self.queue.add(
-                                key.clone(),
+                                key,
                                 Trigger::Relist {
                                     resource: self.name(),
                                 },
@@ -514,7 +550,7 @@ where
                         }
                         for key in vanished {
                             self.queue.add(
-                                key.clone(),
+                                key,
                                 Trigger::Relist {
                                     resource: self.name(),
                                 },
@@ -523,10 +559,9 @@ where
                         }
                         log::debug!(
                             target: "watcher",
-                            resource = self.name(), rv = rv.as_str(), listed = listed.len(), vanished = count;
+                            resource = self.name(), rv = rv.as_str(), listed = listed_count, vanished = count;
                             "listed"
                         );
-                        self.known = listed;
                         self.resynced = (asks, self.resync.next_after(Instant::now()));
                         metrics::watch_heard(self.name());
                         return Ok(rv);
@@ -614,21 +649,15 @@ where
         let Some(key) = self.policy.key_of(&o) else {
             return Ok(());
         };
-        let mut memo = self.known.get(&key).copied();
-        let verdict = self.policy.on_event(event, &o, &mut memo);
+        let verdict = self
+            .known
+            .entry(&key, |memo| self.policy.on_event(event, &o, memo));
         let queued = matches!(verdict, Verdict::Queue(..));
         log::trace!(
             target: "watcher",
             resource = self.name(), event = event, object = key.as_str(), rv = rv.as_str(), enqueue = queued;
             "event"
         );
-        if event == "DELETED" {
-            self.known.remove(&key);
-        } else if let Some(m) = self.known.get_mut(&key) {
-            *m = memo.unwrap_or_default();
-        } else {
-            self.known.insert(key.clone(), memo.unwrap_or_default());
-        }
         if let Verdict::Queue(hint, priority) = verdict {
             self.queue.add(
                 key,

@@ -114,6 +114,7 @@ pub struct ByOwner;
 impl Watched for ByOwner {
     type Object = crate::kube::types::Pod;
     type Hint = String;
+    type Memo = u64;
     fn meta(o: &Self::Object) -> &ObjectMeta {
         &o.metadata
     }

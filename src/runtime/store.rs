@@ -1,0 +1,89 @@
+//! What a watcher knows of each key: the policy's projection of the object it last saw (its
+//! memo), in a map others may read. Reconcile reads an object's latest state here instead of
+//! asking the API server, as sample-controller's `syncHandler` reads through its listers (the
+//! informer's cache), and every write it makes that must not act on stale state carries a
+//! precondition (see `immortal::reconcile`).
+//!
+//! The watcher makes and removes entries; anyone else may only update an entry that is there
+//! ([`Store::update`]), so that an answer arriving after the object's deletion cannot bring it
+//! back.
+
+use std::collections::HashMap;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// The keys a watcher knows, each with its memo.
+pub struct Store<M> {
+    map: RwLock<HashMap<String, M>>,
+}
+
+impl<M> Default for Store<M> {
+    fn default() -> Self {
+        Store {
+            map: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+impl<M: Clone> Store<M> {
+    pub fn new() -> Store<M> {
+        Store::default()
+    }
+
+    /// The memo of `key`, if the watcher knows it.
+    pub fn get(&self, key: &str) -> Option<M> {
+        self.read().get(key).cloned()
+    }
+
+    /// How many keys the watcher knows.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Applies `f` to the memo of `key` if the watcher knows it; never makes an entry.
+    pub fn update(&self, key: &str, f: impl FnOnce(&mut M)) {
+        if let Some(m) = self.write().get_mut(key) {
+            f(m);
+        }
+    }
+
+    /// Lets `f` see and change what is known of `key` (`None`: nothing; left `None`: the key
+    /// is forgotten), as a watcher does for each event of it.
+    pub fn entry<R>(&self, key: &str, f: impl FnOnce(&mut Option<M>) -> R) -> R {
+        let mut map = self.write();
+        let mut memo = map.remove(key);
+        let r = f(&mut memo);
+        if let Some(m) = memo {
+            map.insert(key.to_string(), m);
+        }
+        r
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<String, M>> {
+        // Every write below leaves the map whole before anything that could panic.
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, M>> {
+        self.map.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_changes_a_known_entry_and_never_makes_one() {
+        let s: Store<u64> = Store::new();
+        s.write().insert("ns/a".into(), 1);
+        s.update("ns/a", |m| *m = 2);
+        s.update("ns/gone", |m| *m = 3);
+        assert_eq!(s.get("ns/a"), Some(2));
+        assert_eq!(s.get("ns/gone"), None);
+        assert_eq!(s.len(), 1);
+    }
+}
