@@ -461,7 +461,8 @@ pub fn obj_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<Stri
     }
 }
 
-fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
+/// Sets `m[key]` to `v` unless it holds a value already (absent or null counts as unset).
+pub fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
     if m.get(key).is_none_or(Value::is_null) {
         m.insert(key.to_string(), v);
     }
@@ -529,19 +530,32 @@ fn pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// What a pod gets beyond [`default_pod_spec`]: `enableServiceLinks` (`SetDefaults_Pod`), the
+/// `default` service account (the ServiceAccount admission plugin), priority and preemption
+/// policy (the Priority plugin) and DefaultTolerationSeconds: none of them reach a pod
+/// template, where kube-apiserver does not apply them either.
 fn default_pod(obj: &mut Map<String, Value>) {
     let spec = obj_mut(obj, "spec");
-    set_default(spec, "restartPolicy", json!("Always"));
-    set_default(spec, "terminationGracePeriodSeconds", json!(30));
-    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
     set_default(spec, "serviceAccountName", json!("default"));
-    set_default(spec, "serviceAccount", json!("default"));
-    set_default(spec, "securityContext", json!({}));
-    set_default(spec, "schedulerName", json!("default-scheduler"));
     set_default(spec, "priority", json!(0));
     set_default(spec, "enableServiceLinks", json!(true));
     set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     default_toleration_seconds(spec);
+    default_pod_spec(spec);
+}
+
+/// The defaults of every pod spec, a pod's or a template's (`SetDefaults_PodSpec`,
+/// `SetDefaults_Container`, `SetDefaults_ContainerPort`), and `serviceAccount`, the deprecated
+/// field v1 fills from `serviceAccountName` when it converts a spec for output.
+pub fn default_pod_spec(spec: &mut Map<String, Value>) {
+    set_default(spec, "restartPolicy", json!("Always"));
+    set_default(spec, "terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "securityContext", json!({}));
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+    if let Some(account) = spec.get("serviceAccountName").cloned() {
+        set_default(spec, "serviceAccount", account);
+    }
     for list in ["containers", "initContainers"] {
         if let Some(Value::Array(cs)) = spec.get_mut(list) {
             for c in cs.iter_mut().filter_map(Value::as_object_mut) {
@@ -554,6 +568,43 @@ fn default_pod(obj: &mut Map<String, Value>) {
                 set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
                 set_default(c, "terminationMessagePolicy", json!("File"));
                 set_default(c, "imagePullPolicy", json!(pull_policy(&image)));
+                if let Some(Value::Array(ports)) = c.get_mut("ports") {
+                    for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                        set_default(port, "protocol", json!("TCP"));
+                    }
+                }
+                for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+                    if let Some(Value::Object(p)) = c.get_mut(probe) {
+                        default_probe(p);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `SetDefaults_Probe` and `SetDefaults_HTTPGetAction`: a probe's zero numbers are the
+/// defaults (1 s timeout, every 10 s, 1 success, 3 failures); an HTTP probe is `GET /` over HTTP.
+fn default_probe(probe: &mut Map<String, Value>) {
+    for (field, default) in [
+        ("timeoutSeconds", 1),
+        ("periodSeconds", 10),
+        ("successThreshold", 1),
+        ("failureThreshold", 3),
+    ] {
+        if probe.get(field).and_then(Value::as_i64).unwrap_or(0) == 0 {
+            probe.insert(field.into(), json!(default));
+        }
+    }
+    if let Some(Value::Object(get)) = probe.get_mut("httpGet") {
+        for (field, default) in [("path", "/"), ("scheme", "HTTP")] {
+            if get
+                .get(field)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+            {
+                get.insert(field.into(), json!(default));
             }
         }
     }
@@ -923,6 +974,25 @@ mod tests {
         assert_eq!(
             m["status"],
             json!({"phase": "Pending", "qosClass": "BestEffort"})
+        );
+    }
+
+    #[test]
+    fn every_pod_spec_gets_port_probe_and_service_account_defaults() {
+        let mut spec = json!({"serviceAccountName": "op", "containers": [{"name": "c", "image": "i",
+            "ports": [{"containerPort": 80}],
+            "livenessProbe": {"httpGet": {"port": 80}, "periodSeconds": 5}}]});
+        default_pod_spec(spec.as_object_mut().expect("object"));
+        let c = &spec["containers"][0];
+        assert_eq!(c["ports"][0]["protocol"], "TCP");
+        assert_eq!(
+            c["livenessProbe"],
+            json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "periodSeconds": 5,
+                "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3})
+        );
+        assert_eq!(
+            spec["serviceAccount"], "op",
+            "v1 mirrors the deprecated field"
         );
     }
 }
