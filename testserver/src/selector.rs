@@ -250,6 +250,12 @@ fn field_supported(class: Class, key: &str) -> bool {
         | Class::Crd
         | Class::AdmissionPolicy
         | Class::AdmissionPolicyBinding
+        | Class::ServiceAccount
+        | Class::Service
+        | Class::Deployment
+        | Class::NetworkPolicy
+        | Class::RbacRole
+        | Class::RbacBinding
         | Class::Custom => false,
     }
 }
