@@ -946,8 +946,8 @@ fn write_update(
     let mut new = Value::Object(new);
     prune(req, def, &t.version, &mut new)?;
     let mut causes = validation_causes(def, &t.version, &new);
-    if def.class == Class::Pod && !status_write {
-        causes.extend(validate::validate_pod_update(&cur, &new));
+    if !status_write {
+        causes.extend(validate::validate_update(def, &cur, &new));
     }
     if !causes.is_empty() {
         return Err(def.invalid(name, causes));

@@ -270,6 +270,50 @@ mod tests {
     }
 
     #[test]
+    fn deployed_kinds_are_listed_with_scope_short_names_and_subresources() {
+        let entry = |group: &str, name: &str| -> Value {
+            let list = resource_list(group, "v1", &defs()).expect("served");
+            list["resources"]
+                .as_array()
+                .and_then(|rs| rs.iter().find(|r| r["name"] == name).cloned())
+                .unwrap_or(Value::Null)
+        };
+        let svc = entry("", "services");
+        assert_eq!(
+            (&svc["kind"], &svc["namespaced"], &svc["shortNames"]),
+            (&json!("Service"), &json!(true), &json!(["svc"]))
+        );
+        assert_eq!(svc["categories"], json!(["all"]));
+        assert_eq!(
+            entry("", "services/status")["verbs"],
+            json!(["get", "patch", "update"])
+        );
+        assert_eq!(entry("", "serviceaccounts")["shortNames"], json!(["sa"]));
+        assert_eq!(
+            entry("apps", "deployments")["shortNames"],
+            json!(["deploy"])
+        );
+        assert!(entry("apps", "deployments/status").is_object());
+        assert_eq!(
+            entry("networking.k8s.io", "networkpolicies")["shortNames"],
+            json!(["netpol"])
+        );
+        let rbac = crate::inert::RBAC_GROUP;
+        for (name, namespaced) in [
+            ("roles", true),
+            ("rolebindings", true),
+            ("clusterroles", false),
+            ("clusterrolebindings", false),
+        ] {
+            let r = entry(rbac, name);
+            assert_eq!(r["namespaced"], json!(namespaced), "{name}");
+            assert!(r["verbs"]
+                .as_array()
+                .is_some_and(|v| v.contains(&json!("deletecollection"))));
+        }
+    }
+
+    #[test]
     fn group_list_has_served_groups_only() {
         let g = group_list(&defs());
         let names: Vec<&str> = g["groups"]
@@ -283,10 +327,13 @@ mod tests {
             vec![
                 "coordination.k8s.io",
                 "apiextensions.k8s.io",
+                "apps",
+                "networking.k8s.io",
+                "rbac.authorization.k8s.io",
                 "admissionregistration.k8s.io",
                 "immortalcontainer.flugel.it"
             ]
         );
-        assert!(resource_list("apps", "v1", &defs()).is_none());
+        assert!(resource_list("batch", "v1", &defs()).is_none());
     }
 }

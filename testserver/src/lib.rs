@@ -21,6 +21,7 @@ mod cluster;
 mod discovery;
 mod faults;
 mod http;
+mod inert;
 mod kubelet;
 mod lifecycle;
 mod nodes;

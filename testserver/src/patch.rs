@@ -35,17 +35,21 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 /// Merge keys of the lists in the built-in kinds we serve (`patchMergeKey` in their Go
-/// types); other lists are replaced whole, as in a merge patch.
-fn merge_key(field: &str) -> Option<&'static str> {
+/// types), by the list's field name and the name of the field or list holding it; other lists
+/// are replaced whole, as in a merge patch. `ports` is the one name with two keys: a Service's
+/// `spec.ports` merge by `port`, a container's `ports` by `containerPort`.
+fn merge_key(parent: &str, field: &str) -> Option<&'static str> {
     match field {
         "containers"
         | "initContainers"
         | "ephemeralContainers"
         | "volumes"
         | "env"
-        | "imagePullSecrets" => Some("name"),
+        | "imagePullSecrets"
+        | "secrets" => Some("name"),
         "volumeMounts" => Some("mountPath"),
         "volumeDevices" => Some("devicePath"),
+        "ports" if parent == "spec" => Some("port"),
         "ports" => Some("containerPort"),
         "ownerReferences" => Some("uid"),
         "conditions" => Some("type"),
@@ -57,6 +61,11 @@ fn merge_key(field: &str) -> Option<&'static str> {
 /// element by element (`$patch: delete` removes one), `finalizers` merge as a set, and other
 /// directives (`$setElementOrder`, `$retainKeys`) are ignored.
 pub fn strategic_merge(target: &mut Value, patch: &Value) {
+    merge_object(target, patch, "");
+}
+
+/// [`strategic_merge`] of the object held by the field (or list) `parent`.
+fn merge_object(target: &mut Value, patch: &Value, parent: &str) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return;
@@ -69,12 +78,12 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
         if k.starts_with('$') {
             continue;
         }
-        match (v, t.get_mut(k), merge_key(k)) {
+        match (v, t.get_mut(k), merge_key(parent, k)) {
             (Value::Null, _, _) => {
                 t.remove(k);
             }
             (Value::Array(items), Some(Value::Array(cur)), Some(key)) => {
-                merge_list(cur, items, key)
+                merge_list(cur, items, key, k)
             }
             (Value::Array(items), Some(Value::Array(cur)), None) if k == "finalizers" => {
                 for f in items {
@@ -83,10 +92,10 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
                     }
                 }
             }
-            (Value::Object(_), Some(existing), _) => strategic_merge(existing, v),
+            (Value::Object(_), Some(existing), _) => merge_object(existing, v, k),
             (Value::Object(_), _, _) => {
                 let mut fresh = Value::Null;
-                strategic_merge(&mut fresh, v);
+                merge_object(&mut fresh, v, k);
                 t.insert(k.clone(), fresh);
             }
             _ => {
@@ -105,7 +114,8 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
     }
 }
 
-fn merge_list(cur: &mut Vec<Value>, items: &[Value], key: &str) {
+/// Merges the items of the list `list` element by element, matched by `key`.
+fn merge_list(cur: &mut Vec<Value>, items: &[Value], key: &str, list: &str) {
     for item in items {
         let id = &item[key];
         let pos = cur.iter().position(|c| &c[key] == id && !id.is_null());
@@ -115,7 +125,7 @@ fn merge_list(cur: &mut Vec<Value>, items: &[Value], key: &str) {
                 cur.remove(i);
             }
             (None, true) => {}
-            (Some(i), false) => strategic_merge(&mut cur[i], item),
+            (Some(i), false) => merge_object(&mut cur[i], item, list),
             (None, false) => cur.push(strip_directives(item)),
         }
     }
@@ -281,6 +291,31 @@ mod tests {
             pod,
             json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"]}, "spec": {"containers": [
             {"name": "c", "image": "nginx:2", "imagePullPolicy": "Always"}, {"name": "e", "image": "e"}]}})
+        );
+    }
+
+    #[test]
+    fn service_ports_merge_by_port_and_container_ports_by_container_port() {
+        let mut svc =
+            json!({"spec": {"ports": [{"name": "a", "port": 80}, {"name": "b", "port": 443}]}});
+        strategic_merge(
+            &mut svc,
+            &json!({"spec": {"ports": [{"port": 443, "targetPort": 8443}]}}),
+        );
+        assert_eq!(
+            svc["spec"]["ports"],
+            json!([{"name": "a", "port": 80}, {"name": "b", "port": 443, "targetPort": 8443}])
+        );
+        let mut deploy = json!({"spec": {"template": {"spec": {"containers": [{"name": "c",
+            "ports": [{"containerPort": 80, "name": "http"}]}]}}}});
+        strategic_merge(
+            &mut deploy,
+            &json!({"spec": {"template": {"spec": {"containers": [{"name": "c",
+                "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}}}}),
+        );
+        assert_eq!(
+            deploy["spec"]["template"]["spec"]["containers"][0]["ports"],
+            json!([{"containerPort": 80, "name": "http", "protocol": "TCP"}])
         );
     }
 

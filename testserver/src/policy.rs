@@ -11,6 +11,7 @@
 
 use crate::cel::{self, Bindings, Expr, Val};
 use crate::resources::{obj_mut, ResourceDef};
+use crate::selector::label_selector_matches;
 use crate::status::{ApiError, Cause, Details};
 use crate::store::Store;
 use serde_json::{json, Map, Value};
@@ -386,32 +387,6 @@ impl Attempt<'_> {
     }
 }
 
-/// Whether `labels` satisfy a `metav1.LabelSelector` (an empty selector matches all).
-fn selector_matches(sel: &Value, labels: &Value) -> bool {
-    let get = |k: &str| labels.get(k).and_then(Value::as_str);
-    let by_labels = sel["matchLabels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| get(k) == v.as_str());
-    let by_expressions = sel["matchExpressions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .all(|e| {
-            let key = e["key"].as_str().unwrap_or("");
-            let values = strings(&e["values"]);
-            match e["operator"].as_str().unwrap_or("") {
-                "In" => get(key).is_some_and(|v| values.contains(&v)),
-                "NotIn" => get(key).is_none_or(|v| !values.contains(&v)),
-                "Exists" => get(key).is_some(),
-                "DoesNotExist" => get(key).is_none(),
-                _ => false,
-            }
-        });
-    by_labels && by_expressions
-}
-
 /// One rule of `resourceRules` against the request (`rules.Matcher`): operation, group,
 /// version, resource with subresource (`*` is every resource but no subresource, `*/*`
 /// everything, `pods/*` every subresource of pods), scope and resource names.
@@ -449,7 +424,7 @@ fn rule_matches(rule: &Value, a: &Attempt, equivalent: bool) -> bool {
 /// A binding without `resourceRules` selects whatever its policy does.
 fn matches(m: &Value, a: &Attempt, ns_labels: &Option<Value>) -> bool {
     if let Some(labels) = ns_labels {
-        if !selector_matches(&m["namespaceSelector"], labels) {
+        if !label_selector_matches(&m["namespaceSelector"], labels) {
             return false;
         }
     }
@@ -466,7 +441,7 @@ fn matches(m: &Value, a: &Attempt, ns_labels: &Option<Value>) -> bool {
         && ![object_labels(a.object), object_labels(a.old)]
             .iter()
             .flatten()
-            .any(|l| selector_matches(sel, l))
+            .any(|l| label_selector_matches(sel, l))
     {
         return false;
     }
@@ -727,26 +702,6 @@ mod tests {
             &attempt(&def, "CREATE", None),
             true
         ));
-    }
-
-    #[test]
-    fn selectors_match_labels_and_expressions() {
-        let labels = json!({"team": "a", "env": "prod"});
-        assert!(selector_matches(&json!({}), &labels));
-        assert!(selector_matches(
-            &json!({"matchLabels": {"team": "a"}}),
-            &labels
-        ));
-        assert!(!selector_matches(
-            &json!({"matchLabels": {"team": "b"}}),
-            &labels
-        ));
-        let expr = |op: &str, values: &[&str]| json!({"matchExpressions": [{"key": "env", "operator": op, "values": values}]});
-        assert!(selector_matches(&expr("In", &["prod", "dev"]), &labels));
-        assert!(!selector_matches(&expr("NotIn", &["prod"]), &labels));
-        assert!(selector_matches(&expr("Exists", &[]), &labels));
-        assert!(!selector_matches(&expr("DoesNotExist", &[]), &labels));
-        assert!(selector_matches(&expr("NotIn", &["prod"]), &Value::Null));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The resources the server serves: built-in kinds, custom resources made from CRDs, and the
-//! per-kind write rules (server defaults, status handling, generation).
+//! per-kind write rules (server defaults, status handling, generation). The built-in kinds it
+//! only stores (Service, Deployment, RBAC, ...) have their defaults in `inert.rs`.
 
+use crate::inert;
 use crate::status::{ApiError, Cause, Details};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -20,6 +22,16 @@ pub enum Class {
     AdmissionPolicy,
     /// ValidatingAdmissionPolicyBinding.
     AdmissionPolicyBinding,
+    /// The kinds `kubectl apply -k config/default` creates, stored and served with their
+    /// defaults and validation but nothing acting on them (`inert.rs`).
+    ServiceAccount,
+    Service,
+    Deployment,
+    NetworkPolicy,
+    /// Role and ClusterRole (`ResourceDef::namespaced` tells which).
+    RbacRole,
+    /// RoleBinding and ClusterRoleBinding (`ResourceDef::namespaced` tells which).
+    RbacBinding,
     Custom,
 }
 
@@ -88,10 +100,14 @@ impl ResourceDef {
         !self.is_custom()
     }
 
-    /// Whether DELETE answers with the deleted object (pods, namespaces, CRDs) or with a
-    /// `Status` of `Success` (everything else), as the real registries do.
+    /// Whether DELETE answers with the deleted object (pods, namespaces, CRDs, services,
+    /// service accounts: registries with `ReturnDeletedObject`) or with a `Status` of `Success`
+    /// (everything else), as the real registries do.
     pub fn returns_deleted_object(&self) -> bool {
-        matches!(self.class, Class::Pod | Class::Namespace | Class::Crd)
+        matches!(
+            self.class,
+            Class::Pod | Class::Namespace | Class::Crd | Class::Service | Class::ServiceAccount
+        )
     }
 
     /// How Invalid and precondition messages name the kind: `Pod`, or
@@ -195,7 +211,8 @@ fn builtin(
         list_kind: format!("{kind}List"),
         namespaced,
         short_names: short_names.iter().map(|s| s.to_string()).collect(),
-        categories: if class == Class::Pod {
+        // `kubectl get all` lists the kinds in the `all` category.
+        categories: if matches!(class, Class::Pod | Class::Service | Class::Deployment) {
             vec!["all".to_string()]
         } else {
             Vec::new()
@@ -209,6 +226,8 @@ fn builtin(
                 | Class::ResourceQuota
                 | Class::Crd
                 | Class::AdmissionPolicy
+                | Class::Service
+                | Class::Deployment
         ),
         schemas: Vec::new(),
         columns: Vec::new(),
@@ -256,6 +275,78 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
             &["crd", "crds"],
             Class::Crd,
+        ),
+        builtin(
+            "",
+            "serviceaccounts",
+            "serviceaccount",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            Class::ServiceAccount,
+        ),
+        builtin(
+            "",
+            "services",
+            "service",
+            "Service",
+            true,
+            &["svc"],
+            Class::Service,
+        ),
+        builtin(
+            "apps",
+            "deployments",
+            "deployment",
+            "Deployment",
+            true,
+            &["deploy"],
+            Class::Deployment,
+        ),
+        builtin(
+            "networking.k8s.io",
+            "networkpolicies",
+            "networkpolicy",
+            "NetworkPolicy",
+            true,
+            &["netpol"],
+            Class::NetworkPolicy,
+        ),
+        builtin(
+            inert::RBAC_GROUP,
+            "roles",
+            "role",
+            "Role",
+            true,
+            &[],
+            Class::RbacRole,
+        ),
+        builtin(
+            inert::RBAC_GROUP,
+            "clusterroles",
+            "clusterrole",
+            "ClusterRole",
+            false,
+            &[],
+            Class::RbacRole,
+        ),
+        builtin(
+            inert::RBAC_GROUP,
+            "rolebindings",
+            "rolebinding",
+            "RoleBinding",
+            true,
+            &[],
+            Class::RbacBinding,
+        ),
+        builtin(
+            inert::RBAC_GROUP,
+            "clusterrolebindings",
+            "clusterrolebinding",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            Class::RbacBinding,
         ),
         admission_policy_resource(
             "validatingadmissionpolicies",
@@ -461,7 +552,8 @@ pub fn obj_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<Stri
     }
 }
 
-fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
+/// Sets `m[key]` to `v` unless it holds a value already (absent or null counts as unset).
+pub fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
     if m.get(key).is_none_or(Value::is_null) {
         m.insert(key.to_string(), v);
     }
@@ -491,7 +583,17 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Map<String, Value>) {
         }
         Class::AdmissionPolicy => crate::policy::default_policy(obj),
         Class::AdmissionPolicyBinding => crate::policy::default_binding(obj),
-        Class::Node | Class::ResourceQuota | Class::Lease | Class::Crd | Class::Custom => {}
+        Class::Service => inert::default_service(obj),
+        Class::Deployment => inert::default_deployment(obj),
+        Class::NetworkPolicy => inert::default_network_policy(obj),
+        Class::RbacBinding => inert::default_binding(obj),
+        Class::Node
+        | Class::ResourceQuota
+        | Class::Lease
+        | Class::Crd
+        | Class::ServiceAccount
+        | Class::RbacRole
+        | Class::Custom => {}
     }
 }
 
@@ -529,19 +631,32 @@ fn pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// What a pod gets beyond [`default_pod_spec`]: `enableServiceLinks` (`SetDefaults_Pod`), the
+/// `default` service account (the ServiceAccount admission plugin), priority and preemption
+/// policy (the Priority plugin) and DefaultTolerationSeconds: none of them reach a pod
+/// template, where kube-apiserver does not apply them either.
 fn default_pod(obj: &mut Map<String, Value>) {
     let spec = obj_mut(obj, "spec");
-    set_default(spec, "restartPolicy", json!("Always"));
-    set_default(spec, "terminationGracePeriodSeconds", json!(30));
-    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
     set_default(spec, "serviceAccountName", json!("default"));
-    set_default(spec, "serviceAccount", json!("default"));
-    set_default(spec, "securityContext", json!({}));
-    set_default(spec, "schedulerName", json!("default-scheduler"));
     set_default(spec, "priority", json!(0));
     set_default(spec, "enableServiceLinks", json!(true));
     set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     default_toleration_seconds(spec);
+    default_pod_spec(spec);
+}
+
+/// The defaults of every pod spec, a pod's or a template's (`SetDefaults_PodSpec`,
+/// `SetDefaults_Container`, `SetDefaults_ContainerPort`), and `serviceAccount`, the deprecated
+/// field v1 fills from `serviceAccountName` when it converts a spec for output.
+pub fn default_pod_spec(spec: &mut Map<String, Value>) {
+    set_default(spec, "restartPolicy", json!("Always"));
+    set_default(spec, "terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "securityContext", json!({}));
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+    if let Some(account) = spec.get("serviceAccountName").cloned() {
+        set_default(spec, "serviceAccount", account);
+    }
     for list in ["containers", "initContainers"] {
         if let Some(Value::Array(cs)) = spec.get_mut(list) {
             for c in cs.iter_mut().filter_map(Value::as_object_mut) {
@@ -554,6 +669,43 @@ fn default_pod(obj: &mut Map<String, Value>) {
                 set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
                 set_default(c, "terminationMessagePolicy", json!("File"));
                 set_default(c, "imagePullPolicy", json!(pull_policy(&image)));
+                if let Some(Value::Array(ports)) = c.get_mut("ports") {
+                    for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                        set_default(port, "protocol", json!("TCP"));
+                    }
+                }
+                for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+                    if let Some(Value::Object(p)) = c.get_mut(probe) {
+                        default_probe(p);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `SetDefaults_Probe` and `SetDefaults_HTTPGetAction`: a probe's zero numbers are the
+/// defaults (1 s timeout, every 10 s, 1 success, 3 failures); an HTTP probe is `GET /` over HTTP.
+fn default_probe(probe: &mut Map<String, Value>) {
+    for (field, default) in [
+        ("timeoutSeconds", 1),
+        ("periodSeconds", 10),
+        ("successThreshold", 1),
+        ("failureThreshold", 3),
+    ] {
+        if probe.get(field).and_then(Value::as_i64).unwrap_or(0) == 0 {
+            probe.insert(field.into(), json!(default));
+        }
+    }
+    if let Some(Value::Object(get)) = probe.get_mut("httpGet") {
+        for (field, default) in [("path", "/"), ("scheme", "HTTP")] {
+            if get
+                .get(field)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+            {
+                get.insert(field.into(), json!(default));
             }
         }
     }
@@ -660,12 +812,24 @@ pub fn prepare_create(def: &ResourceDef, obj: &mut Map<String, Value>, now: &str
         Class::Custom if def.status_subresource => {
             obj.remove("status");
         }
-        // A node's status is what its kubelet registers it with: kept as written.
+        // The empty statuses their strategies reset to, as Go writes them.
+        Class::Service => {
+            obj.insert("status".into(), json!({"loadBalancer": {}}));
+        }
+        Class::Deployment => {
+            obj.insert("status".into(), json!({}));
+        }
+        // A node's status is what its kubelet registers it with: kept as written. The other
+        // kinds have no status.
         Class::Node
         | Class::Event
         | Class::Lease
         | Class::Custom
-        | Class::AdmissionPolicyBinding => {}
+        | Class::AdmissionPolicyBinding
+        | Class::ServiceAccount
+        | Class::NetworkPolicy
+        | Class::RbacRole
+        | Class::RbacBinding => {}
     }
     if tracks_generation(def.class) {
         obj_mut(obj, "metadata").insert("generation".into(), json!(1));
@@ -708,7 +872,12 @@ pub fn prepare_status_update(old: &Value, new: &mut Map<String, Value>) {
 fn tracks_generation(class: Class) -> bool {
     matches!(
         class,
-        Class::Custom | Class::Crd | Class::AdmissionPolicy | Class::AdmissionPolicyBinding
+        Class::Custom
+            | Class::Crd
+            | Class::AdmissionPolicy
+            | Class::AdmissionPolicyBinding
+            | Class::Deployment
+            | Class::NetworkPolicy
     )
 }
 
@@ -727,6 +896,18 @@ fn bump_generation(def: &ResourceDef, old: &Value, new: &mut Map<String, Value>)
             keys.into_iter().any(|k| o.get(k) != new.get(k))
         })
         .unwrap_or(true);
+    // The Deployment strategy counts annotations too: they are copied to its ReplicaSets. So
+    // every `kubectl apply` that changes anything (it rewrites its last-applied annotation)
+    // moves a Deployment's generation.
+    let annotations = |meta: Option<&Value>| {
+        meta.and_then(|m| m.get("annotations"))
+            .and_then(Value::as_object)
+            .filter(|a| !a.is_empty())
+            .cloned()
+    };
+    let changed = changed
+        || (def.class == Class::Deployment
+            && annotations(old.get("metadata")) != annotations(new.get("metadata")));
     let generation = if changed { old_gen + 1 } else { old_gen };
     obj_mut(new, "metadata").insert("generation".into(), json!(generation));
 }
@@ -816,6 +997,27 @@ pub fn bookmark_object(def: &ResourceDef, version: &str, rv: u64) -> Value {
         Class::Crd => {
             v["spec"] = json!({"group": "", "names": {"plural": "", "kind": ""}, "scope": "", "versions": null});
             v["status"] = json!({"conditions": null, "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": null});
+        }
+        // What Go writes for the empty structs (not recorded): fields without `omitempty`
+        // come out as null or empty.
+        Class::ServiceAccount => {}
+        Class::Service => {
+            v["spec"] = json!({});
+            v["status"] = json!({"loadBalancer": {}});
+        }
+        Class::Deployment => {
+            v["spec"] = json!({"selector": null, "template": {"metadata": {"creationTimestamp": null},
+                "spec": {"containers": null}}, "strategy": {}});
+            v["status"] = json!({});
+        }
+        Class::NetworkPolicy => {
+            v["spec"] = json!({"podSelector": {}});
+        }
+        Class::RbacRole => {
+            v["rules"] = Value::Null;
+        }
+        Class::RbacBinding => {
+            v["roleRef"] = json!({"apiGroup": "", "kind": "", "name": ""});
         }
         Class::Custom => {}
     }
@@ -923,6 +1125,25 @@ mod tests {
         assert_eq!(
             m["status"],
             json!({"phase": "Pending", "qosClass": "BestEffort"})
+        );
+    }
+
+    #[test]
+    fn every_pod_spec_gets_port_probe_and_service_account_defaults() {
+        let mut spec = json!({"serviceAccountName": "op", "containers": [{"name": "c", "image": "i",
+            "ports": [{"containerPort": 80}],
+            "livenessProbe": {"httpGet": {"port": 80}, "periodSeconds": 5}}]});
+        default_pod_spec(spec.as_object_mut().expect("object"));
+        let c = &spec["containers"][0];
+        assert_eq!(c["ports"][0]["protocol"], "TCP");
+        assert_eq!(
+            c["livenessProbe"],
+            json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "periodSeconds": 5,
+                "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3})
+        );
+        assert_eq!(
+            spec["serviceAccount"], "op",
+            "v1 mirrors the deprecated field"
         );
     }
 }

@@ -180,6 +180,39 @@ fn matches(r: &Requirement, v: Option<&str>) -> bool {
     }
 }
 
+/// Whether `labels` satisfy a `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`;
+/// an empty selector matches all), as admission policies' selectors and a Deployment's
+/// `spec.selector` use it.
+pub fn label_selector_matches(sel: &Value, labels: &Value) -> bool {
+    let get = |k: &str| labels.get(k).and_then(Value::as_str);
+    let by_labels = sel["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| get(k) == v.as_str());
+    let by_expressions = sel["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            let key = e["key"].as_str().unwrap_or("");
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            match e["operator"].as_str().unwrap_or("") {
+                "In" => get(key).is_some_and(|v| values.contains(&v)),
+                "NotIn" => get(key).is_none_or(|v| !values.contains(&v)),
+                "Exists" => get(key).is_some(),
+                "DoesNotExist" => get(key).is_none(),
+                _ => false,
+            }
+        });
+    by_labels && by_expressions
+}
+
 /// Field selectors each kind supports (its registry's `GetAttrs`); every kind has
 /// `metadata.name` and `metadata.namespace`.
 fn field_supported(class: Class, key: &str) -> bool {
@@ -217,6 +250,12 @@ fn field_supported(class: Class, key: &str) -> bool {
         | Class::Crd
         | Class::AdmissionPolicy
         | Class::AdmissionPolicyBinding
+        | Class::ServiceAccount
+        | Class::Service
+        | Class::Deployment
+        | Class::NetworkPolicy
+        | Class::RbacRole
+        | Class::RbacBinding
         | Class::Custom => false,
     }
 }
@@ -247,6 +286,32 @@ mod tests {
         assert!(Selector::parse_labels("")
             .expect("empty")
             .matches_labels(&pod(json!({}))));
+    }
+
+    #[test]
+    fn selectors_match_labels_and_expressions() {
+        let labels = json!({"team": "a", "env": "prod"});
+        assert!(label_selector_matches(&json!({}), &labels));
+        assert!(label_selector_matches(
+            &json!({"matchLabels": {"team": "a"}}),
+            &labels
+        ));
+        assert!(!label_selector_matches(
+            &json!({"matchLabels": {"team": "b"}}),
+            &labels
+        ));
+        let expr = |op: &str, values: &[&str]| json!({"matchExpressions": [{"key": "env", "operator": op, "values": values}]});
+        assert!(label_selector_matches(
+            &expr("In", &["prod", "dev"]),
+            &labels
+        ));
+        assert!(!label_selector_matches(&expr("NotIn", &["prod"]), &labels));
+        assert!(label_selector_matches(&expr("Exists", &[]), &labels));
+        assert!(!label_selector_matches(&expr("DoesNotExist", &[]), &labels));
+        assert!(label_selector_matches(
+            &expr("NotIn", &["prod"]),
+            &Value::Null
+        ));
     }
 
     #[test]

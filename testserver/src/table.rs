@@ -1,6 +1,7 @@
 //! Server-side printing (`Accept: application/json;as=Table;g=meta.k8s.io;v=v1`), which
-//! `kubectl get` asks for: pod, namespace, event and lease columns as the real printers
-//! have them, and a CRD's `additionalPrinterColumns` evaluated with a small JSONPath subset.
+//! `kubectl get` asks for: the columns of every built-in kind as kube-apiserver's printers have
+//! them (its default table, name and creation time, for kinds without one: CRDs, roles), and a
+//! CRD's `additionalPrinterColumns` evaluated with a small JSONPath subset.
 
 use crate::resources::{self, Class, ResourceDef};
 use crate::store::Obj;
@@ -251,6 +252,174 @@ fn quota_cells(o: &Value) -> Vec<Value> {
     ]
 }
 
+/// `a=1,b=2` (sorted), `<none>` for no labels: `labels.FormatLabels`.
+fn format_labels(labels: &Value) -> String {
+    let mut pairs: Vec<String> = labels
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .collect();
+    if pairs.is_empty() {
+        return "<none>".to_string();
+    }
+    pairs.sort();
+    pairs.join(",")
+}
+
+/// A `metav1.LabelSelector` as `LabelSelectorAsSelector(..).String()` writes it: requirements
+/// sorted by key, `k=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`; "" when empty.
+fn selector_string(sel: &Value) -> String {
+    let mut reqs: Vec<(String, String)> = sel["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), format!("{k}={}", v.as_str().unwrap_or(""))))
+        .collect();
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or("").to_string();
+        let mut values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        values.sort_unstable();
+        let text = match e["operator"].as_str().unwrap_or("") {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.clone(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => continue,
+        };
+        reqs.push((key, text));
+    }
+    reqs.sort();
+    reqs.into_iter()
+        .map(|(_, t)| t)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `80/TCP,30080:8443/TCP`-style ports of a Service (`makePortString`), `<none>` for none.
+fn service_ports(o: &Value) -> String {
+    let ports: Vec<String> = o["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let protocol = p["protocol"].as_str().unwrap_or("");
+            match p["nodePort"].as_i64().filter(|n| *n > 0) {
+                Some(node) => format!("{}:{node}/{protocol}", p["port"]),
+                None => format!("{}/{protocol}", p["port"]),
+            }
+        })
+        .collect();
+    if ports.is_empty() {
+        "<none>".to_string()
+    } else {
+        ports.join(",")
+    }
+}
+
+fn service_cells(o: &Value) -> Vec<Value> {
+    let spec = &o["spec"];
+    let cluster_ip = spec["clusterIPs"][0]
+        .as_str()
+        .or(spec["clusterIP"].as_str())
+        .filter(|ip| !ip.is_empty())
+        .unwrap_or("<none>");
+    let external_ips: Vec<&str> = spec["externalIPs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    // `getServiceExternalIP`: a LoadBalancer without an address (no cloud here) is pending.
+    let external = match spec["type"].as_str().unwrap_or("") {
+        "ExternalName" => spec["externalName"].as_str().unwrap_or("").to_string(),
+        "ClusterIP" | "NodePort" | "LoadBalancer" if !external_ips.is_empty() => {
+            external_ips.join(",")
+        }
+        "ClusterIP" | "NodePort" => "<none>".to_string(),
+        "LoadBalancer" => "<pending>".to_string(),
+        _ => "<unknown>".to_string(),
+    };
+    vec![
+        o["metadata"]["name"].clone(),
+        spec["type"].clone(),
+        json!(cluster_ip),
+        json!(external),
+        json!(service_ports(o)),
+        age(&o["metadata"]["creationTimestamp"]),
+        json!(format_labels(&spec["selector"])),
+    ]
+}
+
+fn deployment_cells(o: &Value) -> Vec<Value> {
+    let spec = &o["spec"];
+    let status = &o["status"];
+    let count = |v: &Value| v.as_i64().unwrap_or(0);
+    let containers = spec["template"]["spec"]["containers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let column = |field: &str| -> String {
+        containers
+            .iter()
+            .map(|c| c[field].as_str().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    vec![
+        o["metadata"]["name"].clone(),
+        json!(format!(
+            "{}/{}",
+            count(&status["readyReplicas"]),
+            count(&spec["replicas"])
+        )),
+        json!(count(&status["updatedReplicas"])),
+        json!(count(&status["availableReplicas"])),
+        age(&o["metadata"]["creationTimestamp"]),
+        json!(column("name")),
+        json!(column("image")),
+        json!(selector_string(&spec["selector"])),
+    ]
+}
+
+/// A binding's cells: `Role/NAME`, and its subjects by kind (`rbac.SubjectsStrings`).
+fn binding_cells(o: &Value) -> Vec<Value> {
+    let role_ref = &o["roleRef"];
+    let subjects = o["subjects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let of_kind = |kind: &str| -> String {
+        subjects
+            .iter()
+            .filter(|s| s["kind"] == kind)
+            .map(|s| {
+                let name = s["name"].as_str().unwrap_or("");
+                if kind == "ServiceAccount" {
+                    format!("{}/{name}", s["namespace"].as_str().unwrap_or(""))
+                } else {
+                    name.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        o["metadata"]["name"].clone(),
+        json!(format!(
+            "{}/{}",
+            role_ref["kind"].as_str().unwrap_or(""),
+            role_ref["name"].as_str().unwrap_or("")
+        )),
+        age(&o["metadata"]["creationTimestamp"]),
+        json!(of_kind("User")),
+        json!(of_kind("Group")),
+        json!(of_kind("ServiceAccount")),
+    ]
+}
+
 /// Builds a row's cells from an object.
 type RowFn<'a> = Box<dyn Fn(&Value) -> Vec<Value> + 'a>;
 
@@ -389,7 +558,8 @@ fn layout(def: &ResourceDef) -> (Vec<Value>, RowFn<'_>) {
                 ]
             }),
         ),
-        Class::Crd => (
+        // No printer of their own: kube-apiserver's default table, name and creation time.
+        Class::Crd | Class::RbacRole => (
             vec![name(), column("Created At", "date", "")],
             Box::new(|o: &Value| {
                 vec![
@@ -397,6 +567,75 @@ fn layout(def: &ResourceDef) -> (Vec<Value>, RowFn<'_>) {
                     o["metadata"]["creationTimestamp"].clone(),
                 ]
             }),
+        ),
+        Class::ServiceAccount => (
+            vec![
+                name(),
+                column("Secrets", "string", ""),
+                column("Age", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                vec![
+                    o["metadata"]["name"].clone(),
+                    json!(o["secrets"].as_array().map_or(0, Vec::len)),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
+        ),
+        Class::Service => (
+            vec![
+                name(),
+                column("Type", "string", ""),
+                column("Cluster-IP", "string", ""),
+                column("External-IP", "string", ""),
+                column("Port(s)", "string", ""),
+                column("Age", "string", ""),
+                wide(column("Selector", "string", "")),
+            ],
+            Box::new(service_cells),
+        ),
+        Class::Deployment => (
+            vec![
+                name(),
+                column("Ready", "string", ""),
+                column("Up-to-date", "string", ""),
+                column("Available", "string", ""),
+                column("Age", "string", ""),
+                wide(column("Containers", "string", "")),
+                wide(column("Images", "string", "")),
+                wide(column("Selector", "string", "")),
+            ],
+            Box::new(deployment_cells),
+        ),
+        Class::NetworkPolicy => (
+            vec![
+                name(),
+                column("Pod-Selector", "string", ""),
+                column("Age", "string", ""),
+            ],
+            Box::new(|o: &Value| {
+                // `metav1.FormatLabelSelector`: the selector, `<none>` when it selects all.
+                let selector = match selector_string(&o["spec"]["podSelector"]) {
+                    s if s.is_empty() => "<none>".to_string(),
+                    s => s,
+                };
+                vec![
+                    o["metadata"]["name"].clone(),
+                    json!(selector),
+                    age(&o["metadata"]["creationTimestamp"]),
+                ]
+            }),
+        ),
+        Class::RbacBinding => (
+            vec![
+                name(),
+                column("Role", "string", ""),
+                column("Age", "string", ""),
+                wide(column("Users", "string", "")),
+                wide(column("Groups", "string", "")),
+                wide(column("ServiceAccounts", "string", "")),
+            ],
+            Box::new(binding_cells),
         ),
         Class::Custom if def.columns.is_empty() => (
             vec![name(), column("Age", "date", "")],
@@ -482,6 +721,62 @@ mod tests {
         );
         assert_eq!(json_path(&o, ".status.conditions[*].type").len(), 2);
         assert!(json_path(&o, ".status.currentPod").is_empty());
+    }
+
+    fn cells_of(class: Class, o: Value) -> Value {
+        let def = resources::builtins()
+            .into_iter()
+            .find(|d| d.class == class)
+            .expect("built-in");
+        render(&def, "v1", &[std::sync::Arc::new(o)], 1, None, None)["rows"][0]["cells"].clone()
+    }
+
+    #[test]
+    fn service_deployment_and_binding_rows_read_as_kubectl_prints_them() {
+        let now = util::now_rfc3339();
+        let svc = json!({"metadata": {"name": "s", "creationTimestamp": now}, "spec": {"type": "ClusterIP",
+            "ports": [{"port": 8443, "protocol": "TCP"}, {"port": 80, "nodePort": 30080, "protocol": "TCP"}],
+            "selector": {"b": "2", "a": "1"}}});
+        assert_eq!(
+            cells_of(Class::Service, svc),
+            json!([
+                "s",
+                "ClusterIP",
+                "<none>",
+                "<none>",
+                "8443/TCP,80:30080/TCP",
+                "0s",
+                "a=1,b=2"
+            ])
+        );
+        let deploy = json!({"metadata": {"name": "d", "creationTimestamp": now},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "x"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "api"]}]},
+                "template": {"spec": {"containers": [{"name": "a", "image": "i:1"}, {"name": "b", "image": "j:2"}]}}},
+            "status": {"readyReplicas": 1, "updatedReplicas": 2}});
+        assert_eq!(
+            cells_of(Class::Deployment, deploy),
+            json!([
+                "d",
+                "1/2",
+                2,
+                0,
+                "0s",
+                "a,b",
+                "i:1,j:2",
+                "app=x,tier in (api,web)"
+            ])
+        );
+        let binding = json!({"metadata": {"name": "b", "creationTimestamp": now},
+            "roleRef": {"kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"},
+                {"kind": "User", "name": "jane"}, {"kind": "User", "name": "joe"}]});
+        assert_eq!(
+            cells_of(Class::RbacBinding, binding),
+            json!(["b", "ClusterRole/view", "0s", "jane, joe", "", "ns/sa"])
+        );
+        let policy = json!({"metadata": {"name": "p", "creationTimestamp": now}, "spec": {"podSelector": {}}});
+        assert_eq!(cells_of(Class::NetworkPolicy, policy)[1], "<none>");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Validation as kube-apiserver does it on what clients send: names, labels, owner
-//! references, pods, and custom resources against their CRD's `openAPIV3Schema`.
+//! references, pods, and custom resources against their CRD's `openAPIV3Schema` (the kinds of
+//! `inert.rs` have their rules there).
 //!
 //! Messages are apimachinery's, so clients that match on them behave the same here and there.
 
+use crate::inert;
 use crate::resources::{Class, ResourceDef};
 use crate::status::Cause;
 use serde_json::{Map, Value};
@@ -10,11 +12,12 @@ use serde_json::{Map, Value};
 const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 const NAME_PART_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
 const POD_UPDATE_MSG: &str = "pod updates may not change fields other than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations) or `spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 /// A JSON-quoted value, the way Go's `%q` prints a string in "Invalid value" messages.
-fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
@@ -53,6 +56,31 @@ pub fn label_errors(s: &str) -> Vec<String> {
         errs.push(LABEL_MSG.to_string());
     }
     errs
+}
+
+/// Errors of a DNS-1035 label (Service names): a DNS-1123 label that starts with a letter.
+pub fn dns1035_errors(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > 63 {
+        errs.push("must be no more than 63 characters".to_string());
+    }
+    if !is_label_shape(s) || !s.as_bytes()[0].is_ascii_lowercase() {
+        errs.push(DNS1035_MSG.to_string());
+    }
+    errs
+}
+
+/// Errors of a name that only has to be a URL path segment (`path.IsValidPathSegmentName`): what
+/// RBAC asks of role and binding names, so `system:controller:x` is a valid ClusterRole name.
+pub fn path_segment_errors(s: &str) -> Vec<String> {
+    if s == "." || s == ".." {
+        return vec![format!("may not be '{s}'")];
+    }
+    ["/", "%"]
+        .iter()
+        .filter(|c| s.contains(**c))
+        .map(|c| format!("may not contain '{c}'"))
+        .collect()
 }
 
 /// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`: the name part of label keys, and label values.
@@ -124,10 +152,12 @@ pub fn validate_metadata(def: &ResourceDef, meta: &Value) -> Vec<Cause> {
             "name or generateName is required",
         ));
     } else {
-        let errs = if def.class == Class::Namespace {
-            label_errors(name)
-        } else {
-            subdomain_errors(name)
+        // Each kind's `ValidateXName`: most names are DNS subdomains.
+        let errs = match def.class {
+            Class::Namespace => label_errors(name),
+            Class::Service => dns1035_errors(name),
+            Class::RbacRole | Class::RbacBinding => path_segment_errors(name),
+            _ => subdomain_errors(name),
         };
         for e in errs {
             causes.push(Cause::invalid("metadata.name", &quote(name), &e));
@@ -255,25 +285,50 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, version: &str) -> Vec<Cau
         }
         Class::AdmissionPolicy => crate::policy::validate_policy(obj),
         Class::AdmissionPolicyBinding => crate::policy::validate_binding(obj),
-        Class::Namespace | Class::Node | Class::ResourceQuota | Class::Lease | Class::Crd => {
-            Vec::new()
-        }
+        Class::Service => inert::validate_service(obj),
+        Class::Deployment => inert::validate_deployment(obj),
+        Class::NetworkPolicy => inert::validate_network_policy(obj),
+        Class::RbacRole => inert::validate_role(obj, def.namespaced),
+        Class::RbacBinding => inert::validate_binding(obj, def.namespaced),
+        Class::Namespace
+        | Class::Node
+        | Class::ResourceQuota
+        | Class::Lease
+        | Class::Crd
+        | Class::ServiceAccount => Vec::new(),
+    }
+}
+
+/// What an update may not change, beyond what [`validate_object`] checks of any object: a pod's
+/// spec but for a few fields, a Deployment's selector, a binding's `roleRef`.
+pub fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
+    match def.class {
+        Class::Pod => validate_pod_update(old, new),
+        Class::Deployment => inert::validate_deployment_update(old, new),
+        Class::RbacBinding => inert::validate_binding_update(old, new),
+        _ => Vec::new(),
     }
 }
 
 fn validate_pod(obj: &Value) -> Vec<Cause> {
+    validate_pod_spec(&obj["spec"], "spec")
+}
+
+/// Checks a pod spec at `path` (`spec` of a pod, `spec.template.spec` of a Deployment):
+/// containers, their names and images, the restart policy.
+pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
     let mut causes = Vec::new();
-    let containers = obj["spec"]["containers"]
+    let containers = spec["containers"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or(&[]);
     if containers.is_empty() {
-        causes.push(Cause::required("spec.containers", ""));
+        causes.push(Cause::required(&format!("{path}.containers"), ""));
     }
     let mut seen = Vec::new();
     for (i, c) in containers.iter().enumerate() {
         let name = c["name"].as_str().unwrap_or("");
-        let field = format!("spec.containers[{i}].name");
+        let field = format!("{path}.containers[{i}].name");
         if name.is_empty() {
             causes.push(Cause::required(&field, ""));
         } else {
@@ -286,13 +341,16 @@ fn validate_pod(obj: &Value) -> Vec<Cause> {
             seen.push(name);
         }
         if c["image"].as_str().unwrap_or("").trim().is_empty() {
-            causes.push(Cause::required(&format!("spec.containers[{i}].image"), ""));
+            causes.push(Cause::required(
+                &format!("{path}.containers[{i}].image"),
+                "",
+            ));
         }
     }
-    let policy = obj["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    let policy = spec["restartPolicy"].as_str().unwrap_or("Always");
     if !matches!(policy, "Always" | "OnFailure" | "Never") {
         causes.push(Cause::not_supported(
-            "spec.restartPolicy",
+            &format!("{path}.restartPolicy"),
             &quote(policy),
             "\"Always\", \"OnFailure\", \"Never\"",
         ));
@@ -301,7 +359,7 @@ fn validate_pod(obj: &Value) -> Vec<Cause> {
 }
 
 /// Pod spec is immutable but for images, `activeDeadlineSeconds` and added tolerations.
-pub fn validate_pod_update(old: &Value, new: &Value) -> Vec<Cause> {
+fn validate_pod_update(old: &Value, new: &Value) -> Vec<Cause> {
     let mut a = old["spec"].clone();
     let mut b = new["spec"].clone();
     for list in ["containers", "initContainers"] {
