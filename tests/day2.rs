@@ -765,3 +765,111 @@ fn a_node_lost_but_not_deleted_holds_the_pod_until_it_is_tainted_out_of_service(
     let second = replaced(&c, "web", &first, 2);
     assert_ne!(second["spec"]["nodeName"], node.as_str());
 }
+
+/// Runs `make ARGS` in the repository with `kubectl` pointed at the cluster; answers whether
+/// it succeeded and what it printed. Killed, and failed, after `bound`.
+fn make(c: &Cluster, args: &[&str], bound: Duration) -> (bool, String) {
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let log = c.dir().join(format!("make-{}.log", args[0]));
+    let out = std::fs::File::create(&log).expect("make log");
+    let mut child = std::process::Command::new("make")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .arg(format!(
+            "KUBECTL={kubectl} --kubeconfig {}",
+            c.kubeconfig().display()
+        ))
+        .stdout(out.try_clone().expect("make log"))
+        .stderr(out)
+        .spawn()
+        .expect("make runs");
+    let end = Instant::now() + bound;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("make status") {
+            break Some(s);
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let printed = std::fs::read_to_string(&log).unwrap_or_default();
+    match status {
+        Some(s) => (s.success(), printed),
+        None => panic!("make {args:?} still running after {bound:?}:\n{printed}"),
+    }
+}
+
+#[test]
+fn make_undeploy_with_objects_present_leaves_no_pod_or_namespace_terminating() {
+    let c = Cluster::new("undeploy");
+    let Some(server) =
+        c.test_server_or_skip("undeploy removes the cluster-wide CRD and the operator's namespace")
+    else {
+        return;
+    };
+    // What `make deploy` applies (nothing runs its Deployment here: the operator under test is
+    // a process of this test, stopped the moment its Deployment is deleted, as the kubelet
+    // would stop its pod).
+    let (ok, out) = make(
+        &c,
+        &["deploy", "IMG=immortal-operator:e2e"],
+        Duration::from_secs(60),
+    );
+    assert!(ok, "make deploy:\n{out}");
+    let Some(refused) = refuse_status_writes(&c, "undeploy") else {
+        return;
+    };
+    let op = Operator::start(&c);
+    // Two objects, their pods held by our finalizer (status writes are refused), as pods are
+    // in the moment after their create: the worst moment to uninstall.
+    let pods = [held_pod(&c, "web"), held_pod(&c, "api")];
+    let deployment =
+        "/apis/apps/v1/namespaces/immortalcontainers-operator/deployments/immortal-operator";
+    let stop = Arc::new(AtomicBool::new(false));
+    let (api, pid, stopped) = (c.api.clone(), op.pid(), stop.clone());
+    let reaper = thread::spawn(move || {
+        while !stopped.load(Ordering::Relaxed) {
+            if matches!(api.get(deployment), Err(e) if e.is_not_found()) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    });
+    let (ok, out) = make(&c, &["undeploy"], Duration::from_secs(180));
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        reaper.join().unwrap(),
+        "the Deployment was never deleted:\n{out}"
+    );
+    assert!(ok, "make undeploy:\n{out}");
+    drop(refused);
+    // The objects went first, while the operator ran: it let their pods go, the garbage
+    // collector removed them, and only then did the operator, its RBAC and the CRD go.
+    for p in &pods {
+        assert!(
+            c.get_pod(name(p)).unwrap().is_none(),
+            "{} left behind:\n{out}",
+            name(p)
+        );
+    }
+    assert!(
+        matches!(
+            server.get_json("/api/v1/namespaces/immortalcontainers-operator"),
+            None
+        ),
+        "the operator's namespace is still there"
+    );
+    assert!(
+        server
+            .get_json("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/immortalcontainers.immortalcontainer.flugel.it")
+            .is_none(),
+        "the CRD is still there"
+    );
+}
