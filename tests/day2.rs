@@ -860,10 +860,9 @@ fn make_undeploy_with_objects_present_leaves_no_pod_or_namespace_terminating() {
         );
     }
     assert!(
-        matches!(
-            server.get_json("/api/v1/namespaces/immortalcontainers-operator"),
-            None
-        ),
+        server
+            .get_json("/api/v1/namespaces/immortalcontainers-operator")
+            .is_none(),
         "the operator's namespace is still there"
     );
     assert!(
