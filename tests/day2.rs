@@ -549,15 +549,26 @@ fn a_pod_deleted_while_status_writes_are_refused_goes_within_a_minute_uncounted_
         },
     );
     eprintln!("let go {:?} after its deletion", deleted.elapsed());
-    let events = c
-        .api
-        .get(&format!("/api/v1/namespaces/{}/events", c.ns))
-        .expect("events");
-    let said = events["items"].as_array().into_iter().flatten().any(|e| {
-        e["reason"] == "StartsNotCounted"
-            && e["message"].as_str().is_some_and(|m| m.contains(uid(&pod)))
-    });
-    assert!(said, "no StartsNotCounted Event names the pod");
+    // The Event is recorded on a thread of its own, once the pod has been let go.
+    wait_until(
+        c.timeout(Duration::from_secs(10)),
+        "a StartsNotCounted Event naming the pod",
+        || {
+            let events = c
+                .api
+                .get(&format!("/api/v1/namespaces/{}/events", c.ns))
+                .map_err(|e| e.to_string())?;
+            let said = events["items"].as_array().into_iter().flatten().any(|e| {
+                e["reason"] == "StartsNotCounted"
+                    && e["message"].as_str().is_some_and(|m| m.contains(uid(&pod)))
+            });
+            if said {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        },
+    );
     drop(refused);
     // Status can be written again: the replacement, made meanwhile and held, is counted (the
     // lost start is not) within half a minute, whatever its retries' back-off grew to.

@@ -112,6 +112,20 @@ impl Api {
             .map_err(|e| Error::api("patch pod status", e))
     }
 
+    /// Turns a pod's Ready condition False, as a failing readiness probe would: a merge patch
+    /// of `pods/NAME/status` (the kubelet writes its own conditions back soon after, on a
+    /// cluster with one: a second change).
+    pub fn unready_pod(&self, ns: &str, name: &str) -> Result<(), Error> {
+        self.note("patch", "pods/status");
+        let sub = format!("{name}/status");
+        let unready = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+            "reason": "BenchLoad", "message": "made not ready by the bench"}]}});
+        self.client
+            .merge_patch::<_, Value>(Resource::PODS, ns, &sub, &unready)
+            .map(|_| ())
+            .map_err(|e| Error::api("patch pod status", e))
+    }
+
     /// Every object of `res` in `ns`, page by page, and the resourceVersion to watch from.
     pub fn list_all<T: DeserializeOwned>(
         &self,

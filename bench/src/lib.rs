@@ -5,7 +5,10 @@
 //! **backlog** (N objects exist, then the operator starts; time until all converged),
 //! **bulk** (a second operator, idle first, then N objects created from C threads),
 //! **recovery** (K pods deleted, then K pods marked Failed, one at a time; latency to the
-//! replacement's ADDED event), **herd** (test server only: N objects queued by a fresh
+//! replacement's ADDED event), **recovery under load** (every pod made not ready at once, so
+//! the operator's queue holds a routine refresh for nearly every object, and while it does, K
+//! pods deleted one at a time: the same latency, and how long the routine work took to drain),
+//! **herd** (test server only: N objects queued by a fresh
 //! operator's first lists, then every request of their namespace answered with an error for a
 //! few seconds; the operator's requests per second while it lasts, and the time to converge
 //! after). Correctness is checked after each operator phase by listing everything; CPU and
@@ -28,7 +31,7 @@ use immortal_operator::kube::types::{Condition, Pod};
 use kube_testserver::{FailRule, TestServer};
 use observe::Observer;
 use operator::Operator;
-use report::{Convergence, Floor, Herd, Latency, Machine, Process, Report, Requests};
+use report::{Convergence, Floor, Herd, Latency, Load, Machine, Process, Report, Requests};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -179,6 +182,7 @@ pub fn run(cfg: &Config) -> Result<Report, Error> {
         recovery_requests: None,
         backlog_operator: None,
         bulk_operator: None,
+        load: None,
         herd: None,
         checks: Vec::new(),
         failures: Vec::new(),
@@ -289,7 +293,7 @@ impl Run<'_> {
         self.say(&format!("bulk: {:.3} s", bulk.seconds));
         report.bulk = Some(bulk);
 
-        let (deleted, failed, requests) =
+        let (deleted, failed, requests, mut starts) =
             self.recovery(&ns, &obs, &mut op, &mut report.failures)?;
         self.say(&format!(
             "recovery: deleted p50 {:.2} ms, failed p50 {:.2} ms",
@@ -298,6 +302,15 @@ impl Run<'_> {
         report.recovery_deleted = Some(deleted);
         report.recovery_failed = Some(failed);
         report.recovery_requests = Some(requests);
+
+        if self.cfg.recovery > 0 {
+            let load = self.load(&ns, &obs, &mut op, &mut starts, &mut report.failures)?;
+            self.say(&format!(
+                "recovery under load: p99 {:.2} ms, queue empty {:.3} s after the flood",
+                load.latency.p99_ms, load.drained_seconds
+            ));
+            report.load = Some(load);
+        }
 
         let end = op.usage()?;
         let exit_code = op.stop()?;
@@ -554,7 +567,7 @@ impl Run<'_> {
         obs: &Observer,
         op: &mut Operator,
         failures: &mut Vec<String>,
-    ) -> Result<(Latency, Latency, Requests), Error> {
+    ) -> Result<(Latency, Latency, Requests, BTreeMap<String, i64>), Error> {
         let n = self.cfg.objects;
         let k = self.cfg.recovery;
         let api = self.api();
@@ -631,7 +644,93 @@ impl Run<'_> {
             Latency::from_samples(&deleted),
             Latency::from_samples(&failed),
             requests,
+            starts,
         ))
+    }
+
+    /// Every pod made not ready at once (N pod status patches from C connections; on a cluster
+    /// with a kubelet it writes its own status back soon after: a second change), so that the
+    /// operator's queue holds a routine refresh for nearly every object; while it holds many,
+    /// K pods deleted one at a time (from the last object down, so that none is the one the
+    /// recovery phase just replaced), each replacement timed as in `recovery`; then how long
+    /// until the queue was empty again.
+    fn load(
+        &self,
+        ns: &str,
+        obs: &Observer,
+        op: &mut Operator,
+        starts: &mut BTreeMap<String, i64>,
+        failures: &mut Vec<String>,
+    ) -> Result<Load, Error> {
+        let n = self.cfg.objects;
+        let k = self.cfg.recovery.min(n);
+        let api = self.api();
+        let before = self.cluster.snapshot();
+        let metrics_before = op.requests_by_method()?;
+        let started = Instant::now();
+        parallel(n, self.cfg.connections, self.deadline, |i| {
+            api.unready_pod(ns, &pod_name(&format!("ic-{i}")))
+        })?;
+        let flood_seconds = started.elapsed().as_secs_f64();
+        let mut latencies = Vec::with_capacity(k);
+        let mut queued = Vec::with_capacity(k);
+        for j in 0..k {
+            let name = format!("ic-{}", n - 1 - j);
+            let pod = pod_name(&name);
+            let old = obs
+                .lock()
+                .pods
+                .get(&pod)
+                .map(|p| p.uid.clone())
+                .ok_or_else(|| Error::Timeout(format!("load: pod {pod} is not there to delete")))?;
+            queued.push(op.queue_depth()?);
+            api.delete_pod(ns, &pod, &old)?;
+            let answered = Instant::now();
+            obs.wait_until(
+                self.deadline,
+                &format!("a new pod {pod} after its deletion, under load"),
+                || op.check_alive(),
+                |s| {
+                    s.pods
+                        .get(&pod)
+                        .is_some_and(|p| p.uid != old && !p.deleting)
+                },
+            )?;
+            let added = obs.lock().pods.get(&pod).map(|p| p.added_at);
+            latencies.push(added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered)));
+            *starts.entry(name).or_insert(1) += 1;
+        }
+        // Drained: the queue empty twice in a row, a poll apart.
+        let mut empty = 0;
+        while empty < 2 {
+            op.check_alive()?;
+            if Instant::now() >= self.deadline {
+                return Err(Error::Timeout(
+                    "load: the operator's queue never drained".into(),
+                ));
+            }
+            empty = if op.queue_depth()? == 0 { empty + 1 } else { 0 };
+            thread::sleep(Duration::from_millis(5));
+        }
+        let drained_seconds = started.elapsed().as_secs_f64();
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        let requests = self.requests(
+            &before,
+            &self.cluster.snapshot(),
+            op,
+            Some(&metrics_before),
+            k as u64,
+        )?;
+        let problems = verify(api, ns, &|name| starts.get(name).copied().unwrap_or(1))?;
+        failures.extend(problems.into_iter().map(|p| format!("load: {p}")));
+        Ok(Load {
+            flooded: n,
+            flood_seconds,
+            queued_at_deletions: queued,
+            latency: Latency::from_samples(&latencies),
+            drained_seconds,
+            requests,
+        })
     }
 
     /// Waits for `n` pods and started objects; returns when the last arrived. On timeout,

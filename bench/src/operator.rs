@@ -147,6 +147,15 @@ impl Operator {
         }
     }
 
+    /// Keys its queue holds ready now (`workqueue_depth` of its /metrics).
+    pub fn queue_depth(&self) -> Result<u64, Error> {
+        match http_get(self.metrics, "/metrics") {
+            Ok((200, body)) => Ok(parse_gauge(&body, "workqueue_depth")),
+            Ok((code, _)) => Err(Error::Operator(format!("/metrics answered {code}"))),
+            Err(e) => Err(Error::Operator(format!("/metrics: {e}"))),
+        }
+    }
+
     /// SIGTERM, then waits for it to exit. Returns its exit code (`None`: killed by a signal).
     pub fn stop(mut self) -> Result<Option<i32>, Error> {
         self.check_alive()?;
@@ -226,6 +235,17 @@ pub fn parse_requests(metrics: &str) -> BTreeMap<String, u64> {
     out
 }
 
+/// The value of the gauge `name` (with any labels), 0 if absent.
+pub fn parse_gauge(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .next()
+        .unwrap_or(0)
+}
+
 /// Clock ticks per second of /proc/PID/stat's times: `getconf CLK_TCK`, read once; 100 (what
 /// Linux uses on every common architecture) if it cannot be run.
 fn clk_tck() -> f64 {
@@ -300,6 +320,15 @@ mod tests {
         assert_eq!(parse_status_kib(status, "VmRSS:"), Some(2048));
         assert_eq!(parse_status_kib(status, "VmHWM:"), Some(5120));
         assert_eq!(parse_status_kib(status, "VmSwap:"), None);
+    }
+
+    #[test]
+    fn a_gauge_is_read_by_its_name_with_or_without_labels() {
+        let text = "# HELP workqueue_depth x\nworkqueue_depth{name=\"immortalcontainer\"} 42\n\
+                    workqueue_depth_other 7\n";
+        assert_eq!(parse_gauge(text, "workqueue_depth"), 42);
+        assert_eq!(parse_gauge("up 1\n", "up"), 1);
+        assert_eq!(parse_gauge(text, "absent"), 0);
     }
 
     #[test]
