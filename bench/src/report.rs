@@ -558,11 +558,13 @@ mod tests {
     }
 
     #[test]
-    fn peak_rss_budget_runs_from_8_mib_at_1000_to_25_at_10000() {
+    fn peak_rss_budget_runs_8_15_60_mib_at_1000_10000_100000() {
         assert_eq!(peak_rss_target_mib(20), 8.0);
         assert_eq!(peak_rss_target_mib(1000), 8.0);
-        assert_eq!(peak_rss_target_mib(10_000), 25.0);
-        assert_eq!(peak_rss_target_mib(100_000), 25.0);
-        assert!((peak_rss_target_mib(5500) - 16.5).abs() < 1e-9);
+        assert_eq!(peak_rss_target_mib(10_000), 15.0);
+        assert_eq!(peak_rss_target_mib(100_000), 60.0);
+        assert_eq!(peak_rss_target_mib(1_000_000), 60.0);
+        assert!((peak_rss_target_mib(5500) - 11.5).abs() < 1e-9);
+        assert!((peak_rss_target_mib(55_000) - 37.5).abs() < 1e-9);
     }
 }
