@@ -97,6 +97,27 @@ fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
     )
 }
 
+/// One shared copy of `s`, for strings many values repeat (the image most objects of a cluster
+/// run). Copies no value uses any more are dropped whenever the set has doubled since it was
+/// last swept, so it holds at most twice the strings in use.
+pub fn intern(s: &str) -> std::sync::Arc<str> {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+    static SHARED: Mutex<(BTreeSet<Arc<str>>, usize)> = Mutex::new((BTreeSet::new(), 64));
+    let mut guard = lock(&SHARED);
+    let (set, sweep_at) = &mut *guard;
+    if let Some(shared) = set.get(s) {
+        return shared.clone();
+    }
+    if set.len() >= *sweep_at {
+        set.retain(|v| Arc::strong_count(v) > 1);
+        *sweep_at = (set.len() * 2).max(64);
+    }
+    let shared: Arc<str> = Arc::from(s);
+    set.insert(shared.clone());
+    shared
+}
+
 /// Parses an RFC 3339 timestamp (`2024-01-02T03:04:05Z`, optional fraction, `Z` or `±hh:mm`),
 /// as Kubernetes writes `metav1.Time`. None if it is not one.
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {

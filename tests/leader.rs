@@ -251,23 +251,50 @@ fn sigterm_while_the_api_server_hangs_every_request_exits_in_time_and_the_releas
     };
     let (mut a, identity) = lone_leader(&cluster, server, "hung");
 
-    // Every request of the operator hangs from now on; the open watches go on streaming.
-    let stall = server.stall(StallRule {
-        user: Some("replica-a".into()),
-        ..StallRule::default()
+    // Every read and every update (the Lease's renewal and release are a GET and a PUT) of the
+    // operator hangs from now on; the open watches go on streaming. Patches still pass: the
+    // garbage collector deletes the object's pod at once, and the pod watch may deliver that
+    // before the object's DELETED, whose reconcile must then find the worker free.
+    let stalls = ["get", "update"].map(|verb| {
+        server.stall(StallRule {
+            user: Some("replica-a".into()),
+            verb: Some(verb.into()),
+            ..StallRule::default()
+        })
     });
     // The object is deleted: its reconcile reads it from the API server (the watch's DELETED
     // made the operator forget it) to learn whether a pod of it is left to let go. That read
     // is the reconcile that now hangs, so the release of the Lease may still be sent (no write
     // is in flight).
     cluster.delete_ic("hung");
-    wait_for_log(
-        &a,
-        "immortalcontainer DELETED",
-        "a reconcile of the deleted object started",
+    // The pod watch may deliver the pod's deletion (the garbage collector's) before the
+    // object's DELETED, and the queue keeps the first trigger; either way the reconcile that
+    // forgot the object is the one left hanging: the last the log shows started, and still
+    // unfinished 300 ms later (its first request, the object's GET, is held by the server).
+    let hanging = || {
+        let tail = a.log_tail(200);
+        let last = tail
+            .lines()
+            .filter(|l| l.contains(r#""target":"reconcile""#))
+            .last()
+            .map(String::from)
+            .unwrap_or_default();
+        last.contains(r#""msg":"reconciling""#)
+            && (last.contains("immortalcontainer DELETED") || last.contains("Terminating"))
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "a reconcile of the deleted object to start and hang",
+        || {
+            if hanging() {
+                std::thread::sleep(Duration::from_millis(300));
+                if hanging() {
+                    return Ok(());
+                }
+            }
+            Err(a.log_tail(5))
+        },
     );
-    // Its first request (the object's GET) is now held by the server.
-    std::thread::sleep(Duration::from_millis(300));
 
     let took = sigterm_and_time_exit(&mut a);
     eprintln!(
@@ -283,7 +310,9 @@ fn sigterm_while_the_api_server_hangs_every_request_exits_in_time_and_the_releas
     );
 
     // The server gets to the held release after all: the Lease is free without expiring.
-    server.lift_stall(stall);
+    for stall in stalls {
+        server.lift_stall(stall);
+    }
     wait_until(
         Duration::from_secs(5),
         "the held release to be applied",

@@ -25,7 +25,7 @@ use crate::immortal::types::{
     IMMORTAL_CONTAINERS,
 };
 use crate::kube::client::Resource;
-use crate::kube::types::{self, Pod, PodStatus};
+use crate::kube::types::{self, Pod, PodStatus, Uid};
 use crate::runtime::queue::Priority;
 use crate::runtime::watcher::{Verdict, Watched};
 use crate::util;
@@ -91,8 +91,21 @@ pub struct PodView {
     pub ready: bool,
     /// The condition's reason: what a user should look at.
     pub reason: &'static str,
-    /// The condition's message, with the scheduler's or the kubelet's words when they gave any.
-    pub message: String,
+    /// The condition's message, with the scheduler's or the kubelet's words when they gave any
+    /// (see [`PodView::message`]).
+    pub message: Message,
+}
+
+/// A Ready message. The two every pod shows in its life, which follow from its name and image,
+/// are not kept as text: a view rides with every queued key until its reconcile, and is kept
+/// for every object (see `store`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Message {
+    /// "pod NAME runs IMAGE"
+    Runs(Arc<str>),
+    /// "pod NAME is pending"
+    Pending,
+    Text(Box<str>),
 }
 
 impl PodView {
@@ -116,11 +129,11 @@ impl PodView {
             Some("Unknown") => Phase::Unknown,
             _ => Phase::Pending,
         };
-        let view = |ready, reason, message| PodView {
+        let view = |ready, reason, message: String| PodView {
             phase,
             ready,
             reason,
-            message,
+            message: Message::Text(message.into()),
         };
         match phase {
             Phase::Terminating => {
@@ -181,14 +194,19 @@ impl PodView {
                         };
                         view(false, "PodPending", format!("pod {name} is pending: {msg}"))
                     }
-                    _ => PodView::pending(name),
+                    _ => PodView::pending(),
                 }
             }
             Phase::Running => {
                 let ready = condition(&st, "Ready").filter(|c| c.status == "True");
                 if ready.is_some() {
                     let image = pod.container_image().unwrap_or("");
-                    return view(true, "PodRunning", format!("pod {name} runs {image}"));
+                    return PodView {
+                        phase,
+                        ready: true,
+                        reason: "PodRunning",
+                        message: Message::Runs(util::intern(image)),
+                    };
                 }
                 if let Some(w) = waiting(&st).filter(|w| w.reason == "CrashLoopBackOff") {
                     let last = container(&st)
@@ -231,12 +249,21 @@ impl PodView {
 
     /// The view of a pod that was just created: what reconcile writes after its create, and
     /// what a new pod's first events show until it runs.
-    pub fn pending(pod_name: &str) -> PodView {
+    pub fn pending() -> PodView {
         PodView {
             phase: Phase::Pending,
             ready: false,
             reason: "PodPending",
-            message: format!("pod {pod_name} is pending"),
+            message: Message::Pending,
+        }
+    }
+
+    /// The condition's message, for the pod called `pod`.
+    pub fn message(&self, pod: &str) -> String {
+        match &self.message {
+            Message::Runs(image) => format!("pod {pod} runs {image}"),
+            Message::Pending => format!("pod {pod} is pending"),
+            Message::Text(t) => t.to_string(),
         }
     }
 
@@ -361,29 +388,38 @@ fn exit(c: &types::ContainerStatus) -> Option<i32> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodHint {
     /// The pod left our watch: deleted, or our label removed from it. Its name is probably
-    /// free, so reconcile tries the create first and looks only if the name is taken. How it
-    /// ended, if its last state shows that it did (not when only our label went).
-    Gone {
-        uid: String,
-        ending: Option<Ending>,
-        /// It still carried our finalizer, so it cannot have been removed: it only left our
-        /// label selector, and must be looked at.
-        holds_count: bool,
-    },
+    /// free, so reconcile tries the create first and looks only if the name is taken.
+    Gone(Box<GonePod>),
     /// The pod as the event showed it. Reconcile may act on it without reading the pod again
     /// (see `reconcile`, which says when it trusts it).
     Seen(Box<SeenPod>),
 }
 
+/// A pod as its DELETED event showed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GonePod {
+    pub uid: Uid,
+    /// How it ended, if its last state shows that it did (not when only our label went).
+    pub ending: Option<Ending>,
+    /// It still carried our finalizer, so it cannot have been removed: it only left our label
+    /// selector, and must be looked at.
+    pub holds_count: bool,
+}
+
 /// A pod as one watch event showed it: identifiers, the image it was created for, its view.
+/// It rides with its key in the queue until the reconcile, so it is kept small: no text that
+/// can be derived, uids in 16 bytes, the image shared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenPod {
-    pub name: String,
-    pub uid: String,
-    /// The uid of the ImmortalContainer its controller reference names.
-    pub owner_uid: String,
+    /// It has the name its owner's pod has (`NAME-immortalpod`): a pod of another name
+    /// controlled by the object is not the object's pod.
+    pub named_for_owner: bool,
+    pub uid: Uid,
+    /// The uid of the ImmortalContainer its controller reference names (`None`: no
+    /// ImmortalContainer controls it any more).
+    pub owner_uid: Option<Uid>,
     /// Our image annotation: the image the pod was created for.
-    pub created_for: String,
+    pub created_for: Arc<str>,
     /// It still carries our finalizer: its start may not be counted yet (see `counting`).
     pub holds_count: bool,
     pub view: PodView,
@@ -394,7 +430,7 @@ pub struct SeenPod {
 impl fmt::Display for PodHint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PodHint::Gone { uid, .. } => write!(f, "gone uid={uid}"),
+            PodHint::Gone(g) => write!(f, "gone uid={}", g.uid),
             PodHint::Seen(p) => write!(f, "{} uid={}", p.view.phase.as_str(), p.uid),
         }
     }
@@ -442,11 +478,11 @@ impl Watched for PodEvents {
             *memo = None;
             // Its owner needs a pod (or its finalizer released): urgent.
             return Verdict::Queue(
-                Some(PodHint::Gone {
-                    uid: o.metadata.uid.clone(),
+                Some(PodHint::Gone(Box::new(GonePod {
+                    uid: Uid::new(&o.metadata.uid),
                     ending: Ending::of(o),
                     holds_count: crate::immortal::counting::holds(&o.metadata.finalizers),
-                }),
+                }))),
                 Priority::Urgent,
             );
         }
@@ -465,7 +501,7 @@ impl Watched for PodEvents {
             // A new pod that is plainly pending: reconcile created it and wrote this very
             // view. (A pod someone else made is found by the relist after our restart, or by
             // its next change.)
-            None if event == "ADDED" && view == PodView::pending(&o.metadata.name) && !orphaned => {
+            None if event == "ADDED" && view == PodView::pending() && !orphaned => {
                 return Verdict::Ignore
             }
             _ => {}
@@ -477,21 +513,22 @@ impl Watched for PodEvents {
         } else {
             Priority::Routine
         };
-        let owner_uid = match o.metadata.controller() {
-            Some(c) if c.is_immortal_container() => c.uid.clone(),
-            _ if orphaned => String::new(),
+        let (owner_uid, owner_name) = match o.metadata.controller() {
+            Some(c) if c.is_immortal_container() => (Some(Uid::new(&c.uid)), c.name.as_str()),
+            // Keyed by its own name (see `key_of`).
+            _ if orphaned => (None, o.metadata.name.trim_end_matches(ic::POD_SUFFIX)),
             _ => return Verdict::Queue(None, priority),
         };
         let hint = PodHint::Seen(Box::new(SeenPod {
-            name: o.metadata.name.clone(),
-            uid: o.metadata.uid.clone(),
+            named_for_owner: o.metadata.name == ic::pod_name(owner_name),
+            uid: Uid::new(&o.metadata.uid),
             owner_uid,
-            created_for: o
-                .metadata
-                .annotations
-                .get(IMAGE_ANNOTATION)
-                .cloned()
-                .unwrap_or_default(),
+            created_for: util::intern(
+                o.metadata
+                    .annotations
+                    .get(IMAGE_ANNOTATION)
+                    .map_or("", String::as_str),
+            ),
             holds_count,
             ending: Ending::of(o),
             view,
@@ -552,10 +589,10 @@ impl Watched for IcEvents {
             None => Verdict::Queue(None, Priority::Urgent),
             // A copy we have, or an older one than we have.
             Some(old) if !new.newer_than(old) => return Verdict::Ignore,
-            Some(old) if new.uid != old.uid || new.generation != old.generation => {
+            Some(old) if new.uid() != old.uid() || new.generation() != old.generation() => {
                 Verdict::Queue(None, Priority::Urgent)
             }
-            Some(old) if new.deletion_timestamp != old.deletion_timestamp => {
+            Some(old) if new.deleting() != old.deleting() => {
                 Verdict::Queue(None, Priority::Routine)
             }
             Some(_) => Verdict::Ignore,
@@ -627,7 +664,7 @@ mod tests {
                             ""
                         };
                         let what = match hint {
-                            Some(PodHint::Gone { .. }) => "gone".to_string(),
+                            Some(PodHint::Gone(_)) => "gone".to_string(),
                             Some(PodHint::Seen(p)) => {
                                 format!("{} {}", p.view.phase.as_str(), p.view.reason)
                             }
@@ -692,7 +729,7 @@ mod tests {
         );
         let events = recorded("07-watch-eviction");
         assert_eq!(
-            PodView::of(&events[1].1).message,
+            PodView::of(&events[1].1).message(&events[1].1.metadata.name),
             "pod evicted is being deleted (EvictionByEvictionAPI: Eviction API: evicting)"
         );
     }
@@ -705,7 +742,7 @@ mod tests {
         );
         let events = recorded("09-watch-kubelet-fails-pod-deadline-exceeded");
         assert_eq!(
-            PodView::of(&events[2].1).message,
+            PodView::of(&events[2].1).message(&events[2].1.metadata.name),
             "pod deadline ended in phase Failed: DeadlineExceeded: Pod was active on the node longer than the specified deadline"
         );
     }
@@ -726,12 +763,13 @@ mod tests {
         );
         let events = recorded("11-watch-unschedulable-node-cordoned");
         let view = PodView::of(&events[1].1);
+        let message = view.message(&events[1].1.metadata.name);
         assert!(!view.ready);
         assert!(
-            view.message
+            message
                 .starts_with("pod unschedulable cannot be scheduled: 0/1 nodes are available: 1 node(s) were unschedulable."),
             "{}",
-            view.message
+            message
         );
     }
 
@@ -757,7 +795,7 @@ mod tests {
         let running = PodView::of(&pod("Running", ready.clone()));
         assert!(running.ready);
         assert_eq!(
-            (running.reason, running.message.as_str()),
+            (running.reason, running.message("web-immortalpod").as_str()),
             ("PodRunning", "pod web-immortalpod runs nginx")
         );
         // The recorded fake kubelet says Ready while still Pending: not running, not ready.
@@ -771,7 +809,7 @@ mod tests {
                 "reason": "ContainersNotReady", "message": "containers with unready status: [acontainer]"}]}),
         ));
         assert_eq!(
-            (not_ready.ready, not_ready.reason, not_ready.message.as_str()),
+            (not_ready.ready, not_ready.reason, not_ready.message("web-immortalpod").as_str()),
             (
                 false,
                 "PodNotReady",
@@ -788,7 +826,7 @@ mod tests {
                 "reason": "ImagePullBackOff", "message": "Back-off pulling image \"nope\""}}}]}),
         ));
         assert_eq!(
-            (pull.reason, pull.message.as_str()),
+            (pull.reason, pull.message("web-immortalpod").as_str()),
             (
                 "ImagePullFailed",
                 "pod web-immortalpod cannot pull its image: ImagePullBackOff: Back-off pulling image \"nope\""
@@ -802,7 +840,7 @@ mod tests {
                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
         ));
         assert_eq!(
-            (crash.reason, crash.message.as_str()),
+            (crash.reason, crash.message("web-immortalpod").as_str()),
             (
                 "PodCrashLooping",
                 "container of pod web-immortalpod keeps exiting: back-off 40s restarting failed container=acontainer; it last exited with code 1 (Error)"
@@ -814,7 +852,7 @@ mod tests {
             serde_json::json!({"containerStatuses": [{"name": "acontainer", "state": {"waiting": {
                 "reason": "ContainerCreating"}}}]}),
         ));
-        assert_eq!(creating, PodView::pending("web-immortalpod"));
+        assert_eq!(creating, PodView::pending());
     }
 
     #[test]
@@ -870,14 +908,21 @@ mod tests {
                 Verdict::Ignore
             );
         }
-        assert_eq!(memo.as_ref().unwrap().resource_version, "11");
+        assert_eq!(memo.as_ref().unwrap().resource_version(), "11");
         // Our write's event before its answer: only status changed, nothing to do, but
         // remembered.
         assert_eq!(
             IcEvents.on_event("MODIFIED", &ic("12", 1, 7), &mut memo),
             Verdict::Ignore
         );
-        assert_eq!(memo.as_ref().unwrap().status.start_times, Some(7));
+        assert_eq!(
+            memo.as_ref()
+                .unwrap()
+                .to_object("ns", "web")
+                .status
+                .start_times,
+            Some(7)
+        );
         // A spec change: a pod to replace, urgent.
         assert_eq!(
             IcEvents.on_event("MODIFIED", &ic("13", 2, 7), &mut memo),

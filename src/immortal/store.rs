@@ -8,11 +8,26 @@
 //! status write's answer goes in at once (so the next reconcile does not count a pod again
 //! from a copy that predates the count), and a watch event or a list that comes after it with
 //! an older copy does not replace it. A key the store does not know is read from the API
-//! server (a reconcile for an object deleted meanwhile, or not yet seen).
+//! server (a reconcile for an object deleted meanwhile, or not seen yet).
+//!
+//! **Memory.** The store holds every object the operator serves, so its size is the
+//! operator's: 100,000 objects in a typed copy (a dozen small heap strings each) took about
+//! 90 MB. An object as the operator leaves it (its pod running, or starting) is held in about
+//! 110 bytes instead ([`Compact`]): uids as their 16 bytes, the resourceVersion and the times
+//! as numbers, the texts the operator writes as indices into the few it uses, the image shared
+//! with every object that runs the same one, and the Ready message not at all when it is the
+//! one derived from the pod's name and image. Anything else (an object someone else wrote
+//! oddly, a refusal's message) keeps the typed copy. The compact form is used only when it
+//! gives back exactly the object it was made from, which is checked each time it is made: what
+//! reconcile reads is the object, to the byte, either way.
 
-use crate::immortal::types::{ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus};
-use crate::kube::types::ObjectMeta;
+use crate::immortal::lifecycle::READY;
+use crate::immortal::types::{
+    pod_name, ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus,
+};
+use crate::kube::types::{format_uuid, parse_uuid, Condition, ObjectMeta};
 use crate::runtime::store::Store;
+use crate::util::{self, intern};
 use std::sync::Arc;
 
 /// The store of ImmortalContainers, by `namespace/name`.
@@ -20,51 +35,287 @@ pub type IcStore = Store<Arc<IcState>>;
 
 /// What reconcile needs of one ImmortalContainer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct IcState {
-    pub uid: String,
-    pub resource_version: String,
-    pub generation: Option<i64>,
-    pub deletion_timestamp: Option<String>,
-    pub image: String,
-    pub status: ImmortalContainerStatus,
+pub enum IcState {
+    Compact(Compact),
+    Full(Box<Full>),
 }
 
+/// The typed copy, for an object the compact form cannot hold exactly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Full {
+    uid: String,
+    resource_version: String,
+    generation: Option<i64>,
+    deletion_timestamp: Option<String>,
+    image: String,
+    status: ImmortalContainerStatus,
+}
+
+/// An object as the operator leaves it, in about 110 bytes (see the module's documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compact {
+    uid: [u8; 16],
+    resource_version: u64,
+    generation: i64,
+    /// Shared by every object that runs the same image.
+    image: Arc<str>,
+    /// [`NONE`] when not written yet.
+    start_times: i64,
+    /// The last pod counted, when `counted`.
+    last_counted: [u8; 16],
+    counted: bool,
+    /// Whether `currentPod` names the object's pod (the only pod it ever names).
+    current_pod: bool,
+    /// Index into [`PHASES`] plus one; 0: none.
+    pod_phase: u8,
+    observed_generation: i64,
+    ready: Option<CompactReady>,
+}
+
+/// The Ready condition, the only one the operator writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CompactReady {
+    status: bool,
+    /// Index into [`REASONS`].
+    reason: u8,
+    message: DerivedMessage,
+    observed_generation: i64,
+    /// Seconds since the epoch, as the RFC 3339 the API server holds (`...Z`, no fraction).
+    last_transition: i64,
+}
+
+/// The Ready messages that follow from the pod's name and the object's image.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum DerivedMessage {
+    /// "pod NAME runs IMAGE"
+    Runs,
+    /// "pod NAME is pending"
+    Pending,
+}
+
+/// Stands for "none" in the compact form's numbers.
+const NONE: i64 = i64::MIN;
+
+/// The pod phases status reports.
+const PHASES: [&str; 6] = [
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Unknown",
+    "Terminating",
+];
+
+/// The Ready reasons of a pod that runs or starts: the states an object stays in.
+const REASONS: [&str; 3] = ["PodRunning", "PodPending", "PodNotReady"];
+
 impl IcState {
+    /// What reconcile needs of `ic`: compact when that holds it exactly (gives back the same
+    /// object as the typed copy would).
     pub fn of(ic: &ImmortalContainer) -> IcState {
+        if let Some(c) = Compact::of(ic) {
+            if same_projection(&c.to_object(&ic.metadata.namespace, &ic.metadata.name), ic) {
+                return IcState::Compact(c);
+            }
+        }
         let m = &ic.metadata;
-        IcState {
+        IcState::Full(Box::new(Full {
             uid: m.uid.clone(),
             resource_version: m.resource_version.clone(),
             generation: m.generation,
             deletion_timestamp: m.deletion_timestamp.clone(),
             image: ic.spec.image.clone(),
             status: ic.status.clone(),
-        }
+        }))
     }
 
     /// The object as reconcile reads it.
     pub fn to_object(&self, namespace: &str, name: &str) -> ImmortalContainer {
+        match self {
+            IcState::Full(f) => ImmortalContainer {
+                metadata: ObjectMeta {
+                    name: name.to_string(),
+                    namespace: namespace.to_string(),
+                    uid: f.uid.clone(),
+                    resource_version: f.resource_version.clone(),
+                    generation: f.generation,
+                    deletion_timestamp: f.deletion_timestamp.clone(),
+                    ..Default::default()
+                },
+                spec: ImmortalContainerSpec {
+                    image: f.image.clone(),
+                },
+                status: f.status.clone(),
+            },
+            IcState::Compact(c) => c.to_object(namespace, name),
+        }
+    }
+
+    pub fn uid(&self) -> String {
+        match self {
+            IcState::Full(f) => f.uid.clone(),
+            IcState::Compact(c) => format_uuid(&c.uid),
+        }
+    }
+
+    pub fn resource_version(&self) -> String {
+        match self {
+            IcState::Full(f) => f.resource_version.clone(),
+            IcState::Compact(c) => c.resource_version.to_string(),
+        }
+    }
+
+    pub fn generation(&self) -> Option<i64> {
+        match self {
+            IcState::Full(f) => f.generation,
+            IcState::Compact(c) => Some(c.generation),
+        }
+    }
+
+    /// Whether the object is being deleted.
+    pub fn deleting(&self) -> bool {
+        matches!(self, IcState::Full(f) if f.deletion_timestamp.is_some())
+    }
+
+    /// Whether this is a later version of the object than `other` (or another object).
+    pub fn newer_than(&self, other: &IcState) -> bool {
+        match (self, other) {
+            (IcState::Compact(a), IcState::Compact(b)) => {
+                a.uid != b.uid || a.resource_version > b.resource_version
+            }
+            _ => {
+                self.uid() != other.uid()
+                    || rv_newer(&self.resource_version(), &other.resource_version())
+            }
+        }
+    }
+}
+
+impl Compact {
+    /// The compact form of `ic`, when its fields fit one (it is checked to give `ic` back
+    /// before it is used).
+    fn of(ic: &ImmortalContainer) -> Option<Compact> {
+        let m = &ic.metadata;
+        let st = &ic.status;
+        if m.deletion_timestamp.is_some() {
+            return None;
+        }
+        let ready = match st.conditions.as_slice() {
+            [] => None,
+            [c] if c.type_ == READY => Some(CompactReady {
+                status: match c.status.as_str() {
+                    "True" => true,
+                    "False" => false,
+                    _ => return None,
+                },
+                reason: index(&REASONS, &c.reason)?,
+                message: if c.message == runs(&m.name, &ic.spec.image) {
+                    DerivedMessage::Runs
+                } else if c.message == pending(&m.name) {
+                    DerivedMessage::Pending
+                } else {
+                    return None;
+                },
+                observed_generation: c.observed_generation.unwrap_or(NONE),
+                last_transition: util::parse_rfc3339(&c.last_transition_time)
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs() as i64)?,
+            }),
+            _ => return None,
+        };
+        Some(Compact {
+            uid: parse_uuid(&m.uid)?,
+            resource_version: m.resource_version.parse().ok()?,
+            generation: m.generation?,
+            image: intern(&ic.spec.image),
+            start_times: st.start_times.unwrap_or(NONE),
+            last_counted: match &st.last_counted_pod_uid {
+                Some(u) => parse_uuid(u)?,
+                None => [0; 16],
+            },
+            counted: st.last_counted_pod_uid.is_some(),
+            current_pod: match &st.current_pod {
+                None => false,
+                Some(p) if *p == pod_name(&m.name) => true,
+                Some(_) => return None,
+            },
+            pod_phase: match &st.pod_phase {
+                None => 0,
+                Some(p) => index(&PHASES, p)? + 1,
+            },
+            observed_generation: st.observed_generation.unwrap_or(NONE),
+            ready,
+        })
+    }
+
+    fn to_object(&self, namespace: &str, name: &str) -> ImmortalContainer {
+        let some = |n: i64| (n != NONE).then_some(n);
+        let status = ImmortalContainerStatus {
+            current_pod: self.current_pod.then(|| pod_name(name)),
+            start_times: some(self.start_times),
+            last_counted_pod_uid: self.counted.then(|| format_uuid(&self.last_counted)),
+            observed_generation: some(self.observed_generation),
+            pod_phase: (self.pod_phase > 0)
+                .then(|| PHASES[usize::from(self.pod_phase - 1)].to_string()),
+            conditions: self
+                .ready
+                .iter()
+                .map(|r| Condition {
+                    type_: READY.to_string(),
+                    status: if r.status { "True" } else { "False" }.to_string(),
+                    observed_generation: some(r.observed_generation),
+                    last_transition_time: util::rfc3339(
+                        std::time::UNIX_EPOCH
+                            + std::time::Duration::from_secs(r.last_transition.max(0) as u64),
+                    ),
+                    reason: REASONS[usize::from(r.reason)].to_string(),
+                    message: match r.message {
+                        DerivedMessage::Runs => runs(name, &self.image),
+                        DerivedMessage::Pending => pending(name),
+                    },
+                })
+                .collect(),
+        };
         ImmortalContainer {
             metadata: ObjectMeta {
                 name: name.to_string(),
                 namespace: namespace.to_string(),
-                uid: self.uid.clone(),
-                resource_version: self.resource_version.clone(),
-                generation: self.generation,
-                deletion_timestamp: self.deletion_timestamp.clone(),
+                uid: format_uuid(&self.uid),
+                resource_version: self.resource_version.to_string(),
+                generation: Some(self.generation),
                 ..Default::default()
             },
             spec: ImmortalContainerSpec {
-                image: self.image.clone(),
+                image: self.image.to_string(),
             },
-            status: self.status.clone(),
+            status,
         }
     }
+}
 
-    /// Whether this is a later version of the object than `other`.
-    pub fn newer_than(&self, other: &IcState) -> bool {
-        self.uid != other.uid || rv_newer(&self.resource_version, &other.resource_version)
-    }
+/// Whether `a` and `b` agree on every field the store keeps.
+fn same_projection(a: &ImmortalContainer, b: &ImmortalContainer) -> bool {
+    let (ma, mb) = (&a.metadata, &b.metadata);
+    ma.uid == mb.uid
+        && ma.resource_version == mb.resource_version
+        && ma.generation == mb.generation
+        && ma.deletion_timestamp == mb.deletion_timestamp
+        && a.spec == b.spec
+        && a.status == b.status
+}
+
+/// The Ready message of an object whose pod runs its image (see `lifecycle::PodView`).
+fn runs(name: &str, image: &str) -> String {
+    format!("pod {} runs {image}", pod_name(name))
+}
+
+/// The Ready message of an object whose pod starts (see `lifecycle::PodView::pending`).
+fn pending(name: &str) -> String {
+    format!("pod {} is pending", pod_name(name))
+}
+
+fn index(table: &[&str], s: &str) -> Option<u8> {
+    table.iter().position(|t| *t == s).map(|i| i as u8)
 }
 
 /// Whether resourceVersion `a` is later than `b`. The API conventions call resourceVersions
@@ -92,12 +343,111 @@ pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {
 mod tests {
     use super::*;
 
+    const UID: &str = "6c1e8a2b-3f4d-4e5f-8a9b-0c1d2e3f4a5b";
+    const POD_UID: &str = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+
     fn ic(rv: &str, starts: i64) -> ImmortalContainer {
         let mut ic = ImmortalContainer::default();
-        ic.metadata.uid = "u".into();
+        ic.metadata.name = "web".into();
+        ic.metadata.namespace = "ns".into();
+        ic.metadata.uid = UID.into();
         ic.metadata.resource_version = rv.into();
+        ic.metadata.generation = Some(1);
+        ic.spec.image = "registry.k8s.io/pause:3.9".into();
         ic.status.start_times = Some(starts);
         ic
+    }
+
+    /// An object as the operator leaves it: its pod counted, running and ready.
+    fn running() -> ImmortalContainer {
+        let mut ic = ic("1234", 3);
+        ic.status.current_pod = Some("web-immortalpod".into());
+        ic.status.last_counted_pod_uid = Some(POD_UID.into());
+        ic.status.observed_generation = Some(1);
+        ic.status.pod_phase = Some("Running".into());
+        ic.status.conditions = vec![Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            observed_generation: Some(1),
+            last_transition_time: "2026-11-24T10:00:00Z".into(),
+            reason: "PodRunning".into(),
+            message: "pod web-immortalpod runs registry.k8s.io/pause:3.9".into(),
+        }];
+        ic
+    }
+
+    #[test]
+    fn an_object_as_the_operator_leaves_it_is_held_compact_and_read_back_exactly() {
+        let listed = {
+            // As a list or watch decodes it: with metadata reconcile does not read.
+            let mut l = running();
+            l.metadata.creation_timestamp = Some("2026-11-24T09:00:00Z".into());
+            l.metadata.labels.insert("team".into(), "a".into());
+            l
+        };
+        assert!(matches!(IcState::of(&listed), IcState::Compact(_)));
+        for want in [running(), ic("7", 0), {
+            let mut p = running();
+            p.status.conditions[0].status = "False".into();
+            p.status.conditions[0].reason = "PodPending".into();
+            p.status.conditions[0].message = "pod web-immortalpod is pending".into();
+            p.status.pod_phase = Some("Pending".into());
+            p
+        }] {
+            let state = IcState::of(&want);
+            assert!(matches!(state, IcState::Compact(_)), "{state:?}");
+            assert_eq!(state.to_object("ns", "web"), want);
+        }
+        assert!(std::mem::size_of::<Compact>() <= 120, "{}", std::mem::size_of::<Compact>());
+    }
+
+    #[test]
+    fn whatever_the_compact_form_cannot_hold_keeps_the_typed_copy_exactly() {
+        let mut odd = Vec::new();
+        let mut a = running();
+        a.metadata.uid = "ic-uid".into(); // not a UUID
+        odd.push(a);
+        let mut b = running();
+        b.metadata.resource_version = "abc".into(); // not a number
+        odd.push(b);
+        let mut c = running();
+        c.status.conditions[0].message = "the API server refused pod web-immortalpod: ...".into();
+        c.status.conditions[0].reason = "PodCreateFailed".into();
+        odd.push(c);
+        let mut d = running();
+        d.status.conditions[0].last_transition_time = "2026-11-24T10:00:00.5Z".into();
+        odd.push(d);
+        let mut e = running();
+        e.status.conditions[0].message = "pod web-immortalpod runs mirror.example/pause:3.9".into();
+        odd.push(e);
+        let mut f = running();
+        f.metadata.deletion_timestamp = Some("2026-11-24T10:00:00Z".into());
+        odd.push(f);
+        let mut g = running();
+        g.status.current_pod = Some("someone-elses".into());
+        odd.push(g);
+        for want in odd {
+            let state = IcState::of(&want);
+            assert!(matches!(state, IcState::Full(_)), "{want:?}");
+            assert_eq!(state.to_object("ns", "web"), want);
+        }
+    }
+
+    #[test]
+    fn uids_round_trip_and_other_forms_are_refused() {
+        assert_eq!(format_uuid(&parse_uuid(UID).unwrap()), UID);
+        assert_eq!(parse_uuid("ic-uid"), None);
+        assert_eq!(parse_uuid(&UID.to_uppercase()), None);
+    }
+
+    #[test]
+    fn objects_running_one_image_share_it() {
+        let a = IcState::of(&running());
+        let b = IcState::of(&running());
+        match (a, b) {
+            (IcState::Compact(a), IcState::Compact(b)) => assert!(Arc::ptr_eq(&a.image, &b.image)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -116,26 +466,17 @@ mod tests {
             .write()
             .insert("ns/a".into(), Arc::new(IcState::of(&ic("10", 0))));
         saw(&store, "ns/a", &ic("12", 1));
-        assert_eq!(store.get("ns/a").unwrap().status.start_times, Some(1));
+        let read = |s: &IcStore| s.get("ns/a").unwrap().to_object("ns", "web");
+        assert_eq!(read(&store).status.start_times, Some(1));
         // An answer that arrives after a later watch event changes nothing.
         store
             .write()
             .insert("ns/a".into(), Arc::new(IcState::of(&ic("15", 2))));
         saw(&store, "ns/a", &ic("12", 1));
-        assert_eq!(store.get("ns/a").unwrap().resource_version, "15");
+        assert_eq!(read(&store).metadata.resource_version, "15");
         // And nothing brings a deleted object back.
         store.write().remove("ns/a");
         saw(&store, "ns/a", &ic("20", 3));
         assert!(store.get("ns/a").is_none());
-    }
-
-    #[test]
-    fn the_object_read_back_is_the_one_stored() {
-        let mut want = ic("7", 3);
-        want.metadata.name = "web".into();
-        want.metadata.namespace = "ns".into();
-        want.metadata.generation = Some(2);
-        want.spec.image = "nginx".into();
-        assert_eq!(IcState::of(&want).to_object("ns", "web"), want);
     }
 }

@@ -220,6 +220,92 @@ impl Pod {
     }
 }
 
+/// An object's uid, in 16 bytes when it is a UUID as the API server makes them (`8-4-4-4-12`
+/// lowercase hex), else as written: what the operator keeps of a uid for every pod and object
+/// it knows, where 36-byte strings would be most of the memory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Uid {
+    Uuid([u8; 16]),
+    Other(Box<str>),
+}
+
+impl Uid {
+    pub fn new(s: &str) -> Uid {
+        match parse_uuid(s) {
+            Some(b) => Uid::Uuid(b),
+            None => Uid::Other(s.into()),
+        }
+    }
+}
+
+impl From<&str> for Uid {
+    fn from(s: &str) -> Uid {
+        Uid::new(s)
+    }
+}
+
+impl PartialEq<str> for Uid {
+    fn eq(&self, other: &str) -> bool {
+        match self {
+            Uid::Uuid(b) => parse_uuid(other).is_some_and(|o| o == *b),
+            Uid::Other(s) => **s == *other,
+        }
+    }
+}
+
+impl PartialEq<String> for Uid {
+    fn eq(&self, other: &String) -> bool {
+        *self == *other.as_str()
+    }
+}
+
+impl std::fmt::Display for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Uid::Uuid(b) => f.write_str(&format_uuid(b)),
+            Uid::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The 16 bytes of a UUID written as Kubernetes writes them, or `None` for any other form.
+pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let b = s.as_bytes();
+    if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut hex = b.iter().filter(|&&c| c != b'-');
+    for byte in &mut out {
+        let mut v = 0u8;
+        for _ in 0..2 {
+            let c = *hex.next()?;
+            v = v * 16
+                + match c {
+                    b'0'..=b'9' => c - b'0',
+                    b'a'..=b'f' => c - b'a' + 10,
+                    _ => return None,
+                };
+        }
+        *byte = v;
+    }
+    Some(out)
+}
+
+/// A UUID's 16 bytes as Kubernetes writes them.
+pub fn format_uuid(u: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(36);
+    for (i, byte) in u.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(char::from(HEX[usize::from(byte >> 4)]));
+        s.push(char::from(HEX[usize::from(byte & 15)]));
+    }
+    s
+}
+
 /// Any object reduced to its `metadata`: an item of a metadata-only list
 /// (`PartialObjectMetadata`), or of an ordinary one read for its metadata alone.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

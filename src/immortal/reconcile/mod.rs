@@ -318,7 +318,7 @@ enum Look<'h> {
     /// A watch event showed it, and it is the pod already counted: act on that.
     Seen(&'h SeenPod),
     /// A watch event showed this pod (uid) terminal: delete it without reading it.
-    DeleteTerminated(&'h str),
+    DeleteTerminated(String),
 }
 
 /// What one round found.
@@ -504,21 +504,22 @@ impl<A: Api> Run<'_, A> {
                     Err(e) if e.is_not_found() => Found::Absent,
                     Err(e) => return Err(Error::from_api("get pod", e)),
                 },
-                Look::DeleteTerminated(uid) => {
-                    match self.delete(uid, "it terminated")? {
+                Look::DeleteTerminated(ref uid) => {
+                    let uid = uid.clone();
+                    match self.delete(&uid, "it terminated")? {
                         Deleted::Removed { existed } => {
                             // It existed until now under our name, so no pod after it was
                             // started there: counting it is the decision a read of it would
                             // have led to. (Not on 404: by then a later pod may have come and
                             // gone.)
                             if existed {
-                                self.count(uid);
+                                self.count(&uid);
                             }
                             cause = Some(Cause::Terminated);
                             look = Look::AssumeAbsent;
                         }
                         Deleted::Pending => {
-                            self.count(uid);
+                            self.count(&uid);
                             look = Look::Get;
                         }
                         Deleted::OtherPod => look = Look::Get,
@@ -589,8 +590,8 @@ impl<A: Api> Run<'_, A> {
                     )
                 }
                 Found::Seen(p) => (
-                    p.uid.clone(),
-                    p.created_for.clone(),
+                    p.uid.to_string(),
+                    p.created_for.to_string(),
                     p.view.clone(),
                     p.holds_count,
                     p.ending,
@@ -679,18 +680,15 @@ impl<A: Api> Run<'_, A> {
     /// Acting on it would take the name for free and, after a quick ending, report a back-off
     /// for a replacement that exists.
     fn replaced_already(&self, hint: Option<&PodHint>) -> bool {
-        let Some(PodHint::Gone {
-            uid,
-            holds_count: false,
-            ..
-        }) = hint
-        else {
+        let Some(PodHint::Gone(g)) = hint else {
             return false;
         };
-        self.status
-            .last_counted_pod_uid
-            .as_deref()
-            .is_some_and(|counted| counted != uid)
+        !g.holds_count
+            && self
+                .status
+                .last_counted_pod_uid
+                .as_deref()
+                .is_some_and(|counted| g.uid != *counted)
     }
 
     /// What the trigger lets the first round skip. A hint is only for this object's own pod
@@ -698,22 +696,28 @@ impl<A: Api> Run<'_, A> {
     /// is the pod already counted, so a count always rests on a pod known to exist at that
     /// moment (a watch may lag behind a replacement we made).
     fn first_look<'h>(&self, hint: Option<&'h PodHint>) -> Look<'h> {
-        let ours = |p: &SeenPod| p.name == self.pod_name && p.owner_uid == self.ic.metadata.uid;
+        let ours = |p: &SeenPod| {
+            p.named_for_owner
+                && p.owner_uid
+                    .as_ref()
+                    .is_some_and(|o| *o == self.ic.metadata.uid)
+        };
         match hint {
-            Some(PodHint::Gone { uid, ending, .. }) => {
-                if let Some(e) = ending {
-                    self.ended(uid, *e);
+            Some(PodHint::Gone(g)) => {
+                if let Some(e) = g.ending {
+                    self.ended(&g.uid.to_string(), e);
                 }
                 return Look::AssumeAbsent;
             }
             Some(PodHint::Seen(p)) if ours(p) => {
+                let uid = p.uid.to_string();
                 if p.view.phase.is_terminal() {
                     if let Some(e) = p.ending {
-                        self.ended(&p.uid, e);
+                        self.ended(&uid, e);
                     }
-                    return Look::DeleteTerminated(&p.uid);
+                    return Look::DeleteTerminated(uid);
                 }
-                if self.status.last_counted_pod_uid.as_deref() == Some(p.uid.as_str()) {
+                if self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str()) {
                     return Look::Seen(p);
                 }
             }

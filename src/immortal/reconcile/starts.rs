@@ -4,6 +4,7 @@
 //! in `mod.rs`.
 
 use super::*;
+use crate::kube::types::Uid;
 
 impl<A: Api> Run<'_, A> {
     /// Counts the pod with `uid` unless it is the one counted last (see `counting`). While
@@ -125,19 +126,18 @@ pub(super) fn release_orphan<A: Api>(
     let other_owner =
         |controller: &str| owner_uid.is_some_and(|o| !controller.is_empty() && controller != o);
     let uid = match hint {
-        Some(PodHint::Seen(p)) if p.name == pod_name => {
-            if !p.holds_count || other_owner(&p.owner_uid) {
+        Some(PodHint::Seen(p)) if p.named_for_owner => {
+            let controller = p.owner_uid.as_ref().map(Uid::to_string).unwrap_or_default();
+            if !p.holds_count || other_owner(&controller) {
                 return Ok(());
             }
-            p.uid.clone()
+            p.uid.to_string()
         }
         // Removed from storage, so it held no finalizer any more.
-        Some(PodHint::Gone {
-            holds_count: false, ..
-        }) => return Ok(()),
+        Some(PodHint::Gone(g)) if !g.holds_count => return Ok(()),
         Some(PodHint::Seen(_)) => return Ok(()),
         // It left our label selector still holding our finalizer, or nothing was said: look.
-        Some(PodHint::Gone { .. }) | None => match api.get_pod(ns, &pod_name) {
+        Some(PodHint::Gone(_)) | None => match api.get_pod(ns, &pod_name) {
             Ok(p) => {
                 let controller = p
                     .metadata

@@ -8,7 +8,8 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn report(&mut self, view: &PodView) {
         self.status.current_pod = Some(self.pod_name.clone());
         self.status.pod_phase = Some(view.phase.as_str().to_string());
-        self.set_ready(view.ready, view.reason, &view.message);
+        let message = view.message(&self.pod_name);
+        self.set_ready(view.ready, view.reason, &message);
     }
 
     /// Our pod created for `old_image` is being deleted to make way for one with the new image.

@@ -659,8 +659,8 @@ fn a_hint_for_a_pod_of_another_owner_or_name_is_not_trusted() {
         let f = running("nginx");
         let mut hint = seen(&f);
         if let PodHint::Seen(p) = &mut hint {
-            p.name = name.into();
-            p.owner_uid = owner.into();
+            p.named_for_owner = name == "web-immortalpod";
+            p.owner_uid = Some(owner.into());
             p.view.phase = Phase::Failed;
         }
         run_with(&f, &hint).unwrap();
@@ -1101,11 +1101,11 @@ fn a_pod_deleted_before_the_failed_status_write_is_retried_is_still_counted() {
     // Its DELETED event: the replacement, the second start.
     run_with(
         &f,
-        &PodHint::Gone {
-            uid: first.metadata.uid.clone(),
+        &PodHint::Gone(Box::new(crate::immortal::lifecycle::GonePod {
+            uid: first.metadata.uid.as_str().into(),
             ending: None,
             holds_count: false,
-        },
+        })),
     )
     .unwrap();
     assert_eq!(status(&f).start_times, Some(2));

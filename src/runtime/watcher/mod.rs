@@ -664,7 +664,7 @@ where
                 Trigger::Watch {
                     resource: self.name(),
                     event,
-                    rv: rv.clone(),
+                    rv: rv.parse().unwrap_or(0),
                     hint,
                 },
                 priority,
