@@ -398,7 +398,11 @@ mod tests {
             assert!(matches!(state, IcState::Compact(_)), "{state:?}");
             assert_eq!(state.to_object("ns", "web"), want);
         }
-        assert!(std::mem::size_of::<Compact>() <= 120, "{}", std::mem::size_of::<Compact>());
+        assert!(
+            std::mem::size_of::<Compact>() <= 120,
+            "{}",
+            std::mem::size_of::<Compact>()
+        );
     }
 
     #[test]
