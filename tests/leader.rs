@@ -275,8 +275,7 @@ fn sigterm_while_the_api_server_hangs_every_request_exits_in_time_and_the_releas
         let tail = a.log_tail(200);
         let last = tail
             .lines()
-            .filter(|l| l.contains(r#""target":"reconcile""#))
-            .last()
+            .rfind(|l| l.contains(r#""target":"reconcile""#))
             .map(String::from)
             .unwrap_or_default();
         last.contains(r#""msg":"reconciling""#)
