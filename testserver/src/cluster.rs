@@ -103,7 +103,7 @@ pub fn start(shared: &Arc<Shared>, opts: KubeletOptions) -> io::Result<Handle> {
     let (tx, rx) = mpsc::channel();
     let tap_tx = tx.clone();
     {
-        let mut store = shared.store();
+        let mut store = shared.write();
         store.set_graceful_pods(true);
         store.set_tap(Box::new(move |key: &str, ev: &Event| {
             let meta = &ev.object["metadata"];
@@ -187,12 +187,12 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
             return;
         };
         for (node, heal, reply) in partitions.drain(..) {
-            let mut store = shared.store();
+            let mut store = shared.write();
             let done = cluster.partition(&mut store, &node, heal, Instant::now(), &mut dirty);
             let _ = reply.send(done);
         }
         if !node_changes.is_empty() || due.nodes {
-            let mut store = shared.store();
+            let mut store = shared.write();
             for (name, deleted) in node_changes.drain(..) {
                 cluster.node_changed(&mut store, &name, deleted, &mut dirty);
             }
@@ -200,20 +200,20 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
         }
         let keys: Vec<Key> = std::mem::take(&mut dirty).into_iter().collect();
         for chunk in keys.chunks(CHUNK) {
-            let mut store = shared.store();
+            let mut store = shared.write();
             let now = Instant::now();
             for key in chunk {
                 cluster.sync_pod(&mut store, key, now);
             }
         }
         if !due.evictions.is_empty() {
-            let mut store = shared.store();
+            let mut store = shared.write();
             for key in due.evictions.drain(..) {
                 cluster.evict_if_due(&mut store, &key, Instant::now());
             }
         }
         for (key, code, reply) in controls.drain(..) {
-            let mut store = shared.store();
+            let mut store = shared.write();
             let now = Instant::now();
             let partitioned = &cluster.partitioned;
             let exited = cluster

@@ -117,7 +117,7 @@ impl Default for DeleteOpts {
 /// Called with every committed change (resource key and event), under the store lock: how
 /// the simulated cluster components (scheduler, kubelets) hear about pods and nodes without
 /// a watch of their own. It must not block.
-pub type Tap = Box<dyn Fn(&str, &Event) + Send>;
+pub type Tap = Box<dyn Fn(&str, &Event) + Send + Sync>;
 
 /// A namespace's state as creates see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,6 +258,11 @@ impl Store {
     /// The current (latest) resourceVersion.
     pub fn rv(&self) -> u64 {
         self.rv
+    }
+
+    /// Whether resource `key` is served (a custom resource stops being when its CRD goes).
+    pub fn serves(&self, key: &str) -> bool {
+        self.tables.contains_key(key)
     }
 
     fn def_of(&self, key: &str) -> Option<Arc<ResourceDef>> {
