@@ -175,6 +175,28 @@ fn verb_of(req: &Request, route: &Route) -> &'static str {
     }
 }
 
+/// The path with its query, as fault rules and the request log match and show it.
+fn target_text(req: &Request) -> String {
+    if req.query.is_empty() {
+        return req.path.clone();
+    }
+    let q: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{}?{}", req.path, q.join("&"))
+}
+
+/// Holds a write that is ready to commit while a `before_commit` stall rule says so. Called
+/// with no store lock held, so reads and other writes go on meanwhile.
+fn hold_before_commit(shared: &Shared, req: &Request, verb: &str, user: &str) {
+    faults::wait_out_stalls(
+        &shared.faults,
+        &shared.stall_lifted,
+        verb,
+        &target_text(req),
+        user,
+        true,
+    );
+}
+
 /// Handles one request, holding it first while a stall rule says so, and logs it when the
 /// request log is on.
 pub fn handle(shared: &Shared, req: &Request) -> Reply {
@@ -190,11 +212,7 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         .entry((verb.to_string(), label.clone()))
         .or_insert(0) += 1;
 
-    let mut target_text = req.path.clone();
-    if !req.query.is_empty() {
-        let q: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        target_text = format!("{target_text}?{}", q.join("&"));
-    }
+    let target_text = target_text(req);
     let user = {
         let users = shared.users.read().unwrap_or_else(|e| e.into_inner());
         users
@@ -208,6 +226,7 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         verb,
         &target_text,
         &user,
+        false,
     );
     let reply = handle_route(shared, req, route, verb, &target_text);
     if let Some(log) = shared.log().as_mut() {
@@ -834,6 +853,7 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
         )?
     };
     let key = def.key();
+    hold_before_commit(shared, req, "create", user);
     let stored = {
         let mut store = shared.write();
         if !store.serves(&key) {
@@ -914,6 +934,7 @@ fn current(store: &Store, t: &Target, verb: &str) -> Result<(Arc<ResourceDef>, O
 /// the resource, the stored object and the admission warnings.
 fn guaranteed_update(
     shared: &Shared,
+    req: &Request,
     t: &Target,
     verb: &str,
     user: &str,
@@ -938,7 +959,12 @@ fn guaranteed_update(
         });
         let mut store = match held {
             Some(store) => store,
-            None => shared.write(),
+            None => {
+                if attempt == 0 {
+                    hold_before_commit(shared, req, verb, user);
+                }
+                shared.write()
+            }
         };
         let key = def.key();
         if !store
@@ -1110,7 +1136,7 @@ fn update(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     // Whether the body is of this resource's kind is known before the object is read.
     let def = lookup(&shared.read(), t, "update")?;
     strip_type(&def, &t.version, &mut body)?;
-    let (def, stored, warnings) = guaranteed_update(shared, t, "update", user, |def, cur| {
+    let (def, stored, warnings) = guaranteed_update(shared, req, t, "update", user, |def, cur| {
         prepare_update(req, def, t, cur, body.clone(), true)
     })?;
     Ok(with_warnings(
@@ -1157,7 +1183,7 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
     // The patch is applied to the object as it is when the result is committed (retried on
     // the newer object otherwise), as kube-apiserver's patcher applies it inside
     // GuaranteedUpdate.
-    let (def, stored, warnings) = guaranteed_update(shared, t, "patch", user, |def, cur| {
+    let (def, stored, warnings) = guaranteed_update(shared, req, t, "patch", user, |def, cur| {
         let mut doc = (**cur).clone();
         if json_patch {
             // JSON patch paths address the object as clients see it, with kind and apiVersion.

@@ -365,6 +365,12 @@ impl TestServer {
         StallId(self.shared.faults().add_stall(rule))
     }
 
+    /// How many requests stall rules hold now (on arrival, or before their commit), so a test
+    /// can wait until a request it sent is held before it acts.
+    pub fn stalled(&self) -> usize {
+        self.shared.faults().held()
+    }
+
     /// Ends a stall: the requests it holds are handled now, new ones pass.
     pub fn lift_stall(&self, id: StallId) {
         self.shared.faults().lift_stall(id.0);
