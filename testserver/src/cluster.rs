@@ -1,8 +1,9 @@
 //! The cluster around the API server: the scheduler, one kubelet per node, PodGC, the node
 //! lifecycle controller and the NoExecute taint manager, driven by one thread. It hears about
 //! pods and nodes through the store's tap (keys and versions, never objects), keeps its timers
-//! in a heap, and writes under the store lock as a client would, without HTTP. No thread per
-//! pod: 10,000 pods cost one map entry and a timer each.
+//! in a heap, and writes as a client would, without HTTP: the scheduler's and kubelets'
+//! decisions are made outside the store lock and committed under the write lock only if the
+//! pod is still as read. No thread per pod: 10,000 pods cost one map entry and a timer each.
 
 use crate::kubelet::{KubeletOptions, Placement, PodRun, Write};
 use crate::lifecycle::{self, ZoneState};
@@ -119,7 +120,7 @@ pub fn start(shared: &Arc<Shared>, opts: KubeletOptions) -> io::Result<Handle> {
                 },
                 _ => return,
             };
-            // Unbounded: never blocks the writer holding the store lock.
+            // Unbounded: never blocks the writer holding the write lock.
             let _ = tap_tx.send(msg);
         }));
     }

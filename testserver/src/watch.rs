@@ -29,7 +29,7 @@ pub enum Start {
     Expired(ApiError),
 }
 
-/// Everything a watch stream needs, prepared by the API layer under the store lock.
+/// Everything a watch stream needs, prepared by the API layer as it registers the watch.
 pub struct WatchPlan {
     pub def: Arc<ResourceDef>,
     pub version: String,
