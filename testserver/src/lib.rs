@@ -551,3 +551,39 @@ impl Drop for TestServer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads share the store: a GET and lists are answered while another reader holds the
+    /// store (with one mutex for everything, they would wait for it). An HTTP test cannot hold
+    /// the lock, so this one does it from inside.
+    #[test]
+    fn reads_are_answered_while_another_read_holds_the_store() {
+        let server = TestServer::start(Options {
+            kubelet: None,
+            ..Options::default()
+        })
+        .expect("server starts");
+        // Nothing writes meanwhile (no kubelet, no request): no writer waits for the lock, so
+        // none makes new readers wait behind it.
+        let held = server.shared.read();
+        let shared = server.shared.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let answered = [
+                "/api/v1/namespaces/default",
+                "/api/v1/namespaces",
+                "/apis/immortalcontainer.flugel.it/v1alpha1/immortalcontainers",
+            ]
+            .map(|path| api::get_direct(&shared, path).is_some());
+            let _ = tx.send(answered);
+        });
+        let answered = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("reads answered while the store is held for reading");
+        assert_eq!(answered, [true, true, true]);
+        drop(held);
+    }
+}
