@@ -175,6 +175,28 @@ fn verb_of(req: &Request, route: &Route) -> &'static str {
     }
 }
 
+/// The path with its query, as fault rules and the request log match and show it.
+fn target_text(req: &Request) -> String {
+    if req.query.is_empty() {
+        return req.path.clone();
+    }
+    let q: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{}?{}", req.path, q.join("&"))
+}
+
+/// Holds a write that is ready to commit while a `before_commit` stall rule says so. Called
+/// with no store lock held, so reads and other writes go on meanwhile.
+fn hold_before_commit(shared: &Shared, req: &Request, verb: &str, user: &str) {
+    faults::wait_out_stalls(
+        &shared.faults,
+        &shared.stall_lifted,
+        verb,
+        &target_text(req),
+        user,
+        true,
+    );
+}
+
 /// Handles one request, holding it first while a stall rule says so, and logs it when the
 /// request log is on.
 pub fn handle(shared: &Shared, req: &Request) -> Reply {
@@ -190,11 +212,7 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         .entry((verb.to_string(), label.clone()))
         .or_insert(0) += 1;
 
-    let mut target_text = req.path.clone();
-    if !req.query.is_empty() {
-        let q: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        target_text = format!("{target_text}?{}", q.join("&"));
-    }
+    let target_text = target_text(req);
     let user = {
         let users = shared.users.read().unwrap_or_else(|e| e.into_inner());
         users
@@ -208,6 +226,7 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         verb,
         &target_text,
         &user,
+        false,
     );
     let reply = handle_route(shared, req, route, verb, &target_text);
     if let Some(log) = shared.log().as_mut() {
@@ -271,21 +290,18 @@ fn handle_route(
         Route::Version => Ok(ok_value(200, &discovery::version())),
         Route::Health => Ok(ok_bytes(200, b"ok".to_vec())),
         Route::CoreVersions => Ok(ok_value(200, &discovery::core_versions(shared.port))),
-        Route::GroupList => Ok(ok_value(
-            200,
-            &discovery::group_list(&shared.store().defs()),
-        )),
-        Route::Group(g) => discovery::group(&g, &shared.store().defs())
+        Route::GroupList => Ok(ok_value(200, &discovery::group_list(&shared.read().defs()))),
+        Route::Group(g) => discovery::group(&g, &shared.read().defs())
             .map(|v| ok_value(200, &v))
             .ok_or_else(not_served),
-        Route::ResourceList(g, v) => discovery::resource_list(&g, &v, &shared.store().defs())
+        Route::ResourceList(g, v) => discovery::resource_list(&g, &v, &shared.read().defs())
             .map(|v| ok_value(200, &v))
             .ok_or_else(not_served),
         Route::OpenApiRoot => Ok(ok_value(
             200,
-            &discovery::openapi_root(&shared.store().defs()),
+            &discovery::openapi_root(&shared.read().defs()),
         )),
-        Route::OpenApi(g, v) => discovery::openapi_group_version(&g, &v, &shared.store().defs())
+        Route::OpenApi(g, v) => discovery::openapi_group_version(&g, &v, &shared.read().defs())
             .map(|v| ok_value(200, &v))
             .ok_or_else(not_served),
         Route::Unknown => Err(not_served()),
@@ -412,8 +428,10 @@ fn encode(def: &ResourceDef, version: &str, obj: &Value) -> Vec<u8> {
 
 fn get(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
     let name = t.name.as_deref().unwrap_or("");
+    // Read under the shared lock, encoded after it (reads never wait for each other's
+    // encoding, nor a write for it).
     let (def, obj, rv) = {
-        let store = shared.store();
+        let store = shared.read();
         let def = lookup(&store, t, "get")?;
         let obj = store
             .get(&def.key(), t.namespace.as_deref().unwrap_or(""), name)
@@ -479,8 +497,9 @@ const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to di
 fn list(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> {
     let limit: usize = req.param("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
     let token = req.param("continue").filter(|c| !c.is_empty());
+    // Selected under the shared lock (the items are `Arc`s), encoded after it.
     let (def, items, next, rv) = {
-        let store = shared.store();
+        let store = shared.read();
         let def = lookup(&store, t, "list")?;
         let (labels, fields) = selectors(req, &def, None)?;
         let (list_rv, after) = match token {
@@ -588,7 +607,9 @@ fn watch(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
     // Read before the stream is registered: a freeze that a test starts once it sees the watch
     // open must hold this stream (taken later, a freeze in between would miss it).
     let epoch = shared.faults().watch_epoch();
-    let mut store = shared.store();
+    // Registering changes the resource's watchers: under the write lock, so that the backlog
+    // replayed and the events sent afterwards meet with no gap and no overlap.
+    let mut store = shared.write();
     let def = lookup(&store, t, "watch")?;
     if let Format::Metadata { list: true, .. } = format {
         // Each event carries one object: a metadata list cannot be its form.
@@ -708,10 +729,47 @@ fn prune(req: &Request, def: &ResourceDef, version: &str, obj: &mut Value) -> Re
     Ok(())
 }
 
+/// 404 or 403 unless namespace `ns` exists and is not terminating (the NamespaceLifecycle
+/// admission plugin), for a create of `name`.
+fn check_namespace(
+    store: &Store,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+) -> Result<(), ApiError> {
+    let Some(ns) = ns.filter(|_| def.namespaced) else {
+        return Ok(());
+    };
+    match store.namespace_state(ns) {
+        NamespaceState::Active => Ok(()),
+        NamespaceState::Missing => Err(ApiError::NotFound(
+            format!("namespaces {ns:?} not found"),
+            Details {
+                name: ns.to_string(),
+                kind: "namespaces".into(),
+                ..Details::default()
+            },
+        )),
+        NamespaceState::Terminating => Err(ApiError::Forbidden(
+            format!(
+                "{} {name:?} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                def.key()
+            ),
+            def.details(name),
+        )),
+    }
+}
+
+/// POST of a new object, in three steps as kube-apiserver's create handler and etcd take
+/// them: what needs only the request (decoding, defaulting, validation) runs unlocked; what
+/// reads other objects without having to be atomic with the write (the namespace's
+/// labels for PodSecurity, the policies) under the shared lock; and under the write lock,
+/// briefly, what must be decided together with the commit: the namespace still accepting
+/// objects, the quota (so that two creates cannot both take its last pod), the name being
+/// free (AlreadyExists), then the commit itself.
 fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply, ApiError> {
     let mut obj = as_object(parse_body(req)?)?;
-    let mut store = shared.store();
-    let def = lookup(&store, t, "create")?;
+    let def = lookup(&shared.read(), t, "create")?;
     if t.name.is_some() {
         return Err(ApiError::MethodNotAllowed(
             "the server does not allow this method on the requested resource".into(),
@@ -762,78 +820,73 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     let mut obj = Value::Object(obj);
     prune(req, &def, &t.version, &mut obj)?;
 
-    // Admission (namespace lifecycle) comes before validation, as on a real server.
-    if let Some(ns) = t.namespace.as_deref().filter(|_| def.namespaced) {
-        match store.namespace_state(ns) {
-            NamespaceState::Active => {}
-            NamespaceState::Missing => {
-                return Err(ApiError::NotFound(
-                    format!("namespaces {ns:?} not found"),
-                    Details { name: ns.to_string(), kind: "namespaces".into(), ..Details::default() },
-                ))
-            }
-            NamespaceState::Terminating => {
-                return Err(ApiError::Forbidden(
-                    format!(
-                        "{} {name:?} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                        def.key()
-                    ),
-                    def.details(&name),
-                ))
-            }
-        }
-    }
+    // Admission (namespace lifecycle) comes before validation, as on a real server; it is
+    // checked again when committing, where it counts.
+    check_namespace(&shared.read(), &def, t.namespace.as_deref(), &name)?;
     let causes = validation_causes(&def, &t.version, &obj);
     if !causes.is_empty() {
         return Err(def.invalid(&name, causes));
     }
     // Validating admission runs after validation and before storage (so before
     // AlreadyExists), as in kube-apiserver, its plugins in the order of the default list:
-    // PodSecurity, ValidatingAdmissionPolicy, ResourceQuota.
+    // PodSecurity, ValidatingAdmissionPolicy, ResourceQuota. The first two read the store as
+    // kube-apiserver's read their informers' caches, not atomically with the write.
     let ns = t.namespace.as_deref().unwrap_or("");
-    if def.class == Class::Pod {
-        admission::pod_security(&store, ns, &name, &obj)?;
-    }
-    let warnings = policy::admit(
-        &store,
-        &Attempt {
-            operation: "CREATE",
-            def: &def,
-            version: &t.version,
-            subresource: None,
-            namespace: ns,
-            name: &name,
-            object: Some(&obj),
-            old: None,
-            user,
-        },
-    )?;
-    let quotas = if def.class == Class::Pod {
-        admission::quota(&store, ns, &name)?
-    } else {
-        Vec::new()
+    let warnings = {
+        let store = shared.read();
+        if def.class == Class::Pod {
+            admission::pod_security(&store, ns, &name, &obj)?;
+        }
+        policy::admit(
+            &store,
+            &Attempt {
+                operation: "CREATE",
+                def: &def,
+                version: &t.version,
+                subresource: None,
+                namespace: ns,
+                name: &name,
+                object: Some(&obj),
+                old: None,
+                user,
+            },
+        )?
     };
     let key = def.key();
-    if store.get(&key, ns, &name).is_some() {
-        return Err(def.already_exists(&name));
-    }
-    if def.class == Class::ResourceQuota {
-        obj = admission::with_usage(&store, &obj);
-    }
-    let stored = store.commit(&key, EventType::Added, obj, None);
-    for q in quotas {
-        // Admission charges the admitted pod to each quota's `status.used`.
-        let next = admission::with_usage(&store, &q);
-        if next != *q {
-            store.update("resourcequotas", next, q);
+    hold_before_commit(shared, req, "create", user);
+    let stored = {
+        let mut store = shared.write();
+        if !store.serves(&key) {
+            // Its CRD was deleted meanwhile.
+            return Err(not_served());
         }
-    }
-    if def.class == Class::Crd {
-        if let Ok(custom) = resources::from_crd(&stored) {
-            store.serve(custom);
+        check_namespace(&store, &def, t.namespace.as_deref(), &name)?;
+        let quotas = if def.class == Class::Pod {
+            admission::quota(&store, ns, &name)?
+        } else {
+            Vec::new()
+        };
+        if store.get(&key, ns, &name).is_some() {
+            return Err(def.already_exists(&name));
         }
-    }
-    drop(store);
+        if def.class == Class::ResourceQuota {
+            obj = admission::with_usage(&store, &obj);
+        }
+        let stored = store.commit(&key, EventType::Added, obj, None);
+        for q in quotas {
+            // Admission charges the admitted pod to each quota's `status.used`.
+            let next = admission::with_usage(&store, &q);
+            if next != *q {
+                store.update("resourcequotas", next, q);
+            }
+        }
+        if def.class == Class::Crd {
+            if let Ok(custom) = resources::from_crd(&stored) {
+                store.serve(custom);
+            }
+        }
+        stored
+    };
     Ok(with_warnings(
         ok_bytes(201, encode(&def, &t.version, &stored)),
         warnings,
@@ -852,22 +905,132 @@ fn with_warnings(mut reply: Reply, warnings: Vec<String>) -> Reply {
     reply
 }
 
-/// The shared end of PUT and PATCH: `new` is the whole intended object. Checks name,
-/// namespace and the resourceVersion precondition, keeps server-owned fields, applies the
-/// status-subresource rules, validates, runs validating admission, and skips the write when
-/// nothing changed (the real server keeps the resourceVersion then). Returns the stored object
-/// and the admission warnings.
-#[allow(clippy::too_many_arguments)]
-fn write_update(
+/// How many times an update is computed optimistically, from the object as read and with no
+/// lock held, and committed only if that object is still the stored one, before a last attempt
+/// holds the write lock from the read to the commit. kube-apiserver's GuaranteedUpdate retries
+/// without a bound (etcd has no lock to fall back on); the bound here keeps a writer racing a
+/// busy object (a pod the kubelet keeps writing) from retrying for ever.
+const OPTIMISTIC_ATTEMPTS: usize = 3;
+
+/// The resource a write addresses and its object as stored now (404 when there is none).
+fn current(store: &Store, t: &Target, verb: &str) -> Result<(Arc<ResourceDef>, Obj), ApiError> {
+    let def = lookup(store, t, verb)?;
+    let name = t.name.as_deref().unwrap_or("");
+    let cur = store
+        .get(&def.key(), t.namespace.as_deref().unwrap_or(""), name)
+        .ok_or_else(|| def.not_found(name))?;
+    Ok((def, cur))
+}
+
+/// PUT and PATCH, as kube-apiserver's `GuaranteedUpdate` does them: read the object, compute
+/// the whole intended object from it with `next` (decoding was done before; patching,
+/// defaulting, validation and the resourceVersion precondition happen here, with no lock
+/// held, so writes to different objects compute in parallel), run validating admission
+/// under the shared lock, then take the write lock and commit only if the object read is
+/// still the stored one; otherwise start again from the object as it is now. So whatever is
+/// decided (a 409 of a precondition included) is decided against the object as it is at
+/// commit time, and of two writers racing with the same resourceVersion exactly one wins.
+/// A write that changes nothing keeps the resourceVersion (nothing is committed). Returns
+/// the resource, the stored object and the admission warnings.
+fn guaranteed_update(
+    shared: &Shared,
     req: &Request,
-    store: &mut Store,
+    t: &Target,
+    verb: &str,
+    user: &str,
+    next: impl Fn(&ResourceDef, &Obj) -> Result<Value, ApiError>,
+) -> Result<(Arc<ResourceDef>, Obj, Vec<String>), ApiError> {
+    let name = t.name.as_deref().unwrap_or("");
+    let ns = t.namespace.as_deref().unwrap_or("");
+    for attempt in 0..=OPTIMISTIC_ATTEMPTS {
+        let held = (attempt == OPTIMISTIC_ATTEMPTS).then(|| shared.write());
+        let (def, cur) = match &held {
+            Some(store) => current(store, t, verb)?,
+            None => current(&shared.read(), t, verb)?,
+        };
+        let decided = next(&def, &cur).and_then(|new| {
+            let warnings = match &held {
+                Some(store) => admit_update(store, &def, t, &cur, &new, user),
+                None => admit_update(&shared.read(), &def, t, &cur, &new, user),
+            }?;
+            // Compared outside the lock; equal means there is nothing to store.
+            let changed = new != *cur;
+            Ok((changed.then_some(new), warnings))
+        });
+        let mut store = match held {
+            Some(store) => store,
+            None => {
+                if attempt == 0 {
+                    hold_before_commit(shared, req, verb, user);
+                }
+                shared.write()
+            }
+        };
+        let key = def.key();
+        if !store
+            .get(&key, ns, name)
+            .is_some_and(|now| Arc::ptr_eq(&now, &cur))
+        {
+            // Written (or deleted) since it was read: decide again on what is there now.
+            continue;
+        }
+        let (new, warnings) = decided?;
+        let Some(new) = new else {
+            return Ok((def, cur, warnings));
+        };
+        let stored = store.update(&key, new, cur);
+        if def.class == Class::Crd {
+            if let Ok(custom) = resources::from_crd(&stored) {
+                store.serve(custom);
+            }
+        }
+        return Ok((def, stored, warnings));
+    }
+    // The last attempt held the write lock throughout: the object cannot have moved.
+    Err(ApiError::Internal(format!(
+        "{} {name:?} kept changing while it was being updated",
+        t.resource
+    )))
+}
+
+/// Validating admission of an update of `cur` to `new`. It sees no-op writes too: the
+/// storage layer finds them unchanged only after.
+fn admit_update(
+    store: &Store,
     def: &ResourceDef,
     t: &Target,
-    cur: Obj,
+    cur: &Value,
+    new: &Value,
+    user: &str,
+) -> Result<Vec<String>, ApiError> {
+    policy::admit(
+        store,
+        &Attempt {
+            operation: "UPDATE",
+            def,
+            version: &t.version,
+            subresource: t.sub.as_deref(),
+            namespace: t.namespace.as_deref().unwrap_or(""),
+            name: t.name.as_deref().unwrap_or(""),
+            object: Some(new),
+            old: Some(cur),
+            user,
+        },
+    )
+}
+
+/// The shared end of PUT and PATCH, computed from `cur` alone (no lock held): `new` is the
+/// whole intended object. Checks name, namespace and the resourceVersion precondition, keeps
+/// server-owned fields, applies the status-subresource rules and validates. Returns the
+/// object to store.
+fn prepare_update(
+    req: &Request,
+    def: &ResourceDef,
+    t: &Target,
+    cur: &Obj,
     mut new: Map<String, Value>,
     require_rv: bool,
-    user: &str,
-) -> Result<(Obj, Vec<String>), ApiError> {
+) -> Result<Value, ApiError> {
     let name = t.name.as_deref().unwrap_or("");
     {
         let meta = meta_mut(&mut new);
@@ -883,7 +1046,7 @@ fn write_update(
         }
     }
     set_namespace(def, t, &mut new)?;
-    let cur_rv = meta_str(&cur, "resourceVersion").to_string();
+    let cur_rv = meta_str(cur, "resourceVersion").to_string();
     let meta = meta_mut(&mut new);
     match meta
         .get("resourceVersion")
@@ -911,7 +1074,7 @@ fn write_update(
         .and_then(Value::as_str)
         .filter(|u| !u.is_empty())
     {
-        let cur_uid = meta_str(&cur, "uid");
+        let cur_uid = meta_str(cur, "uid");
         if uid != cur_uid {
             return Err(uid_precondition_failed(def, name, uid, cur_uid));
         }
@@ -937,9 +1100,9 @@ fn write_update(
     meta.insert("resourceVersion".into(), json!(cur_rv));
     let status_write = t.sub.as_deref() == Some("status");
     if status_write {
-        resources::prepare_status_update(&cur, &mut new);
+        resources::prepare_status_update(cur, &mut new);
     } else {
-        resources::prepare_update(def, &cur, &mut new);
+        resources::prepare_update(def, cur, &mut new);
     }
     resources::apply_defaults(def, &mut new);
     resources::omit_empty_metadata(&mut new);
@@ -947,37 +1110,12 @@ fn write_update(
     prune(req, def, &t.version, &mut new)?;
     let mut causes = validation_causes(def, &t.version, &new);
     if !status_write {
-        causes.extend(validate::validate_update(def, &cur, &new));
+        causes.extend(validate::validate_update(def, cur, &new));
     }
     if !causes.is_empty() {
         return Err(def.invalid(name, causes));
     }
-    // Admission sees no-op writes too: the storage layer finds them unchanged only after.
-    let warnings = policy::admit(
-        store,
-        &Attempt {
-            operation: "UPDATE",
-            def,
-            version: &t.version,
-            subresource: t.sub.as_deref(),
-            namespace: t.namespace.as_deref().unwrap_or(""),
-            name,
-            object: Some(&new),
-            old: Some(&cur),
-            user,
-        },
-    )?;
-    if new == *cur {
-        return Ok((cur, warnings));
-    }
-    let key = def.key();
-    let stored = store.update(&key, new, cur);
-    if def.class == Class::Crd {
-        if let Ok(custom) = resources::from_crd(&stored) {
-            store.serve(custom);
-        }
-    }
-    Ok((stored, warnings))
+    Ok(new)
 }
 
 /// 409 for an update whose object names another uid than the stored one (the wording of the
@@ -994,16 +1132,13 @@ fn uid_precondition_failed(def: &ResourceDef, name: &str, want: &str, have: &str
 }
 
 fn update(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply, ApiError> {
-    let mut new = as_object(parse_body(req)?)?;
-    let name = t.name.as_deref().unwrap_or("");
-    let mut store = shared.store();
-    let def = lookup(&store, t, "update")?;
-    strip_type(&def, &t.version, &mut new)?;
-    let cur = store
-        .get(&def.key(), t.namespace.as_deref().unwrap_or(""), name)
-        .ok_or_else(|| def.not_found(name))?;
-    let (stored, warnings) = write_update(req, &mut store, &def, t, cur, new, true, user)?;
-    drop(store);
+    let mut body = as_object(parse_body(req)?)?;
+    // Whether the body is of this resource's kind is known before the object is read.
+    let def = lookup(&shared.read(), t, "update")?;
+    strip_type(&def, &t.version, &mut body)?;
+    let (def, stored, warnings) = guaranteed_update(shared, req, t, "update", user, |def, cur| {
+        prepare_update(req, def, t, cur, body.clone(), true)
+    })?;
     Ok(with_warnings(
         ok_bytes(200, encode(&def, &t.version, &stored)),
         warnings,
@@ -1033,8 +1168,7 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
         .unwrap_or("")
         .trim()
         .to_string();
-    let mut store = shared.store();
-    let def = lookup(&store, t, "patch")?;
+    let def = lookup(&shared.read(), t, "patch")?;
     let strategic = content_type == "application/strategic-merge-patch+json";
     let supported = matches!(
         content_type.as_str(),
@@ -1045,38 +1179,38 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
     }
     let body: Value = serde_json::from_slice(&req.body)
         .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
-    let cur = store
-        .get(&def.key(), t.namespace.as_deref().unwrap_or(""), name)
-        .ok_or_else(|| def.not_found(name))?;
-    let mut doc = (*cur).clone();
-    if content_type == "application/json-patch+json" {
-        // JSON patch paths address the object as clients see it, with kind and apiVersion.
-        doc["kind"] = json!(def.kind);
-        doc["apiVersion"] = json!(def.api_version(&t.version));
-        patch::json_patch(&mut doc, &body).map_err(|e| match e {
-            PatchError::Malformed(m) => ApiError::BadRequest(m),
-            PatchError::Failed(m) => ApiError::invalid(
-                &def.kind_label(),
-                def.kind_details(name),
-                vec![Cause::invalid("", "\"\"", &m)],
-            ),
-        })?;
-    } else {
-        if !body.is_object() {
+    let json_patch = content_type == "application/json-patch+json";
+    // The patch is applied to the object as it is when the result is committed (retried on
+    // the newer object otherwise), as kube-apiserver's patcher applies it inside
+    // GuaranteedUpdate.
+    let (def, stored, warnings) = guaranteed_update(shared, req, t, "patch", user, |def, cur| {
+        let mut doc = (**cur).clone();
+        if json_patch {
+            // JSON patch paths address the object as clients see it, with kind and apiVersion.
+            doc["kind"] = json!(def.kind);
+            doc["apiVersion"] = json!(def.api_version(&t.version));
+            patch::json_patch(&mut doc, &body).map_err(|e| match e {
+                PatchError::Malformed(m) => ApiError::BadRequest(m),
+                PatchError::Failed(m) => ApiError::invalid(
+                    &def.kind_label(),
+                    def.kind_details(name),
+                    vec![Cause::invalid("", "\"\"", &m)],
+                ),
+            })?;
+        } else if !body.is_object() {
+            // Found applying it, so after a 404 for a missing object.
             return Err(ApiError::BadRequest(
                 "a merge patch must be a JSON object".into(),
             ));
-        }
-        if strategic {
+        } else if strategic {
             patch::strategic_merge(&mut doc, &body);
         } else {
             patch::merge_patch(&mut doc, &body);
         }
-    }
-    let mut new = as_object(doc)?;
-    strip_type(&def, &t.version, &mut new)?;
-    let (stored, warnings) = write_update(req, &mut store, &def, t, cur, new, false, user)?;
-    drop(store);
+        let mut new = as_object(doc)?;
+        strip_type(def, &t.version, &mut new)?;
+        prepare_update(req, def, t, cur, new, false)
+    })?;
     Ok(with_warnings(
         ok_bytes(200, encode(&def, &t.version, &stored)),
         warnings,
@@ -1154,7 +1288,7 @@ fn evict(shared: &Shared, req: &Request, t: &Target) -> Result<Reply, ApiError> 
         ));
     }
     let mut opts = delete_options(&body["deleteOptions"], |_| None)?;
-    let mut store = shared.store();
+    let mut store = shared.write();
     let def = lookup(&store, t, "create")?;
     let key = def.key();
     let mut cur = store
@@ -1209,7 +1343,7 @@ fn delete(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     let opts = delete_opts(req)?;
     let name = t.name.as_deref().unwrap_or("");
     let ns = t.namespace.as_deref().unwrap_or("");
-    let mut store = shared.store();
+    let mut store = shared.write();
     let def = lookup(&store, t, "delete")?;
     if t.sub.is_some() {
         return Err(not_served());
@@ -1248,7 +1382,7 @@ fn delete_collection(
     user: &str,
 ) -> Result<Reply, ApiError> {
     let opts = delete_opts(req)?;
-    let mut store = shared.store();
+    let mut store = shared.write();
     let def = lookup(&store, t, "deletecollection")?;
     let (labels, fields) = selectors(req, &def, None)?;
     let key = def.key();

@@ -1,8 +1,9 @@
 //! The cluster around the API server: the scheduler, one kubelet per node, PodGC, the node
 //! lifecycle controller and the NoExecute taint manager, driven by one thread. It hears about
 //! pods and nodes through the store's tap (keys and versions, never objects), keeps its timers
-//! in a heap, and writes under the store lock as a client would, without HTTP. No thread per
-//! pod: 10,000 pods cost one map entry and a timer each.
+//! in a heap, and writes as a client would, without HTTP: the scheduler's and kubelets'
+//! decisions are made outside the store lock and committed under the write lock only if the
+//! pod is still as read. No thread per pod: 10,000 pods cost one map entry and a timer each.
 
 use crate::kubelet::{KubeletOptions, Placement, PodRun, Write};
 use crate::lifecycle::{self, ZoneState};
@@ -103,7 +104,7 @@ pub fn start(shared: &Arc<Shared>, opts: KubeletOptions) -> io::Result<Handle> {
     let (tx, rx) = mpsc::channel();
     let tap_tx = tx.clone();
     {
-        let mut store = shared.store();
+        let mut store = shared.write();
         store.set_graceful_pods(true);
         store.set_tap(Box::new(move |key: &str, ev: &Event| {
             let meta = &ev.object["metadata"];
@@ -119,7 +120,7 @@ pub fn start(shared: &Arc<Shared>, opts: KubeletOptions) -> io::Result<Handle> {
                 },
                 _ => return,
             };
-            // Unbounded: never blocks the writer holding the store lock.
+            // Unbounded: never blocks the writer holding the write lock.
             let _ = tap_tx.send(msg);
         }));
     }
@@ -132,8 +133,10 @@ pub fn start(shared: &Arc<Shared>, opts: KubeletOptions) -> io::Result<Handle> {
 
 /// How long the thread sleeps with nothing to do before checking the server still exists.
 const IDLE: Duration = Duration::from_secs(1);
-/// Pods synced per store-lock hold, so API requests get in between during a flood.
-const CHUNK: usize = 256;
+/// Pods synced per turn of read, decide, commit (see [`Cluster::sync_pods`]): one lock
+/// acquisition of each kind for many pods, and a write-lock hold short enough (the commits
+/// of this many pods) that API requests get in between during a flood.
+const CHUNK: usize = 64;
 
 fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
     let mut cluster = Cluster::new(opts);
@@ -187,12 +190,12 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
             return;
         };
         for (node, heal, reply) in partitions.drain(..) {
-            let mut store = shared.store();
+            let mut store = shared.write();
             let done = cluster.partition(&mut store, &node, heal, Instant::now(), &mut dirty);
             let _ = reply.send(done);
         }
         if !node_changes.is_empty() || due.nodes {
-            let mut store = shared.store();
+            let mut store = shared.write();
             for (name, deleted) in node_changes.drain(..) {
                 cluster.node_changed(&mut store, &name, deleted, &mut dirty);
             }
@@ -200,20 +203,16 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
         }
         let keys: Vec<Key> = std::mem::take(&mut dirty).into_iter().collect();
         for chunk in keys.chunks(CHUNK) {
-            let mut store = shared.store();
-            let now = Instant::now();
-            for key in chunk {
-                cluster.sync_pod(&mut store, key, now);
-            }
+            cluster.sync_pods(&shared, chunk, Instant::now());
         }
         if !due.evictions.is_empty() {
-            let mut store = shared.store();
+            let mut store = shared.write();
             for key in due.evictions.drain(..) {
                 cluster.evict_if_due(&mut store, &key, Instant::now());
             }
         }
         for (key, code, reply) in controls.drain(..) {
-            let mut store = shared.store();
+            let mut store = shared.write();
             let now = Instant::now();
             let partitioned = &cluster.partitioned;
             let exited = cluster
@@ -242,6 +241,24 @@ impl Due {
     fn is_empty(&self) -> bool {
         !self.nodes && self.evictions.is_empty()
     }
+}
+
+/// One pod's sync decided from the pod as read, with no store lock held, as a scheduler and a
+/// kubelet decide from their caches: what they write for it, committed only if the pod (and
+/// the nodes) are still as read.
+struct Plan {
+    /// The pod as read.
+    read: Obj,
+    /// The node the pod runs on, as read.
+    node: String,
+    /// The scheduler's write, for a pod that was not bound: the pod bound to `node`.
+    bind: Option<Value>,
+    /// The kubelet's state after this sync: advanced, or admitted now (`admitted`: the pod
+    /// counts on the node and takes its next pod IP, so the plan counts on those before it).
+    run: PodRun,
+    admitted: bool,
+    /// The kubelet's writes, those that would change nothing left out.
+    writes: Vec<Write>,
 }
 
 /// The state of the scheduler, the kubelets and the node controllers.
@@ -539,7 +556,231 @@ impl Cluster {
         self.waiting.remove(key);
     }
 
-    /// Does whatever the pod needs from the scheduler or its kubelet now.
+    /// Syncs the pods of `chunk` as API clients would: what they need is read under the shared
+    /// lock, decided with no lock (building pod objects and statuses is most of the cost), and
+    /// committed under the write lock only where the pod and the nodes are still as read, so
+    /// that API requests are not held up while the scheduler and kubelets think. A pod whose
+    /// sync cannot be decided that way (not yet schedulable, a node tainted NoExecute or
+    /// partitioned, an eviction pending, a pod changed meanwhile) is synced under the write
+    /// lock instead, as [`Cluster::sync_pod`] always did.
+    fn sync_pods(&mut self, shared: &Shared, chunk: &[Key], now: Instant) {
+        let (pods, nodes) = {
+            let store = shared.read();
+            let pods: Vec<Option<Obj>> = chunk
+                .iter()
+                .map(|k| store.get("pods", &k.0, &k.1))
+                .collect();
+            (pods, store.list("nodes", None, None, 0, |_| true).0)
+        };
+        // Pods admitted to each node by the plans before, so that each plan spreads pods and
+        // hands out pod IPs as if those before it had been written.
+        let mut admitted: HashMap<String, usize> = HashMap::new();
+        let plans: Vec<Option<Plan>> = chunk
+            .iter()
+            .zip(pods)
+            .map(|(key, pod)| pod.and_then(|p| self.plan_pod(key, p, &nodes, &mut admitted, now)))
+            .collect();
+        let mut store = shared.write();
+        let (now_nodes, _) = store.list("nodes", None, None, 0, |_| true);
+        let nodes_as_read = now_nodes.len() == nodes.len()
+            && now_nodes.iter().zip(&nodes).all(|(a, b)| Arc::ptr_eq(a, b));
+        // Plans count on every plan before them having been written: once one was not, the
+        // spreading and pod IPs of those that admit a pod are not theirs to decide any more.
+        let mut in_step = nodes_as_read;
+        for (key, plan) in chunk.iter().zip(plans) {
+            let plan = plan.filter(|p| nodes_as_read && (in_step || !p.admitted));
+            let applied = match plan {
+                Some(plan) => self.apply_plan(&mut store, key, plan),
+                None => false,
+            };
+            if !applied {
+                in_step = false;
+                self.sync_pod(&mut store, key, now);
+            }
+        }
+    }
+
+    /// Decides the sync of `key` from `pod` and `nodes` as read, changing nothing: `None` when
+    /// it takes more than the scheduler binding the pod and its kubelet admitting and
+    /// running it (see [`Cluster::sync_pods`]). `admitted` counts the pods admitted to each
+    /// node by the plans before this one.
+    fn plan_pod(
+        &self,
+        key: &Key,
+        pod: Obj,
+        nodes: &[Obj],
+        admitted: &mut HashMap<String, usize>,
+        now: Instant,
+    ) -> Option<Plan> {
+        let known = self.pods.get(key);
+        if known.is_some_and(|r| r.uid != meta_str(&pod, "uid")) || self.evictions.contains_key(key)
+        {
+            return None;
+        }
+        let node_named = |name: &str| nodes.iter().find(|n| meta_str(n, "name") == name);
+        let mut node = pod["spec"]["nodeName"].as_str().unwrap_or("").to_string();
+        let mut bind = None;
+        if node.is_empty() {
+            let terminal = matches!(
+                pod["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            );
+            let ours = pod["spec"]["schedulerName"]
+                .as_str()
+                .unwrap_or("default-scheduler")
+                == "default-scheduler";
+            if known.is_some()
+                || terminal
+                || !ours
+                || !pod["metadata"]["deletionTimestamp"].is_null()
+            {
+                return None;
+            }
+            let candidates: Vec<Candidate> = nodes
+                .iter()
+                .map(|n| {
+                    let name = meta_str(n, "name").to_string();
+                    Candidate {
+                        cordoned: nodes::is_cordoned(n),
+                        taints: scheduler::effective_taints(n),
+                        pods: self.per_node.get(&name).copied().unwrap_or(0)
+                            + admitted.get(&name).copied().unwrap_or(0),
+                        name,
+                    }
+                })
+                .collect();
+            let Decision::Bind(chosen) = scheduler::decide(&pod, &candidates) else {
+                return None;
+            };
+            bind = Some(scheduler::bound(&pod, &chosen, &util::now_rfc3339()));
+            node = chosen;
+        }
+        let node_obj = node_named(&node)?;
+        let bound = bind.as_ref().unwrap_or(&pod);
+        let no_execute = taints::of_node(node_obj)
+            .iter()
+            .any(|t| t["effect"] == taints::NO_EXECUTE);
+        if self.partitioned.contains_key(&node)
+            || no_execute
+            || lifecycle::gc_terminating_applies(bound, node_obj)
+        {
+            return None;
+        }
+        let (mut run, admit) = match known {
+            Some(run) => (run.clone(), false),
+            None => {
+                let terminal = matches!(
+                    bound["status"]["phase"].as_str(),
+                    Some("Succeeded" | "Failed")
+                );
+                if terminal {
+                    return None;
+                }
+                let before = admitted.entry(node.clone()).or_default();
+                let place = Placement {
+                    host_ip: nodes::internal_ip(node_obj),
+                    pod_ip: pod_ip_at(
+                        node_obj,
+                        self.next_ip.get(&node).copied().unwrap_or(0) + *before as u32,
+                    ),
+                    node: node.clone(),
+                };
+                *before += 1;
+                (PodRun::admit(bound, place, now, &self.opts), true)
+            }
+        };
+        let mut writes = run.sync(bound, now, &self.opts);
+        // A write that changes nothing keeps the resourceVersion, as on a real server: only one
+        // that no write precedes can be such (the others follow a new version).
+        let mut wrote = false;
+        writes.retain(|w| match w {
+            Write::Status(next) if !wrote && next == bound => false,
+            Write::Status(_) => {
+                wrote = true;
+                true
+            }
+            Write::Remove => true,
+        });
+        Some(Plan {
+            read: pod,
+            node,
+            bind,
+            run,
+            admitted: admit,
+            writes,
+        })
+    }
+
+    /// Writes what `plan` decided for `key` if the pod is still as read (`false`, changing
+    /// nothing, otherwise), as [`Cluster::sync_pod`] would have written it.
+    fn apply_plan(&mut self, store: &mut Store, key: &Key, plan: Plan) -> bool {
+        let Some(mut cur) = store
+            .get("pods", &key.0, &key.1)
+            .filter(|p| Arc::ptr_eq(p, &plan.read))
+        else {
+            return false;
+        };
+        let Plan {
+            node,
+            bind,
+            mut run,
+            admitted,
+            writes,
+            ..
+        } = plan;
+        let uid = run.uid.clone();
+        if let Some(bound) = bind {
+            cur = store.update("pods", bound, cur);
+        }
+        self.waiting.remove(key);
+        if admitted {
+            *self.next_ip.entry(node.clone()).or_insert(0) += 1;
+            *self.per_node.entry(node).or_default() += 1;
+        }
+        for write in writes {
+            match write {
+                Write::Status(next) => cur = store.update("pods", next, cur),
+                Write::Remove => self.remove_pod(store, key, &uid),
+            }
+            run.written_rv = store.rv();
+        }
+        let wake = run.wake;
+        self.pods.insert(key.clone(), run);
+        self.after_sync(store, key, &uid, wake);
+        true
+    }
+
+    /// The kubelet's last word on a pod whose deletion it carried out: DELETE with grace 0 and
+    /// a uid precondition.
+    fn remove_pod(&self, store: &mut Store, key: &Key, uid: &str) {
+        let opts = DeleteOpts {
+            uid: Some(uid.to_string()),
+            grace_period: Some(0),
+            ..DeleteOpts::default()
+        };
+        if let Err(e) = store.delete("pods", &key.0, &key.1, &opts) {
+            log::debug!(object = format!("{}/{}", key.0, key.1).as_str(), error = e.to_string().as_str(); "kubelet could not remove a pod");
+        }
+    }
+
+    /// After a sync: forgets a pod that is gone (or was replaced), else sets its next wake-up.
+    fn after_sync(&mut self, store: &Store, key: &Key, uid: &str, wake: Option<Instant>) {
+        let gone = store
+            .get("pods", &key.0, &key.1)
+            .is_none_or(|p| meta_str(&p, "uid") != uid);
+        if gone {
+            self.forget(key);
+            return;
+        }
+        match wake {
+            Some(t) => self.wake_at(Wake::Pod(key.clone()), t),
+            None => {
+                self.timer_of.remove(&Wake::Pod(key.clone()));
+            }
+        }
+    }
+
+    /// Does whatever the pod needs from the scheduler or its kubelet now, under the write lock.
     fn sync_pod(&mut self, store: &mut Store, key: &Key, now: Instant) {
         let Some(mut cur) = store.get("pods", &key.0, &key.1) else {
             self.forget(key);
@@ -591,7 +832,7 @@ impl Cluster {
                 .insert(key.clone(), PodRun::admit(&cur, place, now, &self.opts));
             *self.per_node.entry(node).or_default() += 1;
         }
-        let Some(run) = self.pods.get_mut(key) else {
+        let Some(mut run) = self.pods.remove(key) else {
             return;
         };
         for write in run.sync(&cur, now, &self.opts) {
@@ -599,33 +840,13 @@ impl Cluster {
                 // A write that changes nothing keeps the resourceVersion, as on a real server.
                 Write::Status(next) if next == *cur => continue,
                 Write::Status(next) => cur = store.update("pods", next, cur),
-                Write::Remove => {
-                    let opts = DeleteOpts {
-                        uid: Some(uid.clone()),
-                        grace_period: Some(0),
-                        ..DeleteOpts::default()
-                    };
-                    if let Err(e) = store.delete("pods", &key.0, &key.1, &opts) {
-                        log::debug!(object = format!("{}/{}", key.0, key.1).as_str(), error = e.to_string().as_str(); "kubelet could not remove a pod");
-                    }
-                }
+                Write::Remove => self.remove_pod(store, key, &uid),
             }
             run.written_rv = store.rv();
         }
         let wake = run.wake;
-        let gone = store
-            .get("pods", &key.0, &key.1)
-            .is_none_or(|p| meta_str(&p, "uid") != uid);
-        if gone {
-            self.forget(key);
-            return;
-        }
-        match wake {
-            Some(t) => self.wake_at(Wake::Pod(key.clone()), t),
-            None => {
-                self.timer_of.remove(&Wake::Pod(key.clone()));
-            }
-        }
+        self.pods.insert(key.clone(), run);
+        self.after_sync(store, key, &uid, wake);
     }
 
     /// Binds an unscheduled pod to a node (the pod as bound), or records why it cannot be
@@ -678,8 +899,13 @@ impl Cluster {
     /// The next IP of the node's pod network (`10.244.N.2` up to `.254`, then around again).
     fn pod_ip(&mut self, node: &str, node_obj: &Obj) -> String {
         let n = self.next_ip.entry(node.to_string()).or_insert(0);
-        let host = 2 + *n % 253;
+        let ip = pod_ip_at(node_obj, *n);
         *n += 1;
-        format!("{}.{host}", nodes::pod_network(node_obj))
+        ip
     }
+}
+
+/// The `n`th pod IP handed out on the node (counting from 0).
+fn pod_ip_at(node_obj: &Value, n: u32) -> String {
+    format!("{}.{}", nodes::pod_network(node_obj), 2 + n % 253)
 }

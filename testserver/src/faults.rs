@@ -38,6 +38,13 @@ impl Default for FailRule {
 /// `hold`) or hung (`hold: None`, until [`crate::TestServer::lift_stall`]) does. A held request
 /// is handled when the hold ends, whether or not its client is still waiting: a request a
 /// client gave up on may still take effect, as it may on a real server.
+///
+/// With `before_commit`, a write (create, update, patch) is held later instead: decoded,
+/// defaulted, validated and admitted, about to commit, as a write whose storage is slow is; it
+/// holds no lock meanwhile, so reads and other writes go on. When the hold ends it commits
+/// against the object as it is then (an update computed from an object that has changed
+/// since is computed again, as kube-apiserver's GuaranteedUpdate retries). Other requests do
+/// not match such a rule.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StallRule {
     /// Only requests with this verb: get, list, watch, create, update, patch, delete.
@@ -49,11 +56,14 @@ pub struct StallRule {
     pub user: Option<String>,
     /// How long each matching request is held; `None`: until the rule is lifted.
     pub hold: Option<Duration>,
+    /// Hold writes just before they commit instead of on arrival (see above).
+    pub before_commit: bool,
 }
 
 impl StallRule {
-    fn matches(&self, verb: &str, target: &str, user: &str) -> bool {
-        self.verb.as_deref().is_none_or(|v| v == verb)
+    fn matches(&self, verb: &str, target: &str, user: &str, before_commit: bool) -> bool {
+        self.before_commit == before_commit
+            && self.verb.as_deref().is_none_or(|v| v == verb)
             && self
                 .path_contains
                 .as_deref()
@@ -71,6 +81,8 @@ pub struct Faults {
     /// Stall rules in force, by id; a request is held by the first that matches.
     stalls: Vec<(u64, StallRule)>,
     next_stall: u64,
+    /// Requests held by a stall rule now.
+    held: usize,
     /// The epoch the next watch stream starts in; [`Faults::freeze_watches`] starts a new one.
     watch_epoch: u64,
     /// Watch streams of this epoch and before are frozen; `None`: none is.
@@ -164,36 +176,51 @@ impl Faults {
         self.stalls.clear();
     }
 
-    /// The first stall rule in force for this request: its id, and until when it holds.
-    fn stall_for(&self, verb: &str, target: &str, user: &str) -> Option<(u64, Option<Instant>)> {
+    /// The first stall rule in force for this request at this point (on arrival, or before
+    /// its commit): its id, and until when it holds.
+    fn stall_for(
+        &self,
+        verb: &str,
+        target: &str,
+        user: &str,
+        before_commit: bool,
+    ) -> Option<(u64, Option<Instant>)> {
         self.stalls
             .iter()
-            .find(|(_, r)| r.matches(verb, target, user))
+            .find(|(_, r)| r.matches(verb, target, user, before_commit))
             .map(|(id, r)| (*id, r.hold.map(|h| Instant::now() + h)))
+    }
+
+    /// How many requests stall rules hold now.
+    pub fn held(&self) -> usize {
+        self.held
     }
 }
 
-/// Blocks the calling connection thread while a stall rule holds this request: until the
-/// rule's hold passes or the rule is lifted (`lifted` is notified then).
+/// Blocks the calling connection thread while a stall rule holds this request, on arrival or
+/// (`before_commit`) just before a write commits: until the rule's hold passes or the rule is
+/// lifted (`lifted` is notified then). The caller holds no store lock.
 pub fn wait_out_stalls(
     faults: &Mutex<Faults>,
     lifted: &Condvar,
     verb: &str,
     target: &str,
     user: &str,
+    before_commit: bool,
 ) {
     let mut f = faults.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((id, until)) = f.stall_for(verb, target, user) else {
+    let Some((id, until)) = f.stall_for(verb, target, user, before_commit) else {
         return;
     };
-    log::debug!(verb = verb, target = target, user = user; "request stalled");
+    log::debug!(verb = verb, target = target, user = user, before_commit = before_commit; "request stalled");
+    f.held += 1;
     while f.stalls.iter().any(|(i, _)| *i == id) {
         f = match until {
             None => lifted.wait(f).unwrap_or_else(|e| e.into_inner()),
             Some(u) => {
                 let left = u.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return;
+                    break;
                 }
                 lifted
                     .wait_timeout(f, left)
@@ -202,6 +229,7 @@ pub fn wait_out_stalls(
             }
         };
     }
+    f.held -= 1;
 }
 
 /// Blocks a frozen watch stream's thread for at most `at_most`, or until the watches are
@@ -336,15 +364,30 @@ mod tests {
             path_contains: Some("leases".into()),
             user: Some("replica-a".into()),
             hold: Some(Duration::from_millis(200)),
+            ..StallRule::default()
         });
         let t = Instant::now();
-        wait_out_stalls(&faults, &lifted, "update", "/x/leases/l", "replica-b");
-        wait_out_stalls(&faults, &lifted, "get", "/x/leases/l", "replica-a");
+        wait_out_stalls(
+            &faults,
+            &lifted,
+            "update",
+            "/x/leases/l",
+            "replica-b",
+            false,
+        );
+        wait_out_stalls(&faults, &lifted, "get", "/x/leases/l", "replica-a", false);
         assert!(
             t.elapsed() < Duration::from_millis(150),
             "others pass at once"
         );
-        wait_out_stalls(&faults, &lifted, "update", "/x/leases/l", "replica-a");
+        wait_out_stalls(
+            &faults,
+            &lifted,
+            "update",
+            "/x/leases/l",
+            "replica-a",
+            false,
+        );
         assert!(t.elapsed() >= Duration::from_millis(200));
     }
 
@@ -354,7 +397,7 @@ mod tests {
         let id = shared.0.lock().unwrap().add_stall(StallRule::default());
         let held = shared.clone();
         let waiter = std::thread::spawn(move || {
-            wait_out_stalls(&held.0, &held.1, "get", "/api/v1/pods", "admin");
+            wait_out_stalls(&held.0, &held.1, "get", "/api/v1/pods", "admin", false);
             Instant::now()
         });
         std::thread::sleep(Duration::from_millis(300));

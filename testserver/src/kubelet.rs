@@ -4,7 +4,8 @@
 //! recordings show (tests/fixtures/kube-1.28-kubelet, 03-10).
 //!
 //! Pure state and decisions: [`PodRun::sync`] is given the pod as stored and the time, and
-//! answers what to write; the thread that owns the store lock writes it (`cluster.rs`).
+//! answers what to write; the cluster thread writes it under the store's write lock
+//! (`cluster.rs`).
 //!
 //! Readiness is a real prober's with no probes defined: a container is ready (and `started`)
 //! while it runs, and only then. The recordings come from a kubemark hollow node whose fake
@@ -210,8 +211,9 @@ pub struct Placement {
     pub pod_ip: String,
 }
 
-/// The kubelet's view of one pod it runs.
-#[derive(Debug)]
+/// The kubelet's view of one pod it runs. Cloned before a sync decided outside the store
+/// lock, so that the sync can be dropped when the pod changed before it was written.
+#[derive(Debug, Clone)]
 pub struct PodRun {
     pub uid: String,
     pub node: String,

@@ -194,7 +194,7 @@ impl TestServer {
             .spawn(move || {
                 while let Ok(job) = gc_rx.recv() {
                     let Some(shared) = weak.upgrade() else { break };
-                    shared.store().collect(job);
+                    shared.write().collect(job);
                 }
             })?;
 
@@ -204,7 +204,7 @@ impl TestServer {
             None => None,
         };
         {
-            let mut store = shared.store();
+            let mut store = shared.write();
             for i in 0..opts.nodes {
                 nodes::register(&mut store, &nodes::node_name(i));
             }
@@ -296,13 +296,13 @@ impl TestServer {
 
     /// Ends every open watch stream abruptly: the connection closes without the final chunk.
     pub fn drop_watches(&self) {
-        self.shared.store().drop_watches();
+        self.shared.write().drop_watches();
     }
 
     /// As after an API-server restart with compaction: every resourceVersion before the
     /// current one is too old (watches from them get the in-stream 410), and open watches end.
     pub fn expire_all(&self) {
-        self.shared.store().expire_all();
+        self.shared.write().expire_all();
     }
 
     /// Makes the next matching requests fail (see [`FailRule`]).
@@ -365,6 +365,12 @@ impl TestServer {
         StallId(self.shared.faults().add_stall(rule))
     }
 
+    /// How many requests stall rules hold now (on arrival, or before their commit), so a test
+    /// can wait until a request it sent is held before it acts.
+    pub fn stalled(&self) -> usize {
+        self.shared.faults().held()
+    }
+
     /// Ends a stall: the requests it holds are handled now, new ones pass.
     pub fn lift_stall(&self, id: StallId) {
         self.shared.faults().lift_stall(id.0);
@@ -405,7 +411,7 @@ impl TestServer {
         if let Some(l) = listener {
             l.stop();
         }
-        self.shared.store().drop_watches();
+        self.shared.write().drop_watches();
         self.shared.close_connections();
     }
 
@@ -433,26 +439,26 @@ impl TestServer {
 
     /// Watch streams currently open.
     pub fn open_watches(&self) -> usize {
-        self.shared.store().open_watches()
+        self.shared.read().open_watches()
     }
 
     /// Cordons `node` as `kubectl cordon` does (the strategic merge patch
     /// `{"spec":{"unschedulable":true}}`): new pods are no longer scheduled to it; its pods
     /// keep running. `false` if there is no such node.
     pub fn cordon(&self, node: &str) -> bool {
-        nodes::set_cordoned(&mut self.shared.store(), node, true)
+        nodes::set_cordoned(&mut self.shared.write(), node, true)
     }
 
     /// Uncordons `node` as `kubectl uncordon` does (`{"spec":{"unschedulable":null}}`); pods
     /// left Pending as Unschedulable are scheduled again. `false` if there is no such node.
     pub fn uncordon(&self, node: &str) -> bool {
-        nodes::set_cordoned(&mut self.shared.store(), node, false)
+        nodes::set_cordoned(&mut self.shared.write(), node, false)
     }
 
     /// Registers a new Ready node `name` with its kubelet (pods left Pending as Unschedulable
     /// are scheduled again); `false` if a node of that name exists.
     pub fn add_node(&self, name: &str) -> bool {
-        nodes::register(&mut self.shared.store(), name)
+        nodes::register(&mut self.shared.write(), name)
     }
 
     /// Loses `node` with its pods, as when a machine is gone for good: the Node is deleted
@@ -460,7 +466,7 @@ impl TestServer {
     /// DeletionByPodGC) and deletes it with grace 0 (MODIFIED, DELETED), all before this
     /// returns. `false` if there is no such node.
     pub fn lose_node(&self, node: &str) -> bool {
-        let mut store = self.shared.store();
+        let mut store = self.shared.write();
         if store
             .delete("nodes", "", node, &store::DeleteOpts::default())
             .is_err()
@@ -524,7 +530,7 @@ impl TestServer {
 
     /// The names of the nodes, in order.
     pub fn node_names(&self) -> Vec<String> {
-        nodes::names(&self.shared.store())
+        nodes::names(&self.shared.read())
     }
 
     /// The JSON a GET of `path` would answer (an object or a list), bypassing HTTP, auth,
@@ -543,5 +549,41 @@ impl Drop for TestServer {
         if self.remove_dir {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads share the store: a GET and lists are answered while another reader holds the
+    /// store (with one mutex for everything, they would wait for it). An HTTP test cannot hold
+    /// the lock, so this one does it from inside.
+    #[test]
+    fn reads_are_answered_while_another_read_holds_the_store() {
+        let server = TestServer::start(Options {
+            kubelet: None,
+            ..Options::default()
+        })
+        .expect("server starts");
+        // Nothing writes meanwhile (no kubelet, no request): no writer waits for the lock, so
+        // none makes new readers wait behind it.
+        let held = server.shared.read();
+        let shared = server.shared.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let answered = [
+                "/api/v1/namespaces/default",
+                "/api/v1/namespaces",
+                "/apis/immortalcontainer.flugel.it/v1alpha1/immortalcontainers",
+            ]
+            .map(|path| api::get_direct(&shared, path).is_some());
+            let _ = tx.send(answered);
+        });
+        let answered = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("reads answered while the store is held for reading");
+        assert_eq!(answered, [true, true, true]);
+        drop(held);
     }
 }

@@ -12,13 +12,15 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 /// State shared by the accept thread, connection threads, the GC thread and `TestServer`.
 pub struct Shared {
-    store: Mutex<Store>,
+    /// Reads (GET, LIST, discovery, admission's lookups) share it; a write holds it
+    /// exclusively only to commit (see [`Shared::write`] and the README's concurrency model).
+    store: RwLock<Store>,
     pub users: RwLock<Users>,
     pub faults: Mutex<Faults>,
     /// Notified when a stall rule is lifted or watches are thawed, waking what they held.
@@ -105,7 +107,7 @@ impl Shared {
         tls: Arc<rustls::ServerConfig>,
     ) -> Shared {
         Shared {
-            store: Mutex::new(store),
+            store: RwLock::new(store),
             users: RwLock::new(users),
             faults: Mutex::new(Faults::default()),
             stall_lifted: Condvar::new(),
@@ -119,8 +121,19 @@ impl Shared {
         }
     }
 
-    pub fn store(&self) -> MutexGuard<'_, Store> {
-        lock(&self.store)
+    /// The store for reading: any number of readers at once, none while a write commits.
+    /// Hold it briefly: take what the request needs (objects are shared `Arc`s) and encode
+    /// after letting it go.
+    pub fn read(&self) -> RwLockReadGuard<'_, Store> {
+        self.store.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The store for writing, alone: what etcd serializes (the next resourceVersion,
+    /// preconditions checked against the stored object, storing, the watch history and
+    /// fan-out). The API holds it only to commit what it prepared outside; the simulated
+    /// cluster and the garbage collector hold it to do their (short) work.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Store> {
+        self.store.write().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn faults(&self) -> MutexGuard<'_, Faults> {
@@ -166,7 +179,7 @@ impl Shared {
         }
         // A watch waiting for its next event learns it is over when its channel closes; it
         // then ends without writing (its socket is gated), leaving the connection open.
-        let mut store = self.store();
+        let mut store = self.write();
         for (key, id) in watches {
             store.unwatch(&key, id);
         }

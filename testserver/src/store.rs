@@ -1,6 +1,8 @@
 //! The object store: every served resource's objects, the cluster-wide resourceVersion, a
 //! bounded event history per resource, open watches, and the owner index garbage collection
-//! walks. One `Store` lives behind one mutex; nothing here blocks or does I/O.
+//! walks. One `Store` lives behind one read-write lock (`server.rs`): `&self` methods are what
+//! readers may do together, `&mut self` ones are commits, one at a time; nothing here blocks
+//! or does I/O.
 
 use crate::resources::{self, Class, ResourceDef};
 use crate::status::{ApiError, Details};
@@ -114,10 +116,10 @@ impl Default for DeleteOpts {
     }
 }
 
-/// Called with every committed change (resource key and event), under the store lock: how
+/// Called with every committed change (resource key and event), under the write lock: how
 /// the simulated cluster components (scheduler, kubelets) hear about pods and nodes without
 /// a watch of their own. It must not block.
-pub type Tap = Box<dyn Fn(&str, &Event) + Send>;
+pub type Tap = Box<dyn Fn(&str, &Event) + Send + Sync>;
 
 /// A namespace's state as creates see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,6 +260,11 @@ impl Store {
     /// The current (latest) resourceVersion.
     pub fn rv(&self) -> u64 {
         self.rv
+    }
+
+    /// Whether resource `key` is served (a custom resource stops being when its CRD goes).
+    pub fn serves(&self, key: &str) -> bool {
+        self.tables.contains_key(key)
     }
 
     fn def_of(&self, key: &str) -> Option<Arc<ResourceDef>> {
@@ -661,7 +668,7 @@ impl Store {
         }
     }
 
-    /// Does one garbage-collection job (called by the GC thread, under the store lock).
+    /// Does one garbage-collection job (called by the GC thread, under the write lock).
     pub fn collect(&mut self, job: GcJob) {
         match job {
             GcJob::OwnerDeleted(uid) => {

@@ -29,7 +29,7 @@ pub enum Start {
     Expired(ApiError),
 }
 
-/// Everything a watch stream needs, prepared by the API layer under the store lock.
+/// Everything a watch stream needs, prepared by the API layer as it registers the watch.
 pub struct WatchPlan {
     pub def: Arc<ResourceDef>,
     pub version: String,
@@ -70,7 +70,7 @@ struct Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.shared.store().unwatch(&self.key, self.id);
+        self.shared.write().unwatch(&self.key, self.id);
     }
 }
 
@@ -260,9 +260,10 @@ pub fn serve<S: Read + Write>(
                 }
                 if bookmark_at.is_some_and(|b| b <= now) {
                     // Every commit up to the version read here is already in the channel
-                    // (commits send under the same lock), so send those first: a bookmark
-                    // must never skip an event the client has not seen.
-                    let rv = shared.store().rv();
+                    // (commits send under the write lock, which excludes this read), so send
+                    // those first: a bookmark must never skip an event the client has not
+                    // seen.
+                    let rv = shared.read().rv();
                     while let Ok(ev) = rx.try_recv() {
                         if stream.send(&ev).is_err() {
                             return Ended::Dropped;
