@@ -65,6 +65,10 @@ pub struct Config {
     /// Passed to the operator as `--workers`.
     pub workers: usize,
     pub image: String,
+    /// Test server only: added to every request's answer, as a round trip to a real API
+    /// server adds it, so that concurrency (the floor's connections, the operator's workers)
+    /// shows what it buys where the server is not the bottleneck.
+    pub latency: Duration,
     /// How long the herd phase's burst of errors lasts; zero skips the phase.
     pub burst: Duration,
     /// The HTTP status the burst answers with.
@@ -88,6 +92,7 @@ impl Default for Config {
             recovery: 50,
             workers: 1,
             image: DEFAULT_IMAGE.into(),
+            latency: Duration::ZERO,
             burst: Duration::from_secs(10),
             burst_status: 503,
             burst_objects: None,
@@ -162,12 +167,30 @@ pub fn run(cfg: &Config) -> Result<Report, Error> {
         cfg.kubeconfig.as_deref(),
         cfg.connections.max(cfg.workers) + 8,
     )?;
+    if !cfg.latency.is_zero() {
+        match cluster.test_server() {
+            Some(server) => server.set_latency(cfg.latency),
+            None => {
+                return Err(Error::Setup(
+                    "--latency-ms needs the in-process test server (no --kubeconfig)".into(),
+                ))
+            }
+        }
+    }
     let logs = std::env::temp_dir().join(format!("immortal-bench-{}", std::process::id()));
     std::fs::create_dir_all(&logs)
         .map_err(|e| Error::Setup(format!("cannot create {}: {e}", logs.display())))?;
     let mut report = Report {
         machine,
-        against: cluster.describe(),
+        against: if cfg.latency.is_zero() {
+            cluster.describe()
+        } else {
+            format!(
+                "{}, {} ms added to every answer",
+                cluster.describe(),
+                cfg.latency.as_millis()
+            )
+        },
         operator: cfg.operator.display().to_string(),
         operator_binary_bytes: binary_bytes,
         objects: cfg.objects,

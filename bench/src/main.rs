@@ -49,6 +49,12 @@ struct Args {
     /// Herd phase: objects queued when the burst starts [default: --objects].
     #[arg(long, value_name = "N")]
     burst_objects: Option<usize>,
+    /// Test server only: milliseconds added to every answer, as a real API server's round trip
+    /// adds them; with it, the floor at N connections and the operator at N workers show what
+    /// concurrency buys when the server has cores to spare.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    latency_ms: u64,
+
     /// Give up (exit 2) when the whole run takes longer, in seconds.
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     timeout: u64,
@@ -80,6 +86,7 @@ fn main() -> ExitCode {
         recovery: args.recovery,
         workers: args.workers,
         image: args.image,
+        latency: Duration::from_millis(args.latency_ms),
         burst: Duration::from_secs(args.burst_seconds),
         burst_status: args.burst_status,
         burst_objects: args.burst_objects,
