@@ -376,6 +376,7 @@ fn start_workers(
         api_version: API_VERSION,
         kind: KIND,
     });
+    let recorder = recorder.reporting_drops(metrics::events_dropped);
     {
         let (client, finished) = (writer.clone(), finished_tx.clone());
         if let Err(e) = thread::Builder::new().name("events".into()).spawn(move || {

@@ -19,6 +19,8 @@ use serde_json::json;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A repeated Event within this window updates the first one.
@@ -30,7 +32,7 @@ const REFILL_EVERY: Duration = Duration::from_secs(300);
 /// for the whole window, and memory grew with the object count.
 pub const MAX_REMEMBERED: usize = 4096;
 /// Events waiting to be written; beyond this they are dropped (the reconcile never waits).
-const BACKLOG: usize = 1024;
+pub const BACKLOG: usize = 1024;
 
 /// An Event to record: Normal or Warning, a CamelCase reason, a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,11 +59,20 @@ pub struct Pending {
     pub note: Note,
 }
 
+/// Called with the running total each time an Event is dropped because the queue is full.
+pub type DropHook = fn(u64);
+
 /// Cheap handle the reconcile side records through.
 #[derive(Clone)]
 pub struct Recorder {
     tx: Sender<Pending>,
     kind: Kind,
+    /// Events dropped for a full queue, since start.
+    dropped: Arc<AtomicU64>,
+    /// Set by the first drop of an episode (its WARN said so), cleared once the queue is half
+    /// empty again: one line each way however many are dropped in between.
+    dropping: Arc<AtomicBool>,
+    on_drop: Option<DropHook>,
 }
 
 impl Recorder {
@@ -73,14 +84,44 @@ impl Recorder {
         // for a queue that is empty almost always); the unbounded one grows in small blocks.
         // Two workers racing past the check can overshoot BACKLOG by one each, which is fine.
         let (tx, rx) = crossbeam_channel::unbounded();
-        (Recorder { tx, kind }, rx)
+        let recorder = Recorder {
+            tx,
+            kind,
+            dropped: Arc::default(),
+            dropping: Arc::default(),
+            on_drop: None,
+        };
+        (recorder, rx)
     }
 
-    /// Queues `note` about the object `meta` describes; never waits.
+    /// Calls `hook` (a metrics counter) on every Event dropped for a full queue.
+    pub fn reporting_drops(mut self, hook: DropHook) -> Recorder {
+        self.on_drop = Some(hook);
+        self
+    }
+
+    /// Queues `note` about the object `meta` describes; never waits. When the writer thread
+    /// falls [`BACKLOG`] behind (a burst of creates from many workers), the Event is dropped,
+    /// as client-go's broadcaster drops on a full channel: Events are best effort and the
+    /// reconcile must not wait on them. A drop is never silent: the first of an episode is a
+    /// WARN, each is counted, and the end of the episode says how many were lost.
     pub fn record(&self, meta: &ObjectMeta, note: Note) {
-        if self.tx.len() >= BACKLOG {
+        let waiting = self.tx.len();
+        if waiting >= BACKLOG {
+            let total = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(hook) = self.on_drop {
+                hook(total);
+            }
+            if !self.dropping.swap(true, Ordering::Relaxed) {
+                log::warn!(target: "events", object = format!("{}/{}", meta.namespace, meta.name).as_str(), reason = note.reason, waiting = waiting as u64;
+                    "the Event queue is full: Events are dropped until the writer catches up (best effort, as client-go's recorder)");
+            }
             log::debug!(target: "events", object = format!("{}/{}", meta.namespace, meta.name).as_str(), reason = note.reason; "event backlog full, dropped");
             return;
+        }
+        if waiting <= BACKLOG / 2 && self.dropping.swap(false, Ordering::Relaxed) {
+            log::info!(target: "events", dropped_total = self.dropped.load(Ordering::Relaxed);
+                "the Event queue has room again; Events are written again");
         }
         // A send fails only once the recorder thread is gone (shutdown): nothing to do then.
         let _ = self.tx.send(Pending {
@@ -390,5 +431,40 @@ mod tests {
         let n = event_name(&"a".repeat(253));
         assert!(n.len() <= MAX_NAME_LEN, "{}", n.len());
         assert!(event_name("web").starts_with("web."));
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_waiting_and_recovers_once_drained() {
+        static SEEN: AtomicU64 = AtomicU64::new(0);
+        let (recorder, rx) = Recorder::channel(Kind {
+            api_version: "v1",
+            kind: "Pod",
+        });
+        let recorder = recorder.reporting_drops(|total| SEEN.store(total, Ordering::Relaxed));
+        let meta = ObjectMeta {
+            namespace: "ns".into(),
+            name: "web".into(),
+            uid: "u".into(),
+            ..ObjectMeta::default()
+        };
+        let note = || Note {
+            warning: false,
+            reason: "Created",
+            message: "m".into(),
+        };
+        for _ in 0..BACKLOG + 3 {
+            recorder.record(&meta, note());
+        }
+        assert_eq!(rx.len(), BACKLOG, "the queue stops at its bound");
+        assert_eq!(SEEN.load(Ordering::Relaxed), 3, "each drop is counted");
+        assert!(recorder.dropping.load(Ordering::Relaxed));
+        // The writer catches up: the next Event is queued and the episode ends.
+        while rx.len() > BACKLOG / 2 {
+            rx.recv().unwrap();
+        }
+        recorder.record(&meta, note());
+        assert!(!recorder.dropping.load(Ordering::Relaxed));
+        assert_eq!(rx.len(), BACKLOG / 2 + 1);
+        assert_eq!(SEEN.load(Ordering::Relaxed), 3);
     }
 }

@@ -121,6 +121,7 @@ struct Registry {
     leader: AtomicI64,
     watches: Mutex<BTreeMap<&'static str, &'static WatchStats>>,
     pods: Mutex<BTreeMap<&'static str, u64>>,
+    events_dropped: AtomicU64,
 }
 
 fn registry() -> &'static Registry {
@@ -139,6 +140,7 @@ fn registry() -> &'static Registry {
         leader: AtomicI64::new(0),
         watches: Mutex::default(),
         pods: Mutex::default(),
+        events_dropped: AtomicU64::new(0),
     })
 }
 
@@ -169,6 +171,12 @@ pub fn record_reconcile(result: &'static str, took: Duration) {
 /// A pod was created; `cause` is "new", "deleted", "terminated" or "image_changed".
 pub fn record_pod_created(cause: &'static str) {
     bump(&registry().pods, cause);
+}
+
+/// Events dropped so far because the Event writer fell behind: the recorder's
+/// [`DropHook`](crate::kube::events::DropHook).
+pub fn events_dropped(total: u64) {
+    registry().events_dropped.store(total, Relaxed);
 }
 
 pub fn queue_add() {
@@ -367,6 +375,14 @@ pub fn render(host: &str) -> String {
             "immortal_watch_last_event_age_seconds{{resource=\"{res}\"}} {age:.3}"
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP immortal_events_dropped_total Events not written because the Event writer was {} behind (best effort, as client-go)\n\
+         # TYPE immortal_events_dropped_total counter\n\
+         immortal_events_dropped_total {}",
+        crate::kube::events::BACKLOG,
+        r.events_dropped.load(Relaxed)
+    );
     out.push_str("# HELP immortal_pods_created_total Pods created, by cause\n# TYPE immortal_pods_created_total counter\n");
     for (cause, n) in r.pods.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         let _ = writeln!(out, "immortal_pods_created_total{{cause=\"{cause}\"}} {n}");
