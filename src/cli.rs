@@ -48,7 +48,7 @@ pub struct Args {
     pub log_format: logging::Format,
 
     /// Reconcile threads. Never two on the same object.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_WORKERS, value_name = "N")]
     pub workers: usize,
 
     /// Elect a leader among replicas through a Lease; only the leader writes.
@@ -174,6 +174,16 @@ pub struct LeaderFlags {
     pub renew_deadline: Duration,
     pub retry_period: Duration,
 }
+
+/// Reconcile threads by default. A reconcile spends nearly all of its time waiting on the API
+/// server (four round trips for a new pod), so one thread leaves a real server idle: on a v1.28
+/// cluster one worker converged 1,000 objects in 31 s where a kube-rs operator, with hundreds of
+/// requests in flight, took 7.6 s. With 2 ms added to every test-server answer the backlog of
+/// 1,000 took 7.0 s at 1 worker, 0.95 s at 8 and 0.57 s at 16, within 1.6-1.9x of the floor at
+/// as many connections; 32 gained little more on 2 cores. Each worker costs one idle thread
+/// and one pooled connection (about 0.1 MiB of peak RSS), and the queue never hands one object
+/// to two of them, so 16 stays well inside the API server's default fairness share.
+pub const DEFAULT_WORKERS: usize = 16;
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
@@ -303,10 +313,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_serve_all_namespaces_with_one_worker() {
+    fn defaults_serve_all_namespaces_with_the_default_workers() {
         let c = parse(&[]).unwrap();
         assert_eq!(c.namespace, None);
-        assert_eq!(c.workers, 1);
+        assert_eq!(c.workers, DEFAULT_WORKERS);
         assert!(c.leader.is_none());
         assert_eq!(
             c.watch_idle_timeout,

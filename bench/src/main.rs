@@ -30,8 +30,8 @@ struct Args {
     /// Pods deleted, then pods marked Failed, one at a time.
     #[arg(long, default_value_t = 50, value_name = "K")]
     recovery: usize,
-    /// Reconcile workers of the operator (--workers).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// Reconcile workers of the operator (--workers) [default: the operator's own default].
+    #[arg(long, default_value_t = immortal_operator::cli::DEFAULT_WORKERS, value_name = "N")]
     workers: usize,
     /// Where to write the results as JSON.
     #[arg(long, default_value = "bench-results.json", value_name = "FILE")]
