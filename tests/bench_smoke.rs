@@ -65,6 +65,16 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
         .expect("recovery (deleted)");
     let failed = report.recovery_failed.as_ref().expect("recovery (failed)");
     assert_eq!((deleted.samples_ms.len(), failed.samples_ms.len()), (5, 5));
+    // The test server's kubelet makes every pod Ready, and the phases wait for the operator
+    // to say so before counting requests: the Ready writes are the phase's, not the next's.
+    assert_eq!((backlog.ready, bulk.ready), (20, 20));
+    assert!(backlog.ready_seconds.is_some() && bulk.ready_seconds.is_some());
+    let load = report.load.as_ref().expect("recovery under load");
+    assert_eq!(
+        load.latency.samples_ms.len(),
+        5,
+        "every deletion under load replaced"
+    );
     let op = report.bulk_operator.as_ref().expect("bulk operator");
     assert!(op.idle.is_some_and(|u| u.rss_kib > 0));
     assert_eq!(op.exit_code, Some(0), "the operator exits 0 on SIGTERM");

@@ -120,10 +120,14 @@ impl Api {
         let sub = format!("{name}/status");
         let unready = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
             "reason": "BenchLoad", "message": "made not ready by the bench"}]}});
-        self.client
+        match self
+            .client
             .merge_patch::<_, Value>(Resource::PODS, ns, &sub, &unready)
-            .map(|_| ())
-            .map_err(|e| Error::api("patch pod status", e))
+        {
+            // Deleted by the same phase and not replaced yet: nothing to make not ready.
+            Err(e) if e.is_not_found() => Ok(()),
+            r => r.map(|_| ()).map_err(|e| Error::api("patch pod status", e)),
+        }
     }
 
     /// Every object of `res` in `ns`, page by page, and the resourceVersion to watch from.

@@ -36,6 +36,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -49,6 +50,12 @@ pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.9";
 const SETTLE: Duration = Duration::from_millis(300);
 /// The longest the settling may take.
 const SETTLE_MAX: Duration = Duration::from_secs(5);
+/// The longest a phase waits, once converged, for every object's status to say Ready, so that
+/// its request count includes the Ready writes rather than leaving them to the next phase.
+pub const READY_MAX: Duration = Duration::from_secs(120);
+/// Objects that are not Ready and get no event for this long are taken to stay so (pods a
+/// node has no room for).
+const READY_QUIET: Duration = Duration::from_secs(3);
 /// At most this many correctness problems are listed per phase; the rest are counted.
 const MAX_LISTED: usize = 20;
 
@@ -90,7 +97,7 @@ impl Default for Config {
             objects: 1000,
             connections: 64,
             recovery: 50,
-            workers: 1,
+            workers: immortal_operator::cli::DEFAULT_WORKERS,
             image: DEFAULT_IMAGE.into(),
             latency: Duration::ZERO,
             burst: Duration::from_secs(10),
@@ -511,6 +518,9 @@ impl Run<'_> {
         let seconds = converged
             .saturating_duration_since(op.spawned_at)
             .as_secs_f64();
+        let (ready, ready_at) = self.wait_ready(&obs, &mut op, n)?;
+        let ready_seconds =
+            ready_at.map(|t| t.saturating_duration_since(op.spawned_at).as_secs_f64());
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
         let usage = op.usage()?;
         let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, n as u64)?;
@@ -530,6 +540,8 @@ impl Run<'_> {
                 ratio_to_floor_workers: None,
                 cpu_seconds: usage.cpu_seconds,
                 cpu_seconds_per_1000_objects: usage.cpu_seconds * 1000.0 / n as f64,
+                ready,
+                ready_seconds,
                 requests,
                 correct,
             },
@@ -560,6 +572,8 @@ impl Run<'_> {
         })?;
         let converged = self.converge(ns, obs, op, "bulk", n)?;
         let seconds = converged.saturating_duration_since(started).as_secs_f64();
+        let (ready, ready_at) = self.wait_ready(obs, op, n)?;
+        let ready_seconds = ready_at.map(|t| t.saturating_duration_since(started).as_secs_f64());
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
         let cpu = op.usage()?.cpu_seconds - cpu_before;
         let requests = self.requests(
@@ -578,6 +592,8 @@ impl Run<'_> {
             ratio_to_floor_workers: None,
             cpu_seconds: cpu,
             cpu_seconds_per_1000_objects: cpu * 1000.0 / n as f64,
+            ready,
+            ready_seconds,
             requests,
             correct,
         })
@@ -671,12 +687,12 @@ impl Run<'_> {
         ))
     }
 
-    /// Every pod made not ready at once (N pod status patches from C connections; on a cluster
-    /// with a kubelet it writes its own status back soon after: a second change), so that the
-    /// operator's queue holds a routine refresh for nearly every object; while it holds many,
-    /// K pods deleted one at a time (from the last object down, so that none is the one the
-    /// recovery phase just replaced), each replacement timed as in `recovery`; then how long
-    /// until the queue was empty again.
+    /// Every pod made not ready (N pod status patches from C connections; on a cluster with a
+    /// kubelet it writes its own status back soon after: a second change), so that the
+    /// operator's queue fills with routine refreshes; once a quarter of them are sent, while
+    /// the rest are still coming, K pods deleted one at a time (from the last object down, so
+    /// that none is the one the recovery phase just replaced), each replacement timed as in
+    /// `recovery`; then how long until the queue was empty again.
     fn load(
         &self,
         ns: &str,
@@ -691,38 +707,59 @@ impl Run<'_> {
         let before = self.cluster.snapshot();
         let metrics_before = op.requests_by_method()?;
         let started = Instant::now();
-        parallel(n, self.cfg.connections, self.deadline, |i| {
-            api.unready_pod(ns, &pod_name(&format!("ic-{i}")))
-        })?;
-        let flood_seconds = started.elapsed().as_secs_f64();
+        let sent = AtomicUsize::new(0);
         let mut latencies = Vec::with_capacity(k);
         let mut queued = Vec::with_capacity(k);
-        for j in 0..k {
-            let name = format!("ic-{}", n - 1 - j);
-            let pod = pod_name(&name);
-            let old = obs
-                .lock()
-                .pods
-                .get(&pod)
-                .map(|p| p.uid.clone())
-                .ok_or_else(|| Error::Timeout(format!("load: pod {pod} is not there to delete")))?;
-            queued.push(op.queue_depth()?);
-            api.delete_pod(ns, &pod, &old)?;
-            let answered = Instant::now();
-            obs.wait_until(
-                self.deadline,
-                &format!("a new pod {pod} after its deletion, under load"),
-                || op.check_alive(),
-                |s| {
-                    s.pods
-                        .get(&pod)
-                        .is_some_and(|p| p.uid != old && !p.deleting)
-                },
-            )?;
-            let added = obs.lock().pods.get(&pod).map(|p| p.added_at);
-            latencies.push(added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered)));
-            *starts.entry(name).or_insert(1) += 1;
-        }
+        let flood_seconds = thread::scope(|s| -> Result<f64, Error> {
+            let flood = s.spawn(|| {
+                let r = parallel(n, self.cfg.connections, self.deadline, |i| {
+                    api.unready_pod(ns, &pod_name(&format!("ic-{i}")))?;
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                });
+                (r, started.elapsed().as_secs_f64())
+            });
+            while sent.load(Ordering::Relaxed) < n / 4 && !flood.is_finished() {
+                thread::sleep(Duration::from_millis(1));
+            }
+            let deleted = (0..k).try_for_each(|j| {
+                let name = format!("ic-{}", n - 1 - j);
+                let pod = pod_name(&name);
+                let old = obs
+                    .lock()
+                    .pods
+                    .get(&pod)
+                    .map(|p| p.uid.clone())
+                    .ok_or_else(|| {
+                        Error::Timeout(format!("load: pod {pod} is not there to delete"))
+                    })?;
+                queued.push(op.queue_depth()?);
+                api.delete_pod(ns, &pod, &old)?;
+                let answered = Instant::now();
+                obs.wait_until(
+                    self.deadline,
+                    &format!("a new pod {pod} after its deletion, under load"),
+                    || op.check_alive(),
+                    |s| {
+                        s.pods
+                            .get(&pod)
+                            .is_some_and(|p| p.uid != old && !p.deleting)
+                    },
+                )?;
+                let added = obs.lock().pods.get(&pod).map(|p| p.added_at);
+                latencies
+                    .push(added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered)));
+                *starts.entry(name).or_insert(1) += 1;
+                Ok(())
+            });
+            let (flooded, seconds) = flood.join().unwrap_or_else(|_| {
+                (
+                    Err(Error::Operator("the flood thread panicked".into())),
+                    0.0,
+                )
+            });
+            deleted.and(flooded).map(|_| seconds)
+        })?;
         // Drained: the queue empty twice in a row, a poll apart.
         let mut empty = 0;
         while empty < 2 {
@@ -754,6 +791,34 @@ impl Run<'_> {
             drained_seconds,
             requests,
         })
+    }
+
+    /// After convergence: waits until all `n` objects say Ready, or none has changed for
+    /// [`READY_QUIET`], or [`READY_MAX`] passed. Returns how many said Ready and, when all
+    /// did, when the last one did.
+    fn wait_ready(
+        &self,
+        obs: &Observer,
+        op: &mut Operator,
+        n: usize,
+    ) -> Result<(usize, Option<Instant>), Error> {
+        let limit = (Instant::now() + READY_MAX).min(self.deadline);
+        let mut last = (obs.lock().ready, Instant::now());
+        loop {
+            op.check_alive()?;
+            let ready = obs.lock().ready;
+            let now = Instant::now();
+            if ready >= n {
+                return Ok((ready, Some(if ready != last.0 { now } else { last.1 })));
+            }
+            if ready != last.0 {
+                last = (ready, now);
+            }
+            if now >= limit || now.duration_since(last.1) >= READY_QUIET {
+                return Ok((ready, None));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Waits for `n` pods and started objects; returns when the last arrived. On timeout,

@@ -34,6 +34,8 @@ pub struct PodSeen {
 pub struct IcSeen {
     pub start_times: i64,
     pub current_pod: bool,
+    /// Its Ready condition is True: the pod runs and the status says so.
+    pub ready: bool,
 }
 
 impl IcSeen {
@@ -50,6 +52,8 @@ pub struct State {
     pub ics: HashMap<String, IcSeen>,
     /// How many of `ics` are [`IcSeen::started`], kept up to date event by event.
     pub started: usize,
+    /// How many of `ics` say Ready, kept up to date event by event.
+    pub ready: usize,
     /// Watches whose first list is done and whose watch is open (2: both).
     synced: usize,
     /// When the last event (of either kind) arrived.
@@ -66,6 +70,7 @@ impl State {
             pods: HashMap::new(),
             ics: HashMap::new(),
             started: 0,
+            ready: 0,
             synced: 0,
             last_event: Instant::now(),
             target: None,
@@ -84,17 +89,15 @@ impl State {
     fn put_ic(&mut self, name: String, seen: Option<IcSeen>) {
         let was = match seen {
             Some(s) => {
-                let now_started = s.started();
-                let old = self.ics.insert(name, s);
-                if now_started {
-                    self.started += 1;
-                }
-                old
+                self.started += usize::from(s.started());
+                self.ready += usize::from(s.ready);
+                self.ics.insert(name, s)
             }
             None => self.ics.remove(&name),
         };
-        if was.is_some_and(|o| o.started()) {
-            self.started -= 1;
+        if let Some(o) = was {
+            self.started -= usize::from(o.started());
+            self.ready -= usize::from(o.ready);
         }
     }
 }
@@ -328,6 +331,10 @@ fn apply(s: &mut State, res: Resource, kind: &str, obj: &Value, now: Instant) {
                 current_pod: obj["status"]["currentPod"]
                     .as_str()
                     .is_some_and(|p| !p.is_empty()),
+                ready: obj["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                }),
             });
             s.put_ic(name.to_string(), seen);
         }
@@ -434,5 +441,25 @@ mod tests {
             now,
         );
         assert_eq!(s.started, 0);
+    }
+
+    #[test]
+    fn ready_counts_objects_whose_status_says_ready_until_it_says_otherwise() {
+        let mut s = State::new();
+        let now = Instant::now();
+        let mut a = ic("a", Some(1));
+        apply(&mut s, IMMORTAL_CONTAINERS, "ADDED", &a, now);
+        assert_eq!((s.started, s.ready), (1, 0), "started, not yet ready");
+        a["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+        apply(&mut s, IMMORTAL_CONTAINERS, "MODIFIED", &a, now);
+        apply(&mut s, IMMORTAL_CONTAINERS, "MODIFIED", &a, now);
+        assert_eq!(s.ready, 1, "a repeated event counts once");
+        a["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+        apply(&mut s, IMMORTAL_CONTAINERS, "MODIFIED", &a, now);
+        assert_eq!(s.ready, 0);
+        a["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+        apply(&mut s, IMMORTAL_CONTAINERS, "MODIFIED", &a, now);
+        apply(&mut s, IMMORTAL_CONTAINERS, "DELETED", &a, now);
+        assert_eq!((s.started, s.ready), (0, 0));
     }
 }

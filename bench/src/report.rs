@@ -82,6 +82,12 @@ pub struct Convergence {
     /// Operator CPU for the phase (backlog: from its start, start-up included).
     pub cpu_seconds: f64,
     pub cpu_seconds_per_1000_objects: f64,
+    /// Objects whose status said Ready when the requests were counted: the requests include
+    /// each one's Ready write only for these (a real node may hold fewer pods than objects).
+    pub ready: usize,
+    /// From the phase's start until every object said Ready; `None` when some never did
+    /// within [`crate::READY_MAX`] or went quiet first.
+    pub ready_seconds: Option<f64>,
     pub requests: Requests,
     /// Passed the correctness check (counts, pods, owners).
     pub correct: bool,
@@ -191,8 +197,8 @@ pub struct Report {
     pub logs: String,
 }
 
-/// Recovery under load: pods deleted one at a time while the operator's queue holds a routine
-/// refresh for (nearly) every object.
+/// Recovery under load: pods deleted one at a time while every object's pod is being made not
+/// ready, so that the operator's queue fills with routine refreshes.
 #[derive(Debug, Clone, Serialize)]
 pub struct Load {
     /// Pods made not ready at once, each a routine refresh for the operator.
@@ -389,12 +395,16 @@ impl Report {
             let Some(c) = c else { continue };
             let _ = writeln!(
                 t,
-                "{name}: {:.3} s ({:.2}x floor@1{}), operator cpu {:.3} s{}",
+                "{name}: {:.3} s ({:.2}x floor@1{}), {}, operator cpu {:.3} s{}",
                 c.seconds,
                 c.ratio_to_floor_1,
                 c.ratio_to_floor_workers
                     .map(|r| format!(", {r:.2}x floor@{}", self.workers))
                     .unwrap_or_default(),
+                match c.ready_seconds {
+                    Some(r) => format!("every object Ready after {r:.3} s"),
+                    None => format!("{} of {} objects Ready", c.ready, self.objects),
+                },
                 c.cpu_seconds,
                 if c.correct {
                     ""
@@ -440,7 +450,17 @@ impl Report {
                 l.latency.samples_ms.len(),
                 l.drained_seconds
             );
-            let _ = writeln!(t, "  requests: {}", requests_line(&l.requests));
+            let r = &l.requests;
+            let verbs: Vec<String> = r.by_verb.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            let _ = writeln!(
+                t,
+                "  requests: {} for {} pods made not ready and {} replaced ({}: {})",
+                r.total - r.startup,
+                l.flooded,
+                r.pods_created,
+                r.source,
+                verbs.join(", ")
+            );
         }
         for (name, p) in [
             ("backlog operator", &self.backlog_operator),
