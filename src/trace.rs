@@ -145,7 +145,14 @@ pub fn timeline(input: impl BufRead, object: &str) -> Timeline {
                 if v.get("requeue_after_ms").is_some() {
                     let _ = write!(outcome, "; next look in {} ms", s("requeue_after_ms"));
                 }
-                let _ = writeln!(out, "    {outcome} ({} ms)", s("elapsed_ms"));
+                // Older lines have no queue wait: show it only when the line has one.
+                let queued = match (v.get("queued_ms"), v.get("priority")) {
+                    (Some(_), Some(_)) => {
+                        format!(", after {} ms queued {}", s("queued_ms"), s("priority"))
+                    }
+                    _ => String::new(),
+                };
+                let _ = writeln!(out, "    {outcome} ({} ms{queued})", s("elapsed_ms"));
                 entries.push((p.started, out));
             }
             msg => {
@@ -383,6 +390,18 @@ immortal-operator: a line that is not a log line
             "2026-11-22T03:12:00.004Z  reconcile 1-2  triggered by: immortalcontainer ADDED rv=7\n\
              \x20   → success (0.4 ms)\n\
              2026-11-22T03:12:00.005Z  INFO recorded event reason=PodCreated result=success type=Normal\n"
+        );
+    }
+
+    #[test]
+    fn the_timeline_says_how_long_the_key_waited_and_in_which_band() {
+        let log = "2026-11-22T03:12:00.004Z INFO  reconcile: reconciled reconcile_id=1-2 object=ns/a trigger=\"pod DELETED rv=9\" result=success elapsed_ms=0.4 queued_ms=12.5 priority=urgent\n";
+        let t = timeline(log.as_bytes(), "ns/a");
+        assert!(
+            t.text
+                .contains("→ success (0.4 ms, after 12.5 ms queued urgent)"),
+            "{}",
+            t.text
         );
     }
 

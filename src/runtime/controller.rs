@@ -88,7 +88,7 @@ where
     R: Fn(&Trace, Option<&H>) -> Result<Next, E>,
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    while let Some((key, trigger, priority)) = queue.get() {
+    while let Some((key, trigger, priority, waited)) = queue.get() {
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let id = format!("{run_id:04x}-{n}");
         let trigger_s = trigger.to_string();
@@ -104,6 +104,10 @@ where
         // A number in JSON, as on every other line that carries it; tenths of a millisecond
         // are all a person reads.
         let elapsed_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
+        // How long the key waited for a worker, and in which band: whether a replacement was
+        // slow because the reconcile was, or because it queued behind other work.
+        let queued_ms = (waited.as_secs_f64() * 10_000.0).round() / 10.0;
+        let band = priority.as_str();
         match result {
             Ok(Next::Done) => {
                 queue.forget(&key);
@@ -111,7 +115,7 @@ where
                 log::info!(
                     target: "reconcile",
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "success", elapsed_ms = elapsed_ms;
+                    result = "success", elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconciled"
                 );
             }
@@ -124,7 +128,8 @@ where
                 log::info!(
                     target: "reconcile",
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms;
+                    result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms,
+                    queued_ms = queued_ms, priority = band;
                     "reconciled"
                 );
             }
@@ -147,7 +152,7 @@ where
                     target: "reconcile", level,
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
                     result = "error", error = error.as_str(), requeue_after_ms = after.as_millis() as u64,
-                    elapsed_ms = elapsed_ms;
+                    elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconcile failed"
                 );
             }

@@ -55,6 +55,14 @@ pub enum Priority {
 }
 
 impl Priority {
+    /// As the reconcile log line names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Urgent => "urgent",
+            Priority::Routine => "routine",
+        }
+    }
+
     fn band(self) -> usize {
         match self {
             Priority::Urgent => 0,
@@ -169,6 +177,9 @@ struct Dirty<H> {
     trigger: Trigger<H>,
     /// When it was first added (for the queue-duration metric).
     added: Instant,
+    /// When it joined the band it is in: later than `added` for a key moved up, which is
+    /// what a reconcile's `queued_ms` reports (how long an urgent key waited as urgent).
+    in_band: Instant,
     /// The highest priority it was queued with.
     priority: Priority,
 }
@@ -265,6 +276,7 @@ impl<H: Clone> Queue<H> {
             }
             // Moved up: a copy in the urgent band; the routine copy is skipped when it comes.
             d.priority = priority;
+            d.in_band = Instant::now();
             if processing {
                 return false;
             }
@@ -274,11 +286,13 @@ impl<H: Clone> Queue<H> {
         }
         // Counted as client-go counts it: a key already queued is not added again.
         metrics::queue_add();
+        let now = Instant::now();
         st.dirty.insert(
             key.clone(),
             Dirty {
                 trigger,
-                added: Instant::now(),
+                added: now,
+                in_band: now,
                 priority,
             },
         );
@@ -358,9 +372,10 @@ impl<H: Clone> Queue<H> {
     }
 
     /// Blocks until a key is ready and the overall budget lets it out, and hands it out, or
-    /// returns `None` once shut down, with what queued it and its band. The caller must call
+    /// returns `None` once shut down, with what queued it, its band, and how long it waited
+    /// in that band (for the reconcile's log line). The caller must call
     /// [`Queue::done`] with the key when finished.
-    pub fn get(&self) -> Option<(String, Trigger<H>, Priority)> {
+    pub fn get(&self) -> Option<(String, Trigger<H>, Priority, Duration)> {
         let mut st = self.lock();
         loop {
             if st.shutting_down {
@@ -397,15 +412,15 @@ impl<H: Clone> Queue<H> {
                             _ => 0,
                         };
                         Self::depth(&st);
-                        let (trigger, priority) = match st.dirty.remove(&key) {
+                        let (trigger, priority, waited) = match st.dirty.remove(&key) {
                             Some(d) => {
                                 metrics::queue_wait(d.added.elapsed());
-                                (d.trigger, d.priority)
+                                (d.trigger, d.priority, d.in_band.elapsed())
                             }
-                            None => (Trigger::Scheduled, Priority::Routine),
+                            None => (Trigger::Scheduled, Priority::Routine, Duration::ZERO),
                         };
                         st.processing.insert(key.clone());
-                        return Some((key.to_string(), trigger, priority));
+                        return Some((key.to_string(), trigger, priority, waited));
                     }
                 }
             }
@@ -575,7 +590,7 @@ mod tests {
     fn a_key_being_processed_is_not_handed_out_twice_and_comes_back_after_done() {
         let q = Q::new();
         q.add("ns/a".into(), t(), Priority::Routine);
-        let (k, _, _) = q.get().unwrap();
+        let (k, _, _, _) = q.get().unwrap();
         q.add("ns/a".into(), t(), Priority::Routine);
         // Still processing: not ready.
         assert_eq!(q.len(), 0);
@@ -588,7 +603,7 @@ mod tests {
     fn done_without_a_new_add_leaves_nothing_behind() {
         let q = Q::new();
         q.add("ns/a".into(), t(), Priority::Routine);
-        let (k, _, _) = q.get().unwrap();
+        let (k, _, _, _) = q.get().unwrap();
         q.done(&k);
         assert!(q.is_empty());
     }
@@ -602,7 +617,7 @@ mod tests {
             .map(|_| {
                 let (q, busy, handled) = (q.clone(), busy.clone(), handled.clone());
                 thread::spawn(move || {
-                    while let Some((k, _, _)) = q.get() {
+                    while let Some((k, _, _, _)) = q.get() {
                         assert!(
                             busy.lock().unwrap().insert(k.clone()),
                             "{k} handed out twice"
@@ -666,7 +681,7 @@ mod tests {
             t(),
             Priority::Routine,
         );
-        let (k, _, _) = q.get().unwrap();
+        let (k, _, _, _) = q.get().unwrap();
         assert_eq!(k, "ns/a");
         q.done(&k);
         // The stale one-hour and one-minute entries are gone: nothing else is pending.
@@ -785,7 +800,7 @@ mod tests {
         let mut handed_out = 0u32;
         // Every reconcile fails, as while the API server answers 503 to everything.
         while start.elapsed() < window {
-            let (k, _, _) = q.get().expect("not shut down");
+            let (k, _, _, _) = q.get().expect("not shut down");
             handed_out += 1;
             q.add_rate_limited(k.clone(), Duration::ZERO, None, Priority::Routine);
             q.done(&k);
@@ -837,7 +852,7 @@ mod band_tests {
     fn take(q: &Q, n: usize) -> Vec<String> {
         (0..n)
             .map(|_| {
-                let (k, _, _) = q.get().expect("a key");
+                let (k, _, _, _) = q.get().expect("a key");
                 q.done(&k);
                 k
             })
@@ -866,7 +881,7 @@ mod band_tests {
         add(&q, "ns/b", Priority::Urgent);
         add(&q, "ns/b", Priority::Routine);
         assert_eq!(q.len(), 2);
-        let (k, _, p) = q.get().unwrap();
+        let (k, _, p, _) = q.get().unwrap();
         assert_eq!((k.as_str(), p), ("ns/b", Priority::Urgent));
         q.done(&k);
         // Its stale copy in the routine band is not handed out again.
@@ -879,10 +894,10 @@ mod band_tests {
         let q = Q::new();
         add(&q, "ns/a", Priority::Routine);
         add(&q, "ns/x", Priority::Routine);
-        let (k, _, _) = q.get().unwrap();
+        let (k, _, _, _) = q.get().unwrap();
         add(&q, &k, Priority::Urgent);
         q.done(&k);
-        let (again, _, p) = q.get().unwrap();
+        let (again, _, p, _) = q.get().unwrap();
         assert_eq!((again.as_str(), p), ("ns/a", Priority::Urgent));
     }
 
@@ -918,12 +933,12 @@ mod band_tests {
     fn a_failed_key_is_retried_in_the_band_it_failed_in() {
         let q = Q::new();
         add(&q, "ns/a", Priority::Urgent);
-        let (k, _, p) = q.get().unwrap();
+        let (k, _, p, _) = q.get().unwrap();
         q.add_rate_limited(k.clone(), Duration::ZERO, None, p);
         q.done(&k);
         add(&q, "ns/b", Priority::Routine);
         std::thread::sleep(Duration::from_millis(20));
-        let (k, t, p) = q.get().unwrap();
+        let (k, t, p, _) = q.get().unwrap();
         assert_eq!(
             (k.as_str(), t, p),
             ("ns/a", Trigger::Retry, Priority::Urgent)
