@@ -52,9 +52,10 @@ const SETTLE: Duration = Duration::from_millis(300);
 const SETTLE_MAX: Duration = Duration::from_secs(5);
 /// The longest a phase waits, once converged, for every object's status to say Ready, so that
 /// its request count includes the Ready writes rather than leaving them to the next phase.
-pub const READY_MAX: Duration = Duration::from_secs(120);
-/// Objects that are not Ready and get no event for this long are taken to stay so (pods a
-/// node has no room for).
+pub const READY_MAX: Duration = Duration::from_secs(300);
+/// When no pod or object has changed for this long, the objects not Ready yet are taken to
+/// stay so (pods a node has no room for). While pods still change (a kubelet working through
+/// 100,000 of them), the wait goes on.
 const READY_QUIET: Duration = Duration::from_secs(3);
 /// At most this many correctness problems are listed per phase; the rest are counted.
 const MAX_LISTED: usize = 20;
@@ -85,6 +86,8 @@ pub struct Config {
     /// The whole run's budget; every wait gives up (with an error naming what it waited for)
     /// when it is spent.
     pub timeout: Duration,
+    /// Keep the operators' logs even when the run passed (they are kept when it fails).
+    pub keep_logs: bool,
     /// Print one line per phase to stderr.
     pub progress: bool,
 }
@@ -104,6 +107,7 @@ impl Default for Config {
             burst_status: 503,
             burst_objects: None,
             timeout: Duration::from_secs(3600),
+            keep_logs: false,
             progress: false,
         }
     }
@@ -208,6 +212,7 @@ pub fn run(cfg: &Config) -> Result<Report, Error> {
         backlog: None,
         bulk: None,
         recovery_deleted: None,
+        recovery_deleted_reaction: None,
         recovery_failed: None,
         recovery_requests: None,
         backlog_operator: None,
@@ -230,7 +235,7 @@ pub fn run(cfg: &Config) -> Result<Report, Error> {
     }
     result?;
     report.checks = report.checks();
-    if report.failures.is_empty() {
+    if report.failures.is_empty() && !cfg.keep_logs {
         let _ = std::fs::remove_dir_all(&logs);
         report.logs.clear();
     }
@@ -323,13 +328,19 @@ impl Run<'_> {
         self.say(&format!("bulk: {:.3} s", bulk.seconds));
         report.bulk = Some(bulk);
 
-        let (deleted, failed, requests, mut starts) =
-            self.recovery(&ns, &obs, &mut op, &mut report.failures)?;
+        let Recovery {
+            deleted,
+            deleted_reaction,
+            failed,
+            requests,
+            mut starts,
+        } = self.recovery(&ns, &obs, &mut op, &mut report.failures)?;
         self.say(&format!(
             "recovery: deleted p50 {:.2} ms, failed p50 {:.2} ms",
             deleted.p50_ms, failed.p50_ms
         ));
         report.recovery_deleted = Some(deleted);
+        report.recovery_deleted_reaction = Some(deleted_reaction);
         report.recovery_failed = Some(failed);
         report.recovery_requests = Some(requests);
 
@@ -606,7 +617,7 @@ impl Run<'_> {
         obs: &Observer,
         op: &mut Operator,
         failures: &mut Vec<String>,
-    ) -> Result<(Latency, Latency, Requests, BTreeMap<String, i64>), Error> {
+    ) -> Result<Recovery, Error> {
         let n = self.cfg.objects;
         let k = self.cfg.recovery;
         let api = self.api();
@@ -614,6 +625,7 @@ impl Run<'_> {
         let before = self.cluster.snapshot();
         let metrics_before = op.requests_by_method()?;
         let mut deleted = Vec::with_capacity(k);
+        let mut reaction = Vec::with_capacity(k);
         let mut failed = Vec::with_capacity(k);
         for round in 0..2 * k {
             let name = format!("ic-{}", round % n);
@@ -650,11 +662,18 @@ impl Run<'_> {
                         .is_some_and(|p| p.uid != old && !p.deleting)
                 },
             )?;
-            let added = obs.lock().pods.get(&pod).map(|p| p.added_at);
+            let (added, gone) = {
+                let s = obs.lock();
+                (
+                    s.pods.get(&pod).map(|p| p.added_at),
+                    s.gone.get(&pod).copied(),
+                )
+            };
             // The replacement can be seen before the answer is read: count that as 0.
             let latency = added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered));
             if round < k {
                 deleted.push(latency);
+                reaction.push(reaction_time(added, gone, answered));
             } else {
                 failed.push(latency);
             }
@@ -679,12 +698,13 @@ impl Run<'_> {
         )?;
         let problems = verify(api, ns, &|name| starts.get(name).copied().unwrap_or(1))?;
         failures.extend(problems.into_iter().map(|p| format!("recovery: {p}")));
-        Ok((
-            Latency::from_samples(&deleted),
-            Latency::from_samples(&failed),
+        Ok(Recovery {
+            deleted: Latency::from_samples(&deleted),
+            deleted_reaction: Latency::from_samples(&reaction),
+            failed: Latency::from_samples(&failed),
             requests,
             starts,
-        ))
+        })
     }
 
     /// Every pod made not ready (N pod status patches from C connections; on a cluster with a
@@ -709,6 +729,7 @@ impl Run<'_> {
         let started = Instant::now();
         let sent = AtomicUsize::new(0);
         let mut latencies = Vec::with_capacity(k);
+        let mut reactions = Vec::with_capacity(k);
         let mut queued = Vec::with_capacity(k);
         let flood_seconds = thread::scope(|s| -> Result<f64, Error> {
             let flood = s.spawn(|| {
@@ -746,9 +767,16 @@ impl Run<'_> {
                             .is_some_and(|p| p.uid != old && !p.deleting)
                     },
                 )?;
-                let added = obs.lock().pods.get(&pod).map(|p| p.added_at);
+                let (added, gone) = {
+                    let s = obs.lock();
+                    (
+                        s.pods.get(&pod).map(|p| p.added_at),
+                        s.gone.get(&pod).copied(),
+                    )
+                };
                 latencies
                     .push(added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered)));
+                reactions.push(reaction_time(added, gone, answered));
                 *starts.entry(name).or_insert(1) += 1;
                 Ok(())
             });
@@ -788,13 +816,14 @@ impl Run<'_> {
             flood_seconds,
             queued_at_deletions: queued,
             latency: Latency::from_samples(&latencies),
+            reaction: Latency::from_samples(&reactions),
             drained_seconds,
             requests,
         })
     }
 
-    /// After convergence: waits until all `n` objects say Ready, or none has changed for
-    /// [`READY_QUIET`], or [`READY_MAX`] passed. Returns how many said Ready and, when all
+    /// After convergence: waits until all `n` objects say Ready, or no pod or object has
+    /// changed for [`READY_QUIET`], or [`READY_MAX`] passed. Returns how many said Ready and, when all
     /// did, when the last one did.
     fn wait_ready(
         &self,
@@ -806,7 +835,10 @@ impl Run<'_> {
         let mut last = (obs.lock().ready, Instant::now());
         loop {
             op.check_alive()?;
-            let ready = obs.lock().ready;
+            let (ready, quiet) = {
+                let s = obs.lock();
+                (s.ready, s.last_event.elapsed())
+            };
             let now = Instant::now();
             if ready >= n {
                 return Ok((ready, Some(if ready != last.0 { now } else { last.1 })));
@@ -814,7 +846,7 @@ impl Run<'_> {
             if ready != last.0 {
                 last = (ready, now);
             }
-            if now >= limit || now.duration_since(last.1) >= READY_QUIET {
+            if now >= limit || quiet >= READY_QUIET {
                 return Ok((ready, None));
             }
             thread::sleep(Duration::from_millis(5));
@@ -889,6 +921,27 @@ impl Run<'_> {
             source: source.into(),
             metrics_total: Some(metrics_total),
         })
+    }
+}
+
+/// What the recovery phase measured.
+struct Recovery {
+    deleted: Latency,
+    deleted_reaction: Latency,
+    failed: Latency,
+    requests: Requests,
+    /// Each object's `startTimes` as it should be now.
+    starts: BTreeMap<String, i64>,
+}
+
+/// The operator's own part of a replacement: from the old pod's DELETED event (the moment it
+/// could know the name is free; before it, a kubelet is still ending the pod) to the new pod's
+/// ADDED event, both as the bench's watch saw them. Without a DELETED event seen after the
+/// deletion was answered (the replacement seen first), it is 0.
+fn reaction_time(added: Option<Instant>, gone: Option<Instant>, answered: Instant) -> Duration {
+    match (added, gone) {
+        (Some(a), Some(g)) => a.saturating_duration_since(g.max(answered)),
+        _ => Duration::ZERO,
     }
 }
 
@@ -1083,6 +1136,19 @@ mod tests {
         ] {
             assert!(!is_startup(verb), "{verb}");
         }
+    }
+
+    #[test]
+    fn the_operators_part_starts_at_the_old_pods_deleted_event() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        // Answered at t, the kubelet ended the pod 40 ms later, the new pod came 2 ms after.
+        assert_eq!(reaction_time(Some(t + ms(42)), Some(t + ms(40)), t), ms(2));
+        // The DELETED event seen before the answer was read: measured from the answer.
+        assert_eq!(reaction_time(Some(t + ms(3)), Some(t - ms(1)), t), ms(3));
+        // No DELETED event or no new pod seen: nothing to measure.
+        assert_eq!(reaction_time(Some(t + ms(3)), None, t), Duration::ZERO);
+        assert_eq!(reaction_time(None, Some(t), t), Duration::ZERO);
     }
 
     #[test]

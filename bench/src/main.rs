@@ -58,6 +58,10 @@ struct Args {
     /// Give up (exit 2) when the whole run takes longer, in seconds.
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     timeout: u64,
+    /// Keep the operators' logs (operator-<phase>.log) when the run passes too, and print
+    /// where; `immortal-operator trace` reads them.
+    #[arg(long)]
+    keep_logs: bool,
 }
 
 /// Where `cargo build --release` put the operator.
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
         burst_status: args.burst_status,
         burst_objects: args.burst_objects,
         timeout: Duration::from_secs(args.timeout),
+        keep_logs: args.keep_logs,
         progress: true,
     };
     let report = match run(&cfg) {

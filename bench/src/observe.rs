@@ -49,6 +49,9 @@ impl IcSeen {
 #[derive(Debug)]
 pub struct State {
     pub pods: HashMap<String, PodSeen>,
+    /// When the last DELETED event of each pod name arrived: the moment the operator could
+    /// first have known that the name is free.
+    pub gone: HashMap<String, Instant>,
     pub ics: HashMap<String, IcSeen>,
     /// How many of `ics` are [`IcSeen::started`], kept up to date event by event.
     pub started: usize,
@@ -68,6 +71,7 @@ impl State {
     fn new() -> State {
         State {
             pods: HashMap::new(),
+            gone: HashMap::new(),
             ics: HashMap::new(),
             started: 0,
             ready: 0,
@@ -309,6 +313,7 @@ fn apply(s: &mut State, res: Resource, kind: &str, obj: &Value, now: Instant) {
         Resource::PODS => {
             if kind == "DELETED" {
                 s.pods.remove(name);
+                s.gone.insert(name.to_string(), now);
                 return;
             }
             let uid = meta["uid"].as_str().unwrap_or_default();
