@@ -56,7 +56,7 @@ pub const READY_MAX: Duration = Duration::from_secs(300);
 /// When no pod or object has changed for this long, the objects not Ready yet are taken to
 /// stay so (pods a node has no room for). While pods still change (a kubelet working through
 /// 100,000 of them), the wait goes on.
-const READY_QUIET: Duration = Duration::from_secs(3);
+const READY_QUIET: Duration = Duration::from_secs(15);
 /// At most this many correctness problems are listed per phase; the rest are counted.
 const MAX_LISTED: usize = 20;
 
@@ -533,6 +533,7 @@ impl Run<'_> {
         let ready_seconds =
             ready_at.map(|t| t.saturating_duration_since(op.spawned_at).as_secs_f64());
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        wait_requests_quiet(&op)?;
         let usage = op.usage()?;
         let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, n as u64)?;
         let problems = verify(self.api(), &ns, &|_| 1)?;
@@ -586,6 +587,7 @@ impl Run<'_> {
         let (ready, ready_at) = self.wait_ready(obs, op, n)?;
         let ready_seconds = ready_at.map(|t| t.saturating_duration_since(started).as_secs_f64());
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        wait_requests_quiet(op)?;
         let cpu = op.usage()?.cpu_seconds - cpu_before;
         let requests = self.requests(
             &before,
@@ -689,6 +691,7 @@ impl Run<'_> {
             )?;
         }
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        wait_requests_quiet(op)?;
         let requests = self.requests(
             &before,
             &self.cluster.snapshot(),
@@ -802,6 +805,7 @@ impl Run<'_> {
         }
         let drained_seconds = started.elapsed().as_secs_f64();
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        wait_requests_quiet(op)?;
         let requests = self.requests(
             &before,
             &self.cluster.snapshot(),
@@ -921,6 +925,28 @@ impl Run<'_> {
             source: source.into(),
             metrics_total: Some(metrics_total),
         })
+    }
+}
+
+/// The longest a phase waits for the operator's requests to stop (its Event writer works
+/// through a backlog after the last pod: about 2 s for 1,000 Events at 2 ms a round trip).
+const REQUESTS_QUIET_MAX: Duration = Duration::from_secs(30);
+
+/// Waits until the operator's request count (its /metrics) has not moved for [`SETTLE`], at
+/// most [`REQUESTS_QUIET_MAX`]: a phase's requests are counted once its Events are written,
+/// not while they still trickle into the next phase.
+fn wait_requests_quiet(op: &Operator) -> Result<(), Error> {
+    let limit = Instant::now() + REQUESTS_QUIET_MAX;
+    let mut last = (u64::MAX, Instant::now());
+    loop {
+        let total: u64 = op.requests_by_method()?.values().sum();
+        let now = Instant::now();
+        if total != last.0 {
+            last = (total, now);
+        } else if now.duration_since(last.1) >= SETTLE || now >= limit {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(20));
     }
 }
 
