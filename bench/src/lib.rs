@@ -654,28 +654,10 @@ impl Run<'_> {
                     "it failed"
                 }
             );
-            obs.wait_until(
-                self.deadline,
-                &what,
-                || op.check_alive(),
-                |s| {
-                    s.pods
-                        .get(&pod)
-                        .is_some_and(|p| p.uid != old && !p.deleting)
-                },
-            )?;
-            let (added, gone) = {
-                let s = obs.lock();
-                (
-                    s.pods.get(&pod).map(|p| p.added_at),
-                    s.gone.get(&pod).copied(),
-                )
-            };
-            // The replacement can be seen before the answer is read: count that as 0.
-            let latency = added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered));
+            let (latency, part) = self.replacement(obs, op, &pod, &old, answered, &what)?;
             if round < k {
                 deleted.push(latency);
-                reaction.push(reaction_time(added, gone, answered));
+                reaction.push(part);
             } else {
                 failed.push(latency);
             }
@@ -760,26 +742,10 @@ impl Run<'_> {
                 queued.push(op.queue_depth()?);
                 api.delete_pod(ns, &pod, &old)?;
                 let answered = Instant::now();
-                obs.wait_until(
-                    self.deadline,
-                    &format!("a new pod {pod} after its deletion, under load"),
-                    || op.check_alive(),
-                    |s| {
-                        s.pods
-                            .get(&pod)
-                            .is_some_and(|p| p.uid != old && !p.deleting)
-                    },
-                )?;
-                let (added, gone) = {
-                    let s = obs.lock();
-                    (
-                        s.pods.get(&pod).map(|p| p.added_at),
-                        s.gone.get(&pod).copied(),
-                    )
-                };
-                latencies
-                    .push(added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered)));
-                reactions.push(reaction_time(added, gone, answered));
+                let what = format!("a new pod {pod} after its deletion, under load");
+                let (latency, part) = self.replacement(obs, op, &pod, &old, answered, &what)?;
+                latencies.push(latency);
+                reactions.push(part);
                 *starts.entry(name).or_insert(1) += 1;
                 Ok(())
             });
@@ -827,8 +793,8 @@ impl Run<'_> {
     }
 
     /// After convergence: waits until all `n` objects say Ready, or no pod or object has
-    /// changed for [`READY_QUIET`], or [`READY_MAX`] passed. Returns how many said Ready and, when all
-    /// did, when the last one did.
+    /// changed for [`READY_QUIET`], or [`READY_MAX`] passed. Returns how many said Ready and,
+    /// when all did, when the last one did.
     fn wait_ready(
         &self,
         obs: &Observer,
@@ -855,6 +821,34 @@ impl Run<'_> {
             }
             thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Waits for a pod named `pod` other than `old` (answered for at `answered`), and returns
+    /// how long after the answer it came, and the operator's part of that (see
+    /// [`reaction_time`]). The replacement can be seen before the answer is read: that counts
+    /// as 0.
+    fn replacement(
+        &self,
+        obs: &Observer,
+        op: &mut Operator,
+        pod: &str,
+        old: &str,
+        answered: Instant,
+        what: &str,
+    ) -> Result<(Duration, Duration), Error> {
+        obs.wait_until(
+            self.deadline,
+            what,
+            || op.check_alive(),
+            |s| s.pods.get(pod).is_some_and(|p| p.uid != old && !p.deleting),
+        )?;
+        let s = obs.lock();
+        let added = s.pods.get(pod).map(|p| p.added_at);
+        let gone = s.gone.get(pod).copied();
+        Ok((
+            added.map_or(Duration::ZERO, |a| a.saturating_duration_since(answered)),
+            reaction_time(added, gone, answered),
+        ))
     }
 
     /// Waits for `n` pods and started objects; returns when the last arrived. On timeout,
