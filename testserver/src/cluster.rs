@@ -67,30 +67,28 @@ impl Handle {
     /// Makes the first running container of the pod exit with `code`; `false` when the pod is
     /// unknown to the kubelets or none of its containers runs.
     pub fn exit_container(&self, ns: &str, name: &str, code: i32) -> bool {
-        let (reply, answer) = mpsc::channel();
-        let msg = Msg::ExitContainer {
+        self.ask(|reply| Msg::ExitContainer {
             key: (ns.to_string(), name.to_string()),
             code,
             reply,
-        };
-        if self.tx.send(msg).is_err() {
-            return false;
-        }
-        answer
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or(false)
+        })
     }
 
     /// Stops (`heal: false`) or resumes the kubelet of `node`; `false` when there is no such
     /// node (or, to heal, it was not partitioned).
     pub fn partition(&self, node: &str, heal: bool) -> bool {
-        let (reply, answer) = mpsc::channel();
-        let msg = Msg::Partition {
+        self.ask(|reply| Msg::Partition {
             node: node.to_string(),
             heal,
             reply,
-        };
-        if self.tx.send(msg).is_err() {
+        })
+    }
+
+    /// Sends the message `msg` makes around a reply channel and waits for its answer: `false`
+    /// when the cluster thread is gone or does not answer within 10 s.
+    fn ask(&self, msg: impl FnOnce(Sender<bool>) -> Msg) -> bool {
+        let (reply, answer) = mpsc::channel();
+        if self.tx.send(msg(reply)).is_err() {
             return false;
         }
         answer

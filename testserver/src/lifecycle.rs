@@ -231,13 +231,7 @@ pub fn zone_state(all: &[Obj]) -> ZoneState {
 /// (reason DeletionByTaintManager) written, then a DELETE with default options, so the pod's
 /// own grace period; its kubelet, if any, finishes the deletion.
 pub fn evict(store: &mut Store, pod: Obj) {
-    let (ns, name) = (
-        pod["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .to_string(),
-        pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
-    );
+    let (ns, name) = util::namespace_and_name(&pod);
     log::debug!(object = format!("{ns}/{name}").as_str(); "taint manager evicts a pod");
     let mut next = (*pod).clone();
     let condition = json!({"type": "DisruptionTarget", "status": "True", "lastProbeTime": null,
@@ -264,13 +258,7 @@ pub fn gc_terminating_applies(pod: &Value, node: &Value) -> bool {
 /// `markFailedAndDeletePod` (without a condition, as `gcTerminating` calls it): a pod not yet
 /// terminal gets phase Failed, then it is deleted with grace 0.
 pub fn gc_terminating(store: &mut Store, pod: Obj) {
-    let (ns, name) = (
-        pod["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .to_string(),
-        pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
-    );
+    let (ns, name) = util::namespace_and_name(&pod);
     log::debug!(object = format!("{ns}/{name}").as_str(); "podgc force-deletes a terminating pod");
     if !matches!(
         pod["status"]["phase"].as_str(),

@@ -175,13 +175,7 @@ pub fn collect_orphans(store: &mut Store, node: &str) {
     });
     let now = util::now_rfc3339();
     for pod in bound {
-        let (ns, name) = (
-            pod["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("")
-                .to_string(),
-            pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
-        );
+        let (ns, name) = util::namespace_and_name(&pod);
         let uid = pod["metadata"]["uid"].as_str().map(String::from);
         let terminal = matches!(
             pod["status"]["phase"].as_str(),

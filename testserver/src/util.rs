@@ -237,6 +237,12 @@ pub fn parse_query(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// An object's namespace and name, empty where it has none.
+pub fn namespace_and_name(obj: &serde_json::Value) -> (String, String) {
+    let field = |f: &str| obj["metadata"][f].as_str().unwrap_or("").to_string();
+    (field("namespace"), field("name"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
