@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bounded, ic_body, pod_body, types, Client, End, IC};
+use common::{bounded, ic_body, pod_body, start_without_kubelet, types, Client, End, IC};
 use kube_testserver::{FailRule, Options, Rule, StallRule, TestServer};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -17,19 +17,6 @@ fn ics() -> String {
 
 fn start() -> (TestServer, Client) {
     let server = TestServer::start(Options::default()).expect("server starts");
-    let admin = Client::admin(&server);
-    (server, admin)
-}
-
-/// A server with no scheduler or kubelet, for scenarios about the API server's own machinery
-/// (watch history, bookmarks, optimistic concurrency) that use pods as plain objects: on a
-/// cluster with nodes the kubelet's status writes would interleave, as they do on a real one.
-fn start_without_kubelet() -> (TestServer, Client) {
-    let server = TestServer::start(Options {
-        kubelet: None,
-        ..Options::default()
-    })
-    .expect("server starts");
     let admin = Client::admin(&server);
     (server, admin)
 }

@@ -8,25 +8,13 @@
 
 mod common;
 
-use common::{bounded, Client};
-use kube_testserver::{Options, StallRule, TestServer};
+use common::{bounded, start_without_kubelet, Client};
+use kube_testserver::{StallRule, TestServer};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
-
-/// A server with no scheduler or kubelet: only the test's own writes change objects, so
-/// versions and events can be counted exactly.
-fn start() -> (TestServer, Client) {
-    let server = TestServer::start(Options {
-        kubelet: None,
-        ..Options::default()
-    })
-    .expect("server starts");
-    let admin = Client::admin(&server);
-    (server, admin)
-}
 
 fn rv(v: &Value) -> u64 {
     v["metadata"]["resourceVersion"]
@@ -81,7 +69,7 @@ fn record(client: &Client, path: &str) -> std::thread::JoinHandle<Vec<(String, S
 #[test]
 fn parallel_creates_get_distinct_increasing_versions_and_every_watch_sees_each_once_in_order() {
     bounded(60, || {
-        let (server, admin) = start();
+        let (server, admin) = start_without_kubelet();
         let from = rv(&admin.get(PODS).body);
         let watches = [
             record(
@@ -146,7 +134,7 @@ fn parallel_creates_get_distinct_increasing_versions_and_every_watch_sees_each_o
 #[test]
 fn of_two_patches_racing_with_one_resource_version_exactly_one_wins() {
     bounded(60, || {
-        let (server, admin) = start();
+        let (server, admin) = start_without_kubelet();
         admin.post(PODS, &pod("contended"));
         let path = format!("{PODS}/contended");
         for round in 0..10 {
@@ -187,7 +175,7 @@ fn of_two_patches_racing_with_one_resource_version_exactly_one_wins() {
 #[test]
 fn a_patch_held_before_its_commit_lands_on_the_object_as_it_is_then_while_reads_and_writes_go_on() {
     bounded(30, || {
-        let (server, admin) = start();
+        let (server, admin) = start_without_kubelet();
         admin.post(PODS, &pod("target"));
         let path = format!("{PODS}/target");
         let stall = hold_before_commit(&server, "patch");
@@ -228,7 +216,7 @@ fn a_patch_held_before_its_commit_lands_on_the_object_as_it_is_then_while_reads_
 #[test]
 fn a_precondition_is_checked_against_the_object_when_the_write_commits() {
     bounded(30, || {
-        let (server, admin) = start();
+        let (server, admin) = start_without_kubelet();
         let created = admin.post(PODS, &pod("target"));
         let path = format!("{PODS}/target");
         let stall = hold_before_commit(&server, "update");
@@ -258,7 +246,7 @@ fn a_precondition_is_checked_against_the_object_when_the_write_commits() {
 #[test]
 fn parallel_patches_of_one_object_without_preconditions_all_land() {
     bounded(60, || {
-        let (server, admin) = start();
+        let (server, admin) = start_without_kubelet();
         let first = rv(&admin.post(PODS, &pod("shared")).body);
         let path = format!("{PODS}/shared");
         let (threads, each) = (8, 15);
@@ -296,7 +284,7 @@ fn parallel_patches_of_one_object_without_preconditions_all_land() {
 #[test]
 fn parallel_read_modify_write_loops_on_different_objects_all_land() {
     bounded(60, || {
-        let (server, admin) = start();
+        let (server, admin) = start_without_kubelet();
         let (threads, rounds) = (8, 20);
         let writers: Vec<_> = (0..threads)
             .map(|t| {
@@ -328,7 +316,7 @@ fn parallel_read_modify_write_loops_on_different_objects_all_land() {
 #[test]
 fn a_quota_of_three_admits_exactly_three_of_twelve_creates_waiting_to_commit_together() {
     bounded(60, || {
-        let (server, admin) = start();
+        let (server, admin) = start_without_kubelet();
         admin.post(
             "/api/v1/namespaces",
             &json!({"metadata": {"name": "quoted"}}),
@@ -368,7 +356,7 @@ fn a_quota_of_three_admits_exactly_three_of_twelve_creates_waiting_to_commit_tog
 #[test]
 fn a_create_held_before_its_commit_into_a_namespace_deleted_meanwhile_is_refused() {
     bounded(30, || {
-        let (server, admin) = start();
+        let (server, admin) = start_without_kubelet();
         admin.post(
             "/api/v1/namespaces",
             &json!({"metadata": {"name": "going"}}),

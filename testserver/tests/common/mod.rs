@@ -347,6 +347,20 @@ impl Events {
     }
 }
 
+/// A server with no scheduler or kubelet, for scenarios about the API server's own machinery
+/// (watch history, bookmarks, optimistic concurrency, versions and events counted exactly):
+/// only the test's own writes change objects. On a cluster with nodes the kubelet's status
+/// writes would interleave, as they do on a real one.
+pub fn start_without_kubelet() -> (TestServer, Client) {
+    let server = TestServer::start(kube_testserver::Options {
+        kubelet: None,
+        ..kube_testserver::Options::default()
+    })
+    .expect("server starts");
+    let admin = Client::admin(&server);
+    (server, admin)
+}
+
 /// Runs kubectl against `server` with the admin kubeconfig, `stdin` piped in: whether it
 /// succeeded, and its stdout and stderr. `None` when kubectl is not installed.
 pub fn kubectl(server: &TestServer, args: &[&str], stdin: Option<&str>) -> Option<(bool, String)> {
