@@ -323,6 +323,17 @@ fn container_status(finished: Option<&str>) -> types::ContainerStatus {
     }
 }
 
+/// The kubelet fails the pod, its container having ended at `finished`, the rest of its
+/// status (its conditions) left as it was; answers the pod.
+fn end_pod_at(f: &Fake, finished: &str) -> Pod {
+    let mut slot = f.pod.borrow_mut();
+    let pod = slot.as_mut().unwrap();
+    let st = pod.status.get_or_insert_with(Default::default);
+    st.phase = Some("Failed".into());
+    st.container_statuses = vec![container_status(Some(finished))];
+    pod.clone()
+}
+
 /// What the kubelet writes once the container runs.
 fn start_pod(f: &Fake) {
     f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
@@ -1316,14 +1327,7 @@ fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() 
 fn a_pod_that_ended_on_its_own_soon_after_it_started_backs_off_too() {
     let f = running("nginx");
     let end_quickly = |f: &Fake| {
-        let mut slot = f.pod.borrow_mut();
-        let st = slot
-            .as_mut()
-            .unwrap()
-            .status
-            .get_or_insert_with(Default::default);
-        st.phase = Some("Failed".into());
-        st.container_statuses = vec![container_status(Some("2025-12-31T23:59:02Z"))];
+        end_pod_at(f, "2025-12-31T23:59:02Z");
     };
     end_quickly(&f);
     assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
@@ -1559,17 +1563,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
 fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     let f = running("nginx");
     // The kubelet fails the pod, a second after it started: deleted and replaced at once.
-    let failed = {
-        let mut slot = f.pod.borrow_mut();
-        let st = slot
-            .as_mut()
-            .unwrap()
-            .status
-            .get_or_insert_with(Default::default);
-        st.phase = Some("Failed".into());
-        st.container_statuses = vec![container_status(Some("2025-12-31T23:59:01Z"))];
-        slot.clone().unwrap()
-    };
+    let failed = end_pod_at(&f, "2025-12-31T23:59:01Z");
     run_with(&f, &seen(&f)).unwrap();
     let replacement = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
     assert_ne!(replacement, failed.metadata.uid);
