@@ -7,7 +7,9 @@ use crate::auth::Attributes;
 use crate::discovery;
 use crate::faults::{self, Logged};
 use crate::http::Request;
+use crate::openapi;
 use crate::patch::{self, PatchError};
+use crate::podspec;
 use crate::policy::{self, Attempt};
 use crate::resources::{self, Class, ResourceDef};
 use crate::review;
@@ -707,26 +709,55 @@ fn validation_causes(def: &ResourceDef, version: &str, obj: &Value) -> Vec<Cause
     causes
 }
 
-/// Drops unknown fields of custom resources (structural-schema pruning). With
-/// `fieldValidation=Strict` (what kubectl sends) an unknown field is an error instead, as on
-/// a real server.
-fn prune(req: &Request, def: &ResourceDef, version: &str, obj: &mut Value) -> Result<(), ApiError> {
-    let Some(schema) = def.schema(version).filter(|_| def.is_custom()) else {
-        return Ok(());
+/// What the API server's decoder does with a body before anything else: a pod whose
+/// quantities do not parse cannot be decoded (400); fields its type does not know (a pod's Go
+/// type, a custom resource's structural schema) are dropped, each with a warning
+/// (`fieldValidation` Warn, the default since 1.27), silently (Ignore), or refuse the request
+/// (Strict, which kubectl sends). Returns the warnings.
+fn prune(
+    req: &Request,
+    def: &ResourceDef,
+    version: &str,
+    obj: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    // `transformDecodeError`: what the decoder says, prefixed with what it was decoding.
+    let decode_error = |why: &str| {
+        ApiError::BadRequest(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {why}",
+            kind = def.kind
+        ))
     };
-    let mut removed = Vec::new();
-    validate::prune(schema, obj, "", &mut removed);
-    if req.param("fieldValidation") == Some("Strict") && !removed.is_empty() {
-        let fields: Vec<String> = removed
-            .iter()
-            .map(|f| format!("unknown field {f:?}"))
-            .collect();
-        return Err(ApiError::BadRequest(format!(
+    let removed = if def.class == Class::Pod {
+        if let Some(why) = podspec::quantity_error(&obj["spec"]) {
+            return Err(decode_error(why));
+        }
+        // 1.28 drops an init container's `restartPolicy` (native sidecars are alpha there, and
+        // off): such a container runs as any init container, to completion.
+        if let Some(Value::Array(init)) = obj["spec"].get_mut("initContainers") {
+            for c in init.iter_mut().filter_map(Value::as_object_mut) {
+                c.remove("restartPolicy");
+            }
+        }
+        openapi::prune_pod(obj)
+    } else if let Some(schema) = def.schema(version).filter(|_| def.is_custom()) {
+        let mut removed = Vec::new();
+        validate::prune(schema, obj, "", &mut removed);
+        removed
+    } else {
+        return Ok(Vec::new());
+    };
+    let unknown: Vec<String> = removed
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
+    match req.param("fieldValidation") {
+        Some("Strict") if !unknown.is_empty() => Err(decode_error(&format!(
             "strict decoding error: {}",
-            fields.join(", ")
-        )));
+            unknown.join(", ")
+        ))),
+        Some("Ignore") => Ok(Vec::new()),
+        _ => Ok(unknown),
     }
-    Ok(())
 }
 
 /// 404 or 403 unless namespace `ns` exists and is not terminating (the NamespaceLifecycle
@@ -818,7 +849,7 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     resources::prepare_create(&def, &mut obj, &now);
     resources::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
-    prune(req, &def, &t.version, &mut obj)?;
+    let decode_warnings = prune(req, &def, &t.version, &mut obj)?;
 
     // Admission (namespace lifecycle) comes before validation, as on a real server; it is
     // checked again when committing, where it counts.
@@ -837,7 +868,8 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
         if def.class == Class::Pod {
             admission::pod_security(&store, ns, &name, &obj)?;
         }
-        policy::admit(
+        let mut warnings = decode_warnings;
+        warnings.extend(policy::admit(
             &store,
             &Attempt {
                 operation: "CREATE",
@@ -850,7 +882,8 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
                 old: None,
                 user,
             },
-        )?
+        )?);
+        warnings
     };
     let key = def.key();
     hold_before_commit(shared, req, "create", user);
@@ -1107,6 +1140,7 @@ fn prepare_update(
     resources::apply_defaults(def, &mut new);
     resources::omit_empty_metadata(&mut new);
     let mut new = Value::Object(new);
+    // An update's unknown-field warnings are not sent (only its admission warnings are).
     prune(req, def, &t.version, &mut new)?;
     let mut causes = validation_causes(def, &t.version, &new);
     if !status_write {

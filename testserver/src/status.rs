@@ -76,6 +76,15 @@ impl Cause {
         }
     }
 
+    /// `FieldValueNotFound`: the value names something that does not exist (a volume).
+    pub fn not_found(field: &str, value: &str) -> Cause {
+        Cause {
+            reason: "FieldValueNotFound".into(),
+            message: format!("Not found: {value}"),
+            field: field.into(),
+        }
+    }
+
     /// `FieldValueDuplicate`: the value repeats one earlier in a list.
     pub fn duplicate(field: &str, value: &str) -> Cause {
         Cause {

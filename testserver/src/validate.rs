@@ -9,6 +9,8 @@ use crate::resources::{Class, ResourceDef};
 use crate::status::Cause;
 use serde_json::{Map, Value};
 
+pub use crate::podspec::validate_pod_spec;
+
 const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
@@ -312,50 +314,6 @@ pub fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause
 
 fn validate_pod(obj: &Value) -> Vec<Cause> {
     validate_pod_spec(&obj["spec"], "spec")
-}
-
-/// Checks a pod spec at `path` (`spec` of a pod, `spec.template.spec` of a Deployment):
-/// containers, their names and images, the restart policy.
-pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let containers = spec["containers"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    if containers.is_empty() {
-        causes.push(Cause::required(&format!("{path}.containers"), ""));
-    }
-    let mut seen = Vec::new();
-    for (i, c) in containers.iter().enumerate() {
-        let name = c["name"].as_str().unwrap_or("");
-        let field = format!("{path}.containers[{i}].name");
-        if name.is_empty() {
-            causes.push(Cause::required(&field, ""));
-        } else {
-            for e in label_errors(name) {
-                causes.push(Cause::invalid(&field, &quote(name), &e));
-            }
-            if seen.contains(&name) {
-                causes.push(Cause::duplicate(&field, &quote(name)));
-            }
-            seen.push(name);
-        }
-        if c["image"].as_str().unwrap_or("").trim().is_empty() {
-            causes.push(Cause::required(
-                &format!("{path}.containers[{i}].image"),
-                "",
-            ));
-        }
-    }
-    let policy = spec["restartPolicy"].as_str().unwrap_or("Always");
-    if !matches!(policy, "Always" | "OnFailure" | "Never") {
-        causes.push(Cause::not_supported(
-            &format!("{path}.restartPolicy"),
-            &quote(policy),
-            "\"Always\", \"OnFailure\", \"Never\"",
-        ));
-    }
-    causes
 }
 
 /// Pod spec is immutable but for images, `activeDeadlineSeconds` and added tolerations.
