@@ -193,9 +193,10 @@ pub fn validate_metadata(def: &ResourceDef, meta: &Value) -> Vec<Cause> {
             total += k.len() + v.as_str().map_or(0, str::len);
         }
         if total > 256 * 1024 {
-            causes.push(Cause::invalid(
+            // `field.TooLong`: what `kubectl apply` of a CRD over 256 KiB meets, its
+            // last-applied annotation holding the whole CRD.
+            causes.push(Cause::too_long(
                 "metadata.annotations",
-                "\"\"",
                 "must have at most 262144 bytes",
             ));
         }
@@ -689,6 +690,25 @@ mod tests {
         let other = json!({"spec": {"containers": [{"name": "c", "image": "a"}], "restartPolicy": "Never"}});
         assert!(validate_pod_update(&old, &img).is_empty());
         assert_eq!(validate_pod_update(&old, &other).len(), 1);
+    }
+
+    #[test]
+    fn annotations_over_256_kib_are_too_long() {
+        let defs = crate::resources::builtins();
+        let meta = json!({"name": "p", "annotations": {"big": "x".repeat(256 * 1024)}});
+        let causes = validate_metadata(&defs[0], &meta);
+        assert_eq!(
+            causes,
+            vec![Cause::too_long(
+                "metadata.annotations",
+                "must have at most 262144 bytes"
+            )]
+        );
+        assert_eq!(
+            causes[0].message,
+            "Too long: must have at most 262144 bytes"
+        );
+        assert_eq!(causes[0].reason, "FieldValueTooLong");
     }
 
     #[test]
