@@ -1204,20 +1204,31 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
         .to_string();
     let def = lookup(&shared.read(), t, "patch")?;
     let strategic = content_type == "application/strategic-merge-patch+json";
+    let apply = content_type == "application/apply-patch+yaml";
     let supported = matches!(
         content_type.as_str(),
         "application/merge-patch+json" | "application/json-patch+json"
-    ) || (strategic && !def.is_custom());
+    ) || (strategic && !def.is_custom())
+        || apply;
     if !supported {
         return Err(unsupported_patch(&def));
     }
-    let body: Value = serde_json::from_slice(&req.body)
-        .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
+    if apply && req.param("fieldManager").is_none_or(str::is_empty) {
+        return Err(ApiError::BadRequest(
+            "fieldManager is required for apply requests".into(),
+        ));
+    }
+    let body: Value = if apply {
+        parse_body(req)?
+    } else {
+        serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?
+    };
     let json_patch = content_type == "application/json-patch+json";
     // The patch is applied to the object as it is when the result is committed (retried on
     // the newer object otherwise), as kube-apiserver's patcher applies it inside
     // GuaranteedUpdate.
-    let (def, stored, warnings) = guaranteed_update(shared, req, t, "patch", user, |def, cur| {
+    let updated = guaranteed_update(shared, req, t, "patch", user, |def, cur| {
         let mut doc = (**cur).clone();
         if json_patch {
             // JSON patch paths address the object as clients see it, with kind and apiVersion.
@@ -1236,7 +1247,7 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
             return Err(ApiError::BadRequest(
                 "a merge patch must be a JSON object".into(),
             ));
-        } else if strategic {
+        } else if strategic || (apply && !def.is_custom()) {
             patch::strategic_merge(&mut doc, &body);
         } else {
             patch::merge_patch(&mut doc, &body);
@@ -1244,11 +1255,48 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
         let mut new = as_object(doc)?;
         strip_type(def, &t.version, &mut new)?;
         prepare_update(req, def, t, cur, new, false)
-    })?;
+    });
+    let (def, stored, warnings) = match updated {
+        // Server-side apply creates what does not exist yet.
+        Err(ApiError::NotFound(..)) if apply => return apply_create(shared, req, t, user, body),
+        other => other?,
+    };
     Ok(with_warnings(
         ok_bytes(200, encode(&def, &t.version, &stored)),
         warnings,
     ))
+}
+
+/// Server-side apply of an object that does not exist: created from the applied
+/// configuration as a POST would create it (201). Field ownership is not tracked: no
+/// `managedFields`, no conflicts; applying to an existing object merges the configuration in
+/// as a strategic merge patch (a merge patch for custom resources) would.
+fn apply_create(
+    shared: &Shared,
+    req: &Request,
+    t: &Target,
+    user: &str,
+    mut body: Value,
+) -> Result<Reply, ApiError> {
+    let name = t.name.clone().unwrap_or_default();
+    if body["metadata"]["name"].as_str().unwrap_or("").is_empty() && body.is_object() {
+        body["metadata"]["name"] = json!(name);
+    }
+    if body["metadata"]["name"] != json!(name) {
+        return Err(ApiError::BadRequest(
+            "the name of the object does not match the name on the URL".into(),
+        ));
+    }
+    let mut post = req.clone();
+    post.body = body.to_string().into_bytes();
+    post.headers.retain(|(k, _)| k != "content-type");
+    post.headers
+        .push(("content-type".into(), "application/json".into()));
+    let target = Target {
+        name: None,
+        ..t.clone()
+    };
+    create(shared, &post, &target, user)
 }
 
 /// DeleteOptions from the body and the query.
