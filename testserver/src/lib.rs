@@ -29,6 +29,7 @@ mod openapi;
 mod patch;
 mod podspec;
 mod policy;
+mod regex;
 mod resources;
 mod review;
 mod runtime;

@@ -438,6 +438,17 @@ fn schema_walk_node(schema: &Value, value: &Value, path: &str, causes: &mut Vec<
                 ));
             }
         }
+        // A pattern outside the matcher's RE2 subset is not checked (see the README).
+        let pattern = schema["pattern"].as_str();
+        if let Some((p, re)) = pattern.and_then(|p| Some((p, crate::regex::Regex::new(p).ok()?))) {
+            if !re.is_match(s) {
+                causes.push(Cause::invalid(
+                    path,
+                    &quote(s),
+                    &format!("{path} in body should match '{p}'"),
+                ));
+            }
+        }
     }
     if let Some(n) = value.as_f64() {
         if let Some(min) = schema["minimum"].as_f64() {
@@ -690,6 +701,23 @@ mod tests {
         let other = json!({"spec": {"containers": [{"name": "c", "image": "a"}], "restartPolicy": "Never"}});
         assert!(validate_pod_update(&old, &img).is_empty());
         assert_eq!(validate_pod_update(&old, &other).len(), 1);
+    }
+
+    #[test]
+    fn strings_are_checked_against_their_pattern() {
+        let schema = json!({"type": "object", "properties": {"memory": {
+            "anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true,
+            "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$"}}});
+        let mut causes = Vec::new();
+        schema_walk(&schema, &json!({"memory": "128Mi"}), "limits", &mut causes);
+        schema_walk(&schema, &json!({"memory": 1}), "limits", &mut causes);
+        assert!(causes.is_empty(), "{causes:?}");
+        schema_walk(&schema, &json!({"memory": "lots"}), "limits", &mut causes);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "limits.memory");
+        assert!(causes[0]
+            .message
+            .starts_with("Invalid value: \"lots\": limits.memory in body should match '^(\\+|-)?"));
     }
 
     #[test]

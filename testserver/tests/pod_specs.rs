@@ -271,3 +271,54 @@ fn kubectl_explain_documents_custom_resources_and_pods() {
         );
     });
 }
+
+#[test]
+fn a_crd_pattern_and_a_matches_rule_refuse_a_malformed_template_with_its_field_path() {
+    bounded(20, || {
+        let (_server, admin) = start();
+        let quantity = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+        let mut crd = template_crd();
+        let version =
+            &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let container = &mut version["properties"]["template"]["properties"]["spec"]["properties"]
+            ["containers"]["items"];
+        container["properties"]["resources"]["properties"]["limits"]["additionalProperties"]
+            ["pattern"] = json!(quantity);
+        container["properties"]["image"] = json!({"type": "string"});
+        container["x-kubernetes-validations"] = json!([{"rule": "!has(self.image) || self.image.matches('^[a-z0-9./:@-]+$')",
+            "message": "image must be a lowercase reference"}]);
+        let r = admin.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &crd,
+        );
+        assert_eq!(r.code, 201, "{}", r.body);
+        let widgets = "/apis/example.com/v1/namespaces/default/widgets";
+        let widget = |name: &str, container: Value| {
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name},
+                "spec": {"template": {"spec": {"containers": [container]}}}})
+        };
+        let ok = admin.post(widgets, &widget("ok", json!({"name": "a", "image": "nginx:1.27", "resources": {"limits": {"memory": "128Mi", "cpu": 1}}})));
+        assert_eq!(ok.code, 201, "{}", ok.body);
+        let lots = admin.post(
+            widgets,
+            &widget(
+                "lots",
+                json!({"name": "a", "resources": {"limits": {"memory": "lots"}}}),
+            ),
+        );
+        assert_eq!(lots.code, 422, "{}", lots.body);
+        assert_eq!(
+            causes(&lots.body),
+            [format!("spec.template.spec.containers[0].resources.limits.memory: Invalid value: \"lots\": spec.template.spec.containers[0].resources.limits.memory in body should match '{quantity}'")]
+        );
+        let upper = admin.post(
+            widgets,
+            &widget("upper", json!({"name": "a", "image": "NGINX:::Latest@@"})),
+        );
+        assert_eq!(upper.code, 422, "{}", upper.body);
+        assert_eq!(
+            causes(&upper.body),
+            ["spec.template.spec.containers[0]: Invalid value: \"object\": image must be a lowercase reference"]
+        );
+    });
+}
