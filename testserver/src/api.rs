@@ -850,6 +850,21 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     resources::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
     let decode_warnings = prune(req, &def, &t.version, &mut obj)?;
+    if def.class == Class::Pod {
+        // Mutating admission: after defaulting, before validation and validating admission.
+        let mutations = shared
+            .pod_mutations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for m in &mutations {
+            patch::strategic_merge(&mut obj, m);
+        }
+        // What a webhook added is defaulted too (a patched object is decoded again).
+        if let (false, Some(map)) = (mutations.is_empty(), obj.as_object_mut()) {
+            resources::apply_defaults(&def, map);
+        }
+    }
 
     // Admission (namespace lifecycle) comes before validation, as on a real server; it is
     // checked again when committing, where it counts.

@@ -929,3 +929,45 @@ fn an_image_reference_that_does_not_parse_waits_invalid_image_name() {
             |m| m.ends_with("invalid reference format: repository name must be lowercase")
         ));
 }
+
+#[test]
+fn mutate_pods_adds_a_sidecar_and_a_label_to_pods_created_through_the_api() {
+    let (server, admin) = start();
+    server.mutate_pods(json!({
+        "metadata": {"labels": {"injected": "true"}, "annotations": {"mesh/version": "1"}},
+        "spec": {"containers": [{"name": "proxy", "image": "registry.k8s.io/pause:3.9"}]}}));
+    let p = running(&admin, &pod("meshed", PAUSE));
+    assert_eq!(
+        p["metadata"]["labels"],
+        json!({"app": "t", "injected": "true"})
+    );
+    assert_eq!(p["metadata"]["annotations"]["mesh/version"], "1");
+    let names: Vec<&str> = p["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["acontainer", "proxy"]);
+    assert_eq!(
+        p["spec"]["containers"][1]["imagePullPolicy"], "IfNotPresent",
+        "defaulted"
+    );
+    let up = wait_for(
+        10,
+        "both containers running",
+        || admin.get(&format!("{PODS}/meshed")).body,
+        |p| {
+            p["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|s| s.len() == 2 && s.iter().all(|c| c["ready"] == true))
+        },
+    );
+    assert_eq!(up["status"]["containerStatuses"][1]["name"], "proxy");
+    server.clear_pod_mutations();
+    let plain = running(&admin, &pod("plain", PAUSE));
+    assert_eq!(
+        plain["spec"]["containers"].as_array().map(Vec::len),
+        Some(1)
+    );
+}
