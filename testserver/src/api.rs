@@ -860,9 +860,11 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
         for m in &mutations {
             patch::strategic_merge(&mut obj, m);
         }
-        // What a webhook added is defaulted too (a patched object is decoded again).
+        // What a webhook added is defaulted too (a patched object is decoded again), and the
+        // QoS class is the mutated pod's (the strategy's PrepareForCreate runs after admission).
         if let (false, Some(map)) = (mutations.is_empty(), obj.as_object_mut()) {
             resources::apply_defaults(&def, map);
+            resources::prepare_create(&def, map, &now);
         }
     }
 
