@@ -157,6 +157,20 @@ fn baseline(pod: &Value, restricted: bool, out: &mut Vec<(&'static str, Violatio
                 },
             ));
         }
+        // Baseline forbids only `Unconfined`; restricted's own check replaces this one.
+        let unconfined = |v: &Value| v["type"] != "Unconfined";
+        let (explicit, _, pod_bad, _) = pod_or_container_check(pod, "seccompProfile", unconfined);
+        if let Some(who) = setters(pod_bad, &explicit) {
+            out.push((
+                "seccompProfile_baseline",
+                Violation {
+                    reason: "seccompProfile",
+                    detail: format!(
+                        "{who} must not set securityContext.seccompProfile.type to \"Unconfined\""
+                    ),
+                },
+            ));
+        }
         let host_paths: Vec<String> = volumes(pod)
             .filter(|v| !v["hostPath"].is_null())
             .map(name_of)
@@ -645,6 +659,23 @@ mod tests {
         assert_eq!(
             violations(&pod),
             "unrestricted capabilities (container \"a\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add), host namespaces (hostNetwork=true), privileged (container \"a\" must not set securityContext.privileged=true), runAsNonRoot != true (pod and container \"a\" must not set securityContext.runAsNonRoot=false), runAsUser=0 (pod must not set runAsUser=0), seccompProfile (pod must not set securityContext.seccompProfile.type to \"Unconfined\")"
+        );
+    }
+
+    #[test]
+    fn baseline_refuses_an_unconfined_seccomp_profile_only() {
+        let pod = json!({"spec": {"securityContext": {"seccompProfile": {"type": "Unconfined"}},
+            "containers": [{"name": "a", "securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+                {"name": "b", "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}]}});
+        let mut found = Vec::new();
+        baseline(&pod, false, &mut found);
+        let text: Vec<String> = found
+            .iter()
+            .map(|(id, v)| format!("{id}: {} ({})", v.reason, v.detail))
+            .collect();
+        assert_eq!(
+            text,
+            ["seccompProfile_baseline: seccompProfile (pod and container \"a\" must not set securityContext.seccompProfile.type to \"Unconfined\")"]
         );
     }
 
