@@ -1157,8 +1157,11 @@ fn prepare_update(
     resources::apply_defaults(def, &mut new);
     resources::omit_empty_metadata(&mut new);
     let mut new = Value::Object(new);
-    // An update's unknown-field warnings are not sent (only its admission warnings are).
-    prune(req, def, &t.version, &mut new)?;
+    // An update's unknown-field warnings are not sent (only its admission warnings are). A
+    // pod's status write keeps the stored spec, so there is nothing of it to decode again.
+    if !(status_write && def.class == Class::Pod) {
+        prune(req, def, &t.version, &mut new)?;
+    }
     let mut causes = validation_causes(def, &t.version, &new);
     if !status_write {
         causes.extend(validate::validate_update(def, cur, &new));

@@ -58,14 +58,17 @@ pub fn prune_pod(pod: &mut Value) -> Vec<String> {
     let schemas = core_schemas();
     for (field, schema) in [("metadata", OBJECT_META), ("spec", POD_SPEC)] {
         if let (Some(v), Some(s)) = (map.get_mut(field), schemas.get(schema)) {
-            prune_at(s, v, field, &mut removed);
+            prune_at(s, v, &mut field.to_string(), &mut removed);
         }
     }
     removed
 }
 
-fn prune_at(schema: &Value, value: &mut Value, path: &str, removed: &mut Vec<String>) {
+/// Walks `value` under `schema`; `path` is the value's path, extended and restored on the way
+/// down so that a pod without unknown fields costs no allocation per field.
+fn prune_at(schema: &Value, value: &mut Value, path: &mut String, removed: &mut Vec<String>) {
     let schema = resolve(schema);
+    let len = path.len();
     match value {
         Value::Object(map) => {
             if let Some(props) = schema["properties"].as_object() {
@@ -77,19 +80,28 @@ fn prune_at(schema: &Value, value: &mut Value, path: &str, removed: &mut Vec<Str
                     known
                 });
                 for (k, v) in map.iter_mut() {
-                    prune_at(&props[k], v, &format!("{path}.{k}"), removed);
+                    path.push('.');
+                    path.push_str(k);
+                    prune_at(&props[k], v, path, removed);
+                    path.truncate(len);
                 }
             } else if let Some(each) = schema.get("additionalProperties").filter(|s| s.is_object())
             {
                 for (k, v) in map.iter_mut() {
-                    prune_at(each, v, &format!("{path}.{k}"), removed);
+                    path.push('.');
+                    path.push_str(k);
+                    prune_at(each, v, path, removed);
+                    path.truncate(len);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(each) = schema.get("items") {
                 for (i, v) in items.iter_mut().enumerate() {
-                    prune_at(each, v, &format!("{path}[{i}]"), removed);
+                    use std::fmt::Write;
+                    let _ = write!(path, "[{i}]");
+                    prune_at(each, v, path, removed);
+                    path.truncate(len);
                 }
             }
         }
