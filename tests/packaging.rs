@@ -174,22 +174,33 @@ fn make_dir() -> PathBuf {
     dir
 }
 
+/// `make ARGS...` in `dir`, with `env` added: whether it succeeded, its stdout and stderr.
+fn make_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new("make");
+    // Under `make test` the outer make's flags and variables would reach this one.
+    cmd.env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
+        .envs(env.iter().copied())
+        .arg("--no-print-directory")
+        .arg("-C")
+        .arg(dir)
+        .args(args);
+    run_bounded(&mut cmd, MAKE_BOUND).expect("cannot run make")
+}
+
 fn make_build_installer(dir: &Path, img: &str, kubectl: &str) -> (bool, String, String) {
-    run_bounded(
-        Command::new("make")
-            // Under `make test` the outer make's flags and variables would reach this one.
-            .env_remove("MAKEFLAGS")
-            .env_remove("MFLAGS")
-            .env_remove("MAKELEVEL")
-            .arg("--no-print-directory")
-            .arg("-C")
-            .arg(dir)
-            .arg("build-installer")
-            .arg(format!("IMG={img}"))
-            .arg(format!("KUBECTL={kubectl}")),
-        MAKE_BOUND,
+    make_in(
+        dir,
+        &[
+            "build-installer",
+            &format!("IMG={img}"),
+            &format!("KUBECTL={kubectl}"),
+            // The tag-less and :latest cases are meant here; the refusal has its own test.
+            "ALLOW_LATEST=1",
+        ],
+        &[],
     )
-    .expect("cannot run make")
 }
 
 /// A stand-in for kubectl, as the KUBECTL command: `kustomize DIR` keeps a copy of
@@ -587,7 +598,7 @@ fn the_installer_holds_every_object_of_config_default_in_apply_order_with_the_im
         "{out}"
     );
 
-    // An IMG without a tag gets :latest, and the message says the image written, not IMG.
+    // An IMG without a tag, when allowed, gets :latest, and the message says the image written, not IMG.
     let (ok, out, err) = make_build_installer(&dir, "registry.example.com/op", &kubectl);
     assert!(ok, "make build-installer failed:\n{out}{err}");
     let objs = documents(&dir.join("dist/install.yaml"));
@@ -637,4 +648,176 @@ fn every_platform_docker_buildx_builds_is_one_the_dockerfile_builds() {
         let cc = format!("CC_{arch}_unknown_linux_musl=musl-gcc");
         assert!(dockerfile.contains(&cc), "the Dockerfile does not set {cc}");
     }
+}
+
+#[test]
+fn build_installer_refuses_an_image_without_a_fixed_tag_unless_told() {
+    let dir = make_dir();
+    let kubectl = fake_kubectl(&dir, "kind: Namespace\n", 0);
+    let kubectl_arg = format!("KUBECTL={kubectl}");
+    for img in [
+        None,
+        Some("registry.example.com/op"),
+        Some("registry.example.com:5000/op:latest"),
+    ] {
+        let img_arg = img.map(|i| format!("IMG={i}"));
+        let mut args = vec!["build-installer", kubectl_arg.as_str()];
+        args.extend(img_arg.as_deref());
+        let (ok, out, err) = make_in(&dir, &args, &[]);
+        assert!(!ok, "IMG={img:?} was written:\n{out}{err}");
+        assert!(
+            err.contains("has no fixed tag") && err.contains("ALLOW_LATEST=1"),
+            "IMG={img:?}: {err}"
+        );
+        assert!(
+            !dir.join("dist/install.yaml").exists(),
+            "IMG={img:?} left an installer"
+        );
+    }
+    // A tag or a digest is written without being told.
+    let digest = format!("IMG=ghcr.io/me/op@sha256:{}", "ab".repeat(32));
+    for img in ["IMG=registry.example.com/op:v1.2.3", digest.as_str()] {
+        let (ok, out, err) = make_in(&dir, &["build-installer", img, &kubectl_arg], &[]);
+        assert!(ok, "{img}: {out}{err}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A stand-in for a program the Makefile calls, run through sh (see [`fake_kubectl`]): `body`
+/// is its script.
+fn fake_program(dir: &Path, name: &str, body: &str) -> String {
+    let script = dir.join(name);
+    fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+    format!("sh {}", script.display())
+}
+
+/// A cargo that prints how it was called.
+fn fake_cargo(dir: &Path) -> String {
+    fake_program(dir, "cargo", "echo \"cargo $*\"")
+}
+
+#[test]
+fn build_static_says_what_to_install_before_cargo_runs() {
+    let dir = make_dir();
+    let cargo = fake_cargo(&dir);
+    let cargo_arg = format!("CARGO={cargo}");
+    // A toolchain whose sysroot holds no musl standard library.
+    let sysroot = dir.join("sysroot");
+    fs::create_dir_all(sysroot.join("lib/rustlib")).unwrap();
+    let rustc = fake_program(&dir, "rustc", &format!("echo '{}'", sysroot.display()));
+    let (ok, out, err) = make_in(
+        &dir,
+        &["build-static", &cargo_arg, &format!("RUSTC={rustc}")],
+        &[],
+    );
+    assert!(!ok, "{out}{err}");
+    assert!(err.contains("rustup target add"), "{err}");
+    assert!(!out.contains("cargo build"), "cargo ran: {out}");
+
+    // The target there, but no musl C compiler.
+    let arch = std::env::consts::ARCH;
+    fs::create_dir_all(sysroot.join(format!("lib/rustlib/{arch}-unknown-linux-musl"))).unwrap();
+    let cc_var = format!("CC_{arch}_unknown_linux_musl");
+    let (ok, out, err) = make_in(
+        &dir,
+        &["build-static", &cargo_arg, &format!("RUSTC={rustc}")],
+        &[(&cc_var, "no-such-musl-gcc")],
+    );
+    assert!(!ok, "{out}{err}");
+    assert!(
+        err.contains("no C compiler no-such-musl-gcc") && err.contains("musl-tools"),
+        "{err}"
+    );
+    assert!(!out.contains("cargo build"), "cargo ran: {out}");
+
+    // Both there: cargo builds.
+    let (ok, out, err) = make_in(
+        &dir,
+        &["build-static", &cargo_arg, &format!("RUSTC={rustc}")],
+        &[(&cc_var, "sh")],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "cargo build --release --target {arch}-unknown-linux-musl"
+        )),
+        "{out}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn make_run_against_a_cluster_binds_probes_and_metrics_to_loopback_unless_args_say() {
+    let dir = make_dir();
+    let cargo = fake_cargo(&dir);
+    let cargo_arg = format!("CARGO={cargo}");
+    let kubeconfig = dir.join("kubeconfig").display().to_string();
+    let env = [("KUBECONFIG", kubeconfig.as_str())];
+    let (ok, out, err) = make_in(&dir, &["run", &cargo_arg], &env);
+    assert!(ok, "{out}{err}");
+    let ran = out
+        .lines()
+        .find(|l| l.starts_with("cargo run"))
+        .unwrap_or_else(|| panic!("cargo was not run: {out}"));
+    assert!(
+        ran.contains("--health-probe-bind-address 127.0.0.1:8081")
+            && ran.contains("--metrics-bind-address 127.0.0.1:8443"),
+        "{ran}"
+    );
+    // A flag in ARGS wins, and is not given twice.
+    let (ok, out, err) = make_in(
+        &dir,
+        &["run", &cargo_arg, "ARGS=--metrics-bind-address :9443"],
+        &env,
+    );
+    assert!(ok, "{out}{err}");
+    let ran = out.lines().find(|l| l.starts_with("cargo run")).unwrap();
+    assert_eq!(ran.matches("--metrics-bind-address").count(), 1, "{ran}");
+    assert!(
+        ran.contains("--metrics-bind-address :9443")
+            && ran.contains("--health-probe-bind-address 127.0.0.1:8081"),
+        "{ran}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn demo_stop_says_only_what_it_did_and_a_demo_elsewhere_names_its_own_dir() {
+    let dir = make_dir();
+    let demo = dir.join("elsewhere");
+    fs::create_dir_all(&demo).unwrap();
+    let demo_arg = format!("DEMO_DIR={}", demo.display());
+    // Nothing running, nothing to remove.
+    let (ok, out, err) = make_in(&dir, &["demo-stop", &demo_arg], &[]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("no demo was running"), "{out}");
+    assert!(!out.contains("removed"), "{out}");
+
+    // A demo that runs there (this test's own pid stands in for its server): make demo
+    // refuses, and names the demo-stop that stops that demo, not the one in .demo.
+    fs::write(demo.join("server.pid"), std::process::id().to_string()).unwrap();
+    let (ok, out, err) = make_in(&dir, &["demo", &demo_arg], &[]);
+    assert!(!ok, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "a demo is already running in {0}: make demo-stop DEMO_DIR={0} first",
+            demo.display()
+        )),
+        "{out}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_license_file_is_the_one_cargo_toml_names() {
+    let manifest = fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("license = \"Apache-2.0\""),
+        "Cargo.toml's license changed: change LICENSE with it"
+    );
+    let license = fs::read_to_string(root().join("LICENSE")).expect("a LICENSE file");
+    assert!(
+        license.contains("Apache License") && license.contains("Version 2.0, January 2004"),
+        "LICENSE is not the Apache License 2.0"
+    );
 }
