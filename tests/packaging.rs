@@ -821,3 +821,32 @@ fn the_license_file_is_the_one_cargo_toml_names() {
         "LICENSE is not the Apache License 2.0"
     );
 }
+
+/// The builder image is pinned to the Rust that Cargo.toml declares (tests/msrv.rs checks that
+/// the lock builds with it), so an image build neither floats nor lags behind the code.
+#[test]
+fn the_dockerfile_builds_with_the_rust_version_cargo_toml_declares() {
+    let manifest = fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let rust_version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("rust-version in Cargo.toml");
+    let dockerfile = fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let bases: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        bases.contains(&format!("rust:{rust_version}-bookworm").as_str()),
+        "the builder is not rust:{rust_version}-bookworm: {bases:?}"
+    );
+    for base in bases {
+        let tag = base.rsplit(':').next().unwrap_or("");
+        assert!(
+            !matches!(tag, "latest" | "1-bookworm" | "1") && base.contains(':'),
+            "{base} floats"
+        );
+    }
+}
