@@ -850,3 +850,124 @@ fn the_dockerfile_builds_with_the_rust_version_cargo_toml_declares() {
         );
     }
 }
+
+/// `text` without what lies between each `open` and the next `close`, both included.
+fn without_spans(text: &str, open: char, close: char) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for c in text.chars() {
+        match (inside, c) {
+            (false, c) if c == open => inside = true,
+            (true, c) if c == close => inside = false,
+            (false, c) => out.push(c),
+            (true, _) => {}
+        }
+    }
+    out
+}
+
+/// The metric names a PromQL expression reads: its identifiers, less quoted strings, label
+/// matchers, range durations, the label lists of `by (...)` and its kin, functions and
+/// keywords.
+fn metrics_in_promql(expr: &str) -> BTreeSet<String> {
+    const NOT_METRICS: [&str; 12] = [
+        "sum", "max", "min", "avg", "count", "rate", "irate", "increase", "absent", "and", "or",
+        "unless",
+    ];
+    const LABEL_LISTS: [&str; 6] = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    let mut plain = without_spans(expr, '"', '"');
+    plain = without_spans(&plain, '{', '}');
+    plain = without_spans(&plain, '[', ']');
+    let words: Vec<String> = plain
+        .replace('(', " ( ")
+        .replace(')', " ) ")
+        .split(|c: char| !(c.is_ascii_alphanumeric() || "_:()".contains(c)))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect();
+    let mut out = BTreeSet::new();
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i].as_str();
+        if LABEL_LISTS.contains(&w) && words.get(i + 1).is_some_and(|n| n == "(") {
+            // Skip to the list's closing parenthesis.
+            while i < words.len() && words[i] != ")" {
+                i += 1;
+            }
+        } else if w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && !NOT_METRICS.contains(&w)
+        {
+            out.insert(w.to_string());
+        }
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn promql_metric_names_are_found_and_nothing_else() {
+    let found = metrics_in_promql(
+        "sum by (pod, code) (rate(rest_client_requests_total{job=\"x\", code!~\"2..\"}[5m])) \
+         / sum without (le) (a_total) > 0.05 and absent(up{job=\"y\"} == 1)",
+    );
+    let want: BTreeSet<String> = ["rest_client_requests_total", "a_total", "up"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(found, want);
+}
+
+#[test]
+fn every_metric_an_alert_reads_is_one_the_operator_exports() {
+    let exported: BTreeSet<String> = immortal_operator::runtime::metrics::render("alerts")
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let path = root().join("config/prometheus/rules.yaml");
+    let rules = documents(&path);
+    let rule = the_one(&rules, "PrometheusRule");
+    let mut alerts = BTreeSet::new();
+    for group in seq_at(rule, &["spec", "groups"]) {
+        for r in seq_at(group, &["rules"]) {
+            let alert = str_at(r, &["alert"]).expect("every rule is an alert");
+            let expr = str_at(r, &["expr"]).unwrap_or_else(|| panic!("{alert} has no expr"));
+            assert!(
+                str_at(r, &["annotations", "summary"]).is_some(),
+                "{alert} has no summary"
+            );
+            let used = metrics_in_promql(expr);
+            assert!(!used.is_empty(), "{alert} reads no metric: {expr}");
+            for m in used {
+                // `up` is Prometheus' own series for every scrape target.
+                assert!(
+                    m == "up" || exported.contains(&m),
+                    "{alert} reads {m}, which /metrics does not export: {exported:?}"
+                );
+            }
+            alerts.insert(alert.to_string());
+        }
+    }
+    // Each alert has its meaning and first step in docs/alerts.md.
+    let doc = fs::read_to_string(root().join("docs/alerts.md")).expect("docs/alerts.md");
+    for alert in &alerts {
+        assert!(
+            doc.contains(&format!("## {alert}")),
+            "docs/alerts.md has no section for {alert}"
+        );
+    }
+    assert!(alerts.len() >= 5, "{alerts:?}");
+    // Optional, as the ServiceMonitor: the PrometheusRule CRD may not exist on a cluster.
+    let default = kustomization(&root().join("config/default"));
+    assert!(!resources(&default).iter().any(|r| r.contains("prometheus")));
+    assert!(resources(&kustomization(&root().join("config/prometheus")))
+        .contains(&"rules.yaml".to_string()));
+}
