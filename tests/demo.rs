@@ -320,6 +320,7 @@ fn the_readme_s_demo_commands_do_what_it_says_and_make_run_without_a_kubeconfig_
         "create_pod: cause=new",
         "triggered by: pod DELETED",
         "create_pod: cause=deleted",
+        "release_pod:",
         "start_times=2",
         "→ success",
     ] {

@@ -540,3 +540,80 @@ fn anchors_are_made_as_github_makes_them() {
     );
     assert_eq!(anchor("ImmortalOperatorDown"), "immortaloperatordown");
 }
+
+/// The code spans of a Markdown table cell.
+fn spans(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+#[test]
+fn the_source_map_names_every_module_in_the_folder_it_is_in() {
+    let design = read("docs/design.md");
+    let table = design
+        .split("## The source")
+        .nth(1)
+        .expect("## The source in docs/design.md");
+    let mut folder: Option<String> = None;
+    let mut named: BTreeSet<String> = BTreeSet::new();
+    let mut wrong = Vec::new();
+    for row in table.lines().filter(|l| l.starts_with("| ")) {
+        let first = row.split('|').nth(1).unwrap_or("");
+        for name in spans(first) {
+            if first.contains("**") {
+                folder = Some(name.to_string());
+                continue;
+            }
+            let path = if name.starts_with("src/") {
+                name.to_string()
+            } else {
+                match &folder {
+                    Some(f) => format!("{f}{name}"),
+                    None => continue,
+                }
+            };
+            if !Path::new(ROOT).join(&path).exists() {
+                wrong.push(path.clone());
+            }
+            named.insert(path.trim_end_matches('/').to_string());
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the source map names what is not there: {wrong:?}"
+    );
+    // Every file and folder of the three layers, but their mod.rs and tests.
+    let mut missing = Vec::new();
+    for layer in ["src/immortal", "src/runtime", "src/kube"] {
+        for entry in fs::read_dir(Path::new(ROOT).join(layer)).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if matches!(name.as_str(), "mod.rs" | "tests.rs") {
+                continue;
+            }
+            let path = format!("{layer}/{name}");
+            if !named.contains(&path) {
+                missing.push(path);
+            }
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/design.md's source map leaves out {missing:?}"
+    );
+}
+
+#[test]
+fn no_table_cell_starts_with_a_stray_colon() {
+    let mut stray = Vec::new();
+    for doc in operator_docs() {
+        for row in read(&doc).lines().filter(|l| l.starts_with("| ")) {
+            if row
+                .split('|')
+                .any(|cell| cell.trim_start().starts_with(": "))
+            {
+                stray.push(format!("{doc}: {row}"));
+            }
+        }
+    }
+    assert!(stray.is_empty(), "{stray:#?}");
+}

@@ -194,6 +194,12 @@ fn trace_tells_an_objects_history_from_the_logs_the_operator_wrote() {
         "{text}"
     );
     assert!(text.contains("cause=deleted"), "{text}");
+    // Every creation's finalizer is released once its start is counted (docs/operating.md's
+    // example shows it).
+    assert!(
+        text.contains("release_pod:") && text.contains("reason=its start is counted"),
+        "{text}"
+    );
     assert!(
         text.contains("patch_status:") && text.contains("start_times=2"),
         "{text}"
