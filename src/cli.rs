@@ -25,6 +25,10 @@ Examples:
   RUST_LOG=debug immortal-operator --namespace demo --log-format json 2> operator.log
   immortal-operator trace demo/web --log operator.log";
 
+const TRACE_EXIT_CODES: &str = "\
+Exit codes: 0 the timeline was printed; 1 no log line is about the object; 2 bad arguments;
+3 the log file cannot be read.";
+
 #[derive(Debug, Parser)]
 #[command(name = "immortal-operator", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
 pub struct Args {
@@ -111,6 +115,7 @@ pub struct Args {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print one object's reconciliation history from the operator's logs (text or JSON).
+    #[command(after_help = TRACE_EXIT_CODES)]
     Trace(TraceArgs),
 }
 

@@ -753,9 +753,9 @@ fn a_node_lost_but_not_deleted_holds_the_pod_until_it_is_tainted_out_of_service(
         "no replacement while the name is held: {pods:?}"
     );
     assert_eq!(uid(&pods[0]), uid(&first));
-    // What the README says to do: taint the node out-of-service (kubectl taint nodes NODE
-    // node.kubernetes.io/out-of-service=nodeshutdown:NoExecute). PodGC force-deletes the pod,
-    // and its replacement goes to the other node.
+    // What docs/operating.md (Known limits) says to do: taint the node out-of-service
+    // (kubectl taint nodes NODE node.kubernetes.io/out-of-service=nodeshutdown:NoExecute).
+    // PodGC force-deletes the pod, and its replacement goes to the other node.
     let path = format!("/api/v1/nodes/{node}");
     let mut taints = c.api.get(&path).expect("node")["spec"]["taints"]
         .as_array()

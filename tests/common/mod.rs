@@ -322,8 +322,8 @@ impl Cluster {
         // A namespace is a DNS-1123 label: at most 63 characters.
         slug.truncate(63 - "e2e--".len() - suffix.len());
         let ns = format!("e2e-{}-{suffix}", slug.trim_end_matches('-'));
-        let dir = std::env::temp_dir().join("immortal-e2e").join(&ns);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let dir = scratch_root().join(&ns);
+        create_scratch(&dir);
 
         let (backend, kubeconfig) = match std::env::var_os(KUBECONFIG_ENV).filter(|v| !v.is_empty())
         {
@@ -814,6 +814,27 @@ impl Drop for Cluster {
             eprintln!("e2e: scratch directory kept: {}", self.dir.display());
         } else {
             let _ = fs::remove_dir_all(&self.dir);
+            // The shared parent goes with its last scratch directory, so that a passing run
+            // leaves nothing in the temp directory (remove_dir refuses a non-empty one).
+            let _ = fs::remove_dir(scratch_root());
+        }
+    }
+}
+
+/// Where every test keeps its scratch directory, one per namespace.
+fn scratch_root() -> PathBuf {
+    std::env::temp_dir().join("immortal-e2e")
+}
+
+/// Creates a scratch directory. Another test's drop may remove the empty shared parent between
+/// creating it and creating `dir` inside it, so a vanished parent is tried again.
+fn create_scratch(dir: &Path) {
+    let mut tries = 0;
+    loop {
+        match fs::create_dir_all(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 10 => tries += 1,
+            Err(e) => panic!("cannot create {}: {e}", dir.display()),
         }
     }
 }
