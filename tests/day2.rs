@@ -580,6 +580,87 @@ fn a_pod_deleted_while_status_writes_are_refused_goes_within_a_minute_uncounted_
     assert_ne!(uid(&counted), uid(&pod));
 }
 
+/// While the returned policy lives, putting our label back on a pod that lost it is refused
+/// (422), as a policy that guards labels would: every UPDATE of a pod in the test's namespace
+/// that adds it. Other pod writes (our finalizer's release) pass.
+fn refuse_relabels(c: &Cluster) -> Option<Policy<'_>> {
+    let probe_pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "relabel-probe", "labels": {"probe": "yes"}},
+        "spec": {"containers": [{"name": "c", "image": image()}]}});
+    let probe_uid = uid(&c.create_pod(&probe_pod)).to_string();
+    let path = format!("/api/v1/namespaces/{}/pods/relabel-probe", c.ns);
+    let label = |value: Value| json!({"metadata": {"labels": {common::MANAGED_BY: value}}});
+    let probe = || match c.api.try_request(
+        "PATCH",
+        &path,
+        "application/merge-patch+json",
+        Some(&label(json!("someone"))),
+    ) {
+        Err(e) => e.code() == Some(422),
+        Ok(_) => {
+            // Not in force yet: take it off again, or the next try would not add it.
+            let _ = c.api.merge_patch(&path, &label(Value::Null));
+            false
+        }
+    };
+    let added = format!(
+        "!('{0}' in object.metadata.labels) || '{0}' in oldObject.metadata.labels",
+        common::MANAGED_BY
+    );
+    let policy = Policy::deny(
+        c,
+        "relabel-refused",
+        json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+            "resources": ["pods"]}),
+        &added,
+        "the e2e suite refuses relabels",
+        None,
+        probe,
+    );
+    c.delete_pod_with_grace("relabel-probe", &probe_uid, Some(0));
+    policy
+}
+
+#[test]
+fn a_held_pod_whose_relabel_is_refused_is_still_counted_and_let_go_when_deleted() {
+    let c = Cluster::new("relabel-refused");
+    let Some(refused) = refuse_status_writes(&c, "relabel-refused") else {
+        return;
+    };
+    let Some(relabels) = refuse_relabels(&c) else {
+        return;
+    };
+    let _op = Operator::start(&c);
+    let pod = held_pod(&c, "web");
+    // Our label goes (our watch loses the pod, and the operator cannot put it back), then a
+    // person deletes the pod, which waits on our finalizer; status can be written again.
+    c.patch_pod(
+        name(&pod),
+        &json!({"metadata": {"labels": {common::MANAGED_BY: null}}}),
+    );
+    assert!(c.delete_pod_with_grace(name(&pod), uid(&pod), None));
+    drop(refused);
+    // Counted and let go within the half minute a held pod is retried in, the relabel
+    // refused or not; then replaced.
+    wait_until(
+        c.timeout(Duration::from_secs(45)),
+        "the deleted pod to be let go",
+        || match c.get_pod(name(&pod)).map_err(|e| e.to_string())? {
+            Some(p) if uid(&p) == uid(&pod) => {
+                Err(format!("still held: {}", p["metadata"]["finalizers"]))
+            }
+            _ => Ok(()),
+        },
+    );
+    let replacement = wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "the replacement, both starts counted",
+        || c.converged("web", 2),
+    );
+    assert_ne!(uid(&replacement), uid(&pod));
+    drop(relabels);
+}
+
 #[test]
 fn counting_resumes_without_a_restart_once_the_crd_is_upgraded() {
     let c = Cluster::new("crd-upgraded");
