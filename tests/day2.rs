@@ -9,9 +9,10 @@
 mod common;
 
 use common::{
-    condition, image, name, reason_message, uid, wait_until, Cluster, Operator, COUNT_FINALIZER,
+    condition, image, name, other_image, reason_message, uid, wait_until, Cluster, Operator,
+    COUNT_FINALIZER,
 };
-use kube_testserver::FailRule;
+use kube_testserver::{FailRule, StallRule};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -659,6 +660,66 @@ fn a_held_pod_whose_relabel_is_refused_is_still_counted_and_let_go_when_deleted(
     );
     assert_ne!(uid(&replacement), uid(&pod));
     drop(relabels);
+}
+
+#[test]
+fn a_status_write_for_an_object_deleted_and_recreated_meanwhile_does_not_land_on_the_new_one() {
+    let c = Cluster::new("recreated-mid-write");
+    let Some(server) = c.test_server_or_skip("recreated-mid-write") else {
+        return;
+    };
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    c.wait_converged("web", 1, |_| Ok(()));
+    // The image changes: the operator deletes the pod gracefully and says so in a status write
+    // with no count in it (so no resourceVersion), held on its way.
+    server.record_requests();
+    let stall = server.stall(StallRule {
+        verb: Some("patch".into()),
+        path_contains: Some("/status".into()),
+        ..StallRule::default()
+    });
+    c.set_image("web", &other_image());
+    wait_until(
+        c.timeout(Duration::from_secs(10)),
+        "a status write to be held",
+        || match server.stalled() {
+            0 => Err("none yet".into()),
+            _ => Ok(()),
+        },
+    );
+    // Meanwhile the object is deleted and made again under the name.
+    c.delete_ic("web");
+    let recreated = Instant::now();
+    let new = c.create_ic("web", &image());
+    server.lift_stall(stall);
+    let held = wait_until(
+        c.timeout(Duration::from_secs(10)),
+        "the held status write to be answered",
+        || {
+            server
+                .request_log()
+                .into_iter()
+                .find(|l| {
+                    l.resource.ends_with("/status")
+                        && l.received < recreated
+                        && l.answered > recreated
+                })
+                .ok_or_else(|| "not yet".to_string())
+        },
+    );
+    assert_eq!(held.code, 422, "refused for the new object's uid");
+    let status = &c.ic("web")["status"];
+    assert!(
+        status["observedGeneration"].as_i64() <= new["metadata"]["generation"].as_i64(),
+        "the old object's status landed: {status}"
+    );
+    c.wait_converged("web", 1, |p| {
+        match p["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"] {
+            true => Ok(()),
+            false => Err("the old object's pod".into()),
+        }
+    });
 }
 
 #[test]
