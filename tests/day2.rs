@@ -9,9 +9,10 @@
 mod common;
 
 use common::{
-    condition, image, name, reason_message, uid, wait_until, Cluster, Operator, COUNT_FINALIZER,
+    condition, image, name, other_image, reason_message, uid, wait_until, Cluster, Operator,
+    COUNT_FINALIZER,
 };
-use kube_testserver::FailRule;
+use kube_testserver::{FailRule, StallRule};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -578,6 +579,147 @@ fn a_pod_deleted_while_status_writes_are_refused_goes_within_a_minute_uncounted_
         || c.converged("web", 1),
     );
     assert_ne!(uid(&counted), uid(&pod));
+}
+
+/// While the returned policy lives, putting our label back on a pod that lost it is refused
+/// (422), as a policy that guards labels would: every UPDATE of a pod in the test's namespace
+/// that adds it. Other pod writes (our finalizer's release) pass.
+fn refuse_relabels(c: &Cluster) -> Option<Policy<'_>> {
+    let probe_pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "relabel-probe", "labels": {"probe": "yes"}},
+        "spec": {"containers": [{"name": "c", "image": image()}]}});
+    let probe_uid = uid(&c.create_pod(&probe_pod)).to_string();
+    let path = format!("/api/v1/namespaces/{}/pods/relabel-probe", c.ns);
+    let label = |value: Value| json!({"metadata": {"labels": {common::MANAGED_BY: value}}});
+    let probe = || match c.api.try_request(
+        "PATCH",
+        &path,
+        "application/merge-patch+json",
+        Some(&label(json!("someone"))),
+    ) {
+        Err(e) => e.code() == Some(422),
+        Ok(_) => {
+            // Not in force yet: take it off again, or the next try would not add it.
+            let _ = c.api.merge_patch(&path, &label(Value::Null));
+            false
+        }
+    };
+    let added = format!(
+        "!('{0}' in object.metadata.labels) || '{0}' in oldObject.metadata.labels",
+        common::MANAGED_BY
+    );
+    let policy = Policy::deny(
+        c,
+        "relabel-refused",
+        json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+            "resources": ["pods"]}),
+        &added,
+        "the e2e suite refuses relabels",
+        None,
+        probe,
+    );
+    c.delete_pod_with_grace("relabel-probe", &probe_uid, Some(0));
+    policy
+}
+
+#[test]
+fn a_held_pod_whose_relabel_is_refused_is_still_counted_and_let_go_when_deleted() {
+    let c = Cluster::new("relabel-refused");
+    let Some(refused) = refuse_status_writes(&c, "relabel-refused") else {
+        return;
+    };
+    let Some(relabels) = refuse_relabels(&c) else {
+        return;
+    };
+    let _op = Operator::start(&c);
+    let pod = held_pod(&c, "web");
+    // Our label goes (our watch loses the pod, and the operator cannot put it back), then a
+    // person deletes the pod, which waits on our finalizer; status can be written again.
+    c.patch_pod(
+        name(&pod),
+        &json!({"metadata": {"labels": {common::MANAGED_BY: null}}}),
+    );
+    assert!(c.delete_pod_with_grace(name(&pod), uid(&pod), None));
+    drop(refused);
+    // Counted and let go within the half minute a held pod is retried in, the relabel
+    // refused or not; then replaced.
+    wait_until(
+        c.timeout(Duration::from_secs(45)),
+        "the deleted pod to be let go",
+        || match c.get_pod(name(&pod)).map_err(|e| e.to_string())? {
+            Some(p) if uid(&p) == uid(&pod) => {
+                Err(format!("still held: {}", p["metadata"]["finalizers"]))
+            }
+            _ => Ok(()),
+        },
+    );
+    let replacement = wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "the replacement, both starts counted",
+        || c.converged("web", 2),
+    );
+    assert_ne!(uid(&replacement), uid(&pod));
+    drop(relabels);
+}
+
+#[test]
+fn a_status_write_for_an_object_deleted_and_recreated_meanwhile_does_not_land_on_the_new_one() {
+    let c = Cluster::new("recreated-mid-write");
+    let Some(server) = c.test_server_or_skip("recreated-mid-write") else {
+        return;
+    };
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    c.wait_converged("web", 1, |_| Ok(()));
+    // The image changes: the operator deletes the pod gracefully and says so in a status write
+    // with no count in it (so no resourceVersion), held on its way.
+    server.record_requests();
+    let stall = server.stall(StallRule {
+        verb: Some("patch".into()),
+        path_contains: Some("/status".into()),
+        ..StallRule::default()
+    });
+    c.set_image("web", &other_image());
+    wait_until(
+        c.timeout(Duration::from_secs(10)),
+        "a status write to be held",
+        || match server.stalled() {
+            0 => Err("none yet".into()),
+            _ => Ok(()),
+        },
+    );
+    // Meanwhile the object is deleted and made again under the name.
+    c.delete_ic("web");
+    let recreated = Instant::now();
+    let new = c.create_ic("web", &image());
+    server.lift_stall(stall);
+    let held = wait_until(
+        c.timeout(Duration::from_secs(10)),
+        "the held status write to be answered",
+        || {
+            server
+                .request_log()
+                .into_iter()
+                .find(|l| {
+                    l.resource.ends_with("/status")
+                        && l.received < recreated
+                        && l.answered > recreated
+                })
+                .ok_or_else(|| "not yet".to_string())
+        },
+    );
+    assert_eq!(held.code, 422, "refused for the new object's uid");
+    let status = &c.ic("web")["status"];
+    assert!(
+        status["observedGeneration"].as_i64() <= new["metadata"]["generation"].as_i64(),
+        "the old object's status landed: {status}"
+    );
+    c.wait_converged("web", 1, |p| {
+        match p["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"] {
+            true => Ok(()),
+            false => Err("the old object's pod".into()),
+        }
+    });
 }
 
 #[test]

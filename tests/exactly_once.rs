@@ -185,6 +185,18 @@ fn api_err(code: u16, reason: &str) -> client::Error {
     }))
 }
 
+/// A real server's answer to a PATCH naming a uid that is not the object's `kind` `name`: no
+/// precondition (that is only a DELETE's 409) but an immutable field changed, 422 (fixture
+/// kube-1.28-kubelet/18).
+fn uid_changed(kind: &str, name: &str, sent: &str) -> client::Error {
+    let cause = serde_json::json!({"reason": "FieldValueInvalid",
+        "message": format!("Invalid value: {sent:?}: field is immutable"), "field": "metadata.uid"});
+    let status = serde_json::json!({"kind": "Status", "status": "Failure", "reason": "Invalid",
+        "code": 422, "message": format!("{kind} {name:?} is invalid: metadata.uid: {}", cause["message"]),
+        "details": {"name": name, "kind": kind, "causes": [cause, cause]}});
+    client::Error::Api(Box::new(serde_json::from_value(status).expect("a Status")))
+}
+
 impl World {
     fn next_rv(&mut self) -> String {
         self.rv += 1;
@@ -541,7 +553,8 @@ impl Api for ModelApi {
                 return Err(api_err(404, "NotFound"));
             };
             if patch["metadata"]["uid"] != mp.pod.metadata.uid.as_str() {
-                return Err(api_err(409, "Conflict"));
+                let sent = patch["metadata"]["uid"].as_str().unwrap_or("");
+                return Err(uid_changed("Pod", name, sent));
             }
             let rv = w.next_rv();
             let mp = w.pods.get_mut(name).unwrap();
@@ -577,6 +590,13 @@ impl Api for ModelApi {
             if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
                 if rv != ic.metadata.resource_version {
                     return Err(api_err(409, "Conflict"));
+                }
+            }
+            // Checked after the resourceVersion, as kube-apiserver validates after it.
+            if let Some(sent) = patch["metadata"]["uid"].as_str() {
+                if sent != ic.metadata.uid {
+                    let kind = "ImmortalContainer.immortalcontainer.flugel.it";
+                    return Err(uid_changed(kind, name, sent));
                 }
             }
             let st = &patch["status"];

@@ -69,7 +69,8 @@ pub trait Api {
         uid: &str,
         grace: Option<u32>,
     ) -> Result<Pod, client::Error>;
-    /// Merge-patches the pod; a `metadata.uid` in the patch is a precondition.
+    /// Merge-patches the pod; a `metadata.uid` in the patch that is not the pod's is refused
+    /// (422, `client::Error::is_uid_changed`).
     fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error>;
     fn patch_status(
         &self,
@@ -343,8 +344,12 @@ struct Run<'a, A: Api> {
     status: ImmortalContainerStatus,
     /// The pod to release once the status that counts it is written.
     release: Option<Held>,
-    /// The object was deleted while we worked (the status write answered 404).
+    /// The object was deleted while we worked (the status write answered 404), or replaced
+    /// by another of the same name (it refused our uid).
     gone: bool,
+    /// Putting our labels back on the pod failed: returned once the pod is counted and let go,
+    /// so that a pod being deleted never waits on a relabel (see `counting::HOLD_AT_MOST`).
+    relabel: Option<Error>,
 }
 
 /// A pod of ours still holding our finalizer.
@@ -393,6 +398,7 @@ pub fn reconcile<A: Api>(
         status: ic.status.clone(),
         release: None,
         gone: false,
+        relabel: None,
     };
     run.status.observed_generation = ic.metadata.generation;
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
@@ -459,6 +465,9 @@ pub fn reconcile<A: Api>(
     // The pod created here is counted in the status just written: it may go now.
     if let Some(held) = run.release.take() {
         run.release(&held.uid)?;
+    }
+    if let Some(e) = run.relabel.take() {
+        return Err(e);
     }
     Ok(next)
 }
@@ -577,7 +586,10 @@ impl<A: Api> Run<'_, A> {
                     if !controlled_by(&pod, self.ic) {
                         return self.conflict(&pod);
                     }
-                    self.restore_labels(&pod)?;
+                    // Retried after, not before, the count and the release below.
+                    if let Err(e) = self.restore_labels(&pod) {
+                        self.relabel = Some(e);
+                    }
                     let view = PodView::of(&pod);
                     let image = created_for(&pod).to_string();
                     let holds = counting::holds(&pod.metadata.finalizers);
@@ -906,8 +918,9 @@ impl<A: Api> Run<'_, A> {
                 );
                 Ok(())
             }
-            // Gone or replaced meanwhile: its own events bring us back.
-            Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+            // Gone or replaced meanwhile (our uid refused: 422, see
+            // `client::Error::is_uid_changed`): its own events bring us back.
+            Err(e) if e.is_not_found() || e.is_conflict() || e.is_uid_changed() => Ok(()),
             Err(e) => Err(Error::from_api("patch pod", e)),
         }
     }

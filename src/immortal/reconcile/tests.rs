@@ -1,7 +1,9 @@
 use super::*;
 use crate::immortal::lifecycle::PodEvents;
 use crate::immortal::types::{ImmortalPod, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::kube::types::{Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status};
+use crate::kube::types::{
+    Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status, StatusCause, StatusDetails,
+};
 use crate::runtime::watcher::{Verdict, Watched};
 use std::cell::RefCell;
 
@@ -28,6 +30,31 @@ fn api_err(code: u16, reason: &str) -> client::Error {
         code,
         reason: reason.into(),
         message: reason.into(),
+        ..Default::default()
+    }))
+}
+
+/// What the API server answers a PATCH whose `metadata.uid` is not the object's `kind`
+/// `name`: 422, the uid immutable (fixture kube-1.28-kubelet/18).
+fn uid_changed(kind: &str, name: &str, sent: &str) -> client::Error {
+    let cause = StatusCause {
+        reason: "FieldValueInvalid".into(),
+        message: format!("Invalid value: {sent:?}: field is immutable"),
+        field: "metadata.uid".into(),
+    };
+    client::Error::Api(Box::new(Status {
+        code: 422,
+        reason: "Invalid".into(),
+        message: format!(
+            "{kind} {name:?} is invalid: metadata.uid: {}",
+            cause.message
+        ),
+        details: Some(StatusDetails {
+            name: name.into(),
+            kind: kind.into(),
+            causes: vec![cause.clone(), cause],
+            ..Default::default()
+        }),
         ..Default::default()
     }))
 }
@@ -140,9 +167,10 @@ impl Api for Fake {
         let Some(p) = slot.as_mut() else {
             return Err(api_err(404, "NotFound"));
         };
-        // A uid in the patch is a precondition (the API server's update preconditions).
+        // A patch's uid that is not the pod's is a change of an immutable field.
         if patch["metadata"]["uid"] != p.metadata.uid.as_str() {
-            return Err(api_err(409, "Conflict"));
+            let sent = patch["metadata"]["uid"].as_str().unwrap_or("");
+            return Err(uid_changed("Pod", name, sent));
         }
         if let Some(labels) = patch["metadata"]["labels"].as_object() {
             for (k, v) in labels {
@@ -174,6 +202,15 @@ impl Api for Fake {
             return Err(e);
         }
         let mut ic = self.ic.borrow().clone().unwrap();
+        if let Some(sent) = patch["metadata"]["uid"].as_str() {
+            if sent != ic.metadata.uid {
+                return Err(uid_changed(
+                    "ImmortalContainer.immortalcontainer.flugel.it",
+                    name,
+                    sent,
+                ));
+            }
+        }
         let st = &patch["status"];
         if let Some(v) = st.get("currentPod") {
             ic.status.current_pod = v.as_str().map(String::from);
@@ -1016,16 +1053,18 @@ fn a_status_conflict_is_retried_and_the_retry_does_not_count_twice() {
 #[test]
 fn a_count_carries_the_resource_version_it_was_computed_from() {
     let o = ic("web", "nginx");
-    let patch = |want: &ImmortalContainerStatus| status_patch("10", &o.status, want, |_| false);
+    let patch =
+        |want: &ImmortalContainerStatus| status_patch("ic-uid", "10", &o.status, want, |_| false);
     let mut want = o.status.clone();
     want.start_times = Some(1);
     want.last_counted_pod_uid = Some("u".into());
     assert_eq!(patch(&want).unwrap()["metadata"]["resourceVersion"], "10");
-    // A condition-only change, or the first explicit zero, needs no precondition.
+    // A condition-only change, or the first explicit zero, needs no resourceVersion; every
+    // write names the object, so that none lands on another of the same name.
     let mut want = o.status.clone();
     want.observed_generation = Some(1);
     want.start_times = Some(0);
-    assert!(patch(&want).unwrap().get("metadata").is_none());
+    assert_eq!(patch(&want).unwrap()["metadata"], json!({"uid": "ic-uid"}));
     assert!(patch(&o.status).is_none());
 }
 
@@ -1578,4 +1617,149 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     assert_eq!(f.calls(), ["GET ic/web"]);
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
+}
+
+/// A pod made while status could not be written (so it holds our finalizer, uncounted), then
+/// stripped of our labels and deleted by someone: it is Terminating, waiting on us. Answers
+/// its uid.
+fn held_unlabelled_and_deleted(f: &Fake) -> String {
+    f.fail_next("patch_status", api_err(500, "InternalError"));
+    assert!(run(f, "ns/web").is_err());
+    start_pod(f);
+    let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
+    f.pod.borrow_mut().as_mut().unwrap().metadata.labels.clear();
+    f.delete_pod("ns", "web-immortalpod", &uid, None).unwrap();
+    f.clear();
+    uid
+}
+
+fn finalizers(f: &Fake) -> Vec<String> {
+    f.pod.borrow().as_ref().unwrap().metadata.finalizers.clone()
+}
+
+#[test]
+fn a_refused_relabel_does_not_keep_a_pod_being_deleted_waiting_on_our_finalizer() {
+    let f = fake(ic("web", "nginx"));
+    let uid = held_unlabelled_and_deleted(&f);
+    // A policy refuses the relabel (422, nothing about the uid): the pod is counted and let
+    // go all the same, and the relabel is retried after.
+    f.fail_next("patch_pod", api_err(422, "Invalid"));
+    let err = run(&f, "ns/web").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Transient {
+                action: "patch pod",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            // Status never said a pod: tried first, the name is taken.
+            "POST pod/web-immortalpod",
+            "GET pod/web-immortalpod",
+            "PATCH pod/web-immortalpod labels",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some(uid.as_str())
+    );
+    assert!(finalizers(&f).is_empty(), "let go");
+}
+
+#[test]
+fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute() {
+    let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+    let clock = now.clone();
+    let f = Fake {
+        books: Books::with_clock(move || *clock.lock().unwrap()),
+        ..Default::default()
+    };
+    *f.ic.borrow_mut() = Some(ic("web", "nginx"));
+    held_unlabelled_and_deleted(&f);
+    let refused = || api_err(422, "Invalid");
+    f.fail_next("patch_pod", refused());
+    f.fail_next("patch_status", refused());
+    let err = run(&f, "ns/web").unwrap_err();
+    assert_eq!(err.retry_within(), Some(counting::HOLD_AT_MOST), "{err}");
+    assert_eq!(finalizers(&f).len(), 1);
+    *now.lock().unwrap() += counting::HOLD_AT_MOST;
+    f.fail_next("patch_pod", refused());
+    f.fail_next("patch_status", refused());
+    assert!(run(&f, "ns/web").is_err());
+    assert!(finalizers(&f).is_empty(), "let go uncounted");
+    assert_eq!(f.notes.borrow().last().unwrap().reason, "StartsNotCounted");
+}
+
+#[test]
+fn a_relabel_that_meets_another_pod_of_the_name_is_not_an_error() {
+    let f = running("nginx");
+    f.pod
+        .borrow_mut()
+        .as_mut()
+        .unwrap()
+        .metadata
+        .labels
+        .remove(MANAGED_BY_LABEL);
+    // Replaced between our read and our patch: the server refuses our uid.
+    f.fail_next(
+        "patch_pod",
+        uid_changed("Pod", "web-immortalpod", "pod-uid-1"),
+    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+}
+
+#[test]
+fn releasing_a_pod_whose_name_holds_another_is_done() {
+    let f = fake(ic("web", "nginx"));
+    let mut other = desired_pod(&ic("web", "nginx"), true);
+    other.metadata.uid = "pod-uid-new".into();
+    *f.pod.borrow_mut() = Some(other);
+    let trace = Trace {
+        id: "1",
+        key: "ns/web",
+    };
+    release_pod(&f, &trace, "ns", "web-immortalpod", "pod-uid-old", "test").unwrap();
+    assert_eq!(f.calls(), ["PATCH pod/web-immortalpod release"]);
+    assert_eq!(
+        finalizers(&f),
+        [ic::COUNT_FINALIZER],
+        "the other pod is untouched"
+    );
+}
+
+#[test]
+fn a_status_write_refused_for_a_recreated_object_lets_our_pod_go_and_ends() {
+    let f = fake(ic("web", "nginx"));
+    // Deleted and re-created under the name while we made its pod: our uid is refused.
+    f.fail_next(
+        "patch_status",
+        uid_changed(
+            "ImmortalContainer.immortalcontainer.flugel.it",
+            "web",
+            "ic-uid",
+        ),
+    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert!(finalizers(&f).is_empty(), "nothing will count it now");
+    assert_eq!(status(&f).start_times, None, "nothing landed");
+    // Any other 422 is not taken for a re-created object.
+    let f = fake(ic("web", "nginx"));
+    f.fail_next("patch_status", api_err(422, "Invalid"));
+    assert!(matches!(
+        run(&f, "ns/web"),
+        Err(Error::Holding {
+            deleting: false,
+            ..
+        })
+    ));
+    assert_eq!(finalizers(&f).len(), 1);
 }

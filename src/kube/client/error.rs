@@ -46,7 +46,8 @@ impl Error {
     pub fn is_already_exists(&self) -> bool {
         self.code() == 409 && self.reason() == "AlreadyExists"
     }
-    /// 409 Conflict: a stale resourceVersion or a uid precondition that did not match.
+    /// 409 Conflict: a stale resourceVersion, or a DELETE's uid precondition that did not match
+    /// (a PATCH's uid answers 422, see [`Error::is_uid_changed`]).
     pub fn is_conflict(&self) -> bool {
         self.code() == 409 && self.reason() != "AlreadyExists"
     }
@@ -63,6 +64,18 @@ impl Error {
     /// 422 Invalid: the server rejected what we sent; retrying the same request cannot help.
     pub fn is_invalid(&self) -> bool {
         self.code() == 422
+    }
+    /// 422 Invalid with a cause on `metadata.uid`: a PATCH that carried the object's uid met
+    /// another object of the name (the one we meant was deleted, maybe re-created). A PATCH has
+    /// no uid precondition; the uid it sets is refused as an immutable-field change (fixture
+    /// kube-1.28-kubelet/18), which Kubernetes' own `ReleasePod` takes as "replaced". Meaningful
+    /// only for a patch that carried a uid; a DELETE's uid precondition answers 409.
+    pub fn is_uid_changed(&self) -> bool {
+        let Error::Api(s) = self else { return false };
+        s.code == 422
+            && s.details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
     }
     /// How long the server asked us to wait before trying again (`Retry-After`, or
     /// `details.retryAfterSeconds` of its Status), if it did.
