@@ -76,7 +76,8 @@ pub struct Args {
     #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub retry_period: Duration,
 
-    /// Address of the Prometheus /metrics endpoint (":8443" = all interfaces; "0" disables).
+    /// Address of the Prometheus /metrics endpoint (":8443" = all interfaces, IPv4 and IPv6;
+    /// "0" disables).
     #[arg(long, default_value = ":8443", value_name = "ADDR")]
     pub metrics_bind_address: String,
 
@@ -92,7 +93,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub metrics_cert_path: Option<PathBuf>,
 
-    /// Address of the /healthz and /readyz probes, plain HTTP ("0" disables).
+    /// Address of the /healthz and /readyz probes, plain HTTP (":8081" = all interfaces, IPv4
+    /// and IPv6; "0" disables).
     #[arg(long, default_value = ":8081", value_name = "ADDR")]
     pub health_probe_bind_address: String,
 
@@ -325,8 +327,8 @@ mod tests {
         assert_eq!(
             c.endpoints,
             serve::Settings {
-                metrics: Some("0.0.0.0:8443".parse().unwrap()),
-                probes: Some("0.0.0.0:8081".parse().unwrap()),
+                metrics: Some("[::]:8443".parse().unwrap()),
+                probes: Some("[::]:8081".parse().unwrap()),
                 secure: true,
                 cert_dir: None,
             }
