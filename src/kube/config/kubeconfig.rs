@@ -176,7 +176,28 @@ pub(super) fn parse_kubeconfig(text: &str) -> Result<RawConfig, String> {
     if text.trim().is_empty() {
         return Ok(RawConfig::default());
     }
-    serde_yaml::from_str(text).map_err(|e| redact_values(&e.to_string()))
+    serde_yaml::from_str(text).map_err(|e| readable(&redact_values(&e.to_string())))
+}
+
+/// serde's message with our types' names (`expected struct RawConfig`) replaced by what the
+/// file should hold there: a plain-text file given as kubeconfig must say so, not name code.
+fn readable(message: &str) -> String {
+    const SHAPES: [(&str, &str); 9] = [
+        ("struct RawConfig", "a kubeconfig (a YAML mapping with clusters, users and contexts); is this file a kubeconfig?"),
+        ("struct RawCluster", "a cluster (a mapping with server, certificate-authority, ...)"),
+        ("struct RawUser", "a user (a mapping with token, client-certificate, exec, ...)"),
+        ("struct RawContext", "a context (a mapping with cluster, user and namespace)"),
+        ("struct RawExec", "an exec plugin (a mapping with command, args, ...)"),
+        ("struct RawAuthProvider", "an auth-provider mapping"),
+        ("struct RawExtension", "an extension (a mapping with name and extension)"),
+        ("struct RawEnvVar", "an environment variable (a mapping with name and value)"),
+        ("struct Named", "an entry (a mapping with name and cluster, user or context)"),
+    ];
+    SHAPES
+        .iter()
+        .fold(message.to_string(), |m, (ours, theirs)| {
+            m.replace(ours, theirs)
+        })
 }
 
 pub(super) fn from_kubeconfig(

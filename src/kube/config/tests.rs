@@ -513,6 +513,19 @@ fn file_that_is_not_yaml_is_a_parse_error_naming_the_path() {
 }
 
 #[test]
+fn plain_text_given_as_kubeconfig_says_it_is_not_one_without_naming_our_types() {
+    let dir = TempDir::new("plain-text");
+    let path = dir.write("config", "just some notes\n");
+    let text = load_file(&path).unwrap_err().to_string();
+    assert!(text.contains("expected a kubeconfig"), "{text}");
+    assert!(!text.contains("Raw"), "{text}");
+    let path = dir.write("other", "clusters:\n- name: c\n  cluster: a-string\n");
+    let text = load_file(&path).unwrap_err().to_string();
+    assert!(text.contains("expected a cluster"), "{text}");
+    assert!(!text.contains("Raw"), "{text}");
+}
+
+#[test]
 fn misplaced_value_is_not_echoed_in_the_parse_error() {
     let dir = TempDir::new("bad-type");
     let path = dir.write(
