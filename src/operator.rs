@@ -454,6 +454,10 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
                  (install it with `make install` or `kubectl apply -k config/crd`)"
             ),
             client::Error::Credentials(e) => return Err(format!("cannot get credentials: {e}")),
+            client::Error::Tls(e) => match client.config().tls_misconfigured(e) {
+                Some(line) => return Err(line),
+                None => format!("cannot reach the API server at {server}"),
+            },
             _ => format!("cannot reach the API server at {server}"),
         };
         if Instant::now() >= deadline {

@@ -280,6 +280,9 @@ impl Client {
             match result {
                 Ok(resp) => return Ok(resp),
                 Err(ureq::Error::Transport(t)) => {
+                    if let Some(e) = tls_failure(&t) {
+                        return Err(Error::Tls(e));
+                    }
                     if timed_out(&t) {
                         self.forget_connections();
                     }
@@ -421,6 +424,25 @@ fn timed_out(t: &ureq::Transport) -> bool {
         source = e.source();
     }
     false
+}
+
+/// The TLS error a request failed with, if the handshake failed. ureq hands it on inside an
+/// `io::Error`, whose own `source` skips it.
+fn tls_failure(t: &ureq::Transport) -> Option<rustls::Error> {
+    let mut source = std::error::Error::source(t);
+    while let Some(e) = source {
+        let inner = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|i| i as &(dyn std::error::Error + 'static)),
+            None => Some(e),
+        };
+        if let Some(tls) = inner.and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            return Some(tls.clone());
+        }
+        source = e.source();
+    }
+    None
 }
 
 fn transport_error(msg: String) -> ureq::Transport {

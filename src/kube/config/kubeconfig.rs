@@ -534,6 +534,16 @@ pub(super) fn normalize_server(server: &str) -> Result<String, String> {
             "server {server:?} is not an http:// or https:// URL"
         ));
     }
+    // Parsed now, by the parser every request's URL goes through, so that a typo is a
+    // configuration error at start rather than a request error retried as unreachable.
+    let parsed = ureq::AgentBuilder::new()
+        .build()
+        .request("GET", &url)
+        .request_url();
+    if let Err(e) = parsed {
+        let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+        return Err(format!("server {server:?} is not a valid URL: {why}"));
+    }
     Ok(url.trim_end_matches('/').to_string())
 }
 

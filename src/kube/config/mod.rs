@@ -187,6 +187,49 @@ impl ClusterConfig {
         Ok(built.config.clone())
     }
 
+    /// The one line to exit with when a TLS handshake with the server failed for a reason that
+    /// only a change of configuration can fix, naming the setting to change; `None` for other
+    /// TLS failures. A certificate that fails verification means the wrong
+    /// certificate-authority (or server name) for this server; a handshake the server refused
+    /// with an alert means it does not take our client certificate.
+    pub fn tls_misconfigured(&self, e: &rustls::Error) -> Option<String> {
+        let server = &self.server;
+        match e {
+            rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. },
+            ) => Some(match &self.tls.server_name {
+                Some((_, origin)) => format!(
+                    "{origin}: the API server's certificate is not valid for this name ({e})"
+                ),
+                None => format!(
+                    "{}: the API server's certificate is not valid for the host in server {server} ({e}); set tls-server-name to a name it is valid for",
+                    self.source
+                ),
+            }),
+            rustls::Error::InvalidCertificate(_) => Some(match &self.tls.ca {
+                Some((_, origin)) => format!(
+                    "{origin}: the API server at {server} has a certificate this certificate authority does not verify ({e}); is it this cluster's CA?"
+                ),
+                None => format!(
+                    "{}: the system's CA bundle does not verify the certificate of the API server at {server} ({e}); set certificate-authority to the cluster's CA",
+                    self.source
+                ),
+            }),
+            rustls::Error::AlertReceived(_) => Some(match &self.tls.client {
+                Some(pair) => format!(
+                    "{}: the API server at {server} refused the TLS handshake ({e}); does the cluster's CA sign this client certificate?",
+                    pair.cert_origin
+                ),
+                None => format!(
+                    "{}: the API server at {server} refused the TLS handshake ({e})",
+                    self.source
+                ),
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether this config came from the in-cluster service account (for logs).
     pub fn in_cluster(&self) -> bool {
         self.in_cluster

@@ -244,6 +244,73 @@ fn without_tls_server_name_dns_only_server_is_refused() {
     assert!(result.unwrap_err().contains("not valid for name"));
 }
 
+/// The error a client over the kubeconfig with `cluster_fields` gets from a one-shot server
+/// showing `server_cert`, and the line start-up would exit with for it.
+fn refused_handshake(server_cert: &str, cluster_fields: &str) -> (String, Option<String>) {
+    let (port, _rx) = one_shot_server(server_cert, &server_cert.replace(".crt", ".key"), false);
+    let dir = TempDir::new("refused");
+    dir.write("pki/other-ca.crt", fixture("other-ca.crt"));
+    let path = dir.write(
+        "config",
+        kubeconfig(
+            &format!("https://127.0.0.1:{port}"),
+            cluster_fields,
+            "    token: t",
+        ),
+    );
+    let client = crate::kube::client::Client::new(load_file(&path).unwrap(), 1).unwrap();
+    match client.get_path::<serde_json::Value>("/") {
+        Err(crate::kube::client::Error::Tls(e)) => {
+            (e.to_string(), client.config().tls_misconfigured(&e))
+        }
+        other => panic!("want a TLS error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_server_certificate_the_ca_does_not_verify_names_the_certificate_authority_field() {
+    let (error, line) =
+        refused_handshake("server.crt", "    certificate-authority: pki/other-ca.crt");
+    let line = line.unwrap_or_else(|| panic!("{error} is a configuration error"));
+    assert!(
+        line.contains("cluster \"test-cluster\", certificate-authority ")
+            && line.contains("other-ca.crt")
+            && line.contains("UnknownIssuer"),
+        "{line}"
+    );
+    assert!(!line.contains('\n'), "{line}");
+}
+
+#[test]
+fn a_server_certificate_for_another_name_says_to_set_tls_server_name() {
+    let (error, line) = refused_handshake(
+        "server-dns-only.crt",
+        &format!("    certificate-authority-data: {}", b64_fixture("ca.crt")),
+    );
+    let line = line.unwrap_or_else(|| panic!("{error} is a configuration error"));
+    assert!(
+        line.contains("tls-server-name") && line.contains("server https://127.0.0.1:"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_malformed_server_url_is_refused_at_load_naming_the_server_field() {
+    let dir = TempDir::new("bad-url");
+    for bad in [
+        "https://127.0.0.1:99999",
+        "https://exa mple.com:6443",
+        "https://:6443",
+    ] {
+        let path = dir.write("config", kubeconfig(bad, "", "    {}"));
+        let err = load_file(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("cluster \"test-cluster\": server") && err.contains("not a valid URL"),
+            "{bad}: {err}"
+        );
+    }
+}
+
 #[test]
 fn insecure_skip_tls_verify_accepts_unverifiable_server() {
     let (result, _) = handshake(
