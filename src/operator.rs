@@ -204,6 +204,7 @@ fn connect(config: &Config) -> Result<(Client, ClusterFacts), ExitCode> {
     };
     let cluster = config::load(&opts).map_err(|e| fail_at_start(&e.to_string()))?;
     let source = cluster.source.clone();
+    let proxy = cluster.proxy.as_ref().map(|p| p.shown.clone());
     let facts = ClusterFacts {
         server: cluster.server.clone(),
         default_namespace: cluster.default_namespace.clone(),
@@ -216,6 +217,7 @@ fn connect(config: &Config) -> Result<(Client, ClusterFacts), ExitCode> {
     log::info!(
         target: "controller",
         server = facts.server.as_str(), config = source.as_str(),
+        proxy = proxy.as_deref().unwrap_or("none"),
         namespace = config.namespace.as_deref().unwrap_or("(all)"), workers = config.workers as u64,
         version = env!("CARGO_PKG_VERSION");
         "starting"

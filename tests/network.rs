@@ -4,7 +4,11 @@
 
 mod common;
 
-use common::{Cluster, Operator};
+use common::{image, name, uid, Cluster, Operator};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
 use std::time::Duration;
 
 const TLS_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
@@ -54,4 +58,141 @@ fn a_malformed_server_url_ends_the_operator_naming_the_field() {
         log.contains("server \"https://exa mple.invalid:6443\" is not a valid URL"),
         "{log}"
     );
+}
+
+/// What a [`ConnectProxy`] saw of one tunnel: its target and its `Proxy-Authorization`.
+#[derive(Clone, Debug)]
+struct Tunnel {
+    target: String,
+    authorization: Option<String>,
+}
+
+/// A CONNECT-only HTTP proxy on 127.0.0.1, as a corporate network puts between a user and the
+/// cluster: each connection must open with `CONNECT host:port`; it dials the target, answers
+/// 200 and copies bytes both ways until either side closes, and records every tunnel.
+struct ConnectProxy {
+    addr: SocketAddr,
+    tunnels: Arc<Mutex<Vec<Tunnel>>>,
+}
+
+impl ConnectProxy {
+    fn start() -> ConnectProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let addr = listener.local_addr().unwrap();
+        let tunnels = Arc::new(Mutex::new(Vec::new()));
+        let seen = tunnels.clone();
+        // Runs until the test process ends: a test's proxy is not reused by another.
+        thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let seen = seen.clone();
+                thread::spawn(move || {
+                    let _ = tunnel(client, &seen);
+                });
+            }
+        });
+        ConnectProxy { addr, tunnels }
+    }
+
+    fn tunnels(&self) -> Vec<Tunnel> {
+        self.tunnels.lock().unwrap().clone()
+    }
+}
+
+/// Serves one proxy connection.
+fn tunnel(mut client: TcpStream, seen: &Mutex<Vec<Tunnel>>) -> io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(10)))?;
+    // Byte by byte up to the blank line: what follows it belongs to the tunnel.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        if client.read(&mut byte)? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    client.set_read_timeout(None)?;
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = head.lines();
+    let target = match lines
+        .next()
+        .unwrap_or_default()
+        .split(' ')
+        .collect::<Vec<_>>()[..]
+    {
+        ["CONNECT", target, _] => target.to_string(),
+        _ => {
+            client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")?;
+            return Ok(());
+        }
+    };
+    let authorization = lines.find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("proxy-authorization")
+            .then(|| v.trim().to_string())
+    });
+    seen.lock().unwrap().push(Tunnel {
+        target: target.clone(),
+        authorization,
+    });
+    let server = match TcpStream::connect(&target) {
+        Ok(s) => s,
+        Err(_) => {
+            client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")?;
+            return Ok(());
+        }
+    };
+    client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+    let (mut from_client, mut to_server) = (client.try_clone()?, server.try_clone()?);
+    let up = thread::spawn(move || {
+        let _ = io::copy(&mut from_client, &mut to_server);
+        let _ = to_server.shutdown(Shutdown::Write);
+    });
+    let (mut from_server, mut to_client) = (server, client);
+    let _ = io::copy(&mut from_server, &mut to_client);
+    let _ = to_client.shutdown(Shutdown::Write);
+    let _ = up.join();
+    Ok(())
+}
+
+#[test]
+fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_out_of_its_log() {
+    let c = Cluster::new("proxy-url");
+    let proxy = ConnectProxy::start();
+    let server = c.api_server();
+    let kubeconfig = c.edited_kubeconfig("proxied.kubeconfig", |cluster| {
+        let url = format!("http://op:s3cret-pw@{}", proxy.addr);
+        cluster.insert("proxy-url".into(), url.into());
+    });
+    let op = Operator::start_as(&c, &kubeconfig, &[], "operator.log");
+    c.create_ic("web", &image());
+    let first = c.wait_converged("web", 1, |_| Ok(()));
+    // A replacement needs the pod watch's DELETED event: the watches go through it too.
+    assert!(
+        c.delete_pod(name(&first), uid(&first)),
+        "the pod was already gone"
+    );
+    let old = uid(&first).to_string();
+    c.wait_converged("web", 2, |p| match uid(p) != old {
+        true => Ok(()),
+        false => Err("still the old pod".into()),
+    });
+
+    let tunnels = proxy.tunnels();
+    // The start-up checks, a list and a watch for each resource, the writes: all tunnelled.
+    assert!(tunnels.len() >= 3, "{tunnels:?}");
+    for t in &tunnels {
+        assert_eq!(t.target, server, "{tunnels:?}");
+        // base64("op:s3cret-pw")
+        assert_eq!(
+            t.authorization.as_deref().map(|a| a.to_ascii_lowercase()),
+            Some("basic b3a6cznjcmv0lxb3".to_string()),
+            "{tunnels:?}"
+        );
+    }
+    assert!(
+        op.log_says(&format!("http://{}", proxy.addr)),
+        "{}",
+        op.log_tail(20)
+    );
+    assert!(!op.log_says("s3cret"), "{}", op.log_tail(20));
 }

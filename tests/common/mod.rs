@@ -149,13 +149,17 @@ impl Api {
         let tls = config
             .tls_config()
             .unwrap_or_else(|e| panic!("cannot build tls config: {e}"));
-        let agent = ureq::AgentBuilder::new()
+        let mut agent = ureq::AgentBuilder::new()
             .tls_config(tls)
             .timeout_connect(Duration::from_secs(10))
             // A watch is never made here, so no request legitimately takes long.
             .timeout(Duration::from_secs(30))
-            .redirects(0)
-            .build();
+            .redirects(0);
+        // A cluster reached through a proxy is reached through it by the harness too.
+        if let Some(proxy) = &config.proxy {
+            agent = agent.proxy(proxy.to_ureq());
+        }
+        let agent = agent.build();
         Api {
             agent,
             server: config.server.trim_end_matches('/').to_string(),
@@ -386,6 +390,17 @@ impl Cluster {
 
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// The API server's `host:port`, as a proxy is asked to `CONNECT` to it.
+    pub fn api_server(&self) -> String {
+        let (scheme, rest) = self.api.server.split_once("://").unwrap_or(("https", ""));
+        let authority = rest.split('/').next().unwrap_or_default();
+        match authority.rsplit_once(':') {
+            Some((_, port)) if !port.ends_with(']') => authority.to_string(),
+            _ if scheme == "http" => format!("{authority}:80"),
+            _ => format!("{authority}:443"),
+        }
     }
 
     pub fn dir(&self) -> &Path {

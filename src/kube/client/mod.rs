@@ -15,7 +15,7 @@
 //! `verbs.rs` (GET to WATCH). Not here: what any resource means, or retrying beyond one
 //! request (the caller's queue or watcher does that).
 
-use crate::kube::config::{ClusterConfig, ConfigError};
+use crate::kube::config::{ClusterConfig, ConfigError, Proxy};
 use crate::kube::fence::Fence;
 use crate::kube::types::{Pod, Status};
 use serde::de::DeserializeOwned;
@@ -80,15 +80,29 @@ struct Inner {
     user_agent: String,
 }
 
-fn build_agent(tls: Arc<rustls::ClientConfig>, max_idle_per_host: usize) -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .tls_config(tls)
-        .timeout_connect(Duration::from_secs(10))
+fn build_agent(
+    tls: Arc<rustls::ClientConfig>,
+    max_idle_per_host: usize,
+    proxy: Option<&Proxy>,
+) -> ureq::Agent {
+    agent_builder(tls, proxy)
         .max_idle_connections_per_host(max_idle_per_host)
         .max_idle_connections(max_idle_per_host)
-        // Kubernetes never redirects API calls; a redirect would strip our Authorization.
-        .redirects(0)
         .build()
+}
+
+/// What every agent shares. Through a proxy, a pooled connection is a tunnel already open
+/// (ureq keys its pool by proxy too), so the pool saves the CONNECT as well as the handshake.
+fn agent_builder(tls: Arc<rustls::ClientConfig>, proxy: Option<&Proxy>) -> ureq::AgentBuilder {
+    let b = ureq::AgentBuilder::new()
+        .tls_config(tls)
+        .timeout_connect(Duration::from_secs(10))
+        // Kubernetes never redirects API calls; a redirect would strip our Authorization.
+        .redirects(0);
+    match proxy {
+        Some(p) => b.proxy(p.ureq.clone()),
+        None => b,
+    }
 }
 
 /// What to send: method, path with query, optional body with its content type.
@@ -110,7 +124,7 @@ impl Client {
     pub fn new(config: ClusterConfig, connections: usize) -> Result<Client, ConfigError> {
         let tls = config.tls_config()?;
         let max_idle_per_host = connections.max(2);
-        let agent = build_agent(tls.clone(), max_idle_per_host);
+        let agent = build_agent(tls.clone(), max_idle_per_host, config.proxy.as_ref());
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
@@ -201,13 +215,22 @@ impl Client {
     pub fn forget_connections(&self) {
         let mut cur = self.inner.agent.write().unwrap_or_else(|p| p.into_inner());
         let tls = cur.0.clone();
-        *cur = (tls.clone(), build_agent(tls, self.inner.max_idle_per_host));
+        *cur = (tls.clone(), self.build_agent(tls));
         log::debug!(target: "client", server = self.inner.config.server.as_str(); "dropped every pooled connection");
     }
 
     /// The cluster this client talks to (for logs).
     pub fn config(&self) -> &ClusterConfig {
         &self.inner.config
+    }
+
+    /// A pooling agent over `tls`.
+    fn build_agent(&self, tls: Arc<rustls::ClientConfig>) -> ureq::Agent {
+        build_agent(
+            tls,
+            self.inner.max_idle_per_host,
+            self.inner.config.proxy.as_ref(),
+        )
     }
 
     /// The current agent; rebuilt when an exec plugin handed out a new client certificate.
@@ -219,7 +242,7 @@ impl Client {
                 return Ok(cur.1.clone());
             }
         }
-        let agent = build_agent(tls.clone(), self.inner.max_idle_per_host);
+        let agent = self.build_agent(tls.clone());
         *self.inner.agent.write().unwrap_or_else(|p| p.into_inner()) = (tls, agent.clone());
         Ok(agent)
     }
@@ -236,12 +259,9 @@ impl Client {
     /// watch costs a TLS handshake every few minutes.
     fn own_agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
-        let mut b = ureq::AgentBuilder::new()
-            .tls_config(tls)
-            .timeout_connect(Duration::from_secs(10))
+        let mut b = agent_builder(tls, self.inner.config.proxy.as_ref())
             .max_idle_connections(0)
-            .max_idle_connections_per_host(0)
-            .redirects(0);
+            .max_idle_connections_per_host(0);
         if let Some(idle) = idle {
             b = b.timeout_read(idle).timeout_write(idle);
         }

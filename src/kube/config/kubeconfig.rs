@@ -33,6 +33,7 @@ pub(super) struct RawCluster {
     certificate_authority_data: Option<String>,
     insecure_skip_tls_verify: Option<bool>,
     tls_server_name: Option<String>,
+    proxy_url: Option<String>,
     extensions: Option<Vec<RawExtension>>,
 }
 
@@ -313,7 +314,13 @@ pub(super) fn from_kubeconfig(
         context.file.display()
     );
     let namespace = context.value.namespace.clone().filter(|ns| !ns.is_empty());
-    finish(server, namespace, source, credentials, settings, false)
+    let proxy = match cluster.value.proxy_url.as_deref().filter(|u| !u.is_empty()) {
+        Some(url) => Some(proxy::from_kubeconfig(url, &cluster_origin)?),
+        None => None,
+    };
+    let mut config = finish(server, namespace, source, credentials, settings, false)?;
+    config.proxy = proxy;
+    Ok(config)
 }
 
 /// What an exec plugin may be told about the cluster (`provideClusterInfo: true`).

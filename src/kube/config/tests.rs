@@ -44,6 +44,7 @@ pub(crate) fn empty_env(dir: &TempDir) -> Env {
         service_host: None,
         service_port: None,
         sa_dir: dir.0.join("no-service-account"),
+        proxies: ProxyEnv::default(),
     }
 }
 
@@ -911,4 +912,53 @@ fn base64_encoder_round_trips_every_length() {
         assert_eq!(base64_decode(&encoded).unwrap(), &data[..len]);
     }
     assert_eq!(base64_encode(b"hello"), "aGVsbG8=");
+}
+
+#[test]
+fn a_clusters_proxy_url_wins_over_the_environment_and_applies_to_loopback_too() {
+    let dir = TempDir::new("proxy-url");
+    let mut env = empty_env(&dir);
+    env.proxies.https_proxy = Some("http://from-env:3128".into());
+    let with = dir.write(
+        "with",
+        kubeconfig(
+            "https://127.0.0.1:6443",
+            "    proxy-url: http://from-kubeconfig:8080",
+            "    {}",
+        ),
+    );
+    let config = load_with_env(&with_file(&with), &env).unwrap();
+    assert_eq!(
+        config.proxy.map(|p| p.shown).as_deref(),
+        Some("http://from-kubeconfig:8080")
+    );
+    let without = dir.write("without", kubeconfig("https://10.0.0.1:6443", "", "    {}"));
+    let config = load_with_env(&with_file(&without), &env).unwrap();
+    assert_eq!(
+        config.proxy.map(|p| p.shown).as_deref(),
+        Some("http://from-env:3128")
+    );
+    env.proxies.no_proxy = Some("10.0.0.0/8".into());
+    assert!(load_with_env(&with_file(&without), &env)
+        .unwrap()
+        .proxy
+        .is_none());
+}
+
+#[test]
+fn a_socks_proxy_url_is_refused_naming_the_field() {
+    let dir = TempDir::new("socks");
+    let path = dir.write(
+        "config",
+        kubeconfig(
+            "https://10.0.0.1:6443",
+            "    proxy-url: socks5://p:1080",
+            "    {}",
+        ),
+    );
+    let err = load_file(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("cluster \"test-cluster\", proxy-url: a socks5:// proxy is not supported"),
+        "{err}"
+    );
 }
