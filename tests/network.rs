@@ -1,10 +1,12 @@
-//! End-to-end tests of how the operator reaches the API server, and what it says when the
-//! kubeconfig's TLS settings or server address are wrong. They run against the test API server,
-//! or a real cluster with IMMORTAL_E2E_KUBECONFIG: the kubeconfigs are edited copies of its own.
+//! End-to-end tests of how the operator reaches the API server and what it says when it cannot:
+//! through a proxy, with wrong TLS settings or server address, and while the API server stops
+//! serving our resource. They run against the test API server, or a real cluster with
+//! IMMORTAL_E2E_KUBECONFIG: the kubeconfigs are edited copies of its own.
 
 mod common;
 
-use common::{image, name, uid, Cluster, Operator};
+use common::{image, name, uid, wait_until, Cluster, Operator};
+use serde_json::Value;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -195,4 +197,68 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
         op.log_tail(20)
     );
     assert!(!op.log_says("s3cret"), "{}", op.log_tail(20));
+}
+
+/// The operator's JSON log lines from `resource`'s watcher.
+fn watcher_lines(op: &Operator, resource: &str) -> Vec<Value> {
+    std::fs::read_to_string(op.log_path())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "watcher" && v["resource"] == resource)
+        .collect()
+}
+
+#[test]
+fn a_deleted_crd_is_named_in_one_warn_and_its_return_said_at_info() {
+    let c = Cluster::new("crd-deleted");
+    let Some(_server) = c.test_server_or_skip("crd-deleted deletes the cluster-wide CRD") else {
+        return;
+    };
+    let op = Operator::start(&c);
+    c.create_ic("web", &image());
+    c.wait_converged("web", 1, |_| Ok(()));
+
+    let crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/immortalcontainers.immortalcontainer.flugel.it";
+    c.api.delete(crd, None).expect("delete the CRD");
+    // Four failed watches: the fourth is where a WARN per retry began.
+    let failed = |v: &Value| v["error"].as_str().is_some_and(|e| e.contains("404"));
+    wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "four watches answered 404",
+        || {
+            let n = watcher_lines(&op, "immortalcontainer")
+                .iter()
+                .filter(|v| failed(v))
+                .count();
+            (n >= 4).then_some(()).ok_or(format!("{n} so far"))
+        },
+    );
+    let warns: Vec<Value> = watcher_lines(&op, "immortalcontainer")
+        .into_iter()
+        .filter(|v| v["level"] == "WARN")
+        .collect();
+    assert_eq!(warns.len(), 1, "{warns:#?}");
+    let said = warns[0]["msg"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("ImmortalContainer CRD is not installed") && said.contains("make install"),
+        "{said}"
+    );
+
+    c.create_crd();
+    wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "the watch to say it works again",
+        || {
+            let lines = watcher_lines(&op, "immortalcontainer");
+            lines
+                .iter()
+                .any(|v| v["level"] == "INFO" && v["msg"] == "watch works again")
+                .then_some(())
+                .ok_or_else(|| op.log_tail(5))
+        },
+    );
+    // Deleting the CRD deleted its objects; a new one is served as before.
+    c.create_ic("again", &image());
+    c.wait_converged("again", 1, |_| Ok(()));
 }

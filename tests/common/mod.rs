@@ -431,7 +431,8 @@ impl Cluster {
         }
     }
 
-    fn create_crd(&self) {
+    /// Creates (or replaces) the CRD of this checkout and waits until it is Established.
+    pub fn create_crd(&self) {
         let yaml =
             fs::read_to_string(CRD_PATH).unwrap_or_else(|e| panic!("cannot read {CRD_PATH}: {e}"));
         let crd: Value = serde_yaml::from_str(&yaml)
