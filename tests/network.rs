@@ -161,7 +161,15 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
     let c = Cluster::new("proxy-url");
     let proxy = ConnectProxy::start();
     let server = c.api_server();
-    let kubeconfig = c.edited_kubeconfig("proxied.kubeconfig", |cluster| {
+    // On the test server the operator has a user of its own, so its requests can be counted.
+    let base = match c.test_server() {
+        Some(server) => {
+            server.record_requests();
+            c.user_kubeconfig(server, "proxied")
+        }
+        None => c.kubeconfig().to_path_buf(),
+    };
+    let kubeconfig = c.edited_copy(&base, "proxied.kubeconfig", |cluster| {
         let url = format!("http://op:s3cret-pw@{}", proxy.addr);
         cluster.insert("proxy-url".into(), url.into());
     });
@@ -197,6 +205,19 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
         op.log_tail(20)
     );
     assert!(!op.log_says("s3cret"), "{}", op.log_tail(20));
+    if let Some(server) = c.test_server() {
+        // Pooled connections are tunnels kept open: fewer tunnels than requests.
+        let requests = server
+            .request_log()
+            .iter()
+            .filter(|r| r.user == "proxied")
+            .count();
+        assert!(
+            tunnels.len() < requests,
+            "{} tunnels for {requests} requests",
+            tunnels.len()
+        );
+    }
 }
 
 /// The operator's JSON log lines from `resource`'s watcher.

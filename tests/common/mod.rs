@@ -695,15 +695,21 @@ impl Cluster {
         name: &str,
         edit: impl FnOnce(&mut serde_yaml::Mapping),
     ) -> PathBuf {
-        let text = fs::read_to_string(&self.kubeconfig)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", self.kubeconfig.display()));
+        self.edited_copy(&self.kubeconfig, name, edit)
+    }
+
+    /// [`Cluster::edited_kubeconfig`] of another kubeconfig (one of [`Cluster::user_kubeconfig`]).
+    pub fn edited_copy(
+        &self,
+        kubeconfig: &Path,
+        name: &str,
+        edit: impl FnOnce(&mut serde_yaml::Mapping),
+    ) -> PathBuf {
+        let text = fs::read_to_string(kubeconfig)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", kubeconfig.display()));
         let mut config: serde_yaml::Value = serde_yaml::from_str(&text)
-            .unwrap_or_else(|e| panic!("{} is not YAML: {e}", self.kubeconfig.display()));
-        let base = self
-            .kubeconfig
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .to_path_buf();
+            .unwrap_or_else(|e| panic!("{} is not YAML: {e}", kubeconfig.display()));
+        let base = kubeconfig.parent().unwrap_or(Path::new("/")).to_path_buf();
         let absolute = |v: &mut serde_yaml::Value, key: &str| {
             if let Some(p) = v.get_mut(key) {
                 if let Some(rel) = p.as_str().filter(|s| !s.is_empty() && !s.starts_with('/')) {

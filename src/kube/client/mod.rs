@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 mod error;
 mod request;
+mod tunnel;
 mod verbs;
 
 pub use error::Error;
@@ -84,24 +85,30 @@ fn build_agent(
     tls: Arc<rustls::ClientConfig>,
     max_idle_per_host: usize,
     proxy: Option<&Proxy>,
+    server: &str,
 ) -> ureq::Agent {
-    agent_builder(tls, proxy)
+    agent_builder(tls, proxy, server)
         .max_idle_connections_per_host(max_idle_per_host)
         .max_idle_connections(max_idle_per_host)
         .build()
 }
 
-/// What every agent shares. Through a proxy, a pooled connection is a tunnel already open
-/// (ureq keys its pool by proxy too), so the pool saves the CONNECT as well as the handshake.
-fn agent_builder(tls: Arc<rustls::ClientConfig>, proxy: Option<&Proxy>) -> ureq::AgentBuilder {
+/// What every agent shares. Through a proxy, a pooled connection is a tunnel already open,
+/// so the pool saves the CONNECT as well as the handshake (see `tunnel`).
+fn agent_builder(
+    tls: Arc<rustls::ClientConfig>,
+    proxy: Option<&Proxy>,
+    server: &str,
+) -> ureq::AgentBuilder {
     let b = ureq::AgentBuilder::new()
-        .tls_config(tls)
         .timeout_connect(Duration::from_secs(10))
         // Kubernetes never redirects API calls; a redirect would strip our Authorization.
         .redirects(0);
     match proxy {
-        Some(p) => b.proxy(p.ureq.clone()),
-        None => b,
+        Some(p) if server.starts_with("https://") => tunnel::through(b, tls, p, server),
+        // A plain-http server through a proxy: ureq's own forwarding, unpooled (see `tunnel`).
+        Some(p) => b.tls_config(tls).proxy(p.ureq.clone()),
+        None => b.tls_config(tls),
     }
 }
 
@@ -124,7 +131,12 @@ impl Client {
     pub fn new(config: ClusterConfig, connections: usize) -> Result<Client, ConfigError> {
         let tls = config.tls_config()?;
         let max_idle_per_host = connections.max(2);
-        let agent = build_agent(tls.clone(), max_idle_per_host, config.proxy.as_ref());
+        let agent = build_agent(
+            tls.clone(),
+            max_idle_per_host,
+            config.proxy.as_ref(),
+            &config.server,
+        );
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
@@ -226,10 +238,12 @@ impl Client {
 
     /// A pooling agent over `tls`.
     fn build_agent(&self, tls: Arc<rustls::ClientConfig>) -> ureq::Agent {
+        let config = &self.inner.config;
         build_agent(
             tls,
             self.inner.max_idle_per_host,
-            self.inner.config.proxy.as_ref(),
+            config.proxy.as_ref(),
+            &config.server,
         )
     }
 
@@ -259,7 +273,8 @@ impl Client {
     /// watch costs a TLS handshake every few minutes.
     fn own_agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
-        let mut b = agent_builder(tls, self.inner.config.proxy.as_ref())
+        let config = &self.inner.config;
+        let mut b = agent_builder(tls, config.proxy.as_ref(), &config.server)
             .max_idle_connections(0)
             .max_idle_connections_per_host(0);
         if let Some(idle) = idle {

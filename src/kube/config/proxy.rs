@@ -39,9 +39,13 @@ impl ProxyEnv {
 /// credentials, and only [`Proxy::shown`] (without them) may reach a log line.
 #[derive(Clone)]
 pub struct Proxy {
-    /// For ureq; credentials included.
+    /// For ureq (an `http://` server); credentials included.
     pub(crate) ureq: ureq::Proxy,
-    /// `http://host:port`, and where it was set; for logs and messages.
+    /// `host:port` of the proxy, to connect to.
+    pub(crate) address: String,
+    /// The `Proxy-Authorization` value for a CONNECT (`Basic ...`), if the URL has credentials.
+    pub(crate) authorization: Option<String>,
+    /// `http://host:port`; for logs and messages.
     pub shown: String,
 }
 
@@ -103,7 +107,10 @@ fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
         None => return Err("not a URL: want http://HOST:PORT".into()),
     };
     let authority = rest.split('/').next().unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let (userinfo, host_port) = match authority.rsplit_once('@') {
+        Some((userinfo, hp)) => (Some(userinfo), hp),
+        None => (None, authority),
+    };
     if host_port.starts_with('[') {
         return Err("an IPv6 address as proxy host is not supported; use a host name".into());
     }
@@ -118,6 +125,8 @@ fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
         .map_err(|_| "not a valid proxy URL (want http://[USER:PASSWORD@]HOST[:PORT])")?;
     Ok(Proxy {
         ureq,
+        address: format!("{host}:{port}"),
+        authorization: userinfo.map(|u| format!("Basic {}", super::base64_encode(u.as_bytes()))),
         shown: format!("http://{host}:{port}"),
     })
 }
@@ -285,6 +294,9 @@ mod tests {
     fn the_kubeconfigs_proxy_url_is_used_for_any_server() {
         let p = from_kubeconfig("http://user:s3cret@proxy.corp:3128", "kubeconfig k").unwrap();
         assert_eq!(p.shown, "http://proxy.corp:3128");
+        assert_eq!(p.address, "proxy.corp:3128");
+        // base64("user:s3cret")
+        assert_eq!(p.authorization.as_deref(), Some("Basic dXNlcjpzM2NyZXQ="));
         assert!(!format!("{p:?}").contains("s3cret"));
     }
 
