@@ -3,7 +3,8 @@
 
 use crate::runtime::logging;
 use crate::runtime::serve;
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -80,7 +81,8 @@ pub struct Args {
     #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub retry_period: Duration,
 
-    /// Address of the Prometheus /metrics endpoint (":8443" = all interfaces; "0" disables).
+    /// Address of the Prometheus /metrics endpoint (":8443" = all interfaces, IPv4 and IPv6;
+    /// "0" disables).
     #[arg(long, default_value = ":8443", value_name = "ADDR")]
     pub metrics_bind_address: String,
 
@@ -96,7 +98,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub metrics_cert_path: Option<PathBuf>,
 
-    /// Address of the /healthz and /readyz probes, plain HTTP ("0" disables).
+    /// Address of the /healthz and /readyz probes, plain HTTP (":8081" = all interfaces, IPv4
+    /// and IPv6; "0" disables).
     #[arg(long, default_value = ":8081", value_name = "ADDR")]
     pub health_probe_bind_address: String,
 
@@ -110,6 +113,57 @@ pub struct Args {
     /// anything no event announced ("0" disables). Each resync is drawn from 90-110 % of it.
     #[arg(long, default_value = "10h", value_parser = parse_duration, value_name = "DURATION")]
     pub resync_period: Duration,
+
+    /// The operator flags given on the command line (`--workers`, ...), as opposed to left at
+    /// their defaults: filled by [`Args::try_parse_given`].
+    #[arg(skip)]
+    pub given: Vec<String>,
+}
+
+/// The flags that only mean something with `--leader-elect`.
+const LEADER_FLAGS: [&str; 5] = [
+    "--leader-election-namespace",
+    "--leader-election-id",
+    "--lease-duration",
+    "--renew-deadline",
+    "--retry-period",
+];
+
+impl Args {
+    /// Parses `argv` like [`Parser::try_parse_from`], and notes in [`Args::given`] which flags
+    /// the command line set: a flag given with its default value cannot be told apart from one
+    /// left out by the values alone, and both checks of [`Args::check`] need to.
+    pub fn try_parse_given<I, T>(argv: I) -> Result<Args, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = Args::command().try_get_matches_from(argv)?;
+        let mut args = Args::from_arg_matches(&matches)?;
+        args.given = Args::command()
+            .get_arguments()
+            .filter(|a| matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine))
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        Ok(args)
+    }
+
+    /// [`Args::try_parse_given`] on the process's arguments, exiting as clap does on a bad one.
+    pub fn parse_given() -> Args {
+        Args::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Refuses flags that would be accepted and then do nothing: operator flags before `trace`
+    /// (it reads a log, it runs no operator). The leader-election ones are
+    /// [`Config::try_from`]'s.
+    pub fn check(&self) -> Result<(), InvalidFlags> {
+        match (&self.command, self.given.first()) {
+            (Some(Command::Trace(_)), Some(flag)) => Err(InvalidFlags(format!(
+                "{flag} is an operator flag; trace takes only NAMESPACE/NAME and --log FILE"
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -234,6 +288,13 @@ impl TryFrom<Args> for Config {
                 return Err(InvalidFlags("--namespace must not be empty".into()));
             }
         }
+        if !a.leader_elect {
+            if let Some(flag) = a.given.iter().find(|f| LEADER_FLAGS.contains(&f.as_str())) {
+                return Err(InvalidFlags(format!(
+                    "{flag} needs --leader-elect (without it there is no leader election to tune)"
+                )));
+            }
+        }
         let leader = if a.leader_elect {
             if a.renew_deadline >= a.lease_duration {
                 return Err(InvalidFlags(format!(
@@ -312,9 +373,43 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Config, String> {
         let a =
-            Args::try_parse_from(std::iter::once("immortal-operator").chain(args.iter().copied()))
+            Args::try_parse_given(std::iter::once("immortal-operator").chain(args.iter().copied()))
                 .map_err(|e| e.to_string())?;
+        a.check().map_err(|e| e.0)?;
         Config::try_from(a).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn leader_election_flags_without_leader_elect_are_refused() {
+        for flag in LEADER_FLAGS {
+            let value = if flag.ends_with("-namespace") || flag.ends_with("-id") {
+                "x"
+            } else {
+                "5s"
+            };
+            let e = parse(&[flag, value]).unwrap_err();
+            assert!(e.contains(flag) && e.contains("--leader-elect"), "{e}");
+        }
+        // Given with their default values, too: the user meant something by them.
+        let e = parse(&["--lease-duration", "15s"]).unwrap_err();
+        assert!(e.contains("--lease-duration"), "{e}");
+        let c = parse(&["--leader-elect", "--leader-election-id", "x"]).unwrap();
+        assert_eq!(c.leader.unwrap().name, "x");
+    }
+
+    #[test]
+    fn operator_flags_before_trace_are_refused() {
+        let check = |args: &[&str]| {
+            Args::try_parse_given(["immortal-operator"].iter().chain(args))
+                .unwrap()
+                .check()
+                .map_err(|e| e.0)
+        };
+        assert!(check(&["trace", "default/example", "--log", "x.log"]).is_ok());
+        let e = check(&["--namespace", "demo", "trace", "default/example"]).unwrap_err();
+        assert!(e.contains("--namespace") && e.contains("trace"), "{e}");
+        let e = check(&["--log-format", "json", "trace", "default/example"]).unwrap_err();
+        assert!(e.contains("--log-format"), "{e}");
     }
 
     #[test]
@@ -330,8 +425,8 @@ mod tests {
         assert_eq!(
             c.endpoints,
             serve::Settings {
-                metrics: Some("0.0.0.0:8443".parse().unwrap()),
-                probes: Some("0.0.0.0:8081".parse().unwrap()),
+                metrics: Some("[::]:8443".parse().unwrap()),
+                probes: Some("[::]:8081".parse().unwrap()),
                 secure: true,
                 cert_dir: None,
             }
@@ -415,7 +510,7 @@ mod tests {
     #[test]
     fn trace_wants_a_namespace_and_a_name() {
         let object = |args: &[&str]| {
-            Args::try_parse_from(["immortal-operator", "trace"].iter().chain(args))
+            Args::try_parse_given(["immortal-operator", "trace"].iter().chain(args))
                 .map(|a| match a.command {
                     Some(Command::Trace(t)) => t.object,
                     None => unreachable!(),

@@ -608,6 +608,7 @@ pub fn pods_kind(namespace: Option<String>) -> crate::runtime::watcher::Kind {
         resource: Resource::PODS,
         namespace,
         label_selector: Some(format!("{}={}", ic::MANAGED_BY_LABEL, ic::MANAGED_BY_VALUE)),
+        if_missing: None,
     }
 }
 
@@ -616,6 +617,9 @@ pub fn immortal_containers_kind(namespace: Option<String>) -> crate::runtime::wa
         resource: IMMORTAL_CONTAINERS,
         namespace,
         label_selector: None,
+        if_missing: Some(
+            "the ImmortalContainer CRD is not installed (install it with `make install` or `kubectl apply -k config/crd`)",
+        ),
     }
 }
 

@@ -13,6 +13,11 @@ pub enum Error {
     Api(Box<Status>),
     /// No HTTP answer: DNS, connect, TLS handshake, timeout, connection reset. Transient.
     Transport(String),
+    /// The TLS handshake failed: the server's certificate did not verify (a wrong
+    /// certificate-authority), or the server refused ours. [`ClusterConfig::tls_misconfigured`]
+    /// says whether only a change of configuration can fix it; start-up exits on those at
+    /// once. Otherwise retried like a transport error.
+    Tls(rustls::Error),
     /// A 2xx answer whose body did not decode as the expected type. A bug or a version skew;
     /// retried with backoff like a transient error, but logged as such.
     Decode(String),
@@ -93,7 +98,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Api(s) => s.code == 429 || s.code >= 500,
-            Error::Transport(_) | Error::Decode(_) | Error::Fenced => true,
+            Error::Transport(_) | Error::Tls(_) | Error::Decode(_) | Error::Fenced => true,
             Error::Credentials(_) => false,
         }
     }
@@ -112,6 +117,7 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Error::Transport(m) => write!(f, "transport error: {m}"),
+            Error::Tls(e) => write!(f, "tls handshake failed: {e}"),
             Error::Decode(m) => write!(f, "decode error: {m}"),
             Error::Credentials(e) => write!(f, "credentials: {e}"),
             Error::Fenced => write!(

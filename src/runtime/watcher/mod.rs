@@ -138,6 +138,9 @@ pub struct Kind {
     /// Watch one namespace, or all when `None`.
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
+    /// What a 404 means for this resource and what to do about it, said once when the list
+    /// or watch starts answering 404 (a CRD deleted under the operator).
+    pub if_missing: Option<&'static str>,
 }
 
 /// One line of a watch stream, with the object left undecoded until its type is known: an
@@ -282,6 +285,12 @@ pub struct Watcher<S: Source, W: Watched> {
     /// What of `resync` the last list answered: the asks it saw, and when the next periodic
     /// one is due.
     resynced: (u64, Option<Instant>),
+    /// Whether a WARN said this watch was failing since it last worked: then its working
+    /// again is said at INFO.
+    warned: bool,
+    /// Whether the failures are 404s that a WARN said already: one WARN for them, not one
+    /// per retry.
+    missing: bool,
 }
 
 impl<S: Source, W: Watched> Watcher<S, W>
@@ -308,6 +317,8 @@ where
             resync: Resync::default(),
             known: Arc::new(Store::new()),
             resynced: (0, None),
+            warned: false,
+            missing: false,
         }
     }
 
@@ -344,6 +355,7 @@ where
             state = match state {
                 State::List => match self.relist() {
                     Ok(rv) => {
+                        self.working();
                         if let Some(tx) = self.synced.take() {
                             let _ = tx.send(self.name());
                         }
@@ -379,6 +391,7 @@ where
                         Ok(stream) => {
                             // The server accepted the watch: it is alive.
                             metrics::watch_opened(self.name());
+                            self.working();
                             let (end, heard) = self.consume(stream, &mut rv);
                             metrics::watch_closed(self.name());
                             if heard {
@@ -420,6 +433,7 @@ where
                                 StreamEnd::Stalled(error) => {
                                     // Said every time: a connection that dies without a word
                                     // is worth a person's look (a proxy, a load balancer).
+                                    self.warned = true;
                                     log::warn!(
                                         target: "watcher",
                                         resource = self.name(), rv = rv.as_str(), error = error.as_str(),
@@ -435,6 +449,7 @@ where
                                 }
                                 StreamEnd::Failed(error) => {
                                     if backoff.failures() >= 3 {
+                                        self.warned = true;
                                         log::warn!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "watch failed again; resuming after a backoff");
                                     } else {
                                         log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
@@ -466,12 +481,25 @@ where
 
     /// Logs a failed list or watch request, then waits out the backoff (or the server's
     /// `Retry-After`, if longer) unless shutdown comes first; returns whether to go on.
-    fn fail_and_wait(&self, what: &str, e: &client::Error, backoff: &mut Backoff) -> bool {
+    fn fail_and_wait(&mut self, what: &str, e: &client::Error, backoff: &mut Backoff) -> bool {
         let error = e.to_string();
-        if e.is_forbidden() || e.is_unauthorized() {
+        if e.is_not_found() && self.missing {
+            log::debug!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} failed, backing off");
+        } else if e.is_not_found() {
+            // Said once: every retry answers the same until someone installs it again.
+            let why = self
+                .kind
+                .if_missing
+                .unwrap_or("the API server does not serve this resource");
+            log::warn!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} answered 404: {why}; retrying until it is served");
+            self.missing = true;
+            self.warned = true;
+        } else if e.is_forbidden() || e.is_unauthorized() {
             // A person must fix RBAC or credentials; say so every time.
+            self.warned = true;
             log::warn!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} denied; check the operator's RBAC and credentials");
         } else if backoff.failures() >= 3 {
+            self.warned = true;
             log::warn!(target: "watcher", resource = self.name(), error = error.as_str(), attempts = backoff.failures() + 1; "{what} keeps failing");
         } else {
             log::debug!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} failed, backing off");
@@ -481,6 +509,15 @@ where
                 .next_delay()
                 .max(e.retry_after().unwrap_or_default()),
         )
+    }
+
+    /// A list or watch was answered: says so at INFO if its failing was said at WARN.
+    fn working(&mut self) {
+        if self.warned {
+            log::info!(target: "watcher", resource = self.name(); "watch works again");
+        }
+        self.warned = false;
+        self.missing = false;
     }
 
     /// Lists every page; enqueues every listed key and every known key that is gone; returns

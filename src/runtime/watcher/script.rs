@@ -105,6 +105,7 @@ pub fn pods() -> Kind {
         resource: Resource::PODS,
         namespace: None,
         label_selector: None,
+        if_missing: None,
     }
 }
 
