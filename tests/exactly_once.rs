@@ -482,6 +482,18 @@ impl Api for ModelApi {
         self.with(e, |w| w.ic.clone().ok_or_else(|| api_err(404, "NotFound")))
     }
 
+    fn read_immortal_container(
+        &self,
+        _: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
+        let e = self.call(format!("GET ic/{name}"));
+        let read = self.with(e, |w| w.ic.clone().ok_or_else(|| api_err(404, "NotFound")))?;
+        // As the operator's: what the API server answered is known from then on.
+        store::saw(&self.ics.borrow(), KEY, &read);
+        Ok(read)
+    }
+
     fn get_pod(&self, _: &str, name: &str) -> Result<Pod, client::Error> {
         let e = self.call(format!("GET pod/{name}"));
         self.with(e, |w| {
