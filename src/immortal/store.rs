@@ -342,6 +342,14 @@ pub fn rv_later(a: &str, b: &str) -> bool {
     }
 }
 
+/// The API server answered that no object has this name now (404): the copy held is stale,
+/// and goes. The next reconcile of the key reads; the watcher makes the entry again when it
+/// sees an object of the name. (A new leader whose watch lags would otherwise make pod after
+/// pod for an object deleted meanwhile, each removed by the garbage collector.)
+pub fn gone(store: &IcStore, key: &str) {
+    store.entry(key, |held| *held = None);
+}
+
 /// Puts a copy the API server answered (our own status write's answer, or a read) in the
 /// store, unless it holds a later copy of the same object already.
 pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {

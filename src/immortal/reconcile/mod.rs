@@ -120,9 +120,19 @@ impl Api for Cluster {
         ns: &str,
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
-        let read: ImmortalContainer = self.client.get_object(IMMORTAL_CONTAINERS, ns, name)?;
-        store::saw(&self.ics, &types::key(ns, name), &read);
-        Ok(read)
+        let key = types::key(ns, name);
+        match self.client.get_object(IMMORTAL_CONTAINERS, ns, name) {
+            Ok(read) => {
+                store::saw(&self.ics, &key, &read);
+                Ok(read)
+            }
+            Err(e) => {
+                if e.is_not_found() {
+                    store::gone(&self.ics, &key);
+                }
+                Err(e)
+            }
+        }
     }
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
         self.client.get_pod(ns, name)
@@ -144,17 +154,29 @@ impl Api for Cluster {
     }
     /// The answer goes into the store at once: the next reconcile of the object must not act
     /// on a copy from before this write (it would count the same pod again, and be refused).
+    /// A 404 takes the copy out: the object is gone, whatever the watch has said so far.
     fn patch_status(
         &self,
         ns: &str,
         name: &str,
         patch: &Value,
     ) -> Result<ImmortalContainer, client::Error> {
-        let answered: ImmortalContainer =
-            self.client
-                .patch_status(IMMORTAL_CONTAINERS, ns, name, patch)?;
-        store::saw(&self.ics, &types::key(ns, name), &answered);
-        Ok(answered)
+        let key = types::key(ns, name);
+        match self
+            .client
+            .patch_status::<ImmortalContainer>(IMMORTAL_CONTAINERS, ns, name, patch)
+        {
+            Ok(answered) => {
+                store::saw(&self.ics, &key, &answered);
+                Ok(answered)
+            }
+            Err(e) => {
+                if e.is_not_found() {
+                    store::gone(&self.ics, &key);
+                }
+                Err(e)
+            }
+        }
     }
     fn record(&self, ic: &ImmortalContainer, note: Note) {
         self.events.record(&ic.metadata, note);
