@@ -556,4 +556,17 @@ mod tests {
         saw(&store, "ns/a", &ic("20", 3));
         assert!(store.get("ns/a").is_none());
     }
+
+    #[test]
+    fn an_answer_that_the_object_is_gone_takes_its_copy_out() {
+        let store = IcStore::new();
+        store
+            .write()
+            .insert("ns/a".into(), Arc::new(IcState::of(&ic("10", 0))));
+        gone(&store, "ns/a");
+        assert!(store.get("ns/a").is_none());
+        // So the next reconcile asks the API server; the watcher makes the entry again.
+        gone(&store, "ns/a");
+        assert!(store.is_empty());
+    }
 }

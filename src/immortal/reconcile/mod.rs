@@ -4,9 +4,11 @@
 //! Level-based, as sample-controller's `syncHandler`: re-read the object by key (NotFound is
 //! success: the garbage collector removes its pod), learn the pod's state, act, then write
 //! status through `/status` only if it changed. How the pod's state is learned depends on the
-//! trigger (see `lifecycle`): after its DELETED event the pod is probably gone, so the create
-//! comes first; after an event that showed it, reconcile acts on what the event showed when
-//! the pod is already counted, and otherwise reads it. A pod of ours that is gone or terminal
+//! trigger (see `lifecycle`): after the DELETED event of the pod counted last the name is
+//! probably free, so the create comes first; after that of a pod this process replaced itself
+//! nothing is new; after that of any other pod, reconcile reads the object, then the pod; after
+//! an event that showed the pod, reconcile acts on what the event showed when the pod is
+//! already counted, and otherwise reads it. A pod of ours that is gone or terminal
 //! is replaced as soon as its name is free, and not before: while one terminates, reconcile
 //! waits for its DELETED event instead of polling.
 //!
