@@ -54,8 +54,9 @@ pub const CONFLICT_RETRY: Duration = Duration::from_secs(30);
 /// Rounds of look-and-act one reconcile makes before it leaves the key to the queue's backoff.
 const MAX_ROUNDS: usize = 4;
 
-/// Replacements whose old pod's DELETED event is awaited, at most (see [`Books`]).
-const REPLACED_AT_MOST: usize = 1024;
+/// Replacements whose old pod's DELETED event is awaited, at most (see [`Books`]): about
+/// half a megabyte. Each is held only until that event comes, normally milliseconds.
+const REPLACED_AT_MOST: usize = 4096;
 
 /// The API calls reconcile makes. [`client::Client`] is the real one; tests use a fake that
 /// records every call.
