@@ -183,6 +183,16 @@ impl<A: Api> Run<'_, A> {
                 self.gone = true;
                 Ok(())
             }
+            // Our copy is older than the object: someone else wrote it (another leader, a
+            // person). Read it, so that the retry counts from what the API server holds
+            // instead of waiting for the watch to bring it (the read's own failure changes
+            // nothing: the retry is there).
+            Err(e) if e.is_conflict() => {
+                let _ = self
+                    .api
+                    .read_immortal_container(self.ns, &self.ic.metadata.name);
+                Err(Error::from_api("patch status", e))
+            }
             Err(e) => Err(Error::from_api("patch status", e)),
         }
     }

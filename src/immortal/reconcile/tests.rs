@@ -10,10 +10,14 @@ use std::cell::RefCell;
 /// A fake API holding one object and one pod, recording every call as "VERB what". It
 /// deletes a pod as the API server's pod strategy does: gracefully (deletionTimestamp, the
 /// pod stays) when it runs on a node, at once when it is unscheduled (Pending here) or
-/// terminal.
+/// terminal. `GET ic/NAME` is the object as the operator knows it (from its store, no request
+/// in the real operator); `READ ic/NAME` asks the API server.
 #[derive(Default)]
 struct Fake {
     ic: RefCell<Option<ImmortalContainer>>,
+    /// The operator's own copy of the object when it differs from the API server's (`None`:
+    /// it knows the server's): kept from reads and status writes' answers, as `store::saw`.
+    stored: RefCell<Option<ImmortalContainer>>,
     pod: RefCell<Option<Pod>>,
     calls: RefCell<Vec<String>>,
     notes: RefCell<Vec<Note>>,
@@ -86,6 +90,21 @@ impl Api for Fake {
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
         self.call(format!("GET ic/{name}"));
+        if let Some(stored) = self.stored.borrow().clone() {
+            return Ok(stored);
+        }
+        self.ic
+            .borrow()
+            .clone()
+            .ok_or_else(|| api_err(404, "NotFound"))
+    }
+    fn read_immortal_container(
+        &self,
+        _: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
+        self.call(format!("READ ic/{name}"));
+        *self.stored.borrow_mut() = None;
         self.ic
             .borrow()
             .clone()
@@ -202,6 +221,12 @@ impl Api for Fake {
             return Err(e);
         }
         let mut ic = self.ic.borrow().clone().unwrap();
+        // The resourceVersion precondition of a count, checked first as the API server does.
+        if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
+            if rv != ic.metadata.resource_version {
+                return Err(api_err(409, "Conflict"));
+            }
+        }
         if let Some(sent) = patch["metadata"]["uid"].as_str() {
             if sent != ic.metadata.uid {
                 return Err(uid_changed(
@@ -239,6 +264,7 @@ impl Api for Fake {
         }
         ic.metadata.resource_version = format!("{}1", ic.metadata.resource_version);
         *self.ic.borrow_mut() = Some(ic.clone());
+        *self.stored.borrow_mut() = None;
         Ok(ic)
     }
     fn record(&self, _: &ImmortalContainer, note: Note) {
@@ -1762,4 +1788,182 @@ fn a_status_write_refused_for_a_recreated_object_lets_our_pod_go_and_ends() {
         })
     ));
     assert_eq!(finalizers(&f).len(), 1);
+}
+
+/// A fake whose clock the test moves.
+fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mutex<Instant>>) {
+    let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+    let clock = now.clone();
+    let f = Fake {
+        books: Books::with_clock(move || *clock.lock().unwrap()),
+        ..Default::default()
+    };
+    *f.ic.borrow_mut() = Some(ic);
+    (f, now)
+}
+
+fn pod_uid(f: &Fake) -> String {
+    f.pod.borrow().as_ref().unwrap().metadata.uid.clone()
+}
+
+/// Reconciles `key` as another process would: one that remembers nothing of this one's
+/// reconciles (a new leader after a failover).
+fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
+    reconcile(
+        f,
+        &Books::new(),
+        &Trace {
+            id: "3",
+            key: "ns/web",
+        },
+        hint,
+    )
+}
+
+#[test]
+fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
+    let (f, now) = fake_with_clock(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    start_pod(&f);
+    let first = pod_uid(&f);
+    // Status writes are refused (an edited ClusterRole) when the first pod is deleted a
+    // minute after it started: its replacement is made, and held for its count.
+    let denied = || api_err(403, "Forbidden");
+    let hint = delete_after_running(&f, 60);
+    f.fail_next("patch_status", denied());
+    assert!(matches!(
+        run_with(&f, &hint),
+        Err(Error::Holding {
+            deleting: false,
+            ..
+        })
+    ));
+    start_pod(&f);
+    let second = pod_uid(&f);
+    // A drain deletes it: it waits on our count a minute at most, then is let go uncounted.
+    f.delete_pod("ns", "web-immortalpod", &second, None)
+        .unwrap();
+    f.fail_next("patch_status", denied());
+    assert!(run_with(&f, &seen(&f)).is_err());
+    *now.lock().unwrap() += counting::HOLD_AT_MOST;
+    f.fail_next("patch_status", denied());
+    assert!(run(&f, "ns/web").is_err());
+    assert!(f
+        .pod
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .metadata
+        .finalizers
+        .is_empty());
+    // The count still names the first pod.
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some(first.as_str())
+    );
+    // Its container takes its grace period to stop: the pod goes after the reconcile that let
+    // it go. Its DELETED event is about a pod never counted, not one replaced already: the
+    // object must get a pod.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    f.clear();
+    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "READ ic/web",
+            "GET pod/web-immortalpod",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    // Three pods started; the one let go is missing from the count, as its Event said.
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
+}
+
+#[test]
+fn after_a_failover_a_copy_older_than_the_last_count_is_read_before_a_deleted_event_is_dropped() {
+    let f = running("nginx");
+    // What the standby's watch last showed: the first pod counted.
+    let standby_copy = f.ic.borrow().clone();
+    // The old leader replaces the first pod and counts the second, then loses its Lease
+    // before the new leader's watch brings that count.
+    let hint = delete_after_running(&f, 60);
+    run_with(&f, &hint).unwrap();
+    start_pod(&f);
+    assert_eq!(status(&f).start_times, Some(2));
+    *f.stored.borrow_mut() = standby_copy;
+    // The second pod is deleted: the new leader must not take its DELETED event for an old
+    // pod's (its copy names the first pod as counted last).
+    let hint = delete_after_running(&f, 60);
+    f.clear();
+    assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "READ ic/web",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(3));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some(pod_uid(&f).as_str())
+    );
+}
+
+#[test]
+fn the_deleted_event_of_a_pod_another_process_replaced_is_checked_and_changes_nothing() {
+    let f = running("nginx");
+    let failed = end_pod_at(&f, "2025-12-31T23:59:30Z");
+    run_with(&f, &seen(&f)).unwrap();
+    let replacement = pod_uid(&f);
+    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+        Verdict::Queue(Some(h), _) => h,
+        other => panic!("{other:?}"),
+    };
+    // A process that did not make the replacement cannot know the event is old news: it
+    // reads, finds the replacement counted, and does nothing more.
+    f.clear();
+    assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        ["GET ic/web", "READ ic/web", "GET pod/web-immortalpod"]
+    );
+    assert_eq!(pod_uid(&f), replacement);
+    assert_eq!(status(&f).start_times, Some(2));
+}
+
+#[test]
+fn a_count_refused_for_a_stale_copy_reads_the_object_so_the_retry_counts_once() {
+    let f = running("nginx");
+    let standby_copy = f.ic.borrow().clone();
+    let hint = delete_after_running(&f, 60);
+    run_with(&f, &hint).unwrap();
+    *f.stored.borrow_mut() = standby_copy;
+    // The new leader's first reconcile (its relist) finds the pod its copy has not counted:
+    // the count is refused (the copy is old), and the object read.
+    f.clear();
+    assert!(run_elsewhere(&f, None).is_err());
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "READ ic/web"
+        ]
+    );
+    // The retry counts from what the API server holds, without waiting for the watch: the
+    // pod is counted already, nothing to write.
+    f.clear();
+    assert_eq!(run_elsewhere(&f, None).unwrap(), Next::Done);
+    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    assert_eq!(status(&f).start_times, Some(2));
 }
