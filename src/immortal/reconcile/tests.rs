@@ -1579,3 +1579,24 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
 }
+
+#[test]
+fn only_a_pod_being_deleted_has_a_bound_the_failure_budget_must_not_delay() {
+    use crate::runtime::controller::Failure;
+    let holding = |deleting| Error::Holding {
+        pod: "web-immortalpod".into(),
+        deleting,
+        within: Duration::from_secs(20),
+        source: Box::new(Error::Transient {
+            action: "write status",
+            source: api_err(500, "InternalError"),
+        }),
+    };
+    assert_eq!(holding(true).retry_by(), Some(Duration::from_secs(20)));
+    assert_eq!(holding(false).retry_by(), None);
+    assert_eq!(
+        holding(false).retry_within(),
+        Some(Duration::from_secs(20)),
+        "retried soon all the same"
+    );
+}
