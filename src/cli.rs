@@ -69,7 +69,7 @@ pub struct Args {
     #[arg(long, default_value = "immortal-operator", value_name = "NAME")]
     pub leader_election_id: String,
 
-    /// How long a Lease stays valid without renewal (e.g. 15s, 1m).
+    /// How long a Lease stays valid without renewal (e.g. 15s, 1m30s).
     #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     pub lease_duration: Duration,
 
@@ -197,31 +197,18 @@ fn parse_object(s: &str) -> Result<String, String> {
     }
 }
 
-/// `15s`, `2m`, `500ms`, `1h`, or plain seconds.
+/// A duration as Go's flags take it (`15s`, `1m30s`, `500ms`, `1.5h`), or plain seconds (`0`).
+/// jiff's friendly format is a superset (`1m 30s`, `2 minutes`); days and longer are refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (e.g. 15s, 2m, 500ms)"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m or h)"
-            ))
-        }
+    let invalid = |why: &dyn std::fmt::Display| {
+        format!("invalid duration {s:?} (e.g. 15s, 1m30s, 500ms): {why}")
     };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("invalid duration {s:?}"));
+    if let Ok(secs) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|e| invalid(&e));
     }
-    Ok(Duration::from_secs_f64(secs))
+    let d = s.parse::<jiff::SignedDuration>().map_err(|e| invalid(&e))?;
+    Duration::try_from(d).map_err(|_| invalid(&"negative"))
 }
 
 /// Leader-election settings as given; the namespace is resolved once the cluster is known.
@@ -458,8 +445,18 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("-5s").is_err());
+        assert!(parse_duration("-5").is_err());
+    }
+
+    #[test]
+    fn a_go_style_lease_duration_is_taken() {
+        let c = parse(&["--leader-elect", "--lease-duration", "1m30s"]).unwrap();
+        assert_eq!(c.leader.unwrap().lease_duration, Duration::from_secs(90));
     }
 
     #[test]

@@ -450,21 +450,16 @@ impl Watched for PodEvents {
         &o.metadata
     }
 
-    fn key_of(&self, o: &Pod) -> Option<String> {
-        match o
-            .metadata
-            .controller()
-            .filter(|r| r.is_immortal_container())
-        {
-            Some(owner) => Some(types::key(&o.metadata.namespace, &owner.name)),
+    fn key_of_meta(&self, meta: &types::ObjectMeta) -> Option<String> {
+        match meta.controller().filter(|r| r.is_immortal_container()) {
+            Some(owner) => Some(types::key(&meta.namespace, &owner.name)),
             // No ImmortalContainer controls it any more (`kubectl delete ic --cascade=orphan`
             // strips the reference), yet it still carries our finalizer: nobody would ever
             // take that off. Its name says which object it was made for.
-            None if crate::immortal::counting::holds(&o.metadata.finalizers) => o
-                .metadata
+            None if crate::immortal::counting::holds(&meta.finalizers) => meta
                 .name
                 .strip_suffix(ic::POD_SUFFIX)
-                .map(|name| types::key(&o.metadata.namespace, name)),
+                .map(|name| types::key(&meta.namespace, name)),
             None => None,
         }
     }
@@ -550,8 +545,8 @@ impl Watched for IcEvents {
         &o.metadata
     }
 
-    fn key_of(&self, o: &ImmortalContainer) -> Option<String> {
-        Some(types::key(&o.metadata.namespace, &o.metadata.name))
+    fn key_of_meta(&self, meta: &types::ObjectMeta) -> Option<String> {
+        Some(types::key(&meta.namespace, &meta.name))
     }
 
     fn memo(&self, o: &ImmortalContainer) -> Arc<IcState> {

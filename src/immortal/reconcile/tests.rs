@@ -1967,3 +1967,24 @@ fn a_count_refused_for_a_stale_copy_reads_the_object_so_the_retry_counts_once() 
     assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
     assert_eq!(status(&f).start_times, Some(2));
 }
+
+#[test]
+fn only_a_pod_being_deleted_has_a_bound_the_failure_budget_must_not_delay() {
+    use crate::runtime::controller::Failure;
+    let holding = |deleting| Error::Holding {
+        pod: "web-immortalpod".into(),
+        deleting,
+        within: Duration::from_secs(20),
+        source: Box::new(Error::Transient {
+            action: "write status",
+            source: api_err(500, "InternalError"),
+        }),
+    };
+    assert_eq!(holding(true).retry_by(), Some(Duration::from_secs(20)));
+    assert_eq!(holding(false).retry_by(), None);
+    assert_eq!(
+        holding(false).retry_within(),
+        Some(Duration::from_secs(20)),
+        "retried soon all the same"
+    );
+}

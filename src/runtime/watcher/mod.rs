@@ -62,8 +62,14 @@ pub trait Watched {
     /// What the watcher remembers of each key (in its [`Store`]).
     type Memo: Clone + Send + Sync;
     fn meta(o: &Self::Object) -> &ObjectMeta;
+    /// The queue key an object with this metadata stands for, or `None` when it is none of
+    /// ours. From the metadata alone, so that an object whose other fields do not decode
+    /// still has its key queued.
+    fn key_of_meta(&self, meta: &ObjectMeta) -> Option<String>;
     /// The queue key the object stands for, or `None` when it is none of ours.
-    fn key_of(&self, o: &Self::Object) -> Option<String>;
+    fn key_of(&self, o: &Self::Object) -> Option<String> {
+        self.key_of_meta(Self::meta(o))
+    }
     /// What the watcher remembers of a listed object until its next event.
     fn memo(&self, o: &Self::Object) -> Self::Memo;
     /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
@@ -259,6 +265,9 @@ enum StreamEnd {
     Resync,
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
     Failed(String),
+    /// An object that did not decode and whose key could not be read: list again, so that
+    /// whatever it was is reconciled.
+    Unreadable,
 }
 
 enum State {
@@ -291,6 +300,8 @@ pub struct Watcher<S: Source, W: Watched> {
     /// Whether the failures are 404s that a WARN said already: one WARN for them, not one
     /// per retry.
     missing: bool,
+    /// Events skipped since the last one that decoded (see [`Watcher::skip_undecodable`]).
+    skipped: u64,
 }
 
 impl<S: Source, W: Watched> Watcher<S, W>
@@ -319,6 +330,7 @@ where
             resynced: (0, None),
             warned: false,
             missing: false,
+            skipped: 0,
         }
     }
 
@@ -401,12 +413,16 @@ where
                                 StreamEnd::Clean | StreamEnd::Resync => Restart::Closed,
                                 StreamEnd::Expired => Restart::Expired,
                                 StreamEnd::Stalled(_) => Restart::Stalled,
-                                StreamEnd::Failed(_) => Restart::Error,
+                                StreamEnd::Failed(_) | StreamEnd::Unreadable => Restart::Error,
                             };
                             metrics::watch_restarted(self.name(), why);
                             match end {
                                 StreamEnd::Expired => {
                                     log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resourceVersion expired, relisting");
+                                    State::List
+                                }
+                                StreamEnd::Unreadable => {
+                                    log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "an event's object could not be read, relisting");
                                     State::List
                                 }
                                 StreamEnd::Resync => {
@@ -678,7 +694,14 @@ where
                 )))
             }
         };
-        let o: W::Object = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
+        let o: W::Object = match serde_json::from_str(ev.object.get()) {
+            Ok(o) => o,
+            Err(e) => return self.skip_undecodable(event, ev.object.get(), &e, rv),
+        };
+        if self.skipped > 0 {
+            log::info!(target: "watcher", resource = self.name(), skipped = self.skipped; "watch events decode again");
+            self.skipped = 0;
+        }
         let meta = W::meta(&o);
         if !meta.resource_version.is_empty() {
             rv.clone_from(&meta.resource_version);
@@ -707,6 +730,59 @@ where
                 priority,
             );
         }
+        Ok(())
+    }
+
+    /// An object of the watched kind that does not decode (a field of a type our model does
+    /// not expect) is skipped rather than stopping the watch at it for good: the version moves
+    /// past it when its metadata can be read, and its key is queued (urgent: what changed is
+    /// unknown), or, with no key to be had, everything is listed again. One WARN an episode.
+    fn skip_undecodable(
+        &mut self,
+        event: &'static str,
+        raw: &str,
+        error: &serde_json::Error,
+        rv: &mut String,
+    ) -> Result<(), StreamEnd> {
+        self.skipped += 1;
+        let meta = serde_json::from_str::<Bookmark>(raw)
+            .ok()
+            .map(|b| b.metadata);
+        let version = match &meta {
+            Some(m) => m.resource_version.clone(),
+            None => serde_json::from_str::<serde_json::Value>(raw)
+                .ok()
+                .and_then(|v| v["metadata"]["resourceVersion"].as_str().map(String::from))
+                .unwrap_or_default(),
+        };
+        if !version.is_empty() {
+            *rv = version;
+        }
+        let key = meta.as_ref().and_then(|m| self.policy.key_of_meta(m));
+        let object = key.as_deref().unwrap_or("unknown");
+        let error = error.to_string();
+        if self.skipped == 1 {
+            log::warn!(
+                target: "watcher",
+                resource = self.name(), event = event, object = object, rv = rv.as_str(), error = error.as_str();
+                "a watch event's object does not decode: skipped, its object queued (or everything listed again); later ones are counted until one decodes"
+            );
+        } else {
+            log::debug!(target: "watcher", resource = self.name(), event = event, object = object, rv = rv.as_str(), error = error.as_str(); "undecodable event skipped");
+        }
+        let Some(key) = key else {
+            return Err(StreamEnd::Unreadable);
+        };
+        self.queue.add(
+            key,
+            Trigger::Watch {
+                resource: self.name(),
+                event,
+                rv: rv.parse().unwrap_or(0),
+                hint: None,
+            },
+            Priority::Urgent,
+        );
         Ok(())
     }
 }
