@@ -25,8 +25,11 @@ mod inert;
 mod kubelet;
 mod lifecycle;
 mod nodes;
+mod openapi;
 mod patch;
+mod podspec;
 mod policy;
+mod regex;
 mod resources;
 mod review;
 mod runtime;
@@ -393,6 +396,27 @@ impl TestServer {
     /// counts requests when they arrive).
     pub fn request_log(&self) -> Vec<Logged> {
         self.shared.log().clone().unwrap_or_default()
+    }
+
+    /// From now on, every pod created through the API has `patch` (a strategic merge patch:
+    /// containers merge by name, so one can add a sidecar) applied after defaulting and before
+    /// validation, as a mutating admission webhook's patch is. Patches given in turn apply in
+    /// that order. Writes of the simulated cluster and updates are not mutated.
+    pub fn mutate_pods(&self, patch: serde_json::Value) {
+        self.shared
+            .pod_mutations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(patch);
+    }
+
+    /// Ends every [`TestServer::mutate_pods`] mutation.
+    pub fn clear_pod_mutations(&self) {
+        self.shared
+            .pod_mutations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 
     /// Delays every request by `d` before it is handled (`Duration::ZERO` to stop).

@@ -29,6 +29,9 @@ pub struct Shared {
     /// Every request, once `TestServer::record_requests` turned the log on (`None`: off, so
     /// long benchmark runs do not grow it).
     pub log: Mutex<Option<Vec<Logged>>>,
+    /// Strategic merge patches applied to every pod created through the API, as mutating
+    /// admission webhooks patch them (`TestServer::mutate_pods`).
+    pub pod_mutations: Mutex<Vec<serde_json::Value>>,
     pub bookmark_interval: Duration,
     pub port: u16,
     pub tls: Arc<rustls::ServerConfig>,
@@ -113,6 +116,7 @@ impl Shared {
             stall_lifted: Condvar::new(),
             counts: Mutex::new(Counts::new()),
             log: Mutex::new(None),
+            pod_mutations: Mutex::new(Vec::new()),
             bookmark_interval,
             port,
             tls,
