@@ -22,7 +22,7 @@ pub mod auth;
 pub mod tls;
 
 use crate::kube::client::Client;
-use crate::runtime::metrics;
+use crate::runtime::{liveness, metrics};
 use auth::{MetricsAuth, Verdict};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use std::io::{self, Read, Write};
@@ -104,7 +104,7 @@ impl Health {
         }
         let idle = self.watch_idle_timeout;
         for r in &self.resources {
-            match metrics::watch_down_for(r, idle) {
+            match liveness::down_for(r, idle) {
                 Some(d) if d > idle => {
                     return Err(format!("{r} watch not live for {}s", d.as_secs()))
                 }
