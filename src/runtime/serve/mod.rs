@@ -17,6 +17,11 @@
 //!
 //! One request per connection (`Connection: close`): scrapes and probes are a few per minute,
 //! so plain blocking I/O on short-lived threads is all this needs, and costs nothing at idle.
+//!
+//! Written here because no crate weighed keeps those limits: `tiny_http` 0.12 (the blocking
+//! server `rouille` builds on) caps neither connections nor connections per peer and has no
+//! deadline for a whole exchange, and its TLS is rustls 0.20, a second rustls beside ours;
+//! `hyper`, `axum` and `actix-web` need an async runtime, which the design leaves out.
 
 pub mod auth;
 pub mod tls;
