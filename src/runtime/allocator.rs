@@ -26,8 +26,9 @@
 //! exec credential plugin's reader), goes straight to the system allocator, so no thread's
 //! exit can strand cached memory.
 //!
-//! Why not an allocator crate: at the same CPU, jemalloc, mimalloc and glibc's malloc take
-//! 1–12 MiB more resident memory idle and at peak (README, Benchmark, "Allocators").
+//! Why not an allocator crate: at the same CPU, jemalloc, mimalloc and glibc's malloc hold 1 to
+//! 2 MiB more idle and 1 to 3 MiB more at the peaks of 1,000 objects, tuned as they may be
+//! (README, Benchmark, Allocators).
 
 // The crate's one exception to `deny(unsafe_code)` (src/lib.rs): a global allocator is unsafe by
 // definition. Every unsafe block says why it holds.

@@ -129,7 +129,6 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
-    /// Serves one TLS handshake with `config` and answers "ok".
     /// `cert` as PEM, for a client that trusts exactly it.
     fn pem_of(cert: &CertificateDer<'_>) -> String {
         format!(
@@ -138,6 +137,7 @@ mod tests {
         )
     }
 
+    /// Serves one TLS handshake with `config` and answers "ok".
     fn serve_once(config: Arc<ServerConfig>) -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -184,6 +184,17 @@ mod tests {
         .unwrap();
         let err = crate::kube::tls::tests::get(client, "localhost", port).unwrap_err();
         assert!(err.contains("not valid for name"), "{err}");
+    }
+
+    #[test]
+    fn the_self_signed_certificate_is_p256_and_names_the_operator() {
+        let (cert, key) = self_signed(SystemTime::now()).unwrap();
+        let der = cert.as_ref();
+        assert!(der.windows(17).any(|w| w == b"immortal-operator"));
+        // id-ecPublicKey with the prime256v1 curve, as before rcgen made it.
+        let p256 = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+        assert!(der.windows(p256.len()).any(|w| w == p256));
+        assert!(matches!(key, PrivateKeyDer::Pkcs8(_)));
     }
 
     #[test]
