@@ -10,6 +10,7 @@ use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -264,7 +265,7 @@ impl prometheus_client::collector::Collector for Scrape {
             "rest_client_requests",
             "Number of HTTP requests, partitioned by status code, method, and host",
             None,
-            Counter::<u64>::default().metric_type(),
+            MetricType::Counter,
         )?;
         for ((method, code), n) in requests {
             let code = match code {
@@ -306,7 +307,7 @@ impl prometheus_client::collector::Collector for Scrape {
             "immortal_watch_last_event_age_seconds",
             "Seconds since the last watch event or bookmark, per resource",
             None,
-            ConstGauge::new(0.0).metric_type(),
+            MetricType::Gauge,
         )?;
         for (resource, silence) in watches {
             let age = silence.unwrap_or_else(|| m.started.elapsed()).as_secs_f64();
