@@ -21,6 +21,7 @@
 
 use crate::kube::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
 use crate::kube::types::{ObjectMeta, Status};
+use crate::runtime::liveness;
 use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::store::Store;
@@ -389,12 +390,12 @@ where
                         .watch(&self.kind, &rv, timeout, self.idle_timeout)
                     {
                         Err(e) if e.is_gone() => {
-                            metrics::watch_closed(self.name());
+                            liveness::closed(self.name());
                             log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "watch answered 410, relisting");
                             State::List
                         }
                         Err(e) => {
-                            metrics::watch_closed(self.name());
+                            liveness::closed(self.name());
                             if !self.fail_and_wait("watch", &e, &mut backoff) {
                                 return;
                             }
@@ -402,10 +403,10 @@ where
                         }
                         Ok(stream) => {
                             // The server accepted the watch: it is alive.
-                            metrics::watch_opened(self.name());
+                            liveness::opened(self.name());
                             self.working();
                             let (end, heard) = self.consume(stream, &mut rv);
-                            metrics::watch_closed(self.name());
+                            liveness::closed(self.name());
                             if heard {
                                 backoff.reset();
                             }
@@ -616,7 +617,7 @@ where
                             "listed"
                         );
                         self.resynced = (asks, self.resync.next_after(Instant::now()));
-                        metrics::watch_heard(self.name());
+                        liveness::heard(self.name());
                         return Ok(rv);
                     }
                 }
@@ -647,7 +648,7 @@ where
                 continue;
             }
             heard = true;
-            metrics::watch_heard(self.name());
+            liveness::heard(self.name());
             match self.handle_line(&line, rv) {
                 Ok(()) => {}
                 Err(end) => return (end, heard),
