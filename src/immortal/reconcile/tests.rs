@@ -1,11 +1,14 @@
 use super::*;
+use crate::immortal::desired::desired_pod;
 use crate::immortal::lifecycle::PodEvents;
 use crate::immortal::types::{ImmortalPod, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::kube::types::{
     Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status, StatusCause, StatusDetails,
 };
+use crate::runtime::controller::Failure;
 use crate::runtime::watcher::{Verdict, Watched};
 use std::cell::RefCell;
+use std::time::Instant;
 
 /// A fake API holding one object and one pod, recording every call as "VERB what". It
 /// deletes a pod as the API server's pod strategy does: gracefully (deletionTimestamp, the
