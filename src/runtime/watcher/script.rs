@@ -3,6 +3,8 @@
 //! their [`Watched`] over recorded streams.
 
 use super::*;
+use crate::kube::client::Resource;
+use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::Cursor;
