@@ -10,7 +10,7 @@
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint};
-use crate::immortal::reconcile::{self, Books, Cluster};
+use crate::immortal::reconcile::{self, Books, LiveApi};
 use crate::immortal::store::IcStore;
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
@@ -389,7 +389,7 @@ fn start_workers(
             return Err(fail_running(&format!("cannot start events thread: {e}")));
         }
     }
-    let api = Arc::new(Cluster {
+    let api = Arc::new(LiveApi {
         client: writer,
         events: recorder,
         ics,

@@ -8,7 +8,7 @@ use crate::kube::types::{self, Pod};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// The API calls reconcile makes. [`client::Client`] is the real one; tests use a fake that
+/// The API calls reconcile makes. [`LiveApi`] is the real one; tests use a fake that
 /// records every call.
 pub trait Api {
     /// The object as the operator knows it: in the real one, its store (no request), which
@@ -50,13 +50,13 @@ pub trait Api {
 
 /// The real API: the client, with Events going to the recorder thread, and objects read from
 /// what the ImmortalContainer watcher knows (see `store`).
-pub struct Cluster {
+pub struct LiveApi {
     pub client: client::Client,
     pub events: Recorder,
     pub ics: Arc<IcStore>,
 }
 
-impl Api for Cluster {
+impl Api for LiveApi {
     /// The object as the store knows it, or as the API server answers when the store does not
     /// know it (deleted meanwhile, or not seen yet).
     fn get_immortal_container(

@@ -44,7 +44,7 @@ mod status;
 
 use starts::{release_orphan, release_pod};
 
-pub use api::{Api, Cluster};
+pub use api::{Api, LiveApi};
 pub use books::Books;
 pub use error::Error;
 use pod::{Created, Deleted};
