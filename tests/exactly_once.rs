@@ -23,7 +23,7 @@
 
 use immortal_operator::immortal::desired;
 use immortal_operator::immortal::lifecycle::{IcEvents, PodEvents, PodHint};
-use immortal_operator::immortal::reconcile::{self, Api, Books};
+use immortal_operator::immortal::reconcile::{self, Api, Memory};
 use immortal_operator::immortal::store::{self, IcState, IcStore};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
@@ -714,7 +714,7 @@ impl Api for ModelApi {
 
 struct Controller {
     clock: Arc<Mutex<Instant>>,
-    books: Books,
+    memory: Memory,
     /// What the ImmortalContainer watcher knows (shared with the model API's reads).
     ics: Arc<IcStore>,
     /// The key is queued, with the hint of the latest event that queued it.
@@ -733,7 +733,7 @@ impl Controller {
         let c = clock.clone();
         Controller {
             clock,
-            books: Books::with_clock(move || *c.lock().unwrap()),
+            memory: Memory::with_clock(move || *c.lock().unwrap()),
             ics: Arc::new(IcStore::new()),
             queued: None,
             timer: None,
@@ -920,9 +920,9 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
         }
         if let Some(hint) = ctl.queued.take() {
             let trace = Trace { id: "x", key: KEY };
-            let books = &ctl.books;
+            let memory = &ctl.memory;
             let result = panic::catch_unwind(AssertUnwindSafe(|| {
-                reconcile::reconcile(&api, books, &trace, hint.as_ref())
+                reconcile::reconcile(&api, memory, &trace, hint.as_ref())
             }));
             match result {
                 Ok(Ok(Next::Done)) => ctl.failures = 0,

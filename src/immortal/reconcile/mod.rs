@@ -36,8 +36,8 @@ use serde_json::{json, Map, Value};
 use std::time::Duration;
 
 mod api;
-mod books;
 mod error;
+mod memory;
 mod pod;
 mod starts;
 mod status;
@@ -45,8 +45,8 @@ mod status;
 use starts::{release_orphan, release_pod};
 
 pub use api::{Api, LiveApi};
-pub use books::Books;
 pub use error::Error;
+pub use memory::Memory;
 use pod::{Created, Deleted};
 
 pub use status::status_patch;
@@ -110,7 +110,7 @@ enum Found<'h> {
 /// One reconcile. Holds what it has decided about the object's status so far.
 struct Run<'a, A: Api> {
     api: &'a A,
-    books: &'a Books,
+    memory: &'a Memory,
     trace: &'a Trace<'a>,
     ic: &'a ImmortalContainer,
     ns: &'a str,
@@ -142,7 +142,7 @@ struct Held {
 /// Reconciles the object called `key`, with what its trigger says about the pod.
 pub fn reconcile<A: Api>(
     api: &A,
-    books: &Books,
+    memory: &Memory,
     trace: &Trace,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
@@ -152,7 +152,7 @@ pub fn reconcile<A: Api>(
     };
     let ic = match api.get_immortal_container(ns, name) {
         Ok(ic) => ic,
-        Err(e) if e.is_not_found() => return object_gone(api, books, trace, ns, name, hint),
+        Err(e) if e.is_not_found() => return object_gone(api, memory, trace, ns, name, hint),
         Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
     };
     if let Some(PodHint::Gone(g)) = hint {
@@ -160,7 +160,7 @@ pub fn reconcile<A: Api>(
         // pod is, the old one's event arriving after the new one was made: nothing is new, and
         // the replacement's own events tell its story. Acting on it would take the name for
         // free and, after a quick ending, report a back-off for a replacement that exists.
-        if !g.holds_count && books.was_replaced(trace.key, &g.uid.to_string()) {
+        if !g.holds_count && memory.was_replaced(trace.key, &g.uid.to_string()) {
             log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
             return Ok(Next::Done);
         }
@@ -175,7 +175,7 @@ pub fn reconcile<A: Api>(
     let ic = if doubt {
         match api.read_immortal_container(ns, name) {
             Ok(ic) => ic,
-            Err(e) if e.is_not_found() => return object_gone(api, books, trace, ns, name, hint),
+            Err(e) if e.is_not_found() => return object_gone(api, memory, trace, ns, name, hint),
             Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
         }
     } else {
@@ -188,7 +188,7 @@ pub fn reconcile<A: Api>(
     }
     let mut run = Run {
         api,
-        books,
+        memory,
         trace,
         ic: &ic,
         ns,
@@ -218,7 +218,7 @@ pub fn reconcile<A: Api>(
     if run.gone {
         // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
         // collector could never remove it.
-        books.restarts.forget(trace.key);
+        memory.restarts.forget(trace.key);
         if let Some(held) = run.release.take() {
             release_pod(
                 api,
@@ -236,7 +236,7 @@ pub fn reconcile<A: Api>(
             // A pod someone is deleting waits on our count, and the count cannot be written:
             // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
             Some(held) if held.deleting => {
-                let waited = books.counting.holding(&held.uid, books.now());
+                let waited = memory.counting.holding(&held.uid, memory.now());
                 if waited < counting::HOLD_AT_MOST {
                     return Err(Error::Holding {
                         pod: run.pod_name,
@@ -277,13 +277,13 @@ pub fn reconcile<A: Api>(
 /// ownerReference, once nothing of ours holds it.
 fn object_gone<A: Api>(
     api: &A,
-    books: &Books,
+    memory: &Memory,
     trace: &Trace,
     ns: &str,
     name: &str,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
-    books.restarts.forget(trace.key);
+    memory.restarts.forget(trace.key);
     release_orphan(api, trace, ns, name, None, hint)?;
     Ok(Next::Done)
 }
@@ -357,7 +357,7 @@ impl<A: Api> Run<'_, A> {
                     let cause = cause.unwrap_or_else(|| self.absent_cause());
                     if cause.is_restart() {
                         if let Some(wait) =
-                            self.books.restarts.wait(self.trace.key, self.books.now())
+                            self.memory.restarts.wait(self.trace.key, self.memory.now())
                         {
                             self.back_off(wait);
                             return Ok(Next::RequeueAfter(wait.remaining));
@@ -366,14 +366,14 @@ impl<A: Api> Run<'_, A> {
                     match self.create(cause)? {
                         Created::Yes => {
                             if let Some(old) = self.removed.take() {
-                                self.books.replaced(self.trace.key, &old);
+                                self.memory.replaced(self.trace.key, &old);
                             }
                             if cause.is_restart() {
-                                self.books
+                                self.memory
                                     .restarts
-                                    .replaced(self.trace.key, self.books.now());
+                                    .replaced(self.trace.key, self.memory.now());
                             } else {
-                                self.books.restarts.created(self.trace.key);
+                                self.memory.restarts.created(self.trace.key);
                             }
                             return Ok(Next::Done);
                         }
@@ -551,7 +551,7 @@ impl<A: Api> Run<'_, A> {
     fn ended(&self, uid: &str, ending: Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
         if last.is_none_or(|l| l == uid) {
-            self.books.restarts.ended(self.trace.key, uid, ending);
+            self.memory.restarts.ended(self.trace.key, uid, ending);
         }
     }
 
@@ -579,9 +579,9 @@ impl<A: Api> Run<'_, A> {
     /// that a retry refused again writes nothing.
     fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
         let (wait, _) = self
-            .books
+            .memory
             .restarts
-            .refused(self.trace.key, self.books.now());
+            .refused(self.trace.key, self.memory.now());
         let msg = format!(
             "the API server refused pod {}: {e}; the operator tries again after {}s, doubling to {}s",
             self.pod_name,

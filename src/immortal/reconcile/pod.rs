@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 impl<A: Api> Run<'_, A> {
     pub(super) fn create(&mut self, cause: Cause) -> Result<Created, Error> {
-        let counted = self.books.counting.active();
+        let counted = self.memory.counting.active();
         let pod = desired_pod(self.ic, counted);
         match self.api.create_pod(self.ns, &pod) {
             Ok(created) => {
@@ -39,7 +39,7 @@ impl<A: Api> Run<'_, A> {
                     ),
                     Cause::Deleted | Cause::Terminated => (
                         "PodReplaced",
-                        match self.books.restarts.ending(self.trace.key) {
+                        match self.memory.restarts.ending(self.trace.key) {
                             Some(e) => {
                                 format!("Created pod {}: the previous one {e}", self.pod_name)
                             }

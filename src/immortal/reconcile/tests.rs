@@ -27,7 +27,7 @@ struct Fake {
     /// Errors to answer the next call of a verb with.
     fail: RefCell<Vec<(&'static str, client::Error)>>,
     next_uid: RefCell<u32>,
-    books: Books,
+    memory: Memory,
     /// Status fields the "installed CRD" does not know, pruned from every write.
     prunes: RefCell<Vec<&'static str>>,
 }
@@ -299,13 +299,13 @@ fn fake(ic: ImmortalContainer) -> Fake {
 }
 
 fn run(f: &Fake, key: &str) -> Result<Next, Error> {
-    reconcile(f, &f.books, &Trace { id: "1", key }, None)
+    reconcile(f, &f.memory, &Trace { id: "1", key }, None)
 }
 
 fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
     reconcile(
         f,
-        &f.books,
+        &f.memory,
         &Trace {
             id: "2",
             key: "ns/web",
@@ -711,7 +711,7 @@ fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
     // And once no pod holds the name at all, the stale hint only leads to a create (the
     // restart back-off, which the replacement above started, set aside: not under test).
     *f.pod.borrow_mut() = None;
-    f.books.restarts.forget("ns/web");
+    f.memory.restarts.forget("ns/web");
     f.clear();
     run_with(&f, &stale).unwrap();
     assert_eq!(
@@ -903,8 +903,8 @@ fn pods_that_keep_ending_back_off_and_say_so() {
         "{note:?}"
     );
     // Its time come (as if the last replacement had been longer ago), the pod is made.
-    f.books.restarts.forget("ns/web");
-    f.books.restarts.replaced(
+    f.memory.restarts.forget("ns/web");
+    f.memory.restarts.replaced(
         "ns/web",
         Instant::now() - crate::immortal::restarts::BASE * 2,
     );
@@ -1198,7 +1198,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
     run(&f, "ns/web").unwrap();
     // The first count went through (startTimes is in every CRD), L did not stick.
     assert_eq!(status(&f).start_times, Some(1));
-    assert!(!f.books.counting.active());
+    assert!(!f.memory.counting.active());
     let warned: Vec<Note> = f
         .notes
         .borrow()
@@ -1504,7 +1504,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        books: Books::with_clock(move || *clock.lock().unwrap()),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -1589,7 +1589,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     let f = fake(ic("web", "nginx"));
     *f.prunes.borrow_mut() = vec!["lastCountedPodUID", "observedGeneration", "podPhase"];
     run(&f, "ns/web").unwrap();
-    assert!(!f.books.counting.active());
+    assert!(!f.memory.counting.active());
     // Replaced while counting is off: not counted.
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
@@ -1597,7 +1597,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     assert_eq!(status(&f).start_times, Some(1));
     // The CRD is upgraded (make install): the schema read again keeps every field.
     f.prunes.borrow_mut().clear();
-    assert!(f.books.counting.relearn(&[]));
+    assert!(f.memory.counting.relearn(&[]));
     // The resync's reconcile adopts the pod status names: it may have been counted, or not.
     run(&f, "ns/web").unwrap();
     let st = status(&f);
@@ -1709,7 +1709,7 @@ fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        books: Books::with_clock(move || *clock.lock().unwrap()),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -1798,7 +1798,7 @@ fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mu
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        books: Books::with_clock(move || *clock.lock().unwrap()),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
@@ -1814,7 +1814,7 @@ fn pod_uid(f: &Fake) -> String {
 fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
     reconcile(
         f,
-        &Books::new(),
+        &Memory::new(),
         &Trace {
             id: "3",
             key: "ns/web",

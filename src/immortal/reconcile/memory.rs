@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Replacements whose old pod's DELETED event is awaited, at most (see [`Books`]): about
+/// Replacements whose old pod's DELETED event is awaited, at most (see [`Memory`]): about
 /// half a megabyte. Each is held only until that event comes, normally milliseconds.
 const REPLACED_AT_MOST: usize = 4096;
 
 /// What the reconcile workers keep between reconciles, shared by all of them: the restart
 /// back-off, what the installed CRD keeps of the status we write, and the clock (virtual in the
 /// exactly-once fault-injection tests).
-pub struct Books {
+pub struct Memory {
     pub restarts: Restarts,
     pub counting: Counting,
     /// Pods (uid, by key) this process saw removed and then replaced, until their DELETED
@@ -22,13 +22,13 @@ pub struct Books {
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
 }
 
-impl Books {
-    pub fn new() -> Books {
-        Books::with_clock(Instant::now)
+impl Memory {
+    pub fn new() -> Memory {
+        Memory::with_clock(Instant::now)
     }
 
-    pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Books {
-        Books {
+    pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Memory {
+        Memory {
             restarts: Restarts::new(),
             counting: Counting::new(),
             replaced: Mutex::default(),
@@ -62,8 +62,8 @@ impl Books {
     }
 }
 
-impl Default for Books {
+impl Default for Memory {
     fn default() -> Self {
-        Books::new()
+        Memory::new()
     }
 }
