@@ -33,7 +33,7 @@ use immortal_operator::kube::events::Note;
 use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };
-use immortal_operator::runtime::controller::{Next, Trace};
+use immortal_operator::runtime::controller::{LogContext, Next};
 use immortal_operator::runtime::watcher::{Verdict, Watched};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
@@ -919,7 +919,7 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
             continue;
         }
         if let Some(hint) = ctl.queued.take() {
-            let trace = Trace { id: "x", key: KEY };
+            let trace = LogContext { id: "x", key: KEY };
             let memory = &ctl.memory;
             let result = panic::catch_unwind(AssertUnwindSafe(|| {
                 reconcile::reconcile(&api, memory, &trace, hint.as_ref())

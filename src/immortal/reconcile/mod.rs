@@ -30,7 +30,7 @@ use crate::immortal::types::{
 use crate::kube::client;
 use crate::kube::events::Note;
 use crate::kube::types::{self, Condition, Pod, MAX_NAME_LEN};
-use crate::runtime::controller::{Next, Trace};
+use crate::runtime::controller::{LogContext, Next};
 use crate::util;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -111,7 +111,7 @@ enum Found<'h> {
 struct Run<'a, A: Api> {
     api: &'a A,
     memory: &'a Memory,
-    trace: &'a Trace<'a>,
+    trace: &'a LogContext<'a>,
     ic: &'a ImmortalContainer,
     ns: &'a str,
     pod_name: String,
@@ -143,7 +143,7 @@ struct Held {
 pub fn reconcile<A: Api>(
     api: &A,
     memory: &Memory,
-    trace: &Trace,
+    trace: &LogContext,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
     let Some((ns, name)) = types::split_key(trace.key) else {
@@ -278,7 +278,7 @@ pub fn reconcile<A: Api>(
 fn object_gone<A: Api>(
     api: &A,
     memory: &Memory,
-    trace: &Trace,
+    trace: &LogContext,
     ns: &str,
     name: &str,
     hint: Option<&PodHint>,

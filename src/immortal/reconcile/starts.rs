@@ -116,7 +116,7 @@ impl<A: Api> Run<'_, A> {
 /// retry, the start-up sweep).
 pub(super) fn release_orphan<A: Api>(
     api: &A,
-    trace: &Trace,
+    trace: &LogContext,
     ns: &str,
     name: &str,
     owner_uid: Option<&str>,
@@ -169,7 +169,7 @@ pub(super) fn release_orphan<A: Api>(
 /// "replaced": the retry reads the pod and decides.
 pub(super) fn release_pod<A: Api>(
     api: &A,
-    trace: &Trace,
+    trace: &LogContext,
     ns: &str,
     pod: &str,
     uid: &str,

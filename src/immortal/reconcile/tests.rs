@@ -299,14 +299,14 @@ fn fake(ic: ImmortalContainer) -> Fake {
 }
 
 fn run(f: &Fake, key: &str) -> Result<Next, Error> {
-    reconcile(f, &f.memory, &Trace { id: "1", key }, None)
+    reconcile(f, &f.memory, &LogContext { id: "1", key }, None)
 }
 
 fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
     reconcile(
         f,
         &f.memory,
-        &Trace {
+        &LogContext {
             id: "2",
             key: "ns/web",
         },
@@ -1752,7 +1752,7 @@ fn releasing_a_pod_whose_name_holds_another_is_done() {
     let mut other = desired_pod(&ic("web", "nginx"), true);
     other.metadata.uid = "pod-uid-new".into();
     *f.pod.borrow_mut() = Some(other);
-    let trace = Trace {
+    let trace = LogContext {
         id: "1",
         key: "ns/web",
     };
@@ -1815,7 +1815,7 @@ fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
     reconcile(
         f,
         &Memory::new(),
-        &Trace {
+        &LogContext {
             id: "3",
             key: "ns/web",
         },
