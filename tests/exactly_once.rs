@@ -34,7 +34,7 @@ use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };
 use immortal_operator::runtime::controller::{LogContext, Next};
-use immortal_operator::runtime::watcher::{Verdict, Watched};
+use immortal_operator::runtime::watcher::{Reaction, Watched};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -778,7 +778,7 @@ impl Controller {
             } else {
                 Some(memo.unwrap_or_default())
             };
-            if let Verdict::Queue(h, _) = verdict {
+            if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
         }
@@ -789,7 +789,7 @@ impl Controller {
             let verdict = self
                 .ics
                 .entry(KEY, |memo| IcEvents.on_event(event, &ic, memo));
-            if let Verdict::Queue(h, _) = verdict {
+            if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
         }

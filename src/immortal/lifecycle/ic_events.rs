@@ -5,7 +5,7 @@ use crate::immortal::store::IcState;
 use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
 use crate::kube::types;
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Verdict, Watched};
+use crate::runtime::watcher::{Reaction, Watched};
 use std::sync::Arc;
 
 /// The ImmortalContainer watcher's policy: every object is its own key, and what reconcile
@@ -50,7 +50,7 @@ impl Watched for IcEvents {
         event: &'static str,
         o: &ImmortalContainer,
         memo: &mut Option<Arc<IcState>>,
-    ) -> Verdict<PodHint> {
+    ) -> Reaction<PodHint> {
         if event == "DELETED" {
             // A later object of the name, read from the API server before this event came,
             // stays.
@@ -63,20 +63,20 @@ impl Watched for IcEvents {
             // Its pod goes with it, unless our finalizer holds it (the object went while its
             // pod was being counted), which the reconcile of a key whose object is gone takes
             // off. Nothing waits on it.
-            return Verdict::Queue(None, Priority::Routine);
+            return Reaction::Queue(None, Priority::Routine);
         }
         let new = IcState::of(o);
         let verdict = match memo.as_deref() {
-            None => Verdict::Queue(None, Priority::Urgent),
+            None => Reaction::Queue(None, Priority::Urgent),
             // A copy we have, or an older one than we have.
-            Some(old) if !new.replaces(old) => return Verdict::Ignore,
+            Some(old) if !new.replaces(old) => return Reaction::Ignore,
             Some(old) if new.uid() != old.uid() || new.generation() != old.generation() => {
-                Verdict::Queue(None, Priority::Urgent)
+                Reaction::Queue(None, Priority::Urgent)
             }
             Some(old) if new.deleting() != old.deleting() => {
-                Verdict::Queue(None, Priority::Routine)
+                Reaction::Queue(None, Priority::Routine)
             }
-            Some(_) => Verdict::Ignore,
+            Some(_) => Reaction::Ignore,
         };
         *memo = Some(Arc::new(new));
         verdict

@@ -5,7 +5,7 @@ use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, Uid};
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Verdict, Watched};
+use crate::runtime::watcher::{Reaction, Watched};
 use crate::util;
 
 /// The pod watcher's policy: our pods only (selected by label server-side), each mapped to the
@@ -40,11 +40,11 @@ impl Watched for PodEvents {
         PodView::of(o).digest()
     }
 
-    fn on_event(&self, event: &'static str, o: &Pod, memo: &mut Option<u64>) -> Verdict<PodHint> {
+    fn on_event(&self, event: &'static str, o: &Pod, memo: &mut Option<u64>) -> Reaction<PodHint> {
         if event == "DELETED" {
             *memo = None;
             // Its owner needs a pod (or its finalizer released): urgent.
-            return Verdict::Queue(
+            return Reaction::Queue(
                 Some(PodHint::Gone(Box::new(GonePod {
                     uid: Uid::new(&o.metadata.uid),
                     ending: Ending::of(o),
@@ -64,12 +64,12 @@ impl Watched for PodEvents {
                 .controller()
                 .is_some_and(|r| r.is_immortal_container());
         match memo.replace(digest) {
-            Some(before) if before == digest && !orphaned => return Verdict::Ignore,
+            Some(before) if before == digest && !orphaned => return Reaction::Ignore,
             // A new pod that is plainly pending: reconcile created it and wrote this very
             // view. (A pod someone else made is found by the relist after our restart, or by
             // its next change.)
             None if event == "ADDED" && view == PodView::pending() && !orphaned => {
-                return Verdict::Ignore
+                return Reaction::Ignore
             }
             _ => {}
         }
@@ -84,7 +84,7 @@ impl Watched for PodEvents {
             Some(c) if c.is_immortal_container() => (Some(Uid::new(&c.uid)), c.name.as_str()),
             // Keyed by its own name (see `key_of`).
             _ if orphaned => (None, o.metadata.name.trim_end_matches(ic::POD_SUFFIX)),
-            _ => return Verdict::Queue(None, priority),
+            _ => return Reaction::Queue(None, priority),
         };
         let hint = PodHint::Seen(Box::new(SeenPod {
             named_for_owner: o.metadata.name == ic::pod_name(owner_name),
@@ -100,7 +100,7 @@ impl Watched for PodEvents {
             ending: Ending::of(o),
             view,
         }));
-        Verdict::Queue(Some(hint), priority)
+        Reaction::Queue(Some(hint), priority)
     }
 }
 

@@ -3,7 +3,7 @@ use crate::immortal::store::IcState;
 use crate::immortal::types::{self as ic, ImmortalContainer};
 use crate::kube::types::{self, Pod};
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Verdict, Watched};
+use crate::runtime::watcher::{Reaction, Watched};
 use crate::testutil::kubelet_events;
 use std::sync::Arc;
 
@@ -39,8 +39,8 @@ fn verdicts(name: &str, seed: Option<usize>) -> Vec<String> {
         .iter()
         .map(
             |(event, pod)| match PodEvents.on_event(event, pod, &mut memo) {
-                Verdict::Ignore => "-".to_string(),
-                Verdict::Queue(hint, priority) => {
+                Reaction::Ignore => "-".to_string(),
+                Reaction::Queue(hint, priority) => {
                     let urgent = if priority == Priority::Urgent {
                         "!"
                     } else {
@@ -256,11 +256,11 @@ fn a_changed_view_queues_its_owner_once_and_a_repeat_does_not() {
     let mut memo = None;
     assert!(matches!(
         PodEvents.on_event("MODIFIED", &p, &mut memo),
-        Verdict::Queue(Some(PodHint::Seen(_)), Priority::Routine)
+        Reaction::Queue(Some(PodHint::Seen(_)), Priority::Routine)
     ));
     assert_eq!(
         PodEvents.on_event("MODIFIED", &p, &mut memo),
-        Verdict::Ignore
+        Reaction::Ignore
     );
     assert_eq!(PodEvents.key_of(&p).as_deref(), Some("/web"));
     // Not ours (no controller reference to an ImmortalContainer): no key at all.
@@ -280,7 +280,7 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     let mut memo = None;
     assert_eq!(
         IcEvents.on_event("ADDED", &ic("10", 1, 0), &mut memo),
-        Verdict::Queue(None, Priority::Urgent)
+        Reaction::Queue(None, Priority::Urgent)
     );
     // Our status write: its answer is remembered (as reconcile does, see `store::saw`),
     // so its event, and any older copy, is nothing new.
@@ -288,7 +288,7 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     for older in [ic("11", 1, 1), ic("10", 1, 0)] {
         assert_eq!(
             IcEvents.on_event("MODIFIED", &older, &mut memo),
-            Verdict::Ignore
+            Reaction::Ignore
         );
     }
     assert_eq!(memo.as_ref().unwrap().resource_version(), "11");
@@ -296,7 +296,7 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     // remembered.
     assert_eq!(
         IcEvents.on_event("MODIFIED", &ic("12", 1, 7), &mut memo),
-        Verdict::Ignore
+        Reaction::Ignore
     );
     assert_eq!(
         memo.as_ref()
@@ -309,12 +309,12 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     // A spec change: a pod to replace, urgent.
     assert_eq!(
         IcEvents.on_event("MODIFIED", &ic("13", 2, 7), &mut memo),
-        Verdict::Queue(None, Priority::Urgent)
+        Reaction::Queue(None, Priority::Urgent)
     );
     // A deletion is looked at (its pod may hold our finalizer), and forgotten.
     assert_eq!(
         IcEvents.on_event("DELETED", &ic("14", 2, 7), &mut memo),
-        Verdict::Queue(None, Priority::Routine)
+        Reaction::Queue(None, Priority::Routine)
     );
     assert!(memo.is_none());
 }
@@ -417,7 +417,7 @@ fn the_deleted_event_of_an_object_forgets_its_copy_and_not_a_later_objects() {
     let mut memo = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
     assert_eq!(
         IcEvents.on_event("DELETED", &ic("old-uid", "15"), &mut memo),
-        Verdict::Queue(None, Priority::Routine)
+        Reaction::Queue(None, Priority::Routine)
     );
     assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
     IcEvents.on_event("DELETED", &ic("new-uid", "21"), &mut memo);

@@ -6,7 +6,7 @@ use crate::kube::types::{
     Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status, StatusCause, StatusDetails,
 };
 use crate::runtime::controller::Failure;
-use crate::runtime::watcher::{Verdict, Watched};
+use crate::runtime::watcher::{Reaction, Watched};
 use std::cell::RefCell;
 use std::time::Instant;
 
@@ -318,7 +318,7 @@ fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
 fn gone(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap_or_default();
     match PodEvents.on_event("DELETED", &pod, &mut None) {
-        Verdict::Queue(Some(h), _) => h,
+        Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue a DELETED pod: {other:?}"),
     }
 }
@@ -355,7 +355,7 @@ fn delete_after_running(f: &Fake, ran: u64) -> PodHint {
 fn seen(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
     match PodEvents.on_event("MODIFIED", &pod, &mut None) {
-        Verdict::Queue(Some(h), _) => h,
+        Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue this pod: {other:?}"),
     }
 }
@@ -1450,7 +1450,7 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
     // name it was made for.
     assert_eq!(PodEvents.key_of(&pod).as_deref(), Some("ns/web"));
     let mut memo = Some(PodEvents.memo(&pod));
-    let Verdict::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
+    let Reaction::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
         PodEvents.on_event("MODIFIED", &pod, &mut memo)
     else {
         panic!("an orphan holding our finalizer was not queued")
@@ -1638,7 +1638,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     // Then the failed pod's DELETED event arrives: nothing to do, no request, no back-off
     // reported for a replacement that exists.
     let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
-        Verdict::Queue(Some(h), _) => h,
+        Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
     f.clear();
@@ -1928,7 +1928,7 @@ fn the_deleted_event_of_a_pod_another_process_replaced_is_checked_and_changes_no
     run_with(&f, &seen(&f)).unwrap();
     let replacement = pod_uid(&f);
     let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
-        Verdict::Queue(Some(h), _) => h,
+        Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
     // A process that did not make the replacement cannot know the event is old news: it

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 mod policy;
 mod source;
 
-pub use policy::{Verdict, Watched};
+pub use policy::{Reaction, Watched};
 pub use source::{Kind, Source};
 
 /// Watch `timeoutSeconds` is drawn from this range: below the ~4 minute idle timeout of common
@@ -600,13 +600,13 @@ where
         let verdict = self
             .known
             .entry(&key, |memo| self.policy.on_event(event, &o, memo));
-        let queued = matches!(verdict, Verdict::Queue(..));
+        let queued = matches!(verdict, Reaction::Queue(..));
         log::trace!(
             target: "watcher",
             resource = self.name(), event = event, object = key.as_str(), rv = rv.as_str(), enqueue = queued;
             "event"
         );
-        if let Verdict::Queue(hint, priority) = verdict {
+        if let Reaction::Queue(hint, priority) = verdict {
             self.queue.add(
                 key,
                 Trigger::Watch {

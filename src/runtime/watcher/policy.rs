@@ -39,12 +39,12 @@ pub trait Watched {
         event: &'static str,
         o: &Self::Object,
         memo: &mut Option<Self::Memo>,
-    ) -> Verdict<Self::Hint>;
+    ) -> Reaction<Self::Hint>;
 }
 
 /// A policy's answer to one event.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Verdict<H> {
+pub enum Reaction<H> {
     /// Nothing reconcile would do differently.
     Ignore,
     /// Queue the key, with what the event tells reconcile, if anything, in the band the
