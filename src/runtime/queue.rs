@@ -159,6 +159,8 @@ pub enum Trigger<H> {
     },
     /// A (re)list enqueued every known key.
     Relist { resource: &'static str },
+    /// A one-off scan outside the watch found the key (`immortal::sweep`).
+    Sweep { resource: &'static str },
     /// Requeued after a failed reconcile.
     Retry,
     /// Requeued on purpose after a delay the reconcile asked for.
@@ -181,6 +183,7 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
                 }
             }
             Trigger::Relist { resource } => write!(f, "{resource} relist"),
+            Trigger::Sweep { resource } => write!(f, "{resource} sweep"),
             Trigger::Retry => f.write_str("retry after error"),
             Trigger::Scheduled => f.write_str("scheduled requeue"),
         }
@@ -674,6 +677,17 @@ mod tests {
             Priority::Routine,
         );
         assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9 gone");
+    }
+
+    #[test]
+    fn a_key_the_start_up_sweep_found_says_so_and_not_relist() {
+        let q = Q::new();
+        q.add(
+            "ns/a".into(),
+            Trigger::Sweep { resource: "pod" },
+            Priority::Urgent,
+        );
+        assert_eq!(q.get().unwrap().1.to_string(), "pod sweep");
     }
 
     #[test]
