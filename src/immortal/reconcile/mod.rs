@@ -236,7 +236,9 @@ pub fn reconcile<A: Api>(
             // A pod someone is deleting waits on our count, and the count cannot be written:
             // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
             Some(held) if held.deleting => {
-                let waited = memory.counting.holding(&held.uid, memory.now());
+                let now = memory.now();
+                memory.counting.note_held(&held.uid, now);
+                let waited = memory.counting.held_for(&held.uid, now);
                 if waited < counting::HOLD_AT_MOST {
                     return Err(Error::Holding {
                         pod: run.pod_name,
