@@ -591,6 +591,7 @@ impl<H: Clone> Queue<H> {
     }
 
     /// Keys ready to be handed out now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         let st = self.lock();
         st.dirty.len()
@@ -600,6 +601,7 @@ impl<H: Clone> Queue<H> {
                 .count()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
