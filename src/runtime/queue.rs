@@ -78,25 +78,9 @@ impl Priority {
 }
 
 /// How many failing reconciles the queue lets through: client-go's overall bucket (10 a
-/// second, burst 100), so that 10,000 failing keys do not hammer an API server that is coming
-/// back. Two differences from client-go, both for the same case (many keys failing at once):
-/// - client-go makes each `AddRateLimited` reserve the next free slot, so the 10,000th retry
-///   is scheduled 1,000 s ahead even when the server is back a second later. Here a failure
-///   spends a token, a success gives one back, and the queue hands keys out (any key) only
-///   while a token is left: the rate is capped while reconciles fail, and everything goes at
-///   full speed again from the first success.
-/// - client-go's bucket delays retries only; the first attempt of every key queued by a relist
-///   goes out unbounded. Here a spent budget holds every key: after 100 failures in a row,
-///   10 reconciles a second, whatever queued them.
-///
-/// Within it, routine keys are held once only [`URGENT_RESERVE`] tokens are left, urgent keys
-/// once none is: the whole still lets 100 failures through, then 10 a second, so a failing API
-/// server is not stampeded, but routine failures cannot make a pod's replacement wait. A key
-/// retried at its bound (a pod our finalizer holds, to be let go within a minute) is not held
-/// at all: one request per such pod.
-///
-/// A key's own exponential backoff (and the server's `Retry-After`) apply as well, as in
-/// client-go's `MaxOf`.
+/// second, burst 100), except that a success refunds a token, a spent budget holds every key
+/// (first attempts too), and the last [`URGENT_RESERVE`] tokens are for urgent keys. Why:
+/// docs/design.md, "Failing reconciles are rate limited as a whole".
 #[derive(Debug)]
 struct Budget {
     /// May go below zero when several workers fail at once: the debt is paid before the next

@@ -6,16 +6,10 @@ use crate::util;
 use std::fmt;
 use std::time::Duration;
 
-/// How a pod of ours ended, read from its last state: whether it was deleted (through the API:
-/// a person, a drain or eviction, the garbage collector, PodGC) or ended on its own (phase
-/// Succeeded or Failed before anyone asked to delete it), and how long its container had run
-/// by then. The restart back-off ([`crate::immortal::restarts`]) goes by how long it ran.
-///
-/// Every time is the pod's own, so no clock of ours is compared with the cluster's: the
-/// container's `startedAt` (the kubelet's), and the moment the deletion was asked for, which is
-/// `deletionTimestamp - deletionGracePeriodSeconds` (the API server sets the first to the time
-/// of the request plus the grace period, and a later, shorter grace period moves both so that
-/// this difference stays; `BeforeDelete` in the API server's registry).
+/// How a pod of ours ended (deleted through the API, or ended on its own) and how long its
+/// container had run by then, for the restart back-off ([`crate::immortal::restarts`]). Only
+/// the pod's own clocks are read: the deletion was asked for at `deletionTimestamp -
+/// deletionGracePeriodSeconds`, a difference the API server's `BeforeDelete` keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ending {
     pub how: How,

@@ -2,18 +2,9 @@
 //! its status say truthfully what that pod is doing, counting every pod started exactly once.
 //!
 //! Level-based, as sample-controller's `syncHandler`: re-read the object by key (NotFound is
-//! success: the garbage collector removes its pod), learn the pod's state, act, then write
-//! status through `/status` only if it changed. How the pod's state is learned depends on the
-//! trigger (see `lifecycle`): after the DELETED event of the pod counted last the name is
-//! probably free, so the create comes first; after that of a pod this process replaced itself
-//! nothing is new; after that of any other pod, reconcile reads the object, then the pod; after
-//! an event that showed the pod, reconcile acts on what the event showed when the pod is
-//! already counted, and otherwise reads it. A pod of ours that is gone or terminal
-//! is replaced as soon as its name is free, and not before: while one terminates, reconcile
-//! waits for its DELETED event instead of polling.
-//!
-//! Every pod started is counted exactly once; the invariant that makes it so, and why each
-//! step below keeps it, is written down in `counting`.
+//! success: the garbage collector removes its pod), learn the pod's state (a watch event's
+//! hint may save the read: `first_look`), act, then write status through `/status` only if it
+//! changed. Why every pod started is counted exactly once: `counting`.
 //!
 //! Here: the decisions (`sync`, this file), the API they call (`api.rs`), the pod writes
 //! (`pod.rs`), the counting steps (`starts.rs`), and the status, conditions and Events they

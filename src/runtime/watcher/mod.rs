@@ -46,13 +46,9 @@ const WATCH_TIMEOUT_SECS: (u64, u64) = (170, 230);
 /// A stream that ends cleanly this fast without saying anything is treated as a failure, so a
 /// server that closes every watch at once cannot make us spin.
 const MIN_HEALTHY_STREAM: Duration = Duration::from_secs(1);
-/// How long a watch may say nothing before it is given up as dead. kube-apiserver's watch cache
-/// sends a watch that asked for bookmarks (we do) a BOOKMARK about once a minute when nothing
-/// else is sent (`defaultBookmarkFrequency`, dispatched by a timer that ticks every second), so
-/// 75 s is that minute plus a quarter for a late timer or a slow network: a dead connection is
-/// noticed little more than a quarter-minute after the bookmark that did not come, and a
-/// healthy one is almost never given up (if it is, resuming from the last version costs one
-/// request). A server that sends no bookmarks has its quiet watches re-opened at this pace.
+/// How long a watch may say nothing before it is given up as dead: the API server's
+/// once-a-minute BOOKMARK (`defaultBookmarkFrequency`) and a quarter of it to spare
+/// (docs/design.md, "A watch that goes silent is given up").
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// When a watcher lists again although its watch is healthy: every `period` (each one drawn
