@@ -7,8 +7,9 @@
 //! changed. Why every pod started is counted exactly once: `counting`.
 //!
 //! Here: the decisions (`sync`, this file), the API they call (`api.rs`), the pod writes
-//! (`pod.rs`), the counting steps (`starts.rs`), and the status, conditions and Events they
-//! report (`status.rs`). Not here: the desired pod (`desired`),
+//! (`pod.rs`), the counting steps (`starts.rs`), the status, conditions and Events they report
+//! (`status.rs`), what reconciles remember between them (`memory.rs`), and their errors
+//! (`error.rs`). Not here: the desired pod (`desired`),
 //! what a watch event means (`lifecycle`), or the worker that calls [`reconcile`]
 //! (`runtime::controller`).
 

@@ -1,7 +1,7 @@
 //! The steps by which reconcile counts every pod started exactly once: count a pod not counted
 //! yet, and let a pod go once the API server holds its count. Why each step keeps the invariant
 //! is written down in `counting`; the create that starts a pod and the delete that ends one are
-//! in `mod.rs`.
+//! in `pod.rs`.
 
 use super::*;
 use crate::kube::types::Uid;
