@@ -1123,7 +1123,7 @@ fn pod_problems(ic: &ImmortalContainer, pod: &Pod) -> Vec<String> {
     if containers != [(CONTAINER_NAME, ic.spec.image.as_str())] {
         out.push(format!("pod {name}: containers {containers:?}"));
     }
-    if pod.metadata.deletion_timestamp.is_some() || pod.is_terminated() {
+    if pod.metadata.deletion_timestamp.is_some() || matches!(pod.phase(), "Succeeded" | "Failed") {
         out.push(format!(
             "pod {name}: not running (phase {:?}, deleting {})",
             pod.phase(),
