@@ -230,7 +230,10 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         &user,
         false,
     );
+    let flying = shared.costs.enter();
+    spend_modeled_costs(shared, &route, verb);
     let reply = handle_route(shared, req, route, verb, &target_text);
+    drop(flying);
     if let Some(log) = shared.log().as_mut() {
         log.push(Logged {
             received,
@@ -246,6 +249,37 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         });
     }
     reply
+}
+
+/// What the request costs the modeled control plane (nothing unless a [`crate::CostModel`] is set):
+/// its CPU, queued for a modeled core, and for a write the commit batch it joins. Spent
+/// before the request takes effect, as a real server's writes become visible once committed.
+fn spend_modeled_costs(shared: &Shared, route: &Route, verb: &str) {
+    let model = shared.costs.model();
+    if !model.is_on() {
+        return;
+    }
+    let write = matches!(
+        verb,
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    );
+    if !write {
+        shared.costs.spend(model.read);
+        return;
+    }
+    let mut cpu = model.write;
+    if let Route::Resource(t) = route {
+        let store = shared.read();
+        if let Ok(def) = lookup(&store, t, verb) {
+            let mut watchers = store.watchers_of(&def.key(), t.namespace.as_deref());
+            if def.class == Class::Pod {
+                watchers += model.pod_watchers;
+            }
+            cpu += model.per_watcher * watchers as u32;
+        }
+    }
+    shared.costs.spend(cpu);
+    shared.costs.commit();
 }
 
 fn handle_route(

@@ -18,6 +18,7 @@ mod api;
 mod auth;
 mod cel;
 mod cluster;
+mod cost;
 mod discovery;
 mod faults;
 mod http;
@@ -46,6 +47,7 @@ mod validate;
 mod watch;
 
 pub use auth::Rule;
+pub use cost::{CostModel, InFlight};
 pub use faults::{FailRule, Logged, StallRule};
 pub use kubelet::KubeletOptions;
 
@@ -422,6 +424,18 @@ impl TestServer {
     /// Delays every request by `d` before it is handled (`Duration::ZERO` to stop).
     pub fn set_latency(&self, d: Duration) {
         self.shared.faults().latency = d;
+    }
+
+    /// Models a real control plane's costs from now on (see [`CostModel`];
+    /// `CostModel::default()` turns the model off).
+    pub fn set_cost_model(&self, model: CostModel) {
+        self.shared.costs.set(model);
+    }
+
+    /// Requests in flight at the server since the last call (or the start): the peak and the
+    /// time-weighted mean. Starts counting afresh.
+    pub fn take_in_flight(&self) -> InFlight {
+        self.shared.costs.take_in_flight()
     }
 
     /// Closes the listener and every connection (black-holed ones too); data and certificates

@@ -3,6 +3,7 @@
 
 use crate::api::{self, Reply};
 use crate::auth::Users;
+use crate::cost::Costs;
 use crate::faults::{Counts, Faults, Logged};
 use crate::http::{Conn, HttpError};
 use crate::status::ApiError;
@@ -32,6 +33,8 @@ pub struct Shared {
     /// Strategic merge patches applied to every pod created through the API, as mutating
     /// admission webhooks patch them (`TestServer::mutate_pods`).
     pub pod_mutations: Mutex<Vec<serde_json::Value>>,
+    /// The modeled control plane's costs (off unless set) and the requests in flight.
+    pub costs: Costs,
     pub bookmark_interval: Duration,
     pub port: u16,
     pub tls: Arc<rustls::ServerConfig>,
@@ -117,6 +120,7 @@ impl Shared {
             counts: Mutex::new(Counts::new()),
             log: Mutex::new(None),
             pod_mutations: Mutex::new(Vec::new()),
+            costs: Costs::default(),
             bookmark_interval,
             port,
             tls,
