@@ -14,7 +14,7 @@ use crate::policy::{self, Attempt};
 use crate::resources::{self, Class, ResourceDef};
 use crate::review;
 use crate::selector::Selector;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::status::{ApiError, Cause, Details};
 use crate::store::{
     not_served, DeleteOpts, EventType, NamespaceState, Obj, Propagation, Store, WatchStart,

@@ -36,6 +36,7 @@ mod runtime;
 mod scheduler;
 mod selector;
 mod server;
+mod shared;
 mod status;
 mod store;
 mod table;
@@ -49,7 +50,8 @@ pub use auth::Rule;
 pub use faults::{FailRule, Logged, StallRule};
 pub use kubelet::KubeletOptions;
 
-use server::{Listener, Shared};
+use server::Listener;
+use shared::Shared;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};

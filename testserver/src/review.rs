@@ -12,7 +12,7 @@
 use crate::api::{Reply, Target};
 use crate::auth::User;
 use crate::http::Request;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::status::{ApiError, Cause, Details};
 use serde_json::{json, Value};
 

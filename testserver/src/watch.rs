@@ -6,7 +6,7 @@ use crate::faults;
 use crate::http::Conn;
 use crate::resources::{self, ResourceDef};
 use crate::selector::Selector;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::status::ApiError;
 use crate::store::{Event, EventType};
 use crate::table;
