@@ -11,8 +11,10 @@ use crate::openapi;
 use crate::patch::{self, PatchError};
 use crate::podspec;
 use crate::policy::{self, Attempt};
+use crate::reply::{Reply, Start, WatchPlan};
 use crate::resources::{self, Class, ResourceDef};
 use crate::review;
+use crate::route::{parse_route, Route, Target};
 use crate::selector::Selector;
 use crate::shared::Shared;
 use crate::status::{ApiError, Cause, Details};
@@ -22,22 +24,9 @@ use crate::store::{
 use crate::table;
 use crate::util;
 use crate::validate;
-use crate::watch::{Start, WatchPlan};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What to send back.
-pub enum Reply {
-    /// A whole JSON response.
-    Json {
-        code: u16,
-        body: Vec<u8>,
-        headers: Vec<(&'static str, String)>,
-    },
-    /// A watch stream on the resource with this storage key.
-    Watch(Box<WatchPlan>, String),
-}
 
 fn ok_value(code: u16, v: &Value) -> Reply {
     Reply::Json {
@@ -66,86 +55,6 @@ fn error(e: ApiError) -> Reply {
         body: e.to_json(),
         headers,
     }
-}
-
-/// A resource request's path, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub group: String,
-    pub version: String,
-    pub namespace: Option<String>,
-    pub resource: String,
-    pub name: Option<String>,
-    pub sub: Option<String>,
-}
-
-impl Target {
-    /// `pods` or `pods/status`, as counters and rules name it.
-    fn label(&self) -> String {
-        match &self.sub {
-            Some(s) => format!("{}/{s}", self.resource),
-            None => self.resource.clone(),
-        }
-    }
-}
-
-/// Where a path leads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    Version,
-    Health,
-    CoreVersions,
-    GroupList,
-    Group(String),
-    ResourceList(String, String),
-    Resource(Target),
-    OpenApiRoot,
-    OpenApi(String, String),
-    Unknown,
-}
-
-/// Parses the path (`/api/v1/...`, `/apis/GROUP/VERSION/...`, discovery, /version).
-pub fn parse_route(path: &str) -> Route {
-    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let (group, version, rest) = match segs.as_slice() {
-        ["version"] => return Route::Version,
-        ["healthz" | "livez" | "readyz", ..] => return Route::Health,
-        ["api"] => return Route::CoreVersions,
-        ["apis"] => return Route::GroupList,
-        ["apis", g] => return Route::Group(g.to_string()),
-        ["api", v] => return Route::ResourceList(String::new(), v.to_string()),
-        ["apis", g, v] => return Route::ResourceList(g.to_string(), v.to_string()),
-        ["openapi", "v3"] => return Route::OpenApiRoot,
-        ["openapi", "v3", "api", v] => return Route::OpenApi(String::new(), v.to_string()),
-        ["openapi", "v3", "apis", g, v] => return Route::OpenApi(g.to_string(), v.to_string()),
-        ["api", v, rest @ ..] => ("", *v, rest),
-        ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Route::Unknown,
-    };
-    // `namespaces/NS/RESOURCE...` unless it is the namespace object's own subresource
-    // (`namespaces/NAME/status`, `namespaces/NAME/finalize`).
-    let namespaced = rest.len() >= 3
-        && rest[0] == "namespaces"
-        && !(rest.len() == 3 && matches!(rest[2], "status" | "finalize"));
-    let (namespace, rest) = if namespaced {
-        (Some(rest[1].to_string()), &rest[2..])
-    } else {
-        (None, rest)
-    };
-    let (resource, name, sub) = match rest {
-        [r] => (*r, None, None),
-        [r, n] => (*r, Some(n.to_string()), None),
-        [r, n, s] => (*r, Some(n.to_string()), Some(s.to_string())),
-        _ => return Route::Unknown,
-    };
-    Route::Resource(Target {
-        group: group.to_string(),
-        version: version.to_string(),
-        namespace,
-        resource: resource.to_string(),
-        name,
-        sub,
-    })
 }
 
 fn is_true(v: Option<&str>) -> bool {
@@ -1531,63 +1440,6 @@ fn delete_collection(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn target(
-        group: &str,
-        version: &str,
-        ns: Option<&str>,
-        resource: &str,
-        name: Option<&str>,
-        sub: Option<&str>,
-    ) -> Route {
-        Route::Resource(Target {
-            group: group.into(),
-            version: version.into(),
-            namespace: ns.map(String::from),
-            resource: resource.into(),
-            name: name.map(String::from),
-            sub: sub.map(String::from),
-        })
-    }
-
-    #[test]
-    fn paths_route_to_resources_and_discovery() {
-        assert_eq!(
-            parse_route("/api/v1/pods"),
-            target("", "v1", None, "pods", None, None)
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/default/pods/p/status"),
-            target("", "v1", Some("default"), "pods", Some("p"), Some("status"))
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/foo"),
-            target("", "v1", None, "namespaces", Some("foo"), None)
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/foo/status"),
-            target("", "v1", None, "namespaces", Some("foo"), Some("status"))
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/foo/pods"),
-            target("", "v1", Some("foo"), "pods", None, None)
-        );
-        assert_eq!(
-            parse_route("/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/x/immortalcontainers/e/status"),
-            target("immortalcontainer.flugel.it", "v1alpha1", Some("x"), "immortalcontainers", Some("e"), Some("status"))
-        );
-        assert_eq!(parse_route("/apis/g"), Route::Group("g".into()));
-        assert_eq!(
-            parse_route("/apis/g/v1"),
-            Route::ResourceList("g".into(), "v1".into())
-        );
-        assert_eq!(parse_route("/version"), Route::Version);
-        assert_eq!(parse_route("/openapi/v2"), Route::Unknown);
-        assert_eq!(
-            parse_route("/openapi/v3/apis/g/v1"),
-            Route::OpenApi("g".into(), "v1".into())
-        );
-    }
 
     #[test]
     fn continue_tokens_round_trip() {

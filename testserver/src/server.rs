@@ -1,11 +1,12 @@
 //! Listening and connections: an accept thread, a thread per TLS connection serving
 //! keep-alive HTTP/1.1 requests (the state all of them share is in `shared.rs`).
 
-use crate::api::{self, Reply};
+use crate::api;
 use crate::http::{Conn, HttpError};
+use crate::reply::{Reply, Start};
 use crate::shared::{lock, Shared, Tracked};
 use crate::status::ApiError;
-use crate::watch::{self, Ended, Start};
+use crate::watch::{self, Ended};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
