@@ -24,6 +24,7 @@ mod http;
 mod inert;
 mod kubelet;
 mod lifecycle;
+mod names;
 mod nodes;
 mod openapi;
 mod patch;

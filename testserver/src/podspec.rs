@@ -2,8 +2,8 @@
 //! containers and init containers, ports, env, volume mounts, resources, restart policy), with
 //! its messages and field paths, for pods and for the pod templates of other kinds.
 
+use crate::names::{label_errors, qualified_name_errors, quote};
 use crate::status::Cause;
-use crate::validate::{label_errors, qualified_name_errors, quote};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
