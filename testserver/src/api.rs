@@ -10,7 +10,7 @@ use crate::http::Request;
 use crate::openapi;
 use crate::patch::{self, PatchError};
 use crate::podspec;
-use crate::policy::{self, Attempt};
+use crate::policy_admission::{self, Attempt};
 use crate::reply::{Reply, Start, WatchPlan};
 use crate::resources::{self, Class, ResourceDef};
 use crate::review;
@@ -795,7 +795,7 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
             admission::pod_security(&store, ns, &name, &obj)?;
         }
         let mut warnings = decode_warnings;
-        warnings.extend(policy::admit(
+        warnings.extend(policy_admission::admit(
             &store,
             &Attempt {
                 operation: "CREATE",
@@ -962,7 +962,7 @@ fn admit_update(
     new: &Value,
     user: &str,
 ) -> Result<Vec<String>, ApiError> {
-    policy::admit(
+    policy_admission::admit(
         store,
         &Attempt {
             operation: "UPDATE",
@@ -1349,7 +1349,7 @@ fn admit_delete(
     cur: &Value,
     user: &str,
 ) -> Result<Vec<String>, ApiError> {
-    policy::admit(
+    policy_admission::admit(
         store,
         &Attempt {
             operation: "DELETE",

@@ -30,6 +30,7 @@ mod openapi;
 mod patch;
 mod podspec;
 mod policy;
+mod policy_admission;
 mod regex;
 mod reply;
 mod resources;
