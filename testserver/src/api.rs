@@ -326,7 +326,7 @@ fn as_object(v: Value) -> Result<Map<String, Value>, ApiError> {
 }
 
 fn meta_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
-    resources::obj_mut(obj, "metadata")
+    util::obj_mut(obj, "metadata")
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {

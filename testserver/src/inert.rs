@@ -11,9 +11,10 @@
 
 use crate::names::{path_segment_errors, quote, subdomain_errors};
 use crate::podspec::validate_pod_spec;
-use crate::resources::{default_pod_spec, obj_mut, set_default};
+use crate::resources::default_pod_spec;
 use crate::selector::label_selector_matches;
 use crate::status::Cause;
+use crate::util::{obj_mut, set_default};
 use serde_json::{json, Map, Value};
 
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";

@@ -7,8 +7,8 @@
 //! a binding with a `paramRef` are refused when written (422), never half-enforced.
 
 use crate::cel;
-use crate::resources::obj_mut;
 use crate::status::Cause;
+use crate::util::obj_mut;
 use serde_json::{json, Map, Value};
 
 pub const GROUP: &str = "admissionregistration.k8s.io";

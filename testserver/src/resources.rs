@@ -4,6 +4,7 @@
 
 use crate::inert;
 use crate::status::{ApiError, Cause, Details};
+use crate::util::{obj_mut, set_default};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
@@ -535,28 +536,6 @@ pub fn crd_status(crd: &Value, now: &str) -> Value {
         "acceptedNames": crd["spec"]["names"].clone(),
         "storedVersions": stored,
     })
-}
-
-/// The object at `m[key]`, made an empty object first if it is missing or not an object.
-pub fn obj_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    let slot = m
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !slot.is_object() {
-        *slot = Value::Object(Map::new());
-    }
-    match slot {
-        Value::Object(o) => o,
-        // Unreachable: replaced by an object just above.
-        _ => unreachable!("slot was just made an object"),
-    }
-}
-
-/// Sets `m[key]` to `v` unless it holds a value already (absent or null counts as unset).
-pub fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
-    if m.get(key).is_none_or(Value::is_null) {
-        m.insert(key.to_string(), v);
-    }
 }
 
 /// Server-side defaults a real API server fills in on every write (fixture 11 for pods, 23
