@@ -10,8 +10,7 @@
 //! since that is what a real server's `field.Invalid` writes.
 
 use crate::names::{path_segment_errors, quote, subdomain_errors};
-use crate::podspec::validate_pod_spec;
-use crate::resources::default_pod_spec;
+use crate::podspec::{default_pod_spec, validate_pod_spec};
 use crate::selector::label_selector_matches;
 use crate::status::Cause;
 use crate::util::{obj_mut, set_default};
