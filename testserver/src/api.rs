@@ -21,6 +21,7 @@ use crate::status::{ApiError, Cause, Details};
 use crate::store::{
     not_served, DeleteOpts, EventType, NamespaceState, Obj, Propagation, Store, WatchStart,
 };
+use crate::strategy;
 use crate::table;
 use crate::util;
 use crate::validate;
@@ -754,9 +755,9 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     ] {
         meta.remove(server_owned);
     }
-    resources::apply_defaults(&def, &mut obj);
-    resources::prepare_create(&def, &mut obj, &now);
-    resources::omit_empty_metadata(&mut obj);
+    strategy::apply_defaults(&def, &mut obj);
+    strategy::prepare_create(&def, &mut obj, &now);
+    strategy::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
     let decode_warnings = prune(req, &def, &t.version, &mut obj)?;
     if def.class == Class::Pod {
@@ -772,8 +773,8 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
         // What a webhook added is defaulted too (a patched object is decoded again), and the
         // QoS class is the mutated pod's (the strategy's PrepareForCreate runs after admission).
         if let (false, Some(map)) = (mutations.is_empty(), obj.as_object_mut()) {
-            resources::apply_defaults(&def, map);
-            resources::prepare_create(&def, map, &now);
+            strategy::apply_defaults(&def, map);
+            strategy::prepare_create(&def, map, &now);
         }
     }
 
@@ -1068,12 +1069,12 @@ fn prepare_update(
     meta.insert("resourceVersion".into(), json!(cur_rv));
     let status_write = t.sub.as_deref() == Some("status");
     if status_write {
-        resources::prepare_status_update(cur, &mut new);
+        strategy::prepare_status_update(cur, &mut new);
     } else {
-        resources::prepare_update(def, cur, &mut new);
+        strategy::prepare_update(def, cur, &mut new);
     }
-    resources::apply_defaults(def, &mut new);
-    resources::omit_empty_metadata(&mut new);
+    strategy::apply_defaults(def, &mut new);
+    strategy::omit_empty_metadata(&mut new);
     let mut new = Value::Object(new);
     // An update's unknown-field warnings are not sent (only its admission warnings are). A
     // pod's status write keeps the stored spec, so there is nothing of it to decode again.

@@ -43,6 +43,7 @@ mod server;
 mod shared;
 mod status;
 mod store;
+mod strategy;
 mod table;
 mod taints;
 mod tls;
