@@ -11,12 +11,11 @@
 
 use crate::names::{path_segment_errors, quote, subdomain_errors};
 use crate::podspec::{default_pod_spec, validate_pod_spec};
+use crate::resources::RBAC_GROUP;
 use crate::selector::label_selector_matches;
 use crate::status::Cause;
 use crate::util::{obj_mut, set_default};
 use serde_json::{json, Map, Value};
-
-pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 fn strings(v: &Value) -> Vec<&str> {
     v.as_array()

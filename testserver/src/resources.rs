@@ -3,10 +3,11 @@
 //! generation) are in `strategy.rs`; the built-in kinds it only stores (Service, Deployment,
 //! RBAC, ...) have their defaults in `inert.rs`.
 
-use crate::inert;
 use crate::status::{ApiError, Cause, Details};
 use serde::Serialize;
 use serde_json::{json, Value};
+
+pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Which storage rules a resource follows. Built-in kinds each have their own; every custom
 /// resource follows the same generic ones.
@@ -314,7 +315,7 @@ pub fn builtins() -> Vec<ResourceDef> {
             Class::NetworkPolicy,
         ),
         builtin(
-            inert::RBAC_GROUP,
+            RBAC_GROUP,
             "roles",
             "role",
             "Role",
@@ -323,7 +324,7 @@ pub fn builtins() -> Vec<ResourceDef> {
             Class::RbacRole,
         ),
         builtin(
-            inert::RBAC_GROUP,
+            RBAC_GROUP,
             "clusterroles",
             "clusterrole",
             "ClusterRole",
@@ -332,7 +333,7 @@ pub fn builtins() -> Vec<ResourceDef> {
             Class::RbacRole,
         ),
         builtin(
-            inert::RBAC_GROUP,
+            RBAC_GROUP,
             "rolebindings",
             "rolebinding",
             "RoleBinding",
@@ -341,7 +342,7 @@ pub fn builtins() -> Vec<ResourceDef> {
             Class::RbacBinding,
         ),
         builtin(
-            inert::RBAC_GROUP,
+            RBAC_GROUP,
             "clusterrolebindings",
             "clusterrolebinding",
             "ClusterRoleBinding",
