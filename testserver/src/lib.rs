@@ -23,6 +23,8 @@ mod faults;
 mod http;
 mod inert;
 mod kubelet;
+#[cfg(test)]
+mod layers;
 mod lifecycle;
 mod names;
 mod nodes;
