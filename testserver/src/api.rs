@@ -10,34 +10,24 @@ use crate::http::Request;
 use crate::openapi;
 use crate::patch::{self, PatchError};
 use crate::podspec;
-use crate::policy::{self, Attempt};
+use crate::policy_admission::{self, Attempt};
+use crate::reply::{Reply, Start, WatchPlan};
 use crate::resources::{self, Class, ResourceDef};
 use crate::review;
+use crate::route::{parse_route, Route, Target};
 use crate::selector::Selector;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::status::{ApiError, Cause, Details};
 use crate::store::{
     not_served, DeleteOpts, EventType, NamespaceState, Obj, Propagation, Store, WatchStart,
 };
+use crate::strategy;
 use crate::table;
 use crate::util;
 use crate::validate;
-use crate::watch::{Start, WatchPlan};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What to send back.
-pub enum Reply {
-    /// A whole JSON response.
-    Json {
-        code: u16,
-        body: Vec<u8>,
-        headers: Vec<(&'static str, String)>,
-    },
-    /// A watch stream on the resource with this storage key.
-    Watch(Box<WatchPlan>, String),
-}
 
 fn ok_value(code: u16, v: &Value) -> Reply {
     Reply::Json {
@@ -66,86 +56,6 @@ fn error(e: ApiError) -> Reply {
         body: e.to_json(),
         headers,
     }
-}
-
-/// A resource request's path, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub group: String,
-    pub version: String,
-    pub namespace: Option<String>,
-    pub resource: String,
-    pub name: Option<String>,
-    pub sub: Option<String>,
-}
-
-impl Target {
-    /// `pods` or `pods/status`, as counters and rules name it.
-    fn label(&self) -> String {
-        match &self.sub {
-            Some(s) => format!("{}/{s}", self.resource),
-            None => self.resource.clone(),
-        }
-    }
-}
-
-/// Where a path leads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    Version,
-    Health,
-    CoreVersions,
-    GroupList,
-    Group(String),
-    ResourceList(String, String),
-    Resource(Target),
-    OpenApiRoot,
-    OpenApi(String, String),
-    Unknown,
-}
-
-/// Parses the path (`/api/v1/...`, `/apis/GROUP/VERSION/...`, discovery, /version).
-pub fn parse_route(path: &str) -> Route {
-    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    let (group, version, rest) = match segs.as_slice() {
-        ["version"] => return Route::Version,
-        ["healthz" | "livez" | "readyz", ..] => return Route::Health,
-        ["api"] => return Route::CoreVersions,
-        ["apis"] => return Route::GroupList,
-        ["apis", g] => return Route::Group(g.to_string()),
-        ["api", v] => return Route::ResourceList(String::new(), v.to_string()),
-        ["apis", g, v] => return Route::ResourceList(g.to_string(), v.to_string()),
-        ["openapi", "v3"] => return Route::OpenApiRoot,
-        ["openapi", "v3", "api", v] => return Route::OpenApi(String::new(), v.to_string()),
-        ["openapi", "v3", "apis", g, v] => return Route::OpenApi(g.to_string(), v.to_string()),
-        ["api", v, rest @ ..] => ("", *v, rest),
-        ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Route::Unknown,
-    };
-    // `namespaces/NS/RESOURCE...` unless it is the namespace object's own subresource
-    // (`namespaces/NAME/status`, `namespaces/NAME/finalize`).
-    let namespaced = rest.len() >= 3
-        && rest[0] == "namespaces"
-        && !(rest.len() == 3 && matches!(rest[2], "status" | "finalize"));
-    let (namespace, rest) = if namespaced {
-        (Some(rest[1].to_string()), &rest[2..])
-    } else {
-        (None, rest)
-    };
-    let (resource, name, sub) = match rest {
-        [r] => (*r, None, None),
-        [r, n] => (*r, Some(n.to_string()), None),
-        [r, n, s] => (*r, Some(n.to_string()), Some(s.to_string())),
-        _ => return Route::Unknown,
-    };
-    Route::Resource(Target {
-        group: group.to_string(),
-        version: version.to_string(),
-        namespace,
-        resource: resource.to_string(),
-        name,
-        sub,
-    })
 }
 
 fn is_true(v: Option<&str>) -> bool {
@@ -451,7 +361,7 @@ fn as_object(v: Value) -> Result<Map<String, Value>, ApiError> {
 }
 
 fn meta_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
-    resources::obj_mut(obj, "metadata")
+    util::obj_mut(obj, "metadata")
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -879,9 +789,9 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     ] {
         meta.remove(server_owned);
     }
-    resources::apply_defaults(&def, &mut obj);
-    resources::prepare_create(&def, &mut obj, &now);
-    resources::omit_empty_metadata(&mut obj);
+    strategy::apply_defaults(&def, &mut obj);
+    strategy::prepare_create(&def, &mut obj, &now);
+    strategy::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
     let decode_warnings = prune(req, &def, &t.version, &mut obj)?;
     if def.class == Class::Pod {
@@ -897,8 +807,8 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
         // What a webhook added is defaulted too (a patched object is decoded again), and the
         // QoS class is the mutated pod's (the strategy's PrepareForCreate runs after admission).
         if let (false, Some(map)) = (mutations.is_empty(), obj.as_object_mut()) {
-            resources::apply_defaults(&def, map);
-            resources::prepare_create(&def, map, &now);
+            strategy::apply_defaults(&def, map);
+            strategy::prepare_create(&def, map, &now);
         }
     }
 
@@ -920,7 +830,7 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
             admission::pod_security(&store, ns, &name, &obj)?;
         }
         let mut warnings = decode_warnings;
-        warnings.extend(policy::admit(
+        warnings.extend(policy_admission::admit(
             &store,
             &Attempt {
                 operation: "CREATE",
@@ -1087,7 +997,7 @@ fn admit_update(
     new: &Value,
     user: &str,
 ) -> Result<Vec<String>, ApiError> {
-    policy::admit(
+    policy_admission::admit(
         store,
         &Attempt {
             operation: "UPDATE",
@@ -1193,12 +1103,12 @@ fn prepare_update(
     meta.insert("resourceVersion".into(), json!(cur_rv));
     let status_write = t.sub.as_deref() == Some("status");
     if status_write {
-        resources::prepare_status_update(cur, &mut new);
+        strategy::prepare_status_update(cur, &mut new);
     } else {
-        resources::prepare_update(def, cur, &mut new);
+        strategy::prepare_update(def, cur, &mut new);
     }
-    resources::apply_defaults(def, &mut new);
-    resources::omit_empty_metadata(&mut new);
+    strategy::apply_defaults(def, &mut new);
+    strategy::omit_empty_metadata(&mut new);
     let mut new = Value::Object(new);
     // An update's unknown-field warnings are not sent (only its admission warnings are). A
     // pod's status write keeps the stored spec, so there is nothing of it to decode again.
@@ -1474,7 +1384,7 @@ fn admit_delete(
     cur: &Value,
     user: &str,
 ) -> Result<Vec<String>, ApiError> {
-    policy::admit(
+    policy_admission::admit(
         store,
         &Attempt {
             operation: "DELETE",
@@ -1565,63 +1475,6 @@ fn delete_collection(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn target(
-        group: &str,
-        version: &str,
-        ns: Option<&str>,
-        resource: &str,
-        name: Option<&str>,
-        sub: Option<&str>,
-    ) -> Route {
-        Route::Resource(Target {
-            group: group.into(),
-            version: version.into(),
-            namespace: ns.map(String::from),
-            resource: resource.into(),
-            name: name.map(String::from),
-            sub: sub.map(String::from),
-        })
-    }
-
-    #[test]
-    fn paths_route_to_resources_and_discovery() {
-        assert_eq!(
-            parse_route("/api/v1/pods"),
-            target("", "v1", None, "pods", None, None)
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/default/pods/p/status"),
-            target("", "v1", Some("default"), "pods", Some("p"), Some("status"))
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/foo"),
-            target("", "v1", None, "namespaces", Some("foo"), None)
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/foo/status"),
-            target("", "v1", None, "namespaces", Some("foo"), Some("status"))
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/foo/pods"),
-            target("", "v1", Some("foo"), "pods", None, None)
-        );
-        assert_eq!(
-            parse_route("/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/x/immortalcontainers/e/status"),
-            target("immortalcontainer.flugel.it", "v1alpha1", Some("x"), "immortalcontainers", Some("e"), Some("status"))
-        );
-        assert_eq!(parse_route("/apis/g"), Route::Group("g".into()));
-        assert_eq!(
-            parse_route("/apis/g/v1"),
-            Route::ResourceList("g".into(), "v1".into())
-        );
-        assert_eq!(parse_route("/version"), Route::Version);
-        assert_eq!(parse_route("/openapi/v2"), Route::Unknown);
-        assert_eq!(
-            parse_route("/openapi/v3/apis/g/v1"),
-            Route::OpenApi("g".into(), "v1".into())
-        );
-    }
 
     #[test]
     fn continue_tokens_round_trip() {

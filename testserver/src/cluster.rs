@@ -10,7 +10,7 @@ use crate::lifecycle::{self, ZoneState};
 use crate::nodes;
 use crate::runtime;
 use crate::scheduler::{self, Candidate, Decision};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::store::{DeleteOpts, Event, EventType, Obj, Store};
 use crate::taints;
 use crate::util;

@@ -319,7 +319,7 @@ mod tests {
             entry("networking.k8s.io", "networkpolicies")["shortNames"],
             json!(["netpol"])
         );
-        let rbac = crate::inert::RBAC_GROUP;
+        let rbac = crate::resources::RBAC_GROUP;
         for (name, namespaced) in [
             ("roles", true),
             ("rolebindings", true),

@@ -9,13 +9,13 @@
 //! Where a message quotes an object, it prints it as Go's `%#v` does (`v1.LabelSelector{...}`),
 //! since that is what a real server's `field.Invalid` writes.
 
-use crate::resources::{default_pod_spec, obj_mut, set_default};
+use crate::names::{path_segment_errors, quote, subdomain_errors};
+use crate::podspec::{default_pod_spec, validate_pod_spec};
+use crate::resources::RBAC_GROUP;
 use crate::selector::label_selector_matches;
 use crate::status::Cause;
-use crate::validate::{path_segment_errors, quote, subdomain_errors, validate_pod_spec};
+use crate::util::{obj_mut, set_default};
 use serde_json::{json, Map, Value};
-
-pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 fn strings(v: &Value) -> Vec<&str> {
     v.as_array()

@@ -1,10 +1,12 @@
 //! Pod spec validation as kube-apiserver 1.28's `ValidatePodSpec` does it (volumes,
 //! containers and init containers, ports, env, volume mounts, resources, restart policy), with
-//! its messages and field paths, for pods and for the pod templates of other kinds.
+//! its messages and field paths, for pods and for the pod templates of other kinds; and the
+//! defaults every pod spec gets (`SetDefaults_PodSpec`).
 
+use crate::names::{label_errors, qualified_name_errors, quote};
 use crate::status::Cause;
-use crate::validate::{label_errors, qualified_name_errors, quote};
-use serde_json::Value;
+use crate::util::set_default;
+use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 
 const ENV_NAME_MSG: &str = "a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')";
@@ -446,6 +448,85 @@ fn validate_resources(r: &Value, at: &str, causes: &mut Vec<Cause>) {
     }
 }
 
+/// Image pull policy default: `Always` for `:latest` or no tag, else `IfNotPresent`.
+fn pull_policy(image: &str) -> &'static str {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    // A digest-pinned image has no tag, and only the tag `latest` (or none at all) means Always.
+    if last.contains('@') {
+        return "IfNotPresent";
+    }
+    match last.rsplit_once(':') {
+        None | Some((_, "latest")) => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+/// The defaults of every pod spec, a pod's or a template's (`SetDefaults_PodSpec`,
+/// `SetDefaults_Container`, `SetDefaults_ContainerPort`), and `serviceAccount`, the deprecated
+/// field v1 fills from `serviceAccountName` when it converts a spec for output.
+pub fn default_pod_spec(spec: &mut Map<String, Value>) {
+    set_default(spec, "restartPolicy", json!("Always"));
+    set_default(spec, "terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "securityContext", json!({}));
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+    if let Some(account) = spec.get("serviceAccountName").cloned() {
+        set_default(spec, "serviceAccount", account);
+    }
+    for list in ["containers", "initContainers"] {
+        if let Some(Value::Array(cs)) = spec.get_mut(list) {
+            for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+                let image = c
+                    .get("image")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                set_default(c, "resources", json!({}));
+                set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
+                set_default(c, "terminationMessagePolicy", json!("File"));
+                set_default(c, "imagePullPolicy", json!(pull_policy(&image)));
+                if let Some(Value::Array(ports)) = c.get_mut("ports") {
+                    for port in ports.iter_mut().filter_map(Value::as_object_mut) {
+                        set_default(port, "protocol", json!("TCP"));
+                    }
+                }
+                for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+                    if let Some(Value::Object(p)) = c.get_mut(probe) {
+                        default_probe(p);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `SetDefaults_Probe` and `SetDefaults_HTTPGetAction`: a probe's zero numbers are the
+/// defaults (1 s timeout, every 10 s, 1 success, 3 failures); an HTTP probe is `GET /` over HTTP.
+fn default_probe(probe: &mut Map<String, Value>) {
+    for (field, default) in [
+        ("timeoutSeconds", 1),
+        ("periodSeconds", 10),
+        ("successThreshold", 1),
+        ("failureThreshold", 3),
+    ] {
+        if probe.get(field).and_then(Value::as_i64).unwrap_or(0) == 0 {
+            probe.insert(field.into(), json!(default));
+        }
+    }
+    if let Some(Value::Object(get)) = probe.get_mut("httpGet") {
+        for (field, default) in [("path", "/"), ("scheme", "HTTP")] {
+            if get
+                .get(field)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+            {
+                get.insert(field.into(), json!(default));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,5 +601,33 @@ mod tests {
         assert!(got
             .iter()
             .any(|g| g.starts_with("spec.containers[1].name: Invalid value: \"Bad_Name\"")));
+    }
+
+    #[test]
+    fn pull_policy_follows_tag() {
+        assert_eq!(pull_policy("nginx"), "Always");
+        assert_eq!(pull_policy("nginx:latest"), "Always");
+        assert_eq!(pull_policy("nginx:1.27"), "IfNotPresent");
+        assert_eq!(pull_policy("localhost:5000/nginx"), "Always");
+        assert_eq!(pull_policy("nginx@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn every_pod_spec_gets_port_probe_and_service_account_defaults() {
+        let mut spec = json!({"serviceAccountName": "op", "containers": [{"name": "c", "image": "i",
+            "ports": [{"containerPort": 80}],
+            "livenessProbe": {"httpGet": {"port": 80}, "periodSeconds": 5}}]});
+        default_pod_spec(spec.as_object_mut().expect("object"));
+        let c = &spec["containers"][0];
+        assert_eq!(c["ports"][0]["protocol"], "TCP");
+        assert_eq!(
+            c["livenessProbe"],
+            json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "periodSeconds": 5,
+                "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3})
+        );
+        assert_eq!(
+            spec["serviceAccount"], "op",
+            "v1 mirrors the deprecated field"
+        );
     }
 }

@@ -9,10 +9,11 @@
 //! as a prefix, as RBAC's `nonResourceURLs` are; `*` among resources does not match them, as in
 //! RBAC. Users have no groups: `spec.groups` of a review is ignored.
 
-use crate::api::{Reply, Target};
 use crate::auth::User;
 use crate::http::Request;
-use crate::server::Shared;
+use crate::reply::Reply;
+use crate::route::Target;
+use crate::shared::Shared;
 use crate::status::{ApiError, Cause, Details};
 use serde_json::{json, Value};
 

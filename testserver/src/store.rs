@@ -1,11 +1,12 @@
 //! The object store: every served resource's objects, the cluster-wide resourceVersion, a
 //! bounded event history per resource, open watches, and the owner index garbage collection
-//! walks. One `Store` lives behind one read-write lock (`server.rs`): `&self` methods are what
+//! walks. One `Store` lives behind one read-write lock (`shared.rs`): `&self` methods are what
 //! readers may do together, `&mut self` ones are commits, one at a time; nothing here blocks
 //! or does I/O.
 
 use crate::resources::{self, Class, ResourceDef};
 use crate::status::{ApiError, Details};
+use crate::strategy;
 use crate::util;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -233,8 +234,8 @@ impl Store {
             let mut obj =
                 json!({"metadata": {"name": ns, "uid": util::new_uid(), "creationTimestamp": now}});
             if let (Some(def), Some(m)) = (s.def_of("namespaces"), obj.as_object_mut()) {
-                resources::apply_defaults(&def, m);
-                resources::prepare_create(&def, m, &now);
+                strategy::apply_defaults(&def, m);
+                strategy::prepare_create(&def, m, &now);
             }
             s.commit("namespaces", EventType::Added, obj, None);
         }

@@ -1,5 +1,7 @@
-//! Small helpers with no better home: time stamps, randomness, base64, URL query decoding.
+//! Small helpers with no better home: time stamps, randomness, base64, URL query decoding,
+//! filling JSON maps.
 
+use serde_json::{Map, Value};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -241,6 +243,28 @@ pub fn parse_query(q: &str) -> Vec<(String, String)> {
 pub fn namespace_and_name(obj: &serde_json::Value) -> (String, String) {
     let field = |f: &str| obj["metadata"][f].as_str().unwrap_or("").to_string();
     (field("namespace"), field("name"))
+}
+
+/// The object at `m[key]`, made an empty object first if it is missing or not an object.
+pub fn obj_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let slot = m
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !slot.is_object() {
+        *slot = Value::Object(Map::new());
+    }
+    match slot {
+        Value::Object(o) => o,
+        // Unreachable: replaced by an object just above.
+        _ => unreachable!("slot was just made an object"),
+    }
+}
+
+/// Sets `m[key]` to `v` unless it holds a value already (absent or null counts as unset).
+pub fn set_default(m: &mut Map<String, Value>, key: &str, v: Value) {
+    if m.get(key).is_none_or(Value::is_null) {
+        m.insert(key.to_string(), v);
+    }
 }
 
 #[cfg(test)]
