@@ -84,3 +84,30 @@ pub fn holder(pod: &Pod, ic: &ImmortalContainer) -> String {
         Some(o) => format!("it is controlled by {} {} (uid {})", o.kind, o.name, o.uid),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ic(image: &str) -> ImmortalContainer {
+        let mut ic = ImmortalContainer::default();
+        ic.metadata.name = "web".into();
+        ic.metadata.namespace = "ns".into();
+        ic.metadata.uid = "6c1e8a2b-3f4d-4e5f-8a9b-0c1d2e3f4a5b".into();
+        ic.spec.image = image.into();
+        ic
+    }
+
+    /// The pod of an object without a template, to the byte, as the operator sent it before
+    /// templates existed: such objects must keep getting exactly this pod.
+    #[test]
+    fn an_object_without_a_template_gets_the_same_pod_body_as_before_templates() {
+        let body = serde_json::to_string(&desired_pod(&ic("nginx:1.27"), true)).unwrap();
+        assert_eq!(
+            body,
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-immortalpod","namespace":"ns","finalizers":["immortalcontainer.flugel.it/count-start"],"labels":{"app.kubernetes.io/managed-by":"immortal-operator","immortalcontainer.flugel.it/owner-uid":"6c1e8a2b-3f4d-4e5f-8a9b-0c1d2e3f4a5b"},"annotations":{"immortalcontainer.flugel.it/image":"nginx:1.27"},"ownerReferences":[{"apiVersion":"immortalcontainer.flugel.it/v1alpha1","kind":"ImmortalContainer","name":"web","uid":"6c1e8a2b-3f4d-4e5f-8a9b-0c1d2e3f4a5b","controller":true,"blockOwnerDeletion":true}]},"spec":{"containers":[{"name":"acontainer","image":"nginx:1.27"}]}}"#
+        );
+        let body = serde_json::to_string(&desired_pod(&ic("nginx"), false)).unwrap();
+        assert!(!body.contains("finalizers"), "{body}");
+    }
+}
