@@ -217,6 +217,7 @@ impl World {
             },
             spec: ImmortalContainerSpec {
                 image: IMAGE.into(),
+                ..Default::default()
             },
             status: Default::default(),
         };

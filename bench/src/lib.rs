@@ -1209,6 +1209,7 @@ mod tests {
             },
             spec: ImmortalContainerSpec {
                 image: "nginx".into(),
+                ..Default::default()
             },
             ..Default::default()
         };
@@ -1269,6 +1270,7 @@ mod tests {
             },
             spec: ImmortalContainerSpec {
                 image: "nginx".into(),
+                ..Default::default()
             },
             ..Default::default()
         };

@@ -22,7 +22,7 @@
 use crate::immortal::store::IcState;
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalOwner, ImmortalPod, IMAGE_ANNOTATION,
-    IMMORTAL_CONTAINERS,
+    IMMORTAL_CONTAINERS, SPEC_HASH_ANNOTATION,
 };
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, PodStatus, Uid};
@@ -420,6 +420,8 @@ pub struct SeenPod {
     pub owner_uid: Option<Uid>,
     /// Our image annotation: the image the pod was created for.
     pub created_for: Arc<str>,
+    /// Our spec-hash annotation: the template it was made from, for an object with one.
+    pub spec_hash: Option<Arc<str>>,
     /// It still carries our finalizer: its start may not be counted yet (see `counting`).
     pub holds_count: bool,
     pub view: PodView,
@@ -529,6 +531,11 @@ impl Watched for PodEvents {
                     .get(IMAGE_ANNOTATION)
                     .map_or("", String::as_str),
             ),
+            spec_hash: o
+                .metadata
+                .annotations
+                .get(SPEC_HASH_ANNOTATION)
+                .map(|h| util::intern(h)),
             holds_count,
             ending: Ending::of(o),
             view,

@@ -170,7 +170,9 @@ mod tests {
                 containers: vec![Container {
                     name: "acontainer".into(),
                     image: "nginx".into(),
+                    ..Default::default()
                 }],
+                ..Default::default()
             },
             ..Default::default()
         };

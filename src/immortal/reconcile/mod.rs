@@ -19,7 +19,9 @@
 //! (`runtime::controller`).
 
 use crate::immortal::counting::{self, Counting};
-use crate::immortal::desired::{controlled_by, created_for, desired_labels, desired_pod, holder};
+use crate::immortal::desired::{
+    controlled_by, created_for, desired_labels, desired_pod, holder, recorded_hash, spec_change,
+};
 use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, READY};
 use crate::immortal::restarts::Restarts;
 use crate::immortal::store::{self, IcStore};
@@ -289,7 +291,8 @@ enum Cause {
     Deleted,
     /// The previous pod ended (phase Succeeded or Failed).
     Terminated,
-    /// `spec.image` changed; the previous pod was deleted for it.
+    /// `spec.image` or `spec.template` changed; the previous pod was deleted for it (the
+    /// metric label keeps the name it had before templates).
     ImageChanged,
 }
 
@@ -579,11 +582,11 @@ impl<A: Api> Run<'_, A> {
                     }
                     self.restore_labels(&pod)?;
                     let view = PodView::of(&pod);
-                    let image = created_for(&pod).to_string();
+                    let change = spec_change(created_for(&pod), recorded_hash(&pod), self.ic);
                     let holds = counting::holds(&pod.metadata.finalizers);
                     (
                         pod.metadata.uid.clone(),
-                        image,
+                        change,
                         view,
                         holds,
                         Ending::of(&pod),
@@ -591,13 +594,13 @@ impl<A: Api> Run<'_, A> {
                 }
                 Found::Seen(p) => (
                     p.uid.to_string(),
-                    p.created_for.to_string(),
+                    spec_change(&p.created_for, p.spec_hash.as_deref(), self.ic),
                     p.view.clone(),
                     p.holds_count,
                     p.ending,
                 ),
             };
-            let (uid, created_for, view, holds, ending) = found;
+            let (uid, change, view, holds, ending) = found;
 
             // Ours: it was started, so it counts, once.
             self.count(&uid);
@@ -615,8 +618,8 @@ impl<A: Api> Run<'_, A> {
             }
             if view.phase == Phase::Terminating {
                 // Its DELETED event brings us back; creating now would only earn AlreadyExists.
-                if created_for != self.ic.spec.image {
-                    self.replacing(&created_for);
+                if let Some(why) = &change {
+                    self.replacing(why);
                 } else {
                     self.report(&view);
                 }
@@ -640,11 +643,11 @@ impl<A: Api> Run<'_, A> {
                 }
                 continue;
             }
-            // Compare the image the pod was created for (our annotation), not the one it runs:
-            // an admission webhook may rewrite images (a registry mirror, a digest pin), and
-            // replacing such a pod would only bring back another rewritten one, forever.
-            if created_for != self.ic.spec.image {
-                let why = format!("image changed from {created_for} to {}", self.ic.spec.image);
+            // Compared on what the pod records it was made from (our annotations), not on what
+            // it runs: an admission webhook may rewrite images (a registry mirror, a digest
+            // pin) or add a sidecar, and replacing such a pod would only bring back another
+            // rewritten one, forever.
+            if let Some(why) = change {
                 // Graceful: the container may be running. Its DELETED event brings us back to
                 // create the replacement, unless the server removed it at once (a pod not yet
                 // scheduled), in which case the name is free now.
@@ -655,7 +658,7 @@ impl<A: Api> Run<'_, A> {
                         continue;
                     }
                     Deleted::Pending => {
-                        self.replacing(&created_for);
+                        self.replacing(&why);
                         return Ok(Next::Done);
                     }
                     Deleted::OtherPod => {

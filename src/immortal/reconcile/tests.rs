@@ -221,6 +221,7 @@ fn ic(name: &str, image: &str) -> ImmortalContainer {
         },
         spec: ic::ImmortalContainerSpec {
             image: image.into(),
+            ..Default::default()
         },
         status: Default::default(),
     }
@@ -472,7 +473,8 @@ fn desired_pod_has_name_container_labels_and_controller_reference() {
         p.spec.containers,
         vec![Container {
             name: "acontainer".into(),
-            image: "nginx:1.27".into()
+            image: "nginx:1.27".into(),
+            ..Default::default()
         }]
     );
     for v in p.metadata.labels.values() {
@@ -893,7 +895,9 @@ fn a_pod_that_is_not_ours_is_left_alone_and_reported() {
             containers: vec![Container {
                 name: "x".into(),
                 image: "busybox".into(),
+                ..Default::default()
             }],
+            ..Default::default()
         },
         ..Default::default()
     });
