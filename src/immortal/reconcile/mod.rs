@@ -833,8 +833,18 @@ impl<A: Api> Run<'_, A> {
             .books
             .restarts
             .refused(self.trace.key, self.books.now());
+        // A bare pod cannot meet a namespace's Pod Security level: only a template can set
+        // the securityContext that PodSecurity's message asks for.
+        let hint = if e.to_string().contains("violates PodSecurity")
+            && self.ic.spec.template.is_none()
+        {
+            "; give the object a spec.template whose pod meets the namespace's Pod Security level \
+             (see config/samples/immortalcontainer_restricted.yaml)"
+        } else {
+            ""
+        };
         let msg = format!(
-            "the API server refused pod {}: {e}; the operator tries again after {}s, doubling to {}s",
+            "the API server refused pod {}: {e}{hint}; the operator tries again after {}s, doubling to {}s",
             self.pod_name,
             crate::immortal::restarts::BASE.as_secs(),
             crate::immortal::restarts::MAX.as_secs()

@@ -1073,6 +1073,24 @@ fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
         "{msg}"
     );
     assert_eq!(status(&f).start_times, Some(0));
+    // Without a template nothing in the object can satisfy PodSecurity: say how to.
+    assert!(msg.contains("give the object a spec.template"), "{msg}");
+}
+
+#[test]
+fn a_templated_object_refused_by_pod_security_gets_no_hint_to_add_a_template() {
+    let (code, body) = crate::testutil::kubelet_fixture("14-pod-create-forbidden-pod-security");
+    let mut o = ic("web", "nginx");
+    o.spec.template = Some(serde_json::from_str(r#"{"spec":{}}"#).unwrap());
+    let f = fake(o);
+    f.fail_next(
+        "create_pod",
+        client::Error::Api(Box::new(client::parse_status(code, &body))),
+    );
+    run(&f, "ns/web").unwrap();
+    let msg = message(&f);
+    assert!(msg.contains("violates PodSecurity"), "{msg}");
+    assert!(!msg.contains("spec.template"), "{msg}");
 }
 
 #[test]
