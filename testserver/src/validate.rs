@@ -470,6 +470,16 @@ fn schema_walk_node(schema: &Value, value: &Value, path: &str, causes: &mut Vec<
                 ));
             }
         }
+        if let Some(pattern) = schema["pattern"].as_str() {
+            // kube-openapi's pattern check, as a quantity's (`memory: lots`) fails it.
+            if !regex::Regex::new(pattern).is_ok_and(|re| re.is_match(s)) {
+                causes.push(Cause::invalid(
+                    path,
+                    &quote(s),
+                    &format!("{path} in body should match '{pattern}'"),
+                ));
+            }
+        }
         if let Some(max) = schema["maxLength"].as_u64() {
             if len > max {
                 causes.push(Cause::invalid(
