@@ -5,8 +5,17 @@
 # Built for linux/amd64 and linux/arm64 (make docker-buildx builds both). The builder stage
 # compiles for its own architecture, so each platform is built natively: on a builder node of
 # that architecture, or under QEMU emulation, which is correct but several times slower.
+#
+# Needs BuildKit (the cache mounts below are `RUN --mount`): Docker 23 and later use it by
+# default, as does `docker buildx`; with an older Docker, build with DOCKER_BUILDKIT=1.
+#
+# Base images are pinned so that a rebuild of the same commit builds the same thing. To bump:
+# the builder follows Cargo.toml's rust-version (tests/packaging.rs holds them together), so
+# raise both, then `make test`; distroless publishes no version tags, only the Debian release in
+# its name (static-debian12), so move to the next release's name when it comes, or pin the bytes
+# with `@sha256:...` from `docker buildx imagetools inspect gcr.io/distroless/static-debian12:nonroot`.
 
-FROM rust:1-bookworm AS builder
+FROM rust:1.88-bookworm AS builder
 # Set by BuildKit for every build (amd64, arm64): keeps each architecture's target dir apart.
 ARG TARGETARCH
 # ring's C and assembly are compiled by the cc crate, which for a musl target looks for

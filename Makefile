@@ -8,12 +8,20 @@ CARGO ?= cargo
 CONTAINER_TOOL ?= docker
 # Extra operator flags for run and demo, e.g. make run ARGS="--namespace team-a --workers 4"
 ARGS ?=
+# make run's probe and metrics listeners: this machine only, unless ARGS names the flag (a
+# laptop on a shared network should not serve its probes and metrics to it). In a cluster the
+# Deployment's defaults (every interface) are what the kubelet and Prometheus need.
+RUN_PROBE_ADDR ?= 127.0.0.1:8081
+RUN_METRICS_ADDR ?= 127.0.0.1:8443
 
 # Where cargo puts binaries: honour CARGO_TARGET_DIR as cargo does.
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The demo's files: kubeconfig, pids, logs (tests point it elsewhere).
 DEMO_DIR ?= .demo
 DEMO_KUBECTL := $(KUBECTL) --kubeconfig $(DEMO_DIR)/kubeconfig
+# What stops this demo: a demo elsewhere than .demo is stopped only with its own DEMO_DIR (a
+# bare make demo-stop would stop the one in .demo).
+DEMO_STOP := make demo-stop$(if $(filter-out .demo,$(DEMO_DIR)), DEMO_DIR=$(DEMO_DIR))
 # The demo operator's probe and metrics listeners: this machine only, on ports the kernel picks
 # (printed once bound), so that a port another program holds cannot take the demo down.
 DEMO_PROBE_ADDR ?= 127.0.0.1:0
@@ -42,12 +50,23 @@ build: ## Build the release binaries
 # src/runtime/allocator.rs it costs no more CPU than the glibc build. Needs the musl target
 # (rustup target add $(MUSL_TARGET)) and musl-gcc (Debian: musl-tools) for ring's C code.
 MUSL_TARGET := $(shell uname -m)-unknown-linux-musl
+# Asked where the installed targets live (its sysroot), with or without rustup.
+RUSTC ?= rustc
 # The cc crate compiles ring's C with CC_<target> when set; name Debian's musl-gcc, as the image
 # does, unless the environment already names a compiler.
 MUSL_CC_VAR := CC_$(subst -,_,$(MUSL_TARGET))
 $(MUSL_CC_VAR) ?= musl-gcc
 export $(MUSL_CC_VAR)
 build-static: ## Build the static (musl) release binary the image ships
+	@# Checked first, as make bench does: without them rustc says only E0463 or cc fails deep in ring.
+	@if [ ! -d "$$($(RUSTC) --print sysroot 2>/dev/null)/lib/rustlib/$(MUSL_TARGET)" ]; then \
+		echo 'make build-static: the Rust standard library for $(MUSL_TARGET) is not installed; run: rustup target add $(MUSL_TARGET)' >&2; \
+		exit 1; \
+	fi
+	@cc="$$$(MUSL_CC_VAR)"; if ! command -v "$${cc%% *}" >/dev/null 2>&1; then \
+		echo "make build-static: no C compiler $$$(MUSL_CC_VAR) for ring's C code (Debian, Ubuntu: apt-get install musl-tools; or set $(MUSL_CC_VAR))" >&2; \
+		exit 1; \
+	fi
 	$(CARGO) build --release --target $(MUSL_TARGET) -p immortal-operator
 
 test: ## Run the whole test suite (cargo-nextest if installed, else cargo test)
@@ -61,11 +80,18 @@ test: ## Run the whole test suite (cargo-nextest if installed, else cargo test)
 	fi
 
 run: ## Run the operator locally with $KUBECONFIG or ~/.kube/config (none: make demo)
-	@if [ -n "$$KUBECONFIG" ] || [ -f "$$HOME/.kube/config" ]; then \
-		$(CARGO) run --release -- $(ARGS); \
+	@flags=; \
+	case ' $(ARGS)' in *' --health-probe-bind-address'*) ;; \
+		*) flags="$$flags --health-probe-bind-address $(RUN_PROBE_ADDR)" ;; esac; \
+	case ' $(ARGS)' in *' --metrics-bind-address'*) ;; \
+		*) flags="$$flags --metrics-bind-address $(RUN_METRICS_ADDR)" ;; esac; \
+	if [ -n "$$KUBECONFIG" ] || [ -f "$$HOME/.kube/config" ]; then \
+		echo "$(CARGO) run --release --$$flags $(ARGS)"; \
+		$(CARGO) run --release -- $$flags $(ARGS); \
 	else \
 		case ' $(ARGS)' in \
-		*' --kubeconfig'*) $(CARGO) run --release -- $(ARGS) ;; \
+		*' --kubeconfig'*) echo "$(CARGO) run --release --$$flags $(ARGS)"; \
+			$(CARGO) run --release -- $$flags $(ARGS) ;; \
 		*) echo 'no kubeconfig ($$KUBECONFIG unset, no ~/.kube/config): running make demo'; \
 		   $(MAKE) --no-print-directory demo ;; \
 		esac; \
@@ -75,7 +101,7 @@ demo: ## Start the test API server and the operator in the background, create th
 	@mkdir -p $(DEMO_DIR)
 	@$(ALIVE) for p in server operator; do \
 		if [ -f $(DEMO_DIR)/$$p.pid ] && alive "$$(cat $(DEMO_DIR)/$$p.pid)"; then \
-			echo 'a demo is already running in $(DEMO_DIR): make demo-stop first'; exit 1; \
+			echo 'a demo is already running in $(DEMO_DIR): $(DEMO_STOP) first'; exit 1; \
 		fi; \
 	done
 	$(CARGO) build --release -p immortal-operator -p kube-testserver
@@ -154,13 +180,13 @@ demo: ## Start the test API server and the operator in the background, create th
 	echo '  $(DEMO_KUBECTL) get ic,pods'; \
 	echo '  tail -f $(DEMO_DIR)/operator.log'; \
 	echo '  $(TARGET_DIR)/release/immortal-operator trace default/example --log $(DEMO_DIR)/operator.log'; \
-	echo 'Stop it: make demo-stop'
+	echo 'Stop it: $(DEMO_STOP)'
 
 demo-stop: ## Stop the demo's operator and test API server, and remove their kubeconfig
 	@# Only signal a pid that still runs one of our binaries, never a process that reused it;
 	@# wait for it to end (the operator takes up to 7 s), and SIGKILL what outlives 15 s.
-	@$(ALIVE) for p in operator server; do \
-		f=$(DEMO_DIR)/$$p.pid; [ -f $$f ] || continue; pid=$$(cat $$f); \
+	@$(ALIVE) found=; for p in operator server; do \
+		f=$(DEMO_DIR)/$$p.pid; [ -f $$f ] || continue; pid=$$(cat $$f); found=1; \
 		case "$$(ps -p "$$pid" -o comm= 2>/dev/null)" in \
 		*immortal-oper*|*kube-testserv*) \
 			kill "$$pid" 2>/dev/null; i=0; \
@@ -170,11 +196,16 @@ demo-stop: ## Stop the demo's operator and test API server, and remove their kub
 		*) echo "$$p (pid $$pid) was not running" ;; \
 		esac; \
 		rm -f $$f; \
-	done
+	done; \
+	[ -n "$$found" ] || echo 'no demo was running in $(DEMO_DIR)'
 	@# The kubeconfig and certificates belong to a server that is gone; the logs stay for trace.
-	@rm -f $(DEMO_DIR)/kubeconfig $(DEMO_DIR)/ca.crt $(DEMO_DIR)/tls.crt $(DEMO_DIR)/tls.key
+	@# Each line says only what was there to do.
+	@if [ -f $(DEMO_DIR)/kubeconfig ]; then \
+		rm -f $(DEMO_DIR)/kubeconfig; echo 'removed $(DEMO_DIR)/kubeconfig'; \
+	fi
+	@rm -f $(DEMO_DIR)/ca.crt $(DEMO_DIR)/tls.crt $(DEMO_DIR)/tls.key
 	@if [ -f $(DEMO_DIR)/operator.log ]; then \
-		echo 'removed $(DEMO_DIR)/kubeconfig; kept $(DEMO_DIR)/operator.log and $(DEMO_DIR)/server.log'; \
+		echo 'kept $(DEMO_DIR)/operator.log and $(DEMO_DIR)/server.log'; \
 	fi
 
 install: ## Install the CRD into the cluster of the current kubeconfig
@@ -237,7 +268,20 @@ undeploy: ## Remove every ImmortalContainer and its pod, then everything deploy 
 # included, for `kubectl apply -f dist/install.yaml` on a machine without this repository.
 # Rendered to a temporary file and renamed, so a failed render leaves no truncated installer.
 # dist/ is not committed: the file names one image, and this repository publishes none.
+# An installer names one image for good, so a tag that moves (latest, or none, which kustomize
+# makes latest) is refused unless ALLOW_LATEST=1 says it is meant: without IMG it would silently
+# name immortal-operator:latest, an image no registry holds.
+ALLOW_LATEST ?=
 build-installer: ## Write dist/install.yaml (CRD, RBAC, Deployment of image IMG) for kubectl apply -f
+	@img='$(IMG)'; ref=$${img%%@*}; \
+	case "$$img" in *@*) tag=pinned ;; *) case "$${ref##*/}" in *:*) tag=$${ref##*:} ;; *) tag= ;; esac ;; esac; \
+	if [ "$$tag" = latest ] || [ -z "$$tag" ]; then \
+		if [ '$(ALLOW_LATEST)' != 1 ]; then \
+			echo "make build-installer: IMG=$$img has no fixed tag, and an installer should name the image it was built for;" \
+				'give one (make build-installer IMG=registry.example.com/immortal-operator:v0.1.0), or ALLOW_LATEST=1 to write it anyway' >&2; \
+			exit 1; \
+		fi; \
+	fi
 	@set -e; mkdir -p dist; tmp=$$(mktemp dist/.install.yaml.XXXXXX); trap 'rm -f "$$tmp"' EXIT; \
 	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$tmp"; \
 	chmod 644 "$$tmp"; mv "$$tmp" dist/install.yaml; \

@@ -3,7 +3,8 @@
 
 use crate::runtime::logging;
 use crate::runtime::serve;
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +25,10 @@ Examples:
   immortal-operator --kubeconfig ~/.kube/config
   RUST_LOG=debug immortal-operator --namespace demo --log-format json 2> operator.log
   immortal-operator trace demo/web --log operator.log";
+
+const TRACE_EXIT_CODES: &str = "\
+Exit codes: 0 the timeline was printed; 1 no log line is about the object; 2 bad arguments;
+3 the log file cannot be read.";
 
 #[derive(Debug, Parser)]
 #[command(name = "immortal-operator", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
@@ -64,7 +69,7 @@ pub struct Args {
     #[arg(long, default_value = "immortal-operator", value_name = "NAME")]
     pub leader_election_id: String,
 
-    /// How long a Lease stays valid without renewal (e.g. 15s, 1m).
+    /// How long a Lease stays valid without renewal (e.g. 15s, 1m30s).
     #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
     pub lease_duration: Duration,
 
@@ -76,7 +81,8 @@ pub struct Args {
     #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
     pub retry_period: Duration,
 
-    /// Address of the Prometheus /metrics endpoint (":8443" = all interfaces; "0" disables).
+    /// Address of the Prometheus /metrics endpoint (":8443" = all interfaces, IPv4 and IPv6;
+    /// "0" disables).
     #[arg(long, default_value = ":8443", value_name = "ADDR")]
     pub metrics_bind_address: String,
 
@@ -92,7 +98,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub metrics_cert_path: Option<PathBuf>,
 
-    /// Address of the /healthz and /readyz probes, plain HTTP ("0" disables).
+    /// Address of the /healthz and /readyz probes, plain HTTP (":8081" = all interfaces, IPv4
+    /// and IPv6; "0" disables).
     #[arg(long, default_value = ":8081", value_name = "ADDR")]
     pub health_probe_bind_address: String,
 
@@ -106,11 +113,63 @@ pub struct Args {
     /// anything no event announced ("0" disables). Each resync is drawn from 90-110 % of it.
     #[arg(long, default_value = "10h", value_parser = parse_duration, value_name = "DURATION")]
     pub resync_period: Duration,
+
+    /// The operator flags given on the command line (`--workers`, ...), as opposed to left at
+    /// their defaults: filled by [`Args::try_parse_given`].
+    #[arg(skip)]
+    pub given: Vec<String>,
+}
+
+/// The flags that only mean something with `--leader-elect`.
+const LEADER_FLAGS: [&str; 5] = [
+    "--leader-election-namespace",
+    "--leader-election-id",
+    "--lease-duration",
+    "--renew-deadline",
+    "--retry-period",
+];
+
+impl Args {
+    /// Parses `argv` like [`Parser::try_parse_from`], and notes in [`Args::given`] which flags
+    /// the command line set: a flag given with its default value cannot be told apart from one
+    /// left out by the values alone, and both checks of [`Args::check`] need to.
+    pub fn try_parse_given<I, T>(argv: I) -> Result<Args, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = Args::command().try_get_matches_from(argv)?;
+        let mut args = Args::from_arg_matches(&matches)?;
+        args.given = Args::command()
+            .get_arguments()
+            .filter(|a| matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine))
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        Ok(args)
+    }
+
+    /// [`Args::try_parse_given`] on the process's arguments, exiting as clap does on a bad one.
+    pub fn parse_given() -> Args {
+        Args::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Refuses flags that would be accepted and then do nothing: operator flags before `trace`
+    /// (it reads a log, it runs no operator). The leader-election ones are
+    /// [`Config::try_from`]'s.
+    pub fn check(&self) -> Result<(), InvalidFlags> {
+        match (&self.command, self.given.first()) {
+            (Some(Command::Trace(_)), Some(flag)) => Err(InvalidFlags(format!(
+                "{flag} is an operator flag; trace takes only NAMESPACE/NAME and --log FILE"
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print one object's reconciliation history from the operator's logs (text or JSON).
+    #[command(after_help = TRACE_EXIT_CODES)]
     Trace(TraceArgs),
 }
 
@@ -138,31 +197,18 @@ fn parse_object(s: &str) -> Result<String, String> {
     }
 }
 
-/// `15s`, `2m`, `500ms`, `1h`, or plain seconds.
+/// A duration as Go's flags take it (`15s`, `1m30s`, `500ms`, `1.5h`), or plain seconds (`0`).
+/// jiff's friendly format is a superset (`1m 30s`, `2 minutes`); days and longer are refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (e.g. 15s, 2m, 500ms)"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m or h)"
-            ))
-        }
+    let invalid = |why: &dyn std::fmt::Display| {
+        format!("invalid duration {s:?} (e.g. 15s, 1m30s, 500ms): {why}")
     };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("invalid duration {s:?}"));
+    if let Ok(secs) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|e| invalid(&e));
     }
-    Ok(Duration::from_secs_f64(secs))
+    let d = s.parse::<jiff::SignedDuration>().map_err(|e| invalid(&e))?;
+    Duration::try_from(d).map_err(|_| invalid(&"negative"))
 }
 
 /// Leader-election settings as given; the namespace is resolved once the cluster is known.
@@ -227,6 +273,13 @@ impl TryFrom<Args> for Config {
         if let Some(ns) = &a.namespace {
             if ns.is_empty() {
                 return Err(InvalidFlags("--namespace must not be empty".into()));
+            }
+        }
+        if !a.leader_elect {
+            if let Some(flag) = a.given.iter().find(|f| LEADER_FLAGS.contains(&f.as_str())) {
+                return Err(InvalidFlags(format!(
+                    "{flag} needs --leader-elect (without it there is no leader election to tune)"
+                )));
             }
         }
         let leader = if a.leader_elect {
@@ -307,9 +360,43 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Config, String> {
         let a =
-            Args::try_parse_from(std::iter::once("immortal-operator").chain(args.iter().copied()))
+            Args::try_parse_given(std::iter::once("immortal-operator").chain(args.iter().copied()))
                 .map_err(|e| e.to_string())?;
+        a.check().map_err(|e| e.0)?;
         Config::try_from(a).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn leader_election_flags_without_leader_elect_are_refused() {
+        for flag in LEADER_FLAGS {
+            let value = if flag.ends_with("-namespace") || flag.ends_with("-id") {
+                "x"
+            } else {
+                "5s"
+            };
+            let e = parse(&[flag, value]).unwrap_err();
+            assert!(e.contains(flag) && e.contains("--leader-elect"), "{e}");
+        }
+        // Given with their default values, too: the user meant something by them.
+        let e = parse(&["--lease-duration", "15s"]).unwrap_err();
+        assert!(e.contains("--lease-duration"), "{e}");
+        let c = parse(&["--leader-elect", "--leader-election-id", "x"]).unwrap();
+        assert_eq!(c.leader.unwrap().name, "x");
+    }
+
+    #[test]
+    fn operator_flags_before_trace_are_refused() {
+        let check = |args: &[&str]| {
+            Args::try_parse_given(["immortal-operator"].iter().chain(args))
+                .unwrap()
+                .check()
+                .map_err(|e| e.0)
+        };
+        assert!(check(&["trace", "default/example", "--log", "x.log"]).is_ok());
+        let e = check(&["--namespace", "demo", "trace", "default/example"]).unwrap_err();
+        assert!(e.contains("--namespace") && e.contains("trace"), "{e}");
+        let e = check(&["--log-format", "json", "trace", "default/example"]).unwrap_err();
+        assert!(e.contains("--log-format"), "{e}");
     }
 
     #[test]
@@ -325,8 +412,8 @@ mod tests {
         assert_eq!(
             c.endpoints,
             serve::Settings {
-                metrics: Some("0.0.0.0:8443".parse().unwrap()),
-                probes: Some("0.0.0.0:8081".parse().unwrap()),
+                metrics: Some("[::]:8443".parse().unwrap()),
+                probes: Some("[::]:8081".parse().unwrap()),
                 secure: true,
                 cert_dir: None,
             }
@@ -358,8 +445,18 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("-5s").is_err());
+        assert!(parse_duration("-5").is_err());
+    }
+
+    #[test]
+    fn a_go_style_lease_duration_is_taken() {
+        let c = parse(&["--leader-elect", "--lease-duration", "1m30s"]).unwrap();
+        assert_eq!(c.leader.unwrap().lease_duration, Duration::from_secs(90));
     }
 
     #[test]
@@ -410,7 +507,7 @@ mod tests {
     #[test]
     fn trace_wants_a_namespace_and_a_name() {
         let object = |args: &[&str]| {
-            Args::try_parse_from(["immortal-operator", "trace"].iter().chain(args))
+            Args::try_parse_given(["immortal-operator", "trace"].iter().chain(args))
                 .map(|a| match a.command {
                     Some(Command::Trace(t)) => t.object,
                     None => unreachable!(),

@@ -1,6 +1,5 @@
 //! The `immortal-operator` binary: parse flags, set up logging, run the operator.
 
-use clap::Parser;
 use immortal_operator::runtime::logging;
 use immortal_operator::{cli, operator, trace};
 use std::process::ExitCode;
@@ -11,17 +10,23 @@ static ALLOC: immortal_operator::runtime::allocator::Cached =
     immortal_operator::runtime::allocator::Cached;
 
 fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    let args = cli::Args::parse_given();
+    if let Err(e) = args.check() {
+        return bad_flags(&e);
+    }
     if let Some(cli::Command::Trace(t)) = &args.command {
         return trace::run(t);
     }
     let config = match cli::Config::try_from(args) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("immortal-operator: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return bad_flags(&e),
     };
     logging::init(config.log_format);
     operator::run(config)
+}
+
+/// Bad flags exit 2, as clap's own refusals do.
+fn bad_flags(e: &cli::InvalidFlags) -> ExitCode {
+    eprintln!("immortal-operator: {e}");
+    ExitCode::from(2)
 }

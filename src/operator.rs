@@ -204,6 +204,7 @@ fn connect(config: &Config) -> Result<(Client, ClusterFacts), ExitCode> {
     };
     let cluster = config::load(&opts).map_err(|e| fail_at_start(&e.to_string()))?;
     let source = cluster.source.clone();
+    let proxy = cluster.proxy.as_ref().map(|p| p.shown.clone());
     let facts = ClusterFacts {
         server: cluster.server.clone(),
         default_namespace: cluster.default_namespace.clone(),
@@ -216,6 +217,7 @@ fn connect(config: &Config) -> Result<(Client, ClusterFacts), ExitCode> {
     log::info!(
         target: "controller",
         server = facts.server.as_str(), config = source.as_str(),
+        proxy = proxy.as_deref().unwrap_or("none"),
         namespace = config.namespace.as_deref().unwrap_or("(all)"), workers = config.workers as u64,
         version = env!("CARGO_PKG_VERSION");
         "starting"
@@ -454,6 +456,10 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
                  (install it with `make install` or `kubectl apply -k config/crd`)"
             ),
             client::Error::Credentials(e) => return Err(format!("cannot get credentials: {e}")),
+            client::Error::Tls(e) => match client.config().tls_misconfigured(e) {
+                Some(line) => return Err(line),
+                None => format!("cannot reach the API server at {server}"),
+            },
             _ => format!("cannot reach the API server at {server}"),
         };
         if Instant::now() >= deadline {

@@ -15,6 +15,13 @@ use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::process::ExitCode;
 
+/// Exit code when no line of the log is about the object (0: a timeline was printed; 2: bad
+/// flags, as for the operator).
+pub const EXIT_NOTHING_FOUND: u8 = 1;
+/// Exit code when the log file cannot be read: apart from bad flags (2), so that a script can
+/// tell a wrong path from a wrong command line.
+pub const EXIT_CANNOT_READ: u8 = 3;
+
 /// Runs the subcommand.
 pub fn run(args: &TraceArgs) -> ExitCode {
     let (input, source): (Box<dyn BufRead>, String) = match &args.log {
@@ -25,7 +32,7 @@ pub fn run(args: &TraceArgs) -> ExitCode {
                     "immortal-operator trace: cannot open {}: {e}",
                     path.display()
                 );
-                return ExitCode::from(2);
+                return ExitCode::from(EXIT_CANNOT_READ);
             }
         },
         None => {
@@ -62,7 +69,7 @@ pub fn run(args: &TraceArgs) -> ExitCode {
             args.object, t.understood
         );
     }
-    ExitCode::from(1)
+    ExitCode::from(EXIT_NOTHING_FOUND)
 }
 
 /// What reading a log found.

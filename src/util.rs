@@ -1,9 +1,9 @@
-//! Small helpers several stages share: a random source for jitter, RFC 3339 timestamps, and a
-//! lock that survives a panicked holder.
+//! Small helpers several stages share: a random source for jitter, RFC 3339 timestamps (jiff's
+//! calendar), and a lock that survives a panicked holder.
 
 use std::cell::Cell;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 thread_local! {
     static RNG: Cell<u64> = Cell::new(seed());
@@ -44,22 +44,26 @@ pub fn rand_range(lo: u64, hi: u64) -> u64 {
 /// `t` as RFC 3339 UTC with seconds precision (`2026-11-22T12:58:43Z`), the form Kubernetes
 /// uses in `metav1.Time` fields.
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (y, mo, d, h, mi, s) = civil(secs);
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    // jiff prints no fraction for a whole second.
+    timestamp(secs, 0).to_string()
 }
 
 /// `t` as RFC 3339 UTC with milliseconds, for log lines.
 pub fn rfc3339_millis(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let (y, mo, day, h, mi, s) = civil(d.as_secs());
     format!(
-        "{y:04}-{mo:02}-{day:02}T{h:02}:{mi:02}:{s:02}.{:03}Z",
-        d.subsec_millis()
+        "{:.3}",
+        timestamp(d.as_secs(), d.subsec_millis() * 1_000_000)
     )
+}
+
+/// Seconds and nanoseconds since the epoch; the last instant jiff knows (year 9999) beyond it.
+fn timestamp(secs: u64, nanos: u32) -> jiff::Timestamp {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|secs| jiff::Timestamp::new(secs, nanos as i32).ok())
+        .unwrap_or(jiff::Timestamp::MAX)
 }
 
 /// Now, as [`rfc3339`].
@@ -71,30 +75,6 @@ pub fn now_rfc3339() -> String {
 pub fn rfc3339_after(d: std::time::Duration) -> String {
     let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     rfc3339(SystemTime::now() + std::time::Duration::from_secs(secs))
-}
-
-/// Seconds since the epoch → (year, month, day, hour, minute, second), proleptic Gregorian.
-/// Howard Hinnant's days-from-civil algorithm, inverted.
-fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y,
-        m,
-        d,
-        (rem / 3600) as u32,
-        (rem % 3600 / 60) as u32,
-        (rem % 60) as u32,
-    )
 }
 
 /// One shared copy of `s`, for strings many values repeat (the image most objects of a cluster
@@ -119,78 +99,41 @@ pub fn intern(s: &str) -> std::sync::Arc<str> {
 }
 
 /// Parses an RFC 3339 timestamp (`2024-01-02T03:04:05Z`, optional fraction, `Z` or `±hh:mm`),
-/// as Kubernetes writes `metav1.Time`. None if it is not one.
+/// as Kubernetes writes `metav1.Time`. None if it is not one. A leap second (:60) reads as :59.
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let b = text.as_bytes();
-    let num = |range: std::ops::Range<usize>| -> Option<i64> {
-        let digits = b.get(range)?;
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
-    };
-    let sep = |i: usize, allowed: &[u8]| b.get(i).is_some_and(|c| allowed.contains(c));
-    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
+    if !rfc3339_shaped(text.as_bytes()) {
         return None;
     }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let mut i = 19;
-    let mut nanos = 0u32;
-    if sep(i, b".") {
-        let start = i + 1;
-        i = start;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        let digits = &text[start..i.min(start + 9)];
-        nanos = digits.parse::<u32>().ok()? * 10u32.pow(9 - digits.len() as u32);
-    }
-    let offset = match b.get(i)? {
-        b'Z' | b'z' if b.len() == i + 1 => 0,
-        sign @ (b'+' | b'-') if b.len() == i + 6 && sep(i + 3, b":") => {
-            let minutes = num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?;
-            if *sign == b'+' {
-                minutes * 60
-            } else {
-                -minutes * 60
-            }
-        }
-        _ => return None,
-    };
-    // A leap second (:60) is read as :59; a second early does not matter for expiry.
-    let seconds =
-        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second.min(59)
-            - offset;
-    let whole = Duration::from_secs(seconds.unsigned_abs());
-    let base = if seconds >= 0 {
-        UNIX_EPOCH.checked_add(whole)?
-    } else {
-        UNIX_EPOCH.checked_sub(whole)?
-    };
-    base.checked_add(Duration::from_nanos(u64::from(nanos)))
+    let t: jiff::Timestamp = text.parse().ok()?;
+    SystemTime::try_from(t).ok()
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+/// Whether `b` has the shape of RFC 3339's `date-time` (section 5.6): jiff parses the wider ISO
+/// 8601 (offsets without a colon or minutes, no seconds, time zone annotations), which no
+/// Kubernetes timestamp uses; the values and the calendar are jiff's to check.
+fn rfc3339_shaped(b: &[u8]) -> bool {
+    let digits = |r: &[u8]| !r.is_empty() && r.iter().all(u8::is_ascii_digit);
+    let zone = match b.last() {
+        Some(b'Z' | b'z') => 1,
+        _ => 6,
+    };
+    if b.len() < 19 + zone {
+        return false;
+    }
+    let (main, offset) = b.split_at(b.len() - zone);
+    let shape = b"dddd-dd-ddTdd:dd:dd";
+    let fixed = main.iter().zip(shape).all(|(c, want)| match want {
+        b'd' => c.is_ascii_digit(),
+        b'T' => matches!(c, b'T' | b't' | b' '),
+        want => c == want,
+    });
+    let fraction = main.len() == 19 || (main[19] == b'.' && digits(&main[20..]));
+    let offset = zone == 1
+        || (matches!(offset[0], b'+' | b'-')
+            && digits(&offset[1..3])
+            && offset[3] == b':'
+            && digits(&offset[4..6]));
+    fixed && fraction && offset
 }
 
 /// Locks a mutex, recovering from poisoning: the data guarded with it (caches) stays valid if a
@@ -204,6 +147,7 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn formats_and_parses_rfc3339_round_trip() {
@@ -217,6 +161,26 @@ mod tests {
         );
         assert_eq!(parse_rfc3339("not a time"), None);
         assert_eq!(parse_rfc3339("2026-13-01T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn impossible_dates_are_refused() {
+        for bad in [
+            "2026-02-31T00:00:00Z",
+            "2023-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-01-01T24:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        assert!(parse_rfc3339("2026-01-31T23:59:59Z").is_some());
+    }
+
+    #[test]
+    fn log_timestamps_have_three_fraction_digits() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_352_323_042);
+        assert_eq!(rfc3339_millis(t), "2026-11-22T12:58:43.042Z");
+        assert_eq!(rfc3339_millis(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]
@@ -257,6 +221,10 @@ mod tests {
             "2024-13-01T00:00:00Z",
             "2024-02-29T12:34:56+0200",
             "2024-02-29T12:34:56.Z",
+            "2024-02-29T12:34Z",
+            "20240229T123456Z",
+            "2024-02-29T12:34:56+02",
+            "2024-02-29T12:34:56+02:00[Europe/Paris]",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }

@@ -251,6 +251,14 @@ fn the_readme_s_demo_commands_do_what_it_says_and_make_run_without_a_kubeconfig_
     let (ok, out) = run(&mut sh(&demo.command(README_DEMO[0])), BUILD_BOUND);
     assert!(ok, "make demo failed:\n{out}");
     assert!(out.contains("The demo is running"), "{out}");
+    // A demo outside .demo is stopped with its own DEMO_DIR, and says so.
+    assert!(
+        out.contains(&format!(
+            "Stop it: make demo-stop DEMO_DIR={}",
+            demo.dir.display()
+        )),
+        "{out}"
+    );
     let (server, operator) = (demo.pid("server").unwrap(), demo.pid("operator").unwrap());
     assert!(alive(server) && alive(operator), "{out}");
     let probes = printed_addr(&out, "Probes:");
@@ -312,6 +320,7 @@ fn the_readme_s_demo_commands_do_what_it_says_and_make_run_without_a_kubeconfig_
         "create_pod: cause=new",
         "triggered by: pod DELETED",
         "create_pod: cause=deleted",
+        "release_pod:",
         "start_times=2",
         "→ success",
     ] {

@@ -1,12 +1,13 @@
-//! The READMEs name only what exists: every repository path, `make` target, flag and metric
-//! they mention, checked against the tree, the Makefile, the programs' own flags and the
-//! metrics the operator exports. (That the README's demo commands do what it says is
-//! `tests/demo.rs`.)
+//! The docs name only what exists: every repository path, `make` target, flag and metric that
+//! README.md, docs/*.md and testserver/README.md mention, checked against the tree, the
+//! Makefile, the programs' own flags and the metrics the operator exports; and every link
+//! between them leads to a file and a heading that exist. (That the README's demo commands do
+//! what it says is `tests/demo.rs`.)
 //!
 //! Where a flag belongs is read from its surroundings: a line or code span that runs kubectl,
-//! docker or cargo speaks of that tool's flags and is not checked; the Benchmark section and
-//! `BENCH_ARGS` speak of the bench's, `testserver/README.md` of the test server's, and the rest
-//! of `README.md` of the operator's.
+//! docker, cargo or git speaks of that tool's flags and is not checked; docs/benchmark.md, a
+//! Benchmark section and `BENCH_ARGS` speak of the bench's, `testserver/README.md` of the test
+//! server's, and the rest of the operator's.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -24,6 +25,20 @@ struct Code {
 
 fn read(rel: &str) -> String {
     fs::read_to_string(Path::new(ROOT).join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// The operator's docs, as paths from the repository root: README.md and every docs/*.md.
+fn operator_docs() -> Vec<String> {
+    let mut docs: Vec<String> = fs::read_dir(Path::new(ROOT).join("docs"))
+        .expect("docs/")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    docs.sort();
+    assert!(docs.len() >= 5, "only {docs:?} in docs/");
+    docs.insert(0, "README.md".to_string());
+    docs
 }
 
 /// The code of a Markdown text: each line of its fenced blocks, and each inline span (which
@@ -101,9 +116,12 @@ fn flags_in(text: &str) -> Vec<String> {
 
 /// Whether a piece of code runs another tool, whose flags are that tool's business.
 fn runs_another_tool(code: &str) -> bool {
-    ["kubectl", "docker", "cargo", "valgrind", "drain "]
-        .iter()
-        .any(|tool| code.contains(tool))
+    // `RUN` is the Dockerfile's instruction.
+    [
+        "kubectl", "docker", "cargo", "valgrind", "drain ", "git ", "RUN ",
+    ]
+    .iter()
+    .any(|tool| code.contains(tool))
 }
 
 /// The long flags a program's `--help` defines (at the start of a help line).
@@ -171,40 +189,47 @@ fn every_operator_flag_the_readme_names_exists_and_the_usage_lists_them_all() {
     known.extend(help_flags(operator, &["trace", "--help"]));
     let bench = derived_flags("bench/src/main.rs");
     let mut unknown = BTreeSet::new();
-    for code in code_of(&read("README.md")) {
-        if runs_another_tool(&code.text) {
-            continue;
-        }
-        let is_bench = code.section == "Benchmark" || code.text.contains("BENCH_ARGS");
-        for flag in flags_in(&code.text) {
-            let ok = if is_bench {
-                bench.contains(&flag)
-            } else {
-                known.contains(&flag)
-            };
-            if !ok {
-                let whose = if is_bench {
-                    "immortal-bench"
+    for doc in operator_docs() {
+        for code in code_of(&read(&doc)) {
+            if runs_another_tool(&code.text) {
+                continue;
+            }
+            let is_bench = doc == "docs/benchmark.md"
+                || code.section == "Benchmark"
+                || code.text.contains("BENCH_ARGS");
+            for flag in flags_in(&code.text) {
+                let ok = if is_bench {
+                    bench.contains(&flag)
                 } else {
-                    "immortal-operator"
+                    known.contains(&flag)
                 };
-                unknown.insert(format!("{flag} ({whose}, in `{}`)", code.text.trim()));
+                if !ok {
+                    let whose = if is_bench {
+                        "immortal-bench"
+                    } else {
+                        "immortal-operator"
+                    };
+                    unknown.insert(format!(
+                        "{flag} ({whose}, in {doc}: `{}`)",
+                        code.text.trim()
+                    ));
+                }
             }
         }
     }
     assert!(
         unknown.is_empty(),
-        "README.md names flags the program does not have:\n  {}",
+        "the docs name flags the program does not have:\n  {}",
         unknown.into_iter().collect::<Vec<_>>().join("\n  ")
     );
 
     // The usage block under "Running it" lists every flag the operator has.
-    let readme = read("README.md");
-    let usage = readme
+    let operating = read("docs/operating.md");
+    let usage = operating
         .split("## Running it")
         .nth(1)
         .and_then(|s| s.split("```").nth(1))
-        .expect("a code block under ## Running it");
+        .expect("a code block under ## Running it in docs/operating.md");
     let listed: BTreeSet<String> = flags_in(usage).into_iter().collect();
     let missing: Vec<_> = known
         .iter()
@@ -253,7 +278,12 @@ fn every_path_the_readmes_name_exists_or_is_one_the_tools_make_and_git_ignores()
     }
     let mut missing = BTreeSet::new();
     let mut checked = 0;
-    for (readme, base) in [("README.md", ""), ("testserver/README.md", "testserver/")] {
+    let docs = operator_docs();
+    let with_base = docs
+        .iter()
+        .map(|d| (d.as_str(), ""))
+        .chain([("testserver/README.md", "testserver/")]);
+    for (readme, base) in with_base {
         let text = read(readme);
         let mut candidates: Vec<String> = code_of(&text)
             .into_iter()
@@ -264,12 +294,15 @@ fn every_path_the_readmes_name_exists_or_is_one_the_tools_make_and_git_ignores()
                     .collect::<Vec<_>>()
             })
             .collect();
-        // Links: [text](path).
-        candidates.extend(
-            text.split("](")
-                .skip(1)
-                .filter_map(|r| r.split(')').next().map(str::to_string)),
-        );
+        // Links: [text](path). Those of the operator's docs are relative to their own file,
+        // with anchors: the link test checks them.
+        if readme == "testserver/README.md" {
+            candidates.extend(
+                text.split("](")
+                    .skip(1)
+                    .filter_map(|r| r.split(')').next().map(str::to_string)),
+            );
+        }
         for word in candidates {
             let word = word.trim_matches(|c: char| matches!(c, '(' | ')' | ',' | ';' | '"' | '\''));
             let repo_path = [
@@ -278,6 +311,7 @@ fn every_path_the_readmes_name_exists_or_is_one_the_tools_make_and_git_ignores()
                 "tests/",
                 "testserver/",
                 "bench/",
+                "docs/",
                 ".ci/",
                 "../",
             ]
@@ -289,6 +323,7 @@ fn every_path_the_readmes_name_exists_or_is_one_the_tools_make_and_git_ignores()
                     "Cargo.toml",
                     "Cargo.lock",
                     ".gitignore",
+                    "LICENSE",
                 ]
                 .contains(&word);
             if !repo_path || word.contains(['*', '<', '$']) || word.starts_with("http") {
@@ -329,7 +364,12 @@ fn every_make_target_the_readmes_name_is_in_the_makefile() {
         .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
         .collect();
     let mut named = BTreeSet::new();
-    for readme in ["README.md", "testserver/README.md"] {
+    let docs = operator_docs();
+    for readme in docs
+        .iter()
+        .map(String::as_str)
+        .chain(["testserver/README.md"])
+    {
         for code in code_of(&read(readme)) {
             let words: Vec<&str> = code.text.split_whitespace().collect();
             for (i, w) in words.iter().enumerate() {
@@ -342,7 +382,7 @@ fn every_make_target_the_readmes_name_is_in_the_makefile() {
                     .get(i + 1)
                     .filter(|t| !t.contains('=') && !t.starts_with('-'))
                 {
-                    named.insert((t.to_string(), readme));
+                    named.insert((t.to_string(), readme.to_string()));
                 }
             }
         }
@@ -366,7 +406,7 @@ fn every_metric_the_readme_names_is_exported() {
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_string)
         .collect();
-    let readme = read("README.md");
+    let readme: String = operator_docs().iter().map(|d| read(d)).collect();
     let prefixes = [
         "controller_runtime_",
         "workqueue_",
@@ -375,7 +415,12 @@ fn every_metric_the_readme_names_is_exported() {
         "leader_election_",
     ];
     let mut named = BTreeSet::new();
-    for word in readme.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+    // Paths (config/rbac/leader_election_role.yaml) name files, not metrics.
+    let words = readme
+        .split_whitespace()
+        .filter(|w| !w.contains('/'))
+        .flat_map(|w| w.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')));
+    for word in words {
         if prefixes
             .iter()
             .any(|p| word.starts_with(p) && word.len() > p.len())
@@ -389,7 +434,7 @@ fn every_metric_the_readme_names_is_exported() {
     let unknown: Vec<_> = named.difference(&exported).collect();
     assert!(
         unknown.is_empty(),
-        "README.md names metrics /metrics does not export: {unknown:?} (exported: {exported:?})"
+        "the docs name metrics /metrics does not export: {unknown:?} (exported: {exported:?})"
     );
 }
 
@@ -413,4 +458,162 @@ fn flags_and_code_are_found_as_a_reader_sees_them() {
             ("f", "Two")
         ]
     );
+}
+
+/// A heading's anchor as GitHub makes it: lowercase, punctuation dropped, spaces to hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn every_link_between_the_docs_leads_to_a_file_and_a_heading_that_exist() {
+    let mut broken = BTreeSet::new();
+    let mut checked = 0;
+    for doc in operator_docs()
+        .into_iter()
+        .chain(["testserver/README.md".to_string()])
+    {
+        let text = read(&doc);
+        let dir = Path::new(&doc).parent().unwrap_or(Path::new(""));
+        for link in text.split("](").skip(1).filter_map(|r| r.split(')').next()) {
+            if link.starts_with("http") || link.contains(' ') {
+                continue;
+            }
+            let (file, fragment) = link.split_once('#').unwrap_or((link, ""));
+            let target = if file.is_empty() {
+                Path::new(&doc).to_path_buf()
+            } else {
+                dir.join(file)
+            };
+            checked += 1;
+            let Ok(target_text) = fs::read_to_string(Path::new(ROOT).join(&target)) else {
+                broken.insert(format!("{link} (in {doc}): no such file"));
+                continue;
+            };
+            if fragment.is_empty() {
+                continue;
+            }
+            let mut in_block = false;
+            let found = target_text.lines().any(|l| {
+                if l.trim_start().starts_with("```") {
+                    in_block = !in_block;
+                }
+                !in_block && l.starts_with('#') && anchor(l.trim_start_matches('#')) == fragment
+            });
+            if !found {
+                broken.insert(format!("{link} (in {doc}): no such heading"));
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} links found: is the extraction broken?"
+    );
+    assert!(
+        broken.is_empty(),
+        "broken links:\n  {}",
+        broken.into_iter().collect::<Vec<_>>().join("\n  ")
+    );
+}
+
+#[test]
+fn the_readme_is_a_five_minute_read() {
+    let lines = read("README.md").lines().count();
+    assert!(
+        lines < 250,
+        "README.md has {lines} lines: move what a first visit does not need to docs/"
+    );
+}
+
+#[test]
+fn anchors_are_made_as_github_makes_them() {
+    assert_eq!(anchor(" What is missed, and why"), "what-is-missed-and-why");
+    assert_eq!(
+        anchor("Logs and following one object"),
+        "logs-and-following-one-object"
+    );
+    assert_eq!(anchor("ImmortalOperatorDown"), "immortaloperatordown");
+}
+
+/// The code spans of a Markdown table cell.
+fn spans(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+#[test]
+fn the_source_map_names_every_module_in_the_folder_it_is_in() {
+    let design = read("docs/design.md");
+    let table = design
+        .split("## The source")
+        .nth(1)
+        .expect("## The source in docs/design.md");
+    let mut folder: Option<String> = None;
+    let mut named: BTreeSet<String> = BTreeSet::new();
+    let mut wrong = Vec::new();
+    for row in table.lines().filter(|l| l.starts_with("| ")) {
+        let first = row.split('|').nth(1).unwrap_or("");
+        for name in spans(first) {
+            if first.contains("**") {
+                folder = Some(name.to_string());
+                continue;
+            }
+            let path = if name.starts_with("src/") {
+                name.to_string()
+            } else {
+                match &folder {
+                    Some(f) => format!("{f}{name}"),
+                    None => continue,
+                }
+            };
+            if !Path::new(ROOT).join(&path).exists() {
+                wrong.push(path.clone());
+            }
+            named.insert(path.trim_end_matches('/').to_string());
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the source map names what is not there: {wrong:?}"
+    );
+    // Every file and folder of the three layers, but their mod.rs and tests.
+    let mut missing = Vec::new();
+    for layer in ["src/immortal", "src/runtime", "src/kube"] {
+        for entry in fs::read_dir(Path::new(ROOT).join(layer)).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if matches!(name.as_str(), "mod.rs" | "tests.rs") {
+                continue;
+            }
+            let path = format!("{layer}/{name}");
+            if !named.contains(&path) {
+                missing.push(path);
+            }
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "docs/design.md's source map leaves out {missing:?}"
+    );
+}
+
+#[test]
+fn no_table_cell_starts_with_a_stray_colon() {
+    let mut stray = Vec::new();
+    for doc in operator_docs() {
+        for row in read(&doc).lines().filter(|l| l.starts_with("| ")) {
+            if row
+                .split('|')
+                .any(|cell| cell.trim_start().starts_with(": "))
+            {
+                stray.push(format!("{doc}: {row}"));
+            }
+        }
+    }
+    assert!(stray.is_empty(), "{stray:#?}");
 }

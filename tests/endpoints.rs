@@ -31,6 +31,8 @@ impl Drop for Operator {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
             eprintln!("--- operator log ---\n{log}");
         }
+        // Printed above when it matters; otherwise it would pile up in the temp directory.
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -163,6 +165,10 @@ fn by_default_metrics_are_https_and_only_for_callers_allowed_to_get_them() {
     assert_eq!(reviews(&server), asked);
     // The probes stay plain HTTP, as the kubelet expects.
     assert!(http_get(op.probes, "/healthz").starts_with("HTTP/1.1 200"));
+    // A passing test leaves no log behind in the temp directory.
+    let log = op.log.clone();
+    drop(op);
+    assert!(!log.exists(), "{} left behind", log.display());
 }
 
 /// The attack: 200 MiB without a newline took the operator from 6 to 213 MiB (its

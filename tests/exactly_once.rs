@@ -12,6 +12,11 @@
 //! one healthy pod of ours exists (none once the object is deleted), nothing of ours holds a
 //! pod, and Ready matches the pod.
 //!
+//! Two faults reach what a restart with a fresh list cannot: a failover to a standby whose
+//! copy of the object is older than the old leader's last writes, its watch of objects
+//! lagging behind everything else; and the object deleted and made again under its name while
+//! the operator's watches are cut, which it learns from the relist after its version expired.
+//!
 //! Interleavings (when the kubelet acts, when watch events arrive) are drawn from a seeded
 //! generator: `IMMORTAL_FAULT_SEED=N` replays another set; a failure prints the seed, the
 //! faults and every call the run made.
@@ -75,9 +80,18 @@ enum Fault {
     /// Before the call, a person deletes the object (the garbage collector then deletes its
     /// pods).
     ObjectDeleted,
+    /// The call is applied (the old leader's last write), then the leader stops and a standby
+    /// takes over: its copy of the object is the one its watch showed when the scenario
+    /// began, and its watch of objects brings what happened since only once everything else
+    /// has settled (a watch stalled until its idle limit). Its pod watch and queue are warm.
+    Failover,
+    /// Before the call, the operator's watches are cut; a person deletes the object and makes
+    /// it again under the same name (the garbage collector then deletes the old one's pods);
+    /// the watches resume from a version too old (410) and list again.
+    Recreated,
 }
 
-const FAULTS: [Fault; 13] = [
+const FAULTS: [Fault; 15] = [
     Fault::CrashBefore,
     Fault::CrashAfter,
     Fault::Conflict409,
@@ -91,6 +105,8 @@ const FAULTS: [Fault; 13] = [
     Fault::PodForceDeleted,
     Fault::PodFailed,
     Fault::ObjectDeleted,
+    Fault::Failover,
+    Fault::Recreated,
 ];
 
 /// Faults to inject: call index → fault.
@@ -119,6 +135,9 @@ impl fmt::Display for Plan {
 
 /// A panic payload: the process "died" here.
 struct Crash;
+
+/// A panic payload: the leader stopped here, and a standby takes over.
+struct Failover;
 
 // ------------------------------------------------------------------------------------------
 // A small deterministic generator (xorshift64*), so a seed replays a run exactly.
@@ -170,6 +189,10 @@ struct World {
     /// Pod watch events not yet delivered: (type, pod).
     pod_events: Vec<(&'static str, Pod)>,
     ic_events: Vec<(&'static str, ImmortalContainer)>,
+    /// The object as a standby's watch showed it when the scenario began.
+    standby: Option<ImmortalContainer>,
+    /// The operator's watches are cut: they deliver nothing until they list again.
+    watches_cut: bool,
 }
 
 fn api_err(code: u16, reason: &str) -> client::Error {
@@ -183,6 +206,18 @@ fn api_err(code: u16, reason: &str) -> client::Error {
         }),
         ..Default::default()
     }))
+}
+
+/// A real server's answer to a PATCH naming a uid that is not the object's `kind` `name`: no
+/// precondition (that is only a DELETE's 409) but an immutable field changed, 422 (fixture
+/// kube-1.28-kubelet/18).
+fn uid_changed(kind: &str, name: &str, sent: &str) -> client::Error {
+    let cause = serde_json::json!({"reason": "FieldValueInvalid",
+        "message": format!("Invalid value: {sent:?}: field is immutable"), "field": "metadata.uid"});
+    let status = serde_json::json!({"kind": "Status", "status": "Failure", "reason": "Invalid",
+        "code": 422, "message": format!("{kind} {name:?} is invalid: metadata.uid: {}", cause["message"]),
+        "details": {"name": name, "kind": kind, "causes": [cause, cause]}});
+    client::Error::Api(Box::new(serde_json::from_value(status).expect("a Status")))
 }
 
 impl World {
@@ -201,6 +236,17 @@ impl World {
         if let Some(ic) = self.ic.take() {
             self.ic_events.push(("DELETED", ic));
         }
+    }
+
+    /// While the operator's watches are cut, a person deletes the object and makes it again.
+    fn recreate_object(&mut self) {
+        if self.ic.is_none() {
+            return;
+        }
+        self.watches_cut = true;
+        self.delete_object();
+        self.new_object();
+        self.accepted = 0;
     }
 
     fn new_object(&mut self) {
@@ -295,13 +341,17 @@ impl World {
         }) || self.orphans().is_some()
     }
 
+    /// A pod the garbage collector deletes: controlled by an object that is gone.
     fn orphans(&self) -> Option<String> {
-        if self.ic.is_some() {
-            return None;
-        }
         self.pods
             .iter()
-            .find(|(_, mp)| self.ours(&mp.pod) && mp.pod.metadata.deletion_timestamp.is_none())
+            .find(|(_, mp)| {
+                mp.pod
+                    .metadata
+                    .controller()
+                    .is_some_and(|o| self.ic.as_ref().is_none_or(|ic| ic.metadata.uid != o.uid))
+                    && mp.pod.metadata.deletion_timestamp.is_none()
+            })
             .map(|(n, _)| n.clone())
     }
 
@@ -411,6 +461,8 @@ enum Effect {
     Lose,
     /// Apply, then die.
     DieAfter,
+    /// Apply, then a standby takes over.
+    FailOverAfter,
     Apply,
 }
 
@@ -439,6 +491,11 @@ impl ModelApi {
                 self.world.borrow_mut().delete_object();
                 Effect::Apply
             }
+            Some(Fault::Failover) => Effect::FailOverAfter,
+            Some(Fault::Recreated) => {
+                self.world.borrow_mut().recreate_object();
+                Effect::Apply
+            }
             Some(f @ (Fault::PodDeleted | Fault::PodForceDeleted | Fault::PodFailed)) => {
                 self.world.borrow_mut().end_pod(f);
                 Effect::Apply
@@ -465,6 +522,22 @@ impl ModelApi {
                 let _ = apply(&mut self.world.borrow_mut());
                 panic::panic_any(Crash)
             }
+            Effect::FailOverAfter => {
+                let _ = apply(&mut self.world.borrow_mut());
+                panic::panic_any(Failover)
+            }
+        }
+    }
+}
+
+impl ModelApi {
+    /// What the operator's store learns from an answer about the object: a copy, or that it
+    /// is gone.
+    fn learn(&self, answer: &Result<ImmortalContainer, client::Error>) {
+        match answer {
+            Ok(ic) => store::saw(&self.ics.borrow(), KEY, ic),
+            Err(e) if e.is_not_found() => store::gone(&self.ics.borrow(), KEY),
+            Err(_) => {}
         }
     }
 }
@@ -481,6 +554,18 @@ impl Api for ModelApi {
         }
         let e = self.call(format!("GET ic/{name}"));
         self.with(e, |w| w.ic.clone().ok_or_else(|| api_err(404, "NotFound")))
+    }
+
+    fn read_immortal_container(
+        &self,
+        _: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
+        let e = self.call(format!("GET ic/{name}"));
+        let read = self.with(e, |w| w.ic.clone().ok_or_else(|| api_err(404, "NotFound")));
+        // As the operator's: what the API server answered is known from then on.
+        self.learn(&read);
+        read
     }
 
     fn get_pod(&self, _: &str, name: &str) -> Result<Pod, client::Error> {
@@ -542,7 +627,8 @@ impl Api for ModelApi {
                 return Err(api_err(404, "NotFound"));
             };
             if patch["metadata"]["uid"] != mp.pod.metadata.uid.as_str() {
-                return Err(api_err(409, "Conflict"));
+                let sent = patch["metadata"]["uid"].as_str().unwrap_or("");
+                return Err(uid_changed("Pod", name, sent));
             }
             let rv = w.next_rv();
             let mp = w.pods.get_mut(name).unwrap();
@@ -580,6 +666,13 @@ impl Api for ModelApi {
                     return Err(api_err(409, "Conflict"));
                 }
             }
+            // Checked after the resourceVersion, as kube-apiserver validates after it.
+            if let Some(sent) = patch["metadata"]["uid"].as_str() {
+                if sent != ic.metadata.uid {
+                    let kind = "ImmortalContainer.immortalcontainer.flugel.it";
+                    return Err(uid_changed(kind, name, sent));
+                }
+            }
             let st = &patch["status"];
             let s = &mut ic.status;
             if let Some(v) = st.get("currentPod") {
@@ -607,10 +700,10 @@ impl Api for ModelApi {
             let ic = ic.clone();
             w.ic_events.push(("MODIFIED", ic.clone()));
             Ok(ic)
-        })?;
+        });
         // As the operator's: the answer is known at once.
-        store::saw(&self.ics.borrow(), KEY, &answered);
-        Ok(answered)
+        self.learn(&answered);
+        answered
     }
 
     fn record(&self, _: &ImmortalContainer, _: Note) {}
@@ -631,6 +724,9 @@ struct Controller {
     timer: Option<Instant>,
     failures: u32,
     pod_memo: Option<u64>,
+    /// The watch of objects delivers nothing until everything else has settled (a standby's
+    /// stale watch after a failover).
+    ic_lagging: bool,
 }
 
 impl Controller {
@@ -644,6 +740,7 @@ impl Controller {
             timer: None,
             failures: 0,
             pod_memo: None,
+            ic_lagging: false,
         }
     }
 
@@ -660,8 +757,17 @@ impl Controller {
         self.timer = Some(self.timer.map_or(due, |t| t.min(due)));
     }
 
+    /// Whether a watcher has something to deliver.
+    fn deliverable(&self, w: &World) -> bool {
+        !w.watches_cut
+            && (!w.pod_events.is_empty() || (!self.ic_lagging && !w.ic_events.is_empty()))
+    }
+
     /// The two watchers deliver what they have: the real policies decide what is queued.
     fn deliver(&mut self, w: &mut World) {
+        if w.watches_cut {
+            return;
+        }
         for (event, pod) in std::mem::take(&mut w.pod_events) {
             if PodEvents.key_of(&pod).as_deref() != Some(KEY) {
                 continue;
@@ -677,6 +783,9 @@ impl Controller {
                 self.queue(h);
             }
         }
+        if self.ic_lagging {
+            return;
+        }
         for (event, ic) in std::mem::take(&mut w.ic_events) {
             let verdict = self
                 .ics
@@ -691,13 +800,61 @@ impl Controller {
     fn restart(&mut self, w: &mut World) {
         let clock = self.clock.clone();
         *self = Controller::new(clock);
-        w.pod_events.clear();
+        w.watches_cut = false;
         w.ic_events.clear();
         // The first list fills the new store.
         if let Some(ic) = &w.ic {
             self.ics
                 .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));
         }
+        self.list_pods(w);
+    }
+
+    /// A failover: the standby's memory, its copy of the object the one it had when the
+    /// scenario began; its watch of objects has yet to bring the object as it is now.
+    fn fail_over(&mut self, w: &mut World) {
+        let clock = self.clock.clone();
+        *self = Controller::new(clock);
+        self.ic_lagging = true;
+        w.watches_cut = false;
+        w.ic_events.clear();
+        if let Some(ic) = &w.standby {
+            self.ics
+                .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));
+        }
+        match (&w.ic, &w.standby) {
+            (Some(ic), _) => w.ic_events.push(("MODIFIED", ic.clone())),
+            (None, Some(old)) => w.ic_events.push(("DELETED", old.clone())),
+            (None, None) => {}
+        }
+        self.list_pods(w);
+    }
+
+    /// The watches resume from a version too old (410) and list again: what the object list
+    /// shows replaces what was known, by the real policy's rule.
+    fn relist(&mut self, w: &mut World) {
+        w.watches_cut = false;
+        w.ic_events.clear();
+        match &w.ic {
+            Some(ic) => {
+                let listed = IcEvents.memo(ic);
+                self.ics.entry(KEY, |memo| {
+                    *memo = Some(match memo.take() {
+                        Some(old) => IcEvents.relisted(old, listed),
+                        None => listed,
+                    })
+                });
+            }
+            None => self.ics.entry(KEY, |memo| *memo = None),
+        }
+        self.list_pods(w);
+        self.queue(None);
+    }
+
+    /// The pod watch lists: it remembers the pod it finds, and every key is queued.
+    fn list_pods(&mut self, w: &mut World) {
+        w.pod_events.clear();
+        self.pod_memo = None;
         let pod = w.pods.get(POD).map(|mp| mp.pod.clone());
         if let Some(p) = &pod {
             if PodEvents.key_of(p).as_deref() == Some(KEY) {
@@ -716,7 +873,7 @@ fn quiet_crashes() {
     ONCE.call_once(|| {
         let default = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
-            if !info.payload().is::<Crash>() {
+            if !info.payload().is::<Crash>() && !info.payload().is::<Failover>() {
                 default(info);
             }
         }));
@@ -750,7 +907,11 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
         if steps > MAX_STEPS {
             return Err(fail(format!("did not settle in {MAX_STEPS} steps"), &api));
         }
-        // Watch events arrive with some lag; the kubelet acts at its own pace.
+        // Watch events arrive with some lag; the kubelet acts at its own pace. Cut watches
+        // list again after a while.
+        if api.world.borrow().watches_cut && rng.chance(20) {
+            ctl.relist(&mut api.world.borrow_mut());
+        }
         if rng.chance(70) {
             ctl.deliver(&mut api.world.borrow_mut());
         }
@@ -780,11 +941,15 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                     ctl.restart(&mut api.world.borrow_mut());
                     *api.ics.borrow_mut() = ctl.ics.clone();
                 }
+                Err(p) if p.is::<Failover>() => {
+                    ctl.fail_over(&mut api.world.borrow_mut());
+                    *api.ics.borrow_mut() = ctl.ics.clone();
+                }
                 Err(p) => panic::resume_unwind(p),
             }
             continue;
         }
-        if !api.world.borrow().pod_events.is_empty() || !api.world.borrow().ic_events.is_empty() {
+        if ctl.deliverable(&api.world.borrow()) {
             ctl.deliver(&mut api.world.borrow_mut());
             continue;
         }
@@ -793,6 +958,15 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
             *now = (*now).max(t);
             drop(now);
             ctl.queue(None);
+            continue;
+        }
+        // Everything else has settled: a cut watch lists again, a lagging one catches up.
+        if api.world.borrow().watches_cut {
+            ctl.relist(&mut api.world.borrow_mut());
+            continue;
+        }
+        if ctl.ic_lagging {
+            ctl.ic_lagging = false;
             continue;
         }
         break;
@@ -817,6 +991,9 @@ fn check(scenario: Scenario, w: &World) -> Result<(), String> {
                 mp.pod.metadata.uid
             ));
         }
+    }
+    if let Some(name) = w.orphans() {
+        return Err(format!("pod {name} of a deleted object outlived it"));
     }
     let Some(ic) = &w.ic else {
         return match w.pods.values().find(|mp| w.ours(&mp.pod)) {
@@ -899,6 +1076,7 @@ const SCENARIOS: [Scenario; 6] = [
 impl Scenario {
     fn setup(self, w: &mut World, ctl: &mut Controller) {
         w.new_object();
+        w.standby = w.ic.clone();
         if self == Scenario::ForeignPod {
             // Someone else's pod holds the name; it goes away later (its owner deletes it).
             w.pods.insert(
@@ -946,6 +1124,7 @@ impl Scenario {
             }],
         };
         ctl.pod_memo = Some(PodEvents.memo(&pod));
+        w.standby = Some(ic.clone());
         // The watcher knows the converged object.
         ctl.ics
             .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));

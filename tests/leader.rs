@@ -6,12 +6,13 @@
 //! Each replica authenticates as a user of its own, so the test server's request log says who
 //! sent what and when it took effect: the proof comes from the server's side, not from the
 //! operator's own account. These scenarios need the test server's stalls; on a real cluster
-//! they say SKIPPED.
+//! they say SKIPPED, but for the last: a Lease written by someone else keeps its leader.
 
 mod common;
 
 use common::{image, pod_name, uid, wait_until, Cluster, Operator};
 use kube_testserver::{Logged, StallRule, TestServer};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 /// The lease duration of the fencing scenario (`--lease-duration 3s`).
@@ -399,5 +400,82 @@ fn sigterm_during_start_up_against_an_api_server_that_hangs_exits_in_time() {
     assert!(
         took < Duration::from_secs(7),
         "one check is bounded to 5 s: {took:?}"
+    );
+}
+
+#[test]
+fn a_lease_written_by_someone_else_is_renewed_again_and_the_leader_keeps_leading() {
+    let cluster = Cluster::new("lease-touched");
+    cluster.create_ic("touched", &image());
+    // A short retry period: many renewals, so that an annotation soon lands between one's
+    // read and its write, the only moment it can conflict.
+    let args = elect_args(&cluster.ns, "15s", "10s", "200ms");
+    let a = Operator::start_with(&cluster, &args, "replica-a.log");
+    wait_for_log(&a, "became leader", "replica a leads");
+    let b = Operator::start_with(&cluster, &args, "replica-b.log");
+    wait_for_log(&b, "standing by", "replica b stands by");
+    cluster.wait_converged("touched", 1, |_| Ok(()));
+    let lease = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/immortal-operator",
+        cluster.ns
+    );
+    let holder = || {
+        let l = cluster.api.get(&lease).expect("read the lease");
+        l["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let leader = holder();
+
+    // What `kubectl annotate lease` sends, again and again until a renewal meets one.
+    let mut n = 0u64;
+    wait_until(
+        cluster.timeout(Duration::from_secs(60)),
+        "a renewal to meet a write of someone else",
+        || {
+            for _ in 0..20 {
+                n += 1;
+                let patch =
+                    json!({"metadata": {"annotations": {"example.com/touched": n.to_string()}}});
+                cluster
+                    .api
+                    .merge_patch(&lease, &patch)
+                    .expect("annotate the lease");
+            }
+            // The first line is the elector's on a conflict; the second, how it ended one of old.
+            if a.log_says("reading it again") || a.log_says("leadership lost") {
+                Ok(())
+            } else {
+                Err(format!("{n} annotations, no conflict yet"))
+            }
+        },
+    );
+
+    // Still the leader, and still at work: a deleted pod is replaced.
+    let mut a = a;
+    assert_eq!(
+        a.wait_exit(Duration::from_secs(1)),
+        None,
+        "{}",
+        a.log_tail(10)
+    );
+    assert!(!a.log_says("leadership lost"), "{}", a.log_tail(10));
+    assert!(
+        !b.log_says("became leader"),
+        "no failover: {}",
+        b.log_tail(10)
+    );
+    assert_eq!(holder(), leader);
+    let pod = cluster
+        .get_pod(&pod_name("touched"))
+        .unwrap()
+        .expect("its pod");
+    cluster.delete_pod(&pod_name("touched"), uid(&pod));
+    cluster.wait_converged("touched", 2, |_| Ok(()));
+    assert!(
+        !b.log_says("became leader"),
+        "no failover: {}",
+        b.log_tail(10)
     );
 }

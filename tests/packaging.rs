@@ -174,22 +174,33 @@ fn make_dir() -> PathBuf {
     dir
 }
 
+/// `make ARGS...` in `dir`, with `env` added: whether it succeeded, its stdout and stderr.
+fn make_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new("make");
+    // Under `make test` the outer make's flags and variables would reach this one.
+    cmd.env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
+        .envs(env.iter().copied())
+        .arg("--no-print-directory")
+        .arg("-C")
+        .arg(dir)
+        .args(args);
+    run_bounded(&mut cmd, MAKE_BOUND).expect("cannot run make")
+}
+
 fn make_build_installer(dir: &Path, img: &str, kubectl: &str) -> (bool, String, String) {
-    run_bounded(
-        Command::new("make")
-            // Under `make test` the outer make's flags and variables would reach this one.
-            .env_remove("MAKEFLAGS")
-            .env_remove("MFLAGS")
-            .env_remove("MAKELEVEL")
-            .arg("--no-print-directory")
-            .arg("-C")
-            .arg(dir)
-            .arg("build-installer")
-            .arg(format!("IMG={img}"))
-            .arg(format!("KUBECTL={kubectl}")),
-        MAKE_BOUND,
+    make_in(
+        dir,
+        &[
+            "build-installer",
+            &format!("IMG={img}"),
+            &format!("KUBECTL={kubectl}"),
+            // The tag-less and :latest cases are meant here; the refusal has its own test.
+            "ALLOW_LATEST=1",
+        ],
+        &[],
     )
-    .expect("cannot run make")
 }
 
 /// A stand-in for kubectl, as the KUBECTL command: `kustomize DIR` keeps a copy of
@@ -587,7 +598,7 @@ fn the_installer_holds_every_object_of_config_default_in_apply_order_with_the_im
         "{out}"
     );
 
-    // An IMG without a tag gets :latest, and the message says the image written, not IMG.
+    // An IMG without a tag, when allowed, gets :latest, and the message says the image written, not IMG.
     let (ok, out, err) = make_build_installer(&dir, "registry.example.com/op", &kubectl);
     assert!(ok, "make build-installer failed:\n{out}{err}");
     let objs = documents(&dir.join("dist/install.yaml"));
@@ -637,4 +648,326 @@ fn every_platform_docker_buildx_builds_is_one_the_dockerfile_builds() {
         let cc = format!("CC_{arch}_unknown_linux_musl=musl-gcc");
         assert!(dockerfile.contains(&cc), "the Dockerfile does not set {cc}");
     }
+}
+
+#[test]
+fn build_installer_refuses_an_image_without_a_fixed_tag_unless_told() {
+    let dir = make_dir();
+    let kubectl = fake_kubectl(&dir, "kind: Namespace\n", 0);
+    let kubectl_arg = format!("KUBECTL={kubectl}");
+    for img in [
+        None,
+        Some("registry.example.com/op"),
+        Some("registry.example.com:5000/op:latest"),
+    ] {
+        let img_arg = img.map(|i| format!("IMG={i}"));
+        let mut args = vec!["build-installer", kubectl_arg.as_str()];
+        args.extend(img_arg.as_deref());
+        let (ok, out, err) = make_in(&dir, &args, &[]);
+        assert!(!ok, "IMG={img:?} was written:\n{out}{err}");
+        assert!(
+            err.contains("has no fixed tag") && err.contains("ALLOW_LATEST=1"),
+            "IMG={img:?}: {err}"
+        );
+        assert!(
+            !dir.join("dist/install.yaml").exists(),
+            "IMG={img:?} left an installer"
+        );
+    }
+    // A tag or a digest is written without being told.
+    let digest = format!("IMG=ghcr.io/me/op@sha256:{}", "ab".repeat(32));
+    for img in ["IMG=registry.example.com/op:v1.2.3", digest.as_str()] {
+        let (ok, out, err) = make_in(&dir, &["build-installer", img, &kubectl_arg], &[]);
+        assert!(ok, "{img}: {out}{err}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A stand-in for a program the Makefile calls, run through sh (see [`fake_kubectl`]): `body`
+/// is its script.
+fn fake_program(dir: &Path, name: &str, body: &str) -> String {
+    let script = dir.join(name);
+    fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+    format!("sh {}", script.display())
+}
+
+/// A cargo that prints how it was called.
+fn fake_cargo(dir: &Path) -> String {
+    fake_program(dir, "cargo", "echo \"cargo $*\"")
+}
+
+#[test]
+fn build_static_says_what_to_install_before_cargo_runs() {
+    let dir = make_dir();
+    let cargo = fake_cargo(&dir);
+    let cargo_arg = format!("CARGO={cargo}");
+    // A toolchain whose sysroot holds no musl standard library.
+    let sysroot = dir.join("sysroot");
+    fs::create_dir_all(sysroot.join("lib/rustlib")).unwrap();
+    let rustc = fake_program(&dir, "rustc", &format!("echo '{}'", sysroot.display()));
+    let (ok, out, err) = make_in(
+        &dir,
+        &["build-static", &cargo_arg, &format!("RUSTC={rustc}")],
+        &[],
+    );
+    assert!(!ok, "{out}{err}");
+    assert!(err.contains("rustup target add"), "{err}");
+    assert!(!out.contains("cargo build"), "cargo ran: {out}");
+
+    // The target there, but no musl C compiler.
+    let arch = std::env::consts::ARCH;
+    fs::create_dir_all(sysroot.join(format!("lib/rustlib/{arch}-unknown-linux-musl"))).unwrap();
+    let cc_var = format!("CC_{arch}_unknown_linux_musl");
+    let (ok, out, err) = make_in(
+        &dir,
+        &["build-static", &cargo_arg, &format!("RUSTC={rustc}")],
+        &[(&cc_var, "no-such-musl-gcc")],
+    );
+    assert!(!ok, "{out}{err}");
+    assert!(
+        err.contains("no C compiler no-such-musl-gcc") && err.contains("musl-tools"),
+        "{err}"
+    );
+    assert!(!out.contains("cargo build"), "cargo ran: {out}");
+
+    // Both there: cargo builds.
+    let (ok, out, err) = make_in(
+        &dir,
+        &["build-static", &cargo_arg, &format!("RUSTC={rustc}")],
+        &[(&cc_var, "sh")],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "cargo build --release --target {arch}-unknown-linux-musl"
+        )),
+        "{out}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn make_run_against_a_cluster_binds_probes_and_metrics_to_loopback_unless_args_say() {
+    let dir = make_dir();
+    let cargo = fake_cargo(&dir);
+    let cargo_arg = format!("CARGO={cargo}");
+    let kubeconfig = dir.join("kubeconfig").display().to_string();
+    let env = [("KUBECONFIG", kubeconfig.as_str())];
+    let (ok, out, err) = make_in(&dir, &["run", &cargo_arg], &env);
+    assert!(ok, "{out}{err}");
+    let ran = out
+        .lines()
+        .find(|l| l.starts_with("cargo run"))
+        .unwrap_or_else(|| panic!("cargo was not run: {out}"));
+    assert!(
+        ran.contains("--health-probe-bind-address 127.0.0.1:8081")
+            && ran.contains("--metrics-bind-address 127.0.0.1:8443"),
+        "{ran}"
+    );
+    // A flag in ARGS wins, and is not given twice.
+    let (ok, out, err) = make_in(
+        &dir,
+        &["run", &cargo_arg, "ARGS=--metrics-bind-address :9443"],
+        &env,
+    );
+    assert!(ok, "{out}{err}");
+    let ran = out.lines().find(|l| l.starts_with("cargo run")).unwrap();
+    assert_eq!(ran.matches("--metrics-bind-address").count(), 1, "{ran}");
+    assert!(
+        ran.contains("--metrics-bind-address :9443")
+            && ran.contains("--health-probe-bind-address 127.0.0.1:8081"),
+        "{ran}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn demo_stop_says_only_what_it_did_and_a_demo_elsewhere_names_its_own_dir() {
+    let dir = make_dir();
+    let demo = dir.join("elsewhere");
+    fs::create_dir_all(&demo).unwrap();
+    let demo_arg = format!("DEMO_DIR={}", demo.display());
+    // Nothing running, nothing to remove.
+    let (ok, out, err) = make_in(&dir, &["demo-stop", &demo_arg], &[]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("no demo was running"), "{out}");
+    assert!(!out.contains("removed"), "{out}");
+
+    // A demo that runs there (this test's own pid stands in for its server): make demo
+    // refuses, and names the demo-stop that stops that demo, not the one in .demo.
+    fs::write(demo.join("server.pid"), std::process::id().to_string()).unwrap();
+    let (ok, out, err) = make_in(&dir, &["demo", &demo_arg], &[]);
+    assert!(!ok, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "a demo is already running in {0}: make demo-stop DEMO_DIR={0} first",
+            demo.display()
+        )),
+        "{out}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_license_file_is_the_one_cargo_toml_names() {
+    let manifest = fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("license = \"Apache-2.0\""),
+        "Cargo.toml's license changed: change LICENSE with it"
+    );
+    let license = fs::read_to_string(root().join("LICENSE")).expect("a LICENSE file");
+    assert!(
+        license.contains("Apache License") && license.contains("Version 2.0, January 2004"),
+        "LICENSE is not the Apache License 2.0"
+    );
+}
+
+/// The builder image is pinned to the Rust that Cargo.toml declares (tests/msrv.rs checks that
+/// the lock builds with it), so an image build neither floats nor lags behind the code.
+#[test]
+fn the_dockerfile_builds_with_the_rust_version_cargo_toml_declares() {
+    let manifest = fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let rust_version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("rust-version in Cargo.toml");
+    let dockerfile = fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let bases: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        bases.contains(&format!("rust:{rust_version}-bookworm").as_str()),
+        "the builder is not rust:{rust_version}-bookworm: {bases:?}"
+    );
+    for base in bases {
+        let tag = base.rsplit(':').next().unwrap_or("");
+        assert!(
+            !matches!(tag, "latest" | "1-bookworm" | "1") && base.contains(':'),
+            "{base} floats"
+        );
+    }
+}
+
+/// `text` without what lies between each `open` and the next `close`, both included.
+fn without_spans(text: &str, open: char, close: char) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for c in text.chars() {
+        match (inside, c) {
+            (false, c) if c == open => inside = true,
+            (true, c) if c == close => inside = false,
+            (false, c) => out.push(c),
+            (true, _) => {}
+        }
+    }
+    out
+}
+
+/// The metric names a PromQL expression reads: its identifiers, less quoted strings, label
+/// matchers, range durations, the label lists of `by (...)` and its kin, functions and
+/// keywords.
+fn metrics_in_promql(expr: &str) -> BTreeSet<String> {
+    const NOT_METRICS: [&str; 12] = [
+        "sum", "max", "min", "avg", "count", "rate", "irate", "increase", "absent", "and", "or",
+        "unless",
+    ];
+    const LABEL_LISTS: [&str; 6] = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    let mut plain = without_spans(expr, '"', '"');
+    plain = without_spans(&plain, '{', '}');
+    plain = without_spans(&plain, '[', ']');
+    let words: Vec<String> = plain
+        .replace('(', " ( ")
+        .replace(')', " ) ")
+        .split(|c: char| !(c.is_ascii_alphanumeric() || "_:()".contains(c)))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect();
+    let mut out = BTreeSet::new();
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i].as_str();
+        if LABEL_LISTS.contains(&w) && words.get(i + 1).is_some_and(|n| n == "(") {
+            // Skip to the list's closing parenthesis.
+            while i < words.len() && words[i] != ")" {
+                i += 1;
+            }
+        } else if w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && !NOT_METRICS.contains(&w)
+        {
+            out.insert(w.to_string());
+        }
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn promql_metric_names_are_found_and_nothing_else() {
+    let found = metrics_in_promql(
+        "sum by (pod, code) (rate(rest_client_requests_total{job=\"x\", code!~\"2..\"}[5m])) \
+         / sum without (le) (a_total) > 0.05 and absent(up{job=\"y\"} == 1)",
+    );
+    let want: BTreeSet<String> = ["rest_client_requests_total", "a_total", "up"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(found, want);
+}
+
+#[test]
+fn every_metric_an_alert_reads_is_one_the_operator_exports() {
+    let exported: BTreeSet<String> = immortal_operator::runtime::metrics::render("alerts")
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let path = root().join("config/prometheus/rules.yaml");
+    let rules = documents(&path);
+    let rule = the_one(&rules, "PrometheusRule");
+    let mut alerts = BTreeSet::new();
+    for group in seq_at(rule, &["spec", "groups"]) {
+        for r in seq_at(group, &["rules"]) {
+            let alert = str_at(r, &["alert"]).expect("every rule is an alert");
+            let expr = str_at(r, &["expr"]).unwrap_or_else(|| panic!("{alert} has no expr"));
+            assert!(
+                str_at(r, &["annotations", "summary"]).is_some(),
+                "{alert} has no summary"
+            );
+            let used = metrics_in_promql(expr);
+            assert!(!used.is_empty(), "{alert} reads no metric: {expr}");
+            for m in used {
+                // `up` is Prometheus' own series for every scrape target.
+                assert!(
+                    m == "up" || exported.contains(&m),
+                    "{alert} reads {m}, which /metrics does not export: {exported:?}"
+                );
+            }
+            alerts.insert(alert.to_string());
+        }
+    }
+    // Each alert has its meaning and first step in docs/alerts.md.
+    let doc = fs::read_to_string(root().join("docs/alerts.md")).expect("docs/alerts.md");
+    for alert in &alerts {
+        assert!(
+            doc.contains(&format!("## {alert}")),
+            "docs/alerts.md has no section for {alert}"
+        );
+    }
+    assert!(alerts.len() >= 5, "{alerts:?}");
+    // Optional, as the ServiceMonitor: the PrometheusRule CRD may not exist on a cluster.
+    let default = kustomization(&root().join("config/default"));
+    assert!(!resources(&default).iter().any(|r| r.contains("prometheus")));
+    assert!(resources(&kustomization(&root().join("config/prometheus")))
+        .contains(&"rules.yaml".to_string()));
 }

@@ -194,6 +194,12 @@ fn trace_tells_an_objects_history_from_the_logs_the_operator_wrote() {
         "{text}"
     );
     assert!(text.contains("cause=deleted"), "{text}");
+    // Every creation's finalizer is released once its start is counted (docs/operating.md's
+    // example shows it).
+    assert!(
+        text.contains("release_pod:") && text.contains("reason=its start is counted"),
+        "{text}"
+    );
     assert!(
         text.contains("patch_status:") && text.contains("start_times=2"),
         "{text}"
@@ -207,4 +213,28 @@ fn trace_tells_an_objects_history_from_the_logs_the_operator_wrote() {
         .expect("trace runs");
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("no log line mentions nowhere/nothing"));
+}
+
+#[test]
+fn trace_of_a_log_that_cannot_be_read_exits_3_not_the_bad_flags_code() {
+    let missing =
+        std::env::temp_dir().join(format!("immortal-trace-missing-{}.log", std::process::id()));
+    let out = Command::new(common::operator_binary())
+        .args(["trace", "default/example", "--log"])
+        .arg(&missing)
+        .output()
+        .expect("trace runs");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
+    // Bad arguments keep 2, and the help says which code is which.
+    let bad = Command::new(common::operator_binary())
+        .args(["trace", "no-namespace"])
+        .output()
+        .expect("trace runs");
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    let help = Command::new(common::operator_binary())
+        .args(["trace", "--help"])
+        .output()
+        .expect("trace runs");
+    assert!(String::from_utf8_lossy(&help.stdout).contains("3 the log file cannot be read"));
 }

@@ -1039,7 +1039,8 @@ pub fn first_status_patch(ic: &ImmortalContainer, pod: &Pod) -> Value {
             message: format!("pod {} is pending", pod.metadata.name),
         }],
     };
-    reconcile::status_patch(&ic.metadata.resource_version, &ic.status, &want, |_| false)
+    let (uid, rv) = (&ic.metadata.uid, &ic.metadata.resource_version);
+    reconcile::status_patch(uid, rv, &ic.status, &want, |_| false)
         .unwrap_or_else(|| serde_json::json!({}))
 }
 
@@ -1278,6 +1279,7 @@ mod tests {
         assert_eq!(patch["status"]["lastCountedPodUID"], "p1");
         assert_eq!(patch["status"]["conditions"][0]["type"], "Ready");
         assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        assert_eq!(patch["metadata"]["uid"], "u1");
     }
 
     #[test]

@@ -23,9 +23,10 @@
 //!   if anything wrote the object since, the patch is refused (409) and redone from a fresh
 //!   read. Once it landed, L = uid makes a repeat a no-op; if it did not (409, 5xx, an answer
 //!   lost, a crash), S and L are unchanged and the next reconcile counts again.
-//! - *Release*: F is taken off (a strategic merge patch deleting it from the list, with the
-//!   pod's uid as precondition, as the Job controller releases its tracking finalizer) only when
-//!   the status the API server answered says L = uid. Releasing twice changes nothing.
+//! - *Release*: F is taken off (a strategic merge patch deleting it from the list, naming the
+//!   pod's uid, as the Job controller releases its tracking finalizer) only when the status the
+//!   API server answered says L = uid. Releasing twice changes nothing; a name that holds
+//!   another pod by then refuses our uid (422), and the pod we meant is gone: done.
 //! - *Delete*: by uid, never a pod we did not look at; a delete never removes a pod carrying F.
 //!
 //! **In memory only**: nothing the count depends on. A restarted operator reads S, L and the pod
@@ -262,7 +263,8 @@ pub fn holds(finalizers: &[String]) -> bool {
 }
 
 /// The patch that releases a pod: our finalizer deleted from the list (others' untouched), and
-/// the pod's uid as precondition (409 if the name holds another pod by now).
+/// the pod's uid, so that it cannot land on another pod of the name (refused 422 on
+/// `metadata.uid`, see `client::Error::is_uid_changed`).
 pub fn release_patch(uid: &str) -> Value {
     json!({"metadata": {
         "uid": uid,

@@ -452,21 +452,16 @@ impl Watched for PodEvents {
         &o.metadata
     }
 
-    fn key_of(&self, o: &Pod) -> Option<String> {
-        match o
-            .metadata
-            .controller()
-            .filter(|r| r.is_immortal_container())
-        {
-            Some(owner) => Some(types::key(&o.metadata.namespace, &owner.name)),
+    fn key_of_meta(&self, meta: &types::ObjectMeta) -> Option<String> {
+        match meta.controller().filter(|r| r.is_immortal_container()) {
+            Some(owner) => Some(types::key(&meta.namespace, &owner.name)),
             // No ImmortalContainer controls it any more (`kubectl delete ic --cascade=orphan`
             // strips the reference), yet it still carries our finalizer: nobody would ever
             // take that off. Its name says which object it was made for.
-            None if crate::immortal::counting::holds(&o.metadata.finalizers) => o
-                .metadata
+            None if crate::immortal::counting::holds(&meta.finalizers) => meta
                 .name
                 .strip_suffix(ic::POD_SUFFIX)
-                .map(|name| types::key(&o.metadata.namespace, name)),
+                .map(|name| types::key(&meta.namespace, name)),
             None => None,
         }
     }
@@ -557,20 +552,23 @@ impl Watched for IcEvents {
         &o.metadata
     }
 
-    fn key_of(&self, o: &ImmortalContainer) -> Option<String> {
-        Some(types::key(&o.metadata.namespace, &o.metadata.name))
+    fn key_of_meta(&self, meta: &types::ObjectMeta) -> Option<String> {
+        Some(types::key(&meta.namespace, &meta.name))
     }
 
     fn memo(&self, o: &ImmortalContainer) -> Arc<IcState> {
         Arc::new(IcState::of(o))
     }
 
-    /// A list served before our own latest status write answered must not undo it.
+    /// What the list shows, unless what is held is a later copy of the same object: a list
+    /// served before our own latest status write answered must not undo it. A listed object
+    /// with another uid always wins (the name was deleted and made again while the watch was
+    /// down), and so does one whose resourceVersion cannot be compared.
     fn relisted(&self, old: Arc<IcState>, new: Arc<IcState>) -> Arc<IcState> {
-        if old.newer_than(&new) {
-            old
-        } else {
+        if new.replaces(&old) {
             new
+        } else {
+            old
         }
     }
 
@@ -585,7 +583,14 @@ impl Watched for IcEvents {
         memo: &mut Option<Arc<IcState>>,
     ) -> Verdict<PodHint> {
         if event == "DELETED" {
-            *memo = None;
+            // A later object of the name, read from the API server before this event came,
+            // stays.
+            if memo
+                .as_deref()
+                .is_none_or(|held| held.uid() == o.metadata.uid)
+            {
+                *memo = None;
+            }
             // Its pod goes with it, unless our finalizer holds it (the object went while its
             // pod was being counted), which the reconcile of a key whose object is gone takes
             // off. Nothing waits on it.
@@ -595,7 +600,7 @@ impl Watched for IcEvents {
         let verdict = match memo.as_deref() {
             None => Verdict::Queue(None, Priority::Urgent),
             // A copy we have, or an older one than we have.
-            Some(old) if !new.newer_than(old) => return Verdict::Ignore,
+            Some(old) if !new.replaces(old) => return Verdict::Ignore,
             Some(old) if new.uid() != old.uid() || new.generation() != old.generation() => {
                 Verdict::Queue(None, Priority::Urgent)
             }
@@ -615,6 +620,7 @@ pub fn pods_kind(namespace: Option<String>) -> crate::runtime::watcher::Kind {
         resource: Resource::PODS,
         namespace,
         label_selector: Some(format!("{}={}", ic::MANAGED_BY_LABEL, ic::MANAGED_BY_VALUE)),
+        if_missing: None,
     }
 }
 
@@ -623,6 +629,9 @@ pub fn immortal_containers_kind(namespace: Option<String>) -> crate::runtime::wa
         resource: IMMORTAL_CONTAINERS,
         namespace,
         label_selector: None,
+        if_missing: Some(
+            "the ImmortalContainer CRD is not installed (install it with `make install` or `kubectl apply -k config/crd`)",
+        ),
     }
 }
 
@@ -940,6 +949,111 @@ mod tests {
             IcEvents.on_event("DELETED", &ic("14", 2, 7), &mut memo),
             Verdict::Queue(None, Priority::Routine)
         );
+        assert!(memo.is_none());
+    }
+
+    /// The ImmortalContainer watcher, run over `script` until it runs out: what its store
+    /// holds of `ns/web` then.
+    fn watched_ic(script: &crate::runtime::watcher::script::Script) -> ImmortalContainer {
+        use crate::runtime::store::Store;
+        use crate::runtime::watcher::Watcher;
+        let store = Arc::new(Store::new());
+        let (quit_tx, quit) = crossbeam_channel::bounded(0);
+        *script.quit_tx.lock().unwrap() = Some(quit_tx);
+        let (synced, _synced_rx) = crossbeam_channel::unbounded();
+        let w = Watcher::new(
+            script,
+            immortal_containers_kind(None),
+            IcEvents,
+            Arc::new(crate::runtime::queue::Queue::new()),
+            quit,
+            synced,
+            crate::runtime::watcher::DEFAULT_IDLE_TIMEOUT,
+        )
+        .sharing(store.clone());
+        std::thread::scope(|s| s.spawn(move || w.run()).join()).unwrap();
+        let held = store.get("ns/web").expect("the store knows ns/web");
+        held.to_object("ns", "web")
+    }
+
+    fn ic_json(uid: &str, rv: &str, image: &str, starts: i64) -> serde_json::Value {
+        serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": uid, "resourceVersion": rv,
+                "generation": 1},
+            "spec": {"image": image}, "status": {"startTimes": starts}})
+    }
+
+    fn ic_list(rv: &str, item: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"metadata": {"resourceVersion": rv}, "items": [item]})
+    }
+
+    #[test]
+    fn a_relist_after_410_takes_the_object_made_again_under_the_same_name() {
+        use crate::runtime::watcher::script::{gone, Script};
+        // Deleted and made again while the watch was down; the watch resumes with a version
+        // too old (410) and lists: the store must hold the new object, or its pod is made for
+        // the old uid (and removed by the garbage collector) and every count is refused.
+        for (old_rv, new_rv) in [("10", "20"), ("20", "10"), ("opaque-1", "opaque-2")] {
+            let s = Script::default();
+            let mut lists = s.lists.lock().unwrap();
+            lists.push_back(Ok(ic_list(old_rv, ic_json("old-uid", old_rv, "nginx", 3))));
+            lists.push_back(Ok(ic_list(new_rv, ic_json("new-uid", new_rv, "nginx", 0))));
+            drop(lists);
+            s.watches.lock().unwrap().push_back(Err(gone()));
+            let held = watched_ic(&s);
+            assert_eq!(
+                (held.metadata.uid.as_str(), held.status.start_times),
+                ("new-uid", Some(0)),
+                "{old_rv} then {new_rv}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_relist_takes_a_changed_object_whose_versions_cannot_be_compared() {
+        use crate::runtime::watcher::script::{gone, Script};
+        let s = Script::default();
+        let mut lists = s.lists.lock().unwrap();
+        lists.push_back(Ok(ic_list("a", ic_json("u", "a", "nginx:1", 1))));
+        lists.push_back(Ok(ic_list("b", ic_json("u", "b", "nginx:2", 1))));
+        drop(lists);
+        s.watches.lock().unwrap().push_back(Err(gone()));
+        assert_eq!(watched_ic(&s).spec.image, "nginx:2");
+    }
+
+    #[test]
+    fn a_relist_keeps_a_later_copy_of_the_same_object() {
+        use crate::runtime::watcher::script::{gone, Script};
+        // Our status write's answer (rv 12) went in while a list served at rv 11 was read.
+        let old = Arc::new(IcState::of(
+            &serde_json::from_value(ic_json("u", "12", "nginx", 2)).unwrap(),
+        ));
+        let listed = Arc::new(IcState::of(
+            &serde_json::from_value(ic_json("u", "11", "nginx", 1)).unwrap(),
+        ));
+        assert_eq!(IcEvents.relisted(old.clone(), listed), old);
+        // The watcher's own path: the same object listed again, unchanged.
+        let s = Script::default();
+        let mut lists = s.lists.lock().unwrap();
+        lists.push_back(Ok(ic_list("12", ic_json("u", "12", "nginx", 2))));
+        lists.push_back(Ok(ic_list("13", ic_json("u", "12", "nginx", 2))));
+        drop(lists);
+        s.watches.lock().unwrap().push_back(Err(gone()));
+        assert_eq!(watched_ic(&s).status.start_times, Some(2));
+    }
+
+    #[test]
+    fn the_deleted_event_of_an_object_forgets_its_copy_and_not_a_later_objects() {
+        let ic = |uid: &str, rv: &str| -> ImmortalContainer {
+            serde_json::from_value(ic_json(uid, rv, "nginx", 0)).unwrap()
+        };
+        let mut memo = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
+        assert_eq!(
+            IcEvents.on_event("DELETED", &ic("old-uid", "15"), &mut memo),
+            Verdict::Queue(None, Priority::Routine)
+        );
+        assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
+        IcEvents.on_event("DELETED", &ic("new-uid", "21"), &mut memo);
         assert!(memo.is_none());
     }
 

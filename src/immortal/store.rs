@@ -215,15 +215,20 @@ impl IcState {
         matches!(self, IcState::Full(f) if f.deletion_timestamp.is_some())
     }
 
-    /// Whether this is a later version of the object than `other` (or another object).
-    pub fn newer_than(&self, other: &IcState) -> bool {
-        match (self, other) {
+    /// Whether this copy, which came after `held` (a watch event, a list, an answer of the API
+    /// server), should replace it. Always when it is another object: a different uid is a
+    /// different object (the name was deleted and made again), whatever the resourceVersions
+    /// say, and the copy that came last is the one the API server holds now. For the same
+    /// object, unless `held` is this very version or is known to be a later one (our own
+    /// status write's answer, taken in before the watch caught up with it).
+    pub fn replaces(&self, held: &IcState) -> bool {
+        match (self, held) {
             (IcState::Compact(a), IcState::Compact(b)) => {
                 a.uid != b.uid || a.resource_version > b.resource_version
             }
             _ => {
-                self.uid() != other.uid()
-                    || rv_newer(&self.resource_version(), &other.resource_version())
+                let (rv, held_rv) = (self.resource_version(), held.resource_version());
+                self.uid() != held.uid() || (rv != held_rv && !rv_later(&held_rv, &rv))
             }
         }
     }
@@ -358,22 +363,32 @@ fn index(table: &[&str], s: &str) -> Option<u8> {
     table.iter().position(|t| *t == s).map(|i| i as u8)
 }
 
-/// Whether resourceVersion `a` is later than `b`. The API conventions call resourceVersions
-/// opaque, but every kube-apiserver gives them out as etcd's revisions, decimal integers that
-/// only grow; compared as such when both are. Otherwise `a`, the copy that came last, is taken
-/// as the later one (at worst a write is repeated, or refused by its precondition).
-pub fn rv_newer(a: &str, b: &str) -> bool {
+/// Whether resourceVersion `a` is known to be later than `b` (of the same object). The API
+/// conventions call resourceVersions opaque, but every kube-apiserver gives them out as etcd's
+/// revisions, decimal integers that only grow: compared as such when both are, as a shortcut
+/// only. Otherwise nothing is known, and the caller takes the copy that came last (at worst a
+/// write is repeated, or refused by its precondition).
+pub fn rv_later(a: &str, b: &str) -> bool {
     match (a.parse::<u64>(), b.parse::<u64>()) {
         (Ok(a), Ok(b)) => a > b,
-        _ => a != b,
+        _ => false,
     }
 }
 
-/// Puts our own status write's answer in the store, unless it holds a later copy already.
+/// The API server answered that no object has this name now (404): the copy held is stale,
+/// and goes. The next reconcile of the key reads; the watcher makes the entry again when it
+/// sees an object of the name. (A new leader whose watch lags would otherwise make pod after
+/// pod for an object deleted meanwhile, each removed by the garbage collector.)
+pub fn gone(store: &IcStore, key: &str) {
+    store.entry(key, |held| *held = None);
+}
+
+/// Puts a copy the API server answered (our own status write's answer, or a read) in the
+/// store, unless it holds a later copy of the same object already.
 pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {
     let state = IcState::of(answered);
     store.update(key, |held| {
-        if state.newer_than(held) {
+        if state.replaces(held) {
             *held = Arc::new(state);
         }
     });
@@ -551,11 +566,34 @@ mod tests {
 
     #[test]
     fn versions_compare_as_numbers_and_otherwise_the_last_copy_wins() {
-        assert!(rv_newer("10", "9"));
-        assert!(!rv_newer("9", "10"));
-        assert!(!rv_newer("10", "10"));
-        assert!(rv_newer("abc", "9"));
-        assert!(!rv_newer("abc", "abc"));
+        assert!(rv_later("10", "9"));
+        assert!(!rv_later("9", "10"));
+        assert!(!rv_later("10", "10"));
+        // Opaque: nothing is known, so nothing may hold back the copy that came last.
+        assert!(!rv_later("abc", "9"));
+        assert!(!rv_later("9", "abc"));
+        let at = |rv: &str| IcState::of(&ic(rv, 0));
+        assert!(at("10").replaces(&at("9")));
+        assert!(!at("9").replaces(&at("10")));
+        assert!(!at("10").replaces(&at("10")));
+        assert!(at("abc").replaces(&at("9")));
+        assert!(at("9").replaces(&at("abc")));
+        assert!(at("abd").replaces(&at("abc")));
+        assert!(!at("abc").replaces(&at("abc")));
+    }
+
+    #[test]
+    fn another_object_of_the_same_name_replaces_the_held_one_whatever_the_versions() {
+        // Deleted and made again: the new object's copy replaces the old one's, even with a
+        // smaller resourceVersion (another etcd, a restored backup) or an opaque one.
+        for (old_rv, new_rv) in [("1234", "99"), ("1234", "5678"), ("x-9", "x-1")] {
+            let old = IcState::of(&ic(old_rv, 3));
+            let mut recreated = ic(new_rv, 0);
+            recreated.metadata.uid = "7d2f9b1c-0e4a-4b8c-9d3e-1f2a3b4c5d6e".into();
+            let new = IcState::of(&recreated);
+            assert!(new.replaces(&old), "{old_rv} -> {new_rv}");
+            assert!(old.replaces(&new), "{new_rv} -> {old_rv}");
+        }
     }
 
     #[test]
@@ -577,5 +615,18 @@ mod tests {
         store.write().remove("ns/a");
         saw(&store, "ns/a", &ic("20", 3));
         assert!(store.get("ns/a").is_none());
+    }
+
+    #[test]
+    fn an_answer_that_the_object_is_gone_takes_its_copy_out() {
+        let store = IcStore::new();
+        store
+            .write()
+            .insert("ns/a".into(), Arc::new(IcState::of(&ic("10", 0))));
+        gone(&store, "ns/a");
+        assert!(store.get("ns/a").is_none());
+        // So the next reconcile asks the API server; the watcher makes the entry again.
+        gone(&store, "ns/a");
+        assert!(store.is_empty());
     }
 }

@@ -13,7 +13,7 @@
 //!
 //! What it costs: one request per [`PAGE`] pods, once per operator start, on a thread of its
 //! own after the first lists, one page in memory at a time. The figures for 100,000 pods are in
-//! the README (Counting).
+//! docs/design.md (The finalizer).
 
 use crate::immortal::counting;
 use crate::immortal::types::{MANAGED_BY_LABEL, POD_SUFFIX};

@@ -4,7 +4,9 @@
 //! [`DEDUP_WINDOW`] bumps `count` and `lastTimestamp` of the existing Event instead of creating
 //! another, and a per-object token bucket (burst 25, one more every 5 minutes, client-go's
 //! spam filter) keeps a hot error from flooding the API server. Events are best effort: a
-//! failed write is logged and dropped, never retried in a loop.
+//! failed write is logged and dropped, never retried in a loop. As client-go's `recordToSink`,
+//! only an Event that exists is remembered for the bumps, and a bump answered 404 (the Event was
+//! deleted, or expired after its TTL) creates it again.
 //!
 //! Every Event written is an API write, so it gets an INFO line (the level contract in
 //! `runtime/logging.rs`): what a restarted operator did shows at the default level. A write
@@ -159,9 +161,11 @@ pub struct Book {
 /// What to do with one event.
 #[derive(Debug, PartialEq)]
 pub enum Decision {
+    /// Write a new Event; [`Book::created`] once it exists.
     Create {
         name: String,
     },
+    /// Bump the Event already written; [`Book::gone`] if it is not there any more.
     Bump {
         name: String,
         count: i64,
@@ -197,20 +201,29 @@ impl Book {
                     first: w.first.clone(),
                 }
             }
-            _ => {
-                let name = event_name(&p.name);
-                self.written.insert(
-                    key,
-                    Written {
-                        name: name.clone(),
-                        count: 1,
-                        first: util::now_rfc3339(),
-                        at: now,
-                    },
-                );
-                Decision::Create { name }
-            }
+            _ => Decision::Create {
+                name: event_name(&p.name),
+            },
         }
+    }
+
+    /// The Event of `p` exists now as `name`, with `count` and `first`: its repeats bump it.
+    /// Only then, so that a create that failed is not bumped (a 404) for the whole window.
+    pub fn created(&mut self, p: &Pending, name: String, count: i64, first: String, now: Instant) {
+        self.written.insert(
+            dedup_key(p),
+            Written {
+                name,
+                count,
+                first,
+                at: now,
+            },
+        );
+    }
+
+    /// The Event of `p` is not there to bump: the next repeat creates a new one.
+    pub fn gone(&mut self, p: &Pending) {
+        self.written.remove(&dedup_key(p));
     }
 
     /// Forgets what left the window, so memory follows recent activity, not the object count.
@@ -264,6 +277,10 @@ pub fn event_name(object: &str) -> String {
 /// (`source.component` and `reportingComponent`) from `instance`.
 pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, instance: String) {
     let mut book = Book::default();
+    let source = Source {
+        component,
+        instance,
+    };
     for p in rx {
         let now = util::now_rfc3339();
         let object = format!("{}/{}", p.namespace, p.name);
@@ -274,46 +291,31 @@ pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, insta
                 continue;
             }
             Decision::Create { name } => {
-                let event = Event {
-                    api_version: "v1".into(),
-                    kind: "Event".into(),
-                    metadata: ObjectMeta {
-                        name,
-                        namespace: p.namespace.clone(),
-                        ..Default::default()
-                    },
-                    involved_object: ObjectReference {
-                        api_version: p.kind.api_version.into(),
-                        kind: p.kind.kind.into(),
-                        name: p.name.clone(),
-                        namespace: p.namespace.clone(),
-                        uid: p.uid.clone(),
-                    },
-                    reason: p.note.reason.into(),
-                    message: p.note.message.clone(),
-                    type_: kind.into(),
-                    source: EventSource {
-                        component: component.into(),
-                    },
-                    first_timestamp: Some(now.clone()),
-                    last_timestamp: Some(now),
-                    count: 1,
-                    reporting_component: component.into(),
-                    reporting_instance: instance.clone(),
-                };
-                // The answer is not needed: IgnoredAny checks it is JSON without building it.
-                let result = client
-                    .create::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &event)
-                    .map(drop);
+                let result = create(&client, &source, &p, &name, 1, &now, &now);
+                if result.is_ok() {
+                    book.created(&p, name, 1, now, Instant::now());
+                }
                 ("create_event", result)
             }
             Decision::Bump { name, count, first } => {
                 let patch =
                     json!({ "count": count, "lastTimestamp": now, "firstTimestamp": first });
-                let result = client
+                match client
                     .merge_patch::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &name, &patch)
-                    .map(drop);
-                ("bump_event", result)
+                    .map(drop)
+                {
+                    // Deleted, or expired after the API server's Event TTL (an hour by
+                    // default): written anew with its count, as client-go does.
+                    Err(e) if e.is_not_found() => {
+                        book.gone(&p);
+                        let result = create(&client, &source, &p, &name, count, &first, &now);
+                        if result.is_ok() {
+                            book.created(&p, name, count, first, Instant::now());
+                        }
+                        ("create_event", result)
+                    }
+                    result => ("bump_event", result),
+                }
             }
         };
         match result {
@@ -332,6 +334,55 @@ pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, insta
     }
 }
 
+/// Who writes the Events: `source.component` and `reportingComponent`, and the instance.
+struct Source {
+    component: &'static str,
+    instance: String,
+}
+
+/// POSTs the Event `name` of `p`, `count` times seen since `first`, last at `last`.
+fn create(
+    client: &Client,
+    source: &Source,
+    p: &Pending,
+    name: &str,
+    count: i64,
+    first: &str,
+    last: &str,
+) -> Result<(), crate::kube::client::Error> {
+    let event = Event {
+        api_version: "v1".into(),
+        kind: "Event".into(),
+        metadata: ObjectMeta {
+            name: name.into(),
+            namespace: p.namespace.clone(),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: p.kind.api_version.into(),
+            kind: p.kind.kind.into(),
+            name: p.name.clone(),
+            namespace: p.namespace.clone(),
+            uid: p.uid.clone(),
+        },
+        reason: p.note.reason.into(),
+        message: p.note.message.clone(),
+        type_: if p.note.warning { "Warning" } else { "Normal" }.into(),
+        source: EventSource {
+            component: source.component.into(),
+        },
+        first_timestamp: Some(first.into()),
+        last_timestamp: Some(last.into()),
+        count,
+        reporting_component: source.component.into(),
+        reporting_instance: source.instance.clone(),
+    };
+    // The answer is not needed: IgnoredAny checks it is JSON without building it.
+    client
+        .create::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &event)
+        .map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,7 +393,7 @@ mod tests {
                 api_version: "example.com/v1",
                 kind: "Example",
             },
-            namespace: "ns".into(),
+            namespace: "default".into(),
             name: "web".into(),
             uid: uid.into(),
             note: Note {
@@ -353,15 +404,25 @@ mod tests {
         }
     }
 
+    /// Decides, and when that is a create, records that it succeeded, as `run` does.
+    fn write(book: &mut Book, p: &Pending, now: Instant) -> Decision {
+        let d = book.decide(p, now);
+        if let Decision::Create { name } = &d {
+            book.created(p, name.clone(), 1, "first".into(), now);
+        }
+        d
+    }
+
     #[test]
     fn a_repeat_within_the_window_bumps_the_first_event() {
         let mut book = Book::default();
         let t = Instant::now();
-        let Decision::Create { name } = book.decide(&pending("u", "PodNameConflict", "m"), t)
+        let Decision::Create { name } = write(&mut book, &pending("u", "PodNameConflict", "m"), t)
         else {
             panic!()
         };
-        match book.decide(
+        match write(
+            &mut book,
             &pending("u", "PodNameConflict", "m"),
             t + Duration::from_secs(30),
         ) {
@@ -370,12 +431,13 @@ mod tests {
         }
         // Another message is another event.
         assert!(matches!(
-            book.decide(&pending("u", "PodNameConflict", "other"), t),
+            write(&mut book, &pending("u", "PodNameConflict", "other"), t),
             Decision::Create { .. }
         ));
         // After the window, a new event.
         assert!(matches!(
-            book.decide(
+            write(
+                &mut book,
                 &pending("u", "PodNameConflict", "m"),
                 t + DEDUP_WINDOW + Duration::from_secs(31)
             ),
@@ -391,7 +453,7 @@ mod tests {
         for i in 0..n {
             let p = pending(&format!("uid-{i}"), "Created", "m");
             let at = t + Duration::from_millis(i as u64);
-            assert!(matches!(book.decide(&p, at), Decision::Create { .. }));
+            assert!(matches!(write(&mut book, &p, at), Decision::Create { .. }));
             assert!(book.written.len() <= MAX_REMEMBERED && book.buckets.len() <= MAX_REMEMBERED);
         }
         // The newest object is still remembered: its repeat bumps the event it already has.
@@ -401,6 +463,102 @@ mod tests {
             book.decide(&last, at),
             Decision::Bump { count: 2, .. }
         ));
+    }
+
+    #[test]
+    fn only_an_event_that_exists_is_bumped() {
+        let mut book = Book::default();
+        let t = Instant::now();
+        let p = pending("u", "StartsNotCounted", "m");
+        // The create failed (nothing recorded): the repeat creates, it does not bump.
+        assert!(matches!(book.decide(&p, t), Decision::Create { .. }));
+        let Decision::Create { name } = book.decide(&p, t + Duration::from_secs(1)) else {
+            panic!("a repeat of an Event never written is created")
+        };
+        book.created(&p, name.clone(), 1, "first".into(), t);
+        assert!(matches!(
+            book.decide(&p, t + Duration::from_secs(2)),
+            Decision::Bump { count: 2, .. }
+        ));
+        // Its bump found it deleted: the next repeat creates it again.
+        book.gone(&p);
+        assert!(matches!(
+            book.decide(&p, t + Duration::from_secs(3)),
+            Decision::Create { .. }
+        ));
+    }
+
+    #[test]
+    fn an_event_deleted_meanwhile_is_written_again_by_its_next_repeat() {
+        let server =
+            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        let client = crate::testutil::client_of(&server.kubeconfig_path());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let writer = std::thread::spawn(move || run(client, rx, "test", "here".into()));
+        let events = "/api/v1/namespaces/default/events";
+        let listed = || -> Vec<serde_json::Value> {
+            let list = server.get_json(events).expect("events listed");
+            list["items"].as_array().cloned().unwrap_or_default()
+        };
+        let wait_for = |what: &str, f: &dyn Fn(&[serde_json::Value]) -> bool| {
+            let t = Instant::now();
+            while !f(&listed()) {
+                assert!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "{what}: {:?}",
+                    listed()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        tx.send(pending("u", "PodCreated", "m")).unwrap();
+        wait_for("the first Event", &|l| l.len() == 1);
+        // Someone deletes it (or the API server's Event TTL ends it).
+        let name = listed()[0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let tls =
+            crate::kube::tls::client_config(Some(server.ca_pem().as_bytes()), false, None, None)
+                .unwrap();
+        ureq::AgentBuilder::new()
+            .tls_config(tls)
+            .build()
+            .delete(&format!("{}{events}/{name}", server.url()))
+            .set("Authorization", &format!("Bearer {}", server.admin_token()))
+            .call()
+            .expect("the Event deleted");
+        tx.send(pending("u", "PodCreated", "m")).unwrap();
+        wait_for("the Event written again, counting both", &|l| {
+            l.len() == 1 && l[0]["count"] == 2
+        });
+        drop(tx);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn an_event_whose_create_failed_is_created_by_its_next_repeat() {
+        let server =
+            kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
+        let client = crate::testutil::client_of(&server.kubeconfig_path());
+        server.fail_next(kube_testserver::FailRule {
+            count: 1,
+            status: 500,
+            retry_after: None,
+            verb: Some("create".into()),
+            path_contains: Some("/events".into()),
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let writer = std::thread::spawn(move || run(client, rx, "test", "here".into()));
+        tx.send(pending("u", "PodCreated", "m")).unwrap();
+        tx.send(pending("u", "PodCreated", "m")).unwrap();
+        drop(tx);
+        writer.join().unwrap();
+        let list = server
+            .get_json("/api/v1/namespaces/default/events")
+            .unwrap();
+        let items = list["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "the repeat is written: {items:?}");
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub trait Failure: fmt::Display {
     fn retry_within(&self) -> Option<Duration> {
         None
     }
+    /// A bound the retry must keep whatever else is failing (a pod being deleted waits on our
+    /// finalizer until then): the retry comes by then without waiting on the failure budget.
+    fn retry_by(&self) -> Option<Duration> {
+        None
+    }
     /// Whether only a person can fix it (a refusal), so it is logged as a warning at once.
     fn needs_a_person(&self) -> bool;
 }
@@ -134,12 +139,15 @@ where
                 );
             }
             Err(e) => {
-                let after = queue.add_rate_limited(
-                    key.clone(),
-                    e.retry_after().unwrap_or_default(),
-                    e.retry_within(),
-                    priority,
-                );
+                let at_least = e.retry_after().unwrap_or_default();
+                let after = match e.retry_by() {
+                    Some(bound) => {
+                        queue.add_rate_limited_by(key.clone(), at_least, bound, priority)
+                    }
+                    None => {
+                        queue.add_rate_limited(key.clone(), at_least, e.retry_within(), priority)
+                    }
+                };
                 metrics::record_reconcile("error", elapsed);
                 let error = e.to_string();
                 // A person must act on a refusal, or on an error that keeps coming back.

@@ -17,7 +17,10 @@
 //! server that received a write before the fence closed and applies it later.
 //!
 //! A leader that cannot renew within the renew deadline (or before its fence closes), or finds
-//! another holder, closes the fence and reports [`Lost`]; the process then exits non-zero.
+//! another holder, closes the fence and reports [`Lost`]; the process then exits non-zero. A
+//! renewal refused with 409 is not a loss: someone else wrote the Lease (`kubectl annotate`, a
+//! backup tool), so it is read again and, while we are still its holder, renewed again within
+//! the same round, as client-go does.
 
 use crate::kube::client::{self, Client, Resource};
 use crate::kube::fence::Fence;
@@ -93,6 +96,8 @@ enum Attempt {
     Held,
     /// Someone else holds it and it has not expired.
     HeldBy(String),
+    /// We held it when we read it, but it was written meanwhile (409): read it again.
+    Conflict,
 }
 
 /// The elector. Shared by the thread that renews and the one that releases at shutdown.
@@ -144,6 +149,8 @@ impl Elector {
                     log::info!(target: "leader", lease = self.lease_key().as_str(), identity = self.s.identity.as_str(); "became leader");
                     return true;
                 }
+                // Written between our read and our write: whoever holds it now shows next time.
+                Ok(Attempt::Conflict) => {}
                 Ok(Attempt::HeldBy(h)) => {
                     if h != last_holder {
                         log::info!(target: "leader", lease = self.lease_key().as_str(), holder = h.as_str(); "lease held by another replica; standing by");
@@ -169,7 +176,9 @@ impl Elector {
     /// As client-go's `renew`: a round starts a retry period after the last success and tries
     /// every retry period until one attempt succeeds; the whole round, every request's timeout
     /// included, ends by the renew deadline counted from its start, and never after the fence
-    /// closes (a renewal answered later could not keep it open anyway).
+    /// closes (a renewal answered later could not keep it open anyway). A conflict is retried
+    /// at once with a fresh read the first time in a round, then every retry period: a Lease
+    /// written by someone else costs a request, not the leadership.
     pub fn keep_renewing(&self, stop: &Receiver<()>) -> Result<(), Lost> {
         loop {
             if stopped(stop, self.s.retry_period) {
@@ -178,6 +187,7 @@ impl Elector {
             let round_end = Instant::now() + self.s.renew_deadline;
             let fence_end = self.fence.deadline().unwrap_or_else(Instant::now);
             let give_up = round_end.min(fence_end);
+            let mut conflicts = 0u32;
             loop {
                 let result = self.try_acquire_or_renew(give_up);
                 if self.releasing.load(SeqCst) {
@@ -186,6 +196,14 @@ impl Elector {
                 match result {
                     Ok(Attempt::Held) => break,
                     Ok(Attempt::HeldBy(h)) => return Err(self.lose(format!("lease taken by {h}"))),
+                    Ok(Attempt::Conflict) => {
+                        conflicts += 1;
+                        log::debug!(target: "leader", lease = self.lease_key().as_str(), conflicts = conflicts;
+                            "the lease was written by someone else between our read and our renewal; reading it again");
+                        if conflicts == 1 && Instant::now() < give_up {
+                            continue;
+                        }
+                    }
                     Err(e) => {
                         log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "lease renewal failed");
                     }
@@ -341,7 +359,10 @@ impl Elector {
                 self.remember(l, sent);
                 Ok(Attempt::Held)
             }
-            // Someone wrote it between our read and our write: they won this round.
+            // Someone wrote it between our read and our write. If it was ours, a change of
+            // holder shows at the next read; only that (or the deadline) ends our leadership.
+            Err(e) if e.is_conflict() && holder == self.s.identity => Ok(Attempt::Conflict),
+            // We were taking it over: whoever wrote it won this round.
             Err(e) if e.is_conflict() => Ok(Attempt::HeldBy("another replica".into())),
             Err(e) => Err(e),
         }
@@ -551,6 +572,74 @@ mod tests {
         let after = renewal_against(Misbehaviour::Hangs, lease, renew_deadline);
         // One retry period after the last success, then the renew deadline.
         assert!(after < Duration::from_millis(1300 + 250), "{after:?}");
+    }
+
+    #[test]
+    fn a_renewal_refused_because_someone_else_wrote_the_lease_is_retried_and_leadership_kept() {
+        let (server, e) = elector(
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_millis(200),
+        );
+        let (_never, quit) = crossbeam_channel::bounded::<()>(0);
+        assert!(e.acquire(&quit));
+        let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let (done_tx, done) = crossbeam_channel::bounded(1);
+        let renewing = e.clone();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(renewing.keep_renewing(&stop));
+        });
+        // The next renewal's PUT is held on arrival; meanwhile someone annotates the Lease, as
+        // `kubectl annotate lease` does, so the PUT's resourceVersion is stale when it lands.
+        let held = server.stall(kube_testserver::StallRule {
+            verb: Some("update".into()),
+            path_contains: Some("/leases".into()),
+            hold: Some(Duration::from_secs(1)),
+            ..Default::default()
+        });
+        let t = Instant::now();
+        while server.stalled() == 0 {
+            assert!(t.elapsed() < Duration::from_secs(5), "no renewal came");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        e.client
+            .merge_patch::<_, serde::de::IgnoredAny>(
+                Resource::LEASES,
+                "default",
+                "immortal-operator",
+                &serde_json::json!({"metadata": {"annotations": {"touched-by": "someone"}}}),
+            )
+            .expect("annotate the lease");
+        server.lift_stall(held);
+        let conflict = |l: &kube_testserver::Logged| l.resource == "leases" && l.code == 409;
+        let t = Instant::now();
+        loop {
+            let log = server.request_log();
+            if let Some(i) = log.iter().position(conflict) {
+                if log[i..]
+                    .iter()
+                    .any(|l| l.resource == "leases" && l.is_write() && l.code < 300)
+                {
+                    break;
+                }
+            }
+            assert!(
+                done.try_recv().is_err(),
+                "the elector stopped renewing after a conflict"
+            );
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "no renewal after the conflict"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(holder(&server).as_deref(), Some(e.identity()));
+        assert!(e.fence.deadline().is_some(), "the fence stays open");
+        drop(stop_tx);
+        assert!(
+            done.recv().unwrap().is_ok(),
+            "still the leader when stopped"
+        );
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //!   (client-go's `DefaultItemBasedRateLimiter`); [`Queue::forget`] resets it after a success.
 //! - Failures also spend an overall budget, client-go's bucket of 10 a second with a burst of
 //!   100 (`DefaultControllerRateLimiter`); while it is spent, [`Queue::get`] hands out at most
-//!   10 keys a second, whatever queued them. See `Budget` for how and why it differs from
-//!   client-go's.
+//!   10 keys a second. Its last [`URGENT_RESERVE`] tokens are for urgent keys only, and a key
+//!   retried at its bound ([`Queue::add_rate_limited_by`]) goes out whatever the budget says.
+//!   See `Budget` for how and why it differs from client-go's.
 //! - [`Queue::shutdown`] wakes every waiter; `get` then returns `None`.
 //!
 //! - Two bands ([`Priority`]): an **urgent** key (its owner's pod is gone, ended or missing, or
@@ -39,6 +40,11 @@ const MAX_DELAY: Duration = Duration::from_secs(1000);
 const BUDGET_RATE: f64 = 10.0;
 /// ...up to this many: client-go's `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
 const BUDGET_BURST: f64 = 100.0;
+/// Tokens of the budget routine keys leave to urgent ones: routine failures alone (status
+/// refreshes refused, say) hold routine keys with this many left, so a pod that is gone is
+/// replaced at once instead of waiting its turn at 10 a second. More than the default 16
+/// workers, whose failures in flight may overdraw the routine share.
+pub const URGENT_RESERVE: f64 = 25.0;
 
 /// While both bands hold keys, one key in this many handed out is routine: the routine band's
 /// guaranteed share. High enough that an urgent key rarely waits behind a routine one (one
@@ -83,6 +89,12 @@ impl Priority {
 ///   goes out unbounded. Here a spent budget holds every key: after 100 failures in a row,
 ///   10 reconciles a second, whatever queued them.
 ///
+/// Within it, routine keys are held once only [`URGENT_RESERVE`] tokens are left, urgent keys
+/// once none is: the whole still lets 100 failures through, then 10 a second, so a failing API
+/// server is not stampeded, but routine failures cannot make a pod's replacement wait. A key
+/// retried at its bound (a pod our finalizer holds, to be let go within a minute) is not held
+/// at all: one request per such pod.
+///
 /// A key's own exponential backoff (and the server's `Retry-After`) apply as well, as in
 /// client-go's `MaxOf`.
 #[derive(Debug)]
@@ -108,10 +120,14 @@ impl Budget {
         self.at = self.at.max(now);
     }
 
-    /// `None` when a key may be handed out now; otherwise how long until one may.
-    fn wait(&mut self, now: Instant) -> Option<Duration> {
+    /// `None` when a key of `priority` may be handed out now; otherwise how long until one may.
+    fn wait(&mut self, now: Instant, priority: Priority) -> Option<Duration> {
         self.refill(now);
-        (self.tokens < 1.0).then(|| Duration::from_secs_f64((1.0 - self.tokens) / BUDGET_RATE))
+        let floor = match priority {
+            Priority::Urgent => 1.0,
+            Priority::Routine => 1.0 + URGENT_RESERVE,
+        };
+        (self.tokens < floor).then(|| Duration::from_secs_f64((floor - self.tokens) / BUDGET_RATE))
     }
 
     /// A reconcile failed.
@@ -207,6 +223,10 @@ struct State<H> {
     failures: HashMap<Key, u32>,
     /// Failures the queue still lets through.
     budget: Budget,
+    /// Keys whose retry is due at a bound the reconcile must keep (`add_rate_limited_by`):
+    /// handed out without waiting on the budget, from `due`, in the order they came due.
+    bounded: HashSet<Key>,
+    due: VecDeque<Key>,
     /// Whether the last `get` found the budget spent (to log when that changes).
     throttled: bool,
     shutting_down: bool,
@@ -223,6 +243,8 @@ impl<H> Default for State<H> {
             timers: BinaryHeap::new(),
             failures: HashMap::new(),
             budget: Budget::new(Instant::now()),
+            bounded: HashSet::new(),
+            due: VecDeque::new(),
             throttled: false,
             shutting_down: false,
         }
@@ -280,8 +302,7 @@ impl<H: Clone> Queue<H> {
             if processing {
                 return false;
             }
-            st.ready[priority.band()].push_back(key);
-            Self::depth(st);
+            Self::push_ready(st, key, priority);
             return true;
         }
         // Counted as client-go counts it: a key already queued is not added again.
@@ -300,9 +321,17 @@ impl<H: Clone> Queue<H> {
             // Handed out again by `done`.
             return false;
         }
+        Self::push_ready(st, key, priority);
+        true
+    }
+
+    /// Makes `key` ready in its band, and ahead of the budget too if its bound has come.
+    fn push_ready(st: &mut State<H>, key: Key, priority: Priority) {
+        if st.bounded.contains(&key) {
+            st.due.push_back(key.clone());
+        }
         st.ready[priority.band()].push_back(key);
         Self::depth(st);
-        true
     }
 
     /// Reports the number of keys ready (stale copies included: they are few).
@@ -343,15 +372,44 @@ impl<H: Clone> Queue<H> {
         at_most: Option<Duration>,
         priority: Priority,
     ) -> Duration {
+        self.retry(key, at_least, at_most.map(|d| (d, false)), priority)
+    }
+
+    /// [`Queue::add_rate_limited`] with a bound the reconcile must keep whatever else fails (a
+    /// pod being deleted waits on our finalizer until then): a retry at `bound` is handed out
+    /// without waiting on the budget. One request per such bound, so no stampede.
+    pub fn add_rate_limited_by(
+        &self,
+        key: String,
+        at_least: Duration,
+        bound: Duration,
+        priority: Priority,
+    ) -> Duration {
+        self.retry(key, at_least, Some((bound, true)), priority)
+    }
+
+    fn retry(
+        &self,
+        key: String,
+        at_least: Duration,
+        at_most: Option<(Duration, bool)>,
+        priority: Priority,
+    ) -> Duration {
         let delay = {
             let mut st = self.lock();
             st.budget.spend(Instant::now());
             let n = st.failures.entry(key.as_str().into()).or_insert(0);
-            let delay = backoff(*n)
-                .max(at_least)
-                .min(at_most.unwrap_or(Duration::MAX));
+            let wanted = backoff(*n).max(at_least);
             *n = n.saturating_add(1);
-            delay
+            match at_most {
+                Some((latest, bound)) if latest <= wanted => {
+                    if bound {
+                        st.bounded.insert(key.as_str().into());
+                    }
+                    latest
+                }
+                _ => wanted,
+            }
         };
         metrics::queue_retry();
         self.add_after(key, delay, Trigger::Retry, priority);
@@ -368,6 +426,7 @@ impl<H: Clone> Queue<H> {
     pub fn forget(&self, key: &str) {
         let mut st = self.lock();
         st.failures.remove(key);
+        st.bounded.remove(key);
         st.budget.refund(Instant::now());
     }
 
@@ -383,45 +442,49 @@ impl<H: Clone> Queue<H> {
             }
             let mut next_deadline = Self::promote_due(&mut st);
             Self::drop_stale(&mut st);
+            if let Some(key) = Self::pop_due(&mut st) {
+                return Some(Self::hand_out(&mut st, key));
+            }
             if !st.ready[0].is_empty() || !st.ready[1].is_empty() {
-                let held = st.budget.wait(Instant::now());
-                if held.is_some() != st.throttled {
-                    st.throttled = held.is_some();
-                    if st.throttled {
+                let now = Instant::now();
+                let urgent = !st.ready[0].is_empty();
+                let routine = !st.ready[1].is_empty();
+                let urgent_held = urgent
+                    .then(|| st.budget.wait(now, Priority::Urgent))
+                    .flatten();
+                let routine_held = routine
+                    .then(|| st.budget.wait(now, Priority::Routine))
+                    .flatten();
+                let may_urgent = urgent && urgent_held.is_none();
+                let may_routine = routine && routine_held.is_none();
+                let throttled = !may_urgent && !may_routine;
+                if throttled != st.throttled {
+                    st.throttled = throttled;
+                    if throttled {
                         log::debug!(
                             target: "queue", ready = st.ready.len();
                             "reconciles keep failing: handing out at most {BUDGET_RATE} keys a second until one succeeds"
                         );
                     } else {
-                        log::debug!(target: "queue", ready = st.ready.len(); "handing out keys at full speed again");
+                        log::debug!(target: "queue", ready = st.ready.len(); "handing out keys again");
                     }
                 }
-                match held {
-                    Some(wait) => {
-                        let at = Instant::now() + wait;
-                        next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
-                    }
-                    None => {
-                        // Urgent first, but one in SHARE routine while both wait.
-                        let routine = st.ready[0].is_empty()
-                            || (!st.ready[1].is_empty() && st.urgent_streak + 1 >= SHARE);
-                        let band = usize::from(routine);
-                        let key = st.ready[band].pop_front().expect("not empty");
-                        st.urgent_streak = match (routine, st.ready[1].is_empty()) {
-                            (false, false) => st.urgent_streak + 1,
-                            _ => 0,
-                        };
-                        Self::depth(&st);
-                        let (trigger, priority, waited) = match st.dirty.remove(&key) {
-                            Some(d) => {
-                                metrics::queue_wait(d.added.elapsed());
-                                (d.trigger, d.priority, d.in_band.elapsed())
-                            }
-                            None => (Trigger::Scheduled, Priority::Routine, Duration::ZERO),
-                        };
-                        st.processing.insert(key.clone());
-                        return Some((key.to_string(), trigger, priority, waited));
-                    }
+                if may_urgent || may_routine {
+                    // Urgent first, but one in SHARE routine while both may go.
+                    let take_routine =
+                        may_routine && (!may_urgent || st.urgent_streak + 1 >= SHARE);
+                    let band = usize::from(take_routine);
+                    let key = st.ready[band].pop_front().expect("not empty");
+                    st.urgent_streak = match (take_routine, st.ready[1].is_empty()) {
+                        (false, false) => st.urgent_streak + 1,
+                        _ => 0,
+                    };
+                    return Some(Self::hand_out(&mut st, key));
+                }
+                let wait = urgent_held.into_iter().chain(routine_held).min();
+                if let Some(wait) = wait {
+                    let at = now + wait;
+                    next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
                 }
             }
             st = match next_deadline {
@@ -437,6 +500,34 @@ impl<H: Clone> Queue<H> {
                 None => self.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
             };
         }
+    }
+
+    /// The first key whose bound has come, if any (its copy in a band is then stale).
+    fn pop_due(st: &mut State<H>) -> Option<Key> {
+        while let Some(key) = st.due.pop_front() {
+            if st.bounded.contains(&key)
+                && st.dirty.contains_key(&key)
+                && !st.processing.contains(&key)
+            {
+                return Some(key);
+            }
+        }
+        None
+    }
+
+    /// Hands `key`, just taken from a ready deque, to a worker.
+    fn hand_out(st: &mut State<H>, key: Key) -> (String, Trigger<H>, Priority, Duration) {
+        Self::depth(st);
+        st.bounded.remove(&key);
+        let (trigger, priority, waited) = match st.dirty.remove(&key) {
+            Some(d) => {
+                metrics::queue_wait(d.added.elapsed());
+                (d.trigger, d.priority, d.in_band.elapsed())
+            }
+            None => (Trigger::Scheduled, Priority::Routine, Duration::ZERO),
+        };
+        st.processing.insert(key.clone());
+        (key.to_string(), trigger, priority, waited)
     }
 
     /// Pops the stale copies at the front of each band (keys moved up, or handed out from the
@@ -480,13 +571,12 @@ impl<H: Clone> Queue<H> {
         if st.shutting_down {
             return;
         }
-        if let Some((key, band)) = st
+        if let Some((key, priority)) = st
             .dirty
             .get_key_value(key)
-            .map(|(k, d)| (k.clone(), d.priority.band()))
+            .map(|(k, d)| (k.clone(), d.priority))
         {
-            st.ready[band].push_back(key);
-            Self::depth(&st);
+            Self::push_ready(&mut st, key, priority);
             self.cond.notify_one();
         }
     }
@@ -742,21 +832,32 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Budget::new(t0);
         for i in 0..100 {
-            assert_eq!(b.wait(t0), None, "failure {i} is within the burst");
+            assert_eq!(
+                b.wait(t0, Priority::Urgent),
+                None,
+                "failure {i} is within the burst"
+            );
             b.spend(t0);
         }
-        assert_eq!(b.wait(t0), Some(Duration::from_millis(100)));
+        assert_eq!(
+            b.wait(t0, Priority::Urgent),
+            Some(Duration::from_millis(100))
+        );
         let t1 = t0 + Duration::from_millis(100);
-        assert_eq!(b.wait(t1), None, "one token a tenth of a second later");
+        assert_eq!(
+            b.wait(t1, Priority::Urgent),
+            None,
+            "one token a tenth of a second later"
+        );
         b.spend(t1);
-        assert!(b.wait(t1).is_some());
+        assert!(b.wait(t1, Priority::Urgent).is_some());
         // A long quiet time refills only up to the burst.
         let t2 = t1 + Duration::from_secs(3600);
         for _ in 0..100 {
-            assert_eq!(b.wait(t2), None);
+            assert_eq!(b.wait(t2, Priority::Urgent), None);
             b.spend(t2);
         }
-        assert!(b.wait(t2).is_some());
+        assert!(b.wait(t2, Priority::Urgent).is_some());
     }
 
     #[test]
@@ -766,16 +867,16 @@ mod tests {
         for _ in 0..100 {
             b.spend(t0);
         }
-        assert!(b.wait(t0).is_some());
+        assert!(b.wait(t0, Priority::Urgent).is_some());
         b.refund(t0);
-        assert_eq!(b.wait(t0), None);
+        assert_eq!(b.wait(t0, Priority::Urgent), None);
         // Successes never raise it past the burst.
         let mut full = Budget::new(t0);
         full.refund(t0);
         for _ in 0..100 {
             full.spend(t0);
         }
-        assert!(full.wait(t0).is_some());
+        assert!(full.wait(t0, Priority::Urgent).is_some());
     }
 
     #[test]
@@ -786,7 +887,10 @@ mod tests {
             b.spend(t0);
         }
         // Three tokens owed, and one to hand out: 0.4 s.
-        assert_eq!(b.wait(t0), Some(Duration::from_millis(400)));
+        assert_eq!(
+            b.wait(t0, Priority::Urgent),
+            Some(Duration::from_millis(400))
+        );
     }
 
     #[test]
@@ -813,10 +917,137 @@ mod tests {
             (handed_out as f64) <= most,
             "{handed_out} handed out in {secs:.2} s, at most {most:.0}"
         );
-        assert!(handed_out >= 100, "the first hundred are not held back");
+        assert!(
+            handed_out as f64 >= BUDGET_BURST - URGENT_RESERVE,
+            "the routine share of the burst is not held back"
+        );
         // One success, and the next key goes at once.
         q.forget("ns/0");
-        assert_eq!(q.lock().budget.wait(Instant::now()), None);
+        assert_eq!(
+            q.lock().budget.wait(Instant::now(), Priority::Routine),
+            None
+        );
+    }
+
+    #[test]
+    fn routine_failures_leave_the_urgent_reserve_of_the_budget() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(t0);
+        let mut routine = 0;
+        while b.wait(t0, Priority::Routine).is_none() {
+            b.spend(t0);
+            routine += 1;
+        }
+        assert_eq!(routine, 75);
+        for i in 0..25 {
+            assert_eq!(b.wait(t0, Priority::Urgent), None, "urgent failure {i}");
+            b.spend(t0);
+        }
+        assert!(
+            b.wait(t0, Priority::Urgent).is_some(),
+            "then urgent is held too"
+        );
+    }
+
+    /// Hands out the next key, or panics if none comes within 5 s (a held key would wait ten).
+    fn next_soon(q: &Arc<Q>) -> String {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let q2 = q.clone();
+        thread::spawn(move || {
+            let _ = tx.send(q2.get().map(|(k, ..)| k));
+        });
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("handed out without waiting on the budget")
+            .expect("not shut down")
+    }
+
+    /// Spends the whole budget and more with `n` failing reconciles of `priority`.
+    fn fail_many(q: &Q, n: usize, priority: Priority) {
+        for i in 0..n {
+            let key = format!("ns/failing-{i}");
+            q.add_rate_limited(key, Duration::from_secs(3600), None, priority);
+        }
+    }
+
+    #[test]
+    fn an_urgent_key_is_not_held_by_routine_failures() {
+        let q = Arc::new(Q::new());
+        for i in 0..200 {
+            q.add(format!("ns/routine-{i}"), t(), Priority::Routine);
+        }
+        // Routine reconciles fail (status writes refused, say), 16 workers at a time, until
+        // routine keys are held.
+        let routine_held = || {
+            q.lock()
+                .budget
+                .wait(Instant::now(), Priority::Routine)
+                .is_some()
+        };
+        loop {
+            let mut in_flight = Vec::new();
+            while in_flight.len() < 16 && !routine_held() {
+                in_flight.push(next_soon(&q));
+            }
+            if in_flight.is_empty() {
+                break;
+            }
+            for k in in_flight {
+                q.add_rate_limited(
+                    k.clone(),
+                    Duration::from_secs(3600),
+                    None,
+                    Priority::Routine,
+                );
+                q.done(&k);
+            }
+        }
+        assert_eq!(
+            q.lock().budget.wait(Instant::now(), Priority::Urgent),
+            None,
+            "the urgent reserve is left"
+        );
+        q.add("ns/pod-gone".into(), t(), Priority::Urgent);
+        assert_eq!(next_soon(&q), "ns/pod-gone");
+        q.shutdown();
+    }
+
+    #[test]
+    fn a_key_due_at_its_bound_is_handed_out_whatever_the_budget() {
+        let q = Arc::new(Q::new());
+        // Urgent failures too: the budget holds every key for ten seconds.
+        fail_many(&q, 200, Priority::Urgent);
+        q.add("ns/other".into(), t(), Priority::Urgent);
+        // A pod our finalizer holds must be let go within its bound, which has come.
+        let delay = q.add_rate_limited_by(
+            "ns/holding".into(),
+            Duration::ZERO,
+            Duration::from_millis(10),
+            Priority::Urgent,
+        );
+        assert_eq!(delay, Duration::from_millis(5), "its backoff comes first");
+        assert!(q.lock().bounded.is_empty(), "not at its bound yet");
+        let delay = q.add_rate_limited_by(
+            "ns/holding".into(),
+            Duration::ZERO,
+            Duration::from_millis(10),
+            Priority::Urgent,
+        );
+        assert_eq!(delay, Duration::from_millis(10));
+        // A retry merely wanted soon (a count to write again) still waits on the budget.
+        q.add_rate_limited(
+            "ns/recount".into(),
+            Duration::ZERO,
+            Some(Duration::from_millis(1)),
+            Priority::Urgent,
+        );
+        assert!(!q.lock().bounded.contains("ns/recount"));
+        assert_eq!(next_soon(&q), "ns/holding");
+        assert!(q
+            .lock()
+            .budget
+            .wait(Instant::now(), Priority::Urgent)
+            .is_some());
+        q.shutdown();
     }
 
     #[test]

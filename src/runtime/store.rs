@@ -6,7 +6,7 @@
 //!
 //! The watcher makes and removes entries; anyone else may only update an entry that is there
 //! ([`Store::update`]), so that an answer arriving after the object's deletion cannot bring it
-//! back.
+//! back, or remove one the API server said is gone.
 
 use std::collections::HashMap;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};

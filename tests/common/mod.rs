@@ -150,13 +150,17 @@ impl Api {
         let tls = config
             .tls_config()
             .unwrap_or_else(|e| panic!("cannot build tls config: {e}"));
-        let agent = ureq::AgentBuilder::new()
+        let mut agent = ureq::AgentBuilder::new()
             .tls_config(tls)
             .timeout_connect(Duration::from_secs(10))
             // A watch is never made here, so no request legitimately takes long.
             .timeout(Duration::from_secs(30))
-            .redirects(0)
-            .build();
+            .redirects(0);
+        // A cluster reached through a proxy is reached through it by the harness too.
+        if let Some(proxy) = &config.proxy {
+            agent = agent.proxy(proxy.to_ureq());
+        }
+        let agent = agent.build();
         Api {
             agent,
             server: config.server.trim_end_matches('/').to_string(),
@@ -323,8 +327,8 @@ impl Cluster {
         // A namespace is a DNS-1123 label: at most 63 characters.
         slug.truncate(63 - "e2e--".len() - suffix.len());
         let ns = format!("e2e-{}-{suffix}", slug.trim_end_matches('-'));
-        let dir = std::env::temp_dir().join("immortal-e2e").join(&ns);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let dir = scratch_root().join(&ns);
+        create_scratch(&dir);
 
         let (backend, kubeconfig) = match std::env::var_os(KUBECONFIG_ENV).filter(|v| !v.is_empty())
         {
@@ -389,6 +393,17 @@ impl Cluster {
         &self.kubeconfig
     }
 
+    /// The API server's `host:port`, as a proxy is asked to `CONNECT` to it.
+    pub fn api_server(&self) -> String {
+        let (scheme, rest) = self.api.server.split_once("://").unwrap_or(("https", ""));
+        let authority = rest.split('/').next().unwrap_or_default();
+        match authority.rsplit_once(':') {
+            Some((_, port)) if !port.ends_with(']') => authority.to_string(),
+            _ if scheme == "http" => format!("{authority}:80"),
+            _ => format!("{authority}:443"),
+        }
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -417,7 +432,8 @@ impl Cluster {
         }
     }
 
-    fn create_crd(&self) {
+    /// Creates (or replaces) the CRD of this checkout and waits until it is Established.
+    pub fn create_crd(&self) {
         let yaml =
             fs::read_to_string(CRD_PATH).unwrap_or_else(|e| panic!("cannot read {CRD_PATH}: {e}"));
         let crd: Value = serde_yaml::from_str(&yaml)
@@ -672,6 +688,70 @@ impl Cluster {
         path
     }
 
+    /// A copy of the cluster's kubeconfig in the test's directory, named `name`, with its
+    /// current context's cluster passed through `edit`. Relative paths in the copy are made
+    /// absolute, so that it works from there (a real cluster's kubeconfig may have them).
+    pub fn edited_kubeconfig(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut serde_yaml::Mapping),
+    ) -> PathBuf {
+        self.edited_copy(&self.kubeconfig, name, edit)
+    }
+
+    /// [`Cluster::edited_kubeconfig`] of another kubeconfig (one of [`Cluster::user_kubeconfig`]).
+    pub fn edited_copy(
+        &self,
+        kubeconfig: &Path,
+        name: &str,
+        edit: impl FnOnce(&mut serde_yaml::Mapping),
+    ) -> PathBuf {
+        let text = fs::read_to_string(kubeconfig)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", kubeconfig.display()));
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not YAML: {e}", kubeconfig.display()));
+        let base = kubeconfig.parent().unwrap_or(Path::new("/")).to_path_buf();
+        let absolute = |v: &mut serde_yaml::Value, key: &str| {
+            if let Some(p) = v.get_mut(key) {
+                if let Some(rel) = p.as_str().filter(|s| !s.is_empty() && !s.starts_with('/')) {
+                    if key != "command" || rel.contains('/') {
+                        *p = base.join(rel).display().to_string().into();
+                    }
+                }
+            }
+        };
+        for (_, c) in bodies(&mut config, "clusters", "cluster") {
+            absolute(c, "certificate-authority");
+        }
+        for (_, u) in bodies(&mut config, "users", "user") {
+            for key in ["client-certificate", "client-key", "tokenFile"] {
+                absolute(u, key);
+            }
+            if let Some(exec) = u.get_mut("exec") {
+                absolute(exec, "command");
+            }
+        }
+        let context = config["current-context"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let cluster = config["contexts"]
+            .as_sequence()
+            .and_then(|cs| cs.iter().find(|c| c["name"].as_str() == Some(&context)))
+            .and_then(|c| c["context"]["cluster"].as_str())
+            .unwrap_or_else(|| panic!("no cluster for current-context {context:?}"))
+            .to_string();
+        let body = bodies(&mut config, "clusters", "cluster")
+            .find(|(n, _)| *n == cluster)
+            .and_then(|(_, b)| b.as_mapping_mut())
+            .unwrap_or_else(|| panic!("no cluster {cluster:?}"));
+        edit(body);
+        let path = self.dir().join(name);
+        fs::write(&path, serde_yaml::to_string(&config).unwrap())
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        path
+    }
+
     /// Cordons `node`, as `kubectl cordon` does, until the guard is dropped (also when the test
     /// fails).
     pub fn cordon(&self, node: &str) -> Cordoned {
@@ -815,11 +895,49 @@ impl Drop for Cluster {
             eprintln!("e2e: scratch directory kept: {}", self.dir.display());
         } else {
             let _ = fs::remove_dir_all(&self.dir);
+            // The shared parent goes with its last scratch directory, so that a passing run
+            // leaves nothing in the temp directory (remove_dir refuses a non-empty one).
+            let _ = fs::remove_dir(scratch_root());
+        }
+    }
+}
+
+/// Where every test keeps its scratch directory, one per namespace.
+fn scratch_root() -> PathBuf {
+    std::env::temp_dir().join("immortal-e2e")
+}
+
+/// Creates a scratch directory. Another test's drop may remove the empty shared parent between
+/// creating it and creating `dir` inside it, so a vanished parent is tried again.
+fn create_scratch(dir: &Path) {
+    let mut tries = 0;
+    loop {
+        match fs::create_dir_all(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 10 => tries += 1,
+            Err(e) => panic!("cannot create {}: {e}", dir.display()),
         }
     }
 }
 
 /// Nodes cordoned by a test, uncordoned when dropped.
+/// The `body` of every named entry of a kubeconfig's `list` (`clusters`/`cluster`, ...).
+fn bodies<'a>(
+    config: &'a mut serde_yaml::Value,
+    list: &str,
+    body: &'a str,
+) -> impl Iterator<Item = (String, &'a mut serde_yaml::Value)> {
+    config
+        .get_mut(list)
+        .and_then(|l| l.as_sequence_mut())
+        .into_iter()
+        .flatten()
+        .filter_map(move |item| {
+            let name = item["name"].as_str().unwrap_or_default().to_string();
+            item.get_mut(body).map(|b| (name, b))
+        })
+}
+
 pub struct Cordoned {
     api: Api,
     nodes: Vec<String>,

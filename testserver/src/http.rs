@@ -201,6 +201,12 @@ impl<S: Read + Write> Conn<S> {
             };
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
+        // An absolute-form target (RFC 9112, 3.2.2), as some clients send it through a proxy's
+        // tunnel: a server must accept it, and kube-apiserver does.
+        let target = match target.split_once("://") {
+            Some(("http" | "https", rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+            _ => target,
+        };
         let (raw_path, raw_query) = target.split_once('?').unwrap_or((target, ""));
         let mut req = Request {
             method: method.to_string(),
@@ -374,6 +380,21 @@ mod tests {
         let b = c.read_request().expect("read").expect("request");
         assert_eq!(b.body, b"{}");
         assert!(c.read_request().expect("eof").is_none());
+    }
+
+    #[test]
+    fn an_absolute_form_target_is_read_as_its_path_and_query() {
+        let mut c = conn(
+            "GET https://127.0.0.1:6443/api/v1/pods?limit=2 HTTP/1.1\r\nHost: x\r\n\r\n\
+             GET http://h HTTP/1.1\r\n\r\n",
+        );
+        let a = c.read_request().expect("read").expect("request");
+        assert_eq!(
+            (a.path.as_str(), a.param("limit")),
+            ("/api/v1/pods", Some("2"))
+        );
+        let b = c.read_request().expect("read").expect("request");
+        assert_eq!(b.path, "/");
     }
 
     #[test]

@@ -710,7 +710,7 @@ mod tests {
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                 "operations": ["CREATE", "PATCH"], "resources": ["pods"]}]},
-            "validations": [{"expression": "object.metadata.name.matches('^a')"},
+            "validations": [{"expression": "object.metadata.name.lowerAscii() == 'a'"},
                 {"expression": "true", "reason": "Teapot"}]}});
         let fields: Vec<String> = validate_policy(&policy)
             .into_iter()
@@ -722,7 +722,7 @@ mod tests {
             "spec.matchConstraints.resourceRules[0].operations[1]: Unsupported value: \"PATCH\""
         ));
         assert!(fields[2].starts_with(
-            "spec.validations[0].expression: Invalid value: \"object.metadata.name.matches('^a')\": compilation failed"
+            "spec.validations[0].expression: Invalid value: \"object.metadata.name.lowerAscii() == 'a'\": compilation failed"
         ));
         assert_eq!(
             fields[3],

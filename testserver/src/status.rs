@@ -160,17 +160,19 @@ struct StatusBody<'a> {
 
 impl ApiError {
     /// 422 Invalid for `kind_label` (`Pod`, `ImmortalContainer.immortalcontainer.flugel.it`)
-    /// named `name`: the message quotes one cause, or several in brackets (fixture 07).
+    /// named `name`: the message quotes one cause, or several in brackets (fixture 07), each
+    /// once however often it repeats in `causes`, as Go's `ErrorList.ToAggregate` does
+    /// (fixture kube-1.28-kubelet/18).
     pub fn invalid(kind_label: &str, mut details: Details, causes: Vec<Cause>) -> ApiError {
-        let summary = match causes.as_slice() {
-            [one] => one.summary(),
-            many => format!(
-                "[{}]",
-                many.iter()
-                    .map(Cause::summary)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+        let mut said: Vec<String> = Vec::new();
+        for summary in causes.iter().map(Cause::summary) {
+            if !said.contains(&summary) {
+                said.push(summary);
+            }
+        }
+        let summary = match said.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
         };
         let message = format!("{kind_label} {:?} is invalid: {summary}", details.name);
         details.causes = causes;

@@ -581,8 +581,22 @@ fn merge_patch_with_stale_resource_version_conflicts() {
     });
 }
 
+/// The Status a real server answers a patch whose `metadata.uid` is not the object's: 422
+/// Invalid, the uid named immutable, twice in the causes (fixture kube-1.28-kubelet/18).
+fn assert_uid_immutable(r: &common::Resp, kind_label: &str, name: &str, uid: &str) {
+    assert_eq!(r.code, 422, "{}", r.body);
+    assert_eq!(r.body["reason"], "Invalid");
+    assert_eq!(
+        r.body["message"],
+        format!("{kind_label} {name:?} is invalid: metadata.uid: Invalid value: {uid:?}: field is immutable")
+    );
+    let cause = json!({"reason": "FieldValueInvalid",
+        "message": format!("Invalid value: {uid:?}: field is immutable"), "field": "metadata.uid"});
+    assert_eq!(r.body["details"]["causes"], json!([cause, cause]));
+}
+
 #[test]
-fn a_patch_naming_another_uid_conflicts_and_removes_one_finalizer_when_it_matches() {
+fn a_patch_naming_another_uid_is_invalid_and_removes_one_finalizer_when_it_matches() {
     bounded(20, || {
         let (_server, admin) = start();
         let mut body = pod_body("a", None);
@@ -603,20 +617,54 @@ fn a_patch_naming_another_uid_conflicts_and_removes_one_finalizer_when_it_matche
                 Some(&body),
             )
         };
-        // The uid is a precondition: a pod of the same name but another uid is not touched.
+        // A patch has no uid precondition: another uid is a change of an immutable field.
         let r = release("someone-else");
-        assert_eq!(r.code, 409, "{}", r.body);
-        assert!(
-            r.body["message"]
-                .as_str()
-                .unwrap_or("")
-                .contains("Precondition failed: UID in precondition: someone-else"),
-            "{}",
-            r.body
+        assert_uid_immutable(&r, "Pod", "a", "someone-else");
+        assert_eq!(
+            admin.get(&format!("{PODS}/a")).body["metadata"]["finalizers"],
+            json!(["ours/count", "theirs/keep"]),
+            "not touched"
         );
         let r = release(&uid);
         assert_eq!(r.code, 200, "{}", r.body);
         assert_eq!(r.body["metadata"]["finalizers"], json!(["theirs/keep"]));
+    });
+}
+
+#[test]
+fn a_status_patch_naming_another_uid_is_invalid_and_a_put_naming_one_conflicts() {
+    bounded(20, || {
+        let (_server, admin) = start();
+        admin.post(PODS, &pod_body("a", None));
+        let ic = admin.post(&ics(), &ic_body("web", "nginx")).body;
+        let status = json!({"metadata": {"uid": "gone-uid"}, "status": {"startTimes": 1}});
+        let r = admin.merge_patch(&format!("{PODS}/a/status"), &status);
+        assert_uid_immutable(&r, "Pod", "a", "gone-uid");
+        let path = format!("{}/web", ics());
+        let r = admin.merge_patch(&format!("{path}/status"), &status);
+        assert_uid_immutable(
+            &r,
+            "ImmortalContainer.immortalcontainer.flugel.it",
+            "web",
+            "gone-uid",
+        );
+        assert!(
+            admin.get(&path).body["status"]["startTimes"].is_null(),
+            "not applied"
+        );
+        // A PUT's uid is a precondition, checked by storage: 409 (no fixture records it).
+        let mut put = ic.clone();
+        put["metadata"]["uid"] = json!("gone-uid");
+        let r = admin.put(&path, &put);
+        assert_eq!(r.code, 409, "{}", r.body);
+        assert_eq!(r.body["reason"], "Conflict");
+        // The right uid is applied.
+        let mut status = status;
+        status["metadata"]["uid"] = ic["metadata"]["uid"].clone();
+        assert_eq!(
+            admin.merge_patch(&format!("{path}/status"), &status).code,
+            200
+        );
     });
 }
 

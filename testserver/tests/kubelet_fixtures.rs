@@ -337,8 +337,8 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
 
         let fixtures = load("kube-1.28-kubelet");
         assert!(
-            fixtures.len() >= 17,
-            "expected the 17 recorded fixtures, found {}",
+            fixtures.len() >= 20,
+            "expected the 20 recorded fixtures, found {}",
             fixtures.len()
         );
         let mut failures = Vec::new();
@@ -599,6 +599,20 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                     }
                     compare_status(f, &r.send(f, Some(&f.body)))
                 }
+                // Patches of a pod the recording made in its own namespace: a wrong uid (18,
+                // and a JSON patch `test` of it, 20) is 422, a stale resourceVersion (19) 409.
+                "18" | "19" | "20" => {
+                    let ns = r.admin.post(
+                        "/api/v1/namespaces",
+                        &json!({"metadata": {"name": "fixtures-uid"}}),
+                    );
+                    assert!(matches!(ns.code, 201 | 409), "namespace: {}", ns.body);
+                    let pod = r
+                        .admin
+                        .post("/api/v1/namespaces/fixtures-uid/pods", &pod_body("patched"));
+                    assert!(matches!(pod.code, 201 | 409), "pod: {}", pod.body);
+                    compare_status(f, &r.send(f, Some(&f.body)))
+                }
                 _ => vec!["a fixture this replay does not know".into()],
             };
             replayed += 1;
@@ -611,7 +625,7 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                 failures.push(format!("{}{what}:\n  {}", f.name, diffs.join("\n  ")));
             }
         }
-        assert_eq!(replayed, 17, "every fixture was replayed");
+        assert_eq!(replayed, 20, "every fixture was replayed");
         assert!(
             failures.is_empty(),
             "fixtures that differ:\n{}",

@@ -4,9 +4,11 @@
 //! Level-based, as sample-controller's `syncHandler`: re-read the object by key (NotFound is
 //! success: the garbage collector removes its pod), learn the pod's state, act, then write
 //! status through `/status` only if it changed. How the pod's state is learned depends on the
-//! trigger (see `lifecycle`): after its DELETED event the pod is probably gone, so the create
-//! comes first; after an event that showed it, reconcile acts on what the event showed when
-//! the pod is already counted, and otherwise reads it. A pod of ours that is gone or terminal
+//! trigger (see `lifecycle`): after the DELETED event of the pod counted last the name is
+//! probably free, so the create comes first; after that of a pod this process replaced itself
+//! nothing is new; after that of any other pod, reconcile reads the object, then the pod; after
+//! an event that showed the pod, reconcile acts on what the event showed when the pod is
+//! already counted, and otherwise reads it. A pod of ours that is gone or terminal
 //! is replaced as soon as its name is free, and not before: while one terminates, reconcile
 //! waits for its DELETED event instead of polling.
 //!
@@ -34,8 +36,9 @@ use crate::kube::types::{self, Condition, Pod, MAX_NAME_LEN};
 use crate::runtime::controller::{Failure, Next, Trace};
 use crate::util;
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod starts;
@@ -53,10 +56,23 @@ pub const CONFLICT_RETRY: Duration = Duration::from_secs(30);
 /// Rounds of look-and-act one reconcile makes before it leaves the key to the queue's backoff.
 const MAX_ROUNDS: usize = 4;
 
+/// Replacements whose old pod's DELETED event is awaited, at most (see [`Books`]): about
+/// half a megabyte. Each is held only until that event comes, normally milliseconds.
+const REPLACED_AT_MOST: usize = 4096;
+
 /// The API calls reconcile makes. [`client::Client`] is the real one; tests use a fake that
 /// records every call.
 pub trait Api {
+    /// The object as the operator knows it: in the real one, its store (no request), which
+    /// may be older than the API server's copy.
     fn get_immortal_container(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error>;
+    /// The object as the API server holds it now: always a request. What it answers is
+    /// known from then on (see `store::saw`).
+    fn read_immortal_container(
         &self,
         ns: &str,
         name: &str,
@@ -71,7 +87,8 @@ pub trait Api {
         uid: &str,
         grace: Option<u32>,
     ) -> Result<Pod, client::Error>;
-    /// Merge-patches the pod; a `metadata.uid` in the patch is a precondition.
+    /// Merge-patches the pod; a `metadata.uid` in the patch that is not the pod's is refused
+    /// (422, `client::Error::is_uid_changed`).
     fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error>;
     fn patch_status(
         &self,
@@ -104,6 +121,27 @@ impl Api for Cluster {
             None => self.client.get_object(IMMORTAL_CONTAINERS, ns, name),
         }
     }
+    fn read_immortal_container(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
+        let key = types::key(ns, name);
+        match self.client.get_object(IMMORTAL_CONTAINERS, ns, name) {
+            Ok(read) => {
+                store::saw(&self.ics, &key, &read);
+                Ok(read)
+            }
+            Err(e) => {
+                // Gone, or replaced by another object of the name (our uid refused): either
+                // way the copy is stale, and the next reconcile reads.
+                if e.is_not_found() || e.is_uid_changed() {
+                    store::gone(&self.ics, &key);
+                }
+                Err(e)
+            }
+        }
+    }
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
         self.client.get_pod(ns, name)
     }
@@ -124,17 +162,32 @@ impl Api for Cluster {
     }
     /// The answer goes into the store at once: the next reconcile of the object must not act
     /// on a copy from before this write (it would count the same pod again, and be refused).
+    /// A 404, or a 422 refusing our uid, takes the copy out: the object is gone or replaced,
+    /// whatever the watch has said so far.
     fn patch_status(
         &self,
         ns: &str,
         name: &str,
         patch: &Value,
     ) -> Result<ImmortalContainer, client::Error> {
-        let answered: ImmortalContainer =
-            self.client
-                .patch_status(IMMORTAL_CONTAINERS, ns, name, patch)?;
-        store::saw(&self.ics, &types::key(ns, name), &answered);
-        Ok(answered)
+        let key = types::key(ns, name);
+        match self
+            .client
+            .patch_status::<ImmortalContainer>(IMMORTAL_CONTAINERS, ns, name, patch)
+        {
+            Ok(answered) => {
+                store::saw(&self.ics, &key, &answered);
+                Ok(answered)
+            }
+            Err(e) => {
+                // Gone, or replaced by another object of the name (our uid refused): either
+                // way the copy is stale, and the next reconcile reads.
+                if e.is_not_found() || e.is_uid_changed() {
+                    store::gone(&self.ics, &key);
+                }
+                Err(e)
+            }
+        }
     }
     fn record(&self, ic: &ImmortalContainer, note: Note) {
         self.events.record(&ic.metadata, note);
@@ -147,6 +200,9 @@ impl Api for Cluster {
 pub struct Books {
     pub restarts: Restarts,
     pub counting: Counting,
+    /// Pods (uid, by key) this process saw removed and then replaced, until their DELETED
+    /// event comes: the only ground on which such an event is "nothing new" without a read.
+    replaced: Mutex<HashMap<String, String>>,
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
 }
 
@@ -159,12 +215,34 @@ impl Books {
         Books {
             restarts: Restarts::new(),
             counting: Counting::new(),
+            replaced: Mutex::default(),
             clock: Box::new(clock),
         }
     }
 
     pub fn now(&self) -> Instant {
         (self.clock)()
+    }
+
+    /// This process saw the pod `uid` of `key` removed, then created its replacement.
+    fn replaced(&self, key: &str, uid: &str) {
+        let mut replaced = self.replaced.lock().unwrap_or_else(|p| p.into_inner());
+        if replaced.len() >= REPLACED_AT_MOST {
+            // Events that never came (a relist took their place): forgetting one costs a
+            // read when it does come, never a wrong answer.
+            replaced.clear();
+        }
+        replaced.insert(key.to_string(), uid.to_string());
+    }
+
+    /// Whether the pod `uid` of `key` is one this process replaced (forgotten once asked).
+    fn was_replaced(&self, key: &str, uid: &str) -> bool {
+        let mut replaced = self.replaced.lock().unwrap_or_else(|p| p.into_inner());
+        let yes = replaced.get(key).is_some_and(|u| u == uid);
+        if yes {
+            replaced.remove(key);
+        }
+        yes
     }
 }
 
@@ -273,6 +351,18 @@ impl Failure for Error {
             _ => None,
         }
     }
+    /// Only a pod being deleted has a bound to keep (it is let go uncounted then); one that
+    /// waits to be counted is retried soon, within the budget.
+    fn retry_by(&self) -> Option<Duration> {
+        match self {
+            Error::Holding {
+                deleting: true,
+                within,
+                ..
+            } => Some(*within),
+            _ => None,
+        }
+    }
     fn needs_a_person(&self) -> bool {
         match self {
             Error::Denied { .. } => true,
@@ -346,8 +436,14 @@ struct Run<'a, A: Api> {
     status: ImmortalContainerStatus,
     /// The pod to release once the status that counts it is written.
     release: Option<Held>,
-    /// The object was deleted while we worked (the status write answered 404).
+    /// The object was deleted while we worked (the status write answered 404), or replaced
+    /// by another of the same name (it refused our uid).
     gone: bool,
+    /// Putting our labels back on the pod failed: returned once the pod is counted and let go,
+    /// so that a pod being deleted never waits on a relabel (see `counting::HOLD_AT_MOST`).
+    relabel: Option<Error>,
+    /// Our pod (uid) this reconcile saw removed: the pod it creates replaces it.
+    removed: Option<String>,
 }
 
 /// A pod of ours still holding our finalizer.
@@ -370,14 +466,34 @@ pub fn reconcile<A: Api>(
     };
     let ic = match api.get_immortal_container(ns, name) {
         Ok(ic) => ic,
-        // Deleted: Kubernetes' garbage collector removes the pod through its ownerReference,
-        // once nothing of ours holds it.
-        Err(e) if e.is_not_found() => {
-            books.restarts.forget(trace.key);
-            release_orphan(api, trace, ns, name, None, hint)?;
+        Err(e) if e.is_not_found() => return object_gone(api, books, trace, ns, name, hint),
+        Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
+    };
+    if let Some(PodHint::Gone(g)) = hint {
+        // The DELETED event of a pod this process removed and then replaced, as every terminal
+        // pod is, the old one's event arriving after the new one was made: nothing is new, and
+        // the replacement's own events tell its story. Acting on it would take the name for
+        // free and, after a quick ending, report a back-off for a replacement that exists.
+        if !g.holds_count && books.was_replaced(trace.key, &g.uid.to_string()) {
+            log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
             return Ok(Next::Done);
         }
-        Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
+    }
+    // Any other pod that left, not the one our copy counted last: the copy may predate a count
+    // (another leader's, before a failover), or the pod was never counted (let go uncounted).
+    // The copy cannot tell: read the object, and then the pod if it is still not the one
+    // counted (see `first_look`). Controllers are level-triggered: a hint may save a request,
+    // never be the only ground for "nothing to do".
+    let doubt = matches!(hint, Some(PodHint::Gone(g)) if !g.holds_count
+        && ic.status.last_counted_pod_uid.as_deref().is_some_and(|l| g.uid != *l));
+    let ic = if doubt {
+        match api.read_immortal_container(ns, name) {
+            Ok(ic) => ic,
+            Err(e) if e.is_not_found() => return object_gone(api, books, trace, ns, name, hint),
+            Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
+        }
+    } else {
+        ic
     };
     if ic.metadata.deletion_timestamp.is_some() {
         // Foreground deletion waits for the pod (blockOwnerDeletion): let it go.
@@ -396,6 +512,8 @@ pub fn reconcile<A: Api>(
         status: ic.status.clone(),
         release: None,
         gone: false,
+        relabel: None,
+        removed: None,
     };
     run.status.observed_generation = ic.metadata.generation;
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
@@ -463,7 +581,25 @@ pub fn reconcile<A: Api>(
     if let Some(held) = run.release.take() {
         run.release(&held.uid)?;
     }
+    if let Some(e) = run.relabel.take() {
+        return Err(e);
+    }
     Ok(next)
+}
+
+/// The object is deleted: Kubernetes' garbage collector removes the pod through its
+/// ownerReference, once nothing of ours holds it.
+fn object_gone<A: Api>(
+    api: &A,
+    books: &Books,
+    trace: &Trace,
+    ns: &str,
+    name: &str,
+    hint: Option<&PodHint>,
+) -> Result<Next, Error> {
+    books.restarts.forget(trace.key);
+    release_orphan(api, trace, ns, name, None, hint)?;
+    Ok(Next::Done)
 }
 
 impl<A: Api> Run<'_, A> {
@@ -488,10 +624,6 @@ impl<A: Api> Run<'_, A> {
             return Ok(Next::Done);
         }
 
-        if self.replaced_already(hint) {
-            log::debug!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key; "the pod that left was replaced already");
-            return Ok(Next::Done);
-        }
         let mut look = self.first_look(hint);
         let mut cause = None;
         let mut refused: Option<client::Error> = None;
@@ -547,6 +679,9 @@ impl<A: Api> Run<'_, A> {
                     }
                     match self.create(cause)? {
                         Created::Yes => {
+                            if let Some(old) = self.removed.take() {
+                                self.books.replaced(self.trace.key, &old);
+                            }
                             if cause.is_restart() {
                                 self.books
                                     .restarts
@@ -580,7 +715,10 @@ impl<A: Api> Run<'_, A> {
                     if !controlled_by(&pod, self.ic) {
                         return self.conflict(&pod);
                     }
-                    self.restore_labels(&pod)?;
+                    // Retried after, not before, the count and the release below.
+                    if let Err(e) = self.restore_labels(&pod) {
+                        self.relabel = Some(e);
+                    }
                     let view = PodView::of(&pod);
                     let change = spec_change(created_for(&pod), recorded_hash(&pod), self.ic);
                     let holds = counting::holds(&pod.metadata.finalizers);
@@ -675,25 +813,6 @@ impl<A: Api> Run<'_, A> {
         })
     }
 
-    /// Whether the trigger is the DELETED event of a pod that was replaced already: it is not
-    /// the pod last counted, and it left storage (it held no finalizer, so it was not our label
-    /// that went). That happens every time a terminal pod is replaced, the old pod removed and
-    /// the new one made by the same reconcile before the old one's event arrives. Nothing is
-    /// new then: the pod counted is the one that stands, and its own events tell its story.
-    /// Acting on it would take the name for free and, after a quick ending, report a back-off
-    /// for a replacement that exists.
-    fn replaced_already(&self, hint: Option<&PodHint>) -> bool {
-        let Some(PodHint::Gone(g)) = hint else {
-            return false;
-        };
-        !g.holds_count
-            && self
-                .status
-                .last_counted_pod_uid
-                .as_deref()
-                .is_some_and(|counted| g.uid != *counted)
-    }
-
     /// What the trigger lets the first round skip. A hint is only for this object's own pod
     /// (name and controller uid); a pod it shows alive is acted on without a read only when it
     /// is the pod already counted, so a count always rests on a pod known to exist at that
@@ -710,7 +829,13 @@ impl<A: Api> Run<'_, A> {
                 if let Some(e) = g.ending {
                     self.ended(&g.uid.to_string(), e);
                 }
-                return Look::AssumeAbsent;
+                // The pod counted last left, or none was counted: its name is probably free.
+                // Any other pod (never counted, or replaced before this process knew of it):
+                // look, since a pod may stand that a create would only find taken.
+                return match self.status.last_counted_pod_uid.as_deref() {
+                    Some(counted) if g.uid != *counted => Look::Get,
+                    _ => Look::AssumeAbsent,
+                };
             }
             Some(PodHint::Seen(p)) if ours(p) => {
                 let uid = p.uid.to_string();
@@ -870,13 +995,17 @@ impl<A: Api> Run<'_, A> {
             Ok(left) => {
                 self.log_deleted(uid, why);
                 if left.is_removed() {
+                    self.removed = Some(uid.to_string());
                     Ok(Deleted::Removed { existed: true })
                 } else {
                     Ok(Deleted::Pending)
                 }
             }
             // Someone beat us to it, which is what we wanted.
-            Err(e) if e.is_not_found() => Ok(Deleted::Removed { existed: false }),
+            Err(e) if e.is_not_found() => {
+                self.removed = Some(uid.to_string());
+                Ok(Deleted::Removed { existed: false })
+            }
             // The uid precondition failed: another pod holds the name now.
             Err(e) if e.is_conflict() => Ok(Deleted::OtherPod),
             Err(e) => Err(Error::from_api("delete pod", e)),
@@ -925,8 +1054,9 @@ impl<A: Api> Run<'_, A> {
                 );
                 Ok(())
             }
-            // Gone or replaced meanwhile: its own events bring us back.
-            Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+            // Gone or replaced meanwhile (our uid refused: 422, see
+            // `client::Error::is_uid_changed`): its own events bring us back.
+            Err(e) if e.is_not_found() || e.is_conflict() || e.is_uid_changed() => Ok(()),
             Err(e) => Err(Error::from_api("patch pod", e)),
         }
     }

@@ -163,8 +163,10 @@ pub(super) fn release_orphan<A: Api>(
     )
 }
 
-/// Takes our finalizer off the pod with `uid`. Gone meanwhile is as good. A 409 is not
-/// assumed to mean "replaced": the retry reads the pod and decides.
+/// Takes our finalizer off the pod with `uid`. Gone meanwhile is as good, and so is replaced:
+/// the name refusing our uid (422 on `metadata.uid`) means the pod with that uid is gone, as
+/// Kubernetes' `ReleasePod` (controller_ref_manager.go) concludes. A 409 is not assumed to mean
+/// "replaced": the retry reads the pod and decides.
 pub(super) fn release_pod<A: Api>(
     api: &A,
     trace: &Trace,
@@ -184,6 +186,15 @@ pub(super) fn release_pod<A: Api>(
             Ok(())
         }
         Err(e) if e.is_not_found() => Ok(()),
+        Err(e) if e.is_uid_changed() => {
+            log::debug!(
+                target: "reconcile",
+                reconcile_id = trace.id, object = trace.key, action = "release_pod",
+                pod = pod, uid = uid;
+                "not released: the pod is gone, its name holds another"
+            );
+            Ok(())
+        }
         Err(e) => Err(Error::from_api("release pod", e)),
     }
 }

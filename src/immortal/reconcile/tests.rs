@@ -1,17 +1,23 @@
 use super::*;
 use crate::immortal::lifecycle::PodEvents;
 use crate::immortal::types::{ImmortalPod, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::kube::types::{Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status};
+use crate::kube::types::{
+    Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status, StatusCause, StatusDetails,
+};
 use crate::runtime::watcher::{Verdict, Watched};
 use std::cell::RefCell;
 
 /// A fake API holding one object and one pod, recording every call as "VERB what". It
 /// deletes a pod as the API server's pod strategy does: gracefully (deletionTimestamp, the
 /// pod stays) when it runs on a node, at once when it is unscheduled (Pending here) or
-/// terminal.
+/// terminal. `GET ic/NAME` is the object as the operator knows it (from its store, no request
+/// in the real operator); `READ ic/NAME` asks the API server.
 #[derive(Default)]
 struct Fake {
     ic: RefCell<Option<ImmortalContainer>>,
+    /// The operator's own copy of the object when it differs from the API server's (`None`:
+    /// it knows the server's): kept from reads and status writes' answers, as `store::saw`.
+    stored: RefCell<Option<ImmortalContainer>>,
     pod: RefCell<Option<Pod>>,
     calls: RefCell<Vec<String>>,
     notes: RefCell<Vec<Note>>,
@@ -28,6 +34,31 @@ fn api_err(code: u16, reason: &str) -> client::Error {
         code,
         reason: reason.into(),
         message: reason.into(),
+        ..Default::default()
+    }))
+}
+
+/// What the API server answers a PATCH whose `metadata.uid` is not the object's `kind`
+/// `name`: 422, the uid immutable (fixture kube-1.28-kubelet/18).
+fn uid_changed(kind: &str, name: &str, sent: &str) -> client::Error {
+    let cause = StatusCause {
+        reason: "FieldValueInvalid".into(),
+        message: format!("Invalid value: {sent:?}: field is immutable"),
+        field: "metadata.uid".into(),
+    };
+    client::Error::Api(Box::new(Status {
+        code: 422,
+        reason: "Invalid".into(),
+        message: format!(
+            "{kind} {name:?} is invalid: metadata.uid: {}",
+            cause.message
+        ),
+        details: Some(StatusDetails {
+            name: name.into(),
+            kind: kind.into(),
+            causes: vec![cause.clone(), cause],
+            ..Default::default()
+        }),
         ..Default::default()
     }))
 }
@@ -59,6 +90,21 @@ impl Api for Fake {
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
         self.call(format!("GET ic/{name}"));
+        if let Some(stored) = self.stored.borrow().clone() {
+            return Ok(stored);
+        }
+        self.ic
+            .borrow()
+            .clone()
+            .ok_or_else(|| api_err(404, "NotFound"))
+    }
+    fn read_immortal_container(
+        &self,
+        _: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
+        self.call(format!("READ ic/{name}"));
+        *self.stored.borrow_mut() = None;
         self.ic
             .borrow()
             .clone()
@@ -140,9 +186,10 @@ impl Api for Fake {
         let Some(p) = slot.as_mut() else {
             return Err(api_err(404, "NotFound"));
         };
-        // A uid in the patch is a precondition (the API server's update preconditions).
+        // A patch's uid that is not the pod's is a change of an immutable field.
         if patch["metadata"]["uid"] != p.metadata.uid.as_str() {
-            return Err(api_err(409, "Conflict"));
+            let sent = patch["metadata"]["uid"].as_str().unwrap_or("");
+            return Err(uid_changed("Pod", name, sent));
         }
         if let Some(labels) = patch["metadata"]["labels"].as_object() {
             for (k, v) in labels {
@@ -174,6 +221,21 @@ impl Api for Fake {
             return Err(e);
         }
         let mut ic = self.ic.borrow().clone().unwrap();
+        // The resourceVersion precondition of a count, checked first as the API server does.
+        if let Some(rv) = patch["metadata"]["resourceVersion"].as_str() {
+            if rv != ic.metadata.resource_version {
+                return Err(api_err(409, "Conflict"));
+            }
+        }
+        if let Some(sent) = patch["metadata"]["uid"].as_str() {
+            if sent != ic.metadata.uid {
+                return Err(uid_changed(
+                    "ImmortalContainer.immortalcontainer.flugel.it",
+                    name,
+                    sent,
+                ));
+            }
+        }
         let st = &patch["status"];
         if let Some(v) = st.get("currentPod") {
             ic.status.current_pod = v.as_str().map(String::from);
@@ -202,6 +264,7 @@ impl Api for Fake {
         }
         ic.metadata.resource_version = format!("{}1", ic.metadata.resource_version);
         *self.ic.borrow_mut() = Some(ic.clone());
+        *self.stored.borrow_mut() = None;
         Ok(ic)
     }
     fn record(&self, _: &ImmortalContainer, note: Note) {
@@ -1117,16 +1180,18 @@ fn a_status_conflict_is_retried_and_the_retry_does_not_count_twice() {
 #[test]
 fn a_count_carries_the_resource_version_it_was_computed_from() {
     let o = ic("web", "nginx");
-    let patch = |want: &ImmortalContainerStatus| status_patch("10", &o.status, want, |_| false);
+    let patch =
+        |want: &ImmortalContainerStatus| status_patch("ic-uid", "10", &o.status, want, |_| false);
     let mut want = o.status.clone();
     want.start_times = Some(1);
     want.last_counted_pod_uid = Some("u".into());
     assert_eq!(patch(&want).unwrap()["metadata"]["resourceVersion"], "10");
-    // A condition-only change, or the first explicit zero, needs no precondition.
+    // A condition-only change, or the first explicit zero, needs no resourceVersion; every
+    // write names the object, so that none lands on another of the same name.
     let mut want = o.status.clone();
     want.observed_generation = Some(1);
     want.start_times = Some(0);
-    assert!(patch(&want).unwrap().get("metadata").is_none());
+    assert_eq!(patch(&want).unwrap()["metadata"], json!({"uid": "ic-uid"}));
     assert!(patch(&o.status).is_none());
 }
 
@@ -1697,4 +1762,348 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     assert_eq!(f.calls(), ["GET ic/web"]);
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
+}
+
+/// A pod made while status could not be written (so it holds our finalizer, uncounted), then
+/// stripped of our labels and deleted by someone: it is Terminating, waiting on us. Answers
+/// its uid.
+fn held_unlabelled_and_deleted(f: &Fake) -> String {
+    f.fail_next("patch_status", api_err(500, "InternalError"));
+    assert!(run(f, "ns/web").is_err());
+    start_pod(f);
+    let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
+    f.pod.borrow_mut().as_mut().unwrap().metadata.labels.clear();
+    f.delete_pod("ns", "web-immortalpod", &uid, None).unwrap();
+    f.clear();
+    uid
+}
+
+fn finalizers(f: &Fake) -> Vec<String> {
+    f.pod.borrow().as_ref().unwrap().metadata.finalizers.clone()
+}
+
+#[test]
+fn a_refused_relabel_does_not_keep_a_pod_being_deleted_waiting_on_our_finalizer() {
+    let f = fake(ic("web", "nginx"));
+    let uid = held_unlabelled_and_deleted(&f);
+    // A policy refuses the relabel (422, nothing about the uid): the pod is counted and let
+    // go all the same, and the relabel is retried after.
+    f.fail_next("patch_pod", api_err(422, "Invalid"));
+    let err = run(&f, "ns/web").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Transient {
+                action: "patch pod",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            // Status never said a pod: tried first, the name is taken.
+            "POST pod/web-immortalpod",
+            "GET pod/web-immortalpod",
+            "PATCH pod/web-immortalpod labels",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some(uid.as_str())
+    );
+    assert!(finalizers(&f).is_empty(), "let go");
+}
+
+#[test]
+fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute() {
+    let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+    let clock = now.clone();
+    let f = Fake {
+        books: Books::with_clock(move || *clock.lock().unwrap()),
+        ..Default::default()
+    };
+    *f.ic.borrow_mut() = Some(ic("web", "nginx"));
+    held_unlabelled_and_deleted(&f);
+    let refused = || api_err(422, "Invalid");
+    f.fail_next("patch_pod", refused());
+    f.fail_next("patch_status", refused());
+    let err = run(&f, "ns/web").unwrap_err();
+    assert_eq!(err.retry_within(), Some(counting::HOLD_AT_MOST), "{err}");
+    assert_eq!(finalizers(&f).len(), 1);
+    *now.lock().unwrap() += counting::HOLD_AT_MOST;
+    f.fail_next("patch_pod", refused());
+    f.fail_next("patch_status", refused());
+    assert!(run(&f, "ns/web").is_err());
+    assert!(finalizers(&f).is_empty(), "let go uncounted");
+    assert_eq!(f.notes.borrow().last().unwrap().reason, "StartsNotCounted");
+}
+
+#[test]
+fn a_relabel_that_meets_another_pod_of_the_name_is_not_an_error() {
+    let f = running("nginx");
+    f.pod
+        .borrow_mut()
+        .as_mut()
+        .unwrap()
+        .metadata
+        .labels
+        .remove(MANAGED_BY_LABEL);
+    // Replaced between our read and our patch: the server refuses our uid.
+    f.fail_next(
+        "patch_pod",
+        uid_changed("Pod", "web-immortalpod", "pod-uid-1"),
+    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+}
+
+#[test]
+fn releasing_a_pod_whose_name_holds_another_is_done() {
+    let f = fake(ic("web", "nginx"));
+    let mut other = desired_pod(&ic("web", "nginx"), true);
+    other.metadata.uid = "pod-uid-new".into();
+    *f.pod.borrow_mut() = Some(other);
+    let trace = Trace {
+        id: "1",
+        key: "ns/web",
+    };
+    release_pod(&f, &trace, "ns", "web-immortalpod", "pod-uid-old", "test").unwrap();
+    assert_eq!(f.calls(), ["PATCH pod/web-immortalpod release"]);
+    assert_eq!(
+        finalizers(&f),
+        [ic::COUNT_FINALIZER],
+        "the other pod is untouched"
+    );
+}
+
+#[test]
+fn a_status_write_refused_for_a_recreated_object_lets_our_pod_go_and_ends() {
+    let f = fake(ic("web", "nginx"));
+    // Deleted and re-created under the name while we made its pod: our uid is refused.
+    f.fail_next(
+        "patch_status",
+        uid_changed(
+            "ImmortalContainer.immortalcontainer.flugel.it",
+            "web",
+            "ic-uid",
+        ),
+    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert!(finalizers(&f).is_empty(), "nothing will count it now");
+    assert_eq!(status(&f).start_times, None, "nothing landed");
+    // Any other 422 is not taken for a re-created object.
+    let f = fake(ic("web", "nginx"));
+    f.fail_next("patch_status", api_err(422, "Invalid"));
+    assert!(matches!(
+        run(&f, "ns/web"),
+        Err(Error::Holding {
+            deleting: false,
+            ..
+        })
+    ));
+    assert_eq!(finalizers(&f).len(), 1);
+}
+
+/// A fake whose clock the test moves.
+fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mutex<Instant>>) {
+    let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+    let clock = now.clone();
+    let f = Fake {
+        books: Books::with_clock(move || *clock.lock().unwrap()),
+        ..Default::default()
+    };
+    *f.ic.borrow_mut() = Some(ic);
+    (f, now)
+}
+
+fn pod_uid(f: &Fake) -> String {
+    f.pod.borrow().as_ref().unwrap().metadata.uid.clone()
+}
+
+/// Reconciles `key` as another process would: one that remembers nothing of this one's
+/// reconciles (a new leader after a failover).
+fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
+    reconcile(
+        f,
+        &Books::new(),
+        &Trace {
+            id: "3",
+            key: "ns/web",
+        },
+        hint,
+    )
+}
+
+#[test]
+fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
+    let (f, now) = fake_with_clock(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    start_pod(&f);
+    let first = pod_uid(&f);
+    // Status writes are refused (an edited ClusterRole) when the first pod is deleted a
+    // minute after it started: its replacement is made, and held for its count.
+    let denied = || api_err(403, "Forbidden");
+    let hint = delete_after_running(&f, 60);
+    f.fail_next("patch_status", denied());
+    assert!(matches!(
+        run_with(&f, &hint),
+        Err(Error::Holding {
+            deleting: false,
+            ..
+        })
+    ));
+    start_pod(&f);
+    let second = pod_uid(&f);
+    // A drain deletes it: it waits on our count a minute at most, then is let go uncounted.
+    f.delete_pod("ns", "web-immortalpod", &second, None)
+        .unwrap();
+    f.fail_next("patch_status", denied());
+    assert!(run_with(&f, &seen(&f)).is_err());
+    *now.lock().unwrap() += counting::HOLD_AT_MOST;
+    f.fail_next("patch_status", denied());
+    assert!(run(&f, "ns/web").is_err());
+    assert!(f
+        .pod
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .metadata
+        .finalizers
+        .is_empty());
+    // The count still names the first pod.
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some(first.as_str())
+    );
+    // Its container takes its grace period to stop: the pod goes after the reconcile that let
+    // it go. Its DELETED event is about a pod never counted, not one replaced already: the
+    // object must get a pod.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    f.clear();
+    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "READ ic/web",
+            "GET pod/web-immortalpod",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    // Three pods started; the one let go is missing from the count, as its Event said.
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
+}
+
+#[test]
+fn after_a_failover_a_copy_older_than_the_last_count_is_read_before_a_deleted_event_is_dropped() {
+    let f = running("nginx");
+    // What the standby's watch last showed: the first pod counted.
+    let standby_copy = f.ic.borrow().clone();
+    // The old leader replaces the first pod and counts the second, then loses its Lease
+    // before the new leader's watch brings that count.
+    let hint = delete_after_running(&f, 60);
+    run_with(&f, &hint).unwrap();
+    start_pod(&f);
+    assert_eq!(status(&f).start_times, Some(2));
+    *f.stored.borrow_mut() = standby_copy;
+    // The second pod is deleted: the new leader must not take its DELETED event for an old
+    // pod's (its copy names the first pod as counted last).
+    let hint = delete_after_running(&f, 60);
+    f.clear();
+    assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "READ ic/web",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(3));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some(pod_uid(&f).as_str())
+    );
+}
+
+#[test]
+fn the_deleted_event_of_a_pod_another_process_replaced_is_checked_and_changes_nothing() {
+    let f = running("nginx");
+    let failed = end_pod_at(&f, "2025-12-31T23:59:30Z");
+    run_with(&f, &seen(&f)).unwrap();
+    let replacement = pod_uid(&f);
+    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+        Verdict::Queue(Some(h), _) => h,
+        other => panic!("{other:?}"),
+    };
+    // A process that did not make the replacement cannot know the event is old news: it
+    // reads, finds the replacement counted, and does nothing more.
+    f.clear();
+    assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        ["GET ic/web", "READ ic/web", "GET pod/web-immortalpod"]
+    );
+    assert_eq!(pod_uid(&f), replacement);
+    assert_eq!(status(&f).start_times, Some(2));
+}
+
+#[test]
+fn a_count_refused_for_a_stale_copy_reads_the_object_so_the_retry_counts_once() {
+    let f = running("nginx");
+    let standby_copy = f.ic.borrow().clone();
+    let hint = delete_after_running(&f, 60);
+    run_with(&f, &hint).unwrap();
+    *f.stored.borrow_mut() = standby_copy;
+    // The new leader's first reconcile (its relist) finds the pod its copy has not counted:
+    // the count is refused (the copy is old), and the object read.
+    f.clear();
+    assert!(run_elsewhere(&f, None).is_err());
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "READ ic/web"
+        ]
+    );
+    // The retry counts from what the API server holds, without waiting for the watch: the
+    // pod is counted already, nothing to write.
+    f.clear();
+    assert_eq!(run_elsewhere(&f, None).unwrap(), Next::Done);
+    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    assert_eq!(status(&f).start_times, Some(2));
+}
+
+#[test]
+fn only_a_pod_being_deleted_has_a_bound_the_failure_budget_must_not_delay() {
+    use crate::runtime::controller::Failure;
+    let holding = |deleting| Error::Holding {
+        pod: "web-immortalpod".into(),
+        deleting,
+        within: Duration::from_secs(20),
+        source: Box::new(Error::Transient {
+            action: "write status",
+            source: api_err(500, "InternalError"),
+        }),
+    };
+    assert_eq!(holding(true).retry_by(), Some(Duration::from_secs(20)));
+    assert_eq!(holding(false).retry_by(), None);
+    assert_eq!(
+        holding(false).retry_within(),
+        Some(Duration::from_secs(20)),
+        "retried soon all the same"
+    );
 }

@@ -13,6 +13,11 @@ pub enum Error {
     Api(Box<Status>),
     /// No HTTP answer: DNS, connect, TLS handshake, timeout, connection reset. Transient.
     Transport(String),
+    /// The TLS handshake failed: the server's certificate did not verify (a wrong
+    /// certificate-authority), or the server refused ours. [`ClusterConfig::tls_misconfigured`]
+    /// says whether only a change of configuration can fix it; start-up exits on those at
+    /// once. Otherwise retried like a transport error.
+    Tls(rustls::Error),
     /// A 2xx answer whose body did not decode as the expected type. A bug or a version skew;
     /// retried with backoff like a transient error, but logged as such.
     Decode(String),
@@ -46,7 +51,8 @@ impl Error {
     pub fn is_already_exists(&self) -> bool {
         self.code() == 409 && self.reason() == "AlreadyExists"
     }
-    /// 409 Conflict: a stale resourceVersion or a uid precondition that did not match.
+    /// 409 Conflict: a stale resourceVersion, or a DELETE's uid precondition that did not match
+    /// (a PATCH's uid answers 422, see [`Error::is_uid_changed`]).
     pub fn is_conflict(&self) -> bool {
         self.code() == 409 && self.reason() != "AlreadyExists"
     }
@@ -64,6 +70,18 @@ impl Error {
     pub fn is_invalid(&self) -> bool {
         self.code() == 422
     }
+    /// 422 Invalid with a cause on `metadata.uid`: a PATCH that carried the object's uid met
+    /// another object of the name (the one we meant was deleted, maybe re-created). A PATCH has
+    /// no uid precondition; the uid it sets is refused as an immutable-field change (fixture
+    /// kube-1.28-kubelet/18), which Kubernetes' own `ReleasePod` takes as "replaced". Meaningful
+    /// only for a patch that carried a uid; a DELETE's uid precondition answers 409.
+    pub fn is_uid_changed(&self) -> bool {
+        let Error::Api(s) = self else { return false };
+        s.code == 422
+            && s.details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
+    }
     /// How long the server asked us to wait before trying again (`Retry-After`, or
     /// `details.retryAfterSeconds` of its Status), if it did.
     pub fn retry_after(&self) -> Option<Duration> {
@@ -80,7 +98,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Api(s) => s.code == 429 || s.code >= 500,
-            Error::Transport(_) | Error::Decode(_) | Error::Fenced => true,
+            Error::Transport(_) | Error::Tls(_) | Error::Decode(_) | Error::Fenced => true,
             Error::Credentials(_) => false,
         }
     }
@@ -99,6 +117,7 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Error::Transport(m) => write!(f, "transport error: {m}"),
+            Error::Tls(e) => write!(f, "tls handshake failed: {e}"),
             Error::Decode(m) => write!(f, "decode error: {m}"),
             Error::Credentials(e) => write!(f, "credentials: {e}"),
             Error::Fenced => write!(

@@ -15,7 +15,7 @@
 //! `verbs.rs` (GET to WATCH). Not here: what any resource means, or retrying beyond one
 //! request (the caller's queue or watcher does that).
 
-use crate::kube::config::{ClusterConfig, ConfigError};
+use crate::kube::config::{ClusterConfig, ConfigError, Proxy};
 use crate::kube::fence::Fence;
 use crate::kube::types::{Pod, Status};
 use serde::de::DeserializeOwned;
@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 mod error;
 mod request;
+mod tunnel;
 mod verbs;
 
 pub use error::Error;
@@ -80,15 +81,35 @@ struct Inner {
     user_agent: String,
 }
 
-fn build_agent(tls: Arc<rustls::ClientConfig>, max_idle_per_host: usize) -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .tls_config(tls)
-        .timeout_connect(Duration::from_secs(10))
+fn build_agent(
+    tls: Arc<rustls::ClientConfig>,
+    max_idle_per_host: usize,
+    proxy: Option<&Proxy>,
+    server: &str,
+) -> ureq::Agent {
+    agent_builder(tls, proxy, server)
         .max_idle_connections_per_host(max_idle_per_host)
         .max_idle_connections(max_idle_per_host)
-        // Kubernetes never redirects API calls; a redirect would strip our Authorization.
-        .redirects(0)
         .build()
+}
+
+/// What every agent shares. Through a proxy, a pooled connection is a tunnel already open,
+/// so the pool saves the CONNECT as well as the handshake (see `tunnel`).
+fn agent_builder(
+    tls: Arc<rustls::ClientConfig>,
+    proxy: Option<&Proxy>,
+    server: &str,
+) -> ureq::AgentBuilder {
+    let b = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(10))
+        // Kubernetes never redirects API calls; a redirect would strip our Authorization.
+        .redirects(0);
+    match proxy {
+        Some(p) if server.starts_with("https://") => tunnel::through(b, tls, p, server),
+        // A plain-http server through a proxy: ureq's own forwarding, unpooled (see `tunnel`).
+        Some(p) => b.tls_config(tls).proxy(p.ureq.clone()),
+        None => b.tls_config(tls),
+    }
 }
 
 /// What to send: method, path with query, optional body with its content type.
@@ -110,7 +131,12 @@ impl Client {
     pub fn new(config: ClusterConfig, connections: usize) -> Result<Client, ConfigError> {
         let tls = config.tls_config()?;
         let max_idle_per_host = connections.max(2);
-        let agent = build_agent(tls.clone(), max_idle_per_host);
+        let agent = build_agent(
+            tls.clone(),
+            max_idle_per_host,
+            config.proxy.as_ref(),
+            &config.server,
+        );
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
@@ -201,13 +227,24 @@ impl Client {
     pub fn forget_connections(&self) {
         let mut cur = self.inner.agent.write().unwrap_or_else(|p| p.into_inner());
         let tls = cur.0.clone();
-        *cur = (tls.clone(), build_agent(tls, self.inner.max_idle_per_host));
+        *cur = (tls.clone(), self.build_agent(tls));
         log::debug!(target: "client", server = self.inner.config.server.as_str(); "dropped every pooled connection");
     }
 
     /// The cluster this client talks to (for logs).
     pub fn config(&self) -> &ClusterConfig {
         &self.inner.config
+    }
+
+    /// A pooling agent over `tls`.
+    fn build_agent(&self, tls: Arc<rustls::ClientConfig>) -> ureq::Agent {
+        let config = &self.inner.config;
+        build_agent(
+            tls,
+            self.inner.max_idle_per_host,
+            config.proxy.as_ref(),
+            &config.server,
+        )
     }
 
     /// The current agent; rebuilt when an exec plugin handed out a new client certificate.
@@ -219,7 +256,7 @@ impl Client {
                 return Ok(cur.1.clone());
             }
         }
-        let agent = build_agent(tls.clone(), self.inner.max_idle_per_host);
+        let agent = self.build_agent(tls.clone());
         *self.inner.agent.write().unwrap_or_else(|p| p.into_inner()) = (tls, agent.clone());
         Ok(agent)
     }
@@ -236,12 +273,10 @@ impl Client {
     /// watch costs a TLS handshake every few minutes.
     fn own_agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
-        let mut b = ureq::AgentBuilder::new()
-            .tls_config(tls)
-            .timeout_connect(Duration::from_secs(10))
+        let config = &self.inner.config;
+        let mut b = agent_builder(tls, config.proxy.as_ref(), &config.server)
             .max_idle_connections(0)
-            .max_idle_connections_per_host(0)
-            .redirects(0);
+            .max_idle_connections_per_host(0);
         if let Some(idle) = idle {
             b = b.timeout_read(idle).timeout_write(idle);
         }
@@ -280,6 +315,9 @@ impl Client {
             match result {
                 Ok(resp) => return Ok(resp),
                 Err(ureq::Error::Transport(t)) => {
+                    if let Some(e) = tls_failure(&t) {
+                        return Err(Error::Tls(e));
+                    }
                     if timed_out(&t) {
                         self.forget_connections();
                     }
@@ -421,6 +459,25 @@ fn timed_out(t: &ureq::Transport) -> bool {
         source = e.source();
     }
     false
+}
+
+/// The TLS error a request failed with, if the handshake failed. ureq hands it on inside an
+/// `io::Error`, whose own `source` skips it.
+fn tls_failure(t: &ureq::Transport) -> Option<rustls::Error> {
+    let mut source = std::error::Error::source(t);
+    while let Some(e) = source {
+        let inner = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|i| i as &(dyn std::error::Error + 'static)),
+            None => Some(e),
+        };
+        if let Some(tls) = inner.and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            return Some(tls.clone());
+        }
+        source = e.source();
+    }
+    None
 }
 
 fn transport_error(msg: String) -> ureq::Transport {

@@ -114,6 +114,25 @@ fn invalid_keeps_its_causes() {
 }
 
 #[test]
+fn a_patch_naming_a_replaced_objects_uid_is_told_from_other_refusals() {
+    use crate::testutil::kubelet_fixture;
+    let err = |(code, body): (u16, String)| Error::Api(Box::new(parse_status(code, &body)));
+    let replaced = err(kubelet_fixture("18-pod-merge-patch-wrong-uid-invalid"));
+    assert!(replaced.is_uid_changed() && !replaced.is_conflict());
+    // A stale resourceVersion is the 409; an admission policy's 422 and one about another
+    // field say nothing of the uid.
+    let stale = err(kubelet_fixture(
+        "19-pod-merge-patch-stale-resourceversion-conflict",
+    ));
+    assert!(stale.is_conflict() && !stale.is_uid_changed());
+    let policy = err(kubelet_fixture("17-pod-create-denied-by-admission-policy"));
+    assert!(policy.is_invalid() && !policy.is_uid_changed());
+    let label = err(fixture("13-pod-create-invalid-label-too-long"));
+    assert!(label.is_invalid() && !label.is_uid_changed());
+    assert!(!err(fixture("24-pod-delete-uid-precondition-mismatch")).is_uid_changed());
+}
+
+#[test]
 fn parses_forbidden_unauthorized_and_unsupported_media_type() {
     let (code, body) = fixture("26-forbidden-list-pods");
     assert!(Error::Api(Box::new(parse_status(code, &body))).is_forbidden());

@@ -59,8 +59,9 @@ impl Client {
     }
 
     /// Strategic merge patch of a pod (built-in kinds take it; its `$deleteFromPrimitiveList`
-    /// removes one finalizer without touching others'). A `metadata.uid` in the patch is a
-    /// precondition: the server answers 409 when the pod of that name has another uid.
+    /// removes one finalizer without touching others'). A `metadata.uid` in the patch keeps it
+    /// off another pod of the name: the server refuses it as an immutable-field change (422,
+    /// see [`Error::is_uid_changed`]).
     pub fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<Pod, Error> {
         let body = patch.to_string();
         let path = object_path(Resource::PODS, ns, name);

@@ -33,6 +33,7 @@ pub(super) struct RawCluster {
     certificate_authority_data: Option<String>,
     insecure_skip_tls_verify: Option<bool>,
     tls_server_name: Option<String>,
+    proxy_url: Option<String>,
     extensions: Option<Vec<RawExtension>>,
 }
 
@@ -176,7 +177,28 @@ pub(super) fn parse_kubeconfig(text: &str) -> Result<RawConfig, String> {
     if text.trim().is_empty() {
         return Ok(RawConfig::default());
     }
-    serde_yaml::from_str(text).map_err(|e| redact_values(&e.to_string()))
+    serde_yaml::from_str(text).map_err(|e| readable(&redact_values(&e.to_string())))
+}
+
+/// serde's message with our types' names (`expected struct RawConfig`) replaced by what the
+/// file should hold there: a plain-text file given as kubeconfig must say so, not name code.
+fn readable(message: &str) -> String {
+    const SHAPES: [(&str, &str); 9] = [
+        ("struct RawConfig", "a kubeconfig (a YAML mapping with clusters, users and contexts); is this file a kubeconfig?"),
+        ("struct RawCluster", "a cluster (a mapping with server, certificate-authority, ...)"),
+        ("struct RawUser", "a user (a mapping with token, client-certificate, exec, ...)"),
+        ("struct RawContext", "a context (a mapping with cluster, user and namespace)"),
+        ("struct RawExec", "an exec plugin (a mapping with command, args, ...)"),
+        ("struct RawAuthProvider", "an auth-provider mapping"),
+        ("struct RawExtension", "an extension (a mapping with name and extension)"),
+        ("struct RawEnvVar", "an environment variable (a mapping with name and value)"),
+        ("struct Named", "an entry (a mapping with name and cluster, user or context)"),
+    ];
+    SHAPES
+        .iter()
+        .fold(message.to_string(), |m, (ours, theirs)| {
+            m.replace(ours, theirs)
+        })
 }
 
 pub(super) fn from_kubeconfig(
@@ -292,7 +314,13 @@ pub(super) fn from_kubeconfig(
         context.file.display()
     );
     let namespace = context.value.namespace.clone().filter(|ns| !ns.is_empty());
-    finish(server, namespace, source, credentials, settings, false)
+    let proxy = match cluster.value.proxy_url.as_deref().filter(|u| !u.is_empty()) {
+        Some(url) => Some(proxy::from_kubeconfig(url, &cluster_origin)?),
+        None => None,
+    };
+    let mut config = finish(server, namespace, source, credentials, settings, false)?;
+    config.proxy = proxy;
+    Ok(config)
 }
 
 /// What an exec plugin may be told about the cluster (`provideClusterInfo: true`).
@@ -512,6 +540,16 @@ pub(super) fn normalize_server(server: &str) -> Result<String, String> {
         return Err(format!(
             "server {server:?} is not an http:// or https:// URL"
         ));
+    }
+    // Parsed now, by the parser every request's URL goes through, so that a typo is a
+    // configuration error at start rather than a request error retried as unreachable.
+    let parsed = ureq::AgentBuilder::new()
+        .build()
+        .request("GET", &url)
+        .request_url();
+    if let Err(e) = parsed {
+        let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+        return Err(format!("server {server:?} is not a valid URL: {why}"));
     }
     Ok(url.trim_end_matches('/').to_string())
 }

@@ -20,10 +20,12 @@ use crate::util::lock;
 mod base64;
 mod in_cluster;
 mod kubeconfig;
+mod proxy;
 
 pub(crate) use base64::{base64_decode, base64_encode};
 use in_cluster::*;
 use kubeconfig::*;
+pub use proxy::{Proxy, ProxyEnv};
 
 /// Where the service account is mounted in every pod (token, ca.crt, namespace); the path
 /// client-go's `rest.InClusterConfig` reads.
@@ -51,6 +53,8 @@ pub struct Env {
     pub service_port: Option<String>,
     /// Service account mount: `token`, `ca.crt`, `namespace`.
     pub sa_dir: PathBuf,
+    /// `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY` (or their lower-case names).
+    pub proxies: ProxyEnv,
 }
 
 impl Env {
@@ -65,6 +69,7 @@ impl Env {
             service_host: var("KUBERNETES_SERVICE_HOST"),
             service_port: var("KUBERNETES_SERVICE_PORT"),
             sa_dir: PathBuf::from(SERVICE_ACCOUNT_DIR),
+            proxies: ProxyEnv::from_process(),
         }
     }
 }
@@ -149,6 +154,8 @@ pub struct ClusterConfig {
     /// For logs: `kubeconfig /path, context NAME` or `in-cluster`.
     pub source: String,
     pub credentials: Arc<Credentials>,
+    /// The HTTP proxy every connection to the server goes through, if any (see `proxy`).
+    pub proxy: Option<Proxy>,
     tls: TlsSettings,
     built: Mutex<BuiltTls>,
     in_cluster: bool,
@@ -161,6 +168,7 @@ impl fmt::Debug for ClusterConfig {
             .field("default_namespace", &self.default_namespace)
             .field("source", &self.source)
             .field("credentials", &self.credentials)
+            .field("proxy", &self.proxy)
             .field("insecure", &self.tls.insecure)
             .finish_non_exhaustive()
     }
@@ -187,6 +195,49 @@ impl ClusterConfig {
         Ok(built.config.clone())
     }
 
+    /// The one line to exit with when a TLS handshake with the server failed for a reason that
+    /// only a change of configuration can fix, naming the setting to change; `None` for other
+    /// TLS failures. A certificate that fails verification means the wrong
+    /// certificate-authority (or server name) for this server; a handshake the server refused
+    /// with an alert means it does not take our client certificate.
+    pub fn tls_misconfigured(&self, e: &rustls::Error) -> Option<String> {
+        let server = &self.server;
+        match e {
+            rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. },
+            ) => Some(match &self.tls.server_name {
+                Some((_, origin)) => format!(
+                    "{origin}: the API server's certificate is not valid for this name ({e})"
+                ),
+                None => format!(
+                    "{}: the API server's certificate is not valid for the host in server {server} ({e}); set tls-server-name to a name it is valid for",
+                    self.source
+                ),
+            }),
+            rustls::Error::InvalidCertificate(_) => Some(match &self.tls.ca {
+                Some((_, origin)) => format!(
+                    "{origin}: the API server at {server} has a certificate this certificate authority does not verify ({e}); is it this cluster's CA?"
+                ),
+                None => format!(
+                    "{}: the system's CA bundle does not verify the certificate of the API server at {server} ({e}); set certificate-authority to the cluster's CA",
+                    self.source
+                ),
+            }),
+            rustls::Error::AlertReceived(_) => Some(match &self.tls.client {
+                Some(pair) => format!(
+                    "{}: the API server at {server} refused the TLS handshake ({e}); does the cluster's CA sign this client certificate?",
+                    pair.cert_origin
+                ),
+                None => format!(
+                    "{}: the API server at {server} refused the TLS handshake ({e})",
+                    self.source
+                ),
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether this config came from the in-cluster service account (for logs).
     pub fn in_cluster(&self) -> bool {
         self.in_cluster
@@ -201,8 +252,16 @@ pub fn load(opts: &LoadOptions) -> Result<ClusterConfig, ConfigError> {
 /// Loads the configuration. First match wins: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config`,
 /// in-cluster. Like client-go's loading rules, `KUBECONFIG` replaces `~/.kube/config` rather than
 /// adding to it, and when the kubeconfig files it names do not exist the in-cluster
-/// configuration is tried.
+/// configuration is tried. A cluster without a `proxy-url` takes the environment's proxy.
 pub fn load_with_env(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, ConfigError> {
+    let mut config = load_source(opts, env)?;
+    if config.proxy.is_none() {
+        config.proxy = proxy::from_env(&config.server, &env.proxies)?;
+    }
+    Ok(config)
+}
+
+fn load_source(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, ConfigError> {
     if let Some(path) = &opts.kubeconfig {
         let merged = merge_files(std::slice::from_ref(path), true)?;
         return from_kubeconfig(&merged, opts.context.as_deref());
@@ -274,6 +333,7 @@ fn finish(
         default_namespace,
         source,
         credentials: Arc::new(credentials),
+        proxy: None,
         tls,
         built: Mutex::new(BuiltTls {
             exec_pair: None,

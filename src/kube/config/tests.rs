@@ -44,6 +44,7 @@ pub(crate) fn empty_env(dir: &TempDir) -> Env {
         service_host: None,
         service_port: None,
         sa_dir: dir.0.join("no-service-account"),
+        proxies: ProxyEnv::default(),
     }
 }
 
@@ -242,6 +243,73 @@ fn without_tls_server_name_dns_only_server_is_refused() {
         "    token: t",
     );
     assert!(result.unwrap_err().contains("not valid for name"));
+}
+
+/// The error a client over the kubeconfig with `cluster_fields` gets from a one-shot server
+/// showing `server_cert`, and the line start-up would exit with for it.
+fn refused_handshake(server_cert: &str, cluster_fields: &str) -> (String, Option<String>) {
+    let (port, _rx) = one_shot_server(server_cert, &server_cert.replace(".crt", ".key"), false);
+    let dir = TempDir::new("refused");
+    dir.write("pki/other-ca.crt", fixture("other-ca.crt"));
+    let path = dir.write(
+        "config",
+        kubeconfig(
+            &format!("https://127.0.0.1:{port}"),
+            cluster_fields,
+            "    token: t",
+        ),
+    );
+    let client = crate::kube::client::Client::new(load_file(&path).unwrap(), 1).unwrap();
+    match client.get_path::<serde_json::Value>("/") {
+        Err(crate::kube::client::Error::Tls(e)) => {
+            (e.to_string(), client.config().tls_misconfigured(&e))
+        }
+        other => panic!("want a TLS error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_server_certificate_the_ca_does_not_verify_names_the_certificate_authority_field() {
+    let (error, line) =
+        refused_handshake("server.crt", "    certificate-authority: pki/other-ca.crt");
+    let line = line.unwrap_or_else(|| panic!("{error} is a configuration error"));
+    assert!(
+        line.contains("cluster \"test-cluster\", certificate-authority ")
+            && line.contains("other-ca.crt")
+            && line.contains("UnknownIssuer"),
+        "{line}"
+    );
+    assert!(!line.contains('\n'), "{line}");
+}
+
+#[test]
+fn a_server_certificate_for_another_name_says_to_set_tls_server_name() {
+    let (error, line) = refused_handshake(
+        "server-dns-only.crt",
+        &format!("    certificate-authority-data: {}", b64_fixture("ca.crt")),
+    );
+    let line = line.unwrap_or_else(|| panic!("{error} is a configuration error"));
+    assert!(
+        line.contains("tls-server-name") && line.contains("server https://127.0.0.1:"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_malformed_server_url_is_refused_at_load_naming_the_server_field() {
+    let dir = TempDir::new("bad-url");
+    for bad in [
+        "https://127.0.0.1:99999",
+        "https://exa mple.com:6443",
+        "https://:6443",
+    ] {
+        let path = dir.write("config", kubeconfig(bad, "", "    {}"));
+        let err = load_file(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("cluster \"test-cluster\": server") && err.contains("not a valid URL"),
+            "{bad}: {err}"
+        );
+    }
 }
 
 #[test]
@@ -510,6 +578,19 @@ fn file_that_is_not_yaml_is_a_parse_error_naming_the_path() {
         "kubeconfig {}: invalid kubeconfig: ",
         path.display()
     )));
+}
+
+#[test]
+fn plain_text_given_as_kubeconfig_says_it_is_not_one_without_naming_our_types() {
+    let dir = TempDir::new("plain-text");
+    let path = dir.write("config", "just some notes\n");
+    let text = load_file(&path).unwrap_err().to_string();
+    assert!(text.contains("expected a kubeconfig"), "{text}");
+    assert!(!text.contains("Raw"), "{text}");
+    let path = dir.write("other", "clusters:\n- name: c\n  cluster: a-string\n");
+    let text = load_file(&path).unwrap_err().to_string();
+    assert!(text.contains("expected a cluster"), "{text}");
+    assert!(!text.contains("Raw"), "{text}");
 }
 
 #[test]
@@ -831,4 +912,53 @@ fn base64_encoder_round_trips_every_length() {
         assert_eq!(base64_decode(&encoded).unwrap(), &data[..len]);
     }
     assert_eq!(base64_encode(b"hello"), "aGVsbG8=");
+}
+
+#[test]
+fn a_clusters_proxy_url_wins_over_the_environment_and_applies_to_loopback_too() {
+    let dir = TempDir::new("proxy-url");
+    let mut env = empty_env(&dir);
+    env.proxies.https_proxy = Some("http://from-env:3128".into());
+    let with = dir.write(
+        "with",
+        kubeconfig(
+            "https://127.0.0.1:6443",
+            "    proxy-url: http://from-kubeconfig:8080",
+            "    {}",
+        ),
+    );
+    let config = load_with_env(&with_file(&with), &env).unwrap();
+    assert_eq!(
+        config.proxy.map(|p| p.shown).as_deref(),
+        Some("http://from-kubeconfig:8080")
+    );
+    let without = dir.write("without", kubeconfig("https://10.0.0.1:6443", "", "    {}"));
+    let config = load_with_env(&with_file(&without), &env).unwrap();
+    assert_eq!(
+        config.proxy.map(|p| p.shown).as_deref(),
+        Some("http://from-env:3128")
+    );
+    env.proxies.no_proxy = Some("10.0.0.0/8".into());
+    assert!(load_with_env(&with_file(&without), &env)
+        .unwrap()
+        .proxy
+        .is_none());
+}
+
+#[test]
+fn a_socks_proxy_url_is_refused_naming_the_field() {
+    let dir = TempDir::new("socks");
+    let path = dir.write(
+        "config",
+        kubeconfig(
+            "https://10.0.0.1:6443",
+            "    proxy-url: socks5://p:1080",
+            "    {}",
+        ),
+    );
+    let err = load_file(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("cluster \"test-cluster\", proxy-url: a socks5:// proxy is not supported"),
+        "{err}"
+    );
 }

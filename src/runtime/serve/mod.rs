@@ -26,7 +26,7 @@ use crate::runtime::metrics;
 use auth::{MetricsAuth, Verdict};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -115,14 +115,14 @@ impl Health {
     }
 }
 
-/// Parses a bind address as controller-runtime takes it: `:8443` means every interface,
-/// `0` disables the endpoint.
+/// Parses a bind address as controller-runtime takes it: `:8443` means every interface of
+/// every address family (`[::]:8443`, see [`bind`]), `0` disables the endpoint.
 pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
     if s == "0" || s.is_empty() {
         return Ok(None);
     }
     let full = if s.starts_with(':') {
-        format!("0.0.0.0{s}")
+        format!("[::]{s}")
     } else {
         s.to_string()
     };
@@ -219,18 +219,63 @@ impl Limits {
     };
 }
 
-/// Binds `addr`; an accept thread hands each connection to `serve` on a thread of its own,
-/// within `limits`, and closes the rest at once.
+/// Binds `addr` as Go's `net.Listen` does. The IPv6 wildcard (`:PORT`) accepts both address
+/// families, as an IPv6-only or IPv6-primary cluster's kubelet needs: Linux makes `[::]`
+/// dual-stack unless `net.ipv6.bindv6only` is set, so `0.0.0.0` on the same port is bound too
+/// only where it is still free (that host), and alone where the host has no IPv6 at all.
+fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
+    let any6 = addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+    let any4 = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), addr.port());
+    let v6 = match TcpListener::bind(addr) {
+        Ok(l) => l,
+        Err(e)
+            if any6
+                && !matches!(
+                    e.kind(),
+                    io::ErrorKind::AddrInUse | io::ErrorKind::PermissionDenied
+                ) =>
+        {
+            return Ok(vec![TcpListener::bind(any4)?]);
+        }
+        Err(e) => return Err(e),
+    };
+    if !any6 {
+        return Ok(vec![v6]);
+    }
+    // Taken by the dual-stack socket itself (AddrInUse) on an ordinary host.
+    let any4 = SocketAddr::new(any4.ip(), v6.local_addr()?.port());
+    match TcpListener::bind(any4) {
+        Ok(v4) => Ok(vec![v6, v4]),
+        Err(_) => Ok(vec![v6]),
+    }
+}
+
+/// Binds `addr` (see [`bind`]); an accept thread per socket hands each connection to `serve`
+/// on a thread of its own, within `limits`, and closes the rest at once.
 fn listen(
     addr: SocketAddr,
     name: &'static str,
     limits: Limits,
     serve: impl Fn(TcpStream) + Send + Sync + 'static,
 ) -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
-    let local = listener.local_addr()?;
+    let listeners = bind(addr)?;
+    let local = listeners[0].local_addr()?;
     let serve = Arc::new(serve);
     let open = Arc::new(Open::default());
+    for listener in listeners {
+        accept(listener, name, limits, serve.clone(), open.clone())?;
+    }
+    Ok(local)
+}
+
+/// The accept thread of one listening socket; the listener's sockets share `open`.
+fn accept(
+    listener: TcpListener,
+    name: &'static str,
+    limits: Limits,
+    serve: Arc<impl Fn(TcpStream) + Send + Sync + 'static>,
+    open: Arc<Open>,
+) -> io::Result<()> {
     thread::Builder::new()
         .name(format!("http-{name}"))
         .spawn(move || {
@@ -261,7 +306,7 @@ fn listen(
                     });
             }
         })?;
-    Ok(local)
+    Ok(())
 }
 
 /// The client addresses of a listener's open connections, one entry each.

@@ -25,6 +25,10 @@ fn localhost() -> SocketAddr {
 fn bind_addresses_follow_controller_runtime() {
     assert_eq!(
         parse_bind(":8443").unwrap(),
+        Some("[::]:8443".parse().unwrap())
+    );
+    assert_eq!(
+        parse_bind("0.0.0.0:8443").unwrap(),
         Some("0.0.0.0:8443".parse().unwrap())
     );
     assert_eq!(
@@ -33,6 +37,20 @@ fn bind_addresses_follow_controller_runtime() {
     );
     assert_eq!(parse_bind("0").unwrap(), None);
     assert!(parse_bind("nonsense").is_err());
+}
+
+#[test]
+fn a_port_alone_answers_on_ipv4_and_ipv6() {
+    let addr = parse_bind(":0").unwrap().unwrap();
+    let port = spawn_probes(addr, Arc::default()).unwrap().port();
+    let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    assert!(get(v4, "/healthz").starts_with("HTTP/1.1 200"));
+    if TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIPPED the IPv6 half: this host has no IPv6 loopback");
+        return;
+    }
+    let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, port));
+    assert!(get(v6, "/healthz").starts_with("HTTP/1.1 200"));
 }
 
 #[test]

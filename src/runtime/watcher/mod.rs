@@ -62,8 +62,14 @@ pub trait Watched {
     /// What the watcher remembers of each key (in its [`Store`]).
     type Memo: Clone + Send + Sync;
     fn meta(o: &Self::Object) -> &ObjectMeta;
+    /// The queue key an object with this metadata stands for, or `None` when it is none of
+    /// ours. From the metadata alone, so that an object whose other fields do not decode
+    /// still has its key queued.
+    fn key_of_meta(&self, meta: &ObjectMeta) -> Option<String>;
     /// The queue key the object stands for, or `None` when it is none of ours.
-    fn key_of(&self, o: &Self::Object) -> Option<String>;
+    fn key_of(&self, o: &Self::Object) -> Option<String> {
+        self.key_of_meta(Self::meta(o))
+    }
     /// What the watcher remembers of a listed object until its next event.
     fn memo(&self, o: &Self::Object) -> Self::Memo;
     /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
@@ -138,6 +144,9 @@ pub struct Kind {
     /// Watch one namespace, or all when `None`.
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
+    /// What a 404 means for this resource and what to do about it, said once when the list
+    /// or watch starts answering 404 (a CRD deleted under the operator).
+    pub if_missing: Option<&'static str>,
 }
 
 /// One line of a watch stream, with the object left undecoded until its type is known: an
@@ -256,6 +265,9 @@ enum StreamEnd {
     Resync,
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
     Failed(String),
+    /// An object that did not decode and whose key could not be read: list again, so that
+    /// whatever it was is reconciled.
+    Unreadable,
 }
 
 enum State {
@@ -282,6 +294,14 @@ pub struct Watcher<S: Source, W: Watched> {
     /// What of `resync` the last list answered: the asks it saw, and when the next periodic
     /// one is due.
     resynced: (u64, Option<Instant>),
+    /// Whether a WARN said this watch was failing since it last worked: then its working
+    /// again is said at INFO.
+    warned: bool,
+    /// Whether the failures are 404s that a WARN said already: one WARN for them, not one
+    /// per retry.
+    missing: bool,
+    /// Events skipped since the last one that decoded (see [`Watcher::skip_undecodable`]).
+    skipped: u64,
 }
 
 impl<S: Source, W: Watched> Watcher<S, W>
@@ -308,6 +328,9 @@ where
             resync: Resync::default(),
             known: Arc::new(Store::new()),
             resynced: (0, None),
+            warned: false,
+            missing: false,
+            skipped: 0,
         }
     }
 
@@ -344,6 +367,7 @@ where
             state = match state {
                 State::List => match self.relist() {
                     Ok(rv) => {
+                        self.working();
                         if let Some(tx) = self.synced.take() {
                             let _ = tx.send(self.name());
                         }
@@ -379,6 +403,7 @@ where
                         Ok(stream) => {
                             // The server accepted the watch: it is alive.
                             metrics::watch_opened(self.name());
+                            self.working();
                             let (end, heard) = self.consume(stream, &mut rv);
                             metrics::watch_closed(self.name());
                             if heard {
@@ -388,12 +413,16 @@ where
                                 StreamEnd::Clean | StreamEnd::Resync => Restart::Closed,
                                 StreamEnd::Expired => Restart::Expired,
                                 StreamEnd::Stalled(_) => Restart::Stalled,
-                                StreamEnd::Failed(_) => Restart::Error,
+                                StreamEnd::Failed(_) | StreamEnd::Unreadable => Restart::Error,
                             };
                             metrics::watch_restarted(self.name(), why);
                             match end {
                                 StreamEnd::Expired => {
                                     log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resourceVersion expired, relisting");
+                                    State::List
+                                }
+                                StreamEnd::Unreadable => {
+                                    log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "an event's object could not be read, relisting");
                                     State::List
                                 }
                                 StreamEnd::Resync => {
@@ -420,6 +449,7 @@ where
                                 StreamEnd::Stalled(error) => {
                                     // Said every time: a connection that dies without a word
                                     // is worth a person's look (a proxy, a load balancer).
+                                    self.warned = true;
                                     log::warn!(
                                         target: "watcher",
                                         resource = self.name(), rv = rv.as_str(), error = error.as_str(),
@@ -435,6 +465,7 @@ where
                                 }
                                 StreamEnd::Failed(error) => {
                                     if backoff.failures() >= 3 {
+                                        self.warned = true;
                                         log::warn!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "watch failed again; resuming after a backoff");
                                     } else {
                                         log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
@@ -466,12 +497,25 @@ where
 
     /// Logs a failed list or watch request, then waits out the backoff (or the server's
     /// `Retry-After`, if longer) unless shutdown comes first; returns whether to go on.
-    fn fail_and_wait(&self, what: &str, e: &client::Error, backoff: &mut Backoff) -> bool {
+    fn fail_and_wait(&mut self, what: &str, e: &client::Error, backoff: &mut Backoff) -> bool {
         let error = e.to_string();
-        if e.is_forbidden() || e.is_unauthorized() {
+        if e.is_not_found() && self.missing {
+            log::debug!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} failed, backing off");
+        } else if e.is_not_found() {
+            // Said once: every retry answers the same until someone installs it again.
+            let why = self
+                .kind
+                .if_missing
+                .unwrap_or("the API server does not serve this resource");
+            log::warn!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} answered 404: {why}; retrying until it is served");
+            self.missing = true;
+            self.warned = true;
+        } else if e.is_forbidden() || e.is_unauthorized() {
             // A person must fix RBAC or credentials; say so every time.
+            self.warned = true;
             log::warn!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} denied; check the operator's RBAC and credentials");
         } else if backoff.failures() >= 3 {
+            self.warned = true;
             log::warn!(target: "watcher", resource = self.name(), error = error.as_str(), attempts = backoff.failures() + 1; "{what} keeps failing");
         } else {
             log::debug!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} failed, backing off");
@@ -481,6 +525,15 @@ where
                 .next_delay()
                 .max(e.retry_after().unwrap_or_default()),
         )
+    }
+
+    /// A list or watch was answered: says so at INFO if its failing was said at WARN.
+    fn working(&mut self) {
+        if self.warned {
+            log::info!(target: "watcher", resource = self.name(); "watch works again");
+        }
+        self.warned = false;
+        self.missing = false;
     }
 
     /// Lists every page; enqueues every listed key and every known key that is gone; returns
@@ -641,7 +694,14 @@ where
                 )))
             }
         };
-        let o: W::Object = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
+        let o: W::Object = match serde_json::from_str(ev.object.get()) {
+            Ok(o) => o,
+            Err(e) => return self.skip_undecodable(event, ev.object.get(), &e, rv),
+        };
+        if self.skipped > 0 {
+            log::info!(target: "watcher", resource = self.name(), skipped = self.skipped; "watch events decode again");
+            self.skipped = 0;
+        }
         let meta = W::meta(&o);
         if !meta.resource_version.is_empty() {
             rv.clone_from(&meta.resource_version);
@@ -670,6 +730,59 @@ where
                 priority,
             );
         }
+        Ok(())
+    }
+
+    /// An object of the watched kind that does not decode (a field of a type our model does
+    /// not expect) is skipped rather than stopping the watch at it for good: the version moves
+    /// past it when its metadata can be read, and its key is queued (urgent: what changed is
+    /// unknown), or, with no key to be had, everything is listed again. One WARN an episode.
+    fn skip_undecodable(
+        &mut self,
+        event: &'static str,
+        raw: &str,
+        error: &serde_json::Error,
+        rv: &mut String,
+    ) -> Result<(), StreamEnd> {
+        self.skipped += 1;
+        let meta = serde_json::from_str::<Bookmark>(raw)
+            .ok()
+            .map(|b| b.metadata);
+        let version = match &meta {
+            Some(m) => m.resource_version.clone(),
+            None => serde_json::from_str::<serde_json::Value>(raw)
+                .ok()
+                .and_then(|v| v["metadata"]["resourceVersion"].as_str().map(String::from))
+                .unwrap_or_default(),
+        };
+        if !version.is_empty() {
+            *rv = version;
+        }
+        let key = meta.as_ref().and_then(|m| self.policy.key_of_meta(m));
+        let object = key.as_deref().unwrap_or("unknown");
+        let error = error.to_string();
+        if self.skipped == 1 {
+            log::warn!(
+                target: "watcher",
+                resource = self.name(), event = event, object = object, rv = rv.as_str(), error = error.as_str();
+                "a watch event's object does not decode: skipped, its object queued (or everything listed again); later ones are counted until one decodes"
+            );
+        } else {
+            log::debug!(target: "watcher", resource = self.name(), event = event, object = object, rv = rv.as_str(), error = error.as_str(); "undecodable event skipped");
+        }
+        let Some(key) = key else {
+            return Err(StreamEnd::Unreadable);
+        };
+        self.queue.add(
+            key,
+            Trigger::Watch {
+                resource: self.name(),
+                event,
+                rv: rv.parse().unwrap_or(0),
+                hint: None,
+            },
+            Priority::Urgent,
+        );
         Ok(())
     }
 }

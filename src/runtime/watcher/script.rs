@@ -105,6 +105,7 @@ pub fn pods() -> Kind {
         resource: Resource::PODS,
         namespace: None,
         label_selector: None,
+        if_missing: None,
     }
 }
 
@@ -118,9 +119,9 @@ impl Watched for ByOwner {
     fn meta(o: &Self::Object) -> &ObjectMeta {
         &o.metadata
     }
-    fn key_of(&self, o: &Self::Object) -> Option<String> {
-        let owner = o.metadata.controller()?;
-        Some(crate::kube::types::key(&o.metadata.namespace, &owner.name))
+    fn key_of_meta(&self, meta: &ObjectMeta) -> Option<String> {
+        let owner = meta.controller()?;
+        Some(crate::kube::types::key(&meta.namespace, &owner.name))
     }
     fn memo(&self, _: &Self::Object) -> u64 {
         0

@@ -282,3 +282,71 @@ fn without_a_period_nothing_resyncs_and_an_ask_is_answered_by_the_next_list() {
     w.relist().unwrap();
     assert!(!w.resync_due());
 }
+
+/// A watch event of pod `name` owned by `owner` at `rv`, with `status` as given.
+fn pod_event(kind: &str, name: &str, owner: &str, rv: &str, status: &str) -> String {
+    format!(
+        r#"{{"type":"{kind}","object":{{"metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","ownerReferences":[{{"apiVersion":"immortalcontainer.flugel.it/v1alpha1","kind":"ImmortalContainer","name":"{owner}","uid":"u","controller":true}}]}},"status":{status}}}}}"#
+    )
+}
+
+#[test]
+fn an_event_that_does_not_decode_is_skipped_its_key_queued_and_the_watch_goes_on_past_it() {
+    let s = Script::default();
+    s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
+    let lines = [
+        pod_event("MODIFIED", "a-immortalpod", "a", "10", r#"{"phase":7}"#),
+        pod_event("MODIFIED", "a-immortalpod", "a", "11", r#"{"phase":["x"]}"#),
+        pod_event(
+            "MODIFIED",
+            "b-immortalpod",
+            "b",
+            "12",
+            r#"{"phase":"Running"}"#,
+        ),
+    ];
+    s.watches
+        .lock()
+        .unwrap()
+        .push_back(Ok((lines.join("\n") + "\n", None)));
+    let (calls, queued) = run(&s, ByOwner);
+    assert_eq!(
+        calls,
+        ["list continue=", "watch rv=5", "watch rv=12"].map(String::from),
+        "resumed after the last event, not stuck before the bad one"
+    );
+    assert_eq!(
+        queued,
+        [
+            ("ns/a".to_string(), "pod MODIFIED rv=11".to_string()),
+            ("ns/b".to_string(), "pod MODIFIED rv=12".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn an_event_whose_key_cannot_be_read_lists_everything_again() {
+    let s = Script::default();
+    s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("20", &[("ns", "a")], None)));
+    let line = r#"{"type":"MODIFIED","object":{"metadata":{"name":7,"resourceVersion":"10"}}}"#;
+    s.watches
+        .lock()
+        .unwrap()
+        .push_back(Ok((format!("{line}\n"), None)));
+    let (calls, queued) = run(&s, ByOwner);
+    assert_eq!(
+        calls,
+        [
+            "list continue=",
+            "watch rv=5",
+            "list continue=",
+            "watch rv=20"
+        ]
+        .map(String::from)
+    );
+    assert_eq!(queued, [("ns/a".to_string(), "pod relist".to_string())]);
+}

@@ -1,0 +1,332 @@
+//! Which HTTP proxy, if any, carries the connections to the API server, as client-go decides.
+//!
+//! A cluster's `proxy-url` is used always (client-go's `rest.Config.Proxy`). Without one, the
+//! environment's `HTTPS_PROXY` (for an `https://` server) or `HTTP_PROXY` (for `http://`) is,
+//! upper case first, then lower, except for `localhost`, a loopback address, or a host that
+//! `NO_PROXY` names: Go's `http.ProxyFromEnvironment`, which client-go's transport uses.
+//! Only `http://` proxies are supported (HTTP CONNECT for an https server): ureq 2 takes SOCKS
+//! only with a feature of its own, and no proxy over TLS at all.
+
+use super::ConfigError;
+use std::fmt;
+use std::net::IpAddr;
+
+/// The proxy variables of the environment, empty ones counted as unset.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyEnv {
+    pub https_proxy: Option<String>,
+    pub http_proxy: Option<String>,
+    pub no_proxy: Option<String>,
+}
+
+impl ProxyEnv {
+    /// From the process environment: `HTTPS_PROXY` before `https_proxy`, as Go reads them.
+    pub fn from_process() -> ProxyEnv {
+        let var = |upper: &str| {
+            [upper.to_string(), upper.to_ascii_lowercase()]
+                .iter()
+                .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+        };
+        ProxyEnv {
+            https_proxy: var("HTTPS_PROXY"),
+            http_proxy: var("HTTP_PROXY"),
+            no_proxy: var("NO_PROXY"),
+        }
+    }
+}
+
+/// A proxy to reach the API server through. Deliberately not Debug-derived: its URL may hold
+/// credentials, and only [`Proxy::shown`] (without them) may reach a log line.
+#[derive(Clone)]
+pub struct Proxy {
+    /// For ureq (an `http://` server); credentials included.
+    pub(crate) ureq: ureq::Proxy,
+    /// `host:port` of the proxy, to connect to.
+    pub(crate) address: String,
+    /// The `Proxy-Authorization` value for a CONNECT (`Basic ...`), if the URL has credentials.
+    pub(crate) authorization: Option<String>,
+    /// `http://host:port`; for logs and messages.
+    pub shown: String,
+}
+
+impl Proxy {
+    /// The proxy as ureq takes it, for a client other than ours (the e2e harness's).
+    pub fn to_ureq(&self) -> ureq::Proxy {
+        self.ureq.clone()
+    }
+}
+
+impl fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+/// The cluster's `proxy-url`, set at `origin`.
+pub(super) fn from_kubeconfig(url: &str, origin: &str) -> Result<Proxy, ConfigError> {
+    parse(url, false).map_err(|problem| ConfigError::Invalid {
+        origin: format!("{origin}, proxy-url"),
+        problem,
+    })
+}
+
+/// The environment's proxy for `server` (`https://host:port[/prefix]`), if it takes one.
+pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, ConfigError> {
+    let (var, value) = if server.starts_with("https://") {
+        ("HTTPS_PROXY", &env.https_proxy)
+    } else {
+        ("HTTP_PROXY", &env.http_proxy)
+    };
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let (host, port) = host_and_port(server);
+    if is_loopback(&host) || no_proxy_matches(env.no_proxy.as_deref(), &host, port) {
+        return Ok(None);
+    }
+    parse(value, true)
+        .map(Some)
+        .map_err(|problem| ConfigError::Invalid {
+            origin: format!("environment variable {var}"),
+            problem,
+        })
+}
+
+/// An `http://[user:password@]host[:port]` proxy URL; from the environment a bare
+/// `host:port` means http, as in Go. A message never repeats the URL: it may hold a password.
+fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
+    let url = url.trim();
+    let rest = match url.split_once("://") {
+        Some(("http", rest)) => rest,
+        Some((scheme, _)) => {
+            return Err(format!(
+                "a {scheme}:// proxy is not supported; only http:// proxies are (HTTP CONNECT)"
+            ))
+        }
+        None if bare_is_http => url,
+        None => return Err("not a URL: want http://HOST:PORT".into()),
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (userinfo, host_port) = match authority.rsplit_once('@') {
+        Some((userinfo, hp)) => (Some(userinfo), hp),
+        None => (None, authority),
+    };
+    if host_port.starts_with('[') {
+        return Err("an IPv6 address as proxy host is not supported; use a host name".into());
+    }
+    let (host, port) = match host_port.split_once(':') {
+        Some((h, p)) => (h, p.parse::<u16>().map_err(|_| "invalid port")?),
+        None => (host_port, 80),
+    };
+    if host.is_empty() {
+        return Err("no proxy host".into());
+    }
+    let ureq = ureq::Proxy::new(format!("http://{authority}"))
+        .map_err(|_| "not a valid proxy URL (want http://[USER:PASSWORD@]HOST[:PORT])")?;
+    Ok(Proxy {
+        ureq,
+        address: format!("{host}:{port}"),
+        authorization: userinfo.map(|u| format!("Basic {}", super::base64_encode(u.as_bytes()))),
+        shown: format!("http://{host}:{port}"),
+    })
+}
+
+/// The host (without brackets) and port of `https://host:port/...`.
+fn host_and_port(server: &str) -> (String, u16) {
+    let (scheme, rest) = server.split_once("://").unwrap_or(("https", server));
+    let authority = rest.split('/').next().unwrap_or_default();
+    let default = if scheme == "http" { 80 } else { 443 };
+    let (host, port) = match authority.rsplit_once(':') {
+        // A colon inside brackets belongs to an IPv6 address, not a port.
+        Some((h, p)) if !p.ends_with(']') => (h, p.parse().unwrap_or(default)),
+        _ => (authority, default),
+    };
+    (
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase(),
+        port,
+    )
+}
+
+/// Go's `useProxy`: never for `localhost` or a loopback address.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*` is every host;
+/// an IP address or CIDR matches addresses; `example.com` matches it and its subdomains,
+/// `.example.com` (or `*.example.com`) only its subdomains; `:PORT` after any of them limits
+/// it to that port.
+fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
+    let ip = host.parse::<IpAddr>().ok();
+    no_proxy
+        .unwrap_or_default()
+        .split(',')
+        .map(|e| e.trim().to_ascii_lowercase())
+        .filter(|e| !e.is_empty())
+        .any(|entry| {
+            if entry == "*" {
+                return true;
+            }
+            if let Some((net, bits)) = entry.split_once('/') {
+                return match (net.parse::<IpAddr>(), bits.parse::<u32>(), ip) {
+                    (Ok(net), Ok(bits), Some(ip)) => in_cidr(ip, net, bits),
+                    _ => false,
+                };
+            }
+            let (name, want_port) = split_port(&entry);
+            if want_port.is_some_and(|p| p != port) {
+                return false;
+            }
+            if let Ok(addr) = name.parse::<IpAddr>() {
+                return ip == Some(addr);
+            }
+            let name = name.strip_prefix('*').unwrap_or(name);
+            match name.strip_prefix('.') {
+                Some(_) => host.ends_with(name),
+                None => host == name || host.ends_with(&format!(".{name}")),
+            }
+        })
+}
+
+/// `host:port`, `[v6]:port`, or a bare host or address (an IPv6 one has colons of its own).
+fn split_port(entry: &str) -> (&str, Option<u16>) {
+    if let Some(rest) = entry.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((addr, port)) => (addr, port.strip_prefix(':').and_then(|p| p.parse().ok())),
+            None => (entry, None),
+        };
+    }
+    match entry.split_once(':') {
+        Some((h, p)) if !p.contains(':') => (h, p.parse().ok()),
+        _ => (entry, None),
+    }
+}
+
+fn in_cidr(ip: IpAddr, net: IpAddr, bits: u32) -> bool {
+    match (ip.to_canonical(), net) {
+        (IpAddr::V4(ip), IpAddr::V4(net)) if bits <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(net) & mask
+        }
+        (IpAddr::V6(ip), IpAddr::V6(net)) if bits <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            u128::from(ip) & mask == u128::from(net) & mask
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(https: Option<&str>, http: Option<&str>, no: Option<&str>) -> ProxyEnv {
+        ProxyEnv {
+            https_proxy: https.map(String::from),
+            http_proxy: http.map(String::from),
+            no_proxy: no.map(String::from),
+        }
+    }
+
+    /// The proxy the environment picks for `server`, as shown in logs.
+    fn chosen(server: &str, env: &ProxyEnv) -> Option<String> {
+        from_env(server, env).unwrap().map(|p| p.shown)
+    }
+
+    #[test]
+    fn an_https_server_takes_https_proxy_and_an_http_one_http_proxy() {
+        let e = env(Some("http://secure:3128"), Some("plain:8080"), None);
+        assert_eq!(
+            chosen("https://api.example.com:6443", &e).as_deref(),
+            Some("http://secure:3128")
+        );
+        assert_eq!(
+            chosen("http://api.example.com", &e).as_deref(),
+            Some("http://plain:8080")
+        );
+        let only_http = env(None, Some("http://plain:8080"), None);
+        assert_eq!(chosen("https://api.example.com", &only_http), None);
+    }
+
+    #[test]
+    fn loopback_servers_never_take_the_environments_proxy() {
+        let e = env(Some("http://p:3128"), Some("http://p:3128"), None);
+        for server in [
+            "https://127.0.0.1:6443",
+            "https://127.9.9.9",
+            "https://localhost:6443",
+            "https://[::1]:6443",
+        ] {
+            assert_eq!(chosen(server, &e), None, "{server}");
+        }
+    }
+
+    #[test]
+    fn no_proxy_exempts_hosts_domains_addresses_ranges_and_ports_as_go_does() {
+        let proxied = |server: &str, no: &str| {
+            chosen(server, &env(Some("http://p:3128"), None, Some(no))).is_some()
+        };
+        assert!(!proxied("https://api.example.com:6443", "*"));
+        assert!(!proxied("https://api.example.com", "example.com"));
+        assert!(!proxied("https://example.com", "example.com"));
+        assert!(!proxied("https://api.example.com", ".example.com"));
+        assert!(proxied("https://example.com", ".example.com"));
+        assert!(!proxied("https://a.example.com", "*.example.com"));
+        assert!(proxied("https://notexample.com", "example.com"));
+        assert!(!proxied("https://10.1.2.3:6443", "other, 10.0.0.0/8"));
+        assert!(proxied("https://11.1.2.3:6443", "10.0.0.0/8"));
+        assert!(!proxied("https://10.1.2.3:6443", "10.1.2.3"));
+        assert!(!proxied("https://[fd00::1]:6443", "fd00::/8"));
+        assert!(!proxied(
+            "https://api.example.com:6443",
+            "api.example.com:6443"
+        ));
+        assert!(proxied(
+            "https://api.example.com:443",
+            "api.example.com:6443"
+        ));
+        assert!(!proxied("https://API.Example.com", "api.example.COM"));
+    }
+
+    #[test]
+    fn the_kubeconfigs_proxy_url_is_used_for_any_server() {
+        let p = from_kubeconfig("http://user:s3cret@proxy.corp:3128", "kubeconfig k").unwrap();
+        assert_eq!(p.shown, "http://proxy.corp:3128");
+        assert_eq!(p.address, "proxy.corp:3128");
+        // base64("user:s3cret")
+        assert_eq!(p.authorization.as_deref(), Some("Basic dXNlcjpzM2NyZXQ="));
+        assert!(!format!("{p:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn unsupported_or_malformed_proxies_are_refused_without_repeating_the_url() {
+        for (url, want) in [
+            (
+                "socks5://user:s3cret@p:1080",
+                "socks5:// proxy is not supported",
+            ),
+            (
+                "https://user:s3cret@p:443",
+                "https:// proxy is not supported",
+            ),
+            ("http://user:s3cret@p:notaport", "invalid port"),
+            ("http://user:s3cret@[::1]:3128", "IPv6"),
+            ("proxy.corp:3128", "not a URL"),
+        ] {
+            let e = from_kubeconfig(url, "kubeconfig k")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want) && e.contains("proxy-url"), "{url}: {e}");
+            assert!(!e.contains("s3cret"), "{e}");
+        }
+        let e = from_env(
+            "https://api:6443",
+            &env(Some("socks5://p:1080"), None, None),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("HTTPS_PROXY"), "{e}");
+    }
+}
