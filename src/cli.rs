@@ -221,14 +221,8 @@ pub struct LeaderFlags {
     pub retry_period: Duration,
 }
 
-/// Reconcile threads by default. A reconcile spends nearly all of its time waiting on the API
-/// server (four round trips for a new pod), so one thread leaves a real server idle: on a v1.28
-/// cluster one worker converged 1,000 objects in 31 s where a kube-rs operator, with hundreds of
-/// requests in flight, took 7.6 s. With 2 ms added to every test-server answer the backlog of
-/// 1,000 took 7.0 s at 1 worker, 0.95 s at 8 and 0.57 s at 16, within 1.6-1.9x of the floor at
-/// as many connections; 32 gained little more on 2 cores. Each worker costs one idle thread
-/// and one pooled connection (about 0.1 MiB of peak RSS), and the queue never hands one object
-/// to two of them, so 16 stays well inside the API server's default fairness share.
+/// Reconcile threads by default: a reconcile mostly waits on the API server, and 16 came
+/// within 2x of the floor in the bench (docs/benchmark.md, "Workers").
 pub const DEFAULT_WORKERS: usize = 16;
 
 /// The validated configuration.

@@ -16,6 +16,9 @@
 //! [`util`] holds the few helpers every layer uses (jitter, RFC 3339 time, poison-tolerant
 //! locks).
 
+// No unsafe code but the global allocator (`runtime::allocator`, which allows it, and why).
+#![deny(unsafe_code)]
+
 pub mod cli;
 pub mod immortal;
 pub mod kube;

@@ -1,5 +1,7 @@
 //! The `immortal-operator` binary: parse flags, set up logging, run the operator.
 
+#![forbid(unsafe_code)]
+
 use immortal_operator::runtime::logging;
 use immortal_operator::{cli, operator, trace};
 use std::process::ExitCode;

@@ -10,7 +10,7 @@
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint};
-use crate::immortal::reconcile::{self, Books, Cluster};
+use crate::immortal::reconcile::{self, LiveApi, Memory};
 use crate::immortal::store::IcStore;
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
@@ -82,8 +82,8 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
     if is_quitting(&quit) {
         return Ok(ExitCode::SUCCESS);
     }
-    let books = Arc::new(Books::new());
-    check_crd_schema(&once, &books);
+    let memory = Arc::new(Memory::new());
+    check_crd_schema(&once, &memory);
 
     let health = Arc::new(Health::new(
         vec![IMMORTAL_CONTAINERS.short(), client::Resource::PODS.short()],
@@ -109,7 +109,7 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
         config, &once, &queue, &quit, &health, &dead_tx, &ic_resync, &ics,
     )?;
     wait_for_lists(&synced, &dead, &quit, &health)?;
-    recheck_crd(&once, &books, ic_resync, &quit)?;
+    recheck_crd(&once, &memory, ic_resync, &quit)?;
     start_sweep(config, &once, &queue, &quit)?;
 
     let (stop_renewing_tx, stop_renewing) = crossbeam_channel::bounded::<()>(0);
@@ -136,7 +136,7 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
         writer,
         identity,
         &queue,
-        &books,
+        &memory,
         ics,
         &health,
         &dead_tx,
@@ -368,7 +368,7 @@ fn start_workers(
     writer: Client,
     identity: String,
     queue: &Arc<Queue<PodHint>>,
-    books: &Arc<Books>,
+    memory: &Arc<Memory>,
     ics: Arc<IcStore>,
     health: &Arc<Health>,
     dead_tx: &Sender<&'static str>,
@@ -389,17 +389,17 @@ fn start_workers(
             return Err(fail_running(&format!("cannot start events thread: {e}")));
         }
     }
-    let api = Arc::new(Cluster {
+    let api = Arc::new(LiveApi {
         client: writer,
         events: recorder,
         ics,
     });
     let run_id = crate::util::rand_u64() as u16;
     for i in 0..config.workers {
-        let (queue, api, books, finished) = (
+        let (queue, api, memory, finished) = (
             queue.clone(),
             api.clone(),
-            books.clone(),
+            memory.clone(),
             finished_tx.clone(),
         );
         let sentinel = Sentinel {
@@ -414,7 +414,7 @@ fn start_workers(
                 let _sentinel = sentinel;
                 let _cache = allocator::cache_this_thread();
                 controller::work(&queue, run_id, |trace, hint| {
-                    reconcile::reconcile(&*api, &books, trace, hint)
+                    reconcile::reconcile(&*api, &memory, trace, hint)
                 })
             })
         {
@@ -526,9 +526,9 @@ fn start_sweep(
 /// it does not know, and without `lastCountedPodUID` starts cannot be counted exactly once
 /// (see `counting`). Knowing it before the first count keeps that count from being a wrong
 /// one. When the CRD cannot be read (RBAC), the first status write tells instead.
-fn check_crd_schema(client: &Client, books: &Books) {
+fn check_crd_schema(client: &Client, memory: &Memory) {
     if let Some(missing) = read_crd_schema(client) {
-        books
+        memory
             .counting
             .learn_pruned(&missing, "the installed CRD's schema lacks it");
     }
@@ -555,11 +555,11 @@ fn read_crd_schema(client: &Client) -> Option<Vec<&'static str>> {
 /// `counting`, Resuming). Costs one GET every 10 s, and only while something is pruned.
 fn recheck_crd(
     client: &Client,
-    books: &Arc<Books>,
+    memory: &Arc<Memory>,
     resync: Resync,
     quit: &Receiver<()>,
 ) -> Result<(), ExitCode> {
-    let (client, books, quit) = (client.clone(), books.clone(), quit.clone());
+    let (client, memory, quit) = (client.clone(), memory.clone(), quit.clone());
     let spawned = thread::Builder::new()
         .name("crd".into())
         .spawn(move || loop {
@@ -569,11 +569,11 @@ fn recheck_crd(
             ) {
                 return;
             }
-            if !books.counting.any_pruned() {
+            if !memory.counting.any_pruned() {
                 continue;
             }
             if let Some(missing) = read_crd_schema(&client) {
-                if books.counting.relearn(&missing) {
+                if memory.counting.relearn(&missing) {
                     resync.ask();
                 }
             }

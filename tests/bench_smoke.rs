@@ -75,6 +75,13 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
         5,
         "every deletion under load replaced"
     );
+    // The modeled control plane's phase ran on its own test server, correctly, and counted
+    // the writes of every pod it created.
+    let modeled = report.modeled.as_ref().expect("modeled phase");
+    assert!(modeled.backlog.correct);
+    assert_eq!(modeled.backlog.requests.pods_created, 20);
+    assert!(modeled.backlog.requests.writes_per_pod_created >= 2.0);
+    assert!(modeled.backlog.in_flight.is_some_and(|f| f.peak >= 1));
     let op = report.bulk_operator.as_ref().expect("bulk operator");
     assert!(op.idle.is_some_and(|u| u.rss_kib > 0));
     assert_eq!(op.exit_code, Some(0), "the operator exits 0 on SIGTERM");

@@ -23,7 +23,7 @@
 
 use immortal_operator::immortal::desired;
 use immortal_operator::immortal::lifecycle::{IcEvents, PodEvents, PodHint};
-use immortal_operator::immortal::reconcile::{self, Api, Books};
+use immortal_operator::immortal::reconcile::{self, Api, Memory};
 use immortal_operator::immortal::store::{self, IcState, IcStore};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
@@ -33,8 +33,8 @@ use immortal_operator::kube::events::Note;
 use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };
-use immortal_operator::runtime::controller::{Next, Trace};
-use immortal_operator::runtime::watcher::{Verdict, Watched};
+use immortal_operator::runtime::controller::{LogContext, Next};
+use immortal_operator::runtime::watcher::{Reaction, Watched};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -715,7 +715,7 @@ impl Api for ModelApi {
 
 struct Controller {
     clock: Arc<Mutex<Instant>>,
-    books: Books,
+    memory: Memory,
     /// What the ImmortalContainer watcher knows (shared with the model API's reads).
     ics: Arc<IcStore>,
     /// The key is queued, with the hint of the latest event that queued it.
@@ -734,7 +734,7 @@ impl Controller {
         let c = clock.clone();
         Controller {
             clock,
-            books: Books::with_clock(move || *c.lock().unwrap()),
+            memory: Memory::with_clock(move || *c.lock().unwrap()),
             ics: Arc::new(IcStore::new()),
             queued: None,
             timer: None,
@@ -779,7 +779,7 @@ impl Controller {
             } else {
                 Some(memo.unwrap_or_default())
             };
-            if let Verdict::Queue(h, _) = verdict {
+            if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
         }
@@ -790,7 +790,7 @@ impl Controller {
             let verdict = self
                 .ics
                 .entry(KEY, |memo| IcEvents.on_event(event, &ic, memo));
-            if let Verdict::Queue(h, _) = verdict {
+            if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
         }
@@ -920,10 +920,10 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
             continue;
         }
         if let Some(hint) = ctl.queued.take() {
-            let trace = Trace { id: "x", key: KEY };
-            let books = &ctl.books;
+            let trace = LogContext { id: "x", key: KEY };
+            let memory = &ctl.memory;
             let result = panic::catch_unwind(AssertUnwindSafe(|| {
-                reconcile::reconcile(&api, books, &trace, hint.as_ref())
+                reconcile::reconcile(&api, memory, &trace, hint.as_ref())
             }));
             match result {
                 Ok(Ok(Next::Done)) => ctl.failures = 0,

@@ -8,7 +8,7 @@ use immortal_operator::immortal::types::{
 use immortal_operator::kube::client::{self, Client, ListParams, Resource, WatchParams};
 use immortal_operator::kube::config::{self, LoadOptions};
 use immortal_operator::kube::types::Pod;
-use kube_testserver::{Options, TestServer};
+use kube_testserver::{CostModel, KubeletOptions, Options, TestServer};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -239,15 +239,45 @@ impl Cluster {
     /// Starts the test API server (no kubeconfig), or loads `kubeconfig` and checks that the
     /// ImmortalContainer CRD is served there. `connections`: how many requests may run at once.
     pub fn connect(kubeconfig: Option<&Path>, connections: usize) -> Result<Cluster, Error> {
-        let (server, path) = match kubeconfig {
-            Some(p) => (None, p.to_path_buf()),
-            None => {
-                let s = TestServer::start(Options::default())
-                    .map_err(|e| Error::Setup(format!("cannot start the test API server: {e}")))?;
-                let p = s.kubeconfig_path();
-                (Some(s), p)
-            }
+        match kubeconfig {
+            Some(p) => Cluster::with(None, p.to_path_buf(), connections),
+            None => Cluster::start(Options::default(), connections),
+        }
+    }
+
+    /// Starts a test API server of its own, modeling a real control plane's costs (`model`)
+    /// from the start, with a kubelet that takes `start_delay` to start a container.
+    pub fn start_modeled(
+        model: CostModel,
+        start_delay: Duration,
+        connections: usize,
+    ) -> Result<Cluster, Error> {
+        let opts = Options {
+            kubelet: Some(KubeletOptions {
+                start_delay,
+                ..KubeletOptions::default()
+            }),
+            ..Options::default()
         };
+        let cluster = Cluster::start(opts, connections)?;
+        if let Some(s) = cluster.test_server() {
+            s.set_cost_model(model);
+        }
+        Ok(cluster)
+    }
+
+    fn start(opts: Options, connections: usize) -> Result<Cluster, Error> {
+        let s = TestServer::start(opts)
+            .map_err(|e| Error::Setup(format!("cannot start the test API server: {e}")))?;
+        let p = s.kubeconfig_path();
+        Cluster::with(Some(s), p, connections)
+    }
+
+    fn with(
+        server: Option<TestServer>,
+        path: PathBuf,
+        connections: usize,
+    ) -> Result<Cluster, Error> {
         let opts = LoadOptions {
             kubeconfig: Some(path.clone()),
             context: None,

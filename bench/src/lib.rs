@@ -28,10 +28,12 @@ use immortal_operator::immortal::types::{
 use immortal_operator::immortal::{desired, reconcile};
 use immortal_operator::kube::client::{self, Resource};
 use immortal_operator::kube::types::{Condition, Pod};
-use kube_testserver::{FailRule, TestServer};
+use kube_testserver::{CostModel, FailRule, TestServer};
 use observe::Observer;
 use operator::Operator;
-use report::{Convergence, Floor, Herd, Latency, Load, Machine, Process, Report, Requests};
+use report::{
+    Convergence, Floor, Herd, InFlight, Latency, Load, Machine, Modeled, Process, Report, Requests,
+};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -60,6 +62,27 @@ const READY_QUIET: Duration = Duration::from_secs(15);
 /// At most this many correctness problems are listed per phase; the rest are counted.
 const MAX_LISTED: usize = 20;
 
+/// The control plane the modeled phase runs against, calibrated on the issue-26 cluster
+/// (v1.28, 2 cores, 1,000 objects: the kube-rs peer 5.8 s, ours 13.9 s at 16 workers and
+/// 10.0 s at 64); how, in testserver/README.md ("Cost model").
+pub const MODEL: CostModel = CostModel {
+    cores: 2,
+    read: Duration::from_micros(400),
+    write: Duration::from_micros(2000),
+    per_watcher: Duration::from_micros(400),
+    pod_watchers: 4,
+    commit: Duration::from_millis(23),
+};
+
+/// How long the modeled phase's kubelet takes to start a container: seconds on a busy real
+/// node, so that pods run after the operator has counted and released them, as on the issue-26
+/// cluster, rather than 20 ms after their creation.
+pub const MODEL_START_DELAY: Duration = Duration::from_secs(2);
+
+/// Requests in flight of the kube-rs-style floor: kube-rs's controller runs every queued
+/// reconcile at once (hundreds in flight on the issue-26 cluster, 1,189 sockets).
+pub const KUBE_RS_IN_FLIGHT: usize = 256;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -79,6 +102,9 @@ pub struct Config {
     /// server adds it, so that concurrency (the floor's connections, the operator's workers)
     /// shows what it buys where the server is not the bottleneck.
     pub latency: Duration,
+    /// Objects of the modeled phase (test server only; at most `objects`): the kube-rs-style
+    /// floor and a backlog against [`MODEL`]; 0 skips it.
+    pub model_objects: usize,
     /// How long the herd phase's burst of errors lasts; zero skips the phase.
     pub burst: Duration,
     /// The HTTP status the burst answers with.
@@ -139,6 +165,7 @@ impl Default for Config {
             image: DEFAULT_IMAGE.into(),
             template: None,
             latency: Duration::ZERO,
+            model_objects: 1000,
             burst: Duration::from_secs(10),
             burst_status: 503,
             burst_objects: None,
@@ -254,6 +281,7 @@ pub fn run(cfg: &Config) -> Result<Report, Error> {
         backlog_operator: None,
         bulk_operator: None,
         load: None,
+        modeled: None,
         herd: None,
         checks: Vec::new(),
         failures: Vec::new(),
@@ -318,7 +346,7 @@ impl Run<'_> {
         conns.sort_unstable();
         conns.dedup();
         for (k, &c) in conns.iter().enumerate() {
-            let f = self.floor(&floor_ns, &format!("f{k}-"), c)?;
+            let f = self.floor(&floor_ns, &format!("f{k}-"), self.cfg.objects, c)?;
             self.say(&format!(
                 "floor at {c} connection(s): {:.3} s, {:.0} requests/s",
                 f.seconds, f.requests_per_second
@@ -338,7 +366,8 @@ impl Run<'_> {
             .flatten();
 
         // Backlog: its own operator, started on N existing objects.
-        let (mut backlog, process) = self.backlog(&mut report.failures)?;
+        let (mut backlog, process) =
+            self.backlog(self.cfg.objects, "backlog", &mut report.failures)?;
         backlog.ratio_to_floor_1 = backlog.seconds / floor_1;
         backlog.ratio_to_floor_workers = floor_w.map(|f| backlog.seconds / f);
         self.say(&format!(
@@ -401,6 +430,20 @@ impl Run<'_> {
             end,
             exit_code,
         });
+
+        // Modeled: needs the test server to model a real control plane's costs.
+        match self.cluster.test_server() {
+            Some(_) if self.cfg.model_objects > 0 => {
+                let m = self.modeled(&mut report.failures)?;
+                self.say(&format!(
+                    "modeled: kube-rs-style floor {:.3} s, backlog {:.3} s ({:.2}x)",
+                    m.kube_rs_floor.seconds, m.backlog.seconds, m.ratio_to_kube_rs
+                ));
+                report.modeled = Some(m);
+            }
+            Some(_) => {}
+            None => self.say("modeled: skipped (needs the test server's cost model)"),
+        }
 
         // Herd: needs the test server to answer errors on cue.
         match self.cluster.test_server() {
@@ -512,8 +555,7 @@ impl Run<'_> {
 
     /// N objects created untimed, then N pod creates and N status patches from `conns`
     /// threads, each timed.
-    fn floor(&self, ns: &str, prefix: &str, conns: usize) -> Result<Floor, Error> {
-        let n = self.cfg.objects;
+    fn floor(&self, ns: &str, prefix: &str, n: usize, conns: usize) -> Result<Floor, Error> {
         let api = self.api();
         let image = &self.cfg.image;
         let template = self.cfg.template.as_ref();
@@ -561,13 +603,78 @@ impl Run<'_> {
         Ok(obs)
     }
 
-    fn backlog(&self, failures: &mut Vec<String>) -> Result<(Convergence, Process), Error> {
-        let n = self.cfg.objects;
-        let ns = self.cluster.create_namespace("backlog")?;
+    /// The kube-rs-style floor, the floor at `--workers` and a backlog, all against a test
+    /// server of their own modeling [`MODEL`]'s control plane, so that designs rank as on a
+    /// real one.
+    fn modeled(&self, failures: &mut Vec<String>) -> Result<Modeled, Error> {
+        let n = self.cfg.model_objects.min(self.cfg.objects);
+        let cluster = Cluster::start_modeled(
+            MODEL,
+            MODEL_START_DELAY,
+            KUBE_RS_IN_FLIGHT.max(self.cfg.workers) + 8,
+        )?;
+        let run = Run {
+            cluster: &cluster,
+            ..*self
+        };
+        let measured = run.modeled_phases(n, failures);
+        for e in cluster.cleanup() {
+            self.say(&e);
+        }
+        let (kube_rs_floor, floor_workers, backlog) = measured?;
+        Ok(Modeled {
+            objects: n,
+            ratio_to_kube_rs: backlog.seconds / kube_rs_floor.seconds,
+            ratio_to_floor_workers: backlog.seconds / floor_workers.seconds,
+            model: report::ModelSettings::of(&MODEL, MODEL_START_DELAY),
+            kube_rs_floor,
+            floor_workers,
+            backlog,
+        })
+    }
+
+    fn modeled_phases(
+        &self,
+        n: usize,
+        failures: &mut Vec<String>,
+    ) -> Result<(Floor, Floor, Convergence), Error> {
+        let ns = self.cluster.create_namespace("model-floor")?;
+        // Each pod and object event costs a watcher's share: the floors get the watchers of the
+        // operator's phase, the peer's own (pods, its objects) and the bench's.
+        let _peer = Observer::start(self.api(), &ns, self.deadline)?;
+        let _bench = Observer::start(self.api(), &ns, self.deadline)?;
+        let kube_rs = self.floor(&ns, "k-", n, KUBE_RS_IN_FLIGHT)?;
+        self.say(&format!(
+            "modeled floor at {KUBE_RS_IN_FLIGHT} connections: {:.3} s",
+            kube_rs.seconds
+        ));
+        let at_workers = self.floor(&ns, "w-", n, self.cfg.workers)?;
+        self.say(&format!(
+            "modeled floor at {} connections: {:.3} s",
+            self.cfg.workers, at_workers.seconds
+        ));
+        let (mut backlog, _) = self.backlog(n, "model-backlog", failures)?;
+        backlog.ratio_to_floor_1 = f64::NAN;
+        backlog.ratio_to_floor_workers = Some(backlog.seconds / at_workers.seconds);
+        Ok((kube_rs, at_workers, backlog))
+    }
+
+    fn backlog(
+        &self,
+        n: usize,
+        phase: &str,
+        failures: &mut Vec<String>,
+    ) -> Result<(Convergence, Process), Error> {
+        let ns = self.cluster.create_namespace(phase)?;
         let obs = self.existing_objects(&ns, n)?;
         let before = self.cluster.snapshot();
-        let mut op = self.spawn_operator(&ns, "backlog")?;
-        let converged = self.converge(&ns, &obs, &mut op, "backlog", n)?;
+        let server = self.cluster.test_server();
+        if let Some(s) = server {
+            s.take_in_flight();
+        }
+        let mut op = self.spawn_operator(&ns, phase)?;
+        let converged = self.converge(&ns, &obs, &mut op, phase, n)?;
+        let in_flight = server.map(|s| InFlight::from(s.take_in_flight()));
         let seconds = converged
             .saturating_duration_since(op.spawned_at)
             .as_secs_f64();
@@ -580,11 +687,11 @@ impl Run<'_> {
         let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, n as u64)?;
         let problems = verify(self.api(), &ns, &|_| 1)?;
         let correct = problems.is_empty();
-        failures.extend(problems.into_iter().map(|p| format!("backlog: {p}")));
+        failures.extend(problems.into_iter().map(|p| format!("{phase}: {p}")));
         let exit_code = op.stop()?;
         if exit_code != Some(0) {
             failures.push(format!(
-                "backlog operator: exit code {exit_code:?} after SIGTERM, want 0"
+                "{phase} operator: exit code {exit_code:?} after SIGTERM, want 0"
             ));
         }
         Ok((
@@ -598,6 +705,7 @@ impl Run<'_> {
                 ready_seconds,
                 requests,
                 correct,
+                in_flight,
             },
             Process {
                 idle: None,
@@ -656,6 +764,8 @@ impl Run<'_> {
             ready_seconds,
             requests,
             correct,
+            // The bench's own creates are in flight too: not the operator's to report.
+            in_flight: None,
         })
     }
 
@@ -957,11 +1067,15 @@ impl Run<'_> {
             .filter(|(verb, _)| is_startup(verb))
             .map(|(_, n)| n)
             .sum();
+        let writes_by_kind = report::writes_by_kind(&by_verb);
+        let writes: u64 = writes_by_kind.values().sum();
         Ok(Requests {
             pods_created,
             total,
             startup,
             per_pod_created: (total - startup) as f64 / pods_created.max(1) as f64,
+            writes_per_pod_created: writes as f64 / pods_created.max(1) as f64,
+            writes_by_kind,
             by_verb,
             source: source.into(),
             metrics_total: Some(metrics_total),
@@ -1170,7 +1284,7 @@ fn pod_problems(ic: &ImmortalContainer, pod: &Pod) -> Vec<String> {
     if containers != [(CONTAINER_NAME, ic.spec.image.as_str())] {
         out.push(format!("pod {name}: containers {containers:?}"));
     }
-    if pod.metadata.deletion_timestamp.is_some() || pod.is_terminated() {
+    if pod.metadata.deletion_timestamp.is_some() || matches!(pod.phase(), "Succeeded" | "Failed") {
         out.push(format!(
             "pod {name}: not running (phase {:?}, deleting {})",
             pod.phase(),

@@ -58,6 +58,11 @@ struct Args {
     /// concurrency buys when the server has cores to spare.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     latency_ms: u64,
+    /// Test server only: objects of the modeled phase (at most --objects), where the test server
+    /// models a real control plane's costs (testserver/README.md) and the backlog is held to a
+    /// kube-rs-style floor, 2 writes a pod with hundreds in flight; 0 skips it.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    model_objects: usize,
 
     /// Give up (exit 2) when the whole run takes longer, in seconds.
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
@@ -96,6 +101,7 @@ fn main() -> ExitCode {
         image: args.image,
         template: args.template.then(immortal_bench::typical_template),
         latency: Duration::from_millis(args.latency_ms),
+        model_objects: args.model_objects,
         burst: Duration::from_secs(args.burst_seconds),
         burst_status: args.burst_status,
         burst_objects: args.burst_objects,

@@ -62,6 +62,12 @@ pub struct Requests {
     pub startup: u64,
     /// `(total - startup) / pods_created`.
     pub per_pod_created: f64,
+    /// Writes (POST, PUT, PATCH, DELETE) over `pods_created`: what a pod costs a control plane
+    /// whose commits and watchers decide its throughput.
+    pub writes_per_pod_created: f64,
+    /// The writes by `"verb resource"` (`create pods`, `patch immortalcontainers/status`...),
+    /// or by HTTP method from the operator's /metrics.
+    pub writes_by_kind: BTreeMap<String, u64>,
     /// By `"verb resource"` (test server's counts) or by HTTP method (the operator's
     /// /metrics, on a real cluster).
     pub by_verb: BTreeMap<String, u64>,
@@ -91,6 +97,94 @@ pub struct Convergence {
     pub requests: Requests,
     /// Passed the correctness check (counts, pods, owners).
     pub correct: bool,
+    /// Requests in flight at the test server from the operator's start to convergence (the
+    /// backlog's: the operator's requests and the bench's watch re-opens only).
+    pub in_flight: Option<InFlight>,
+}
+
+/// Requests in flight at the test server over a phase.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct InFlight {
+    pub peak: usize,
+    /// Time-weighted mean.
+    pub mean: f64,
+}
+
+impl From<kube_testserver::InFlight> for InFlight {
+    fn from(f: kube_testserver::InFlight) -> InFlight {
+        InFlight {
+            peak: f.peak,
+            mean: f.mean,
+        }
+    }
+}
+
+/// The writes among requests counted by `"verb resource"` or by HTTP method.
+pub fn writes_by_kind(by_verb: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    const WRITES: [&str; 9] = [
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+        "POST",
+        "PUT",
+        "PATCH",
+        "DELETE",
+    ];
+    by_verb
+        .iter()
+        .filter(|(k, _)| WRITES.contains(&k.split(' ').next().unwrap_or("")))
+        .map(|(k, n)| (k.clone(), *n))
+        .collect()
+}
+
+/// The modeled phase: the same work against the test server modeling a real control plane
+/// ([`crate::MODEL`]), where the kube-rs-style floor is what a design is held to.
+#[derive(Debug, Clone, Serialize)]
+pub struct Modeled {
+    pub objects: usize,
+    pub model: ModelSettings,
+    /// N pod creates and N status patches at [`crate::KUBE_RS_IN_FLIGHT`] connections: the
+    /// kube-rs peer's 2 writes per pod with hundreds in flight.
+    pub kube_rs_floor: Floor,
+    /// The same at `--workers` connections: the operator's concurrency.
+    pub floor_workers: Floor,
+    pub backlog: Convergence,
+    /// The backlog's seconds over the kube-rs-style floor's (the real cluster: 2.4 at 16
+    /// workers, 1.7 at 64).
+    pub ratio_to_kube_rs: f64,
+    /// Over the floor at `--workers` connections: what the design costs at the same
+    /// concurrency.
+    pub ratio_to_floor_workers: f64,
+}
+
+/// [`kube_testserver::CostModel`] in milliseconds, for the JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelSettings {
+    pub cores: usize,
+    pub read_ms: f64,
+    pub write_ms: f64,
+    pub per_watcher_ms: f64,
+    pub pod_watchers: usize,
+    pub commit_ms: f64,
+    /// The modeled phase's kubelet: from a pod's first status to its container running.
+    pub container_start_ms: f64,
+}
+
+impl ModelSettings {
+    pub fn of(m: &kube_testserver::CostModel, start_delay: Duration) -> ModelSettings {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        ModelSettings {
+            cores: m.cores,
+            read_ms: ms(m.read),
+            write_ms: ms(m.write),
+            per_watcher_ms: ms(m.per_watcher),
+            pod_watchers: m.pod_watchers,
+            commit_ms: ms(m.commit),
+            container_start_ms: ms(start_delay),
+        }
+    }
 }
 
 /// Recovery latencies: from the API's answer to the ADDED event of the replacement pod.
@@ -191,6 +285,8 @@ pub struct Report {
     /// Recovery under load: `None` when skipped (`--recovery 0`).
     pub load: Option<Load>,
     /// `None` when skipped (a real cluster, or `--burst-seconds 0`).
+    /// Test server only: the same design against a modeled real control plane.
+    pub modeled: Option<Modeled>,
     pub herd: Option<Herd>,
     /// Targets, computed by [`Report::checks`] when the run ends.
     pub checks: Vec<Check>,
@@ -314,6 +410,22 @@ impl Report {
                 l.max_ms <= 8.0,
             ));
         }
+        if let Some(c) = &self.backlog {
+            out.push(check(
+                "backlog writes per created pod",
+                format!("{:.2}", c.requests.writes_per_pod_created),
+                "<= 3",
+                c.requests.writes_per_pod_created <= 3.0,
+            ));
+        }
+        if let Some(m) = &self.modeled {
+            out.push(check(
+                "modeled backlog, x the kube-rs-style floor",
+                format!("{:.2}x", m.ratio_to_kube_rs),
+                "<= 1.0x",
+                m.ratio_to_kube_rs <= 1.0,
+            ));
+        }
         if let Some(h) = &self.herd {
             let most = herd_request_bound(h.burst_seconds, self.workers);
             out.push(check(
@@ -421,6 +533,7 @@ impl Report {
                 }
             );
             let _ = writeln!(t, "  requests: {}", requests_line(&c.requests));
+            let _ = writeln!(t, "  {}", writes_line(&c.requests, c.in_flight));
         }
         for (name, l) in [
             ("recovery (pod deleted)", &self.recovery_deleted),
@@ -500,6 +613,36 @@ impl Report {
                     .map_or_else(|| "none (signal)".to_string(), |c| c.to_string())
             );
         }
+        if let Some(m) = &self.modeled {
+            let s = &m.model;
+            let _ = writeln!(
+                t,
+                "modeled control plane ({} cores; per request {} ms read, {} ms write, {} ms a watcher of its event, \
+                 {} more pod watchers; {} ms commits shared by the writes waiting; containers start in {} ms), {} objects:",
+                s.cores, s.read_ms, s.write_ms, s.per_watcher_ms, s.pod_watchers, s.commit_ms, s.container_start_ms, m.objects
+            );
+            for (name, f) in [
+                ("kube-rs-style floor", &m.kube_rs_floor),
+                ("floor", &m.floor_workers),
+            ] {
+                let _ = writeln!(
+                    t,
+                    "  {name} at {} connections: {:.3} s (pods {:.3} s, patches {:.3} s)",
+                    f.connections, f.seconds, f.pod_creates_seconds, f.status_patches_seconds
+                );
+            }
+            let b = &m.backlog;
+            let _ = writeln!(
+                t,
+                "  backlog: {:.3} s, {:.2}x the kube-rs-style floor, {:.2}x the floor at {} connections{}",
+                b.seconds,
+                m.ratio_to_kube_rs,
+                m.ratio_to_floor_workers,
+                self.workers,
+                if b.correct { "" } else { "  FAILED correctness check" }
+            );
+            let _ = writeln!(t, "  {}", writes_line(&b.requests, b.in_flight));
+        }
         if let Some(h) = &self.herd {
             let _ = writeln!(
                 t,
@@ -548,6 +691,29 @@ impl Report {
     }
 }
 
+/// Writes per created pod by kind, and the requests in flight when measured.
+fn writes_line(r: &Requests, in_flight: Option<InFlight>) -> String {
+    let per_pod = |n: u64| n as f64 / r.pods_created.max(1) as f64;
+    let kinds: Vec<String> = r
+        .writes_by_kind
+        .iter()
+        .map(|(k, n)| format!("{k} {:.2}", per_pod(*n)))
+        .collect();
+    let flight = in_flight
+        .map(|f| {
+            format!(
+                "; in flight at the server: peak {}, mean {:.1}",
+                f.peak, f.mean
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "writes: {:.2} per pod created ({}){flight}",
+        r.writes_per_pod_created,
+        kinds.join(", ")
+    )
+}
+
 fn requests_line(r: &Requests) -> String {
     let verbs: Vec<String> = r.by_verb.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let cross = match r.metrics_total {
@@ -571,6 +737,39 @@ fn requests_line(r: &Requests) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_are_the_creates_patches_updates_and_deletes_by_kind() {
+        let by_verb: BTreeMap<String, u64> = [
+            ("create pods", 1000),
+            ("patch immortalcontainers/status", 2000),
+            ("patch pods", 1000),
+            ("create events", 1000),
+            ("list pods", 2),
+            ("watch pods", 1),
+            ("get /apis", 1),
+        ]
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+        let writes = writes_by_kind(&by_verb);
+        assert_eq!(
+            writes.keys().collect::<Vec<_>>(),
+            [
+                "create events",
+                "create pods",
+                "patch immortalcontainers/status",
+                "patch pods"
+            ]
+        );
+        assert_eq!(writes.values().sum::<u64>(), 5000);
+        // The operator's /metrics count by HTTP method.
+        let metrics = [("GET", 9), ("POST", 2), ("PATCH", 3), ("DELETE", 1)]
+            .into_iter()
+            .map(|(k, n)| (k.to_string(), n))
+            .collect();
+        assert_eq!(writes_by_kind(&metrics).values().sum::<u64>(), 6);
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {

@@ -106,16 +106,24 @@ impl Counting {
         Counting::default()
     }
 
-    /// How long the pod `uid`, being deleted, has waited on a count that could not be written,
-    /// counted from the first time this was asked about it.
-    pub fn holding(&self, uid: &str, now: Instant) -> Duration {
+    /// The pod `uid`, being deleted, waits on a count that could not be written: since `now`,
+    /// unless it was noted before.
+    pub fn note_held(&self, uid: &str, now: Instant) {
         let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
         if holding.len() >= 1024 {
             // Pods that went some other way: long past any hold.
             holding.retain(|_, since| now.saturating_duration_since(*since) < HOLD_AT_MOST * 10);
         }
-        let since = *holding.entry(uid.to_string()).or_insert(now);
-        now.saturating_duration_since(since)
+        holding.entry(uid.to_string()).or_insert(now);
+    }
+
+    /// How long the pod `uid` has waited on its count since it was first noted held (zero if
+    /// it never was).
+    pub fn held_for(&self, uid: &str, now: Instant) -> Duration {
+        let holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+        holding.get(uid).map_or(Duration::ZERO, |since| {
+            now.saturating_duration_since(*since)
+        })
     }
 
     /// The pod `uid` was let go: it waits on nothing any more.

@@ -29,13 +29,8 @@ use std::time::{Duration, Instant};
 pub const BASE: Duration = Duration::from_secs(1);
 /// The longest back-off.
 pub const MAX: Duration = Duration::from_secs(300);
-/// A pod whose container ran at least this long before it ended is replaced at once. Long
-/// enough that a loop (a pod deleted on sight by a script, a policy controller or a person,
-/// or failing as it starts) stays under it: such a pod is gone within a second or two of
-/// starting. Short enough that no day-2 operation meets it: a drain, an eviction, a
-/// descheduler, an autoscaler or a person acts on pods that have run for minutes, and
-/// `kubectl drain` of the next node starts well after the replacement runs. A pod replaced
-/// every 10 s costs the API server five requests every 10 s, which is no load.
+/// A pod whose container ran at least this long before it ended is replaced at once: above
+/// any loop, below any drain or eviction (docs/design.md, "Restarts and refusals").
 pub const MIN_RUN: Duration = Duration::from_secs(10);
 /// Entries are swept when the book grows past this many (the expired ones go).
 const SWEEP_AT: usize = 1024;

@@ -97,13 +97,7 @@ pub fn sweep<H: Clone>(
                 );
                 swept.found += 1;
                 // A pod someone may be waiting on to go: urgent.
-                queue.add(
-                    key,
-                    Trigger::Relist {
-                        resource: "pod sweep",
-                    },
-                    Priority::Urgent,
-                );
+                queue.add(key, Trigger::Sweep { resource: "pod" }, Priority::Urgent);
             }
         }
         match page.metadata.continue_token.filter(|t| !t.is_empty()) {

@@ -241,6 +241,7 @@ impl Pod {
 
     /// A pod in phase Succeeded or Failed never runs again (restartPolicy aside, the kubelet
     /// does not restart a terminated pod): it has to be replaced.
+    #[cfg(test)]
     pub fn is_terminated(&self) -> bool {
         matches!(self.phase(), "Succeeded" | "Failed")
     }

@@ -43,7 +43,7 @@ pub trait Failure: fmt::Display {
 }
 
 /// Fields every log line of one reconcile carries.
-pub struct Trace<'a> {
+pub struct LogContext<'a> {
     pub id: &'a str,
     pub key: &'a str,
 }
@@ -90,7 +90,7 @@ pub fn work<H, E, R>(queue: &Queue<H>, run_id: u16, reconcile: R)
 where
     H: Clone + fmt::Display,
     E: Failure,
-    R: Fn(&Trace, Option<&H>) -> Result<Next, E>,
+    R: Fn(&LogContext, Option<&H>) -> Result<Next, E>,
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     while let Some((key, trigger, priority, waited)) = queue.get() {
@@ -104,7 +104,7 @@ where
             _ => None,
         };
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
-        let result = reconcile(&Trace { id: &id, key: &key }, hint);
+        let result = reconcile(&LogContext { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
         // A number in JSON, as on every other line that carries it; tenths of a millisecond
         // are all a person reads.

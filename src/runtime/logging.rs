@@ -119,21 +119,8 @@ impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
 }
 
 fn push_json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    // A `&str` always serializes.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
 
 #[cfg(test)]
@@ -171,6 +158,24 @@ mod tests {
         assert_eq!(v["reconcile_id"], 7);
         assert_eq!(v["ready"], true);
         assert_eq!(v["error"], "api error 500: \"boom\"");
+    }
+
+    #[test]
+    fn json_lines_keep_control_characters_and_unicode_of_a_message() {
+        let msg = "line one\nline two\t\u{1}\u{7f} é \\ \"q\"";
+        // One statement: the record borrows the message's formatting arguments.
+        let line = render(
+            Format::Json,
+            UNIX_EPOCH,
+            &log::Record::builder()
+                .args(format_args!("{msg}"))
+                .level(log::Level::Warn)
+                .target("reconcile")
+                .build(),
+        );
+        assert_eq!(line.lines().count(), 1, "{line}");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["msg"], msg);
     }
 
     #[test]

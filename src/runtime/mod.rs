@@ -6,8 +6,9 @@
 //! [`queue`] (deduplicating, with per-key back-off and an overall failure budget), and keeps
 //! what it knows of each key in a [`store`] others may read;
 //! [`leader`] elects one active replica through a Lease and fences the client's writes;
-//! [`metrics`], [`serve`] (probes, and metrics over HTTPS with TokenReview and
-//! SubjectAccessReview) and [`logging`] make a running operator observable; [`allocator`] is
+//! [`liveness`] (what `/readyz` reads of the watches), [`metrics`], [`serve`] (probes, and
+//! metrics over HTTPS with TokenReview and SubjectAccessReview) and [`logging`] make a running
+//! operator observable; [`allocator`] is
 //! the binary's global allocator.
 //!
 //! Not here: which events matter, or what a reconcile does. A resource's policy implements
@@ -16,6 +17,7 @@
 pub mod allocator;
 pub mod controller;
 pub mod leader;
+pub mod liveness;
 pub mod logging;
 pub mod metrics;
 pub mod queue;

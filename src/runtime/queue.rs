@@ -78,25 +78,9 @@ impl Priority {
 }
 
 /// How many failing reconciles the queue lets through: client-go's overall bucket (10 a
-/// second, burst 100), so that 10,000 failing keys do not hammer an API server that is coming
-/// back. Two differences from client-go, both for the same case (many keys failing at once):
-/// - client-go makes each `AddRateLimited` reserve the next free slot, so the 10,000th retry
-///   is scheduled 1,000 s ahead even when the server is back a second later. Here a failure
-///   spends a token, a success gives one back, and the queue hands keys out (any key) only
-///   while a token is left: the rate is capped while reconciles fail, and everything goes at
-///   full speed again from the first success.
-/// - client-go's bucket delays retries only; the first attempt of every key queued by a relist
-///   goes out unbounded. Here a spent budget holds every key: after 100 failures in a row,
-///   10 reconciles a second, whatever queued them.
-///
-/// Within it, routine keys are held once only [`URGENT_RESERVE`] tokens are left, urgent keys
-/// once none is: the whole still lets 100 failures through, then 10 a second, so a failing API
-/// server is not stampeded, but routine failures cannot make a pod's replacement wait. A key
-/// retried at its bound (a pod our finalizer holds, to be let go within a minute) is not held
-/// at all: one request per such pod.
-///
-/// A key's own exponential backoff (and the server's `Retry-After`) apply as well, as in
-/// client-go's `MaxOf`.
+/// second, burst 100), except that a success refunds a token, a spent budget holds every key
+/// (first attempts too), and the last [`URGENT_RESERVE`] tokens are for urgent keys. Why:
+/// docs/design.md, "Failing reconciles are rate limited as a whole".
 #[derive(Debug)]
 struct Budget {
     /// May go below zero when several workers fail at once: the debt is paid before the next
@@ -159,6 +143,8 @@ pub enum Trigger<H> {
     },
     /// A (re)list enqueued every known key.
     Relist { resource: &'static str },
+    /// A one-off scan outside the watch found the key (`immortal::sweep`).
+    Sweep { resource: &'static str },
     /// Requeued after a failed reconcile.
     Retry,
     /// Requeued on purpose after a delay the reconcile asked for.
@@ -181,6 +167,7 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
                 }
             }
             Trigger::Relist { resource } => write!(f, "{resource} relist"),
+            Trigger::Sweep { resource } => write!(f, "{resource} sweep"),
             Trigger::Retry => f.write_str("retry after error"),
             Trigger::Scheduled => f.write_str("scheduled requeue"),
         }
@@ -588,6 +575,7 @@ impl<H: Clone> Queue<H> {
     }
 
     /// Keys ready to be handed out now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         let st = self.lock();
         st.dirty.len()
@@ -597,6 +585,7 @@ impl<H: Clone> Queue<H> {
                 .count()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -674,6 +663,17 @@ mod tests {
             Priority::Routine,
         );
         assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9 gone");
+    }
+
+    #[test]
+    fn a_key_the_start_up_sweep_found_says_so_and_not_relist() {
+        let q = Q::new();
+        q.add(
+            "ns/a".into(),
+            Trigger::Sweep { resource: "pod" },
+            Priority::Urgent,
+        );
+        assert_eq!(q.get().unwrap().1.to_string(), "pod sweep");
     }
 
     #[test]

@@ -35,10 +35,12 @@ impl<M: Clone> Store<M> {
     }
 
     /// How many keys the watcher knows.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.read().len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

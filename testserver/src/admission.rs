@@ -84,10 +84,144 @@ fn pod_or_container_check(
     (explicit, implicit, pod_bad, pod_good)
 }
 
+/// Capabilities a container may add under `baseline` (the container runtimes' defaults).
+const DEFAULT_CAPABILITIES: [&str; 13] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Volume sources `restricted` allows.
+const RESTRICTED_VOLUMES_ALLOWED: [&str; 8] = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+/// `one` or `many`, as the plugin's `pluralize` picks.
+fn pluralize(one: &'static str, many: &'static str, n: usize) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
 /// The checks of the `baseline` level this server makes (privileged containers, host
-/// namespaces), by check ID.
-fn baseline(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
+/// namespaces, host ports, hostPath volumes, added capabilities), by check ID. Under
+/// `restricted` its own checks of capabilities and volumes replace baseline's.
+fn baseline(pod: &Value, restricted: bool, out: &mut Vec<(&'static str, Violation)>) {
     let spec = &pod["spec"];
+    if !restricted {
+        let mut adding = Vec::new();
+        let mut added = std::collections::BTreeSet::new();
+        for c in containers(pod) {
+            let extra: Vec<&str> = c["securityContext"]["capabilities"]["add"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .filter(|a| !DEFAULT_CAPABILITIES.contains(a))
+                .collect();
+            if !extra.is_empty() {
+                adding.push(name_of(c));
+                added.extend(extra.into_iter().map(String::from));
+            }
+        }
+        if !adding.is_empty() {
+            let added: Vec<String> = added.into_iter().collect();
+            out.push((
+                "capabilities_baseline",
+                Violation {
+                    reason: "non-default capabilities",
+                    detail: format!(
+                        "{} must not include {} in securityContext.capabilities.add",
+                        containers_named(&adding),
+                        join_quote(&added)
+                    ),
+                },
+            ));
+        }
+        // Baseline forbids only `Unconfined`; restricted's own check replaces this one.
+        let unconfined = |v: &Value| v["type"] != "Unconfined";
+        let (explicit, _, pod_bad, _) = pod_or_container_check(pod, "seccompProfile", unconfined);
+        if let Some(who) = setters(pod_bad, &explicit) {
+            out.push((
+                "seccompProfile_baseline",
+                Violation {
+                    reason: "seccompProfile",
+                    detail: format!(
+                        "{who} must not set securityContext.seccompProfile.type to \"Unconfined\""
+                    ),
+                },
+            ));
+        }
+        let host_paths: Vec<String> = volumes(pod)
+            .filter(|v| !v["hostPath"].is_null())
+            .map(name_of)
+            .collect();
+        if !host_paths.is_empty() {
+            out.push((
+                "hostPathVolumes",
+                Violation {
+                    reason: "hostPath volumes",
+                    detail: format!(
+                        "{} {}",
+                        pluralize("volume", "volumes", host_paths.len()),
+                        join_quote(&host_paths)
+                    ),
+                },
+            ));
+        }
+    }
+    let mut port_users = Vec::new();
+    let mut host_ports = std::collections::BTreeSet::new();
+    for c in containers(pod) {
+        let ports: Vec<String> = c["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["hostPort"].as_i64())
+            .filter(|p| *p != 0)
+            .map(|p| p.to_string())
+            .collect();
+        if !ports.is_empty() {
+            port_users.push(name_of(c));
+            host_ports.extend(ports);
+        }
+    }
+    if !port_users.is_empty() {
+        let ports: Vec<String> = host_ports.into_iter().collect();
+        out.push((
+            "hostPorts",
+            Violation {
+                reason: "hostPort",
+                detail: format!(
+                    "{} {} {} {} {}",
+                    containers_word(port_users.len()),
+                    join_quote(&port_users),
+                    pluralize("uses", "use", port_users.len()),
+                    pluralize("hostPort", "hostPorts", ports.len()),
+                    ports.join(", ")
+                ),
+            },
+        ));
+    }
     let host: Vec<&str> = [
         ("hostNetwork", "hostNetwork=true"),
         ("hostPID", "hostPID=true"),
@@ -125,8 +259,48 @@ fn baseline(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
     }
 }
 
+/// The pod's volumes.
+fn volumes(pod: &Value) -> impl Iterator<Item = &Value> {
+    pod["spec"]["volumes"].as_array().into_iter().flatten()
+}
+
 /// The checks the `restricted` level adds, by check ID.
 fn restricted(pod: &Value, out: &mut Vec<(&'static str, Violation)>) {
+    let mut bad_volumes = Vec::new();
+    let mut bad_types = std::collections::BTreeSet::new();
+    for v in volumes(pod) {
+        let types: Vec<&String> = v
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.keys())
+            .filter(|k| *k != "name" && !RESTRICTED_VOLUMES_ALLOWED.contains(&k.as_str()))
+            .collect();
+        if !types.is_empty() {
+            bad_volumes.push(name_of(v));
+            bad_types.extend(types.into_iter().cloned());
+        }
+    }
+    if !bad_volumes.is_empty() {
+        let types: Vec<String> = bad_types.into_iter().collect();
+        out.push((
+            "restrictedVolumes",
+            Violation {
+                reason: "restricted volume types",
+                detail: format!(
+                    "{} {} {} {} {}",
+                    pluralize("volume", "volumes", bad_volumes.len()),
+                    join_quote(&bad_volumes),
+                    pluralize("uses", "use", bad_volumes.len()),
+                    pluralize(
+                        "restricted volume type",
+                        "restricted volume types",
+                        types.len()
+                    ),
+                    join_quote(&types)
+                ),
+            },
+        ));
+    }
     let all = containers(pod);
     let escalating: Vec<String> = all
         .iter()
@@ -295,9 +469,9 @@ pub fn pod_security(store: &Store, ns: &str, name: &str, pod: &Value) -> Result<
         .unwrap_or("privileged");
     let mut found = Vec::new();
     match level {
-        "baseline" => baseline(pod, &mut found),
+        "baseline" => baseline(pod, false, &mut found),
         "restricted" => {
-            baseline(pod, &mut found);
+            baseline(pod, true, &mut found);
             restricted(pod, &mut found);
         }
         _ => return Ok(()),
@@ -444,7 +618,7 @@ mod tests {
 
     fn violations(pod: &Value) -> String {
         let mut found = Vec::new();
-        baseline(pod, &mut found);
+        baseline(pod, true, &mut found);
         restricted(pod, &mut found);
         found.sort_by_key(|(id, _)| *id);
         found
@@ -485,6 +659,23 @@ mod tests {
         assert_eq!(
             violations(&pod),
             "unrestricted capabilities (container \"a\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add), host namespaces (hostNetwork=true), privileged (container \"a\" must not set securityContext.privileged=true), runAsNonRoot != true (pod and container \"a\" must not set securityContext.runAsNonRoot=false), runAsUser=0 (pod must not set runAsUser=0), seccompProfile (pod must not set securityContext.seccompProfile.type to \"Unconfined\")"
+        );
+    }
+
+    #[test]
+    fn baseline_refuses_an_unconfined_seccomp_profile_only() {
+        let pod = json!({"spec": {"securityContext": {"seccompProfile": {"type": "Unconfined"}},
+            "containers": [{"name": "a", "securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+                {"name": "b", "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}]}});
+        let mut found = Vec::new();
+        baseline(&pod, false, &mut found);
+        let text: Vec<String> = found
+            .iter()
+            .map(|(id, v)| format!("{id}: {} ({})", v.reason, v.detail))
+            .collect();
+        assert_eq!(
+            text,
+            ["seccompProfile_baseline: seccompProfile (pod and container \"a\" must not set securityContext.seccompProfile.type to \"Unconfined\")"]
         );
     }
 

@@ -7,7 +7,9 @@ use crate::auth::Attributes;
 use crate::discovery;
 use crate::faults::{self, Logged};
 use crate::http::Request;
+use crate::openapi;
 use crate::patch::{self, PatchError};
+use crate::podspec;
 use crate::policy::{self, Attempt};
 use crate::resources::{self, Class, ResourceDef};
 use crate::review;
@@ -228,7 +230,10 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         &user,
         false,
     );
+    let flying = shared.costs.enter();
+    spend_modeled_costs(shared, &route, verb);
     let reply = handle_route(shared, req, route, verb, &target_text);
+    drop(flying);
     if let Some(log) = shared.log().as_mut() {
         log.push(Logged {
             received,
@@ -244,6 +249,37 @@ pub fn handle(shared: &Shared, req: &Request) -> Reply {
         });
     }
     reply
+}
+
+/// What the request costs the modeled control plane (nothing unless a [`crate::CostModel`] is set):
+/// its CPU, queued for a modeled core, and for a write the commit batch it joins. Spent
+/// before the request takes effect, as a real server's writes become visible once committed.
+fn spend_modeled_costs(shared: &Shared, route: &Route, verb: &str) {
+    let model = shared.costs.model();
+    if !model.is_on() {
+        return;
+    }
+    let write = matches!(
+        verb,
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    );
+    if !write {
+        shared.costs.spend(model.read);
+        return;
+    }
+    let mut cpu = model.write;
+    if let Route::Resource(t) = route {
+        let store = shared.read();
+        if let Ok(def) = lookup(&store, t, verb) {
+            let mut watchers = store.watchers_of(&def.key(), t.namespace.as_deref());
+            if def.class == Class::Pod {
+                watchers += model.pod_watchers;
+            }
+            cpu += model.per_watcher * watchers as u32;
+        }
+    }
+    shared.costs.spend(cpu);
+    shared.costs.commit();
 }
 
 fn handle_route(
@@ -707,26 +743,55 @@ fn validation_causes(def: &ResourceDef, version: &str, obj: &Value) -> Vec<Cause
     causes
 }
 
-/// Drops unknown fields of custom resources (structural-schema pruning). With
-/// `fieldValidation=Strict` (what kubectl sends) an unknown field is an error instead, as on
-/// a real server.
-fn prune(req: &Request, def: &ResourceDef, version: &str, obj: &mut Value) -> Result<(), ApiError> {
-    let Some(schema) = def.schema(version).filter(|_| def.is_custom()) else {
-        return Ok(());
+/// What the API server's decoder does with a body before anything else: a pod whose
+/// quantities do not parse cannot be decoded (400); fields its type does not know (a pod's Go
+/// type, a custom resource's structural schema) are dropped, each with a warning
+/// (`fieldValidation` Warn, the default since 1.27), silently (Ignore), or refuse the request
+/// (Strict, which kubectl sends). Returns the warnings.
+fn prune(
+    req: &Request,
+    def: &ResourceDef,
+    version: &str,
+    obj: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    // `transformDecodeError`: what the decoder says, prefixed with what it was decoding.
+    let decode_error = |why: &str| {
+        ApiError::BadRequest(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {why}",
+            kind = def.kind
+        ))
     };
-    let mut removed = Vec::new();
-    validate::prune(schema, obj, "", &mut removed);
-    if req.param("fieldValidation") == Some("Strict") && !removed.is_empty() {
-        let fields: Vec<String> = removed
-            .iter()
-            .map(|f| format!("unknown field {f:?}"))
-            .collect();
-        return Err(ApiError::BadRequest(format!(
+    let removed = if def.class == Class::Pod {
+        if let Some(why) = podspec::quantity_error(&obj["spec"]) {
+            return Err(decode_error(why));
+        }
+        // 1.28 drops an init container's `restartPolicy` (native sidecars are alpha there, and
+        // off): such a container runs as any init container, to completion.
+        if let Some(Value::Array(init)) = obj["spec"].get_mut("initContainers") {
+            for c in init.iter_mut().filter_map(Value::as_object_mut) {
+                c.remove("restartPolicy");
+            }
+        }
+        openapi::prune_pod(obj)
+    } else if let Some(schema) = def.schema(version).filter(|_| def.is_custom()) {
+        let mut removed = Vec::new();
+        validate::prune(schema, obj, "", &mut removed);
+        removed
+    } else {
+        return Ok(Vec::new());
+    };
+    let unknown: Vec<String> = removed
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
+    match req.param("fieldValidation") {
+        Some("Strict") if !unknown.is_empty() => Err(decode_error(&format!(
             "strict decoding error: {}",
-            fields.join(", ")
-        )));
+            unknown.join(", ")
+        ))),
+        Some("Ignore") => Ok(Vec::new()),
+        _ => Ok(unknown),
     }
-    Ok(())
 }
 
 /// 404 or 403 unless namespace `ns` exists and is not terminating (the NamespaceLifecycle
@@ -818,7 +883,24 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     resources::prepare_create(&def, &mut obj, &now);
     resources::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
-    prune(req, &def, &t.version, &mut obj)?;
+    let decode_warnings = prune(req, &def, &t.version, &mut obj)?;
+    if def.class == Class::Pod {
+        // Mutating admission: after defaulting, before validation and validating admission.
+        let mutations = shared
+            .pod_mutations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for m in &mutations {
+            patch::strategic_merge(&mut obj, m);
+        }
+        // What a webhook added is defaulted too (a patched object is decoded again), and the
+        // QoS class is the mutated pod's (the strategy's PrepareForCreate runs after admission).
+        if let (false, Some(map)) = (mutations.is_empty(), obj.as_object_mut()) {
+            resources::apply_defaults(&def, map);
+            resources::prepare_create(&def, map, &now);
+        }
+    }
 
     // Admission (namespace lifecycle) comes before validation, as on a real server; it is
     // checked again when committing, where it counts.
@@ -837,7 +919,8 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
         if def.class == Class::Pod {
             admission::pod_security(&store, ns, &name, &obj)?;
         }
-        policy::admit(
+        let mut warnings = decode_warnings;
+        warnings.extend(policy::admit(
             &store,
             &Attempt {
                 operation: "CREATE",
@@ -850,7 +933,8 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
                 old: None,
                 user,
             },
-        )?
+        )?);
+        warnings
     };
     let key = def.key();
     hold_before_commit(shared, req, "create", user);
@@ -1116,7 +1200,11 @@ fn prepare_update(
     resources::apply_defaults(def, &mut new);
     resources::omit_empty_metadata(&mut new);
     let mut new = Value::Object(new);
-    prune(req, def, &t.version, &mut new)?;
+    // An update's unknown-field warnings are not sent (only its admission warnings are). A
+    // pod's status write keeps the stored spec, so there is nothing of it to decode again.
+    if !(status_write && def.class == Class::Pod) {
+        prune(req, def, &t.version, &mut new)?;
+    }
     // kube-apiserver checks the uid twice, with the fields every kind shares and again in the
     // kind's own update validation: the cause comes twice, the message says it once.
     let mut causes: Vec<Cause> = uid_changed
@@ -1184,20 +1272,31 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
         .to_string();
     let def = lookup(&shared.read(), t, "patch")?;
     let strategic = content_type == "application/strategic-merge-patch+json";
+    let apply = content_type == "application/apply-patch+yaml";
     let supported = matches!(
         content_type.as_str(),
         "application/merge-patch+json" | "application/json-patch+json"
-    ) || (strategic && !def.is_custom());
+    ) || (strategic && !def.is_custom())
+        || apply;
     if !supported {
         return Err(unsupported_patch(&def));
     }
-    let body: Value = serde_json::from_slice(&req.body)
-        .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
+    if apply && req.param("fieldManager").is_none_or(str::is_empty) {
+        return Err(ApiError::BadRequest(
+            "fieldManager is required for apply requests".into(),
+        ));
+    }
+    let body: Value = if apply {
+        parse_body(req)?
+    } else {
+        serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?
+    };
     let json_patch = content_type == "application/json-patch+json";
     // The patch is applied to the object as it is when the result is committed (retried on
     // the newer object otherwise), as kube-apiserver's patcher applies it inside
     // GuaranteedUpdate.
-    let (def, stored, warnings) = guaranteed_update(shared, req, t, "patch", user, |def, cur| {
+    let updated = guaranteed_update(shared, req, t, "patch", user, |def, cur| {
         let mut doc = (**cur).clone();
         if json_patch {
             // JSON patch paths address the object as clients see it, with kind and apiVersion.
@@ -1217,7 +1316,7 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
             return Err(ApiError::BadRequest(
                 "a merge patch must be a JSON object".into(),
             ));
-        } else if strategic {
+        } else if strategic || (apply && !def.is_custom()) {
             patch::strategic_merge(&mut doc, &body);
         } else {
             patch::merge_patch(&mut doc, &body);
@@ -1225,11 +1324,48 @@ fn patch(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Reply
         let mut new = as_object(doc)?;
         strip_type(def, &t.version, &mut new)?;
         prepare_update(req, def, t, cur, new, false)
-    })?;
+    });
+    let (def, stored, warnings) = match updated {
+        // Server-side apply creates what does not exist yet.
+        Err(ApiError::NotFound(..)) if apply => return apply_create(shared, req, t, user, body),
+        other => other?,
+    };
     Ok(with_warnings(
         ok_bytes(200, encode(&def, &t.version, &stored)),
         warnings,
     ))
+}
+
+/// Server-side apply of an object that does not exist: created from the applied
+/// configuration as a POST would create it (201). Field ownership is not tracked: no
+/// `managedFields`, no conflicts; applying to an existing object merges the configuration in
+/// as a strategic merge patch (a merge patch for custom resources) would.
+fn apply_create(
+    shared: &Shared,
+    req: &Request,
+    t: &Target,
+    user: &str,
+    mut body: Value,
+) -> Result<Reply, ApiError> {
+    let name = t.name.clone().unwrap_or_default();
+    if body["metadata"]["name"].as_str().unwrap_or("").is_empty() && body.is_object() {
+        body["metadata"]["name"] = json!(name);
+    }
+    if body["metadata"]["name"] != json!(name) {
+        return Err(ApiError::BadRequest(
+            "the name of the object does not match the name on the URL".into(),
+        ));
+    }
+    let mut post = req.clone();
+    post.body = body.to_string().into_bytes();
+    post.headers.retain(|(k, _)| k != "content-type");
+    post.headers
+        .push(("content-type".into(), "application/json".into()));
+    let target = Target {
+        name: None,
+        ..t.clone()
+    };
+    create(shared, &post, &target, user)
 }
 
 /// DeleteOptions from the body and the query.

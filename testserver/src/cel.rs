@@ -9,7 +9,8 @@
 //! `&&`, `||` (with CEL's commutative handling of errors), comparisons (`==`, `!=`, `<`, `<=`,
 //! `>`, `>=`; equality across types is false, as CEL's heterogeneous equality has it), `in`,
 //! `size()` (strings, lists, maps, as a method or a function), the string methods `trim()`,
-//! `contains()`, `startsWith()`, `endsWith()`, `matches()`, and the macros `all()`, `exists()` and
+//! `contains()`, `startsWith()`, `endsWith()`, `matches()` (a string literal in the RE2
+//! subset of `regex.rs`), and the macros `all()`, `exists()` and
 //! `exists_one()` over lists (and map keys). An expression outside it is refused when its CRD
 //! or policy is written, with a message saying so, rather than skipped or half-checked.
 
@@ -46,7 +47,7 @@ pub enum Method {
     Contains,
     StartsWith,
     EndsWith,
-    /// RE2 syntax, as CEL's `matches()` (the `regex` crate reads the same patterns).
+    /// RE2 search, the pattern a literal compiled when the rule is.
     Matches,
 }
 
@@ -334,6 +335,14 @@ impl Parser<'_> {
             if args.len() != want {
                 return Err(format!("{name}() takes {want} argument(s)"));
             }
+            if method == Method::Matches {
+                // Only a literal pattern can be checked when the rule is written.
+                let Expr::Str(pattern) = &args[0] else {
+                    return Err("matches() takes a string literal pattern".into());
+                };
+                crate::regex::Regex::new(pattern)
+                    .map_err(|e| format!("matches() pattern {pattern:?}: {e}"))?;
+            }
             e = Expr::Call(Box::new(e), method, args);
         }
     }
@@ -546,9 +555,7 @@ pub fn eval(e: &Expr, env: &mut Bindings) -> Result<Val, String> {
                 Method::StartsWith => Val::Bool(s.starts_with(arg(0)?.as_str())),
                 Method::EndsWith => Val::Bool(s.ends_with(arg(0)?.as_str())),
                 Method::Matches => {
-                    let pattern = arg(0)?;
-                    let re =
-                        regex::Regex::new(&pattern).map_err(|e| format!("invalid regex: {e}"))?;
+                    let re = crate::regex::Regex::new(&arg(0)?)?;
                     Val::Bool(re.is_match(&s))
                 }
             }
@@ -818,16 +825,19 @@ mod tests {
             check("self.x > 1", json!({})).is_err(),
             "a missing field is an error"
         );
-        // CEL counts characters, not bytes.
-        assert_eq!(check("self.s.size() == 2", json!({"s": "äö"})), Ok(true));
         assert_eq!(
-            check("self.s.matches('^[a-z]+:[0-9]+$')", json!({"s": "nginx:1"})),
+            check(
+                "self.s.matches('^[a-z]+:[0-9]+$')",
+                json!({"s": "nginx:127"})
+            ),
             Ok(true)
         );
         assert_eq!(
-            check("self.s.matches('^[a-z]+$')", json!({"s": "NGINX"})),
+            check("self.s.matches('^[a-z]+$')", json!({"s": "Nginx"})),
             Ok(false)
         );
+        // CEL counts characters, not bytes.
+        assert_eq!(check("self.s.size() == 2", json!({"s": "äö"})), Ok(true));
     }
 
     #[test]
@@ -1053,8 +1063,12 @@ mod tests {
 
     #[test]
     fn a_rule_outside_the_subset_is_refused_with_a_reason() {
-        let e = parse("self.image.lowerAscii()").unwrap_err();
+        let e = parse("self.image.lowerAscii() == 'x'").unwrap_err();
         assert!(e.contains("lowerAscii"), "{e}");
+        // matches() is evaluated, with a literal pattern the matcher supports.
+        assert!(parse("self.image.matches('^x$')").is_ok());
+        assert!(parse("self.image.matches('(?i)x')").is_err());
+        assert!(parse("self.image.matches(self.pattern)").is_err());
         assert!(parse("self.x + 1 > 2").is_err());
         assert!(parse("self.x ? 1 : 2").is_err());
     }

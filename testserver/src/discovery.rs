@@ -1,6 +1,7 @@
 //! Discovery documents (/api, /api/v1, /apis, /apis/GROUP, /apis/GROUP/VERSION) in the
 //! legacy shapes of fixtures 01–04, and /version (fixture 02), for what this server serves.
 
+use crate::openapi;
 use crate::resources::{Class, ResourceDef};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -149,6 +150,10 @@ pub fn openapi_root(defs: &[Arc<ResourceDef>]) -> Value {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for d in defs {
         (&d.group, &d.versions, &d.plural, &d.kind).hash(&mut h);
+        // A CRD's schema edited in place is a new document too (`kubectl explain` caches).
+        for v in &d.versions {
+            d.schema(v).map(Value::to_string).hash(&mut h);
+        }
     }
     let hash = format!("{:016X}", h.finish());
     let mut paths = serde_json::Map::new();
@@ -164,10 +169,12 @@ pub fn openapi_root(defs: &[Arc<ResourceDef>]) -> Value {
     json!({"paths": paths})
 }
 
-/// `/openapi/v3/api/v1` or `/openapi/v3/apis/GROUP/VERSION`: only what kubectl reads to
-/// decide on server-side field validation (each resource's PATCH operation with its
-/// group-version-kind and the `fieldValidation` parameter), so `kubectl create` and
-/// `kubectl apply` validate on the server instead of downloading schemas. No schemas.
+/// `/openapi/v3/api/v1` or `/openapi/v3/apis/GROUP/VERSION`: what kubectl reads to decide on
+/// server-side field validation (each resource's PATCH operation with its group-version-kind
+/// and the `fieldValidation` parameter), so `kubectl create` and `kubectl apply` validate on
+/// the server, and the schemas `kubectl explain` walks: every custom resource's (from its
+/// CRD) and the Pod's (recorded from v1.28), with the core/v1 schemas they refer to. Other
+/// built-in kinds have none.
 pub fn openapi_group_version(
     group: &str,
     version: &str,
@@ -206,11 +213,25 @@ pub fn openapi_group_version(
     if paths.is_empty() {
         return None;
     }
+    let mut schemas = openapi::shared_schemas().clone();
+    for d in defs
+        .iter()
+        .filter(|d| d.group == group && d.versions.iter().any(|v| v == version))
+    {
+        if let Some(s) = d.schema(version).filter(|_| d.is_custom()) {
+            schemas.insert(
+                openapi::custom_schema_name(group, version, &d.kind),
+                openapi::custom_schema(s, group, version, &d.kind),
+            );
+        } else if d.class == Class::Pod {
+            schemas.insert("io.k8s.api.core.v1.Pod".into(), openapi::pod_schema());
+        }
+    }
     Some(json!({
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "v1.31.0"},
         "paths": paths,
-        "components": {"schemas": {}}
+        "components": {"schemas": schemas}
     }))
 }
 

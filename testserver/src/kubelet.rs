@@ -110,8 +110,13 @@ enum PullShown {
 
 #[derive(Debug, Clone, PartialEq)]
 enum State {
-    /// Waiting, ContainerCreating, until the runtime has it started.
+    /// Waiting (PodInitializing) for the init containers before it to complete.
+    Initializing,
+    /// Waiting, ContainerCreating (PodInitializing in a pod with init containers), until the
+    /// runtime has it started.
     Creating { until: Instant },
+    /// Waiting, InvalidImageName: the image reference does not parse; nothing changes.
+    InvalidName,
     /// The image cannot be pulled: ErrImagePull at each attempt, ImagePullBackOff between.
     PullFailed {
         shown: PullShown,
@@ -159,12 +164,29 @@ impl Container {
 
     fn next_event(&self) -> Option<Instant> {
         match &self.state {
+            State::Initializing | State::InvalidName => None,
             State::Creating { until } => Some(*until),
             State::PullFailed { next, .. } => Some(*next),
             State::Running { exit, .. } => exit.map(|(t, _)| t),
             State::Exited { restart_at, .. } => *restart_at,
             State::BackOff { until, .. } => Some(*until),
         }
+    }
+
+    /// An init container that has done its work: exited 0, for good.
+    fn succeeded(&self) -> bool {
+        matches!(&self.state, State::Exited { term, restart_at: None } if term.exit_code == 0)
+    }
+
+    /// Given up for good: exited and not to be restarted.
+    fn exited_for_good(&self) -> bool {
+        matches!(
+            self.state,
+            State::Exited {
+                restart_at: None,
+                ..
+            }
+        )
     }
 }
 
@@ -225,6 +247,8 @@ pub struct PodRun {
     sandbox: bool,
     /// Just admitted: the first sync writes the ContainerCreating status.
     fresh: bool,
+    /// `spec.initContainers`, run one after the other before `containers` start.
+    init_containers: Vec<Container>,
     containers: Vec<Container>,
     stop: Option<Stop>,
     terminal: Option<Terminal>,
@@ -252,26 +276,38 @@ const KUBELET_CONDITIONS: [&str; 4] = ["Initialized", "Ready", "ContainersReady"
 impl PodRun {
     /// A pod this kubelet has just been given: its containers are being created.
     pub fn admit(pod: &Value, place: Placement, now: Instant, opts: &KubeletOptions) -> PodRun {
-        let containers = pod["spec"]["containers"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-            .iter()
-            .map(|c| {
-                let image = c["image"].as_str().unwrap_or("").to_string();
-                Container {
-                    name: c["name"].as_str().unwrap_or("").to_string(),
-                    behaviour: Behaviour::of(&image),
-                    image,
-                    state: State::Creating {
-                        until: now + opts.start_delay,
-                    },
-                    restart_count: 0,
-                    last_term: None,
-                    backoff: None,
-                }
-            })
-            .collect();
+        let creating = State::Creating {
+            until: now + opts.start_delay,
+        };
+        let of = |list: &str| -> Vec<Container> {
+            pod["spec"][list]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+                .iter()
+                .map(|c| {
+                    let image = c["image"].as_str().unwrap_or("").to_string();
+                    Container {
+                        name: c["name"].as_str().unwrap_or("").to_string(),
+                        behaviour: Behaviour::of(&image),
+                        image,
+                        state: State::Initializing,
+                        restart_count: 0,
+                        last_term: None,
+                        backoff: None,
+                    }
+                })
+                .collect()
+        };
+        let mut init_containers = of("initContainers");
+        let mut containers = of("containers");
+        // The first init container is created at once, or with none, every container.
+        match init_containers.first_mut() {
+            Some(first) => first.state = creating,
+            None => containers
+                .iter_mut()
+                .for_each(|c| c.state = creating.clone()),
+        }
         PodRun {
             uid: meta_str(pod, "uid").to_string(),
             node: place.node,
@@ -281,6 +317,7 @@ impl PodRun {
             started: now,
             sandbox: false,
             fresh: true,
+            init_containers,
             containers,
             stop: None,
             terminal: None,
@@ -291,10 +328,11 @@ impl PodRun {
         }
     }
 
-    /// Makes the first running container exit with `code` now (a crash, or the process
-    /// ending); `false` when no container of the pod is running.
+    /// Makes the first running container (init containers first) exit with `code` now (a
+    /// crash, or the process ending); `false` when no container of the pod is running.
     pub fn exit_container(&mut self, code: i32, now: Instant) -> bool {
-        match self.containers.iter_mut().find(|c| c.is_running()) {
+        let mut all = self.init_containers.iter_mut().chain(&mut self.containers);
+        match all.find(|c| c.is_running()) {
             Some(c) => {
                 if let State::Running { exit, .. } = &mut c.state {
                     *exit = Some((now, code));
@@ -359,13 +397,20 @@ impl PodRun {
             now,
             opts,
         };
+        changed |= advance_init(&mut self.init_containers, &mut self.containers, &ctx);
         for c in &mut self.containers {
             changed |= advance(c, &ctx);
         }
         self.sandbox |= self
-            .containers
+            .init_containers
             .iter()
-            .any(|c| matches!(c.state, State::Running { .. } | State::PullFailed { .. }));
+            .chain(&self.containers)
+            .any(|c| {
+                matches!(
+                    c.state,
+                    State::Running { .. } | State::PullFailed { .. } | State::InvalidName
+                )
+            });
 
         let mut writes = Vec::new();
         if self.terminal.is_none() {
@@ -416,8 +461,9 @@ impl PodRun {
         }
 
         self.wake = self
-            .containers
+            .init_containers
             .iter()
+            .chain(&self.containers)
             .filter_map(Container::next_event)
             .chain(deadline_at)
             .chain(foreign_at)
@@ -428,6 +474,13 @@ impl PodRun {
             )
             .min();
         writes
+    }
+
+    /// An init container failed for good: the pod can never start (`restartPolicy: Never`).
+    fn init_failed(&self) -> bool {
+        self.init_containers
+            .iter()
+            .any(|c| c.exited_for_good() && !c.succeeded())
     }
 
     /// SIGTERM to every running container (each exits after `stop_delay`, or is killed at
@@ -444,9 +497,12 @@ impl PodRun {
             kill_at,
         });
         let graceful_exit = now + opts.stop_delay;
-        for c in &mut self.containers {
+        for c in self.init_containers.iter_mut().chain(&mut self.containers) {
             let stopped = match &mut c.state {
-                State::Creating { .. } | State::PullFailed { .. } => Some(State::Exited {
+                State::Initializing
+                | State::Creating { .. }
+                | State::InvalidName
+                | State::PullFailed { .. } => Some(State::Exited {
                     term: Term::never_started(now),
                     restart_at: None,
                 }),
@@ -481,16 +537,16 @@ impl PodRun {
     /// while it was being stopped, or they all exited for good under `restartPolicy` Never or
     /// OnFailure.
     fn terminal_now(&self, policy: &str) -> Option<Terminal> {
-        let all_exited = self.containers.iter().all(|c| {
-            matches!(
-                c.state,
-                State::Exited {
-                    restart_at: None,
-                    ..
-                }
-            )
-        });
+        let all_exited = self
+            .init_containers
+            .iter()
+            .chain(&self.containers)
+            .all(Container::exited_for_good);
         match self.stop {
+            None if policy == "Never" && self.init_failed() => Some(Terminal {
+                phase: "Failed",
+                deadline: false,
+            }),
             Some(stop) if all_exited => {
                 let deadline = stop.reason == StopReason::DeadlineExceeded;
                 let phase = if deadline {
@@ -513,6 +569,9 @@ impl PodRun {
 
     /// The pod phase from its containers, as the kubelet's `getPhase` computes it.
     fn phase(&self, terminal: bool, policy: &str) -> &'static str {
+        if policy == "Never" && self.init_failed() {
+            return "Failed";
+        }
         let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
         for c in &self.containers {
             match &c.state {
@@ -525,7 +584,10 @@ impl PodRun {
                 }
                 // Waiting after a termination counts as stopped, not pending.
                 State::BackOff { .. } => stopped += 1,
-                State::Creating { .. } | State::PullFailed { .. } => waiting += 1,
+                State::Initializing
+                | State::Creating { .. }
+                | State::InvalidName
+                | State::PullFailed { .. } => waiting += 1,
             }
         }
         if waiting > 0 {
@@ -583,10 +645,21 @@ impl PodRun {
             (None, _) => (self.phase(false, policy), false),
         };
 
-        let statuses: Vec<Value> = self
-            .containers
+        // With init containers, a container not started yet waits PodInitializing, not
+        // ContainerCreating (the kubelet's default waiting state for such a pod).
+        let has_init = !self.init_containers.is_empty();
+        let shown = |c: &Container, init: bool| container_status(c, &pod_name, has_init, init);
+        let statuses: Vec<Value> = self.containers.iter().map(|c| shown(c, false)).collect();
+        let init_statuses: Vec<Value> = self
+            .init_containers
             .iter()
-            .map(|c| container_status(c, &pod_name))
+            .map(|c| shown(c, true))
+            .collect();
+        let incomplete: Vec<&str> = self
+            .init_containers
+            .iter()
+            .filter(|c| !c.succeeded())
+            .map(|c| c.name.as_str())
             .collect();
         let unready: Vec<&str> = self
             .containers
@@ -637,8 +710,22 @@ impl PodRun {
             .filter(|c| !KUBELET_CONDITIONS.iter().any(|k| c["type"] == *k))
             .cloned()
             .collect();
-        let initialized_reason = (phase == "Succeeded").then_some("PodCompleted");
-        conditions.push(condition("Initialized", "True", initialized_reason, None));
+        if phase == "Succeeded" {
+            conditions.push(condition("Initialized", "True", Some("PodCompleted"), None));
+        } else if !incomplete.is_empty() {
+            let message = format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            );
+            conditions.push(condition(
+                "Initialized",
+                "False",
+                Some("ContainersNotInitialized"),
+                Some(&message),
+            ));
+        } else {
+            conditions.push(condition("Initialized", "True", None, None));
+        }
         conditions.push(condition("Ready", ready, reason, message.as_deref()));
         conditions.push(condition(
             "ContainersReady",
@@ -672,6 +759,9 @@ impl PodRun {
             status.remove("podIPs");
         }
         status.insert("startTime".into(), json!(self.start_time));
+        if has_init {
+            status.insert("initContainerStatuses".into(), Value::Array(init_statuses));
+        }
         status.insert("containerStatuses".into(), Value::Array(statuses));
         Value::Object(status)
     }
@@ -687,6 +777,45 @@ struct Ctx<'a> {
     opts: &'a KubeletOptions,
 }
 
+/// Runs the init containers in order: each is created once the one before it succeeded;
+/// a failed one is restarted unless `restartPolicy` is Never (init containers never
+/// restart after success). When all have succeeded, the containers are created.
+fn advance_init(init: &mut [Container], containers: &mut [Container], ctx: &Ctx) -> bool {
+    let policy = if ctx.policy == "Never" {
+        "Never"
+    } else {
+        "OnFailure"
+    };
+    let init_ctx = Ctx { policy, ..*ctx };
+    let mut changed = false;
+    for c in init.iter_mut() {
+        if c.state == State::Initializing {
+            if !ctx.restart {
+                return changed;
+            }
+            c.state = State::Creating {
+                until: ctx.now + ctx.opts.start_delay,
+            };
+            changed = true;
+        }
+        changed |= advance(c, &init_ctx);
+        if !c.succeeded() {
+            return changed;
+        }
+    }
+    if ctx.restart {
+        for c in containers.iter_mut() {
+            if c.state == State::Initializing {
+                c.state = State::Creating {
+                    until: ctx.now + ctx.opts.start_delay,
+                };
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
 /// Moves a container through every transition due by `ctx.now`; whether any happened.
 fn advance(c: &mut Container, ctx: &Ctx) -> bool {
     let mut changed = false;
@@ -697,8 +826,11 @@ fn advance(c: &mut Container, ctx: &Ctx) -> bool {
         };
         let now = ctx.now;
         let next = match &c.state {
+            State::Initializing | State::InvalidName => break,
             State::Creating { .. } => {
-                if c.behaviour == Behaviour::PullFails {
+                if c.behaviour == Behaviour::InvalidName {
+                    State::InvalidName
+                } else if c.behaviour == Behaviour::PullFails {
                     State::PullFailed {
                         shown: PullShown::ErrImagePull,
                         next: now + ctx.opts.start_delay,
@@ -806,8 +938,14 @@ fn restart(c: &mut Container, ctx: &Ctx) -> State {
     start(c, ctx)
 }
 
-/// One entry of `status.containerStatuses`.
-fn container_status(c: &Container, pod_name: &str) -> Value {
+/// One entry of `status.containerStatuses` (or, for an `init` container,
+/// `initContainerStatuses`: ready once it exited 0).
+fn container_status(c: &Container, pod_name: &str, has_init: bool, init: bool) -> Value {
+    let not_started = if has_init {
+        "PodInitializing"
+    } else {
+        "ContainerCreating"
+    };
     let last_state = |t: Option<&Term>| match t {
         Some(t) => json!({"terminated": t.to_json()}),
         None => json!({}),
@@ -819,8 +957,15 @@ fn container_status(c: &Container, pod_name: &str) -> Value {
         )
     };
     let (state, last, running, id, (image, image_id)) = match &c.state {
-        State::Creating { .. } => (
-            json!({"waiting": {"reason": "ContainerCreating"}}),
+        State::Initializing | State::Creating { .. } => (
+            json!({"waiting": {"reason": not_started}}),
+            last_state(c.last_term.as_ref()),
+            false,
+            None,
+            (json!(c.image), json!("")),
+        ),
+        State::InvalidName => (
+            json!({"waiting": {"reason": "InvalidImageName", "message": runtime::invalid_name_message(&c.image)}}),
             last_state(c.last_term.as_ref()),
             false,
             None,
@@ -874,11 +1019,12 @@ fn container_status(c: &Container, pod_name: &str) -> Value {
             started_image(),
         ),
     };
+    let ready = if init { c.succeeded() } else { running };
     let mut s = json!({
         "name": c.name,
         "state": state,
         "lastState": last,
-        "ready": running,
+        "ready": ready,
         "restartCount": c.restart_count,
         "image": image,
         "imageID": image_id,
@@ -1105,6 +1251,149 @@ mod tests {
                 "back-off 20s restarting failed container=c pod=p_ns(u-1)",
                 "back-off 40s restarting failed container=c pod=p_ns(u-1)",
             ]
+        );
+    }
+
+    #[test]
+    fn invalid_image_name_waits_for_ever_while_pending() {
+        let mut s = Sim::new(pod("NGINX:::Latest@@", "Always"));
+        s.sync();
+        let st = s.step().pop().expect("a status after creation");
+        assert_eq!(st["phase"], "Pending");
+        let waiting = &st["containerStatuses"][0]["state"]["waiting"];
+        assert_eq!(waiting["reason"], "InvalidImageName");
+        assert_eq!(
+            waiting["message"],
+            "Failed to apply default image tag \"NGINX:::Latest@@\": couldn't parse image reference \"NGINX:::Latest@@\": invalid reference format: repository name must be lowercase"
+        );
+        assert_eq!(st["containerStatuses"][0]["image"], "NGINX:::Latest@@");
+        assert!(s.run.wake.is_none(), "nothing changes until the pod goes");
+    }
+
+    fn init_names(status: &Value, list: &str) -> Vec<String> {
+        status[list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let state = c["state"].as_object().and_then(|m| m.iter().next());
+                match state {
+                    Some((k, v)) if k == "waiting" => {
+                        format!("waiting {}", v["reason"].as_str().unwrap_or(""))
+                    }
+                    Some((k, v)) if k == "terminated" => format!("terminated {}", v["exitCode"]),
+                    Some((k, _)) => k.clone(),
+                    None => String::new(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn init_containers_run_in_order_before_the_containers_start() {
+        let mut p = pod("registry.k8s.io/pause:3.9", "Always");
+        p["spec"]["initContainers"] = json!([
+            {"name": "first", "image": "busybox:1.36"},
+            {"name": "second", "image": "registry.k8s.io/pause:3.9"}]);
+        p["spec"]["containers"] = json!([
+            {"name": "c", "image": "registry.k8s.io/pause:3.9"},
+            {"name": "sidecar", "image": "nginx:1.27"}]);
+        let mut s = Sim::new(p);
+        let first = s.sync().pop().expect("the first status");
+        assert_eq!(first["phase"], "Pending");
+        assert_eq!(
+            init_names(&first, "initContainerStatuses"),
+            ["waiting PodInitializing", "waiting PodInitializing"]
+        );
+        assert_eq!(
+            init_names(&first, "containerStatuses"),
+            ["waiting PodInitializing", "waiting PodInitializing"]
+        );
+        assert_eq!(cond(&first, "Initialized")["status"], "False");
+        assert_eq!(
+            cond(&first, "Initialized")["reason"],
+            "ContainersNotInitialized"
+        );
+        assert_eq!(
+            cond(&first, "Initialized")["message"],
+            "containers with incomplete status: [first second]"
+        );
+        // busybox exits 0 by itself; the second runs until it is made to exit.
+        let mut last = first;
+        while s.run.wake.is_some() {
+            if let Some(st) = s.step().pop() {
+                last = st;
+            }
+        }
+        assert_eq!(
+            init_names(&last, "initContainerStatuses"),
+            ["terminated 0", "running"]
+        );
+        assert_eq!(last["initContainerStatuses"][0]["ready"], true);
+        assert_eq!(last["initContainerStatuses"][1]["ready"], false);
+        assert_eq!(last["initContainerStatuses"][1]["started"], true);
+        assert_eq!(last["phase"], "Pending");
+        assert_eq!(
+            cond(&last, "Initialized")["message"],
+            "containers with incomplete status: [second]"
+        );
+        assert!(s.run.exit_container(0, s.t));
+        s.sync();
+        while s.run.wake.is_some() {
+            if let Some(st) = s.step().pop() {
+                last = st;
+            }
+        }
+        assert_eq!(last["phase"], "Running");
+        assert_eq!(
+            init_names(&last, "initContainerStatuses"),
+            ["terminated 0", "terminated 0"]
+        );
+        assert_eq!(
+            init_names(&last, "containerStatuses"),
+            ["running", "running"]
+        );
+        assert_eq!(last["containerStatuses"][1]["name"], "sidecar");
+        assert_eq!(last["containerStatuses"][1]["ready"], true);
+        assert_eq!(last["initContainerStatuses"][1]["restartCount"], 0);
+        assert_eq!(cond(&last, "Initialized")["status"], "True");
+        assert!(cond(&last, "Initialized")["reason"].is_null());
+        assert_eq!(cond(&last, "Ready")["status"], "True");
+    }
+
+    #[test]
+    fn failed_init_container_fails_a_never_pod_and_is_retried_otherwise() {
+        let mut p = pod("registry.k8s.io/pause:3.9", "Never");
+        p["spec"]["initContainers"] = json!([{"name": "i", "image": "registry.k8s.io/pause:3.9"}]);
+        let mut s = Sim::new(p.clone());
+        s.sync();
+        s.step();
+        assert!(s.run.exit_container(3, s.t));
+        let st = s.sync().pop().expect("the terminal status");
+        assert_eq!(st["phase"], "Failed");
+        assert_eq!(init_names(&st, "initContainerStatuses"), ["terminated 3"]);
+        assert_eq!(
+            init_names(&st, "containerStatuses"),
+            ["waiting PodInitializing"]
+        );
+
+        p["spec"]["restartPolicy"] = json!("Always");
+        let mut s = Sim::new(p);
+        s.sync();
+        s.step();
+        assert!(s.run.exit_container(3, s.t));
+        s.sync();
+        let mut seen = Vec::new();
+        while s.run.wake.is_some() {
+            for st in s.step() {
+                assert_eq!(st["phase"], "Pending");
+                seen.extend(init_names(&st, "initContainerStatuses"));
+            }
+        }
+        assert!(seen.contains(&"running".to_string()), "restarted: {seen:?}");
+        assert_eq!(
+            s.stored["status"]["initContainerStatuses"][0]["restartCount"],
+            1
         );
     }
 

@@ -18,6 +18,7 @@ mod api;
 mod auth;
 mod cel;
 mod cluster;
+mod cost;
 mod discovery;
 mod faults;
 mod http;
@@ -25,8 +26,11 @@ mod inert;
 mod kubelet;
 mod lifecycle;
 mod nodes;
+mod openapi;
 mod patch;
+mod podspec;
 mod policy;
+mod regex;
 mod resources;
 mod review;
 mod runtime;
@@ -43,6 +47,7 @@ mod validate;
 mod watch;
 
 pub use auth::Rule;
+pub use cost::{CostModel, InFlight};
 pub use faults::{FailRule, Logged, StallRule};
 pub use kubelet::KubeletOptions;
 
@@ -395,9 +400,42 @@ impl TestServer {
         self.shared.log().clone().unwrap_or_default()
     }
 
+    /// From now on, every pod created through the API has `patch` (a strategic merge patch:
+    /// containers merge by name, so one can add a sidecar) applied after defaulting and before
+    /// validation, as a mutating admission webhook's patch is. Patches given in turn apply in
+    /// that order. Writes of the simulated cluster and updates are not mutated.
+    pub fn mutate_pods(&self, patch: serde_json::Value) {
+        self.shared
+            .pod_mutations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(patch);
+    }
+
+    /// Ends every [`TestServer::mutate_pods`] mutation.
+    pub fn clear_pod_mutations(&self) {
+        self.shared
+            .pod_mutations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+
     /// Delays every request by `d` before it is handled (`Duration::ZERO` to stop).
     pub fn set_latency(&self, d: Duration) {
         self.shared.faults().latency = d;
+    }
+
+    /// Models a real control plane's costs from now on (see [`CostModel`];
+    /// `CostModel::default()` turns the model off).
+    pub fn set_cost_model(&self, model: CostModel) {
+        self.shared.costs.set(model);
+    }
+
+    /// Requests in flight at the server since the last call (or the start): the peak and the
+    /// time-weighted mean. Starts counting afresh.
+    pub fn take_in_flight(&self) -> InFlight {
+        self.shared.costs.take_in_flight()
     }
 
     /// Closes the listener and every connection (black-holed ones too); data and certificates

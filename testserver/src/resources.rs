@@ -742,14 +742,24 @@ fn default_toleration_seconds(spec: &mut Map<String, Value>) {
     }
 }
 
-/// QoS class from the containers' resources, as the pod status reports it.
+/// QoS class from the containers' and init containers' resources, as the pod status reports
+/// it (`GetPodQOS`): quantities compared by value, so `1` and `1000m` are the same CPU.
 fn qos_class(obj: &Map<String, Value>) -> &'static str {
-    let containers = obj
-        .get("spec")
-        .and_then(|s| s.get("containers"))
-        .and_then(Value::as_array);
-    let Some(containers) = containers else {
+    let spec = obj.get("spec");
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|k| spec.and_then(|s| s.get(*k)).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    if containers.is_empty() {
         return "BestEffort";
+    }
+    let same = |a: &Value, b: &Value| {
+        a == b
+            || matches!(
+                (crate::podspec::parse_quantity(a), crate::podspec::parse_quantity(b)),
+                (Ok(x), Ok(y)) if x == y
+            )
     };
     let mut any = false;
     let mut guaranteed = true;
@@ -765,7 +775,7 @@ fn qos_class(obj: &Map<String, Value>) -> &'static str {
             } else {
                 &requests[r]
             };
-            if limit.is_null() || request != limit {
+            if limit.is_null() || !same(request, limit) {
                 guaranteed = false;
             }
         }
@@ -1027,6 +1037,24 @@ pub fn bookmark_object(def: &ResourceDef, version: &str, rv: u64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qos_compares_quantities_by_value_and_counts_init_containers() {
+        let pod = |c: Value, init: Value| -> Map<String, Value> {
+            json!({"spec": {"containers": [c], "initContainers": init}})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        };
+        let same = json!({"resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+            "requests": {"cpu": "1000m", "memory": "1024Mi"}}});
+        assert_eq!(qos_class(&pod(same.clone(), json!([]))), "Guaranteed");
+        assert_eq!(
+            qos_class(&pod(same, json!([{"resources": {}}]))),
+            "Burstable"
+        );
+        assert_eq!(qos_class(&pod(json!({}), json!([]))), "BestEffort");
+    }
 
     fn ic_def() -> ResourceDef {
         let yaml = include_str!("../../config/crd/immortalcontainers.yaml");

@@ -19,6 +19,9 @@ pub enum Behaviour {
     ExitsAtOnce,
     /// Runs until SIGKILL at the end of the grace period, exit code 137 (`...ignore-sigterm...`).
     IgnoresSigterm,
+    /// Not an image reference at all (`NGINX:::Latest@@`): the kubelet refuses it before any
+    /// pull, waiting InvalidImageName, for as long as the pod lives.
+    InvalidName,
 }
 
 /// Repositories whose published versions the runtime knows, with the newest major version each
@@ -37,6 +40,9 @@ impl Behaviour {
     /// `ignore-sigterm` ignores SIGTERM; one whose repository's last path segment is `busybox`
     /// exits at once; everything else runs until stopped.
     pub fn of(image: &str) -> Behaviour {
+        if reference_error(image).is_some() {
+            return Behaviour::InvalidName;
+        }
         if image.contains("does-not-exist") || !published(image) {
             return Behaviour::PullFails;
         }
@@ -138,6 +144,150 @@ pub fn pull_error(image: &str) -> String {
     )
 }
 
+/// Why `image` is not a docker image reference, in the words of the parser the kubelet uses
+/// (`reference.ParseNormalizedNamed` of distribution/reference); `None` for a valid one.
+/// Grammar: `[domain/]path[:tag][@digest]`, path components of lowercase alphanumerics joined
+/// by `.`, `_`, `__` or dashes.
+pub fn reference_error(image: &str) -> Option<String> {
+    if image.len() == 64
+        && image
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Some(format!(
+            "invalid repository name ({image}), cannot specify 64-byte hexadecimal strings"
+        ));
+    }
+    reference_grammar_error(image).map(str::to_string)
+}
+
+/// [`reference_error`] past the check for a bare image id.
+fn reference_grammar_error(image: &str) -> Option<&'static str> {
+    const FORMAT: &str = "invalid reference format";
+    // splitDockerDomain, then the lowercase check on the repository before the grammar.
+    let first = image.split('/').next().unwrap_or("");
+    let has_domain = image.contains('/')
+        && (first.contains(['.', ':']) || first == "localhost" || first.to_lowercase() != first);
+    let remainder = if has_domain {
+        &image[first.len() + 1..]
+    } else {
+        image
+    };
+    let remote = remainder.split(':').next().unwrap_or("");
+    if remote.to_lowercase() != remote {
+        return Some("invalid reference format: repository name must be lowercase");
+    }
+    if image.is_empty() {
+        return Some("repository name must have at least one component");
+    }
+    let (named, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let last_slash = named.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match named[last_slash..].rfind(':') {
+        Some(c) => (&named[..last_slash + c], Some(&named[last_slash + c + 1..])),
+        None => (named, None),
+    };
+    let components: Vec<&str> = name.split('/').collect();
+    let path_ok = |cs: &[&str]| !cs.is_empty() && cs.iter().all(|c| is_path_component(c));
+    if !(path_ok(&components) || (is_domain(components[0]) && path_ok(&components[1..]))) {
+        return Some(FORMAT);
+    }
+    if tag.is_some_and(|t| !is_tag(t)) || digest.is_some_and(|d| !is_digest_shape(d)) {
+        return Some(FORMAT);
+    }
+    if name.len() > 255 {
+        return Some("repository name must not be more than 255 characters");
+    }
+    digest.and_then(digest_error)
+}
+
+/// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`
+fn is_path_component(c: &str) -> bool {
+    let b = c.as_bytes();
+    let alnum = |x: u8| x.is_ascii_lowercase() || x.is_ascii_digit();
+    if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
+        return false;
+    }
+    // Every run of separators between alphanumerics is `.`, `_`, `__` or dashes.
+    b.split(|x| alnum(*x)).all(|sep| {
+        sep.is_empty() || matches!(sep, b"." | b"_" | b"__") || sep.iter().all(|x| *x == b'-')
+    }) && b
+        .iter()
+        .all(|x| alnum(*x) || matches!(x, b'.' | b'_' | b'-'))
+}
+
+/// `host[:port]`, host being dot-separated `[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?`.
+fn is_domain(d: &str) -> bool {
+    let (host, port) = match d.split_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (d, None),
+    };
+    let label = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter().all(|x| x.is_ascii_alphanumeric() || *x == b'-')
+    };
+    host.split('.').all(label)
+        && port.is_none_or(|p| !p.is_empty() && p.bytes().all(|x| x.is_ascii_digit()))
+}
+
+/// `[\w][\w.-]{0,127}`
+fn is_tag(t: &str) -> bool {
+    let word = |x: u8| x.is_ascii_alphanumeric() || x == b'_';
+    let b = t.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && word(b[0])
+        && b.iter().all(|x| word(*x) || matches!(x, b'.' | b'-'))
+}
+
+/// `algorithm:hex`, algorithm components `[A-Za-z][A-Za-z0-9]*` joined by `+.-_`, at least 32
+/// hex digits: the shape the reference grammar accepts before the digest itself is checked.
+fn is_digest_shape(d: &str) -> bool {
+    let Some((alg, hex)) = d.split_once(':') else {
+        return false;
+    };
+    let component_ok = |c: &str| {
+        c.as_bytes().first().is_some_and(u8::is_ascii_alphabetic)
+            && c.bytes().all(|x| x.is_ascii_alphanumeric())
+    };
+    alg.split(['+', '.', '-', '_']).all(component_ok)
+        && hex.len() >= 32
+        && hex.bytes().all(|x| x.is_ascii_hexdigit())
+}
+
+/// go-digest's `Validate` of a digest of the right shape: a known algorithm with exactly its
+/// length of lowercase hex.
+fn digest_error(d: &str) -> Option<&'static str> {
+    let (alg, hex) = d.split_once(':')?;
+    let size = match alg {
+        "sha256" => 32,
+        "sha384" => 48,
+        "sha512" => 64,
+        _ => return Some("unsupported digest algorithm"),
+    };
+    if hex.len() != size * 2 {
+        Some("invalid checksum digest length")
+    } else if !hex.bytes().all(|x| matches!(x, b'0'..=b'9' | b'a'..=b'f')) {
+        Some("invalid checksum digest format")
+    } else {
+        None
+    }
+}
+
+/// The waiting message of InvalidImageName (the kubelet's image manager, which cannot apply
+/// the default tag to what does not parse).
+pub fn invalid_name_message(image: &str) -> String {
+    let why = reference_error(image).unwrap_or_else(|| "invalid reference format".into());
+    format!(
+        "Failed to apply default image tag {image:?}: couldn't parse image reference {image:?}: {why}"
+    )
+}
+
 /// The waiting message of ImagePullBackOff (the kubelet's image manager).
 pub fn pull_backoff(image: &str) -> String {
     format!("Back-off pulling image \"{image}\"")
@@ -195,7 +345,10 @@ mod tests {
             Behaviour::ExitsAtOnce
         );
         assert_eq!(
-            Behaviour::of("localhost:5000/busybox@sha256:abc"),
+            Behaviour::of(&format!(
+                "localhost:5000/busybox@sha256:{}",
+                "ab".repeat(32)
+            )),
             Behaviour::ExitsAtOnce
         );
         assert_eq!(
@@ -227,7 +380,7 @@ mod tests {
             "nginx:1.27",
             "nginx:1.27.3-alpine",
             "nginx:stable",
-            "nginx@sha256:abc",
+            &format!("nginx@sha256:{}", "0f".repeat(32)),
             "registry.k8s.io/pause:3.9",
             "registry.k8s.io/pause:3.10",
             "mirror.example/nginx:9.99",
@@ -257,6 +410,43 @@ mod tests {
             image_id("nginx:1.27").len(),
             "docker.io/library/nginx@sha256:".len() + 64
         );
+    }
+
+    #[test]
+    fn references_the_kubelet_cannot_parse_are_invalid_names() {
+        let digest = format!("x@sha256:{}", "a1".repeat(32));
+        for valid in [
+            "nginx",
+            "nginx:1.27",
+            "registry:5000/a/b:tag",
+            digest.as_str(),
+            "localhost/app",
+            "my-registry.example.com/team/app_x__y.z--w:v1.2-rc_3",
+        ] {
+            assert_eq!(reference_error(valid), None, "{valid}");
+        }
+        assert_eq!(
+            invalid_name_message("NGINX:::Latest@@"),
+            "Failed to apply default image tag \"NGINX:::Latest@@\": couldn't parse image reference \"NGINX:::Latest@@\": invalid reference format: repository name must be lowercase"
+        );
+        for (bad, why) in [
+            ("nginx:::latest", "invalid reference format"),
+            ("nginx:1.27@@", "invalid reference format"),
+            ("-nginx", "invalid reference format"),
+            ("a//b", "invalid reference format"),
+            ("nginx@sha256:abc", "invalid reference format"),
+            (
+                "nginx@sha256:0123456789abcdef0123456789abcdef",
+                "invalid checksum digest length",
+            ),
+            (
+                "team/App",
+                "invalid reference format: repository name must be lowercase",
+            ),
+        ] {
+            assert_eq!(reference_error(bad).as_deref(), Some(why), "{bad}");
+        }
+        assert_eq!(Behaviour::of("NGINX:::Latest@@"), Behaviour::InvalidName);
     }
 
     #[test]

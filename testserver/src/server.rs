@@ -3,6 +3,7 @@
 
 use crate::api::{self, Reply};
 use crate::auth::Users;
+use crate::cost::Costs;
 use crate::faults::{Counts, Faults, Logged};
 use crate::http::{Conn, HttpError};
 use crate::status::ApiError;
@@ -29,6 +30,11 @@ pub struct Shared {
     /// Every request, once `TestServer::record_requests` turned the log on (`None`: off, so
     /// long benchmark runs do not grow it).
     pub log: Mutex<Option<Vec<Logged>>>,
+    /// Strategic merge patches applied to every pod created through the API, as mutating
+    /// admission webhooks patch them (`TestServer::mutate_pods`).
+    pub pod_mutations: Mutex<Vec<serde_json::Value>>,
+    /// The modeled control plane's costs (off unless set) and the requests in flight.
+    pub costs: Costs,
     pub bookmark_interval: Duration,
     pub port: u16,
     pub tls: Arc<rustls::ServerConfig>,
@@ -113,6 +119,8 @@ impl Shared {
             stall_lifted: Condvar::new(),
             counts: Mutex::new(Counts::new()),
             log: Mutex::new(None),
+            pod_mutations: Mutex::new(Vec::new()),
+            costs: Costs::default(),
             bookmark_interval,
             port,
             tls,

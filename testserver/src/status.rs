@@ -76,6 +76,24 @@ impl Cause {
         }
     }
 
+    /// `FieldValueTooLong`: the value is over a size limit (all annotations together).
+    pub fn too_long(field: &str, detail: &str) -> Cause {
+        Cause {
+            reason: "FieldValueTooLong".into(),
+            message: format!("Too long: {detail}"),
+            field: field.into(),
+        }
+    }
+
+    /// `FieldValueNotFound`: the value names something that does not exist (a volume).
+    pub fn not_found(field: &str, value: &str) -> Cause {
+        Cause {
+            reason: "FieldValueNotFound".into(),
+            message: format!("Not found: {value}"),
+            field: field.into(),
+        }
+    }
+
     /// `FieldValueDuplicate`: the value repeats one earlier in a list.
     pub fn duplicate(field: &str, value: &str) -> Cause {
         Cause {

@@ -846,6 +846,16 @@ impl Store {
         }
     }
 
+    /// Watches an event of table `key` in namespace `ns` would be sent to.
+    pub fn watchers_of(&self, key: &str, ns: Option<&str>) -> usize {
+        self.tables.get(key).map_or(0, |t| {
+            t.watchers
+                .iter()
+                .filter(|w| w.namespace.is_none() || w.namespace.as_deref() == ns)
+                .count()
+        })
+    }
+
     pub fn open_watches(&self) -> usize {
         self.tables.values().map(|t| t.watchers.len()).sum()
     }

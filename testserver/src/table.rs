@@ -91,19 +91,65 @@ fn cell(type_: &str, v: Option<&Value>) -> Value {
     }
 }
 
+/// While the pod is initializing, the STATUS of its first init container not done: `Init:N/M`,
+/// or `Init:` and its waiting or terminated reason; `None` once every one exited 0.
+fn init_status(o: &Value) -> Option<String> {
+    let total = o["spec"]["initContainers"].as_array().map_or(0, Vec::len);
+    let statuses = o["status"]["initContainerStatuses"].as_array()?;
+    for (i, c) in statuses.iter().enumerate() {
+        let state = &c["state"];
+        let terminated = state["terminated"].as_object();
+        if terminated.is_some_and(|t| t.get("exitCode").and_then(Value::as_i64) == Some(0)) {
+            continue;
+        }
+        let waiting = state["waiting"]["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty() && *r != "PodInitializing");
+        return Some(match (terminated, waiting) {
+            (Some(t), _) => match t.get("reason").and_then(Value::as_str) {
+                Some(r) if !r.is_empty() => format!("Init:{r}"),
+                _ => format!(
+                    "Init:ExitCode:{}",
+                    t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
+                ),
+            },
+            (None, Some(w)) => format!("Init:{w}"),
+            (None, None) => format!("Init:{i}/{total}"),
+        });
+    }
+    None
+}
+
+/// Whether the pod's Initialized condition is True.
+fn initialized(o: &Value) -> bool {
+    o["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Initialized" && c["status"] == "True")
+    })
+}
+
 /// The pod STATUS column as kubectl's printer derives it (`printPod`): the phase, or the
-/// pod's reason, or a container's waiting or terminated reason; `Terminating` once deleted.
+/// pod's reason, or the first unfinished init container's, or a container's waiting or
+/// terminated reason; `Terminating` once deleted.
 fn pod_status(o: &Value) -> String {
     let status = &o["status"];
     let mut reason = status["phase"].as_str().unwrap_or("Unknown").to_string();
     if let Some(r) = status["reason"].as_str().filter(|r| !r.is_empty()) {
         reason = r.to_string();
     }
+    let initializing = init_status(o);
+    if let Some(init) = &initializing {
+        reason = init.clone();
+    }
+    let statuses = if initializing.is_none() || initialized(o) {
+        status["containerStatuses"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    } else {
+        &[]
+    };
     let mut running = false;
-    let statuses = status["containerStatuses"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
     for c in statuses.iter().rev() {
         let state = &c["state"];
         if let Some(w) = state["waiting"]["reason"]
@@ -150,7 +196,16 @@ fn pod_cells(o: &Value) -> Vec<Value> {
         .iter()
         .filter(|s| s["ready"].as_bool() == Some(true))
         .count();
-    let restarts: i64 = statuses
+    // While initializing, the restarts shown are the init containers'.
+    let counted = if init_status(o).is_some() && !initialized(o) {
+        o["status"]["initContainerStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    } else {
+        statuses.clone()
+    };
+    let restarts: i64 = counted
         .iter()
         .filter_map(|s| s["restartCount"].as_i64())
         .sum();
@@ -705,6 +760,43 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_status_shows_init_progress_then_the_containers() {
+        let pod = |init: Value, initialized: &str, containers: Value| {
+            json!({"metadata": {}, "spec": {"initContainers": [{"name": "a"}, {"name": "b"}]},
+                "status": {"phase": "Pending", "initContainerStatuses": init, "containerStatuses": containers,
+                    "conditions": [{"type": "Initialized", "status": initialized}]}})
+        };
+        let waiting = json!([{"state": {"waiting": {"reason": "PodInitializing"}}}]);
+        let done = json!({"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}});
+        let running = json!({"state": {"running": {}}});
+        assert_eq!(
+            pod_status(&pod(json!([done, running]), "False", waiting.clone())),
+            "Init:1/2"
+        );
+        assert_eq!(
+            pod_status(&pod(
+                json!([{"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 2}, running]),
+                "False",
+                waiting.clone()
+            )),
+            "Init:CrashLoopBackOff"
+        );
+        assert_eq!(
+            pod_status(&pod(
+                json!([{"state": {"terminated": {"exitCode": 3, "reason": "Error"}}}, running]),
+                "False",
+                waiting
+            )),
+            "Init:Error"
+        );
+        let invalid = json!([{"state": {"waiting": {"reason": "InvalidImageName"}}}]);
+        assert_eq!(
+            pod_status(&pod(json!([done, done]), "True", invalid)),
+            "InvalidImageName"
+        );
+    }
 
     #[test]
     fn json_path_handles_printer_column_forms() {

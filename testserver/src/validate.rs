@@ -9,6 +9,8 @@ use crate::resources::{Class, ResourceDef};
 use crate::status::Cause;
 use serde_json::{Map, Value};
 
+pub use crate::podspec::validate_pod_spec;
+
 const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
@@ -191,9 +193,10 @@ pub fn validate_metadata(def: &ResourceDef, meta: &Value) -> Vec<Cause> {
             total += k.len() + v.as_str().map_or(0, str::len);
         }
         if total > 256 * 1024 {
-            causes.push(Cause::invalid(
+            // `field.TooLong`: what `kubectl apply` of a CRD over 256 KiB meets, its
+            // last-applied annotation holding the whole CRD.
+            causes.push(Cause::too_long(
                 "metadata.annotations",
-                "\"\"",
                 "must have at most 262144 bytes",
             ));
         }
@@ -314,50 +317,6 @@ fn validate_pod(obj: &Value) -> Vec<Cause> {
     validate_pod_spec(&obj["spec"], "spec")
 }
 
-/// Checks a pod spec at `path` (`spec` of a pod, `spec.template.spec` of a Deployment):
-/// containers, their names and images, the restart policy.
-pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let containers = spec["containers"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    if containers.is_empty() {
-        causes.push(Cause::required(&format!("{path}.containers"), ""));
-    }
-    let mut seen = Vec::new();
-    for (i, c) in containers.iter().enumerate() {
-        let name = c["name"].as_str().unwrap_or("");
-        let field = format!("{path}.containers[{i}].name");
-        if name.is_empty() {
-            causes.push(Cause::required(&field, ""));
-        } else {
-            for e in label_errors(name) {
-                causes.push(Cause::invalid(&field, &quote(name), &e));
-            }
-            if seen.contains(&name) {
-                causes.push(Cause::duplicate(&field, &quote(name)));
-            }
-            seen.push(name);
-        }
-        if c["image"].as_str().unwrap_or("").trim().is_empty() {
-            causes.push(Cause::required(
-                &format!("{path}.containers[{i}].image"),
-                "",
-            ));
-        }
-    }
-    let policy = spec["restartPolicy"].as_str().unwrap_or("Always");
-    if !matches!(policy, "Always" | "OnFailure" | "Never") {
-        causes.push(Cause::not_supported(
-            &format!("{path}.restartPolicy"),
-            &quote(policy),
-            "\"Always\", \"OnFailure\", \"Never\"",
-        ));
-    }
-    causes
-}
-
 /// Pod spec is immutable but for images, `activeDeadlineSeconds` and added tolerations.
 fn validate_pod_update(old: &Value, new: &Value) -> Vec<Cause> {
     let mut a = old["spec"].clone();
@@ -470,22 +429,23 @@ fn schema_walk_node(schema: &Value, value: &Value, path: &str, causes: &mut Vec<
                 ));
             }
         }
-        if let Some(pattern) = schema["pattern"].as_str() {
-            // kube-openapi's pattern check, as a quantity's (`memory: lots`) fails it.
-            if !regex::Regex::new(pattern).is_ok_and(|re| re.is_match(s)) {
-                causes.push(Cause::invalid(
-                    path,
-                    &quote(s),
-                    &format!("{path} in body should match '{pattern}'"),
-                ));
-            }
-        }
         if let Some(max) = schema["maxLength"].as_u64() {
             if len > max {
                 causes.push(Cause::invalid(
                     path,
                     &quote(s),
                     &format!("{path} in body should be at most {max} chars long"),
+                ));
+            }
+        }
+        // A pattern outside the matcher's RE2 subset is not checked (see the README).
+        let pattern = schema["pattern"].as_str();
+        if let Some((p, re)) = pattern.and_then(|p| Some((p, crate::regex::Regex::new(p).ok()?))) {
+            if !re.is_match(s) {
+                causes.push(Cause::invalid(
+                    path,
+                    &quote(s),
+                    &format!("{path} in body should match '{p}'"),
                 ));
             }
         }
@@ -741,6 +701,42 @@ mod tests {
         let other = json!({"spec": {"containers": [{"name": "c", "image": "a"}], "restartPolicy": "Never"}});
         assert!(validate_pod_update(&old, &img).is_empty());
         assert_eq!(validate_pod_update(&old, &other).len(), 1);
+    }
+
+    #[test]
+    fn strings_are_checked_against_their_pattern() {
+        let schema = json!({"type": "object", "properties": {"memory": {
+            "anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true,
+            "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$"}}});
+        let mut causes = Vec::new();
+        schema_walk(&schema, &json!({"memory": "128Mi"}), "limits", &mut causes);
+        schema_walk(&schema, &json!({"memory": 1}), "limits", &mut causes);
+        assert!(causes.is_empty(), "{causes:?}");
+        schema_walk(&schema, &json!({"memory": "lots"}), "limits", &mut causes);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "limits.memory");
+        assert!(causes[0]
+            .message
+            .starts_with("Invalid value: \"lots\": limits.memory in body should match '^(\\+|-)?"));
+    }
+
+    #[test]
+    fn annotations_over_256_kib_are_too_long() {
+        let defs = crate::resources::builtins();
+        let meta = json!({"name": "p", "annotations": {"big": "x".repeat(256 * 1024)}});
+        let causes = validate_metadata(&defs[0], &meta);
+        assert_eq!(
+            causes,
+            vec![Cause::too_long(
+                "metadata.annotations",
+                "must have at most 262144 bytes"
+            )]
+        );
+        assert_eq!(
+            causes[0].message,
+            "Too long: must have at most 262144 bytes"
+        );
+        assert_eq!(causes[0].reason, "FieldValueTooLong");
     }
 
     #[test]

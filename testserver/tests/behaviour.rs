@@ -1269,3 +1269,40 @@ fn sixty_four_parallel_clients_create_and_read_ten_thousand_objects() {
         );
     });
 }
+
+#[test]
+fn server_side_apply_creates_then_merges_and_needs_a_field_manager() {
+    bounded(20, || {
+        let (_server, admin) = start();
+        let path = format!("{}/applied", ics());
+        let apply = |query: &str, yaml: &str| {
+            admin.send(
+                "PATCH",
+                &format!("{path}{query}"),
+                Some("application/apply-patch+yaml"),
+                Some(yaml),
+            )
+        };
+        let doc = "apiVersion: immortalcontainer.flugel.it/v1alpha1\nkind: ImmortalContainer\nmetadata:\n  name: applied\n  labels: {team: a}\nspec:\n  image: nginx\n";
+        let missing = apply("", doc);
+        assert_eq!(missing.code, 400, "{}", missing.body);
+        assert_eq!(
+            missing.body["message"],
+            "fieldManager is required for apply requests"
+        );
+        let created = apply("?fieldManager=kubectl&fieldValidation=Strict", doc);
+        assert_eq!(created.code, 201, "{}", created.body);
+        assert_eq!(created.body["spec"]["image"], "nginx");
+        let changed = apply(
+            "?fieldManager=kubectl",
+            &doc.replace("image: nginx", "image: nginx:1.27"),
+        );
+        assert_eq!(changed.code, 200, "{}", changed.body);
+        assert_eq!(changed.body["spec"]["image"], "nginx:1.27");
+        assert_eq!(changed.body["metadata"]["labels"], json!({"team": "a"}));
+        assert_eq!(
+            changed.body["metadata"]["uid"], created.body["metadata"]["uid"],
+            "the same object"
+        );
+    });
+}

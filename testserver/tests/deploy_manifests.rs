@@ -415,3 +415,46 @@ fn rbac_objects_are_stored_but_grant_nothing_and_a_binding_keeps_its_role() {
         );
     });
 }
+
+/// The project's CRD with a description long enough to take it over 256 KiB, as a CRD
+/// embedding a whole pod template with its descriptions can be.
+fn crd_over_256_kib() -> String {
+    let mut crd: Value =
+        serde_yaml::from_str(include_str!("../../config/crd/immortalcontainers.yaml"))
+            .expect("crd yaml");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["image"]["description"] = json!("x".repeat(300 * 1024));
+    crd.to_string()
+}
+
+#[test]
+fn a_crd_over_256_kib_is_refused_by_client_side_apply_and_installed_by_server_side_apply() {
+    bounded(60, || {
+        let server = start(false);
+        let big = crd_over_256_kib();
+        let Some((ok, out)) = kubectl(&server, &["apply", "-f", "-"], Some(&big)) else {
+            eprintln!("SKIPPED: kubectl is not installed");
+            return;
+        };
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("metadata.annotations: Too long: must have at most 262144 bytes"),
+            "{out}"
+        );
+        for _ in 0..2 {
+            let (ok, out) = kubectl(&server, &["apply", "--server-side", "-f", "-"], Some(&big))
+                .expect("installed");
+            assert!(ok && out.contains("serverside-applied"), "{out}");
+        }
+        let ic = "apiVersion: immortalcontainer.flugel.it/v1alpha1\nkind: ImmortalContainer\nmetadata:\n  name: a\n  namespace: default\nspec:\n  image: nginx\n";
+        let (ok, out) =
+            kubectl(&server, &["apply", "--server-side", "-f", "-"], Some(ic)).expect("installed");
+        assert!(ok, "{out}");
+        let (ok, out) = kubectl(&server, &["explain", "immortalcontainer.spec.image"], None)
+            .expect("installed");
+        assert!(
+            ok && out.contains("xxxxxxxx"),
+            "the long description is served"
+        );
+    });
+}

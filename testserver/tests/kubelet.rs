@@ -857,3 +857,117 @@ fn without_kubelets_pods_stay_pending_and_deletes_are_immediate() {
         assert_eq!(admin.get(&format!("{PODS}/idle")).code, 404);
     });
 }
+
+#[test]
+fn init_containers_complete_in_order_and_every_container_has_a_status() {
+    let (server, admin) = start();
+    let mut body = pod("init", PAUSE);
+    body["spec"]["initContainers"] = json!([
+        {"name": "migrate", "image": "busybox:1.36"},
+        {"name": "wait-db", "image": PAUSE}]);
+    body["spec"]["containers"] = json!([
+        {"name": "acontainer", "image": PAUSE},
+        {"name": "sidecar", "image": "nginx:1.27"}]);
+    assert_eq!(admin.post(PODS, &body).code, 201);
+    let path = format!("{PODS}/init");
+    let waiting = wait_for(
+        10,
+        "the second init container running",
+        || admin.get(&path).body,
+        |p| p["status"]["initContainerStatuses"][1]["state"]["running"].is_object(),
+    );
+    assert_eq!(phase(&waiting), "Pending");
+    assert_eq!(
+        waiting["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"],
+        "Completed"
+    );
+    assert_eq!(
+        condition(&waiting, "Initialized")["message"],
+        "containers with incomplete status: [wait-db]"
+    );
+    for c in waiting["status"]["containerStatuses"]
+        .as_array()
+        .expect("statuses")
+    {
+        assert_eq!(c["state"]["waiting"]["reason"], "PodInitializing", "{c}");
+    }
+    assert!(server.exit_container("default", "init", 0));
+    let up = wait_for(
+        10,
+        "every container running",
+        || admin.get(&path).body,
+        |p| phase(p) == "Running" && condition(p, "Ready")["status"] == "True",
+    );
+    let names: Vec<&str> = up["status"]["containerStatuses"]
+        .as_array()
+        .expect("statuses")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["acontainer", "sidecar"]);
+    assert_eq!(up["status"]["initContainerStatuses"][1]["ready"], true);
+    assert_eq!(condition(&up, "Initialized")["status"], "True");
+}
+
+#[test]
+fn an_image_reference_that_does_not_parse_waits_invalid_image_name() {
+    let (_server, admin) = start();
+    assert_eq!(
+        admin.post(PODS, &pod("bad-ref", "NGINX:::Latest@@")).code,
+        201
+    );
+    let p = wait_for(
+        10,
+        "InvalidImageName",
+        || admin.get(&format!("{PODS}/bad-ref")).body,
+        |p| container(p)["state"]["waiting"]["reason"] == "InvalidImageName",
+    );
+    assert_eq!(phase(&p), "Pending");
+    assert!(container(&p)["state"]["waiting"]["message"]
+        .as_str()
+        .is_some_and(
+            |m| m.ends_with("invalid reference format: repository name must be lowercase")
+        ));
+}
+
+#[test]
+fn mutate_pods_adds_a_sidecar_and_a_label_to_pods_created_through_the_api() {
+    let (server, admin) = start();
+    server.mutate_pods(json!({
+        "metadata": {"labels": {"injected": "true"}, "annotations": {"mesh/version": "1"}},
+        "spec": {"containers": [{"name": "proxy", "image": "registry.k8s.io/pause:3.9"}]}}));
+    let p = running(&admin, &pod("meshed", PAUSE));
+    assert_eq!(
+        p["metadata"]["labels"],
+        json!({"app": "t", "injected": "true"})
+    );
+    assert_eq!(p["metadata"]["annotations"]["mesh/version"], "1");
+    let names: Vec<&str> = p["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["acontainer", "proxy"]);
+    assert_eq!(
+        p["spec"]["containers"][1]["imagePullPolicy"], "IfNotPresent",
+        "defaulted"
+    );
+    let up = wait_for(
+        10,
+        "both containers running",
+        || admin.get(&format!("{PODS}/meshed")).body,
+        |p| {
+            p["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|s| s.len() == 2 && s.iter().all(|c| c["ready"] == true))
+        },
+    );
+    assert_eq!(up["status"]["containerStatuses"][1]["name"], "proxy");
+    server.clear_pod_mutations();
+    let plain = running(&admin, &pod("plain", PAUSE));
+    assert_eq!(
+        plain["spec"]["containers"].as_array().map(Vec::len),
+        Some(1)
+    );
+}

@@ -2,49 +2,44 @@
 //! its status say truthfully what that pod is doing, counting every pod started exactly once.
 //!
 //! Level-based, as sample-controller's `syncHandler`: re-read the object by key (NotFound is
-//! success: the garbage collector removes its pod), learn the pod's state, act, then write
-//! status through `/status` only if it changed. How the pod's state is learned depends on the
-//! trigger (see `lifecycle`): after the DELETED event of the pod counted last the name is
-//! probably free, so the create comes first; after that of a pod this process replaced itself
-//! nothing is new; after that of any other pod, reconcile reads the object, then the pod; after
-//! an event that showed the pod, reconcile acts on what the event showed when the pod is
-//! already counted, and otherwise reads it. A pod of ours that is gone or terminal
-//! is replaced as soon as its name is free, and not before: while one terminates, reconcile
-//! waits for its DELETED event instead of polling.
+//! success: the garbage collector removes its pod), learn the pod's state (a watch event's
+//! hint may save the read: `first_look`), act, then write status through `/status` only if it
+//! changed. Why every pod started is counted exactly once: `counting`.
 //!
-//! Every pod started is counted exactly once; the invariant that makes it so, and why each
-//! step below keeps it, is written down in `counting`.
-//!
-//! Here: the decisions (`sync`, this file), the counting steps (`starts.rs`), and the status,
-//! conditions and Events they report (`status.rs`). Not here: the desired pod (`desired`),
+//! Here: the decisions (`sync`, this file), the API they call (`api.rs`), the pod writes
+//! (`pod.rs`), the counting steps (`starts.rs`), the status, conditions and Events they report
+//! (`status.rs`), what reconciles remember between them (`memory.rs`), and their errors
+//! (`error.rs`). Not here: the desired pod (`desired`),
 //! what a watch event means (`lifecycle`), or the worker that calls [`reconcile`]
 //! (`runtime::controller`).
 
 use crate::immortal::counting::{self, Counting};
-use crate::immortal::desired::{
-    controlled_by, created_for, desired_labels, desired_pod, holder, recorded_hash, spec_change,
-};
+use crate::immortal::desired::{controlled_by, created_for, holder, recorded_hash, spec_change};
 use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, READY};
-use crate::immortal::restarts::Restarts;
-use crate::immortal::store::{self, IcStore};
 use crate::immortal::types::{
-    self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner, IMMORTAL_CONTAINERS,
+    self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner,
 };
 use crate::kube::client;
-use crate::kube::events::{Note, Recorder};
+use crate::kube::events::Note;
 use crate::kube::types::{self, Condition, Pod, MAX_NAME_LEN};
-use crate::runtime::controller::{Failure, Next, Trace};
+use crate::runtime::controller::{LogContext, Next};
 use crate::util;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod api;
+mod error;
+mod memory;
+mod pod;
 mod starts;
 mod status;
 
 use starts::{release_orphan, release_pod};
+
+pub use api::{Api, LiveApi};
+pub use error::Error;
+pub use memory::Memory;
+use pod::{Created, Deleted};
 
 pub use status::status_patch;
 
@@ -55,322 +50,6 @@ pub const CONFLICT_RETRY: Duration = Duration::from_secs(30);
 
 /// Rounds of look-and-act one reconcile makes before it leaves the key to the queue's backoff.
 const MAX_ROUNDS: usize = 4;
-
-/// Replacements whose old pod's DELETED event is awaited, at most (see [`Books`]): about
-/// half a megabyte. Each is held only until that event comes, normally milliseconds.
-const REPLACED_AT_MOST: usize = 4096;
-
-/// The API calls reconcile makes. [`client::Client`] is the real one; tests use a fake that
-/// records every call.
-pub trait Api {
-    /// The object as the operator knows it: in the real one, its store (no request), which
-    /// may be older than the API server's copy.
-    fn get_immortal_container(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<ImmortalContainer, client::Error>;
-    /// The object as the API server holds it now: always a request. What it answers is
-    /// known from then on (see `store::saw`).
-    fn read_immortal_container(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<ImmortalContainer, client::Error>;
-    fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error>;
-    fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error>;
-    /// Deletes the pod if it still has `uid`; answers it as the server left it.
-    fn delete_pod(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: &str,
-        grace: Option<u32>,
-    ) -> Result<Pod, client::Error>;
-    /// Merge-patches the pod; a `metadata.uid` in the patch that is not the pod's is refused
-    /// (422, `client::Error::is_uid_changed`).
-    fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error>;
-    fn patch_status(
-        &self,
-        ns: &str,
-        name: &str,
-        patch: &Value,
-    ) -> Result<ImmortalContainer, client::Error>;
-    /// Records a Kubernetes Event about `ic` (best effort: never fails the reconcile).
-    fn record(&self, ic: &ImmortalContainer, note: Note);
-}
-
-/// The real API: the client, with Events going to the recorder thread, and objects read from
-/// what the ImmortalContainer watcher knows (see `store`).
-pub struct Cluster {
-    pub client: client::Client,
-    pub events: Recorder,
-    pub ics: Arc<IcStore>,
-}
-
-impl Api for Cluster {
-    /// The object as the store knows it, or as the API server answers when the store does not
-    /// know it (deleted meanwhile, or not seen yet).
-    fn get_immortal_container(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<ImmortalContainer, client::Error> {
-        match self.ics.get(&types::key(ns, name)) {
-            Some(state) => Ok(state.to_object(ns, name)),
-            None => self.client.get_object(IMMORTAL_CONTAINERS, ns, name),
-        }
-    }
-    fn read_immortal_container(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<ImmortalContainer, client::Error> {
-        let key = types::key(ns, name);
-        match self.client.get_object(IMMORTAL_CONTAINERS, ns, name) {
-            Ok(read) => {
-                store::saw(&self.ics, &key, &read);
-                Ok(read)
-            }
-            Err(e) => {
-                // Gone, or replaced by another object of the name (our uid refused): either
-                // way the copy is stale, and the next reconcile reads.
-                if e.is_not_found() || e.is_uid_changed() {
-                    store::gone(&self.ics, &key);
-                }
-                Err(e)
-            }
-        }
-    }
-    fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
-        self.client.get_pod(ns, name)
-    }
-    fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error> {
-        self.client.create_pod(ns, pod)
-    }
-    fn delete_pod(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: &str,
-        grace: Option<u32>,
-    ) -> Result<Pod, client::Error> {
-        self.client.delete_pod(ns, name, uid, grace)
-    }
-    fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error> {
-        self.client.patch_pod(ns, name, patch)
-    }
-    /// The answer goes into the store at once: the next reconcile of the object must not act
-    /// on a copy from before this write (it would count the same pod again, and be refused).
-    /// A 404, or a 422 refusing our uid, takes the copy out: the object is gone or replaced,
-    /// whatever the watch has said so far.
-    fn patch_status(
-        &self,
-        ns: &str,
-        name: &str,
-        patch: &Value,
-    ) -> Result<ImmortalContainer, client::Error> {
-        let key = types::key(ns, name);
-        match self
-            .client
-            .patch_status::<ImmortalContainer>(IMMORTAL_CONTAINERS, ns, name, patch)
-        {
-            Ok(answered) => {
-                store::saw(&self.ics, &key, &answered);
-                Ok(answered)
-            }
-            Err(e) => {
-                // Gone, or replaced by another object of the name (our uid refused): either
-                // way the copy is stale, and the next reconcile reads.
-                if e.is_not_found() || e.is_uid_changed() {
-                    store::gone(&self.ics, &key);
-                }
-                Err(e)
-            }
-        }
-    }
-    fn record(&self, ic: &ImmortalContainer, note: Note) {
-        self.events.record(&ic.metadata, note);
-    }
-}
-
-/// What the reconcile workers keep between reconciles, shared by all of them: the restart
-/// back-off, what the installed CRD keeps of the status we write, and the clock (virtual in the
-/// exactly-once fault-injection tests).
-pub struct Books {
-    pub restarts: Restarts,
-    pub counting: Counting,
-    /// Pods (uid, by key) this process saw removed and then replaced, until their DELETED
-    /// event comes: the only ground on which such an event is "nothing new" without a read.
-    replaced: Mutex<HashMap<String, String>>,
-    clock: Box<dyn Fn() -> Instant + Send + Sync>,
-}
-
-impl Books {
-    pub fn new() -> Books {
-        Books::with_clock(Instant::now)
-    }
-
-    pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Books {
-        Books {
-            restarts: Restarts::new(),
-            counting: Counting::new(),
-            replaced: Mutex::default(),
-            clock: Box::new(clock),
-        }
-    }
-
-    pub fn now(&self) -> Instant {
-        (self.clock)()
-    }
-
-    /// This process saw the pod `uid` of `key` removed, then created its replacement.
-    fn replaced(&self, key: &str, uid: &str) {
-        let mut replaced = self.replaced.lock().unwrap_or_else(|p| p.into_inner());
-        if replaced.len() >= REPLACED_AT_MOST {
-            // Events that never came (a relist took their place): forgetting one costs a
-            // read when it does come, never a wrong answer.
-            replaced.clear();
-        }
-        replaced.insert(key.to_string(), uid.to_string());
-    }
-
-    /// Whether the pod `uid` of `key` is one this process replaced (forgotten once asked).
-    fn was_replaced(&self, key: &str, uid: &str) -> bool {
-        let mut replaced = self.replaced.lock().unwrap_or_else(|p| p.into_inner());
-        let yes = replaced.get(key).is_some_and(|u| u == uid);
-        if yes {
-            replaced.remove(key);
-        }
-        yes
-    }
-}
-
-impl Default for Books {
-    fn default() -> Self {
-        Books::new()
-    }
-}
-
-/// Why a reconcile failed. Every variant is retried with the queue's per-key backoff; what
-/// retrying cannot fix (an invalid spec, a name too long, a pod that is not ours) is not an
-/// error but a status condition.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Error {
-    /// An API call failed in a way a retry may fix: 5xx, 429, no answer, a 409 from a stale
-    /// read, a pod name taken between our look and our create.
-    Transient {
-        action: &'static str,
-        source: client::Error,
-    },
-    /// The API server refused us (401/403): RBAC, credentials, or admission (PodSecurity, a
-    /// ResourceQuota). A person must act; retried with backoff, since that fix needs no restart.
-    Denied {
-        action: &'static str,
-        source: client::Error,
-    },
-    /// The pod changed under every round of one reconcile (taken, freed, retaken). Retried
-    /// with backoff rather than spun on.
-    Unsettled { pod: String },
-    /// Status could not be written (`source`) while our pod holds our finalizer for its count.
-    /// Retried `within` at the latest: a pod being deleted (`deleting`) is let go uncounted by
-    /// then rather than kept from going (see `counting::HOLD_AT_MOST`); any other is counted
-    /// and let go soon after status can be written again (`counting::RECOUNT_AT_MOST`).
-    Holding {
-        pod: String,
-        deleting: bool,
-        within: Duration,
-        source: Box<Error>,
-    },
-}
-
-impl Error {
-    /// How long the server asked us to wait before retrying, if it did.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Error::Transient { source, .. } | Error::Denied { source, .. } => source.retry_after(),
-            Error::Unsettled { .. } => None,
-            Error::Holding { source, within, .. } => source.retry_after().map(|d| d.min(*within)),
-        }
-    }
-
-    fn from_api(action: &'static str, source: client::Error) -> Error {
-        if source.is_forbidden() || source.is_unauthorized() {
-            Error::Denied { action, source }
-        } else {
-            Error::Transient { action, source }
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Transient { action, source } => write!(f, "{action}: {source}"),
-            Error::Denied { action, source } => write!(f, "{action} denied: {source}"),
-            Error::Unsettled { pod } => {
-                write!(
-                    f,
-                    "pod {pod} changed under every one of {MAX_ROUNDS} attempts"
-                )
-            }
-            Error::Holding {
-                pod,
-                deleting: true,
-                within,
-                source,
-            } => write!(
-                f,
-                "{source}; pod {pod} is being deleted and waits on its count: it is let go uncounted in {}s",
-                within.as_secs()
-            ),
-            Error::Holding {
-                pod,
-                deleting: false,
-                within,
-                source,
-            } => write!(
-                f,
-                "{source}; pod {pod} holds our finalizer until it is counted: retried within {}s",
-                within.as_secs()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl Failure for Error {
-    fn retry_after(&self) -> Option<Duration> {
-        Error::retry_after(self)
-    }
-    fn retry_within(&self) -> Option<Duration> {
-        match self {
-            Error::Holding { within, .. } => Some(*within),
-            _ => None,
-        }
-    }
-    /// Only a pod being deleted has a bound to keep (it is let go uncounted then); one that
-    /// waits to be counted is retried soon, within the budget.
-    fn retry_by(&self) -> Option<Duration> {
-        match self {
-            Error::Holding {
-                deleting: true,
-                within,
-                ..
-            } => Some(*within),
-            _ => None,
-        }
-    }
-    fn needs_a_person(&self) -> bool {
-        match self {
-            Error::Denied { .. } => true,
-            Error::Holding { source, .. } => source.needs_a_person(),
-            _ => false,
-        }
-    }
-}
 
 /// Why the pod we are about to create replaces another; also the metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -424,8 +103,8 @@ enum Found<'h> {
 /// One reconcile. Holds what it has decided about the object's status so far.
 struct Run<'a, A: Api> {
     api: &'a A,
-    books: &'a Books,
-    trace: &'a Trace<'a>,
+    memory: &'a Memory,
+    trace: &'a LogContext<'a>,
     ic: &'a ImmortalContainer,
     ns: &'a str,
     pod_name: String,
@@ -456,8 +135,8 @@ struct Held {
 /// Reconciles the object called `key`, with what its trigger says about the pod.
 pub fn reconcile<A: Api>(
     api: &A,
-    books: &Books,
-    trace: &Trace,
+    memory: &Memory,
+    trace: &LogContext,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
     let Some((ns, name)) = types::split_key(trace.key) else {
@@ -466,7 +145,7 @@ pub fn reconcile<A: Api>(
     };
     let ic = match api.get_immortal_container(ns, name) {
         Ok(ic) => ic,
-        Err(e) if e.is_not_found() => return object_gone(api, books, trace, ns, name, hint),
+        Err(e) if e.is_not_found() => return object_gone(api, memory, trace, ns, name, hint),
         Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
     };
     if let Some(PodHint::Gone(g)) = hint {
@@ -474,7 +153,7 @@ pub fn reconcile<A: Api>(
         // pod is, the old one's event arriving after the new one was made: nothing is new, and
         // the replacement's own events tell its story. Acting on it would take the name for
         // free and, after a quick ending, report a back-off for a replacement that exists.
-        if !g.holds_count && books.was_replaced(trace.key, &g.uid.to_string()) {
+        if !g.holds_count && memory.was_replaced(trace.key, &g.uid.to_string()) {
             log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
             return Ok(Next::Done);
         }
@@ -489,7 +168,7 @@ pub fn reconcile<A: Api>(
     let ic = if doubt {
         match api.read_immortal_container(ns, name) {
             Ok(ic) => ic,
-            Err(e) if e.is_not_found() => return object_gone(api, books, trace, ns, name, hint),
+            Err(e) if e.is_not_found() => return object_gone(api, memory, trace, ns, name, hint),
             Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
         }
     } else {
@@ -502,7 +181,7 @@ pub fn reconcile<A: Api>(
     }
     let mut run = Run {
         api,
-        books,
+        memory,
         trace,
         ic: &ic,
         ns,
@@ -532,7 +211,7 @@ pub fn reconcile<A: Api>(
     if run.gone {
         // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
         // collector could never remove it.
-        books.restarts.forget(trace.key);
+        memory.restarts.forget(trace.key);
         if let Some(held) = run.release.take() {
             release_pod(
                 api,
@@ -550,7 +229,9 @@ pub fn reconcile<A: Api>(
             // A pod someone is deleting waits on our count, and the count cannot be written:
             // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
             Some(held) if held.deleting => {
-                let waited = books.counting.holding(&held.uid, books.now());
+                let now = memory.now();
+                memory.counting.note_held(&held.uid, now);
+                let waited = memory.counting.held_for(&held.uid, now);
                 if waited < counting::HOLD_AT_MOST {
                     return Err(Error::Holding {
                         pod: run.pod_name,
@@ -591,13 +272,13 @@ pub fn reconcile<A: Api>(
 /// ownerReference, once nothing of ours holds it.
 fn object_gone<A: Api>(
     api: &A,
-    books: &Books,
-    trace: &Trace,
+    memory: &Memory,
+    trace: &LogContext,
     ns: &str,
     name: &str,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
-    books.restarts.forget(trace.key);
+    memory.restarts.forget(trace.key);
     release_orphan(api, trace, ns, name, None, hint)?;
     Ok(Next::Done)
 }
@@ -671,7 +352,7 @@ impl<A: Api> Run<'_, A> {
                     let cause = cause.unwrap_or_else(|| self.absent_cause());
                     if cause.is_restart() {
                         if let Some(wait) =
-                            self.books.restarts.wait(self.trace.key, self.books.now())
+                            self.memory.restarts.wait(self.trace.key, self.memory.now())
                         {
                             self.back_off(wait);
                             return Ok(Next::RequeueAfter(wait.remaining));
@@ -680,14 +361,14 @@ impl<A: Api> Run<'_, A> {
                     match self.create(cause)? {
                         Created::Yes => {
                             if let Some(old) = self.removed.take() {
-                                self.books.replaced(self.trace.key, &old);
+                                self.memory.replaced(self.trace.key, &old);
                             }
                             if cause.is_restart() {
-                                self.books
+                                self.memory
                                     .restarts
-                                    .replaced(self.trace.key, self.books.now());
+                                    .replaced(self.trace.key, self.memory.now());
                             } else {
-                                self.books.restarts.created(self.trace.key);
+                                self.memory.restarts.created(self.trace.key);
                             }
                             return Ok(Next::Done);
                         }
@@ -865,7 +546,7 @@ impl<A: Api> Run<'_, A> {
     fn ended(&self, uid: &str, ending: Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
         if last.is_none_or(|l| l == uid) {
-            self.books.restarts.ended(self.trace.key, uid, ending);
+            self.memory.restarts.ended(self.trace.key, uid, ending);
         }
     }
 
@@ -884,74 +565,6 @@ impl<A: Api> Run<'_, A> {
         }
     }
 
-    fn create(&mut self, cause: Cause) -> Result<Created, Error> {
-        let counted = self.books.counting.active();
-        let pod = desired_pod(self.ic, counted);
-        match self.api.create_pod(self.ns, &pod) {
-            Ok(created) => {
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = self.trace.id, object = self.trace.key, action = "create_pod",
-                    pod = created.metadata.name.as_str(), uid = created.metadata.uid.as_str(),
-                    image = self.ic.spec.image.as_str(), cause = cause.label();
-                    "created pod"
-                );
-                crate::runtime::metrics::record_pod_created(cause.label());
-                self.count(&created.metadata.uid);
-                if counted {
-                    self.release = Some(Held {
-                        uid: created.metadata.uid.clone(),
-                        deleting: false,
-                    });
-                }
-                self.report(&PodView::of(&created));
-                let (reason, message) = match cause {
-                    Cause::New => (
-                        "PodCreated",
-                        format!(
-                            "Created pod {} with image {}",
-                            self.pod_name, self.ic.spec.image
-                        ),
-                    ),
-                    Cause::Deleted | Cause::Terminated => (
-                        "PodReplaced",
-                        match self.books.restarts.ending(self.trace.key) {
-                            Some(e) => {
-                                format!("Created pod {}: the previous one {e}", self.pod_name)
-                            }
-                            None if cause == Cause::Deleted => format!(
-                                "Created pod {}: the previous one was deleted",
-                                self.pod_name
-                            ),
-                            None => format!(
-                                "Created pod {}: the previous one terminated",
-                                self.pod_name
-                            ),
-                        },
-                    ),
-                    Cause::ImageChanged => (
-                        "PodReplaced",
-                        format!(
-                            "Created pod {} with image {}: the {} changed",
-                            self.pod_name,
-                            self.ic.spec.image,
-                            if self.ic.spec.template.is_some() {
-                                "image or template"
-                            } else {
-                                "image"
-                            }
-                        ),
-                    ),
-                };
-                self.note(false, reason, message);
-                Ok(Created::Yes)
-            }
-            Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
-            Err(e) if e.is_invalid() || e.is_forbidden() => Ok(Created::Refused(e)),
-            Err(e) => Err(Error::from_api("create pod", e)),
-        }
-    }
-
     /// The API server refused our pod, and no pod holds its name: say why on the object, and
     /// try again after the object's back-off (see `restarts`). A refusal is the cluster's
     /// policy speaking (a ValidatingAdmissionPolicy or a webhook: 422; PodSecurity, a
@@ -961,9 +574,9 @@ impl<A: Api> Run<'_, A> {
     /// that a retry refused again writes nothing.
     fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
         let (wait, _) = self
-            .books
+            .memory
             .restarts
-            .refused(self.trace.key, self.books.now());
+            .refused(self.trace.key, self.memory.now());
         // A bare pod cannot meet a namespace's Pod Security level: only a template can set
         // the securityContext that PodSecurity's message asks for.
         let hint = if e.to_string().contains("violates PodSecurity")
@@ -987,78 +600,6 @@ impl<A: Api> Run<'_, A> {
             self.note(true, "PodCreateFailed", msg);
         }
         Ok(Next::RequeueAfter(wait))
-    }
-
-    /// Deletes our pod with `uid` and says what became of it.
-    fn delete(&mut self, uid: &str, why: &str) -> Result<Deleted, Error> {
-        match self.api.delete_pod(self.ns, &self.pod_name, uid, None) {
-            Ok(left) => {
-                self.log_deleted(uid, why);
-                if left.is_removed() {
-                    self.removed = Some(uid.to_string());
-                    Ok(Deleted::Removed { existed: true })
-                } else {
-                    Ok(Deleted::Pending)
-                }
-            }
-            // Someone beat us to it, which is what we wanted.
-            Err(e) if e.is_not_found() => {
-                self.removed = Some(uid.to_string());
-                Ok(Deleted::Removed { existed: false })
-            }
-            // The uid precondition failed: another pod holds the name now.
-            Err(e) if e.is_conflict() => Ok(Deleted::OtherPod),
-            Err(e) => Err(Error::from_api("delete pod", e)),
-        }
-    }
-
-    fn log_deleted(&self, uid: &str, why: &str) {
-        log::info!(
-            target: "reconcile",
-            reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
-            pod = self.pod_name.as_str(), uid = uid, reason = why;
-            "deleted pod"
-        );
-    }
-
-    /// Puts back the labels of ours that someone removed from the pod: without the first, our
-    /// watch no longer sees the pod at all (a label-selected watch reports it DELETED, see the
-    /// `*-label-removed-*` fixtures), so its end would go unnoticed.
-    fn restore_labels(&mut self, pod: &Pod) -> Result<(), Error> {
-        let want = desired_labels(self.ic);
-        let missing: Map<String, Value> = want
-            .iter()
-            .filter(|(k, v)| pod.metadata.labels.get(*k) != Some(*v))
-            .map(|(k, v)| (k.clone(), json!(v)))
-            .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let names: Vec<&String> = missing.keys().collect();
-        let patch = json!({"metadata": {"uid": pod.metadata.uid, "labels": missing}});
-        match self.api.patch_pod(self.ns, &self.pod_name, &patch) {
-            Ok(_) => {
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = self.trace.id, object = self.trace.key, action = "patch_pod",
-                    pod = self.pod_name.as_str(), uid = pod.metadata.uid.as_str();
-                    "restored labels {names:?}"
-                );
-                self.note(
-                    false,
-                    "PodLabelsRestored",
-                    format!(
-                        "Restored labels {names:?} on pod {}: the operator follows its pods by them",
-                        self.pod_name
-                    ),
-                );
-                Ok(())
-            }
-            // Gone or replaced meanwhile (our uid refused: 422, see
-            // `client::Error::is_uid_changed`): its own events bring us back.
-            Err(e) if e.is_not_found() || e.is_conflict() || e.is_uid_changed() => Ok(()),
-            Err(e) => Err(Error::from_api("patch pod", e)),
-        }
     }
 
     /// The pod name is held by a pod we do not control: report it and leave it alone. A pod of
@@ -1090,36 +631,6 @@ impl<A: Api> Run<'_, A> {
         }
         Ok(Next::RequeueAfter(CONFLICT_RETRY))
     }
-
-    fn appeared(&self) -> Error {
-        Error::Transient {
-            action: "create pod",
-            source: client::Error::Api(Box::new(types::Status {
-                code: 409,
-                reason: "AlreadyExists".into(),
-                message: format!("pod {} appeared while we created it", self.pod_name),
-                ..Default::default()
-            })),
-        }
-    }
-}
-
-enum Created {
-    Yes,
-    /// AlreadyExists.
-    NameTaken,
-    /// 422 or 403: the server will not take this pod.
-    Refused(client::Error),
-}
-
-/// What a DELETE of our pod did.
-enum Deleted {
-    /// The pod is gone: removed now (`existed`), or it was already gone (404).
-    Removed { existed: bool },
-    /// It is being deleted gracefully, or a finalizer holds it: its DELETED event follows.
-    Pending,
-    /// The uid precondition failed: the name holds another pod.
-    OtherPod,
 }
 
 #[cfg(test)]

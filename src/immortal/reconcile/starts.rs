@@ -1,7 +1,7 @@
 //! The steps by which reconcile counts every pod started exactly once: count a pod not counted
 //! yet, and let a pod go once the API server holds its count. Why each step keeps the invariant
 //! is written down in `counting`; the create that starts a pod and the delete that ends one are
-//! in `mod.rs`.
+//! in `pod.rs`.
 
 use super::*;
 use crate::kube::types::Uid;
@@ -14,7 +14,7 @@ impl<A: Api> Run<'_, A> {
         if self.status.last_counted_pod_uid.as_deref() == Some(uid) {
             return;
         }
-        if !self.books.counting.active() {
+        if !self.memory.counting.active() {
             if self.have.current_pod.is_some() && self.status.start_times == self.have.start_times {
                 self.note(
                     true,
@@ -60,14 +60,14 @@ impl<A: Api> Run<'_, A> {
     fn written_while_uncounted(&self) -> bool {
         self.have.last_counted_pod_uid.is_none()
             && self.have.current_pod.is_some()
-            && (self.books.counting.resumed() || self.have.observed_generation.is_none())
+            && (self.memory.counting.resumed() || self.have.observed_generation.is_none())
     }
 
     /// Lets our pod with `uid` go (see `counting`: only once the status the API server holds
     /// counts it).
     pub(super) fn release(&self, uid: &str) -> Result<(), Error> {
         let counted = self.have.last_counted_pod_uid.as_deref() == Some(uid);
-        if counted || !self.books.counting.active() {
+        if counted || !self.memory.counting.active() {
             release_pod(
                 self.api,
                 self.trace,
@@ -76,7 +76,7 @@ impl<A: Api> Run<'_, A> {
                 uid,
                 "its start is counted",
             )?;
-            self.books.counting.let_go(uid);
+            self.memory.counting.let_go(uid);
         }
         Ok(())
     }
@@ -93,7 +93,7 @@ impl<A: Api> Run<'_, A> {
             uid,
             "it is being deleted and its start cannot be counted",
         )?;
-        self.books.counting.let_go(uid);
+        self.memory.counting.let_go(uid);
         let msg = format!(
             "pod {} (uid {uid}) was deleted before its start could be counted: writing status failed for {}s ({why}); \
              it was let go uncounted, so status.startTimes misses one start",
@@ -116,7 +116,7 @@ impl<A: Api> Run<'_, A> {
 /// retry, the start-up sweep).
 pub(super) fn release_orphan<A: Api>(
     api: &A,
-    trace: &Trace,
+    trace: &LogContext,
     ns: &str,
     name: &str,
     owner_uid: Option<&str>,
@@ -169,7 +169,7 @@ pub(super) fn release_orphan<A: Api>(
 /// "replaced": the retry reads the pod and decides.
 pub(super) fn release_pod<A: Api>(
     api: &A,
-    trace: &Trace,
+    trace: &LogContext,
     ns: &str,
     pod: &str,
     uid: &str,

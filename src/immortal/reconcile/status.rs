@@ -127,7 +127,7 @@ impl<A: Api> Run<'_, A> {
     /// none lands on an object re-created under the name. The answer is the API server's copy:
     /// what it did not keep, the CRD prunes (see `counting`).
     pub(super) fn write_status(&mut self) -> Result<(), Error> {
-        let counting = &self.books.counting;
+        let counting = &self.memory.counting;
         let uid = &self.ic.metadata.uid;
         let Some(patch) = status_patch(uid, &self.rv, &self.have, &self.status, |f| {
             counting.prunes(f)

@@ -1,11 +1,14 @@
 use super::*;
+use crate::immortal::desired::desired_pod;
 use crate::immortal::lifecycle::PodEvents;
 use crate::immortal::types::{ImmortalPod, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::kube::types::{
     Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status, StatusCause, StatusDetails,
 };
-use crate::runtime::watcher::{Verdict, Watched};
+use crate::runtime::controller::Failure;
+use crate::runtime::watcher::{Reaction, Watched};
 use std::cell::RefCell;
+use std::time::Instant;
 
 /// A fake API holding one object and one pod, recording every call as "VERB what". It
 /// deletes a pod as the API server's pod strategy does: gracefully (deletionTimestamp, the
@@ -24,7 +27,7 @@ struct Fake {
     /// Errors to answer the next call of a verb with.
     fail: RefCell<Vec<(&'static str, client::Error)>>,
     next_uid: RefCell<u32>,
-    books: Books,
+    memory: Memory,
     /// Status fields the "installed CRD" does not know, pruned from every write.
     prunes: RefCell<Vec<&'static str>>,
 }
@@ -297,14 +300,14 @@ fn fake(ic: ImmortalContainer) -> Fake {
 }
 
 fn run(f: &Fake, key: &str) -> Result<Next, Error> {
-    reconcile(f, &f.books, &Trace { id: "1", key }, None)
+    reconcile(f, &f.memory, &LogContext { id: "1", key }, None)
 }
 
 fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
     reconcile(
         f,
-        &f.books,
-        &Trace {
+        &f.memory,
+        &LogContext {
             id: "2",
             key: "ns/web",
         },
@@ -316,7 +319,7 @@ fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
 fn gone(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap_or_default();
     match PodEvents.on_event("DELETED", &pod, &mut None) {
-        Verdict::Queue(Some(h), _) => h,
+        Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue a DELETED pod: {other:?}"),
     }
 }
@@ -353,7 +356,7 @@ fn delete_after_running(f: &Fake, ran: u64) -> PodHint {
 fn seen(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
     match PodEvents.on_event("MODIFIED", &pod, &mut None) {
-        Verdict::Queue(Some(h), _) => h,
+        Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue this pod: {other:?}"),
     }
 }
@@ -710,7 +713,7 @@ fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
     // And once no pod holds the name at all, the stale hint only leads to a create (the
     // restart back-off, which the replacement above started, set aside: not under test).
     *f.pod.borrow_mut() = None;
-    f.books.restarts.forget("ns/web");
+    f.memory.restarts.forget("ns/web");
     f.clear();
     run_with(&f, &stale).unwrap();
     assert_eq!(
@@ -999,8 +1002,8 @@ fn pods_that_keep_ending_back_off_and_say_so() {
         "{note:?}"
     );
     // Its time come (as if the last replacement had been longer ago), the pod is made.
-    f.books.restarts.forget("ns/web");
-    f.books.restarts.replaced(
+    f.memory.restarts.forget("ns/web");
+    f.memory.restarts.replaced(
         "ns/web",
         Instant::now() - crate::immortal::restarts::BASE * 2,
     );
@@ -1314,7 +1317,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
     run(&f, "ns/web").unwrap();
     // The first count went through (startTimes is in every CRD), L did not stick.
     assert_eq!(status(&f).start_times, Some(1));
-    assert!(!f.books.counting.active());
+    assert!(!f.memory.counting.active());
     let warned: Vec<Note> = f
         .notes
         .borrow()
@@ -1566,7 +1569,7 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
     // name it was made for.
     assert_eq!(PodEvents.key_of(&pod).as_deref(), Some("ns/web"));
     let mut memo = Some(PodEvents.memo(&pod));
-    let Verdict::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
+    let Reaction::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
         PodEvents.on_event("MODIFIED", &pod, &mut memo)
     else {
         panic!("an orphan holding our finalizer was not queued")
@@ -1620,7 +1623,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        books: Books::with_clock(move || *clock.lock().unwrap()),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -1705,7 +1708,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     let f = fake(ic("web", "nginx"));
     *f.prunes.borrow_mut() = vec!["lastCountedPodUID", "observedGeneration", "podPhase"];
     run(&f, "ns/web").unwrap();
-    assert!(!f.books.counting.active());
+    assert!(!f.memory.counting.active());
     // Replaced while counting is off: not counted.
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
@@ -1713,7 +1716,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     assert_eq!(status(&f).start_times, Some(1));
     // The CRD is upgraded (make install): the schema read again keeps every field.
     f.prunes.borrow_mut().clear();
-    assert!(f.books.counting.relearn(&[]));
+    assert!(f.memory.counting.relearn(&[]));
     // The resync's reconcile adopts the pod status names: it may have been counted, or not.
     run(&f, "ns/web").unwrap();
     let st = status(&f);
@@ -1754,7 +1757,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     // Then the failed pod's DELETED event arrives: nothing to do, no request, no back-off
     // reported for a replacement that exists.
     let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
-        Verdict::Queue(Some(h), _) => h,
+        Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
     f.clear();
@@ -1825,7 +1828,7 @@ fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        books: Books::with_clock(move || *clock.lock().unwrap()),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -1868,7 +1871,7 @@ fn releasing_a_pod_whose_name_holds_another_is_done() {
     let mut other = desired_pod(&ic("web", "nginx"), true);
     other.metadata.uid = "pod-uid-new".into();
     *f.pod.borrow_mut() = Some(other);
-    let trace = Trace {
+    let trace = LogContext {
         id: "1",
         key: "ns/web",
     };
@@ -1914,7 +1917,7 @@ fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mu
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        books: Books::with_clock(move || *clock.lock().unwrap()),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
@@ -1930,8 +1933,8 @@ fn pod_uid(f: &Fake) -> String {
 fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
     reconcile(
         f,
-        &Books::new(),
-        &Trace {
+        &Memory::new(),
+        &LogContext {
             id: "3",
             key: "ns/web",
         },
@@ -2044,7 +2047,7 @@ fn the_deleted_event_of_a_pod_another_process_replaced_is_checked_and_changes_no
     run_with(&f, &seen(&f)).unwrap();
     let replacement = pod_uid(&f);
     let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
-        Verdict::Queue(Some(h), _) => h,
+        Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
     // A process that did not make the replacement cannot know the event is old news: it

@@ -2,6 +2,7 @@
 //! lives, query strings, delete options, and reading a `Status` or `Retry-After` back.
 
 use super::*;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// Where a kind of object lives in the API: its group-version path and its plural name. The
 /// core kinds the operator touches are constants here; a custom resource defines its own
@@ -120,23 +121,19 @@ impl Query {
         self.0.push(if self.0.is_empty() { '?' } else { '&' });
         self.0.push_str(k);
         self.0.push('=');
-        percent_encode(v, &mut self.0);
+        self.0.extend(utf8_percent_encode(v, NOT_UNRESERVED));
     }
     fn finish(self) -> String {
         self.0
     }
 }
 
-/// Percent-encodes a query value (RFC 3986 unreserved characters pass through).
-pub(super) fn percent_encode(v: &str, out: &mut String) {
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-}
+/// What a query value percent-encodes: all but RFC 3986's unreserved characters.
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// Body of a DELETE: a uid precondition so we never delete a pod that replaced the one we
 /// looked at (the `*-uid-precondition-mismatch` fixture shows the 409 it earns otherwise).

@@ -1,66 +1,55 @@
 //! Base64 for the kubeconfig's `*-data` fields and the exec plugin's cluster info.
 
-/// Decodes standard base64 (RFC 4648 alphabet), padding optional, whitespace ignored. Written
-/// by hand to stay within the dependency budget. Errors name the offset, never the content.
+use base64::alphabet::STANDARD;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::{DecodeError, Engine};
+
+/// Standard alphabet; padding is handled by [`base64_decode`], and stray low bits in the last
+/// character are accepted, as Go's `encoding/base64` (client-go's decoder) accepts them.
+const LENIENT: GeneralPurpose = GeneralPurpose::new(
+    &STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// Decodes standard base64, padding optional, whitespace ignored (a `*-data` field folded over
+/// lines). Errors name the offset in `input`, never the content.
 pub(crate) fn base64_decode(input: &str) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(input.len() / 4 * 3 + 2);
-    let (mut acc, mut bits, mut data_chars, mut padding) = (0u32, 0u32, 0usize, 0usize);
-    for (offset, c) in input.bytes().enumerate() {
-        let value = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => {
-                padding += 1;
-                continue;
-            }
-            b' ' | b'\t' | b'\r' | b'\n' => continue,
-            _ => {
-                return Err(format!(
-                    "invalid base64: unexpected character at offset {offset}"
-                ))
-            }
-        };
-        if padding > 0 {
-            return Err(format!(
-                "invalid base64: data after padding at offset {offset}"
-            ));
-        }
-        acc = (acc << 6) | u32::from(value);
-        bits += 6;
-        data_chars += 1;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let compact: Vec<u8> = input.bytes().filter(|b| !is_space(b)).collect();
+    // The offset in `input` of the `i`th byte that is not whitespace.
+    let offset = |i: usize| {
+        let mut kept = input.bytes().enumerate().filter(|(_, b)| !is_space(b));
+        kept.nth(i).map_or(input.len(), |(o, _)| o)
+    };
+    let data_len = compact
+        .iter()
+        .position(|b| *b == b'=')
+        .unwrap_or(compact.len());
+    let padding = &compact[data_len..];
+    if let Some(i) = padding.iter().position(|b| *b != b'=') {
+        return Err(format!(
+            "invalid base64: data after padding at offset {}",
+            offset(data_len + i)
+        ));
     }
-    if data_chars % 4 == 1 || padding > 2 {
+    if padding.len() > 2 {
         return Err("invalid base64: truncated input".to_string());
     }
-    Ok(out)
+    LENIENT.decode(&compact[..data_len]).map_err(|e| match e {
+        DecodeError::InvalidByte(i, _) => {
+            format!(
+                "invalid base64: unexpected character at offset {}",
+                offset(i)
+            )
+        }
+        _ => "invalid base64: truncated input".to_string(),
+    })
 }
 
 /// Standard base64 with padding (for certificate-authority-data handed to exec plugins).
 pub(crate) fn base64_encode(input: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64::engine::general_purpose::STANDARD.encode(input)
 }

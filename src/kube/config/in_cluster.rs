@@ -41,6 +41,5 @@ pub(super) fn in_cluster(
         "in-cluster".into(),
         credentials,
         settings,
-        true,
     )
 }

@@ -318,7 +318,7 @@ pub(super) fn from_kubeconfig(
         Some(url) => Some(proxy::from_kubeconfig(url, &cluster_origin)?),
         None => None,
     };
-    let mut config = finish(server, namespace, source, credentials, settings, false)?;
+    let mut config = finish(server, namespace, source, credentials, settings)?;
     config.proxy = proxy;
     Ok(config)
 }

@@ -158,7 +158,6 @@ pub struct ClusterConfig {
     pub proxy: Option<Proxy>,
     tls: TlsSettings,
     built: Mutex<BuiltTls>,
-    in_cluster: bool,
 }
 
 impl fmt::Debug for ClusterConfig {
@@ -238,9 +237,10 @@ impl ClusterConfig {
         }
     }
 
-    /// Whether this config came from the in-cluster service account (for logs).
+    /// Whether this config came from the in-cluster service account.
+    #[cfg(test)]
     pub fn in_cluster(&self) -> bool {
-        self.in_cluster
+        self.source == "in-cluster"
     }
 }
 
@@ -324,7 +324,6 @@ fn finish(
     source: String,
     credentials: Credentials,
     tls: TlsSettings,
-    in_cluster: bool,
 ) -> Result<ClusterConfig, ConfigError> {
     // Built now so broken certificates fail at startup, not at the first request.
     let config = tls.build(None)?;
@@ -339,7 +338,6 @@ fn finish(
             exec_pair: None,
             config,
         }),
-        in_cluster,
     })
 }
 

@@ -17,12 +17,17 @@
 //!
 //! One request per connection (`Connection: close`): scrapes and probes are a few per minute,
 //! so plain blocking I/O on short-lived threads is all this needs, and costs nothing at idle.
+//!
+//! Written here because no crate weighed keeps those limits: `tiny_http` 0.12 (the blocking
+//! server `rouille` builds on) caps neither connections nor connections per peer and has no
+//! deadline for a whole exchange, and its TLS is rustls 0.20, a second rustls beside ours;
+//! `hyper`, `axum` and `actix-web` need an async runtime, which the design leaves out.
 
 pub mod auth;
 pub mod tls;
 
 use crate::kube::client::Client;
-use crate::runtime::metrics;
+use crate::runtime::{liveness, metrics};
 use auth::{MetricsAuth, Verdict};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use std::io::{self, Read, Write};
@@ -104,7 +109,7 @@ impl Health {
         }
         let idle = self.watch_idle_timeout;
         for r in &self.resources {
-            match metrics::watch_down_for(r, idle) {
+            match liveness::down_for(r, idle) {
                 Some(d) if d > idle => {
                     return Err(format!("{r} watch not live for {}s", d.as_secs()))
                 }

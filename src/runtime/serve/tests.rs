@@ -91,7 +91,7 @@ fn probes_turn_ready_after_the_first_lists_and_unlive_when_a_thread_dies() {
         "{r}"
     );
     health.synced.fetch_add(1, Ordering::Relaxed);
-    metrics::watch_heard("probe-test-resource");
+    liveness::heard("probe-test-resource");
     assert!(get(addr, "/readyz").starts_with("HTTP/1.1 200"));
     health.dead.store(true, Ordering::Relaxed);
     assert!(get(addr, "/healthz").starts_with("HTTP/1.1 503"));
@@ -103,17 +103,17 @@ fn readiness_goes_once_a_watch_has_not_been_live_for_longer_than_the_idle_limit(
     let r = "readiness-test-resource";
     let health = Health::new(vec![r], Duration::from_millis(200));
     health.synced.fetch_add(1, Ordering::Relaxed);
-    metrics::watch_opened(r);
+    liveness::opened(r);
     assert_eq!(health.ready(), Ok(()));
     // The stream ends and cannot be opened again: still ready for one idle limit...
-    metrics::watch_closed(r);
+    liveness::closed(r);
     thread::sleep(Duration::from_millis(100));
     assert_eq!(health.ready(), Ok(()));
     // ...and not after it.
     thread::sleep(Duration::from_millis(200));
     let e = health.ready().unwrap_err();
     assert!(e.contains("watch not live"), "{e}");
-    metrics::watch_opened(r);
+    liveness::opened(r);
     assert_eq!(health.ready(), Ok(()));
 }
 

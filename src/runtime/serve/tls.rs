@@ -1,16 +1,12 @@
 //! The metrics endpoint's TLS: the certificate mounted at `--metrics-cert-path`, or else a
 //! self-signed one made at start, as controller-runtime's metrics server does.
 //!
-//! The self-signed certificate is an ECDSA P-256 key and a minimal X.509 v3 certificate (subject
-//! `CN=immortal-operator`, SAN `localhost` and `127.0.0.1`) encoded here in DER over `ring`,
-//! which rustls already links. This costs 8 KiB of the static release binary where rcgen (the
-//! test server's choice) cost 56 KiB: rcgen brings its own DER writer, `time` and a general
-//! certificate model for what is one fixed certificate here. Prometheus scrapes it with
+//! The self-signed certificate (rcgen over ring): an ECDSA P-256 key, subject
+//! `CN=immortal-operator`, SAN `localhost` and `127.0.0.1`. Prometheus scrapes it with
 //! `insecureSkipVerify`, as kubebuilder's default ServiceMonitor does; a verified setup mounts
 //! a certificate instead (cert-manager).
 
-use ring::rand::SystemRandom;
-use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+use rcgen::{CertificateParams, DnType, KeyPair, PKCS_ECDSA_P256_SHA256};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::ServerConfig;
@@ -40,7 +36,8 @@ pub enum Error {
     Pem(PathBuf, &'static str),
     /// rustls refused the pair: a key that is not the certificate's, or of an unsupported type.
     Rejected(String),
-    /// The system's random source failed while making the self-signed key.
+    /// rcgen could not make the self-signed key or certificate (the system's random source
+    /// failed).
     Generate,
 }
 
@@ -111,157 +108,19 @@ fn mounted(dir: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'s
 pub fn self_signed(
     now: SystemTime,
 ) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>), Error> {
-    let rng = SystemRandom::new();
-    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(|_| Error::Generate)?;
+    let mut params = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
         .map_err(|_| Error::Generate)?;
-    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
-        .map_err(|_| Error::Generate)?;
-    let mut serial = [0u8; 16];
-    ring::rand::SecureRandom::fill(&rng, &mut serial).map_err(|_| Error::Generate)?;
-    let tbs = tbs_certificate(
-        &serial,
-        now - BACKDATE,
-        now + VALIDITY,
-        key.public_key().as_ref(),
-    );
-    let signature = key.sign(&rng, &tbs).map_err(|_| Error::Generate)?;
-    let cert = der::seq(&[
-        &tbs,
-        &ecdsa_with_sha256(),
-        &der::bit_string(signature.as_ref()),
-    ]);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "immortal-operator");
+    params.not_before = (now - BACKDATE).into();
+    params.not_after = (now + VALIDITY).into();
+    let cert = params.self_signed(&key).map_err(|_| Error::Generate)?;
     Ok((
-        CertificateDer::from(cert),
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.as_ref().to_vec())),
+        cert.der().clone(),
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
     ))
-}
-
-/// Object identifiers, DER content octets.
-mod oid {
-    /// ecdsa-with-SHA256, 1.2.840.10045.4.3.2 (RFC 5758).
-    pub const ECDSA_WITH_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
-    /// id-ecPublicKey, 1.2.840.10045.2.1 (RFC 5480).
-    pub const EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
-    /// secp256r1 / prime256v1, 1.2.840.10045.3.1.7 (RFC 5480).
-    pub const P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
-    /// id-at-commonName, 2.5.4.3.
-    pub const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
-    /// id-ce-subjectAltName, 2.5.29.17.
-    pub const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
-}
-
-/// AlgorithmIdentifier of ecdsa-with-SHA256: parameters absent (RFC 5758 3.2).
-fn ecdsa_with_sha256() -> Vec<u8> {
-    der::seq(&[&der::oid(oid::ECDSA_WITH_SHA256)])
-}
-
-/// The TBSCertificate of RFC 5280 4.1, issuer = subject.
-fn tbs_certificate(
-    serial: &[u8; 16],
-    not_before: SystemTime,
-    not_after: SystemTime,
-    public_point: &[u8],
-) -> Vec<u8> {
-    // A positive serial of at most 20 octets whose first octet needs no leading zero.
-    let mut serial = *serial;
-    serial[0] = (serial[0] & 0x7f) | 0x40;
-    let name = der::seq(&[&der::set(&[&der::seq(&[
-        &der::oid(oid::COMMON_NAME),
-        &der::utf8_string("immortal-operator"),
-    ])])]);
-    let spki = der::seq(&[
-        &der::seq(&[&der::oid(oid::EC_PUBLIC_KEY), &der::oid(oid::P256)]),
-        &der::bit_string(public_point),
-    ]);
-    // GeneralNames: dNSName [2] "localhost", iPAddress [7] 127.0.0.1 (both IMPLICIT).
-    let alt_names = der::seq(&[
-        &der::tlv(0x82, b"localhost"),
-        &der::tlv(0x87, &[127, 0, 0, 1]),
-    ]);
-    let extensions = der::seq(&[&der::seq(&[
-        &der::oid(oid::SUBJECT_ALT_NAME),
-        &der::tlv(der::OCTET_STRING, &alt_names),
-    ])]);
-    der::seq(&[
-        // version [0] EXPLICIT v3 (2): extensions need it.
-        &der::tlv(0xa0, &der::tlv(der::INTEGER, &[2])),
-        &der::tlv(der::INTEGER, &serial),
-        &ecdsa_with_sha256(),
-        &name,
-        &der::seq(&[&der::time(not_before), &der::time(not_after)]),
-        &name,
-        &spki,
-        // extensions [3] EXPLICIT.
-        &der::tlv(0xa3, &extensions),
-    ])
-}
-
-/// The handful of DER encodings a certificate needs (X.690).
-mod der {
-    use std::time::SystemTime;
-
-    pub const INTEGER: u8 = 0x02;
-    const BIT_STRING: u8 = 0x03;
-    pub const OCTET_STRING: u8 = 0x04;
-    const OID: u8 = 0x06;
-    const UTF8_STRING: u8 = 0x0c;
-    const UTC_TIME: u8 = 0x17;
-    const GENERALIZED_TIME: u8 = 0x18;
-    const SEQUENCE: u8 = 0x30;
-    const SET: u8 = 0x31;
-
-    /// Tag, definite length (short form below 128, else long form), content.
-    pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(content.len() + 4);
-        out.push(tag);
-        let len = content.len();
-        if len < 0x80 {
-            out.push(len as u8);
-        } else {
-            let bytes = len.to_be_bytes();
-            let skip = bytes.iter().take_while(|b| **b == 0).count();
-            out.push(0x80 | (bytes.len() - skip) as u8);
-            out.extend_from_slice(&bytes[skip..]);
-        }
-        out.extend_from_slice(content);
-        out
-    }
-
-    pub fn seq(parts: &[&[u8]]) -> Vec<u8> {
-        tlv(SEQUENCE, &parts.concat())
-    }
-
-    /// A SET of one element or of elements already in DER order.
-    pub fn set(parts: &[&[u8]]) -> Vec<u8> {
-        tlv(SET, &parts.concat())
-    }
-
-    pub fn oid(content: &[u8]) -> Vec<u8> {
-        tlv(OID, content)
-    }
-
-    pub fn utf8_string(s: &str) -> Vec<u8> {
-        tlv(UTF8_STRING, s.as_bytes())
-    }
-
-    /// A BIT STRING of whole octets (no unused bits).
-    pub fn bit_string(bytes: &[u8]) -> Vec<u8> {
-        tlv(BIT_STRING, &[&[0u8][..], bytes].concat())
-    }
-
-    /// RFC 5280 4.1.2.5: UTCTime (YYMMDDHHMMSSZ) through 2049, GeneralizedTime from 2050.
-    pub fn time(t: SystemTime) -> Vec<u8> {
-        // "2026-11-22T12:58:43Z" -> "20261122125843"
-        let digits: String = crate::util::rfc3339(t)
-            .chars()
-            .filter(char::is_ascii_digit)
-            .collect();
-        if digits.as_str() < "2050" {
-            tlv(UTC_TIME, format!("{}Z", &digits[2..]).as_bytes())
-        } else {
-            tlv(GENERALIZED_TIME, format!("{digits}Z").as_bytes())
-        }
-    }
 }
 
 #[cfg(test)]
@@ -270,24 +129,6 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
-    #[test]
-    fn der_lengths_use_the_long_form_from_128_octets() {
-        assert_eq!(der::tlv(0x04, &[7; 3]), [&[0x04, 3][..], &[7; 3]].concat());
-        let long = der::tlv(0x04, &[0; 200]);
-        assert_eq!(&long[..3], &[0x04, 0x81, 200]);
-        let longer = der::tlv(0x04, &[0; 300]);
-        assert_eq!(&longer[..4], &[0x04, 0x82, 0x01, 0x2c]);
-    }
-
-    #[test]
-    fn times_switch_from_utctime_to_generalizedtime_in_2050() {
-        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_352_323); // 2026-11-22T12:58:43Z
-        assert_eq!(der::time(t), der::tlv(0x17, b"261122125843Z"));
-        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(2_556_143_999); // 2050-12-31T23:59:59Z
-        assert_eq!(der::time(t), der::tlv(0x18, b"20501231235959Z"));
-    }
-
-    /// Serves one TLS handshake with `config` and answers "ok".
     /// `cert` as PEM, for a client that trusts exactly it.
     fn pem_of(cert: &CertificateDer<'_>) -> String {
         format!(
@@ -296,6 +137,7 @@ mod tests {
         )
     }
 
+    /// Serves one TLS handshake with `config` and answers "ok".
     fn serve_once(config: Arc<ServerConfig>) -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -342,6 +184,17 @@ mod tests {
         .unwrap();
         let err = crate::kube::tls::tests::get(client, "localhost", port).unwrap_err();
         assert!(err.contains("not valid for name"), "{err}");
+    }
+
+    #[test]
+    fn the_self_signed_certificate_is_p256_and_names_the_operator() {
+        let (cert, key) = self_signed(SystemTime::now()).unwrap();
+        let der = cert.as_ref();
+        assert!(der.windows(17).any(|w| w == b"immortal-operator"));
+        // id-ecPublicKey with the prime256v1 curve, as before rcgen made it.
+        let p256 = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+        assert!(der.windows(p256.len()).any(|w| w == p256));
+        assert!(matches!(key, PrivateKeyDer::Pkcs8(_)));
     }
 
     #[test]

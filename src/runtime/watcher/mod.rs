@@ -19,14 +19,14 @@
 //! (a digest, or a projection of what reconcile needs), in a [`Store`] others may read; the
 //! keys also give a relist those that vanished while the watch was down.
 
-use crate::kube::client::{self, Client, ListPage, ListParams, Resource, WatchParams};
+use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
+use crate::runtime::liveness;
 use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::store::Store;
 use crate::util;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -35,70 +35,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Page size of a relist: bounds the memory a relist of 10,000 objects takes.
-const LIST_PAGE: u32 = 500;
+mod policy;
+mod source;
+
+pub use policy::{Reaction, Watched};
+pub use source::{Kind, Source};
+
 /// Watch `timeoutSeconds` is drawn from this range: below the ~4 minute idle timeout of common
 /// load balancers, and random so that many operators do not re-watch in lockstep.
 const WATCH_TIMEOUT_SECS: (u64, u64) = (170, 230);
 /// A stream that ends cleanly this fast without saying anything is treated as a failure, so a
 /// server that closes every watch at once cannot make us spin.
 const MIN_HEALTHY_STREAM: Duration = Duration::from_secs(1);
-/// How long a watch may say nothing before it is given up as dead. kube-apiserver's watch cache
-/// sends a watch that asked for bookmarks (we do) a BOOKMARK about once a minute when nothing
-/// else is sent (`defaultBookmarkFrequency`, dispatched by a timer that ticks every second), so
-/// 75 s is that minute plus a quarter for a late timer or a slow network: a dead connection is
-/// noticed little more than a quarter-minute after the bookmark that did not come, and a
-/// healthy one is almost never given up (if it is, resuming from the last version costs one
-/// request). A server that sends no bookmarks has its quiet watches re-opened at this pace.
+/// How long a watch may say nothing before it is given up as dead: the API server's
+/// once-a-minute BOOKMARK (`defaultBookmarkFrequency`) and a quarter of it to spare
+/// (docs/design.md, "A watch that goes silent is given up").
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
-
-/// What a watched resource's events mean: the policy half of a watcher.
-pub trait Watched {
-    /// What is decoded of each object: only the fields the policy decides on. Everything else
-    /// is skipped while decoding, so memory does not grow with the size of the objects seen.
-    type Object: DeserializeOwned;
-    /// What a trigger carries beyond the key.
-    type Hint;
-    /// What the watcher remembers of each key (in its [`Store`]).
-    type Memo: Clone + Send + Sync;
-    fn meta(o: &Self::Object) -> &ObjectMeta;
-    /// The queue key an object with this metadata stands for, or `None` when it is none of
-    /// ours. From the metadata alone, so that an object whose other fields do not decode
-    /// still has its key queued.
-    fn key_of_meta(&self, meta: &ObjectMeta) -> Option<String>;
-    /// The queue key the object stands for, or `None` when it is none of ours.
-    fn key_of(&self, o: &Self::Object) -> Option<String> {
-        self.key_of_meta(Self::meta(o))
-    }
-    /// What the watcher remembers of a listed object until its next event.
-    fn memo(&self, o: &Self::Object) -> Self::Memo;
-    /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
-    /// policy knows `old` to be more recent (someone else updated the store after the list
-    /// was served).
-    fn relisted(&self, old: Self::Memo, new: Self::Memo) -> Self::Memo {
-        let _ = old;
-        new
-    }
-    /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile of its key, and with
-    /// what hint. `memo` holds what is remembered of the key (`None`: nothing yet) and is
-    /// updated in place; `None` after the event forgets the key.
-    fn on_event(
-        &self,
-        event: &'static str,
-        o: &Self::Object,
-        memo: &mut Option<Self::Memo>,
-    ) -> Verdict<Self::Hint>;
-}
-
-/// A policy's answer to one event.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict<H> {
-    /// Nothing reconcile would do differently.
-    Ignore,
-    /// Queue the key, with what the event tells reconcile, if anything, in the band the
-    /// policy says.
-    Queue(Option<H>, Priority),
-}
 
 /// When a watcher lists again although its watch is healthy: every `period` (each one drawn
 /// between 90 % and 110 % of it, so replicas and restarts do not line up), and whenever asked
@@ -137,18 +89,6 @@ impl Resync {
     }
 }
 
-/// Where one watched resource lives.
-#[derive(Clone, Debug)]
-pub struct Kind {
-    pub resource: Resource,
-    /// Watch one namespace, or all when `None`.
-    pub namespace: Option<String>,
-    pub label_selector: Option<String>,
-    /// What a 404 means for this resource and what to do about it, said once when the list
-    /// or watch starts answering 404 (a CRD deleted under the operator).
-    pub if_missing: Option<&'static str>,
-}
-
 /// One line of a watch stream, with the object left undecoded until its type is known: an
 /// ERROR carries a `Status`, the others an object of the watched kind.
 #[derive(Deserialize)]
@@ -164,61 +104,6 @@ struct RawEvent<'a> {
 struct Bookmark {
     #[serde(default)]
     metadata: ObjectMeta,
-}
-
-/// Where a watcher gets its lists and streams: the API client, or a script in tests.
-pub trait Source {
-    fn list_page<T: DeserializeOwned>(
-        &self,
-        kind: &Kind,
-        continue_token: Option<&str>,
-    ) -> Result<ListPage<T>, client::Error>;
-    /// A connection to the server was found dead (a watch heard nothing for its idle limit):
-    /// drop whatever other connections share its path (see `Client::forget_connections`).
-    fn connections_dead(&self) {}
-    /// A stream that hears nothing for `idle` must fail its read with `TimedOut`.
-    fn watch(
-        &self,
-        kind: &Kind,
-        rv: &str,
-        timeout_secs: u32,
-        idle: Duration,
-    ) -> Result<Box<dyn BufRead + Send>, client::Error>;
-}
-
-impl Source for Client {
-    fn connections_dead(&self) {
-        self.forget_connections();
-    }
-
-    fn list_page<T: DeserializeOwned>(
-        &self,
-        kind: &Kind,
-        continue_token: Option<&str>,
-    ) -> Result<ListPage<T>, client::Error> {
-        let params = ListParams {
-            label_selector: kind.label_selector.as_deref(),
-            limit: Some(LIST_PAGE),
-            continue_token,
-        };
-        self.list(kind.resource, kind.namespace.as_deref(), &params)
-    }
-
-    fn watch(
-        &self,
-        kind: &Kind,
-        rv: &str,
-        timeout_secs: u32,
-        idle: Duration,
-    ) -> Result<Box<dyn BufRead + Send>, client::Error> {
-        let params = WatchParams {
-            label_selector: kind.label_selector.as_deref(),
-            resource_version: rv,
-            timeout_seconds: timeout_secs,
-            idle_timeout: idle,
-        };
-        Client::watch(self, kind.resource, kind.namespace.as_deref(), &params)
-    }
 }
 
 /// Exponential backoff with jitter: 0.8 s doubling to 30 s, as kube-runtime's default.
@@ -389,12 +274,12 @@ where
                         .watch(&self.kind, &rv, timeout, self.idle_timeout)
                     {
                         Err(e) if e.is_gone() => {
-                            metrics::watch_closed(self.name());
+                            liveness::closed(self.name());
                             log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "watch answered 410, relisting");
                             State::List
                         }
                         Err(e) => {
-                            metrics::watch_closed(self.name());
+                            liveness::closed(self.name());
                             if !self.fail_and_wait("watch", &e, &mut backoff) {
                                 return;
                             }
@@ -402,10 +287,10 @@ where
                         }
                         Ok(stream) => {
                             // The server accepted the watch: it is alive.
-                            metrics::watch_opened(self.name());
+                            liveness::opened(self.name());
                             self.working();
                             let (end, heard) = self.consume(stream, &mut rv);
-                            metrics::watch_closed(self.name());
+                            liveness::closed(self.name());
                             if heard {
                                 backoff.reset();
                             }
@@ -616,7 +501,7 @@ where
                             "listed"
                         );
                         self.resynced = (asks, self.resync.next_after(Instant::now()));
-                        metrics::watch_heard(self.name());
+                        liveness::heard(self.name());
                         return Ok(rv);
                     }
                 }
@@ -647,7 +532,7 @@ where
                 continue;
             }
             heard = true;
-            metrics::watch_heard(self.name());
+            liveness::heard(self.name());
             match self.handle_line(&line, rv) {
                 Ok(()) => {}
                 Err(end) => return (end, heard),
@@ -712,13 +597,13 @@ where
         let verdict = self
             .known
             .entry(&key, |memo| self.policy.on_event(event, &o, memo));
-        let queued = matches!(verdict, Verdict::Queue(..));
+        let queued = matches!(verdict, Reaction::Queue(..));
         log::trace!(
             target: "watcher",
             resource = self.name(), event = event, object = key.as_str(), rv = rv.as_str(), enqueue = queued;
             "event"
         );
-        if let Verdict::Queue(hint, priority) = verdict {
+        if let Reaction::Queue(hint, priority) = verdict {
             self.queue.add(
                 key,
                 Trigger::Watch {

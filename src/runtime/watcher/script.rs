@@ -3,6 +3,8 @@
 //! their [`Watched`] over recorded streams.
 
 use super::*;
+use crate::kube::client::Resource;
+use serde::de::DeserializeOwned;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io::Cursor;
@@ -126,8 +128,8 @@ impl Watched for ByOwner {
     fn memo(&self, _: &Self::Object) -> u64 {
         0
     }
-    fn on_event(&self, _: &'static str, _: &Self::Object, _: &mut Option<u64>) -> Verdict<String> {
-        Verdict::Queue(None, crate::runtime::queue::Priority::Routine)
+    fn on_event(&self, _: &'static str, _: &Self::Object, _: &mut Option<u64>) -> Reaction<String> {
+        Reaction::Queue(None, crate::runtime::queue::Priority::Routine)
     }
 }
 

@@ -1,0 +1,91 @@
+//! How a pod of ours ended, read from the pod's own clocks, for the restart back-off.
+
+use super::view::container;
+use crate::kube::types::Pod;
+use crate::util;
+use std::fmt;
+use std::time::Duration;
+
+/// How a pod of ours ended (deleted through the API, or ended on its own) and how long its
+/// container had run by then, for the restart back-off ([`crate::immortal::restarts`]). Only
+/// the pod's own clocks are read: the deletion was asked for at `deletionTimestamp -
+/// deletionGracePeriodSeconds`, a difference the API server's `BeforeDelete` keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ending {
+    pub how: How,
+    /// How long the container had run when the pod was deleted or ended; `None` when it never
+    /// started (or the pod does not say).
+    pub ran: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum How {
+    /// Deleted through the API, or evicted.
+    Deleted,
+    /// Ended on its own: phase Succeeded or Failed with nobody asking. Our pods restart their
+    /// container (restartPolicy Always), so what ends one is the cluster: an
+    /// `activeDeadlineSeconds`, a kubelet evicting under node pressure, a node shutting down.
+    Ended,
+}
+
+impl Ending {
+    /// How `pod` ended, or `None` when it shows no ending (it still runs; a watch saw it only
+    /// leave our label selector).
+    pub fn of(pod: &Pod) -> Option<Ending> {
+        let st = pod.status.as_ref();
+        let terminal = matches!(pod.phase(), "Succeeded" | "Failed");
+        let c = st.and_then(container);
+        let at = |t: Option<&String>| t.and_then(|t| util::parse_rfc3339(t));
+        let started = c.and_then(|c| {
+            at(c.state.running.as_ref().and_then(|r| r.started_at.as_ref()))
+                .or(at(c
+                    .state
+                    .terminated
+                    .as_ref()
+                    .and_then(|t| t.started_at.as_ref())))
+                .or(at(c
+                    .last_state
+                    .terminated
+                    .as_ref()
+                    .and_then(|t| t.started_at.as_ref())))
+        });
+        let finished = c.and_then(|c| {
+            at(c.state
+                .terminated
+                .as_ref()
+                .and_then(|t| t.finished_at.as_ref()))
+        });
+        let m = &pod.metadata;
+        let asked = at(m.deletion_timestamp.as_ref()).map(|t| {
+            let grace =
+                Duration::from_secs(m.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
+            t.checked_sub(grace).unwrap_or(t)
+        });
+        let (how, end) = match (asked, terminal) {
+            // Terminal before the deletion was asked for: it ended, then was cleared away.
+            (Some(asked), true) if finished.is_some_and(|f| f < asked) => (How::Ended, finished),
+            (Some(asked), _) => (How::Deleted, Some(asked)),
+            (None, true) => (How::Ended, finished),
+            (None, false) => return None,
+        };
+        let ran = match (started, end) {
+            (Some(s), Some(e)) => Some(e.duration_since(s).unwrap_or_default()),
+            _ => None,
+        };
+        Some(Ending { how, ran })
+    }
+}
+
+impl fmt::Display for Ending {
+    /// "was deleted 3 s after it started", "ended before it started"...
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verb = match self.how {
+            How::Deleted => "was deleted",
+            How::Ended => "ended",
+        };
+        match self.ran {
+            Some(d) => write!(f, "{verb} {} s after it started", d.as_secs()),
+            None => write!(f, "{verb} before it started"),
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! What a pod event tells reconcile beyond the key.
+
+use super::{Ending, PodView};
+use crate::kube::types::Uid;
+use std::fmt;
+use std::sync::Arc;
+
+/// What a pod event tells reconcile beyond the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodHint {
+    /// The pod left our watch: deleted, or our label removed from it. Its name is probably
+    /// free, so reconcile tries the create first and looks only if the name is taken.
+    Gone(Box<GonePod>),
+    /// The pod as the event showed it. Reconcile may act on it without reading the pod again
+    /// (see `reconcile`, which says when it trusts it).
+    Seen(Box<SeenPod>),
+}
+
+/// A pod as its DELETED event showed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GonePod {
+    pub uid: Uid,
+    /// How it ended, if its last state shows that it did (not when only our label went).
+    pub ending: Option<Ending>,
+    /// It still carried our finalizer, so it cannot have been removed: it only left our label
+    /// selector, and must be looked at.
+    pub holds_count: bool,
+}
+
+/// A pod as one watch event showed it: identifiers, the image it was created for, its view.
+/// It rides with its key in the queue until the reconcile, so it is kept small: no text that
+/// can be derived, uids in 16 bytes, the image shared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenPod {
+    /// It has the name its owner's pod has (`NAME-immortalpod`): a pod of another name
+    /// controlled by the object is not the object's pod.
+    pub named_for_owner: bool,
+    pub uid: Uid,
+    /// The uid of the ImmortalContainer its controller reference names (`None`: no
+    /// ImmortalContainer controls it any more).
+    pub owner_uid: Option<Uid>,
+    /// Our image annotation: the image the pod was created for.
+    pub created_for: Arc<str>,
+    /// Our spec-hash annotation: the template it was made from, for an object with one.
+    pub spec_hash: Option<Arc<str>>,
+    /// It still carries our finalizer: its start may not be counted yet (see `counting`).
+    pub holds_count: bool,
+    pub view: PodView,
+    /// How it ended, once it is terminal or being deleted.
+    pub ending: Option<Ending>,
+}
+
+impl fmt::Display for PodHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PodHint::Gone(g) => write!(f, "gone uid={}", g.uid),
+            PodHint::Seen(p) => write!(f, "{} uid={}", p.view.phase.as_str(), p.uid),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The ImmortalContainer watcher's policy: which object events are worth a reconcile.
+
+use super::PodHint;
+use crate::immortal::store::IcState;
+use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
+use crate::kube::types;
+use crate::runtime::queue::Priority;
+use crate::runtime::watcher::{Reaction, Watched};
+use std::sync::Arc;
+
+/// The ImmortalContainer watcher's policy: every object is its own key, and what reconcile
+/// needs of it is remembered (see `store`).
+pub struct IcEvents;
+
+impl Watched for IcEvents {
+    type Object = ImmortalContainer;
+    type Hint = PodHint;
+    type Memo = Arc<IcState>;
+
+    fn meta(o: &ImmortalContainer) -> &types::ObjectMeta {
+        &o.metadata
+    }
+
+    fn key_of_meta(&self, meta: &types::ObjectMeta) -> Option<String> {
+        Some(types::key(&meta.namespace, &meta.name))
+    }
+
+    fn memo(&self, o: &ImmortalContainer) -> Arc<IcState> {
+        Arc::new(IcState::of(o))
+    }
+
+    /// What the list shows, unless what is held is a later copy of the same object: a list
+    /// served before our own latest status write answered must not undo it. A listed object
+    /// with another uid always wins (the name was deleted and made again while the watch was
+    /// down), and so does one whose resourceVersion cannot be compared.
+    fn relisted(&self, old: Arc<IcState>, new: Arc<IcState>) -> Arc<IcState> {
+        if new.replaces(&old) {
+            new
+        } else {
+            old
+        }
+    }
+
+    /// Compared with what is remembered: a new object or a spec change needs a pod (urgent);
+    /// a deletion needs a look (routine: a pod held by our finalizer must be let go). A change
+    /// of status alone needs nothing: it is our own write coming back (whose event may arrive
+    /// before its answer does, so it cannot be told from someone else's by the version).
+    fn on_event(
+        &self,
+        event: &'static str,
+        o: &ImmortalContainer,
+        memo: &mut Option<Arc<IcState>>,
+    ) -> Reaction<PodHint> {
+        if event == "DELETED" {
+            // A later object of the name, read from the API server before this event came,
+            // stays.
+            if memo
+                .as_deref()
+                .is_none_or(|held| held.uid() == o.metadata.uid)
+            {
+                *memo = None;
+            }
+            // Its pod goes with it, unless our finalizer holds it (the object went while its
+            // pod was being counted), which the reconcile of a key whose object is gone takes
+            // off. Nothing waits on it.
+            return Reaction::Queue(None, Priority::Routine);
+        }
+        let new = IcState::of(o);
+        let verdict = match memo.as_deref() {
+            None => Reaction::Queue(None, Priority::Urgent),
+            // A copy we have, or an older one than we have.
+            Some(old) if !new.replaces(old) => return Reaction::Ignore,
+            Some(old) if new.uid() != old.uid() || new.generation() != old.generation() => {
+                Reaction::Queue(None, Priority::Urgent)
+            }
+            Some(old) if new.deleting() != old.deleting() => {
+                Reaction::Queue(None, Priority::Routine)
+            }
+            Some(_) => Reaction::Ignore,
+        };
+        *memo = Some(Arc::new(new));
+        verdict
+    }
+}
+
+pub fn immortal_containers_kind(namespace: Option<String>) -> crate::runtime::watcher::Kind {
+    crate::runtime::watcher::Kind {
+        resource: IMMORTAL_CONTAINERS,
+        namespace,
+        label_selector: None,
+        if_missing: Some(
+            "the ImmortalContainer CRD is not installed (install it with `make install` or `kubectl apply -k config/crd`)",
+        ),
+    }
+}

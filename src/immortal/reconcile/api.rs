@@ -1,0 +1,143 @@
+//! The API calls reconcile makes, and the production implementation of them.
+
+use crate::immortal::store::{self, IcStore};
+use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
+use crate::kube::client;
+use crate::kube::events::{Note, Recorder};
+use crate::kube::types::{self, Pod};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The API calls reconcile makes. [`LiveApi`] is the real one; tests use a fake that
+/// records every call.
+pub trait Api {
+    /// The object as the operator knows it: in the real one, its store (no request), which
+    /// may be older than the API server's copy.
+    fn get_immortal_container(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error>;
+    /// The object as the API server holds it now: always a request. What it answers is
+    /// known from then on (see `store::saw`).
+    fn read_immortal_container(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error>;
+    fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error>;
+    fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error>;
+    /// Deletes the pod if it still has `uid`; answers it as the server left it.
+    fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        grace: Option<u32>,
+    ) -> Result<Pod, client::Error>;
+    /// Merge-patches the pod; a `metadata.uid` in the patch that is not the pod's is refused
+    /// (422, `client::Error::is_uid_changed`).
+    fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error>;
+    fn patch_status(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<ImmortalContainer, client::Error>;
+    /// Records a Kubernetes Event about `ic` (best effort: never fails the reconcile).
+    fn record(&self, ic: &ImmortalContainer, note: Note);
+}
+
+/// The real API: the client, with Events going to the recorder thread, and objects read from
+/// what the ImmortalContainer watcher knows (see `store`).
+pub struct LiveApi {
+    pub client: client::Client,
+    pub events: Recorder,
+    pub ics: Arc<IcStore>,
+}
+
+impl Api for LiveApi {
+    /// The object as the store knows it, or as the API server answers when the store does not
+    /// know it (deleted meanwhile, or not seen yet).
+    fn get_immortal_container(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
+        match self.ics.get(&types::key(ns, name)) {
+            Some(state) => Ok(state.to_object(ns, name)),
+            None => self.client.get_object(IMMORTAL_CONTAINERS, ns, name),
+        }
+    }
+    fn read_immortal_container(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<ImmortalContainer, client::Error> {
+        let key = types::key(ns, name);
+        match self.client.get_object(IMMORTAL_CONTAINERS, ns, name) {
+            Ok(read) => {
+                store::saw(&self.ics, &key, &read);
+                Ok(read)
+            }
+            Err(e) => {
+                // Gone, or replaced by another object of the name (our uid refused): either
+                // way the copy is stale, and the next reconcile reads.
+                if e.is_not_found() || e.is_uid_changed() {
+                    store::gone(&self.ics, &key);
+                }
+                Err(e)
+            }
+        }
+    }
+    fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
+        self.client.get_pod(ns, name)
+    }
+    fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error> {
+        self.client.create_pod(ns, pod)
+    }
+    fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        grace: Option<u32>,
+    ) -> Result<Pod, client::Error> {
+        self.client.delete_pod(ns, name, uid, grace)
+    }
+    fn patch_pod(&self, ns: &str, name: &str, patch: &Value) -> Result<Pod, client::Error> {
+        self.client.patch_pod(ns, name, patch)
+    }
+    /// The answer goes into the store at once: the next reconcile of the object must not act
+    /// on a copy from before this write (it would count the same pod again, and be refused).
+    /// A 404, or a 422 refusing our uid, takes the copy out: the object is gone or replaced,
+    /// whatever the watch has said so far.
+    fn patch_status(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<ImmortalContainer, client::Error> {
+        let key = types::key(ns, name);
+        match self
+            .client
+            .patch_status::<ImmortalContainer>(IMMORTAL_CONTAINERS, ns, name, patch)
+        {
+            Ok(answered) => {
+                store::saw(&self.ics, &key, &answered);
+                Ok(answered)
+            }
+            Err(e) => {
+                // Gone, or replaced by another object of the name (our uid refused): either
+                // way the copy is stale, and the next reconcile reads.
+                if e.is_not_found() || e.is_uid_changed() {
+                    store::gone(&self.ics, &key);
+                }
+                Err(e)
+            }
+        }
+    }
+    fn record(&self, ic: &ImmortalContainer, note: Note) {
+        self.events.record(&ic.metadata, note);
+    }
+}

@@ -1,0 +1,180 @@
+//! The pod writes reconcile makes (create, delete, relabel), and what each answer means.
+
+use super::{Api, Cause, Error, Held, Run};
+use crate::immortal::desired::{desired_labels, desired_pod};
+use crate::immortal::lifecycle::PodView;
+use crate::kube::client;
+use crate::kube::types::{self, Pod};
+use serde_json::{json, Map, Value};
+
+impl<A: Api> Run<'_, A> {
+    pub(super) fn create(&mut self, cause: Cause) -> Result<Created, Error> {
+        let counted = self.memory.counting.active();
+        let pod = desired_pod(self.ic, counted);
+        match self.api.create_pod(self.ns, &pod) {
+            Ok(created) => {
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = self.trace.id, object = self.trace.key, action = "create_pod",
+                    pod = created.metadata.name.as_str(), uid = created.metadata.uid.as_str(),
+                    image = self.ic.spec.image.as_str(), cause = cause.label();
+                    "created pod"
+                );
+                crate::runtime::metrics::record_pod_created(cause.label());
+                self.count(&created.metadata.uid);
+                if counted {
+                    self.release = Some(Held {
+                        uid: created.metadata.uid.clone(),
+                        deleting: false,
+                    });
+                }
+                self.report(&PodView::of(&created));
+                let (reason, message) = match cause {
+                    Cause::New => (
+                        "PodCreated",
+                        format!(
+                            "Created pod {} with image {}",
+                            self.pod_name, self.ic.spec.image
+                        ),
+                    ),
+                    Cause::Deleted | Cause::Terminated => (
+                        "PodReplaced",
+                        match self.memory.restarts.ending(self.trace.key) {
+                            Some(e) => {
+                                format!("Created pod {}: the previous one {e}", self.pod_name)
+                            }
+                            None if cause == Cause::Deleted => format!(
+                                "Created pod {}: the previous one was deleted",
+                                self.pod_name
+                            ),
+                            None => format!(
+                                "Created pod {}: the previous one terminated",
+                                self.pod_name
+                            ),
+                        },
+                    ),
+                    Cause::ImageChanged => (
+                        "PodReplaced",
+                        format!(
+                            "Created pod {} with image {}: the {} changed",
+                            self.pod_name,
+                            self.ic.spec.image,
+                            if self.ic.spec.template.is_some() {
+                                "image or template"
+                            } else {
+                                "image"
+                            }
+                        ),
+                    ),
+                };
+                self.note(false, reason, message);
+                Ok(Created::Yes)
+            }
+            Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
+            Err(e) if e.is_invalid() || e.is_forbidden() => Ok(Created::Refused(e)),
+            Err(e) => Err(Error::from_api("create pod", e)),
+        }
+    }
+
+    /// Deletes our pod with `uid` and says what became of it.
+    pub(super) fn delete(&mut self, uid: &str, why: &str) -> Result<Deleted, Error> {
+        match self.api.delete_pod(self.ns, &self.pod_name, uid, None) {
+            Ok(left) => {
+                self.log_deleted(uid, why);
+                if left.is_removed() {
+                    self.removed = Some(uid.to_string());
+                    Ok(Deleted::Removed { existed: true })
+                } else {
+                    Ok(Deleted::Pending)
+                }
+            }
+            // Someone beat us to it, which is what we wanted.
+            Err(e) if e.is_not_found() => {
+                self.removed = Some(uid.to_string());
+                Ok(Deleted::Removed { existed: false })
+            }
+            // The uid precondition failed: another pod holds the name now.
+            Err(e) if e.is_conflict() => Ok(Deleted::OtherPod),
+            Err(e) => Err(Error::from_api("delete pod", e)),
+        }
+    }
+
+    pub(super) fn log_deleted(&self, uid: &str, why: &str) {
+        log::info!(
+            target: "reconcile",
+            reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
+            pod = self.pod_name.as_str(), uid = uid, reason = why;
+            "deleted pod"
+        );
+    }
+
+    /// Puts back the labels of ours that someone removed from the pod: without the first, our
+    /// watch no longer sees the pod at all (a label-selected watch reports it DELETED, see the
+    /// `*-label-removed-*` fixtures), so its end would go unnoticed.
+    pub(super) fn restore_labels(&mut self, pod: &Pod) -> Result<(), Error> {
+        let want = desired_labels(self.ic);
+        let missing: Map<String, Value> = want
+            .iter()
+            .filter(|(k, v)| pod.metadata.labels.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&String> = missing.keys().collect();
+        let patch = json!({"metadata": {"uid": pod.metadata.uid, "labels": missing}});
+        match self.api.patch_pod(self.ns, &self.pod_name, &patch) {
+            Ok(_) => {
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = self.trace.id, object = self.trace.key, action = "patch_pod",
+                    pod = self.pod_name.as_str(), uid = pod.metadata.uid.as_str();
+                    "restored labels {names:?}"
+                );
+                self.note(
+                    false,
+                    "PodLabelsRestored",
+                    format!(
+                        "Restored labels {names:?} on pod {}: the operator follows its pods by them",
+                        self.pod_name
+                    ),
+                );
+                Ok(())
+            }
+            // Gone or replaced meanwhile (our uid refused: 422, see
+            // `client::Error::is_uid_changed`): its own events bring us back.
+            Err(e) if e.is_not_found() || e.is_conflict() || e.is_uid_changed() => Ok(()),
+            Err(e) => Err(Error::from_api("patch pod", e)),
+        }
+    }
+
+    pub(super) fn appeared(&self) -> Error {
+        Error::Transient {
+            action: "create pod",
+            source: client::Error::Api(Box::new(types::Status {
+                code: 409,
+                reason: "AlreadyExists".into(),
+                message: format!("pod {} appeared while we created it", self.pod_name),
+                ..Default::default()
+            })),
+        }
+    }
+}
+
+pub(super) enum Created {
+    Yes,
+    /// AlreadyExists.
+    NameTaken,
+    /// 422 or 403: the server will not take this pod.
+    Refused(client::Error),
+}
+
+/// What a DELETE of our pod did.
+pub(super) enum Deleted {
+    /// The pod is gone: removed now (`existed`), or it was already gone (404).
+    Removed { existed: bool },
+    /// It is being deleted gracefully, or a finalizer holds it: its DELETED event follows.
+    Pending,
+    /// The uid precondition failed: the name holds another pod.
+    OtherPod,
+}

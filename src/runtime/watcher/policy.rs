@@ -1,0 +1,53 @@
+//! The policy half of a watcher: what a watched resource's events mean.
+
+use crate::kube::types::ObjectMeta;
+use crate::runtime::queue::Priority;
+use serde::de::DeserializeOwned;
+
+/// What a watched resource's events mean: the policy half of a watcher.
+pub trait Watched {
+    /// What is decoded of each object: only the fields the policy decides on. Everything else
+    /// is skipped while decoding, so memory does not grow with the size of the objects seen.
+    type Object: DeserializeOwned;
+    /// What a trigger carries beyond the key.
+    type Hint;
+    /// What the watcher remembers of each key (in its [`Store`](crate::runtime::store::Store)).
+    type Memo: Clone + Send + Sync;
+    fn meta(o: &Self::Object) -> &ObjectMeta;
+    /// The queue key an object with this metadata stands for, or `None` when it is none of
+    /// ours. From the metadata alone, so that an object whose other fields do not decode
+    /// still has its key queued.
+    fn key_of_meta(&self, meta: &ObjectMeta) -> Option<String>;
+    /// The queue key the object stands for, or `None` when it is none of ours.
+    fn key_of(&self, o: &Self::Object) -> Option<String> {
+        self.key_of_meta(Self::meta(o))
+    }
+    /// What the watcher remembers of a listed object until its next event.
+    fn memo(&self, o: &Self::Object) -> Self::Memo;
+    /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
+    /// policy knows `old` to be more recent (someone else updated the store after the list
+    /// was served).
+    fn relisted(&self, old: Self::Memo, new: Self::Memo) -> Self::Memo {
+        let _ = old;
+        new
+    }
+    /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile of its key, and with
+    /// what hint. `memo` holds what is remembered of the key (`None`: nothing yet) and is
+    /// updated in place; `None` after the event forgets the key.
+    fn on_event(
+        &self,
+        event: &'static str,
+        o: &Self::Object,
+        memo: &mut Option<Self::Memo>,
+    ) -> Reaction<Self::Hint>;
+}
+
+/// A policy's answer to one event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reaction<H> {
+    /// Nothing reconcile would do differently.
+    Ignore,
+    /// Queue the key, with what the event tells reconcile, if anything, in the band the
+    /// policy says.
+    Queue(Option<H>, Priority),
+}
