@@ -263,6 +263,7 @@ impl World {
             },
             spec: ImmortalContainerSpec {
                 image: IMAGE.into(),
+                ..Default::default()
             },
             status: Default::default(),
         };

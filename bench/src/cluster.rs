@@ -52,14 +52,18 @@ impl Api {
         ns: &str,
         name: &str,
         image: &str,
+        template: Option<&Value>,
     ) -> Result<ImmortalContainer, Error> {
         self.note("create", "immortalcontainers");
-        let body = json!({
+        let mut body = json!({
             "apiVersion": API_VERSION,
             "kind": KIND,
             "metadata": { "name": name },
             "spec": { "image": image },
         });
+        if let Some(t) = template {
+            body["spec"]["template"] = t.clone();
+        }
         self.client
             .create(IMMORTAL_CONTAINERS, ns, &body)
             .map_err(|e| Error::api("create immortalcontainer", e))

@@ -96,6 +96,8 @@ pub struct Config {
     /// Passed to the operator as `--workers`.
     pub workers: usize,
     pub image: String,
+    /// The pod template of every ImmortalContainer (`None`: none, the bare pod).
+    pub template: Option<Value>,
     /// Test server only: added to every request's answer, as a round trip to a real API
     /// server adds it, so that concurrency (the floor's connections, the operator's workers)
     /// shows what it buys where the server is not the bottleneck.
@@ -118,6 +120,39 @@ pub struct Config {
     pub progress: bool,
 }
 
+/// A pod template as real workloads write one, about 1 KB as JSON: labels, annotations, a
+/// restricted securityContext, and acontainer's args, env, port, resources and probes.
+pub fn typical_template() -> Value {
+    serde_json::json!({
+        "metadata": {
+            "labels": {"app.kubernetes.io/name": "web", "app.kubernetes.io/part-of": "shop",
+                       "team": "storefront"},
+            "annotations": {"example.com/owner": "storefront-oncall@example.com",
+                            "prometheus.io/scrape": "true", "prometheus.io/port": "8080"}
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 20,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "acontainer",
+                "args": ["--listen=:8080", "--log-format=json", "--cache-size=256"],
+                "env": [{"name": "MODE", "value": "production"},
+                        {"name": "REGION", "value": "eu-west-1"},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                              "limits": {"cpu": "500m", "memory": "128Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                                   "periodSeconds": 10},
+                "securityContext": {"allowPrivilegeEscalation": false,
+                                    "readOnlyRootFilesystem": true,
+                                    "capabilities": {"drop": ["ALL"]}}
+            }]
+        }
+    })
+}
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -128,6 +163,7 @@ impl Default for Config {
             recovery: 50,
             workers: immortal_operator::cli::DEFAULT_WORKERS,
             image: DEFAULT_IMAGE.into(),
+            template: None,
             latency: Duration::ZERO,
             model_objects: 1000,
             burst: Duration::from_secs(10),
@@ -522,8 +558,9 @@ impl Run<'_> {
     fn floor(&self, ns: &str, prefix: &str, n: usize, conns: usize) -> Result<Floor, Error> {
         let api = self.api();
         let image = &self.cfg.image;
+        let template = self.cfg.template.as_ref();
         let ics = parallel(n, self.cfg.connections, self.deadline, |i| {
-            api.create_immortal_container(ns, &format!("{prefix}{i}"), image)
+            api.create_immortal_container(ns, &format!("{prefix}{i}"), image, template)
         })?;
         let started = Instant::now();
         let pods = parallel(n, conns, self.deadline, |i| {
@@ -554,7 +591,12 @@ impl Run<'_> {
     fn existing_objects(&self, ns: &str, n: usize) -> Result<Observer, Error> {
         let api = self.api();
         parallel(n, self.cfg.connections, self.deadline, |i| {
-            api.create_immortal_container(ns, &format!("ic-{i}"), &self.cfg.image)
+            api.create_immortal_container(
+                ns,
+                &format!("ic-{i}"),
+                &self.cfg.image,
+                self.cfg.template.as_ref(),
+            )
         })?;
         let obs = Observer::start(api, ns, self.deadline)?;
         obs.expect(n);
@@ -688,7 +730,12 @@ impl Run<'_> {
         obs.expect(n);
         let started = Instant::now();
         parallel(n, self.cfg.connections, self.deadline, |i| {
-            api.create_immortal_container(ns, &format!("ic-{i}"), &self.cfg.image)
+            api.create_immortal_container(
+                ns,
+                &format!("ic-{i}"),
+                &self.cfg.image,
+                self.cfg.template.as_ref(),
+            )
         })?;
         let converged = self.converge(ns, obs, op, "bulk", n)?;
         let seconds = converged.saturating_duration_since(started).as_secs_f64();
@@ -1254,6 +1301,16 @@ mod tests {
     use immortal_operator::kube::types::ObjectMeta;
 
     #[test]
+    fn the_typical_template_is_about_a_kilobyte_and_keeps_the_pod_checkable() {
+        let t = typical_template();
+        let size = serde_json::to_vec(&t).unwrap().len();
+        assert!((900..=1300).contains(&size), "{size} bytes");
+        // Only acontainer, so the bench's check of the pod's containers holds as it is.
+        assert_eq!(t["spec"]["containers"].as_array().unwrap().len(), 1);
+        assert_eq!(t["spec"]["containers"][0]["name"], CONTAINER_NAME);
+    }
+
+    #[test]
     fn startup_requests_are_discovery_lists_and_watches_only() {
         for verb in [
             "list pods",
@@ -1324,6 +1381,7 @@ mod tests {
             },
             spec: ImmortalContainerSpec {
                 image: "nginx".into(),
+                ..Default::default()
             },
             ..Default::default()
         };
@@ -1344,7 +1402,7 @@ mod tests {
         let ns = cluster.create_namespace("verify").expect("namespace");
         let api = &cluster.api;
         let good = api
-            .create_immortal_container(&ns, "good", "nginx")
+            .create_immortal_container(&ns, "good", "nginx", None)
             .expect("ic");
         let pod = api
             .create_pod(&ns, &desired::desired_pod(&good, true))
@@ -1356,7 +1414,7 @@ mod tests {
             Vec::<String>::new()
         );
 
-        api.create_immortal_container(&ns, "lonely", "nginx")
+        api.create_immortal_container(&ns, "lonely", "nginx", None)
             .expect("ic");
         let mut stray = desired::desired_pod(&good, true);
         stray.metadata.name = "stray".into();
@@ -1385,6 +1443,7 @@ mod tests {
             },
             spec: ImmortalContainerSpec {
                 image: "nginx".into(),
+                ..Default::default()
             },
             ..Default::default()
         };

@@ -39,6 +39,10 @@ struct Args {
     /// Image of every ImmortalContainer.
     #[arg(long, default_value = DEFAULT_IMAGE, value_name = "IMAGE")]
     image: String,
+    /// Give every ImmortalContainer a typical pod template (about 1 KB: labels, annotations,
+    /// securityContext, args, env, port, resources, a probe), to measure what templates cost.
+    #[arg(long)]
+    template: bool,
     /// Herd phase (test server only): how long every request of its namespace fails, in
     /// seconds; 0 skips the phase.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         recovery: args.recovery,
         workers: args.workers,
         image: args.image,
+        template: args.template.then(immortal_bench::typical_template),
         latency: Duration::from_millis(args.latency_ms),
         model_objects: args.model_objects,
         burst: Duration::from_secs(args.burst_seconds),

@@ -164,7 +164,9 @@ mod tests {
                 containers: vec![Container {
                     name: "acontainer".into(),
                     image: "nginx".into(),
+                    ..Default::default()
                 }],
+                ..Default::default()
             },
             ..Default::default()
         };

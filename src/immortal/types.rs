@@ -3,7 +3,9 @@
 
 use crate::kube::client::Resource;
 use crate::kube::types::{Condition, ObjectMeta, OwnerReference, Pod};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use std::sync::Arc;
 
 /// API group of the custom resource.
 pub const GROUP: &str = "immortalcontainer.flugel.it";
@@ -30,6 +32,10 @@ pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
 /// Annotation recording the image the pod was created for, so the pod watcher can tell, from
 /// the pod alone, that someone changed the pod's image behind our back.
 pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
+/// Annotation recording which spec (image and template) the pod was made from, as a hash, as
+/// Deployments' `pod-template-hash` label does: compared instead of live pod fields, which the
+/// API server defaults and admission may change. Only pods of objects with a template have it.
+pub const SPEC_HASH_ANNOTATION: &str = "immortalcontainer.flugel.it/spec-hash";
 /// The finalizer every pod is created with and keeps until its start is counted, so that no pod
 /// can vanish uncounted (see `counting`).
 pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
@@ -55,6 +61,139 @@ pub struct ImmortalContainer {
 pub struct ImmortalContainerSpec {
     #[serde(default)]
     pub image: String,
+    /// The pod to run, as a PodTemplateSpec; `None` for the bare pod of `image` alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<Template>,
+}
+
+/// `spec.template`, kept as the JSON the user wrote so that no field is lost (the operator
+/// reads only a few), in one copy shared by every decoded object that has the same template:
+/// a watch event or a list of 10,000 objects made from one manifest holds it once.
+#[derive(Clone)]
+pub struct Template(Arc<TemplateData>);
+
+struct TemplateData {
+    value: Value,
+    /// The value in canonical JSON (object keys sorted, no whitespace): what "same template"
+    /// means, and what the spec hash is made from.
+    canonical: String,
+}
+
+impl Template {
+    /// The shared copy of `value`.
+    pub fn new(value: Value) -> Template {
+        use std::collections::BTreeMap;
+        use std::sync::{Mutex, Weak};
+        // Weak, so that a template no object holds any more goes with its last object.
+        type Shared = (BTreeMap<String, Weak<TemplateData>>, usize);
+        static SHARED: Mutex<Shared> = Mutex::new((BTreeMap::new(), 64));
+        let canonical = canonical_json(&value);
+        let mut guard = crate::util::lock(&SHARED);
+        let (shared, sweep_at) = &mut *guard;
+        if let Some(held) = shared.get(&canonical).and_then(Weak::upgrade) {
+            return Template(held);
+        }
+        // Swept as `util::intern` is: whenever the table has doubled, so it stays at most
+        // twice the templates in use.
+        if shared.len() >= *sweep_at {
+            shared.retain(|_, w| w.strong_count() > 0);
+            *sweep_at = (shared.len() * 2).max(64);
+        }
+        let data = Arc::new(TemplateData {
+            value,
+            canonical: canonical.clone(),
+        });
+        shared.insert(canonical, Arc::downgrade(&data));
+        Template(data)
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.0.value
+    }
+
+    pub fn canonical(&self) -> &str {
+        &self.0.canonical
+    }
+
+    /// Whether `self` and `other` are one shared copy (for tests of the sharing).
+    pub fn shares(&self, other: &Template) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl PartialEq for Template {
+    fn eq(&self, other: &Template) -> bool {
+        self.canonical() == other.canonical()
+    }
+}
+
+impl Eq for Template {}
+
+impl PartialOrd for Template {
+    fn partial_cmp(&self, other: &Template) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Template {
+    fn cmp(&self, other: &Template) -> std::cmp::Ordering {
+        self.canonical().cmp(other.canonical())
+    }
+}
+
+impl std::fmt::Debug for Template {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.canonical())
+    }
+}
+
+impl Serialize for Template {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.value().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Template {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Template, D::Error> {
+        Value::deserialize(d).map(Template::new)
+    }
+}
+
+/// `value` as canonical JSON: object keys in byte order at every level, whatever order the
+/// map keeps them in, so that equal values give equal text.
+pub fn canonical_json(value: &Value) -> String {
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::from(k.as_str()).to_string());
+                    out.push(':');
+                    write(&map[k], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut out);
+    out
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -101,18 +101,52 @@ pub struct Pod {
     pub status: Option<PodStatus>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpec {
     #[serde(default)]
     pub containers: Vec<Container>,
+    /// Other fields of a pod we create (from a pod template), sent as given. Never filled on
+    /// decode: a pod read back keeps only what we compare.
+    #[serde(skip)]
+    pub rest: serde_json::Map<String, serde_json::Value>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Container {
     pub name: String,
     #[serde(default)]
     pub image: String,
+    /// Other fields of a container we create, sent as given (see [`PodSpec::rest`]).
+    #[serde(skip)]
+    pub rest: serde_json::Map<String, serde_json::Value>,
+}
+
+// By hand so that `rest` goes out beside the typed fields (serde's `flatten` would also fill
+// it on decode, keeping every field of every pod the watch sees).
+impl Serialize for PodSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("containers", &self.containers)?;
+        for (k, v) in &self.rest {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl Serialize for Container {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("name", &self.name)?;
+        m.serialize_entry("image", &self.image)?;
+        for (k, v) in &self.rest {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
 }
 
 /// A pod's `status`, reduced to what tells a user whether the pod runs and, if not, why: the

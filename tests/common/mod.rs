@@ -29,6 +29,7 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "immortal-operator";
 pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
 pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
+pub const SPEC_HASH_ANNOTATION: &str = "immortalcontainer.flugel.it/spec-hash";
 pub const CONTAINER: &str = "acontainer";
 pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
 pub const POD_SUFFIX: &str = "-immortalpod";
@@ -1062,10 +1063,14 @@ pub fn check_converged(ic: &Value, pods: &[Value], start_times: i64) -> Result<V
     check(phase != "Failed" && phase != "Succeeded", || {
         format!("pod {} has phase {phase}", self::name(pod))
     })?;
-    let containers = pod["spec"]["containers"]
+    let mut containers = pod["spec"]["containers"]
         .as_array()
         .cloned()
         .unwrap_or_default();
+    if !ic["spec"]["template"].is_null() {
+        // A template's pod has its containers (sidecars too); ours is the one named acontainer.
+        containers.retain(|c| c["name"] == CONTAINER);
+    }
     check(containers.len() == 1, || {
         format!("pod has {} containers, want 1", containers.len())
     })?;

@@ -41,6 +41,8 @@ pub struct SeenPod {
     pub owner_uid: Option<Uid>,
     /// Our image annotation: the image the pod was created for.
     pub created_for: Arc<str>,
+    /// Our spec-hash annotation: the template it was made from, for an object with one.
+    pub spec_hash: Option<Arc<str>>,
     /// It still carries our finalizer: its start may not be counted yet (see `counting`).
     pub holds_count: bool,
     pub view: PodView,

@@ -1,7 +1,7 @@
 //! The pod watcher's policy: which pod events are worth a reconcile, and what each tells it.
 
 use super::{Ending, GonePod, PodHint, PodView, SeenPod};
-use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
+use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION, SPEC_HASH_ANNOTATION};
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, Uid};
 use crate::runtime::queue::Priority;
@@ -96,6 +96,11 @@ impl Watched for PodEvents {
                     .get(IMAGE_ANNOTATION)
                     .map_or("", String::as_str),
             ),
+            spec_hash: o
+                .metadata
+                .annotations
+                .get(SPEC_HASH_ANNOTATION)
+                .map(|h| util::intern(h)),
             holds_count,
             ending: Ending::of(o),
             view,

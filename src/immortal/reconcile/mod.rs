@@ -14,7 +14,7 @@
 //! (`runtime::controller`).
 
 use crate::immortal::counting::{self, Counting};
-use crate::immortal::desired::{controlled_by, created_for, holder};
+use crate::immortal::desired::{controlled_by, created_for, holder, recorded_hash, spec_change};
 use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, READY};
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner,
@@ -60,7 +60,8 @@ enum Cause {
     Deleted,
     /// The previous pod ended (phase Succeeded or Failed).
     Terminated,
-    /// `spec.image` changed; the previous pod was deleted for it.
+    /// `spec.image` or `spec.template` changed; the previous pod was deleted for it (the
+    /// metric label keeps the name it had before templates).
     ImageChanged,
 }
 
@@ -400,11 +401,11 @@ impl<A: Api> Run<'_, A> {
                         self.relabel = Some(e);
                     }
                     let view = PodView::of(&pod);
-                    let image = created_for(&pod).to_string();
+                    let change = spec_change(created_for(&pod), recorded_hash(&pod), self.ic);
                     let holds = counting::holds(&pod.metadata.finalizers);
                     (
                         pod.metadata.uid.clone(),
-                        image,
+                        change,
                         view,
                         holds,
                         Ending::of(&pod),
@@ -412,13 +413,13 @@ impl<A: Api> Run<'_, A> {
                 }
                 Found::Seen(p) => (
                     p.uid.to_string(),
-                    p.created_for.to_string(),
+                    spec_change(&p.created_for, p.spec_hash.as_deref(), self.ic),
                     p.view.clone(),
                     p.holds_count,
                     p.ending,
                 ),
             };
-            let (uid, created_for, view, holds, ending) = found;
+            let (uid, change, view, holds, ending) = found;
 
             // Ours: it was started, so it counts, once.
             self.count(&uid);
@@ -436,8 +437,8 @@ impl<A: Api> Run<'_, A> {
             }
             if view.phase == Phase::Terminating {
                 // Its DELETED event brings us back; creating now would only earn AlreadyExists.
-                if created_for != self.ic.spec.image {
-                    self.replacing(&created_for);
+                if let Some(why) = &change {
+                    self.replacing(why);
                 } else {
                     self.report(&view);
                 }
@@ -461,11 +462,11 @@ impl<A: Api> Run<'_, A> {
                 }
                 continue;
             }
-            // Compare the image the pod was created for (our annotation), not the one it runs:
-            // an admission webhook may rewrite images (a registry mirror, a digest pin), and
-            // replacing such a pod would only bring back another rewritten one, forever.
-            if created_for != self.ic.spec.image {
-                let why = format!("image changed from {created_for} to {}", self.ic.spec.image);
+            // Compared on what the pod records it was made from (our annotations), not on what
+            // it runs: an admission webhook may rewrite images (a registry mirror, a digest
+            // pin) or add a sidecar, and replacing such a pod would only bring back another
+            // rewritten one, forever.
+            if let Some(why) = change {
                 // Graceful: the container may be running. Its DELETED event brings us back to
                 // create the replacement, unless the server removed it at once (a pod not yet
                 // scheduled), in which case the name is free now.
@@ -476,7 +477,7 @@ impl<A: Api> Run<'_, A> {
                         continue;
                     }
                     Deleted::Pending => {
-                        self.replacing(&created_for);
+                        self.replacing(&why);
                         return Ok(Next::Done);
                     }
                     Deleted::OtherPod => {
@@ -576,8 +577,18 @@ impl<A: Api> Run<'_, A> {
             .memory
             .restarts
             .refused(self.trace.key, self.memory.now());
+        // A bare pod cannot meet a namespace's Pod Security level: only a template can set
+        // the securityContext that PodSecurity's message asks for.
+        let hint = if e.to_string().contains("violates PodSecurity")
+            && self.ic.spec.template.is_none()
+        {
+            "; give the object a spec.template whose pod meets the namespace's Pod Security level \
+             (see config/samples/immortalcontainer_restricted.yaml)"
+        } else {
+            ""
+        };
         let msg = format!(
-            "the API server refused pod {}: {e}; the operator tries again after {}s, doubling to {}s",
+            "the API server refused pod {}: {e}{hint}; the operator tries again after {}s, doubling to {}s",
             self.pod_name,
             crate::immortal::restarts::BASE.as_secs(),
             crate::immortal::restarts::MAX.as_secs()

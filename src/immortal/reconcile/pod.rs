@@ -56,8 +56,14 @@ impl<A: Api> Run<'_, A> {
                     Cause::ImageChanged => (
                         "PodReplaced",
                         format!(
-                            "Created pod {} with image {}: the image changed",
-                            self.pod_name, self.ic.spec.image
+                            "Created pod {} with image {}: the {} changed",
+                            self.pod_name,
+                            self.ic.spec.image,
+                            if self.ic.spec.template.is_some() {
+                                "image or template"
+                            } else {
+                                "image"
+                            }
                         ),
                     ),
                 };

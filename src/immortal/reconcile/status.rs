@@ -12,13 +12,13 @@ impl<A: Api> Run<'_, A> {
         self.set_ready(view.ready, view.reason, &message);
     }
 
-    /// Our pod created for `old_image` is being deleted to make way for one with the new image.
-    pub(super) fn replacing(&mut self, old_image: &str) {
+    /// Our pod is being deleted to make way for one made from the new spec (`why` says what changed).
+    pub(super) fn replacing(&mut self, why: &str) {
         self.status.current_pod = Some(self.pod_name.clone());
         self.status.pod_phase = Some(Phase::Terminating.as_str().to_string());
         let msg = format!(
-            "replacing pod {}: image changed from {old_image} to {}; waiting for the old pod to go",
-            self.pod_name, self.ic.spec.image
+            "replacing pod {}: {why}; waiting for the old pod to go",
+            self.pod_name
         );
         self.set_ready(false, "PodReplacing", &msg);
     }

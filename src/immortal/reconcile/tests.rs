@@ -287,6 +287,7 @@ fn ic(name: &str, image: &str) -> ImmortalContainer {
         },
         spec: ic::ImmortalContainerSpec {
             image: image.into(),
+            ..Default::default()
         },
         status: Default::default(),
     }
@@ -538,7 +539,8 @@ fn desired_pod_has_name_container_labels_and_controller_reference() {
         p.spec.containers,
         vec![Container {
             name: "acontainer".into(),
-            image: "nginx:1.27".into()
+            image: "nginx:1.27".into(),
+            ..Default::default()
         }]
     );
     for v in p.metadata.labels.values() {
@@ -795,6 +797,103 @@ fn an_image_change_deletes_the_running_pod_then_waits_for_its_deletion() {
         .contains("the image changed"));
 }
 
+/// A running pod of an object whose template sets acontainer's env to `mode`.
+fn running_templated(mode: &str) -> Fake {
+    let f = fake(ic("web", "nginx"));
+    set_template(&f, mode);
+    run(&f, "ns/web").unwrap();
+    start_pod(&f);
+    run_with(&f, &seen(&f)).unwrap();
+    f.clear();
+    f
+}
+
+fn set_template(f: &Fake, mode: &str) {
+    let t = format!(
+        r#"{{"spec":{{"containers":[{{"name":"acontainer","env":[{{"name":"MODE","value":"{mode}"}}]}}]}}}}"#
+    );
+    f.ic.borrow_mut().as_mut().unwrap().spec.template = Some(serde_json::from_str(&t).unwrap());
+}
+
+fn pod_mode(f: &Fake) -> serde_json::Value {
+    let pod = f.pod.borrow();
+    pod.as_ref().unwrap().spec.containers[0].rest["env"][0]["value"].clone()
+}
+
+#[test]
+fn a_template_change_deletes_the_pod_once_and_the_replacement_runs_the_new_template() {
+    let f = running_templated("a");
+    assert_eq!(pod_mode(&f), "a");
+    set_template(&f, "b");
+    f.ic.borrow_mut().as_mut().unwrap().metadata.generation = Some(2);
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "DELETE pod/web-immortalpod uid=pod-uid-1",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert_eq!(ready(&f), ("False".into(), "PodReplacing".into()));
+    assert!(
+        message(&f).contains("the template changed"),
+        "{}",
+        message(&f)
+    );
+    // Its own events while it terminates change nothing.
+    f.clear();
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(f.calls(), ["GET ic/web"]);
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    run_with(&f, &hint).unwrap();
+    assert_eq!(pod_mode(&f), "b");
+    assert_eq!(status(&f).start_times, Some(2));
+    // The replacement is the pod wanted: running, it is left alone.
+    start_pod(&f);
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(2));
+}
+
+#[test]
+fn a_pod_changed_by_admission_or_by_hand_is_not_replaced_for_it() {
+    let f = running_templated("a");
+    {
+        let mut pod = f.pod.borrow_mut();
+        let pod = pod.as_mut().unwrap();
+        // A mutating webhook's sidecar and label, someone's annotation, a mirror's image.
+        pod.spec.containers.push(Container {
+            name: "istio-proxy".into(),
+            image: "istio/proxyv2".into(),
+            ..Default::default()
+        });
+        pod.metadata.labels.insert("injected".into(), "true".into());
+        pod.metadata.annotations.insert("note".into(), "x".into());
+        pod.spec.containers[0].image = "mirror.example/nginx".into();
+    }
+    run(&f, "ns/web").unwrap();
+    run_with(&f, &seen(&f)).unwrap();
+    let calls = f.calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with("DELETE") || c.starts_with("POST")),
+        "{calls:?}"
+    );
+    assert_eq!(status(&f).start_times, Some(1));
+}
+
 #[test]
 fn an_image_change_replaces_a_pod_not_yet_scheduled_at_once() {
     let f = fake(ic("web", "nginx:1"));
@@ -959,7 +1058,9 @@ fn a_pod_that_is_not_ours_is_left_alone_and_reported() {
             containers: vec![Container {
                 name: "x".into(),
                 image: "busybox".into(),
+                ..Default::default()
             }],
+            ..Default::default()
         },
         ..Default::default()
     });
@@ -1137,6 +1238,24 @@ fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
         "{msg}"
     );
     assert_eq!(status(&f).start_times, Some(0));
+    // Without a template nothing in the object can satisfy PodSecurity: say how to.
+    assert!(msg.contains("give the object a spec.template"), "{msg}");
+}
+
+#[test]
+fn a_templated_object_refused_by_pod_security_gets_no_hint_to_add_a_template() {
+    let (code, body) = crate::testutil::kubelet_fixture("14-pod-create-forbidden-pod-security");
+    let mut o = ic("web", "nginx");
+    o.spec.template = Some(serde_json::from_str(r#"{"spec":{}}"#).unwrap());
+    let f = fake(o);
+    f.fail_next(
+        "create_pod",
+        client::Error::Api(Box::new(client::parse_status(code, &body))),
+    );
+    run(&f, "ns/web").unwrap();
+    let msg = message(&f);
+    assert!(msg.contains("violates PodSecurity"), "{msg}");
+    assert!(!msg.contains("spec.template"), "{msg}");
 }
 
 #[test]
