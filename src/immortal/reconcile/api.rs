@@ -56,6 +56,26 @@ pub struct LiveApi {
     pub ics: Arc<IcStore>,
 }
 
+impl LiveApi {
+    /// Puts what the API server answered about the object into the store: the copy it sent,
+    /// or, on a 404 or a 422 refusing our uid (gone, or replaced by another object of the
+    /// name), no copy, so that the next reconcile reads.
+    fn keep(
+        &self,
+        ns: &str,
+        name: &str,
+        answer: Result<ImmortalContainer, client::Error>,
+    ) -> Result<ImmortalContainer, client::Error> {
+        let key = types::key(ns, name);
+        match &answer {
+            Ok(ic) => store::saw(&self.ics, &key, ic),
+            Err(e) if e.is_not_found() || e.is_uid_changed() => store::gone(&self.ics, &key),
+            Err(_) => {}
+        }
+        answer
+    }
+}
+
 impl Api for LiveApi {
     /// The object as the store knows it, or as the API server answers when the store does not
     /// know it (deleted meanwhile, or not seen yet).
@@ -74,21 +94,8 @@ impl Api for LiveApi {
         ns: &str,
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
-        let key = types::key(ns, name);
-        match self.client.get_object(IMMORTAL_CONTAINERS, ns, name) {
-            Ok(read) => {
-                store::saw(&self.ics, &key, &read);
-                Ok(read)
-            }
-            Err(e) => {
-                // Gone, or replaced by another object of the name (our uid refused): either
-                // way the copy is stale, and the next reconcile reads.
-                if e.is_not_found() || e.is_uid_changed() {
-                    store::gone(&self.ics, &key);
-                }
-                Err(e)
-            }
-        }
+        let answer = self.client.get_object(IMMORTAL_CONTAINERS, ns, name);
+        self.keep(ns, name, answer)
     }
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
         self.client.get_pod(ns, name)
@@ -118,24 +125,10 @@ impl Api for LiveApi {
         name: &str,
         patch: &Value,
     ) -> Result<ImmortalContainer, client::Error> {
-        let key = types::key(ns, name);
-        match self
-            .client
-            .patch_status::<ImmortalContainer>(IMMORTAL_CONTAINERS, ns, name, patch)
-        {
-            Ok(answered) => {
-                store::saw(&self.ics, &key, &answered);
-                Ok(answered)
-            }
-            Err(e) => {
-                // Gone, or replaced by another object of the name (our uid refused): either
-                // way the copy is stale, and the next reconcile reads.
-                if e.is_not_found() || e.is_uid_changed() {
-                    store::gone(&self.ics, &key);
-                }
-                Err(e)
-            }
-        }
+        let answer =
+            self.client
+                .patch_status::<ImmortalContainer>(IMMORTAL_CONTAINERS, ns, name, patch);
+        self.keep(ns, name, answer)
     }
     fn record(&self, ic: &ImmortalContainer, note: Note) {
         self.events.record(&ic.metadata, note);
