@@ -97,6 +97,7 @@ impl Watched for PodEvents {
                     .map_or("", String::as_str),
             ),
             holds_count,
+            rv: o.metadata.resource_version.parse().unwrap_or(0),
             ending: Ending::of(o),
             view,
         }));
