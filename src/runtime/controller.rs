@@ -5,7 +5,8 @@
 use crate::kube::client::Client;
 use crate::runtime::allocator;
 use crate::runtime::metrics;
-use crate::runtime::queue::{Priority, Queue, Trigger};
+use crate::runtime::pool::{self, Pool};
+use crate::runtime::queue::{Got, Priority, Queue, Trigger};
 use crate::runtime::serve::Health;
 use crate::runtime::watcher::{Watched, Watcher};
 use crossbeam_channel::{Receiver, Sender};
@@ -86,14 +87,40 @@ where
 
 /// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
 /// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
-pub fn work<H, E, R>(queue: &Queue<H>, run_id: u16, reconcile: R)
+/// Taking a key while others still wait, it has `grow` start one worker more if the `pool`
+/// allows (`grow` answers whether it could); idle for [`pool::IDLE_EXIT`] beyond the pool's
+/// minimum, it ends.
+pub fn work<H, E, R, G>(queue: &Queue<H>, run_id: u16, pool: &Pool, grow: G, reconcile: R)
 where
     H: Clone + fmt::Display,
     E: Failure,
     R: Fn(&LogContext, Option<&H>) -> Result<Next, E>,
+    G: Fn() -> bool,
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    while let Some((key, trigger, priority, waited)) = queue.get() {
+    // Waits forever once it found it must stay (the pool at its minimum), until its next key.
+    let mut idle = Some(pool::IDLE_EXIT);
+    loop {
+        let (key, trigger, priority, waited) = match queue.get_within(idle) {
+            Got::Key(key, trigger, priority, waited) => (key, trigger, priority, waited),
+            Got::ShutDown => return,
+            Got::Idle if pool.stop_idle() => {
+                log::debug!(target: "controller", workers = pool.live() as u64; "idle worker ended");
+                return;
+            }
+            Got::Idle => {
+                idle = None;
+                continue;
+            }
+        };
+        idle = Some(pool::IDLE_EXIT);
+        if queue.has_waiting() && pool.start() {
+            if grow() {
+                log::debug!(target: "controller", workers = pool.live() as u64; "keys wait: one worker more");
+            } else {
+                pool.not_started();
+            }
+        }
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let id = format!("{run_id:04x}-{n}");
         let trigger_s = trigger.to_string();
