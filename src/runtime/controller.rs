@@ -221,3 +221,97 @@ pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
     })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
+
+    #[derive(Debug)]
+    struct Never;
+
+    impl fmt::Display for Never {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("never")
+        }
+    }
+
+    impl Failure for Never {
+        fn retry_after(&self) -> Option<Duration> {
+            None
+        }
+        fn needs_a_person(&self) -> bool {
+            false
+        }
+    }
+
+    /// Workers of one test: the queue, the pool, and how many reconciles ran at once.
+    struct Crew {
+        queue: Queue<String>,
+        pool: Pool,
+        in_flight: AtomicUsize,
+        peak: AtomicUsize,
+        done: AtomicUsize,
+        threads: Mutex<Vec<thread::JoinHandle<()>>>,
+    }
+
+    fn start(crew: &Arc<Crew>) {
+        let me = crew.clone();
+        let t = thread::spawn(move || {
+            work(
+                &me.queue,
+                1,
+                &me.pool,
+                || {
+                    start(&me);
+                    true
+                },
+                |_, _| {
+                    let n = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    me.peak.fetch_max(n, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(2));
+                    me.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    me.done.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Never>(Next::Done)
+                },
+            )
+        });
+        crew.threads.lock().unwrap().push(t);
+    }
+
+    #[test]
+    fn a_backlog_grows_the_workers_up_to_the_bound_and_no_further() {
+        let crew = Arc::new(Crew {
+            queue: Queue::new(),
+            pool: Pool::new(1, 4),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            threads: Mutex::default(),
+        });
+        for i in 0..200 {
+            crew.queue
+                .add(format!("ns/o{i}"), Trigger::Scheduled, Priority::Routine);
+        }
+        assert!(crew.pool.start());
+        start(&crew);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while crew.done.load(Ordering::SeqCst) < 200 {
+            assert!(Instant::now() < deadline, "the backlog was not worked off");
+            thread::sleep(Duration::from_millis(5));
+        }
+        crew.queue.shutdown();
+        loop {
+            let t = crew.threads.lock().unwrap().pop();
+            match t {
+                Some(t) => t.join().unwrap(),
+                None => break,
+            }
+        }
+        let peak = crew.peak.load(Ordering::SeqCst);
+        assert!(peak > 1, "one worker did it all: the pool never grew");
+        assert!(peak <= 4, "{peak} reconciles at once, over the bound of 4");
+        assert_eq!(crew.pool.live(), 4);
+    }
+}
