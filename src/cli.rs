@@ -52,9 +52,14 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
     pub log_format: logging::Format,
 
-    /// Reconcile threads. Never two on the same object.
+    /// Reconcile threads at rest. Never two on the same object.
     #[arg(long, default_value_t = DEFAULT_WORKERS, value_name = "N")]
     pub workers: usize,
+
+    /// Reconcile threads at most: more start while objects wait for one, and end after 10s
+    /// idle [default: 64, or --workers if more].
+    #[arg(long, value_name = "N")]
+    pub max_workers: Option<usize>,
 
     /// Elect a leader among replicas through a Lease; only the leader writes.
     #[arg(long)]
@@ -225,6 +230,11 @@ pub struct LeaderFlags {
 /// within 2x of the floor in the bench (docs/benchmark.md, "Workers").
 pub const DEFAULT_WORKERS: usize = 16;
 
+/// Reconcile threads at most by default, while a backlog lasts: on the issue-26 cluster, 64
+/// took a backlog of 1,000 from 13.9 s to 10.0 s; the bench's modeled control plane, from
+/// 8.7 s to 5.9 s (docs/operating.md). Each costs its stack and allocator cache while it runs.
+pub const DEFAULT_MAX_WORKERS: usize = 64;
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -233,6 +243,8 @@ pub struct Config {
     pub namespace: Option<String>,
     pub log_format: logging::Format,
     pub workers: usize,
+    /// `--max-workers`, never below `workers`.
+    pub max_workers: usize,
     pub leader: Option<LeaderFlags>,
     /// The metrics and probe endpoints.
     pub endpoints: serve::Settings,
@@ -264,6 +276,16 @@ impl TryFrom<Args> for Config {
                 a.workers
             )));
         }
+        let max_workers = match a.max_workers {
+            Some(m) if m < a.workers || m > 256 => {
+                return Err(InvalidFlags(format!(
+                    "--max-workers must be between --workers ({}) and 256, got {m}",
+                    a.workers
+                )))
+            }
+            Some(m) => m,
+            None => DEFAULT_MAX_WORKERS.max(a.workers),
+        };
         if let Some(ns) = &a.namespace {
             if ns.is_empty() {
                 return Err(InvalidFlags("--namespace must not be empty".into()));
@@ -335,6 +357,7 @@ impl TryFrom<Args> for Config {
             namespace: a.namespace,
             log_format: a.log_format,
             workers: a.workers,
+            max_workers,
             leader,
             endpoints: serve::Settings {
                 metrics,
@@ -518,6 +541,20 @@ mod tests {
             .unwrap_err()
             .1
             .contains("default/example"));
+    }
+
+    #[test]
+    fn workers_grow_to_64_by_default_and_never_below_what_was_asked() {
+        let c = parse(&[]).unwrap();
+        assert_eq!((c.workers, c.max_workers), (16, 64));
+        assert_eq!(parse(&["--workers", "100"]).unwrap().max_workers, 100);
+        assert_eq!(parse(&["--max-workers", "16"]).unwrap().max_workers, 16);
+        assert!(parse(&["--workers", "8", "--max-workers", "4"])
+            .unwrap_err()
+            .contains("--max-workers"));
+        assert!(parse(&["--max-workers", "1000"])
+            .unwrap_err()
+            .contains("--max-workers"));
     }
 
     #[test]

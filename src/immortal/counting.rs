@@ -26,7 +26,9 @@
 //! - *Release*: F is taken off (a strategic merge patch deleting it from the list, naming the
 //!   pod's uid, as the Job controller releases its tracking finalizer) only when the status the
 //!   API server answered says L = uid. Releasing twice changes nothing; a name that holds
-//!   another pod by then refuses our uid (422), and the pod we meant is gone: done.
+//!   another pod by then refuses our uid (422), and the pod we meant is gone: done. A watch
+//!   event older than a release this process made (by resourceVersion) still shows F, and is
+//!   not taken to hold it; a later one, or one that cannot be compared, is.
 //! - *Delete*: by uid, never a pod we did not look at; a delete never removes a pod carrying F.
 //!
 //! **In memory only**: nothing the count depends on. A restarted operator reads S, L and the pod

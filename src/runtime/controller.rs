@@ -5,7 +5,8 @@
 use crate::kube::client::Client;
 use crate::runtime::allocator;
 use crate::runtime::metrics;
-use crate::runtime::queue::{Priority, Queue, Trigger};
+use crate::runtime::pool::{self, Pool};
+use crate::runtime::queue::{Got, Priority, Queue, Trigger};
 use crate::runtime::serve::Health;
 use crate::runtime::watcher::{Watched, Watcher};
 use crossbeam_channel::{Receiver, Sender};
@@ -86,14 +87,40 @@ where
 
 /// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
 /// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
-pub fn work<H, E, R>(queue: &Queue<H>, run_id: u16, reconcile: R)
+/// Taking a key while others still wait, it has `grow` start one worker more if the `pool`
+/// allows (`grow` answers whether it could); idle for [`pool::IDLE_EXIT`] beyond the pool's
+/// minimum, it ends.
+pub fn work<H, E, R, G>(queue: &Queue<H>, run_id: u16, pool: &Pool, grow: G, reconcile: R)
 where
     H: Clone + fmt::Display,
     E: Failure,
     R: Fn(&LogContext, Option<&H>) -> Result<Next, E>,
+    G: Fn() -> bool,
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    while let Some((key, trigger, priority, waited)) = queue.get() {
+    // Waits forever once it found it must stay (the pool at its minimum), until its next key.
+    let mut idle = Some(pool::IDLE_EXIT);
+    loop {
+        let (key, trigger, priority, waited) = match queue.get_within(idle) {
+            Got::Key(key, trigger, priority, waited) => (key, trigger, priority, waited),
+            Got::ShutDown => return,
+            Got::Idle if pool.stop_idle() => {
+                log::debug!(target: "controller", workers = pool.live() as u64; "idle worker ended");
+                return;
+            }
+            Got::Idle => {
+                idle = None;
+                continue;
+            }
+        };
+        idle = Some(pool::IDLE_EXIT);
+        if queue.has_waiting() && pool.start() {
+            if grow() {
+                log::debug!(target: "controller", workers = pool.live() as u64; "keys wait: one worker more");
+            } else {
+                pool.not_started();
+            }
+        }
         let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let id = format!("{run_id:04x}-{n}");
         let trigger_s = trigger.to_string();
@@ -193,4 +220,98 @@ pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
         }
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
+
+    #[derive(Debug)]
+    struct Never;
+
+    impl fmt::Display for Never {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("never")
+        }
+    }
+
+    impl Failure for Never {
+        fn retry_after(&self) -> Option<Duration> {
+            None
+        }
+        fn needs_a_person(&self) -> bool {
+            false
+        }
+    }
+
+    /// Workers of one test: the queue, the pool, and how many reconciles ran at once.
+    struct Crew {
+        queue: Queue<String>,
+        pool: Pool,
+        in_flight: AtomicUsize,
+        peak: AtomicUsize,
+        done: AtomicUsize,
+        threads: Mutex<Vec<thread::JoinHandle<()>>>,
+    }
+
+    fn start(crew: &Arc<Crew>) {
+        let me = crew.clone();
+        let t = thread::spawn(move || {
+            work(
+                &me.queue,
+                1,
+                &me.pool,
+                || {
+                    start(&me);
+                    true
+                },
+                |_, _| {
+                    let n = me.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    me.peak.fetch_max(n, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(2));
+                    me.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    me.done.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Never>(Next::Done)
+                },
+            )
+        });
+        crew.threads.lock().unwrap().push(t);
+    }
+
+    #[test]
+    fn a_backlog_grows_the_workers_up_to_the_bound_and_no_further() {
+        let crew = Arc::new(Crew {
+            queue: Queue::new(),
+            pool: Pool::new(1, 4),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            threads: Mutex::default(),
+        });
+        for i in 0..200 {
+            crew.queue
+                .add(format!("ns/o{i}"), Trigger::Scheduled, Priority::Routine);
+        }
+        assert!(crew.pool.start());
+        start(&crew);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while crew.done.load(Ordering::SeqCst) < 200 {
+            assert!(Instant::now() < deadline, "the backlog was not worked off");
+            thread::sleep(Duration::from_millis(5));
+        }
+        crew.queue.shutdown();
+        loop {
+            let t = crew.threads.lock().unwrap().pop();
+            match t {
+                Some(t) => t.join().unwrap(),
+                None => break,
+            }
+        }
+        let peak = crew.peak.load(Ordering::SeqCst);
+        assert!(peak > 1, "one worker did it all: the pool never grew");
+        assert!(peak <= 4, "{peak} reconciles at once, over the bound of 4");
+        assert_eq!(crew.pool.live(), 4);
+    }
 }

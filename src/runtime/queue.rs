@@ -174,6 +174,22 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
     }
 }
 
+/// What [`Queue::get_within`] found.
+#[derive(Debug)]
+pub enum Got<H> {
+    /// A key, what queued it, its band, and how long it waited in that band.
+    Key(String, Trigger<H>, Priority, Duration),
+    /// No key to hand out for the whole wait.
+    Idle,
+    ShutDown,
+}
+
+impl<H> From<(String, Trigger<H>, Priority, Duration)> for Got<H> {
+    fn from((k, t, p, w): (String, Trigger<H>, Priority, Duration)) -> Got<H> {
+        Got::Key(k, t, p, w)
+    }
+}
+
 /// A key queued and not yet handed out.
 struct Dirty<H> {
     /// What queued it; the latest trigger wins.
@@ -422,15 +438,25 @@ impl<H: Clone> Queue<H> {
     /// in that band (for the reconcile's log line). The caller must call
     /// [`Queue::done`] with the key when finished.
     pub fn get(&self) -> Option<(String, Trigger<H>, Priority, Duration)> {
+        match self.get_within(None) {
+            Got::Key(k, t, p, w) => Some((k, t, p, w)),
+            Got::Idle | Got::ShutDown => None,
+        }
+    }
+
+    /// [`Queue::get`], giving up after `idle` without a key to hand out (a worker beyond the
+    /// minimum then ends: see `runtime::pool`).
+    pub fn get_within(&self, idle: Option<Duration>) -> Got<H> {
+        let idle_at = idle.map(|d| Instant::now() + d);
         let mut st = self.lock();
         loop {
             if st.shutting_down {
-                return None;
+                return Got::ShutDown;
             }
             let mut next_deadline = Self::promote_due(&mut st);
             Self::drop_stale(&mut st);
             if let Some(key) = Self::pop_due(&mut st) {
-                return Some(Self::hand_out(&mut st, key));
+                return Self::hand_out(&mut st, key).into();
             }
             if !st.ready[0].is_empty() || !st.ready[1].is_empty() {
                 let now = Instant::now();
@@ -466,13 +492,19 @@ impl<H: Clone> Queue<H> {
                         (false, false) => st.urgent_streak + 1,
                         _ => 0,
                     };
-                    return Some(Self::hand_out(&mut st, key));
+                    return Self::hand_out(&mut st, key).into();
                 }
                 let wait = urgent_held.into_iter().chain(routine_held).min();
                 if let Some(wait) = wait {
                     let at = now + wait;
                     next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
                 }
+            }
+            if let Some(at) = idle_at {
+                if Instant::now() >= at {
+                    return Got::Idle;
+                }
+                next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
             }
             st = match next_deadline {
                 // A timer, not a poll: we sleep exactly until the next delayed key is due (or
@@ -487,6 +519,14 @@ impl<H: Clone> Queue<H> {
                 None => self.cond.wait(st).unwrap_or_else(|p| p.into_inner()),
             };
         }
+    }
+
+    /// Whether keys wait for a worker now: ready, and not held back by the failure budget (a
+    /// worker more would only wait on the budget too).
+    pub fn has_waiting(&self) -> bool {
+        let mut st = self.lock();
+        Self::drop_stale(&mut st);
+        !st.throttled && (!st.ready[0].is_empty() || !st.ready[1].is_empty())
     }
 
     /// The first key whose bound has come, if any (its copy in a band is then stale).
@@ -642,6 +682,31 @@ mod tests {
         assert_eq!(q.len(), 2);
         assert_eq!(q.get().unwrap().0, "ns/a");
         assert_eq!(q.get().unwrap().0, "ns/b");
+    }
+
+    #[test]
+    fn keys_waiting_for_a_worker_are_told_and_a_wait_with_none_gives_up() {
+        let q = Q::new();
+        assert!(matches!(
+            q.get_within(Some(Duration::from_millis(5))),
+            Got::Idle
+        ));
+        q.add("ns/a".into(), t(), Priority::Routine);
+        q.add("ns/b".into(), t(), Priority::Routine);
+        assert!(q.has_waiting());
+        assert!(
+            matches!(q.get_within(Some(Duration::from_secs(5))), Got::Key(k, ..) if k == "ns/a")
+        );
+        // ns/b still waits: a worker more would have work.
+        assert!(q.has_waiting());
+        assert_eq!(q.get().unwrap().0, "ns/b");
+        // Both taken: nothing waits, though both are being worked on.
+        assert!(!q.has_waiting());
+        q.shutdown();
+        assert!(matches!(
+            q.get_within(Some(Duration::from_secs(5))),
+            Got::ShutDown
+        ));
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub struct SeenPod {
     pub spec_hash: Option<Arc<str>>,
     /// It still carries our finalizer: its start may not be counted yet (see `counting`).
     pub holds_count: bool,
+    /// The event's resourceVersion (0 where the server's is not a number): whether it came
+    /// before our own release of the pod, which it cannot show.
+    pub rv: u64,
     pub view: PodView,
     /// How it ended, once it is terminal or being deleted.
     pub ending: Option<Ending>,

@@ -102,6 +102,7 @@ impl Watched for PodEvents {
                 .get(SPEC_HASH_ANNOTATION)
                 .map(|h| util::intern(h)),
             holds_count,
+            rv: o.metadata.resource_version.parse().unwrap_or(0),
             ending: Ending::of(o),
             view,
         }));

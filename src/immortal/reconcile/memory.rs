@@ -2,6 +2,7 @@
 
 use crate::immortal::counting::Counting;
 use crate::immortal::restarts::Restarts;
+use crate::kube::types::Uid;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -9,6 +10,11 @@ use std::time::Instant;
 /// Replacements whose old pod's DELETED event is awaited, at most (see [`Memory`]): about
 /// half a megabyte. Each is held only until that event comes, normally milliseconds.
 const REPLACED_AT_MOST: usize = 4096;
+
+/// Pods this process let go that are remembered at once, in each of two generations (see
+/// [`Memory::released`]): about 160 kB at most. An entry is needed only while an event from
+/// before the release may still wait in the queue, normally milliseconds.
+const RELEASED_AT_MOST: usize = 2048;
 
 /// What the reconcile workers keep between reconciles, shared by all of them: the restart
 /// back-off, what the installed CRD keeps of the status we write, and the clock (virtual in the
@@ -19,6 +25,9 @@ pub struct Memory {
     /// Pods (uid, by key) this process saw removed and then replaced, until their DELETED
     /// event comes: the only ground on which such an event is "nothing new" without a read.
     replaced: Mutex<HashMap<String, String>>,
+    /// Pods (uid) this process let go, with the resourceVersion the release answered: a watch
+    /// event older than that still shows our finalizer, and must not make us release again.
+    released: Mutex<Released>,
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
 }
 
@@ -32,6 +41,7 @@ impl Memory {
             restarts: Restarts::new(),
             counting: Counting::new(),
             replaced: Mutex::default(),
+            released: Mutex::default(),
             clock: Box::new(clock),
         }
     }
@@ -60,6 +70,44 @@ impl Memory {
         }
         yes
     }
+
+    /// This process let the pod `uid` go; the API server answered the release with version
+    /// `rv` (see [`Memory::released_after`]).
+    pub(super) fn released(&self, uid: &str, rv: &str) {
+        let Ok(rv) = rv.parse::<u64>() else {
+            return;
+        };
+        let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        if released.now.len() >= RELEASED_AT_MOST {
+            // The older generation goes: releases long past any event still queued. Forgetting
+            // one costs a repeated release at worst, never a missed one.
+            released.before = std::mem::take(&mut released.now);
+        }
+        released.now.insert(Uid::new(uid), rv);
+    }
+
+    /// Whether this process let the pod `uid` go after the watch event of version `rv` showed
+    /// it: that event's finalizer is one the release took off. ResourceVersions compared as
+    /// numbers, as `store::rv_later` does; where either is not one (`rv` 0), nothing is known,
+    /// and the pod is released again (a repeat changes nothing).
+    pub(super) fn released_after(&self, uid: &Uid, rv: u64) -> bool {
+        if rv == 0 {
+            return false;
+        }
+        let released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        released
+            .now
+            .get(uid)
+            .or_else(|| released.before.get(uid))
+            .is_some_and(|&at| rv < at)
+    }
+}
+
+/// Pods let go, in two generations, so that the latest ones are always remembered.
+#[derive(Default)]
+struct Released {
+    now: HashMap<Uid, u64>,
+    before: HashMap<Uid, u64>,
 }
 
 impl Default for Memory {

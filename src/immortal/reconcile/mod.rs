@@ -415,7 +415,11 @@ impl<A: Api> Run<'_, A> {
                     p.uid.to_string(),
                     spec_change(&p.created_for, p.spec_hash.as_deref(), self.ic),
                     p.view.clone(),
-                    p.holds_count,
+                    // An event from before our own release still shows our finalizer: the
+                    // kubelet's write of a pod that runs within milliseconds of its create
+                    // comes after the count and before the release. Releasing again on it
+                    // would cost a write per pod for nothing.
+                    p.holds_count && !self.memory.released_after(&p.uid, p.rv),
                     p.ending,
                 ),
             };

@@ -68,7 +68,7 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn release(&self, uid: &str) -> Result<(), Error> {
         let counted = self.have.last_counted_pod_uid.as_deref() == Some(uid);
         if counted || !self.memory.counting.active() {
-            release_pod(
+            let answered = release_pod(
                 self.api,
                 self.trace,
                 self.ns,
@@ -76,6 +76,9 @@ impl<A: Api> Run<'_, A> {
                 uid,
                 "its start is counted",
             )?;
+            if let Some(rv) = answered {
+                self.memory.released(uid, &rv);
+            }
             self.memory.counting.let_go(uid);
         }
         Ok(())
@@ -160,10 +163,12 @@ pub(super) fn release_orphan<A: Api>(
         &pod_name,
         &uid,
         "its ImmortalContainer is gone",
-    )
+    )?;
+    Ok(())
 }
 
-/// Takes our finalizer off the pod with `uid`. Gone meanwhile is as good, and so is replaced:
+/// Takes our finalizer off the pod with `uid`, and answers the resourceVersion from which it
+/// is off (`None`: the pod is gone). Gone meanwhile is as good, and so is replaced:
 /// the name refusing our uid (422 on `metadata.uid`) means the pod with that uid is gone, as
 /// Kubernetes' `ReleasePod` (controller_ref_manager.go) concludes. A 409 is not assumed to mean
 /// "replaced": the retry reads the pod and decides.
@@ -174,18 +179,18 @@ pub(super) fn release_pod<A: Api>(
     pod: &str,
     uid: &str,
     why: &str,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     match api.patch_pod(ns, pod, &counting::release_patch(uid)) {
-        Ok(_) => {
+        Ok(released) => {
             log::info!(
                 target: "reconcile",
                 reconcile_id = trace.id, object = trace.key, action = "release_pod",
                 pod = pod, uid = uid, reason = why;
                 "released pod"
             );
-            Ok(())
+            Ok(Some(released.metadata.resource_version))
         }
-        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) if e.is_not_found() => Ok(None),
         Err(e) if e.is_uid_changed() => {
             log::debug!(
                 target: "reconcile",
@@ -193,7 +198,7 @@ pub(super) fn release_pod<A: Api>(
                 pod = pod, uid = uid;
                 "not released: the pod is gone, its name holds another"
             );
-            Ok(())
+            Ok(None)
         }
         Err(e) => Err(Error::from_api("release pod", e)),
     }

@@ -27,6 +27,8 @@ struct Fake {
     /// Errors to answer the next call of a verb with.
     fail: RefCell<Vec<(&'static str, client::Error)>>,
     next_uid: RefCell<u32>,
+    /// The resourceVersion of the fake's last pod write.
+    pod_rv: RefCell<u64>,
     memory: Memory,
     /// Status fields the "installed CRD" does not know, pruned from every write.
     prunes: RefCell<Vec<&'static str>>,
@@ -84,6 +86,11 @@ impl Fake {
     fn call(&self, c: String) {
         self.calls.borrow_mut().push(c);
     }
+    /// The resourceVersion of a pod write: one more than the last.
+    fn stamp(&self) -> String {
+        *self.pod_rv.borrow_mut() += 1;
+        self.pod_rv.borrow().to_string()
+    }
 }
 
 impl Api for Fake {
@@ -134,6 +141,7 @@ impl Api for Fake {
         let mut p = pod.clone();
         *self.next_uid.borrow_mut() += 1;
         p.metadata.uid = format!("pod-uid-{}", self.next_uid.borrow());
+        p.metadata.resource_version = self.stamp();
         p.status = Some(PodStatus {
             phase: Some("Pending".into()),
             ..Default::default()
@@ -206,6 +214,7 @@ impl Api for Fake {
                 .finalizers
                 .retain(|f| !gone.iter().any(|g| g == f));
         }
+        p.metadata.resource_version = self.stamp();
         let left = p.clone();
         // The last finalizer of a pod being deleted with grace 0 gone: it is removed.
         if p.metadata.finalizers.is_empty() && p.metadata.deletion_grace_period_seconds == Some(0) {
@@ -507,6 +516,65 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
     assert_eq!(message(&f), "pod web-immortalpod runs nginx");
     assert_eq!(status(&f).pod_phase.as_deref(), Some("Running"));
     assert_eq!(status(&f).start_times, Some(1));
+}
+
+#[test]
+fn an_event_older_than_our_release_of_the_pod_does_not_release_it_again() {
+    let f = fake(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    // The pod ran within milliseconds: the kubelet's write came between our count and our
+    // release, and its event, queued meanwhile, still shows our finalizer.
+    start_pod(&f);
+    let released = f.pod.borrow().clone().unwrap();
+    let mut before = released.clone();
+    before.metadata.finalizers.push(ic::COUNT_FINALIZER.into());
+    let release_rv: u64 = released.metadata.resource_version.parse().unwrap();
+    before.metadata.resource_version = (release_rv - 1).to_string();
+    *f.pod.borrow_mut() = Some(before);
+    let hint = seen(&f);
+    *f.pod.borrow_mut() = Some(released);
+    f.clear();
+    run_with(&f, &hint).unwrap();
+    // Status says it runs; the pod is not written again.
+    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(ready(&f).0, "True");
+    assert!(finalizers(&f).is_empty());
+}
+
+#[test]
+fn our_finalizer_seen_after_our_release_is_released_again() {
+    let f = fake(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    start_pod(&f);
+    // Put back after our release (by a restore from a backup, say): a later event shows it,
+    // and a pod already counted never keeps it.
+    {
+        let mut slot = f.pod.borrow_mut();
+        let p = slot.as_mut().unwrap();
+        p.metadata.finalizers.push(ic::COUNT_FINALIZER.into());
+        p.metadata.resource_version = f.stamp();
+    }
+    let hint = seen(&f);
+    f.clear();
+    run_with(&f, &hint).unwrap();
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert!(finalizers(&f).is_empty());
 }
 
 #[test]
