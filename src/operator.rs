@@ -213,7 +213,8 @@ fn connect(config: &Config) -> Result<(Client, ClusterFacts), ExitCode> {
     // One connection per worker, one per watcher, one for events and one for the lease.
     // Workers beyond --workers keep theirs when they end: a pool of 20 under 64 workers closed
     // and reopened TLS connections all through a backlog (operator CPU 0.70 s against 0.54 s
-    // in the bench, and a handshake each on the API server). Every request of every client made from this one is counted in the metrics.
+    // in the bench, and a handshake each on the API server). Every request of every client
+    // made from this one is counted in the metrics.
     let client = Client::new(cluster, config.max_workers + 4)
         .map_err(|e| fail_at_start(&e.to_string()))?
         .reporting(metrics::record_request);
