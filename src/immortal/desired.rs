@@ -126,19 +126,20 @@ fn container(item: Value) -> Container {
 /// without a template, whose pod records its image alone, as pods did before templates.
 pub fn spec_hash(ic: &ImmortalContainer) -> Option<String> {
     let t = ic.spec.template.as_ref()?;
-    let canonical = format!(
-        "{{\"image\":{},\"template\":{}}}",
-        Value::from(ic.spec.image.as_str()),
-        t.canonical()
-    );
-    let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
-    // 64 bits are plenty to tell one object's specs apart, and short enough to read.
-    Some(
+    // Kept beside the shared template: every reconcile asks, and the answer is the same.
+    Some(t.hash_with(&ic.spec.image, || {
+        let canonical = format!(
+            "{{\"image\":{},\"template\":{}}}",
+            Value::from(ic.spec.image.as_str()),
+            t.canonical()
+        );
+        let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
+        // 64 bits are plenty to tell one object's specs apart, and short enough to read.
         digest.as_ref()[..8]
             .iter()
             .map(|b| format!("{b:02x}"))
-            .collect(),
-    )
+            .collect()
+    }))
 }
 
 /// Why the pod made from `created_for` (its image annotation) and `hash` (its spec-hash
@@ -356,6 +357,25 @@ mod tests {
         );
         assert_ne!(spec_hash(&a), spec_hash(&image));
         assert_eq!(spec_hash(&ic("nginx")), None);
+    }
+
+    /// The hash kept beside a shared template is the one made afresh, for whichever of the
+    /// objects sharing it asks first and whatever image each has (values as before it was kept:
+    /// pods already running carry them).
+    #[test]
+    fn the_spec_hash_of_a_shared_template_is_each_image_own() {
+        let t = r#"{"spec":{"containers":[{"name":"acontainer","args":["pinned"]}]}}"#;
+        let (two, one) = (templated("nginx:2", t), templated("nginx:1", t));
+        assert!(one
+            .spec
+            .template
+            .as_ref()
+            .unwrap()
+            .shares(two.spec.template.as_ref().unwrap()));
+        for _ in 0..2 {
+            assert_eq!(spec_hash(&two).as_deref(), Some("dea503e90fa23198"));
+            assert_eq!(spec_hash(&one).as_deref(), Some("621a4d11e5b8a110"));
+        }
     }
 
     #[test]

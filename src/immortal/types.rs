@@ -4,8 +4,10 @@
 use crate::kube::client::Resource;
 use crate::kube::types::{Condition, ObjectMeta, OwnerReference, Pod};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// API group of the custom resource.
 pub const GROUP: &str = "immortalcontainer.flugel.it";
@@ -76,35 +78,62 @@ struct TemplateData {
     value: Value,
     /// The value in canonical JSON (object keys sorted, no whitespace): what "same template"
     /// means, and what the spec hash is made from.
-    canonical: String,
+    canonical: Arc<str>,
+    /// The spec hash (`desired::spec_hash`) of this template with the first image it was
+    /// hashed with: every reconcile of every object sharing the template asks for it, and
+    /// they nearly all have that one image.
+    hash: OnceLock<(String, String)>,
 }
 
 impl Template {
     /// The shared copy of `value`.
     pub fn new(value: Value) -> Template {
-        use std::collections::BTreeMap;
-        use std::sync::{Mutex, Weak};
         // Weak, so that a template no object holds any more goes with its last object.
-        type Shared = (BTreeMap<String, Weak<TemplateData>>, usize);
+        type Shared = (BTreeMap<Arc<str>, Weak<TemplateData>>, usize);
         static SHARED: Mutex<Shared> = Mutex::new((BTreeMap::new(), 64));
-        let canonical = canonical_json(&value);
+        let canonical: Arc<str> = canonical_json(&value).into();
         let mut guard = crate::util::lock(&SHARED);
         let (shared, sweep_at) = &mut *guard;
         if let Some(held) = shared.get(&canonical).and_then(Weak::upgrade) {
             return Template(held);
         }
-        // Swept as `util::intern` is: whenever the table has doubled, so it stays at most
-        // twice the templates in use.
-        if shared.len() >= *sweep_at {
-            shared.retain(|_, w| w.strong_count() > 0);
-            *sweep_at = (shared.len() * 2).max(64);
-        }
+        sweep(shared, sweep_at);
         let data = Arc::new(TemplateData {
             value,
             canonical: canonical.clone(),
+            hash: OnceLock::new(),
         });
         shared.insert(canonical, Arc::downgrade(&data));
         Template(data)
+    }
+
+    /// The shared copy of the template written as `raw`. Every watch event and status write's
+    /// answer carries its object's template, in the text the API server wrote last time:
+    /// found by that text, it is parsed and put into canonical form only the first time it is
+    /// seen (that was 40 % of the operator's CPU with a 1 KB template per object).
+    fn from_raw(raw: &str) -> serde_json::Result<Template> {
+        type ByText = (BTreeMap<Arc<str>, Weak<TemplateData>>, usize);
+        static BY_TEXT: Mutex<ByText> = Mutex::new((BTreeMap::new(), 64));
+        if let Some(held) = crate::util::lock(&BY_TEXT)
+            .0
+            .get(raw)
+            .and_then(Weak::upgrade)
+        {
+            return Ok(Template(held));
+        }
+        let t = Template::new(serde_json::from_str(raw)?);
+        // The API server writes a custom resource's maps with their keys sorted, so the text
+        // is most often the canonical one: then the key is that copy, not another.
+        let key = if *t.0.canonical == *raw {
+            t.0.canonical.clone()
+        } else {
+            raw.into()
+        };
+        let mut guard = crate::util::lock(&BY_TEXT);
+        let (by_text, sweep_at) = &mut *guard;
+        sweep(by_text, sweep_at);
+        by_text.insert(key, Arc::downgrade(&t.0));
+        Ok(t)
     }
 
     pub fn value(&self) -> &Value {
@@ -115,15 +144,35 @@ impl Template {
         &self.0.canonical
     }
 
+    /// The spec hash of this template with `image`, made by `hash` (`desired::spec_hash`)
+    /// once for the first image asked for and kept.
+    pub fn hash_with(&self, image: &str, hash: impl Fn() -> String) -> String {
+        let (for_image, h) = self.0.hash.get_or_init(|| (image.to_string(), hash()));
+        if for_image == image {
+            h.clone()
+        } else {
+            hash()
+        }
+    }
+
     /// Whether `self` and `other` are one shared copy (for tests of the sharing).
     pub fn shares(&self, other: &Template) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
+/// Drops the entries no object holds any more whenever a table has doubled (as
+/// `util::intern` does), so it stays at most twice the templates in use.
+fn sweep(table: &mut BTreeMap<Arc<str>, Weak<TemplateData>>, sweep_at: &mut usize) {
+    if table.len() >= *sweep_at {
+        table.retain(|_, w| w.strong_count() > 0);
+        *sweep_at = (table.len() * 2).max(64);
+    }
+}
+
 impl PartialEq for Template {
     fn eq(&self, other: &Template) -> bool {
-        self.canonical() == other.canonical()
+        self.shares(other) || self.canonical() == other.canonical()
     }
 }
 
@@ -137,6 +186,9 @@ impl PartialOrd for Template {
 
 impl Ord for Template {
     fn cmp(&self, other: &Template) -> std::cmp::Ordering {
+        if self.shares(other) {
+            return std::cmp::Ordering::Equal;
+        }
         self.canonical().cmp(other.canonical())
     }
 }
@@ -155,7 +207,8 @@ impl Serialize for Template {
 
 impl<'de> Deserialize<'de> for Template {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Template, D::Error> {
-        Value::deserialize(d).map(Template::new)
+        let raw = Box::<RawValue>::deserialize(d)?;
+        Template::from_raw(raw.get()).map_err(serde::de::Error::custom)
     }
 }
 
@@ -275,6 +328,50 @@ mod tests {
             crate::kube::client::collection_path(IMMORTAL_CONTAINERS, Some("ns")),
             format!("/apis/{GROUP}/{VERSION}/namespaces/ns/{PLURAL}")
         );
+    }
+
+    /// Found by its text or by its canonical form, a template is one shared copy, and what
+    /// decodes is the template as written, whatever text it came in.
+    #[test]
+    fn a_template_decoded_from_any_text_of_it_is_the_one_shared_copy() {
+        let decode = |text: &str| serde_json::from_str::<Template>(text).unwrap();
+        let sorted = r#"{"metadata":{"labels":{"a":"1"}},"spec":{"containers":[{"name":"x"}]}}"#;
+        let first = decode(sorted);
+        let again = decode(sorted);
+        let reordered = decode(
+            r#"{ "spec": {"containers": [{"name": "x"}]}, "metadata": {"labels": {"a": "1"}} }"#,
+        );
+        assert!(first.shares(&again) && first.shares(&reordered));
+        assert_eq!(first.canonical(), sorted);
+        assert_eq!(
+            reordered.value(),
+            &serde_json::from_str::<Value>(sorted).unwrap()
+        );
+        let other = decode(r#"{"metadata":{"labels":{"a":"2"}}}"#);
+        assert!(!first.shares(&other) && first != other);
+        // Decoded inside an object, as a watch event's object is.
+        let ic: ImmortalContainer = serde_json::from_str(&format!(
+            r#"{{"metadata":{{"name":"web"}},"spec":{{"image":"nginx","template":{sorted}}}}}"#
+        ))
+        .unwrap();
+        assert!(ic.spec.template.unwrap().shares(&first));
+    }
+
+    #[test]
+    fn a_template_hash_is_kept_for_its_first_image_and_made_afresh_for_another() {
+        let t: Template =
+            serde_json::from_str(r#"{"metadata":{"labels":{"kept":"hash"}}}"#).unwrap();
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let hash = |image: &str| {
+            t.hash_with(image, || {
+                made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                format!("hash of {image}")
+            })
+        };
+        assert_eq!(hash("a"), "hash of a");
+        assert_eq!(hash("b"), "hash of b");
+        assert_eq!(hash("a"), "hash of a");
+        assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 
     #[test]
