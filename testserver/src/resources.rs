@@ -629,10 +629,12 @@ pub fn bookmark_object(def: &ResourceDef, version: &str, rv: u64) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ic_def() -> ResourceDef {
+    /// The ImmortalContainer kind as the CRD in config/ defines it (the strategy's tests use
+    /// it too).
+    pub(crate) fn ic_def() -> ResourceDef {
         let yaml = include_str!("../../config/crd/immortalcontainers.yaml");
         let crd: Value = serde_yaml::from_str(yaml).expect("crd yaml");
         from_crd(&crd).expect("valid crd")

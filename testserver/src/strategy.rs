@@ -317,13 +317,8 @@ fn bump_generation(def: &ResourceDef, old: &Value, new: &mut Map<String, Value>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::{builtins, from_crd};
-
-    fn ic_def() -> ResourceDef {
-        let yaml = include_str!("../../config/crd/immortalcontainers.yaml");
-        let crd: Value = serde_yaml::from_str(yaml).expect("crd yaml");
-        from_crd(&crd).expect("valid crd")
-    }
+    use crate::resources::builtins;
+    use crate::resources::tests::ic_def;
 
     #[test]
     fn qos_compares_quantities_by_value_and_counts_init_containers() {
