@@ -604,18 +604,27 @@ where
             "event"
         );
         if let Reaction::Queue(hint, priority) = verdict {
-            self.queue.add(
-                key,
-                Trigger::Watch {
-                    resource: self.name(),
-                    event,
-                    rv: rv.parse().unwrap_or(0),
-                    hint,
-                },
-                priority,
-            );
+            self.queue_from_watch(key, event, rv, hint, priority);
         }
         Ok(())
+    }
+
+    /// Queues `key` for an event of this watch at `rv`.
+    fn queue_from_watch(
+        &self,
+        key: String,
+        event: &'static str,
+        rv: &str,
+        hint: Option<W::Hint>,
+        priority: Priority,
+    ) {
+        let trigger = Trigger::Watch {
+            resource: self.name(),
+            event,
+            rv: rv.parse().unwrap_or(0),
+            hint,
+        };
+        self.queue.add(key, trigger, priority);
     }
 
     /// An object of the watched kind that does not decode (a field of a type our model does
@@ -658,16 +667,7 @@ where
         let Some(key) = key else {
             return Err(StreamEnd::Unreadable);
         };
-        self.queue.add(
-            key,
-            Trigger::Watch {
-                resource: self.name(),
-                event,
-                rv: rv.parse().unwrap_or(0),
-                hint: None,
-            },
-            Priority::Urgent,
-        );
+        self.queue_from_watch(key, event, rv, None, Priority::Urgent);
         Ok(())
     }
 }
