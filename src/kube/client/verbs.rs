@@ -4,23 +4,20 @@
 use super::*;
 
 impl Client {
-    /// A request with a body (POST, PUT, PATCH, DELETE) within the client's request timeout,
-    /// its answer decoded as `T`.
-    fn send_body<T: DeserializeOwned>(
+    fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        self.json(&Req::new("GET", path, None))
+    }
+
+    /// A request with `body` sent as JSON under `content_type`, its answer decoded as `T`.
+    fn send_json<B: Serialize, T: DeserializeOwned>(
         &self,
         method: &'static str,
         path: &str,
         content_type: &'static str,
-        body: &[u8],
+        body: &B,
     ) -> Result<T, Error> {
-        self.json(&Req {
-            method,
-            path,
-            accept: JSON,
-            body: Some((content_type, body)),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
+        self.json(&Req::new(method, path, Some((content_type, &body))))
     }
 
     /// GET of any path (discovery documents), decoded as `T`.
@@ -29,13 +26,11 @@ impl Client {
     }
 
     pub fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, Error> {
-        self.get(&object_path(Resource::PODS, ns, name))
+        self.get_object(Resource::PODS, ns, name)
     }
 
     pub fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, Error> {
-        let body = serde_json::to_vec(pod).map_err(|e| Error::Decode(e.to_string()))?;
-        let path = collection_path(Resource::PODS, Some(ns));
-        self.send_body("POST", &path, "application/json", &body)
+        self.create(Resource::PODS, ns, pod)
     }
 
     /// Deletes a pod only if it still has `uid`, and answers the pod as the server left it:
@@ -52,24 +47,22 @@ impl Client {
     ) -> Result<Pod, Error> {
         let body = delete_body(uid, grace);
         let path = object_path(Resource::PODS, ns, name);
-        match self.send_body::<Pod>("DELETE", &path, "application/json", body.as_bytes()) {
+        match self.json(&Req::new("DELETE", &path, Some((JSON, body.as_bytes())))) {
             Err(Error::Decode(_)) => Ok(Pod::default()),
             other => other,
         }
     }
 
-    /// Strategic merge patch of a pod (built-in kinds take it; its `$deleteFromPrimitiveList`
-    /// removes one finalizer without touching others'). A `metadata.uid` in the patch keeps it
-    /// off another pod of the name: the server refuses it as an immutable-field change (422,
-    /// see [`Error::is_uid_changed`]).
+    /// Strategic merge patch of a pod (its `$deleteFromPrimitiveList` removes one finalizer
+    /// without touching others'). A `metadata.uid` in the patch keeps it off another pod of the
+    /// name (see [`Error::is_uid_changed`]).
     pub fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<Pod, Error> {
-        let body = patch.to_string();
         let path = object_path(Resource::PODS, ns, name);
-        self.send_body(
+        self.send_json(
             "PATCH",
             &path,
             "application/strategic-merge-patch+json",
-            body.as_bytes(),
+            patch,
         )
     }
 
@@ -83,14 +76,8 @@ impl Client {
         name: &str,
         patch: &serde_json::Value,
     ) -> Result<T, Error> {
-        let body = patch.to_string();
         let path = format!("{}/status", object_path(res, ns, name));
-        self.send_body(
-            "PATCH",
-            &path,
-            "application/merge-patch+json",
-            body.as_bytes(),
-        )
+        self.send_json("PATCH", &path, "application/merge-patch+json", patch)
     }
 
     /// POST of any object to a namespaced collection (events, leases), decoded as `T`.
@@ -100,21 +87,16 @@ impl Client {
         ns: &str,
         body: &B,
     ) -> Result<T, Error> {
-        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
-        let path = collection_path(res, Some(ns));
-        self.send_body("POST", &path, "application/json", &body)
+        self.send_json("POST", &collection_path(res, Some(ns)), JSON, body)
     }
 
-    /// POST of any object to a cluster-scoped collection (token and access reviews), decoded
-    /// as `T`.
+    /// POST of any object to a cluster-scoped collection (token and access reviews).
     pub fn create_cluster_scoped<B: Serialize, T: DeserializeOwned>(
         &self,
         res: Resource,
         body: &B,
     ) -> Result<T, Error> {
-        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
-        let path = collection_path(res, None);
-        self.send_body("POST", &path, "application/json", &body)
+        self.send_json("POST", &collection_path(res, None), JSON, body)
     }
 
     /// GET of any namespaced object, decoded as `T`.
@@ -135,9 +117,7 @@ impl Client {
         name: &str,
         body: &B,
     ) -> Result<T, Error> {
-        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
-        let path = object_path(res, ns, name);
-        self.send_body("PUT", &path, "application/json", &body)
+        self.send_json("PUT", &object_path(res, ns, name), JSON, body)
     }
 
     /// JSON merge patch of a namespaced object.
@@ -148,9 +128,8 @@ impl Client {
         name: &str,
         patch: &B,
     ) -> Result<T, Error> {
-        let body = serde_json::to_vec(patch).map_err(|e| Error::Decode(e.to_string()))?;
         let path = object_path(res, ns, name);
-        self.send_body("PATCH", &path, "application/merge-patch+json", &body)
+        self.send_json("PATCH", &path, "application/merge-patch+json", patch)
     }
 
     /// One page of a LIST.
@@ -160,14 +139,15 @@ impl Client {
         ns: Option<&str>,
         params: &ListParams,
     ) -> Result<ListPage<T>, Error> {
-        let path = format!("{}{}", collection_path(res, ns), list_query(params));
-        self.get(&path)
+        self.get(&format!(
+            "{}{}",
+            collection_path(res, ns),
+            list_query(params)
+        ))
     }
 
-    /// One page of a LIST of the objects' metadata only (kube-apiserver's
-    /// `PartialObjectMetadataList`): a fraction of the bytes of whole objects, for a caller that
-    /// reads nothing else. A server that does not serve it answers whole objects, which decode
-    /// the same way.
+    /// One page of a LIST of the objects' metadata only: a fraction of the bytes of whole
+    /// objects, for a caller that reads nothing else (see [`METADATA_LIST`]).
     pub fn list_metadata(
         &self,
         res: Resource,
@@ -176,23 +156,15 @@ impl Client {
     ) -> Result<ListPage<crate::kube::types::PartialObjectMetadata>, Error> {
         let path = format!("{}{}", collection_path(res, ns), list_query(params));
         self.json(&Req {
-            method: "GET",
-            path: &path,
             accept: METADATA_LIST,
-            body: None,
-            timeout: self.request_timeout(),
-            idle: None,
+            ..Req::new("GET", &path, None)
         })
     }
 
-    /// Opens a WATCH and returns the event stream, one JSON event per line.
-    ///
-    /// Two limits catch a connection that is open but dead (its node or load balancer gone
-    /// without a reset): nothing may take longer than [`WatchParams::idle_timeout`] to arrive,
-    /// the answer's head included (the API server sends a BOOKMARK about once a minute on a
-    /// quiet watch), and no read starts after the watch's own `timeoutSeconds` plus
-    /// [`WATCH_GRACE`], so a stream that never ends, ends. Either fails the read; silence with
-    /// an error of kind `TimedOut`.
+    /// Opens a WATCH and returns the event stream, one JSON event per line. A connection open
+    /// but dead fails a read: with `TimedOut` once nothing arrived for
+    /// [`WatchParams::idle_timeout`] (the answer's head included), and once the watch outlived
+    /// its `timeoutSeconds` plus [`WATCH_GRACE`].
     pub fn watch(
         &self,
         res: Resource,
@@ -206,20 +178,16 @@ impl Client {
             d => d.min(timeout),
         };
         let resp = self.send(&Req {
-            method: "GET",
-            path: &path,
-            accept: JSON,
-            body: None,
             timeout,
             idle: Some(idle),
+            ..Req::new("GET", &path, None)
         })?;
         let mut deadline = Instant::now() + timeout;
         if let Some(until) = self.until {
             deadline = deadline.min(until);
         }
         // One TLS record's worth: the reader below hands over at most a record's plaintext per
-        // read, so a larger buffer only adds resident memory to every watch (64 KiB cost
-        // 0.1 MiB of idle RSS for the two watches).
+        // read, so a larger buffer only adds resident memory to every watch.
         Ok(Box::new(BufReader::with_capacity(
             16 * 1024,
             WatchBody {
