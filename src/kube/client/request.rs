@@ -4,9 +4,8 @@
 use super::*;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-/// Where a kind of object lives in the API: its group-version path and its plural name. The
-/// core kinds the operator touches are constants here; a custom resource defines its own
-/// (`immortal::types::IMMORTAL_CONTAINERS`), as kube-rs's `ApiResource` does.
+/// Where a kind of object lives in the API, as kube-rs's `ApiResource` says: the core kinds the
+/// operator touches are constants here; a custom resource defines its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
     api_path: &'static str,
@@ -43,7 +42,6 @@ impl Resource {
     pub fn plural(self) -> &'static str {
         self.plural
     }
-    /// Short name for logs and metrics labels.
     pub fn short(self) -> &'static str {
         self.short
     }
@@ -94,7 +92,7 @@ pub fn list_query(p: &ListParams) -> String {
     if let Some(c) = p.continue_token {
         q.push("continue", c);
     }
-    q.finish()
+    q.0
 }
 
 /// Query string of a WATCH. Bookmarks are always requested: they move our resourceVersion
@@ -110,11 +108,11 @@ pub fn watch_query(p: &WatchParams) -> String {
     }
     q.push("allowWatchBookmarks", "true");
     q.push("timeoutSeconds", &p.timeout_seconds.to_string());
-    q.finish()
+    q.0
 }
 
 #[derive(Default)]
-pub(super) struct Query(String);
+struct Query(String);
 
 impl Query {
     fn push(&mut self, k: &str, v: &str) {
@@ -122,9 +120,6 @@ impl Query {
         self.0.push_str(k);
         self.0.push('=');
         self.0.extend(utf8_percent_encode(v, NOT_UNRESERVED));
-    }
-    fn finish(self) -> String {
-        self.0
     }
 }
 
@@ -203,18 +198,14 @@ pub(super) fn retry_after(header: Option<&str>) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Lists and watch events, decoded to the little the watchers need.
-
 /// One page of a LIST, items decoded as `T`.
 #[derive(Debug, Deserialize)]
 #[serde(bound(deserialize = "T: Deserialize<'de>"))]
 pub struct ListPage<T> {
     #[serde(default)]
     pub metadata: ListMeta,
-    /// `null` reads as empty: kube-apiserver answers an empty metadata-only list
-    /// (`PartialObjectMetadataList`) with `"items": null`, having none of the guards its
-    /// storage layer has against a nil slice.
+    /// `null` reads as empty: kube-apiserver answers an empty metadata-only list with
+    /// `"items": null`.
     #[serde(default = "Vec::new", deserialize_with = "null_as_empty")]
     pub items: Vec<T>,
 }
@@ -242,9 +233,8 @@ pub(super) enum Again {
     /// Once, after a 401, with fresh credentials: an exec credential or a rotated
     /// service-account token may have expired early (client-go does the same).
     Refreshed,
-    /// After this wait: a 429 or 503 whose wait is short enough to spend in the caller's
-    /// thread (growing from 400 ms, at least the server's `Retry-After`, at most
-    /// [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER)).
+    /// After this wait: a 429 or 503 whose wait (growing from 400 ms, at least the server's
+    /// `Retry-After`) is at most [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER).
     After(Duration),
     /// No: the error goes back to the caller, whose own back-off takes over.
     No,
