@@ -68,7 +68,7 @@ pub struct Recorder {
     /// Set by the first drop of an episode (its WARN said so), cleared once the queue is half
     /// empty again: one line each way however many are dropped in between.
     dropping: Arc<AtomicBool>,
-    on_drop: Option<DropHook>,
+    on_drop: DropHook,
 }
 
 impl Recorder {
@@ -82,14 +82,14 @@ impl Recorder {
             kind,
             dropped: Arc::default(),
             dropping: Arc::default(),
-            on_drop: None,
+            on_drop: |_| {},
         };
         (recorder, rx)
     }
 
     /// Calls `hook` (a metrics counter) on every Event dropped for a full queue.
     pub fn reporting_drops(mut self, hook: DropHook) -> Recorder {
-        self.on_drop = Some(hook);
+        self.on_drop = hook;
         self
     }
 
@@ -101,10 +101,7 @@ impl Recorder {
         let waiting = self.tx.len();
         if waiting >= BACKLOG {
             let object = format!("{}/{}", meta.namespace, meta.name);
-            let total = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            if let Some(hook) = self.on_drop {
-                hook(total);
-            }
+            (self.on_drop)(self.dropped.fetch_add(1, Ordering::Relaxed) + 1);
             if !self.dropping.swap(true, Ordering::Relaxed) {
                 log::warn!(target: "events", object = object.as_str(), reason = note.reason, waiting = waiting as u64;
                     "the Event queue is full: Events are dropped until the writer catches up (best effort, as client-go's recorder)");
@@ -141,7 +138,7 @@ struct Bucket {
     at: Instant,
 }
 
-/// Decides, for each event, whether to create, bump or drop it. Kept apart from I/O for tests.
+/// Decides, for each event, whether to create, bump or drop it.
 #[derive(Default)]
 pub struct Book {
     written: HashMap<u64, Written>,
@@ -198,8 +195,8 @@ impl Book {
         }
     }
 
-    /// The Event of `p` exists now as `name`, with `count` and `first`: its repeats bump it.
-    /// Only then, so that a create that failed is not bumped (a 404) for the whole window.
+    /// The Event of `p` exists now as `name`, with `count` and `first`: its repeats bump it
+    /// (only then, so that a create that failed is not bumped, a 404, for the whole window).
     pub fn created(&mut self, p: &Pending, name: String, count: i64, first: String, now: Instant) {
         self.written.insert(
             dedup_key(p),

@@ -11,9 +11,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-/// Why a TLS configuration could not be built. Never retried: the inputs come from configuration
-/// and will not change by trying again. Messages never contain certificate or key bytes, so the
-/// caller can prefix them with where the input came from and show them as is.
+/// Why a TLS configuration could not be built. Never retried: the inputs are configuration.
+/// Messages never contain certificate or key bytes, so they can be shown as they are.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TlsError {
@@ -23,8 +22,7 @@ pub enum TlsError {
     ClientCertificate(String),
     /// The client key PEM holds no private key, or one rustls cannot sign with.
     ClientKey(String),
-    /// The client key is valid but is not the key of the client certificate (for example an EC
-    /// key next to an RSA certificate).
+    /// The client key is valid but not the client certificate's (an EC key for an RSA one).
     KeyMismatch,
     /// The tls-server-name is neither a DNS name nor an IP address.
     ServerName(String),

@@ -3,7 +3,6 @@
 
 use super::*;
 
-/// Errors of the API client.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
@@ -66,9 +65,8 @@ impl Error {
     pub fn is_invalid(&self) -> bool {
         self.code() == 422
     }
-    /// 422 Invalid with a cause on `metadata.uid`: a PATCH that carried the object's uid met
-    /// another object of the name, which refuses the uid as an immutable-field change (fixture
-    /// kube-1.28-kubelet/18); Kubernetes' own `ReleasePod` takes that as "replaced".
+    /// 422 Invalid with a cause on `metadata.uid`: a PATCH carrying the object's uid met another
+    /// object of the name (fixture kube-1.28-kubelet/18), which `ReleasePod` takes as replaced.
     pub fn is_uid_changed(&self) -> bool {
         self.is_invalid()
             && self
@@ -98,9 +96,8 @@ impl fmt::Display for Error {
             Error::Tls(e) => write!(f, "tls handshake failed: {e}"),
             Error::Decode(m) => write!(f, "decode error: {m}"),
             Error::Credentials(e) => write!(f, "credentials: {e}"),
-            Error::Fenced => write!(
-                f,
-                "write refused: this replica does not hold the leader lease (or may no longer)"
+            Error::Fenced => f.write_str(
+                "write refused: this replica does not hold the leader lease (or may no longer)",
             ),
         }
     }

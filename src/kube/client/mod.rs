@@ -1,10 +1,6 @@
-//! Typed client for the handful of Kubernetes REST calls the operator makes.
-//!
-//! [`Client`] adds the I/O to pure request building (`request.rs`): credentials, retries of
-//! 429/503 after `Retry-After`, one credential refresh after a 401, and every non-2xx answer
-//! turned into [`Error::Api`] carrying the server's `Status`. No header is ever logged, and
-//! every request is reported to the client's [`RequestHook`]. Retrying beyond one request is
-//! the caller's (its queue or watcher).
+//! Typed client for the handful of Kubernetes REST calls the operator makes: credentials,
+//! retries of 429/503 after `Retry-After` and of a 401 once with fresh credentials, every
+//! non-2xx answer an [`Error::Api`] with the server's `Status`. No header is ever logged.
 
 use crate::kube::config::{ClusterConfig, ConfigError};
 use crate::kube::fence::Fence;
@@ -30,6 +26,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a watch may outlive its own `timeoutSeconds` (at which the server ends it).
 pub const WATCH_GRACE: Duration = Duration::from_secs(30);
 const JSON: &str = "application/json";
+const USER_AGENT: &str = concat!("immortal-operator/", env!("CARGO_PKG_VERSION"));
 /// What a metadata-only list accepts: kube-apiserver's `PartialObjectMetadataList` (only each
 /// object's `metadata`), or else whole objects, which read the same to a decoder of `metadata`.
 const METADATA_LIST: &str =
@@ -40,19 +37,16 @@ const THROTTLE_ATTEMPTS: u32 = 4;
 /// Longest we honour a `Retry-After` before giving the error back to the caller's own backoff.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 
-/// Told of every request a client sent: its method and the HTTP status it was answered with
-/// (0: no answer at all), as client-go's `tools/metrics` adapters are.
+/// Told of every request a client sent (each attempt of a retried one): its method and the
+/// HTTP status it was answered with (0: no answer at all).
 pub type RequestHook = fn(method: &'static str, code: u16);
 
 /// The HTTP client every thread shares. Cheap to clone: all state is behind `Arc`s.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
-    /// Set by [`Client::until`]: every request ends by then, and no throttle retries.
     until: Option<Instant>,
-    /// Set by [`Client::fenced`]: writes only while it is open, ending when it closes.
     fence: Option<Arc<Fence>>,
-    /// Cleared by [`Client::unpooled`]: every request on a connection of its own.
     pooled: bool,
     on_request: RequestHook,
 }
@@ -61,7 +55,6 @@ struct Inner {
     config: ClusterConfig,
     agent: RwLock<(Arc<rustls::ClientConfig>, ureq::Agent)>,
     max_idle_per_host: usize,
-    user_agent: String,
 }
 
 /// An agent that keeps up to `pool` idle connections for reuse (through a proxy, tunnels
@@ -94,7 +87,6 @@ fn build_agent(
     .build()
 }
 
-/// What to send: method, path with query, optional body with its content type.
 struct Req<'a> {
     method: &'static str,
     path: &'a str,
@@ -132,7 +124,6 @@ impl Client {
                 config,
                 agent: RwLock::new((tls, agent)),
                 max_idle_per_host,
-                user_agent: format!("immortal-operator/{}", env!("CARGO_PKG_VERSION")),
             }),
             until: None,
             fence: None,
@@ -141,8 +132,7 @@ impl Client {
         })
     }
 
-    /// The same client, but every request it sends (each attempt of a retried one included)
-    /// is reported to `hook`, and so is every request of the clients made from it.
+    /// The same client, and those made from it, reporting every request to `hook`.
     pub fn reporting(&self, hook: RequestHook) -> Client {
         Client {
             on_request: hook,
@@ -150,9 +140,8 @@ impl Client {
         }
     }
 
-    /// The same client, but every request ends by `deadline` (one with no time left is not
-    /// sent) and a 429/503 is returned at once instead of retried: for callers whose answer is
-    /// worthless later (leader election must know within its renew deadline whether it leads).
+    /// The same client, but every request ends by `deadline` and a 429/503 is returned at once:
+    /// for callers whose answer is worthless later (leader election, within its renew deadline).
     pub fn until(&self, deadline: Instant) -> Client {
         Client {
             until: Some(deadline),
@@ -161,8 +150,7 @@ impl Client {
     }
 
     /// The same client, but a write (any method but GET) is sent only while `fence` is open,
-    /// with a timeout that ends when the fence closes, so no write of ours is sent, or waited
-    /// for, once another replica may hold the leader Lease. Reads are not fenced.
+    /// with a timeout that ends when the fence closes. Reads are not fenced.
     pub fn fenced(&self, fence: Arc<Fence>) -> Client {
         Client {
             fence: Some(fence),
@@ -200,10 +188,8 @@ impl Client {
         Ok(deadline)
     }
 
-    /// Drops every pooled connection, for this client and every client made from it: when one
-    /// was found dead (a request timed out, a watch went silent), the others took the same
-    /// path and may be as dead (see "A dead connection takes the pool with it" in
-    /// docs/design.md). Requests in flight keep theirs.
+    /// Drops every pooled connection of this client and of those made from it, for when one
+    /// was found dead: see "A dead connection takes the pool with it" in docs/design.md.
     pub fn forget_connections(&self) {
         let mut cur = self.inner.agent.write().unwrap_or_else(|p| p.into_inner());
         cur.1 = self.pooled_agent(cur.0.clone());
@@ -238,8 +224,7 @@ impl Client {
         Ok(agent)
     }
 
-    /// Sends one request, retrying 429/503 after `Retry-After` and a 401 once with refreshed
-    /// credentials. Returns the 2xx response, or the error.
+    /// Sends one request, retrying as the module says; reports each attempt to the hook.
     fn send(&self, req: &Req) -> Result<ureq::Response, Error> {
         let mut refreshed = false;
         let mut attempt = 0;
@@ -318,7 +303,7 @@ impl Client {
         let mut r = agent
             .request(req.method, &url)
             .set("Accept", req.accept)
-            .set("User-Agent", &self.inner.user_agent);
+            .set("User-Agent", USER_AGENT);
         let auth = self.inner.config.credentials.authorization();
         if let Some(auth) = auth.map_err(transport_error)? {
             r = r.set("Authorization", &auth);
@@ -370,8 +355,7 @@ fn is_write(method: &str) -> bool {
     method != "GET"
 }
 
-/// Whether an I/O error is a read or write that waited its whole timeout (`WouldBlock` is how
-/// a socket timeout shows on some platforms).
+/// Whether an I/O error is a socket timeout (which Unix reports as `WouldBlock`).
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -379,7 +363,6 @@ fn is_timeout(e: &std::io::Error) -> bool {
     )
 }
 
-/// The chain of errors under a transport error.
 fn causes(t: &ureq::Transport) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
     std::iter::successors(std::error::Error::source(t), |e| e.source())
 }

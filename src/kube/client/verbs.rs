@@ -4,10 +4,6 @@
 use super::*;
 
 impl Client {
-    fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
-        self.json(&Req::new("GET", path, None))
-    }
-
     /// A request with `body` sent as JSON under `content_type`, its answer decoded as `T`.
     fn send_json<B: Serialize, T: DeserializeOwned>(
         &self,
@@ -22,7 +18,7 @@ impl Client {
 
     /// GET of any path (discovery documents), decoded as `T`.
     pub fn get_path<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
-        self.get(path)
+        self.json(&Req::new("GET", path, None))
     }
 
     pub fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, Error> {
@@ -66,9 +62,8 @@ impl Client {
         )
     }
 
-    /// JSON merge patch (RFC 7386) of an object's `/status` subresource. Custom resources do
-    /// not support strategic merge patch (415, see the `*-strategic-merge-patch-unsupported`
-    /// fixture).
+    /// JSON merge patch of an object's `/status`: custom resources do not take strategic
+    /// merge patch (415, the `*-strategic-merge-patch-unsupported` fixture).
     pub fn patch_status<T: DeserializeOwned>(
         &self,
         res: Resource,
@@ -99,14 +94,13 @@ impl Client {
         self.send_json("POST", &collection_path(res, None), JSON, body)
     }
 
-    /// GET of any namespaced object, decoded as `T`.
     pub fn get_object<T: DeserializeOwned>(
         &self,
         res: Resource,
         ns: &str,
         name: &str,
     ) -> Result<T, Error> {
-        self.get(&object_path(res, ns, name))
+        self.get_path(&object_path(res, ns, name))
     }
 
     /// PUT (replace) of a namespaced object; the body's resourceVersion makes it conditional.
@@ -120,7 +114,6 @@ impl Client {
         self.send_json("PUT", &object_path(res, ns, name), JSON, body)
     }
 
-    /// JSON merge patch of a namespaced object.
     pub fn merge_patch<B: Serialize, T: DeserializeOwned>(
         &self,
         res: Resource,
@@ -132,14 +125,13 @@ impl Client {
         self.send_json("PATCH", &path, "application/merge-patch+json", patch)
     }
 
-    /// One page of a LIST.
     pub fn list<T: DeserializeOwned>(
         &self,
         res: Resource,
         ns: Option<&str>,
         params: &ListParams,
     ) -> Result<ListPage<T>, Error> {
-        self.get(&format!(
+        self.get_path(&format!(
             "{}{}",
             collection_path(res, ns),
             list_query(params)
@@ -199,9 +191,8 @@ impl Client {
     }
 }
 
-/// A watch's body: each read waits at most `idle` (the agent's socket timeout does that; a
-/// timeout is reported as `TimedOut` whatever the platform calls it), and none starts after
-/// `deadline`.
+/// A watch's body: each read waits at most `idle` (the agent's socket timeout), reported as
+/// `TimedOut`, and none starts after `deadline`.
 pub(super) struct WatchBody {
     pub(super) inner: Box<dyn Read + Send + Sync>,
     pub(super) deadline: Instant,
@@ -215,13 +206,12 @@ impl Read for WatchBody {
                 "the watch outlived its timeoutSeconds and grace",
             ));
         }
-        self.inner.read(buf).map_err(|e| match e.kind() {
-            // Unix reports a socket read timeout as WouldBlock (the socket is blocking).
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("nothing heard for {:?}", self.idle),
-            ),
-            _ => e,
+        self.inner.read(buf).map_err(|e| {
+            if !is_timeout(&e) {
+                return e;
+            }
+            let silence = format!("nothing heard for {:?}", self.idle);
+            std::io::Error::new(std::io::ErrorKind::TimedOut, silence)
         })
     }
 }
