@@ -93,10 +93,9 @@ impl Recorder {
         self
     }
 
-    /// Queues `note` about the object `meta` describes; never waits. When the writer thread
-    /// falls [`BACKLOG`] behind, the Event is dropped, as client-go's broadcaster drops on a
-    /// full channel; the first drop of an episode is a WARN, each is counted, and the end of the
-    /// episode says how many were lost.
+    /// Queues `note` about the object `meta` describes; never waits. [`BACKLOG`] behind, the
+    /// Event is dropped, as client-go's broadcaster drops on a full channel: the first drop of
+    /// an episode is a WARN, each is counted, and the end of the episode says how many.
     pub fn record(&self, meta: &ObjectMeta, note: Note) {
         let waiting = self.tx.len();
         if waiting >= BACKLOG {
@@ -230,9 +229,8 @@ impl Book {
     }
 }
 
-/// When `map` is full, forgets its older half (by last use). A forgotten object's next event
-/// is created rather than bumped and its bucket starts full again, which is what client-go's
-/// LRU eviction does too. Amortised O(1): one O(n) pass per n/2 insertions.
+/// When `map` is full, forgets its older half (by last use), as client-go's LRU eviction
+/// forgets: amortised O(1), one O(n) pass per n/2 insertions.
 fn trim<K, V>(map: &mut HashMap<K, V>, at: impl Fn(&V) -> Instant) {
     if map.len() < MAX_REMEMBERED {
         return;
@@ -271,25 +269,7 @@ pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, insta
         book: Book::default(),
     };
     for p in rx {
-        let object = format!("{}/{}", p.namespace, p.name);
-        let kind = if p.note.warning { "Warning" } else { "Normal" };
-        let Some((action, result)) = writer.write(&p) else {
-            log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event rate-limited, dropped");
-            continue;
-        };
-        match result {
-            Ok(()) => {
-                log::info!(target: "events", object = object.as_str(), action = action, reason = p.note.reason, type = kind, result = "success"; "recorded event")
-            }
-            Err(e) => {
-                let level = if e.is_forbidden() {
-                    log::Level::Warn
-                } else {
-                    log::Level::Info
-                };
-                log::log!(target: "events", level, object = object.as_str(), action = action, reason = p.note.reason, type = kind, result = "error", error = e.to_string().as_str(); "event not recorded")
-            }
-        }
+        writer.write(&p);
     }
 }
 
@@ -302,14 +282,17 @@ struct Writer {
 }
 
 impl Writer {
-    /// Creates or bumps the Event of `p`: the action taken and how it went; `None` when the
-    /// object's rate limit dropped it.
-    fn write(&mut self, p: &Pending) -> Option<(&'static str, Result<(), Error>)> {
+    /// Creates, bumps or drops the Event of `p`, and logs which and how it went.
+    fn write(&mut self, p: &Pending) {
         let now = util::now_rfc3339();
-        match self.book.decide(p, Instant::now()) {
-            Decision::Drop => None,
+        let object = format!("{}/{}", p.namespace, p.name);
+        let (action, result) = match self.book.decide(p, Instant::now()) {
+            Decision::Drop => {
+                log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event rate-limited, dropped");
+                return;
+            }
             Decision::Create { name } => {
-                Some(("create_event", self.create(p, name, 1, now.clone(), &now)))
+                ("create_event", self.create(p, name, 1, now.clone(), &now))
             }
             Decision::Bump { name, count, first } => {
                 let patch =
@@ -323,10 +306,24 @@ impl Writer {
                     // default): written anew with its count, as client-go does.
                     Err(e) if e.is_not_found() => {
                         self.book.gone(p);
-                        Some(("create_event", self.create(p, name, count, first, &now)))
+                        ("create_event", self.create(p, name, count, first, &now))
                     }
-                    result => Some(("bump_event", result.map(drop))),
+                    result => ("bump_event", result.map(drop)),
                 }
+            }
+        };
+        let kind = if p.note.warning { "Warning" } else { "Normal" };
+        match result {
+            Ok(()) => {
+                log::info!(target: "events", object = object.as_str(), action = action, reason = p.note.reason, type = kind, result = "success"; "recorded event")
+            }
+            Err(e) => {
+                let level = if e.is_forbidden() {
+                    log::Level::Warn
+                } else {
+                    log::Level::Info
+                };
+                log::log!(target: "events", level, object = object.as_str(), action = action, reason = p.note.reason, type = kind, result = "error", error = e.to_string().as_str(); "event not recorded")
             }
         }
     }

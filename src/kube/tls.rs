@@ -67,10 +67,7 @@ pub fn client_config(
         algorithms: provider.signature_verification_algorithms,
     };
     if !insecure {
-        let roots = match ca_pem {
-            Some(pem) => root_store(pem)?,
-            None => system_roots()?,
-        };
+        let roots = ca_pem.map_or_else(system_roots, root_store)?;
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .build()
             .map_err(|e| TlsError::Ca(e.to_string()))?;
@@ -180,9 +177,8 @@ fn pem_problem(error: &rustls::pki_types::pem::Error, wanted: &str) -> String {
     }
 }
 
-/// Verifies the server certificate with webpki, against `name` (tls-server-name) instead of the
-/// name the connection was opened with when set, or not at all for insecure-skip-tls-verify.
-/// The handshake signature is always checked, so the peer holds the key of its certificate.
+/// Verifies the server certificate with webpki, against `name` (tls-server-name) when set, or
+/// not at all (insecure); the handshake signature always, so the peer holds the key it shows.
 #[derive(Debug)]
 struct Verifier {
     /// `None`: insecure-skip-tls-verify.

@@ -57,10 +57,9 @@ struct Inner {
     max_idle_per_host: usize,
 }
 
-/// An agent that keeps up to `pool` idle connections for reuse (through a proxy, tunnels
-/// already open: see `tunnel`). With `idle` (a watch), every read and write waits at most that
-/// long: ureq 2 applies it only to a connection it opens, and only to a request without an
-/// overall timeout (see "The API client" in docs/design.md).
+/// An agent that keeps up to `pool` idle connections (through a proxy, tunnels) for reuse.
+/// With `idle` (a watch, see "The API client" in docs/design.md), every read and write waits
+/// at most that long.
 fn build_agent(
     config: &ClusterConfig,
     tls: Arc<rustls::ClientConfig>,
@@ -110,6 +109,13 @@ impl<'a> Req<'a> {
             idle: None,
         }
     }
+
+    fn no_time_left(&self) -> String {
+        format!(
+            "{} {}: no time left before the deadline; not sent",
+            self.method, self.path
+        )
+    }
 }
 
 impl Client {
@@ -158,9 +164,8 @@ impl Client {
         }
     }
 
-    /// The same client, but every request opens a connection of its own and closes it when it
-    /// ends: for requests minutes apart (start-up checks, the watchers' lists), whose pooled
-    /// connection would otherwise sit idle with its TLS buffers resident.
+    /// The same client, but every request on a connection of its own, closed when it ends: for
+    /// requests minutes apart, whose pooled connection would sit idle, its TLS buffers resident.
     pub fn unpooled(&self) -> Client {
         Client {
             pooled: false,
@@ -168,22 +173,21 @@ impl Client {
         }
     }
 
+    /// `deadline`, or [`Client::until`] if sooner.
+    fn cut(&self, deadline: Instant) -> Instant {
+        self.until.map_or(deadline, |until| deadline.min(until))
+    }
+
     /// When `req` must end: its own timeout, cut to [`Client::until`] and, for a write, to the
     /// fence. `Err` when the fence refuses the write or no time is left.
     fn deadline(&self, req: &Req) -> Result<Instant, Error> {
         let now = Instant::now();
-        let mut deadline = now + req.timeout;
-        if let Some(until) = self.until {
-            deadline = deadline.min(until);
-        }
+        let mut deadline = self.cut(now + req.timeout);
         if let (Some(fence), true) = (&self.fence, is_write(req.method)) {
             deadline = deadline.min(fence.deadline().ok_or(Error::Fenced)?);
         }
         if deadline <= now {
-            return Err(Error::Transport(format!(
-                "{} {}: no time left before the deadline; not sent",
-                req.method, req.path
-            )));
+            return Err(Error::Transport(req.no_time_left()));
         }
         Ok(deadline)
     }
@@ -205,9 +209,8 @@ impl Client {
         build_agent(&self.inner.config, tls, self.inner.max_idle_per_host, None)
     }
 
-    /// The agent for a request: with `idle` (a watch) or unpooled, one whose connection is
-    /// opened for it and closed when it ends; else the pooled one, rebuilt when an exec plugin
-    /// handed out a new client certificate.
+    /// With `idle` (a watch) or unpooled, an agent of the request's own; else the pooled one,
+    /// rebuilt when an exec plugin handed out a new client certificate.
     fn agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
         if idle.is_some() || !self.pooled {
@@ -308,15 +311,11 @@ impl Client {
         if let Some(auth) = auth.map_err(transport_error)? {
             r = r.set("Authorization", &auth);
         }
-        // Measured after the credentials, which may have taken a while (an exec plugin): ureq
-        // counts its timeout from the call, and the whole request, answer body included, must
-        // be over by the deadline.
+        // Measured after the credentials, which may have taken a while (an exec plugin): the
+        // whole request, answer body included, must be over by the deadline.
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(transport_error(format!(
-                "{} {}: no time left before the deadline; not sent",
-                req.method, req.path
-            )));
+            return Err(transport_error(req.no_time_left()));
         }
         if req.idle.is_none() {
             r = r.timeout(left);

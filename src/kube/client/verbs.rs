@@ -29,11 +29,8 @@ impl Client {
         self.create(Resource::PODS, ns, pod)
     }
 
-    /// Deletes a pod only if it still has `uid`, and answers the pod as the server left it:
-    /// still there with a `deletionTimestamp` while a graceful deletion runs, or, when it was
-    /// removed at once, its last state with `deletionGracePeriodSeconds: 0` (see
-    /// [`Pod::is_removed`]). An answer that is not a pod decodes as an empty one, which reads
-    /// as "not known to be removed".
+    /// Deletes a pod only if it still has `uid`, and answers the pod as the server left it (see
+    /// [`Pod::is_removed`]); an answer that is not a pod reads as "not known to be removed".
     pub fn delete_pod(
         &self,
         ns: &str,
@@ -153,10 +150,9 @@ impl Client {
         })
     }
 
-    /// Opens a WATCH and returns the event stream, one JSON event per line. A connection open
-    /// but dead fails a read: with `TimedOut` once nothing arrived for
-    /// [`WatchParams::idle_timeout`] (the answer's head included), and once the watch outlived
-    /// its `timeoutSeconds` plus [`WATCH_GRACE`].
+    /// Opens a WATCH and returns the event stream, one JSON event per line. A read fails once
+    /// nothing arrived for [`WatchParams::idle_timeout`] (with `TimedOut`; the answer's head
+    /// included), or once the watch outlived its `timeoutSeconds` plus [`WATCH_GRACE`].
     pub fn watch(
         &self,
         res: Resource,
@@ -174,10 +170,7 @@ impl Client {
             idle: Some(idle),
             ..Req::new("GET", &path, None)
         })?;
-        let mut deadline = Instant::now() + timeout;
-        if let Some(until) = self.until {
-            deadline = deadline.min(until);
-        }
+        let deadline = self.cut(Instant::now() + timeout);
         // One TLS record's worth: the reader below hands over at most a record's plaintext per
         // read, so a larger buffer only adds resident memory to every watch.
         Ok(Box::new(BufReader::with_capacity(
