@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 /// A repeated Event within this window updates the first one.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(600);
-/// Each object's token bucket: Events at once, and one more token every `REFILL_EVERY`.
+/// Each object's token bucket: this many Events at once, then one more every `REFILL_EVERY`.
 const BURST: f64 = 25.0;
 const REFILL_EVERY: Duration = Duration::from_secs(300);
 /// Objects the dedupe and rate-limit books remember at most, as client-go's EventCorrelator

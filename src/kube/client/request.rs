@@ -211,11 +211,10 @@ where
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ListMeta {
-    #[serde(default)]
     pub resource_version: String,
-    #[serde(default, rename = "continue")]
+    #[serde(rename = "continue")]
     pub continue_token: Option<String>,
 }
 
