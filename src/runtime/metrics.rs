@@ -34,7 +34,7 @@ const QUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 
 const RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
 
 /// Why a watch stream ended and was opened again (the `reason` of
-/// `immortal_watch_restarts_total`).
+/// `immortal_watch_restarts_total`, [`REASONS`] in this order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Restart {
     /// The server ended it cleanly (its `timeoutSeconds`).
@@ -47,23 +47,7 @@ pub enum Restart {
     Error,
 }
 
-impl Restart {
-    const ALL: [Restart; 4] = [
-        Restart::Closed,
-        Restart::Expired,
-        Restart::Stalled,
-        Restart::Error,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Restart::Closed => "closed",
-            Restart::Expired => "expired",
-            Restart::Stalled => "stalled",
-            Restart::Error => "error",
-        }
-    }
-}
+const REASONS: [&str; 4] = ["closed", "expired", "stalled", "error"];
 
 type Labels<const N: usize> = [(&'static str, &'static str); N];
 
@@ -169,7 +153,7 @@ pub fn set_leader(is_leader: bool) {
 pub fn watch_restarted(resource: &'static str, why: Restart) {
     metrics()
         .watch_restarts
-        .get_or_create(&[("resource", resource), ("reason", why.as_str())])
+        .get_or_create(&[("resource", resource), ("reason", REASONS[why as usize])])
         .inc();
 }
 pub fn watch_relisted(resource: &'static str) {
@@ -284,10 +268,10 @@ impl prometheus_client::collector::Collector for Scrape {
         // Every watched resource shows every restart reason, from zero.
         let watches = liveness::silences();
         for (resource, _) in &watches {
-            for why in Restart::ALL {
+            for reason in REASONS {
                 let _ = m
                     .watch_restarts
-                    .get_or_create(&[("resource", resource), ("reason", why.as_str())]);
+                    .get_or_create(&[("resource", resource), ("reason", reason)]);
             }
             let _ = m.watch_relists.get_or_create(&[("resource", resource)]);
         }
