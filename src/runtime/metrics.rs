@@ -1,8 +1,6 @@
 //! Process-wide counters, named as controller-runtime names them so existing dashboards work
-//! unchanged, exported in Prometheus text format 0.0.4 by `prometheus-client`.
-//!
-//! Recording is a few atomic operations (or one short lock for labelled counters); nothing is
-//! formatted until `/metrics` is scraped.
+//! unchanged, exported in Prometheus text format 0.0.4 by `prometheus-client`. Recording is a few
+//! atomic operations (or one short lock for labelled counters); nothing is formatted until then.
 
 use crate::runtime::liveness;
 use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
@@ -188,55 +186,56 @@ impl prometheus_client::collector::Collector for Scrape {
         let m = metrics();
         let ctl = [("controller", CONTROLLER)];
         let queue = [("name", CONTROLLER)];
-        family(
+        write_family(
             &mut e,
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
+            &[],
             &m.reconcile_results,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "controller_runtime_reconcile_errors",
             "Total number of reconciliation errors per controller",
             &ctl,
             &m.reconcile_errors,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
             &ctl,
             &m.reconcile_time,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_depth",
             "Current depth of workqueue",
             &queue,
             &m.queue_depth,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_adds",
             "Total number of adds handled by workqueue",
             &queue,
             &m.queue_adds,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_retries",
             "Total number of retries handled by workqueue",
             &queue,
             &m.queue_retries,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
             &queue,
             &m.queue_wait,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_work_duration_seconds",
             "How long in seconds processing an item from workqueue takes",
@@ -263,7 +262,7 @@ impl prometheus_client::collector::Collector for Scrape {
             ];
             ConstCounter::new(n).encode(r.encode_family(&labels)?)?;
         }
-        labelled(&mut e, "leader_election_master_status", "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master", &[("name", "immortal-operator")], &m.leader)?;
+        write_family(&mut e, "leader_election_master_status", "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master", &[("name", "immortal-operator")], &m.leader)?;
 
         // Every watched resource shows every restart reason, from zero.
         let watches = liveness::silences();
@@ -275,16 +274,18 @@ impl prometheus_client::collector::Collector for Scrape {
             }
             let _ = m.watch_relists.get_or_create(&[("resource", resource)]);
         }
-        family(
+        write_family(
             &mut e,
             "immortal_watch_restarts",
             "Watch streams re-opened, per resource and why the last one ended",
+            &[],
             &m.watch_restarts,
         )?;
-        family(
+        write_family(
             &mut e,
             "immortal_watch_relists",
             "Full relists, per resource",
+            &[],
             &m.watch_relists,
         )?;
         let mut ages = e.encode_descriptor(
@@ -301,33 +302,26 @@ impl prometheus_client::collector::Collector for Scrape {
             "Events not written because the Event writer was {} behind (best effort, as client-go)",
             crate::kube::events::BACKLOG
         );
-        family(
+        write_family(
             &mut e,
             "immortal_events_dropped",
             &help,
+            &[],
             &ConstCounter::new(m.events_dropped.load(Relaxed)),
         )?;
-        family(
+        write_family(
             &mut e,
             "immortal_pods_created",
             "Pods created, by cause",
+            &[],
             &m.pods_created,
         )
     }
 }
 
-/// A metric family: HELP, TYPE (a counter's name gets its `_total` here) and its samples.
-fn family(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    metric: &impl EncodeMetric,
-) -> fmt::Result {
-    metric.encode(e.encode_descriptor(name, help, None, metric.metric_type())?)
-}
-
-/// A metric with constant labels.
-fn labelled(
+/// A metric family: HELP, TYPE (a counter's name gets its `_total` here) and its samples, each
+/// with the constant `labels` if any.
+fn write_family(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -335,7 +329,10 @@ fn labelled(
     metric: &impl EncodeMetric,
 ) -> fmt::Result {
     let mut family = e.encode_descriptor(name, help, None, metric.metric_type())?;
-    metric.encode(family.encode_family(&labels)?)
+    match labels {
+        [] => metric.encode(family),
+        _ => metric.encode(family.encode_family(&labels)?),
+    }
 }
 
 #[cfg(test)]
