@@ -6,7 +6,7 @@
 
 use crate::kube::client::{self, Client, Resource};
 use crate::util;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -131,29 +131,23 @@ impl MetricsAuth {
         if status["authenticated"] != Value::Bool(true) {
             return Ok(Verdict::Unauthenticated);
         }
-        // Who the token is (authentication.k8s.io/v1 UserInfo), passed on as is.
         let user = &status["user"];
         let username = user["username"].as_str().unwrap_or("").to_string();
-        let mut spec = Map::new();
-        for (from, to) in [
-            ("username", "user"),
-            ("uid", "uid"),
-            ("groups", "groups"),
-            ("extra", "extra"),
-        ] {
-            if let Some(v) = user.get(from).filter(|v| !v.is_null()) {
-                spec.insert(to.into(), v.clone());
-            }
-        }
-        spec.insert(
-            "nonResourceAttributes".into(),
-            json!({ "path": PATH, "verb": VERB }),
-        );
-        let access_review = json!({
+        let mut access_review = json!({
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
-            "spec": spec,
+            "spec": {
+                "user": user["username"],
+                "uid": user["uid"],
+                "groups": user["groups"],
+                "extra": user["extra"],
+                "nonResourceAttributes": { "path": PATH, "verb": VERB },
+            },
         });
+        // Who the token is (authentication.k8s.io/v1 UserInfo) passed on as is, less what it lacks.
+        if let Some(spec) = access_review["spec"].as_object_mut() {
+            spec.retain(|_, v| !v.is_null());
+        }
         let answer: Value = self
             .within(deadline)?
             .create_cluster_scoped(Resource::SUBJECT_ACCESS_REVIEWS, &access_review)
