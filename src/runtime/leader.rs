@@ -243,8 +243,7 @@ impl Elector {
         format!("{}/{}", self.s.namespace, self.s.name)
     }
 
-    /// One look at the Lease, and a write if we hold it or may take it; every request ends by
-    /// `until`.
+    /// One look at the Lease, and a write if we hold it or may take it, all by `until`.
     fn try_acquire_or_renew(&self, until: Instant) -> Result<Attempt, client::Error> {
         let client = self.client.until(until);
         let (ns, name, me) = (&self.s.namespace, &self.s.name, &self.s.identity);
@@ -267,16 +266,9 @@ impl Elector {
         });
         let holder = next.spec.holder_identity.clone().unwrap_or_default();
         if let Some(current) = &found {
-            let observed_at = {
-                let mut obs = util::lock(&self.observed);
-                match obs.as_ref() {
-                    Some((spec, at)) if *spec == current.spec => *at,
-                    _ => {
-                        let at = Instant::now();
-                        *obs = Some((current.spec.clone(), at));
-                        at
-                    }
-                }
+            let observed_at = match &mut *util::lock(&self.observed) {
+                Some((spec, at)) if *spec == current.spec => *at,
+                observed => observed.insert((current.spec.clone(), Instant::now())).1,
             };
             let theirs = current.spec.lease_duration_seconds.unwrap_or(duration);
             let expired = observed_at.elapsed() >= Duration::from_secs(theirs.max(0) as u64);
@@ -317,8 +309,7 @@ impl Elector {
         }
     }
 
-    /// A write of the Lease that made or kept us its holder, sent at `sent`: opens or moves on
-    /// the fence.
+    /// A write that made or kept us the holder, sent at `sent`: opens or moves on the fence.
     fn remember(&self, l: Lease, sent: Instant) {
         *util::lock(&self.observed) = Some((l.spec.clone(), Instant::now()));
         *util::lock(&self.ours) = Some(l);
