@@ -27,8 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Largest request head read, in bytes: the kubelet's and Prometheus' requests are a few hundred
-/// bytes, a bearer token included (Go's net/http allows 1 MiB, nginx 8 KiB per line).
+/// Largest request head read, in bytes; the kubelet's and Prometheus' take a few hundred.
 pub const MAX_HEAD: usize = 8 * 1024;
 /// Connections served at once per listener: 8 threads with an 8 KiB buffer each, under 1 MiB.
 pub const MAX_CONNECTIONS: usize = 8;
@@ -76,9 +75,7 @@ impl Health {
     }
 
     /// Ready once every first list completed, unless a watch has not been live (open, and heard
-    /// from within the idle limit) for longer than the idle limit: a silent watch is given up at
-    /// the limit, and one not opened again within one more makes the operator say so. A standby
-    /// keeps its watches too, so it is ready as well.
+    /// from within the idle limit) for longer than the idle limit. A standby is ready too.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
         let (synced, all) = (self.synced.load(Ordering::Relaxed), self.resources.len());
@@ -199,10 +196,9 @@ impl Limits {
     };
 }
 
-/// Binds `addr` as Go's `net.Listen` does. The IPv6 wildcard (`:PORT`) accepts both address
-/// families, as an IPv6-only or IPv6-primary cluster's kubelet needs: Linux makes `[::]`
-/// dual-stack unless `net.ipv6.bindv6only` is set, so `0.0.0.0` on the same port is bound too
-/// only where it is still free (that host), and alone where the host has no IPv6 at all.
+/// Binds `addr` as Go's `net.Listen` does: the IPv6 wildcard accepts both address families (an
+/// IPv6 cluster's kubelet needs it). Linux makes `[::]` dual-stack unless `bindv6only` is set, so
+/// `0.0.0.0` is bound too where still free (that host), and alone on a host without IPv6.
 fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
     use io::ErrorKind::{AddrInUse, PermissionDenied};
     let any4 = |port| TcpListener::bind(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
@@ -483,9 +479,8 @@ impl Response {
     }
 }
 
-/// Reads one request head from `conn` and writes the answer `handle` gives (or 400, 431).
-/// Returns the code answered; `None` when the client went away, sent no valid TLS, or ran out
-/// of time first, which gets no answer.
+/// Reads one request head from `conn` and writes the answer `handle` gives (or 400, 431), and
+/// returns its code; `None` for a client that went away or ran out of time (no answer).
 fn exchange(
     conn: &mut (impl Read + Write),
     handle: impl FnOnce(&Request) -> Response,
