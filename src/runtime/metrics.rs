@@ -165,9 +165,7 @@ pub fn watch_relisted(resource: &'static str) {
 /// for `rest_client_requests_total`.
 pub fn render(host: &str) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Scrape {
-        host: host.to_string(),
-    }));
+    registry.register_collector(Box::new(Scrape(host.to_string())));
     let mut out = String::with_capacity(8 * 1024);
     // Writing to a String cannot fail.
     let _ = prometheus_text::encode(&mut out, &registry);
@@ -175,11 +173,10 @@ pub fn render(host: &str) -> String {
 }
 
 /// One scrape: every family in a fixed order, its HELP and TYPE even before it has a sample
-/// (prometheus-client's registry leaves out empty families), and the figures only known now.
+/// (prometheus-client's registry leaves out empty families), and the figures only known now,
+/// for the API server at `.0`.
 #[derive(Debug)]
-struct Scrape {
-    host: String,
-}
+struct Scrape(String);
 
 impl prometheus_client::collector::Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
@@ -257,7 +254,7 @@ impl prometheus_client::collector::Collector for Scrape {
             };
             let labels = [
                 ("code", code.as_str()),
-                ("host", &self.host),
+                ("host", &self.0),
                 ("method", method),
             ];
             ConstCounter::new(n).encode(r.encode_family(&labels)?)?;
