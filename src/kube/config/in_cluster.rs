@@ -26,14 +26,10 @@ pub(super) fn in_cluster(
         .ok()
         .map(|ns| ns.trim().to_string())
         .filter(|ns| !ns.is_empty());
+    let ca_origin = format!("in-cluster service account CA {}", ca_path.display());
     let settings = TlsSettings {
-        ca: Some((
-            ca,
-            format!("in-cluster service account CA {}", ca_path.display()),
-        )),
-        insecure: false,
-        server_name: None,
-        client: None,
+        ca: Some((ca, ca_origin)),
+        ..TlsSettings::default()
     };
     finish(
         server,
