@@ -208,8 +208,6 @@ impl Credentials {
     }
 }
 
-// ---- token files ----
-
 struct TokenFile {
     path: PathBuf,
     what: String,
@@ -258,47 +256,38 @@ fn read_token(path: &Path, what: &str) -> Result<String, Error> {
 /// Removes the offending value serde quotes in "invalid type/value" messages (for example
 /// `invalid type: integer `123`, expected a string`): that value may be a token.
 pub(crate) fn redact_values(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(start) = [
+    const MARKERS: [&str; 5] = [
         "string \"",
         "integer `",
         "floating point `",
         "character `",
         "bytes \"",
-    ]
-    .iter()
-    .filter_map(|marker| rest.find(marker).map(|i| (i, marker.len())))
-    .min()
-    {
-        let (at, len) = start;
+    ];
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    let first = |rest: &str| {
+        MARKERS
+            .iter()
+            .filter_map(|m| Some((rest.find(m)?, m.len())))
+            .min()
+    };
+    while let Some((at, len)) = first(rest) {
         let quote = rest.as_bytes()[at + len - 1];
         out.push_str(&rest[..at + len]);
-        let value = &rest[at + len..];
+        out.push_str("...");
+        let value = &rest.as_bytes()[at + len..];
         // Debug-formatted strings escape inner quotes; skip those.
-        let mut end = None;
         let mut escaped = false;
-        for (i, b) in value.bytes().enumerate() {
-            match b {
-                b'\\' if !escaped => escaped = true,
-                b if b == quote && !escaped => {
-                    end = Some(i);
-                    break;
-                }
-                _ => escaped = false,
-            }
-        }
-        match end {
-            Some(end) => {
-                out.push_str("...");
-                out.push(quote as char);
-                rest = &value[end + 1..];
-            }
-            None => {
-                out.push_str("...");
-                return out;
-            }
-        }
+        let end = value.iter().position(|&b| {
+            let end = b == quote && !escaped;
+            escaped = b == b'\\' && !escaped;
+            end
+        });
+        let Some(end) = end else {
+            return out;
+        };
+        out.push(quote as char);
+        rest = &rest[at + len + end + 1..];
     }
     out.push_str(rest);
     out
