@@ -281,12 +281,11 @@ pub struct PartialObjectMetadata {
     pub metadata: ObjectMeta,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// A core/v1 Event, only ever written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
-    #[serde(default)]
     pub api_version: String,
-    #[serde(default)]
     pub kind: String,
     pub metadata: ObjectMeta,
     pub involved_object: ObjectReference,
@@ -295,19 +294,18 @@ pub struct Event {
     #[serde(rename = "type")]
     pub type_: String,
     pub source: EventSource,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub first_timestamp: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_timestamp: Option<String>,
-    #[serde(default)]
     pub count: i64,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reporting_component: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reporting_instance: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
     pub api_version: String,
@@ -317,9 +315,8 @@ pub struct ObjectReference {
     pub uid: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EventSource {
-    #[serde(default)]
     pub component: String,
 }
 
