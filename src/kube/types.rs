@@ -183,13 +183,6 @@ impl Pod {
             .unwrap_or("")
     }
 
-    /// A pod in phase Succeeded or Failed never runs again (restartPolicy aside, the kubelet
-    /// does not restart a terminated pod): it has to be replaced.
-    #[cfg(test)]
-    pub fn is_terminated(&self) -> bool {
-        matches!(self.phase(), "Succeeded" | "Failed")
-    }
-
     /// Whether this pod, as a DELETE answered it, is gone: deleted with a grace period of 0
     /// (unscheduled, terminal, or forced; see `CheckGracefulDelete` in the API server's pod
     /// strategy) and held by no finalizer. A pod still being deleted gracefully is not.
@@ -363,10 +356,18 @@ pub fn split_key(key: &str) -> Option<(&str, &str)> {
 mod tests {
     use super::*;
 
-    // Lets other modules' tests write `"uid".into()`.
+    // For other modules' tests: `"uid".into()`, and whether a pod has ended for good.
     impl From<&str> for Uid {
         fn from(s: &str) -> Uid {
             Uid::new(s)
+        }
+    }
+
+    impl Pod {
+        /// A pod in phase Succeeded or Failed never runs again (restartPolicy aside, the
+        /// kubelet does not restart a terminated pod): it has to be replaced.
+        pub fn is_terminated(&self) -> bool {
+            matches!(self.phase(), "Succeeded" | "Failed")
         }
     }
 
