@@ -54,12 +54,9 @@ impl ExecPlugin {
     /// The lock is held while the plugin runs, so concurrent callers wait for one run.
     pub(super) fn credential(&self) -> Result<Arc<ExecCredential>, Error> {
         let mut cached = lock(&self.cached);
+        let soon = SystemTime::now() + EXEC_EXPIRY_MARGIN;
         if let Some(credential) = cached.as_ref() {
-            let fresh = match credential.expires {
-                None => true,
-                Some(expires) => SystemTime::now() + EXEC_EXPIRY_MARGIN < expires,
-            };
-            if fresh {
+            if credential.expires.is_none_or(|expires| soon < expires) {
                 return Ok(credential.clone());
             }
         }

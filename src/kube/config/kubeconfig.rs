@@ -235,7 +235,7 @@ pub(super) fn from_kubeconfig(
     let (credentials, client) = if let Some(user_name) = set(&context.value.user) {
         let (user, user_origin) = find(&merged.users, "user", user_name, &context_origin)?;
         let ca = ca.as_ref().map(|(pem, _)| pem.as_slice());
-        let cluster_info = exec_cluster_info(&server, cluster, ca, server_name);
+        let cluster_info = exec_cluster_info(&server, cluster, ca);
         user_credentials(&user_origin, &user.file, &user.value, &cluster_info)?
     } else {
         // A context without a user is anonymous access; kubectl allows it.
@@ -287,14 +287,9 @@ fn available<T>(entries: &BTreeMap<String, T>) -> String {
 
 /// The `spec.cluster` object of client.authentication.k8s.io ExecCredential, for plugins with
 /// `provideClusterInfo: true`.
-fn exec_cluster_info(
-    server: &str,
-    cluster: &RawCluster,
-    ca: Option<&[u8]>,
-    server_name: Option<&str>,
-) -> serde_json::Value {
+fn exec_cluster_info(server: &str, cluster: &RawCluster, ca: Option<&[u8]>) -> serde_json::Value {
     let mut info = serde_json::json!({ "server": server });
-    if let Some(name) = server_name {
+    if let Some(name) = set(&cluster.tls_server_name) {
         info["tls-server-name"] = name.into();
     }
     if cluster.insecure_skip_tls_verify == Some(true) {

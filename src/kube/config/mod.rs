@@ -339,11 +339,8 @@ struct BuiltTls {
 impl TlsSettings {
     /// A client config; a certificate from an exec plugin replaces the kubeconfig's one, as in
     /// client-go.
-    fn build(
-        &self,
-        exec_pair: Option<&ClientPair>,
-    ) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
-        let pair = exec_pair.or(self.client.as_ref());
+    fn build(&self, exec: Option<&ClientPair>) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
+        let pair = exec.or(self.client.as_ref());
         let result = tls::client_config(
             self.ca.as_ref().map(|(pem, _)| pem.as_slice()),
             self.insecure,
@@ -360,10 +357,8 @@ impl TlsSettings {
                 }
                 _ => None,
             };
-            ConfigError::Tls {
-                origin: origin.unwrap_or_else(|| "tls".into()),
-                error,
-            }
+            let origin = origin.unwrap_or_else(|| "tls".into());
+            ConfigError::Tls { origin, error }
         })
     }
 }

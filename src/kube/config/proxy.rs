@@ -131,12 +131,8 @@ fn host_and_port(server: &str) -> (String, u16) {
         Some((h, p)) if !p.ends_with(']') => (h, p.parse().unwrap_or(default)),
         _ => (authority, default),
     };
-    (
-        host.trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase(),
-        port,
-    )
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host.to_ascii_lowercase(), port)
 }
 
 /// Go's `useProxy`: never for `localhost` or a loopback address.
