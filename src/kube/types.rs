@@ -144,7 +144,6 @@ pub struct PodCondition {
 pub struct ContainerStatus {
     pub name: String,
     pub ready: bool,
-    pub restart_count: i64,
     pub state: ContainerState,
     pub last_state: ContainerState,
 }
@@ -328,7 +327,6 @@ pub struct Status {
 #[serde(default, rename_all = "camelCase")]
 pub struct StatusDetails {
     pub name: String,
-    pub group: String,
     pub kind: String,
     pub causes: Vec<StatusCause>,
     pub retry_after_seconds: Option<u64>,

@@ -227,10 +227,8 @@ fn read_token(path: &Path, what: &str) -> Result<String, Error> {
     let text = std::fs::read_to_string(path).map_err(read_error)?;
     let token = text.trim();
     if token.is_empty() {
-        return Err(read_error(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "file is empty",
-        )));
+        let empty = io::Error::new(io::ErrorKind::InvalidData, "file is empty");
+        return Err(read_error(empty));
     }
     Ok(token.to_string())
 }

@@ -57,7 +57,7 @@ impl fmt::Debug for Proxy {
     }
 }
 
-/// The cluster's `proxy-url`, set at `origin`.
+/// The cluster's `proxy-url`, set at `origin`, for any server (client-go's `rest.Config.Proxy`).
 pub(super) fn from_kubeconfig(url: &str, origin: &str) -> Result<Proxy, ConfigError> {
     parse(url, false).map_err(|problem| invalid(format!("{origin}, proxy-url"), problem))
 }
