@@ -1,7 +1,8 @@
 //! The core Kubernetes objects (metadata, pods, events, statuses) reduced to the fields the
 //! operator uses. Unknown fields are ignored on decode, so a pod the API server returns with all
-//! its defaults (tolerations, volumes, managedFields...) costs only what we keep. Types we only
-//! read (a pod's status, `Status`) are not `Serialize`.
+//! its defaults (tolerations, volumes, managedFields...) costs only what we keep; desired and
+//! actual state are compared on the fields we set, never on whole objects. Types we only read
+//! (a pod's status, `Status`) are not `Serialize`, types we only write (`Event`) not `Deserialize`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -248,10 +248,8 @@ pub(super) fn from_kubeconfig(
         server_name: server_name.map(|n| (n.into(), format!("{cluster_origin}, tls-server-name"))),
         client,
     };
-    let source = format!(
-        "kubeconfig {}, context {context_name}",
-        context.file.display()
-    );
+    let file = context.file.display();
+    let source = format!("kubeconfig {file}, context {context_name}");
     let namespace = set(&context.value.namespace).map(String::from);
     let proxy = set(&cluster.proxy_url).map(|url| proxy::from_kubeconfig(url, &cluster_origin));
     let proxy = proxy.transpose()?;
