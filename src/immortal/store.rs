@@ -1,26 +1,12 @@
-//! What the operator knows of every ImmortalContainer: the part of it reconcile reads
-//! (identity, version, spec, status), kept by the ImmortalContainer watcher and by reconcile's
-//! own status writes, so that a reconcile costs no GET of its object.
+//! What the operator knows of every ImmortalContainer: the part reconcile reads (identity,
+//! version, spec, status), kept by the watcher and by reconcile's own status writes' answers,
+//! so that a reconcile costs no GET of its object. A key the store does not know is read.
 //!
-//! Why reading it here is safe: every write that must not act on stale state carries a
-//! precondition (a count carries the resourceVersion it was computed from, a pod write the
-//! pod's uid), and the store never steps back to a version older than one it holds: our own
-//! status write's answer goes in at once (so the next reconcile does not count a pod again
-//! from a copy that predates the count), and a watch event or a list that comes after it with
-//! an older copy does not replace it. A key the store does not know is read from the API
-//! server (a reconcile for an object deleted meanwhile, or not seen yet).
-//!
-//! **Memory.** The store holds every object the operator serves, so its size is the
-//! operator's: 100,000 objects in a typed copy (a dozen small heap strings each) took about
-//! 90 MB. An object as the operator leaves it (its pod running, starting or not ready) is held
-//! in 128 bytes instead ([`Compact`]): uids as their 16 bytes, the resourceVersion and the
-//! times as numbers, the texts the operator writes as indices into the few it uses, the spec
-//! (image and pod template) shared with every object that has the same one, and the Ready message not at all when it
-//! is the one derived from the pod's name and image, else shared with every object that shows
-//! the same words. Anything else (an object someone else wrote
-//! oddly, a refusal's message) keeps the typed copy. The compact form is used only when it
-//! gives back exactly the object it was made from, which is checked each time it is made: what
-//! reconcile reads is the object, to the byte, either way.
+//! Reading it is safe because every write that must not act on stale state carries a
+//! precondition (a count the resourceVersion it was computed from, a pod write the pod's uid),
+//! and the store never steps back to an older copy than one it holds ([`IcState::replaces`]).
+//! An object as the operator leaves it is held in 128 bytes ([`Compact`]), used only when it
+//! gives back exactly the object it was made from (docs/design.md, "Design").
 
 use crate::immortal::lifecycle::READY;
 use crate::immortal::types::{
@@ -38,27 +24,17 @@ pub type IcStore = Store<Arc<IcState>>;
 #[derive(Debug, Clone, PartialEq)]
 pub enum IcState {
     Compact(Compact),
-    Full(Box<Full>),
+    /// The fields the store keeps (see `projection`), without the name and namespace the
+    /// key holds: for an object the compact form cannot hold exactly.
+    Full(Box<ImmortalContainer>),
 }
 
-/// The typed copy, for an object the compact form cannot hold exactly.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Full {
-    uid: String,
-    resource_version: String,
-    generation: Option<i64>,
-    deletion_timestamp: Option<String>,
-    spec: ImmortalContainerSpec,
-    status: ImmortalContainerStatus,
-}
-
-/// An object as the operator leaves it, in 128 bytes (see the module's documentation).
+/// An object as the operator leaves it (its pod running, starting or not ready), in 128 bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compact {
     uid: [u8; 16],
     resource_version: u64,
     generation: i64,
-    /// Shared by every object that has the same spec.
     spec: Arc<SharedSpec>,
     /// [`NONE`] when not written yet.
     start_times: i64,
@@ -73,9 +49,8 @@ pub struct Compact {
     ready: Option<CompactReady>,
 }
 
-/// An object's spec, one copy for every object that has the same (most of a cluster's
-/// objects come from a few manifests): behind a thin pointer, so that the image and the
-/// template together cost an object 8 bytes, where the image alone cost it 16.
+/// An object's spec, one copy for every object that has the same (most objects come from a few
+/// manifests): behind a thin pointer, image and template cost an object 8 bytes.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct SharedSpec {
     image: Arc<str>,
@@ -119,11 +94,9 @@ struct CompactReady {
     last_transition: i64,
 }
 
-/// The Ready message: one that follows from the pod's name and the object's image, or any
-/// other shared with every object that shows the same one (a kubelet's or a readiness
-/// probe's, copied from the pod's own Ready condition: the same words for every pod that is
-/// not ready for the same reason). Without the last, 100,000 pods made not ready at once
-/// turned 100,000 objects into typed copies, about 1 KB each: 174 MiB peak in the bench.
+/// The Ready message: derived from the pod's name and the object's image, or shared with every
+/// object that shows the same words (a kubelet's or a readiness probe's, the same for every pod
+/// not ready for the same reason).
 #[derive(Debug, Clone, PartialEq)]
 enum DerivedMessage {
     /// "pod NAME runs IMAGE"
@@ -150,77 +123,52 @@ const PHASES: [&str; 6] = [
 const REASONS: [&str; 3] = ["PodRunning", "PodPending", "PodNotReady"];
 
 impl IcState {
-    /// What reconcile needs of `ic`: compact when that holds it exactly (gives back the same
-    /// object as the typed copy would).
+    /// What reconcile needs of `ic`: compact when that gives back the same object.
     pub fn of(ic: &ImmortalContainer) -> IcState {
-        if let Some(c) = Compact::of(ic) {
-            if same_projection(&c.to_object(&ic.metadata.namespace, &ic.metadata.name), ic) {
-                return IcState::Compact(c);
-            }
+        let (ns, name) = (&ic.metadata.namespace, &ic.metadata.name);
+        match Compact::of(ic) {
+            Some(c) if c.to_object(ns, name) == projection(ic, ns, name) => IcState::Compact(c),
+            _ => IcState::Full(Box::new(projection(ic, "", ""))),
         }
-        let m = &ic.metadata;
-        IcState::Full(Box::new(Full {
-            uid: m.uid.clone(),
-            resource_version: m.resource_version.clone(),
-            generation: m.generation,
-            deletion_timestamp: m.deletion_timestamp.clone(),
-            spec: ic.spec.clone(),
-            status: ic.status.clone(),
-        }))
     }
 
     /// The object as reconcile reads it.
     pub fn to_object(&self, namespace: &str, name: &str) -> ImmortalContainer {
         match self {
-            IcState::Full(f) => ImmortalContainer {
-                metadata: ObjectMeta {
-                    name: name.to_string(),
-                    namespace: namespace.to_string(),
-                    uid: f.uid.clone(),
-                    resource_version: f.resource_version.clone(),
-                    generation: f.generation,
-                    deletion_timestamp: f.deletion_timestamp.clone(),
-                    ..Default::default()
-                },
-                spec: f.spec.clone(),
-                status: f.status.clone(),
-            },
+            IcState::Full(f) => projection(f, namespace, name),
             IcState::Compact(c) => c.to_object(namespace, name),
         }
     }
 
     pub fn uid(&self) -> String {
         match self {
-            IcState::Full(f) => f.uid.clone(),
+            IcState::Full(f) => f.metadata.uid.clone(),
             IcState::Compact(c) => format_uuid(&c.uid),
         }
     }
 
     pub fn resource_version(&self) -> String {
         match self {
-            IcState::Full(f) => f.resource_version.clone(),
+            IcState::Full(f) => f.metadata.resource_version.clone(),
             IcState::Compact(c) => c.resource_version.to_string(),
         }
     }
 
     pub fn generation(&self) -> Option<i64> {
         match self {
-            IcState::Full(f) => f.generation,
+            IcState::Full(f) => f.metadata.generation,
             IcState::Compact(c) => Some(c.generation),
         }
     }
 
     /// Whether the object is being deleted.
     pub fn deleting(&self) -> bool {
-        matches!(self, IcState::Full(f) if f.deletion_timestamp.is_some())
+        matches!(self, IcState::Full(f) if f.metadata.deletion_timestamp.is_some())
     }
 
-    /// Whether this copy, which came after `held` (a watch event, a list, an answer of the API
-    /// server), should replace it. Always when it is another object: a different uid is a
-    /// different object (the name was deleted and made again), whatever the resourceVersions
-    /// say, and the copy that came last is the one the API server holds now. For the same
-    /// object, unless `held` is this very version or is known to be a later one (our own
-    /// status write's answer, taken in before the watch caught up with it).
+    /// Whether this copy, which came after `held`, should replace it: always when it is another
+    /// object (a different uid, whatever the resourceVersions say); for the same object, unless
+    /// `held` is this very version or known to be a later one (our own status write's answer).
     pub fn replaces(&self, held: &IcState) -> bool {
         match (self, held) {
             (IcState::Compact(a), IcState::Compact(b)) => {
@@ -235,8 +183,7 @@ impl IcState {
 }
 
 impl Compact {
-    /// The compact form of `ic`, when its fields fit one (it is checked to give `ic` back
-    /// before it is used).
+    /// The compact form of `ic`, when its fields fit one (checked by [`IcState::of`]).
     fn of(ic: &ImmortalContainer) -> Option<Compact> {
         let m = &ic.metadata;
         let st = &ic.status;
@@ -338,15 +285,22 @@ impl Compact {
     }
 }
 
-/// Whether `a` and `b` agree on every field the store keeps.
-fn same_projection(a: &ImmortalContainer, b: &ImmortalContainer) -> bool {
-    let (ma, mb) = (&a.metadata, &b.metadata);
-    ma.uid == mb.uid
-        && ma.resource_version == mb.resource_version
-        && ma.generation == mb.generation
-        && ma.deletion_timestamp == mb.deletion_timestamp
-        && a.spec == b.spec
-        && a.status == b.status
+/// The fields of `ic` the store keeps, under `namespace/name`.
+fn projection(ic: &ImmortalContainer, namespace: &str, name: &str) -> ImmortalContainer {
+    let m = &ic.metadata;
+    ImmortalContainer {
+        metadata: ObjectMeta {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            generation: m.generation,
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            ..Default::default()
+        },
+        spec: ic.spec.clone(),
+        status: ic.status.clone(),
+    }
 }
 
 /// The Ready message of an object whose pod runs its image (see `lifecycle::PodView`).
@@ -363,11 +317,9 @@ fn index(table: &[&str], s: &str) -> Option<u8> {
     table.iter().position(|t| *t == s).map(|i| i as u8)
 }
 
-/// Whether resourceVersion `a` is known to be later than `b` (of the same object). The API
-/// conventions call resourceVersions opaque, but every kube-apiserver gives them out as etcd's
-/// revisions, decimal integers that only grow: compared as such when both are, as a shortcut
-/// only. Otherwise nothing is known, and the caller takes the copy that came last (at worst a
-/// write is repeated, or refused by its precondition).
+/// Whether resourceVersion `a` is known to be later than `b` (of the same object). Opaque by
+/// the API conventions, but every kube-apiserver gives out etcd's revisions, integers that only
+/// grow: compared as such when both are, as a shortcut only; otherwise nothing is known.
 pub fn rv_later(a: &str, b: &str) -> bool {
     match (a.parse::<u64>(), b.parse::<u64>()) {
         (Ok(a), Ok(b)) => a > b,
@@ -375,10 +327,8 @@ pub fn rv_later(a: &str, b: &str) -> bool {
     }
 }
 
-/// The API server answered that no object has this name now (404): the copy held is stale,
-/// and goes. The next reconcile of the key reads; the watcher makes the entry again when it
-/// sees an object of the name. (A new leader whose watch lags would otherwise make pod after
-/// pod for an object deleted meanwhile, each removed by the garbage collector.)
+/// The API server answered that no object has this name now (404): the stale copy goes, so
+/// the next reconcile reads (else a new leader whose watch lags makes pods for a gone object).
 pub fn gone(store: &IcStore, key: &str) {
     store.entry(key, |held| *held = None);
 }
