@@ -12,15 +12,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// Pod spec fields a template may not set, because the operator's promise depends on them
-/// (README, "Pod templates"): dropped from the template if a client still sends them.
-/// - `restartPolicy`: left to the pod default, `Always`, so the kubelet restarts a container
-///   that exits within the one pod, and the pod ends only when it fails, is evicted or is
-///   deleted; `Never`/`OnFailure` would end the pod at every exit and turn each into a
-///   replacement and a count.
-/// - `nodeName`: skips the scheduler, so a pod replaced after its node died would be bound to
-///   the dead node again, forever; nodeSelector and affinity say the same through it.
-/// - `ephemeralContainers`: the API server refuses them on create (they are added to a live
-///   pod through its subresource).
+/// (docs/templates.md says why each): dropped from the template if a client still sends them.
 pub const OPERATOR_FIELDS: [&str; 3] = ["restartPolicy", "nodeName", "ephemeralContainers"];
 
 /// The pod we want for `ic`: built from the object alone, so it is the same every time. It is
@@ -44,11 +36,7 @@ pub fn desired_pod(ic: &ImmortalContainer, counted: bool) -> Pod {
                 // Foreground deletion of the object waits for its pod.
                 block_owner_deletion: Some(true),
             }],
-            finalizers: if counted {
-                vec![COUNT_FINALIZER.to_string()]
-            } else {
-                Vec::new()
-            },
+            finalizers: Vec::from_iter(counted.then(|| COUNT_FINALIZER.to_string())),
             ..Default::default()
         },
         spec: PodSpec {
@@ -143,10 +131,9 @@ pub fn spec_hash(ic: &ImmortalContainer) -> Option<String> {
 }
 
 /// Why the pod made from `created_for` (its image annotation) and `hash` (its spec-hash
-/// annotation) is not the pod `ic` wants, or `None` when it is. Only what we recorded on the
-/// pod is compared: the API server defaults fields and admission may add containers, labels or
-/// rewrite images, and replacing such a pod would bring back another mutated one, forever.
-/// A pod made before templates existed has no hash, as an object without a template wants.
+/// annotation) is not the pod `ic` wants, or `None` when it is. Only what we recorded is
+/// compared: replacing a pod the API server defaulted or admission mutated would bring back
+/// another mutated one, forever.
 pub fn spec_change(
     created_for: &str,
     hash: Option<&str>,
@@ -178,7 +165,6 @@ pub fn recorded_hash(pod: &Pod) -> Option<&str> {
 pub fn desired_labels(ic: &ImmortalContainer) -> BTreeMap<String, String> {
     BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-        // The uid, not the name: names go to 253 characters, label values stop at 63.
         (OWNER_UID_LABEL.to_string(), ic.metadata.uid.clone()),
     ])
 }
