@@ -8,7 +8,7 @@ use crate::immortal::types::{
     OWNER_UID_LABEL, SPEC_HASH_ANNOTATION,
 };
 use crate::kube::types::{Container, ObjectMeta, OwnerReference, Pod, PodSpec};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// Pod spec fields a template may not set, because the operator's promise depends on them
@@ -94,9 +94,8 @@ fn from_template(pod: &mut Pod, t: &Template) {
 
 /// A template's container, every field kept.
 fn container(item: Value) -> Container {
-    let mut rest = match item {
-        Value::Object(m) => m,
-        _ => Map::new(),
+    let Value::Object(mut rest) = item else {
+        return Container::default();
     };
     let mut text = |k: &str| match rest.remove(k) {
         Some(Value::String(s)) => s,

@@ -8,7 +8,7 @@
 //! An object as the operator leaves it is held in 128 bytes ([`Compact`]), used only when it
 //! gives back exactly the object it was made from (docs/design.md, "Design").
 
-use crate::immortal::lifecycle::READY;
+use crate::immortal::lifecycle::{Message, PHASES, READY};
 use crate::immortal::types::{
     pod_name, ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, Template,
 };
@@ -109,16 +109,6 @@ enum DerivedMessage {
 /// Stands for "none" in the compact form's numbers.
 const NONE: i64 = i64::MIN;
 
-/// The pod phases status reports.
-const PHASES: [&str; 6] = [
-    "Pending",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Unknown",
-    "Terminating",
-];
-
 /// The Ready reasons of a pod that runs or starts: the states an object stays in.
 const REASONS: [&str; 3] = ["PodRunning", "PodPending", "PodNotReady"];
 
@@ -183,25 +173,20 @@ impl IcState {
 }
 
 impl Compact {
-    /// The compact form of `ic`, when its fields fit one (checked by [`IcState::of`]).
+    /// The compact form of `ic`, when its fields fit one. What it cannot hold and does not
+    /// test here (a deletion, a status other than True, another pod's name) fails the check
+    /// [`IcState::of`] makes of every compact form.
     fn of(ic: &ImmortalContainer) -> Option<Compact> {
-        let m = &ic.metadata;
-        let st = &ic.status;
-        if m.deletion_timestamp.is_some() {
-            return None;
-        }
+        let (m, st) = (&ic.metadata, &ic.status);
+        let (pod, spec) = (pod_name(&m.name), SharedSpec::of(&ic.spec));
         let ready = match st.conditions.as_slice() {
             [] => None,
             [c] if c.type_ == READY => Some(CompactReady {
-                status: match c.status.as_str() {
-                    "True" => true,
-                    "False" => false,
-                    _ => return None,
-                },
+                status: c.status == "True",
                 reason: index(&REASONS, &c.reason)?,
-                message: if c.message == runs(&m.name, &ic.spec.image) {
+                message: if c.message == Message::Runs(spec.image.clone()).text(&pod) {
                     DerivedMessage::Runs
-                } else if c.message == pending(&m.name) {
+                } else if c.message == Message::Pending.text(&pod) {
                     DerivedMessage::Pending
                 } else {
                     DerivedMessage::Shared(intern(&c.message))
@@ -217,18 +202,14 @@ impl Compact {
             uid: parse_uuid(&m.uid)?,
             resource_version: m.resource_version.parse().ok()?,
             generation: m.generation?,
-            spec: SharedSpec::of(&ic.spec),
+            spec,
             start_times: st.start_times.unwrap_or(NONE),
             last_counted: match &st.last_counted_pod_uid {
                 Some(u) => parse_uuid(u)?,
                 None => [0; 16],
             },
             counted: st.last_counted_pod_uid.is_some(),
-            current_pod: match &st.current_pod {
-                None => false,
-                Some(p) if *p == pod_name(&m.name) => true,
-                Some(_) => return None,
-            },
+            current_pod: st.current_pod.is_some(),
             pod_phase: match &st.pod_phase {
                 None => 0,
                 Some(p) => index(&PHASES, p)? + 1,
@@ -240,8 +221,9 @@ impl Compact {
 
     fn to_object(&self, namespace: &str, name: &str) -> ImmortalContainer {
         let some = |n: i64| (n != NONE).then_some(n);
+        let pod = pod_name(name);
         let status = ImmortalContainerStatus {
-            current_pod: self.current_pod.then(|| pod_name(name)),
+            current_pod: self.current_pod.then(|| pod.clone()),
             start_times: some(self.start_times),
             last_counted_pod_uid: self.counted.then(|| format_uuid(&self.last_counted)),
             observed_generation: some(self.observed_generation),
@@ -260,8 +242,8 @@ impl Compact {
                     ),
                     reason: REASONS[usize::from(r.reason)].to_string(),
                     message: match &r.message {
-                        DerivedMessage::Runs => runs(name, &self.spec.image),
-                        DerivedMessage::Pending => pending(name),
+                        DerivedMessage::Runs => Message::Runs(self.spec.image.clone()).text(&pod),
+                        DerivedMessage::Pending => Message::Pending.text(&pod),
                         DerivedMessage::Shared(m) => m.to_string(),
                     },
                 })
@@ -301,16 +283,6 @@ fn projection(ic: &ImmortalContainer, namespace: &str, name: &str) -> ImmortalCo
         spec: ic.spec.clone(),
         status: ic.status.clone(),
     }
-}
-
-/// The Ready message of an object whose pod runs its image (see `lifecycle::PodView`).
-fn runs(name: &str, image: &str) -> String {
-    format!("pod {} runs {image}", pod_name(name))
-}
-
-/// The Ready message of an object whose pod starts (see `lifecycle::PodView::pending`).
-fn pending(name: &str) -> String {
-    format!("pod {} is pending", pod_name(name))
 }
 
 fn index(table: &[&str], s: &str) -> Option<u8> {

@@ -73,56 +73,48 @@ struct TemplateData {
     hash: OnceLock<(String, String)>,
 }
 
-/// Templates by a text of theirs. Weak, so that a template goes with its last object; swept
-/// whenever it has doubled (as `util::intern` is), so it stays at most twice those in use.
-type Table = Mutex<(BTreeMap<Arc<str>, Weak<TemplateData>>, usize)>;
-
-fn keep(table: &mut (BTreeMap<Arc<str>, Weak<TemplateData>>, usize), key: Arc<str>, t: &Template) {
-    let (map, sweep_at) = table;
-    if map.len() >= *sweep_at {
-        map.retain(|_, w| w.strong_count() > 0);
-        *sweep_at = (map.len() * 2).max(64);
-    }
-    map.insert(key, Arc::downgrade(&t.0));
-}
+/// Templates by their canonical text and by every other text they were decoded from. Weak, so
+/// that a template goes with its last object; swept whenever the table has doubled (as
+/// `util::intern` is), so it stays at most twice the entries in use.
+static SHARED: Mutex<(Table, usize)> = Mutex::new((BTreeMap::new(), 64));
+type Table = BTreeMap<Arc<str>, Weak<TemplateData>>;
 
 impl Template {
-    /// The shared copy of `value`. serde_json's maps keep their keys sorted (no
-    /// `preserve_order` in this workspace), so its compact text is canonical.
-    fn new(value: Value) -> Template {
-        static BY_CANONICAL: Table = Mutex::new((BTreeMap::new(), 64));
-        let canonical: Arc<str> = value.to_string().into();
-        let mut table = lock(&BY_CANONICAL);
-        if let Some(held) = table.0.get(&canonical).and_then(Weak::upgrade) {
-            return Template(held);
-        }
-        let t = Template(Arc::new(TemplateData {
-            value,
-            canonical: canonical.clone(),
-            hash: OnceLock::new(),
-        }));
-        keep(&mut table, canonical, &t);
-        t
-    }
-
-    /// The shared copy of the template written as `raw`, found by that text so that it is
-    /// parsed and made canonical only the first time it is seen (that was 40 % of the
-    /// operator's CPU with a 1 KB template per object: every event carries its template).
+    /// The shared copy of the template written as `raw`. Found by that text, it is parsed and
+    /// made canonical only the first time it is seen (that was 40 % of the operator's CPU with
+    /// a 1 KB template per object: every event carries its object's template).
     fn from_raw(raw: &str) -> serde_json::Result<Template> {
-        static BY_TEXT: Table = Mutex::new((BTreeMap::new(), 64));
-        if let Some(held) = lock(&BY_TEXT).0.get(raw).and_then(Weak::upgrade) {
+        if let Some(held) = lock(&SHARED).0.get(raw).and_then(Weak::upgrade) {
             return Ok(Template(held));
         }
-        let t = Template::new(serde_json::from_str(raw)?);
-        // The API server writes a custom resource's maps with their keys sorted, so the text
-        // is most often the canonical one: then the key is that copy, not another.
-        let key = if *t.0.canonical == *raw {
-            t.0.canonical.clone()
-        } else {
-            raw.into()
+        let value: Value = serde_json::from_str(raw)?;
+        // serde_json's maps keep their keys sorted (no `preserve_order` in this workspace), so
+        // its compact text is canonical.
+        let canonical: Arc<str> = value.to_string().into();
+        let mut guard = lock(&SHARED);
+        let (table, sweep_at) = &mut *guard;
+        if table.len() >= *sweep_at {
+            table.retain(|_, w| w.strong_count() > 0);
+            *sweep_at = (table.len() * 2).max(64);
+        }
+        let data = match table.get(&canonical).and_then(Weak::upgrade) {
+            Some(held) => held,
+            None => {
+                let data = Arc::new(TemplateData {
+                    value,
+                    canonical: canonical.clone(),
+                    hash: OnceLock::new(),
+                });
+                table.insert(canonical.clone(), Arc::downgrade(&data));
+                data
+            }
         };
-        keep(&mut lock(&BY_TEXT), key, &t);
-        Ok(t)
+        // The API server writes a custom resource's maps with their keys sorted, so the text
+        // is most often the canonical one, a key already.
+        if *canonical != *raw {
+            table.insert(raw.into(), Arc::downgrade(&data));
+        }
+        Ok(Template(data))
     }
 
     pub fn value(&self) -> &Value {

@@ -12,8 +12,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ending {
     pub how: How,
-    /// How long the container had run when the pod was deleted or ended; `None` when it never
-    /// started (or the pod does not say).
+    /// How long the container had run by then; `None` when it never started (or no clock says).
     pub ran: Option<Duration>,
 }
 

@@ -8,8 +8,7 @@ use crate::runtime::queue::Priority;
 use crate::runtime::watcher::{Reaction, Watched};
 use std::sync::Arc;
 
-/// The ImmortalContainer watcher's policy: every object is its own key, and what reconcile
-/// needs of it is remembered (see `store`).
+/// Every object is its own key, and what reconcile needs of it is remembered (see `store`).
 pub struct IcEvents;
 
 impl Watched for IcEvents {
@@ -40,9 +39,8 @@ impl Watched for IcEvents {
     }
 
     /// A new object or a spec change needs a pod (urgent); a deletion needs a look (routine: a
-    /// pod held by our finalizer must be let go). A change of status alone needs nothing: it is
-    /// our own write coming back (its event may come before its answer, so it cannot be told
-    /// from someone else's by the version).
+    /// pod held by our finalizer must be let go). A change of status alone is our own write
+    /// coming back (maybe before its answer, so the version cannot tell): nothing to do.
     fn on_event(
         &self,
         event: &'static str,
@@ -50,14 +48,8 @@ impl Watched for IcEvents {
         memo: &mut Option<Arc<IcState>>,
     ) -> Reaction<PodHint> {
         if event == "DELETED" {
-            // A later object of the name, read from the API server before this event came,
-            // stays.
-            if memo
-                .as_deref()
-                .is_none_or(|held| held.uid() == o.metadata.uid)
-            {
-                *memo = None;
-            }
+            // A later object of the name, read before this event came, stays.
+            memo.take_if(|held| held.uid() == o.metadata.uid);
             // Its pod goes with it, unless our finalizer holds it, which the reconcile of a key
             // whose object is gone takes off. Nothing waits on it.
             return Reaction::Queue(None, Priority::Routine);

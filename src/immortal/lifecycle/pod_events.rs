@@ -10,8 +10,7 @@ use crate::runtime::queue::Priority;
 use crate::runtime::watcher::{Reaction, Watched};
 use crate::util;
 
-/// The pod watcher's policy: our pods only (selected by label server-side), each mapped to the
-/// ImmortalContainer that controls it.
+/// Our pods only (selected by label), each mapped to the ImmortalContainer that controls it.
 pub struct PodEvents;
 
 impl Watched for PodEvents {
@@ -27,9 +26,8 @@ impl Watched for PodEvents {
     fn key_of_meta(&self, meta: &types::ObjectMeta) -> Option<String> {
         match meta.controller().filter(|r| r.is_immortal_container()) {
             Some(owner) => Some(types::key(&meta.namespace, &owner.name)),
-            // No ImmortalContainer controls it any more (`kubectl delete ic --cascade=orphan`
-            // strips the reference), yet it still carries our finalizer: nobody would ever
-            // take that off. Its name says which object it was made for.
+            // Orphaned (`kubectl delete ic --cascade=orphan`) yet carrying our finalizer, which
+            // nobody else would take off: its name says which object it was made for.
             None if holds(&meta.finalizers) => meta
                 .name
                 .strip_suffix(ic::POD_SUFFIX)
@@ -65,9 +63,8 @@ impl Watched for PodEvents {
         let orphaned = holds_count && owner.is_none();
         match memo.replace(digest) {
             Some(before) if before == digest && !orphaned => return Reaction::Ignore,
-            // A new pod that is plainly pending: reconcile created it and wrote this very
-            // view. (A pod someone else made is found by the relist after our restart, or by
-            // its next change.)
+            // A new pod plainly pending: reconcile created it and wrote this very view (one
+            // someone else made is found by the relist after our restart, or its next change).
             None if event == "ADDED" && view == PodView::pending() && !orphaned => {
                 return Reaction::Ignore
             }

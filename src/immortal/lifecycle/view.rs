@@ -23,16 +23,19 @@ pub enum Phase {
     Terminating,
 }
 
+/// The phases' names, in the order of [`Phase`]'s variants.
+pub const PHASES: [&str; 6] = [
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Unknown",
+    "Terminating",
+];
+
 impl Phase {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Running => "Running",
-            Phase::Succeeded => "Succeeded",
-            Phase::Failed => "Failed",
-            Phase::Unknown => "Unknown",
-            Phase::Terminating => "Terminating",
-        }
+        PHASES[self as usize]
     }
 
     /// Succeeded or Failed without a deletion under way: a pod never leaves these phases (API
@@ -52,9 +55,8 @@ const PULL_FAILURES: [&str; 6] = [
     "SignatureValidationFailed",
 ];
 
-/// What the object's status says about its pod: the `Ready` condition and the PHASE column.
-/// Built from the pod alone, the same way for a watch event and for a pod reconcile read, so
-/// the watcher can tell when it changes.
+/// What the object's status says about its pod, built from the pod alone, the same way for a
+/// watch event and for a pod reconcile read, so that the watcher can tell when it changes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodView {
     pub phase: Phase,
@@ -74,6 +76,17 @@ pub enum Message {
     /// "pod NAME is pending"
     Pending,
     Text(Box<str>),
+}
+
+impl Message {
+    /// The text, for the pod called `pod`.
+    pub fn text(&self, pod: &str) -> String {
+        match self {
+            Message::Runs(image) => format!("pod {pod} runs {image}"),
+            Message::Pending => format!("pod {pod} is pending"),
+            Message::Text(t) => t.to_string(),
+        }
+    }
 }
 
 impl PodView {
@@ -197,8 +210,7 @@ impl PodView {
         }
     }
 
-    /// The view of a pod that was just created: what reconcile writes after its create, and
-    /// what a new pod's first events show until it runs.
+    /// The view of a new pod: what reconcile writes after its create, and its first events show.
     pub fn pending() -> PodView {
         PodView {
             phase: Phase::Pending,
@@ -210,11 +222,7 @@ impl PodView {
 
     /// The condition's message, for the pod called `pod`.
     pub fn message(&self, pod: &str) -> String {
-        match &self.message {
-            Message::Runs(image) => format!("pod {pod} runs {image}"),
-            Message::Pending => format!("pod {pod} is pending"),
-            Message::Text(t) => t.to_string(),
-        }
+        self.message.text(pod)
     }
 
     /// A digest of the view, remembered by the watcher to tell a change from a repeat.
