@@ -1,6 +1,5 @@
-//! The pod an ImmortalContainer wants, and how to tell whether a pod found under its name is
-//! that pod: built from the object alone (its image and, when it has one, its pod template),
-//! compared on what we recorded on the pod, never on fields the server fills in.
+//! The pod an ImmortalContainer wants, built from the object alone (its image and template),
+//! and whether a pod found under its name is it, judged on what we recorded on the pod.
 
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalOwner, ImmortalPod, Template, API_VERSION,
@@ -15,8 +14,7 @@ use std::collections::BTreeMap;
 /// (docs/templates.md says why each): dropped from the template if a client still sends them.
 pub const OPERATOR_FIELDS: [&str; 3] = ["restartPolicy", "nodeName", "ephemeralContainers"];
 
-/// The pod we want for `ic`: built from the object alone, so it is the same every time. It is
-/// born carrying [`COUNT_FINALIZER`] while starts are counted (see `counting`).
+/// The pod we want for `ic`, carrying [`COUNT_FINALIZER`] while starts are counted.
 pub fn desired_pod(ic: &ImmortalContainer, counted: bool) -> Pod {
     let m = &ic.metadata;
     let mut pod = Pod {
@@ -58,10 +56,8 @@ pub fn desired_pod(ic: &ImmortalContainer, counted: bool) -> Pod {
     pod
 }
 
-/// Puts the template under the operator's own pod: the template's labels and annotations
-/// where they do not collide with ours, its spec as given but for [`OPERATOR_FIELDS`], its
-/// containers in its order with `acontainer` running `spec.image` (first, when the template
-/// does not name it).
+/// Puts the template under our pod: its labels and annotations beside ours (ours win), its spec
+/// but for [`OPERATOR_FIELDS`], `acontainer` running `spec.image` (first, if it is not named).
 fn from_template(pod: &mut Pod, t: &Template) {
     let tv = t.value();
     for (field, ours) in [
@@ -108,9 +104,8 @@ fn container(item: Value) -> Container {
     }
 }
 
-/// The hash of what the pod of a templated object is made from (its image and template, in
-/// canonical JSON), recorded on the pod as [`SPEC_HASH_ANNOTATION`]; `None` for an object
-/// without a template, whose pod records its image alone, as pods did before templates.
+/// The hash of a templated object's image and template in canonical JSON, recorded on its pod;
+/// `None` without a template, whose pod records its image alone, as pods did before templates.
 pub fn spec_hash(ic: &ImmortalContainer) -> Option<String> {
     let t = ic.spec.template.as_ref()?;
     // Kept beside the shared template: every reconcile asks, and the answer is the same.
@@ -138,11 +133,9 @@ pub fn spec_change(
     hash: Option<&str>,
     ic: &ImmortalContainer,
 ) -> Option<String> {
-    if created_for != ic.spec.image {
-        return Some(format!(
-            "image changed from {created_for} to {}",
-            ic.spec.image
-        ));
+    let image = &ic.spec.image;
+    if created_for != image {
+        return Some(format!("image changed from {created_for} to {image}"));
     }
     let want = spec_hash(ic);
     (hash != want.as_deref()).then(|| match (hash, want) {
@@ -175,8 +168,7 @@ pub fn controlled_by(pod: &Pod, ic: &ImmortalContainer) -> bool {
         .is_some_and(|o| o.is_immortal_container() && o.uid == ic.metadata.uid)
 }
 
-/// The image `pod` was created for: our annotation, or for a pod without it (made by hand
-/// with our ownerReference) the image its container runs.
+/// The image `pod` was created for: our annotation, or else (a pod made by hand) its image.
 pub fn created_for(pod: &Pod) -> &str {
     pod.metadata
         .annotations

@@ -30,20 +30,16 @@ struct Streak {
 }
 
 impl Streak {
-    /// The step taken at `now` after `prev`: the first of a streak when there is none (or it
-    /// has expired), else `prev` doubled.
+    /// The step taken at `now` after `prev`: the first, or `prev` doubled unless it expired.
     fn after(prev: Option<Streak>, now: Instant) -> Streak {
-        match prev.filter(|s| !s.expired(now)) {
-            Some(s) => Streak {
-                backoff: (s.backoff * 2).min(MAX),
-                last: now,
-                count: s.count.saturating_add(1),
-            },
-            None => Streak {
-                backoff: BASE,
-                last: now,
-                count: 1,
-            },
+        let (backoff, count) = match prev.filter(|s| !s.expired(now)) {
+            Some(s) => ((s.backoff * 2).min(MAX), s.count.saturating_add(1)),
+            None => (BASE, 1),
+        };
+        Streak {
+            backoff,
+            last: now,
+            count,
         }
     }
 
@@ -136,8 +132,7 @@ impl Restarts {
         })
     }
 
-    /// Records that a replacement for `key` was created at `now`: after a quick ending, the
-    /// next quick one waits longer.
+    /// A replacement for `key` was created at `now`: after a quick ending, the next one waits.
     pub fn replaced(&self, key: &str, now: Instant) {
         let mut entries = self.lock();
         if entries.len() >= SWEEP_AT {
@@ -152,16 +147,14 @@ impl Restarts {
         }
     }
 
-    /// A create for `key` was accepted (a first pod, or one for a new image): a refusal before
-    /// it is over.
+    /// A create for `key` was accepted (a first pod, or one for a new image): refusals are over.
     pub fn created(&self, key: &str) {
         if let Some(e) = self.lock().get_mut(key) {
             e.refused = None;
         }
     }
 
-    /// A create for `key` was refused at `now`: how long until the next try, and how many
-    /// were refused in a row.
+    /// A create for `key` was refused at `now`: how long until the next try, and refusals in a row.
     pub fn refused(&self, key: &str, now: Instant) -> (Duration, u32) {
         let mut entries = self.lock();
         let e = entries.entry(key.to_string()).or_default();

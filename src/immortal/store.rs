@@ -2,11 +2,9 @@
 //! version, spec, status), kept by the watcher and by reconcile's own status writes' answers,
 //! so that a reconcile costs no GET of its object. A key the store does not know is read.
 //!
-//! Reading it is safe because every write that must not act on stale state carries a
-//! precondition (a count the resourceVersion it was computed from, a pod write the pod's uid),
-//! and the store never steps back to an older copy than one it holds ([`IcState::replaces`]).
-//! An object as the operator leaves it is held in 128 bytes ([`Compact`]), used only when it
-//! gives back exactly the object it was made from (docs/design.md, "Design").
+//! Safe because every write that must not act on stale state carries a precondition, and the
+//! store never steps back to an older copy than one it holds ([`IcState::replaces`]). Most
+//! objects are held in 128 bytes ([`Compact`]), exactly (docs/design.md, "Design").
 
 use crate::immortal::lifecycle::{Message, PHASES, READY};
 use crate::immortal::types::{
@@ -24,8 +22,7 @@ pub type IcStore = Store<Arc<IcState>>;
 #[derive(Debug, Clone, PartialEq)]
 pub enum IcState {
     Compact(Compact),
-    /// The fields the store keeps (see `projection`), without the name and namespace the
-    /// key holds: for an object the compact form cannot hold exactly.
+    /// The fields the store keeps (see `projection`), for what the compact form cannot hold.
     Full(Box<ImmortalContainer>),
 }
 
@@ -95,8 +92,7 @@ struct CompactReady {
 }
 
 /// The Ready message: derived from the pod's name and the object's image, or shared with every
-/// object that shows the same words (a kubelet's or a readiness probe's, the same for every pod
-/// not ready for the same reason).
+/// object that shows the same words (a kubelet's, the same for pods not ready for one reason).
 #[derive(Debug, Clone, PartialEq)]
 enum DerivedMessage {
     /// "pod NAME runs IMAGE"
@@ -173,9 +169,8 @@ impl IcState {
 }
 
 impl Compact {
-    /// The compact form of `ic`, when its fields fit one. What it cannot hold and does not
-    /// test here (a deletion, a status other than True, another pod's name) fails the check
-    /// [`IcState::of`] makes of every compact form.
+    /// The compact form of `ic`, when its fields fit one; what it does not test here (a
+    /// deletion, a status other than True, another pod's name) fails [`IcState::of`]'s check.
     fn of(ic: &ImmortalContainer) -> Option<Compact> {
         let (m, st) = (&ic.metadata, &ic.status);
         let (pod, spec) = (pod_name(&m.name), SharedSpec::of(&ic.spec));
@@ -289,9 +284,8 @@ fn index(table: &[&str], s: &str) -> Option<u8> {
     table.iter().position(|t| *t == s).map(|i| i as u8)
 }
 
-/// Whether resourceVersion `a` is known to be later than `b` (of the same object). Opaque by
-/// the API conventions, but every kube-apiserver gives out etcd's revisions, integers that only
-/// grow: compared as such when both are, as a shortcut only; otherwise nothing is known.
+/// Whether resourceVersion `a` is known to be later than `b` (of one object): opaque by the API
+/// conventions, but kube-apiserver gives out etcd's revisions, integers that only grow.
 pub fn rv_later(a: &str, b: &str) -> bool {
     match (a.parse::<u64>(), b.parse::<u64>()) {
         (Ok(a), Ok(b)) => a > b,
@@ -305,8 +299,7 @@ pub fn gone(store: &IcStore, key: &str) {
     store.entry(key, |held| *held = None);
 }
 
-/// Puts a copy the API server answered (our own status write's answer, or a read) in the
-/// store, unless it holds a later copy of the same object already.
+/// Keeps a copy the API server answered (to a status write or a read), unless a later one is held.
 pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {
     let state = IcState::of(answered);
     store.update(key, |held| {

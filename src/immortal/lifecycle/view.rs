@@ -112,8 +112,7 @@ impl PodView {
             Phase::Terminating => {
                 let why = condition(&st, "DisruptionTarget")
                     .filter(|c| c.status == "True")
-                    .map(|c| format!(" ({}: {})", c.reason, c.message))
-                    .unwrap_or_default();
+                    .map_or(String::new(), |c| format!(" ({}: {})", c.reason, c.message));
                 not_ready(
                     "PodTerminating",
                     format!("pod {name} is being deleted{why}"),
