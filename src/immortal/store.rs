@@ -85,21 +85,12 @@ struct CompactReady {
     status: bool,
     /// Index into [`REASONS`].
     reason: u8,
-    message: DerivedMessage,
+    /// A text other than the two derived is shared with every object that shows the same words
+    /// (a kubelet's, the same for every pod not ready for one reason).
+    message: Message,
     observed_generation: i64,
     /// Seconds since the epoch, as the RFC 3339 the API server holds (`...Z`, no fraction).
     last_transition: i64,
-}
-
-/// The Ready message: derived from the pod's name and the object's image, or shared with every
-/// object that shows the same words (a kubelet's, the same for pods not ready for one reason).
-#[derive(Debug, Clone, PartialEq)]
-enum DerivedMessage {
-    /// "pod NAME runs IMAGE"
-    Runs,
-    /// "pod NAME is pending"
-    Pending,
-    Shared(Arc<str>),
 }
 
 /// Stands for "none" in the compact form's numbers.
@@ -179,13 +170,10 @@ impl Compact {
             [c] if c.type_ == READY => Some(CompactReady {
                 status: c.status == "True",
                 reason: index(&REASONS, &c.reason)?,
-                message: if c.message == Message::Runs(spec.image.clone()).text(&pod) {
-                    DerivedMessage::Runs
-                } else if c.message == Message::Pending.text(&pod) {
-                    DerivedMessage::Pending
-                } else {
-                    DerivedMessage::Shared(intern(&c.message))
-                },
+                message: [Message::Runs(spec.image.clone()), Message::Pending]
+                    .into_iter()
+                    .find(|derived| derived.text(&pod) == c.message)
+                    .unwrap_or_else(|| Message::Text(intern(&c.message))),
                 observed_generation: c.observed_generation.unwrap_or(NONE),
                 last_transition: util::parse_rfc3339(&c.last_transition_time)
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -236,11 +224,7 @@ impl Compact {
                             + std::time::Duration::from_secs(r.last_transition.max(0) as u64),
                     ),
                     reason: REASONS[usize::from(r.reason)].to_string(),
-                    message: match &r.message {
-                        DerivedMessage::Runs => Message::Runs(self.spec.image.clone()).text(&pod),
-                        DerivedMessage::Pending => Message::Pending.text(&pod),
-                        DerivedMessage::Shared(m) => m.to_string(),
-                    },
+                    message: r.message.text(&pod),
                 })
                 .collect(),
         };
@@ -428,7 +412,7 @@ mod tests {
                     panic!("no Ready condition")
                 };
                 match (&ra.message, &rb.message) {
-                    (DerivedMessage::Shared(x), DerivedMessage::Shared(y)) => {
+                    (Message::Text(x), Message::Text(y)) => {
                         assert!(Arc::ptr_eq(x, y))
                     }
                     other => panic!("{other:?}"),

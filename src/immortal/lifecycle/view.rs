@@ -68,14 +68,14 @@ pub struct PodView {
 }
 
 /// A Ready message. The two every pod shows, which follow from its name and image, are not kept
-/// as text: a view rides with every queued key until its reconcile.
+/// as text: a view rides with every queued key until its reconcile, and the store keeps one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Message {
     /// "pod NAME runs IMAGE"
     Runs(Arc<str>),
     /// "pod NAME is pending"
     Pending,
-    Text(Box<str>),
+    Text(Arc<str>),
 }
 
 impl Message {
