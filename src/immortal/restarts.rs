@@ -60,8 +60,8 @@ struct Entry {
     quick: Option<Streak>,
     /// Creates refused in a row.
     refused: Option<Streak>,
-    /// How the object's last pod ended (its uid), learned before its replacement was made.
-    ending: Option<(String, Ending)>,
+    /// How the object's last pod ended, learned before its replacement was made.
+    ending: Option<Ending>,
 }
 
 impl Entry {
@@ -100,17 +100,14 @@ impl Restarts {
         crate::util::lock(&self.entries)
     }
 
-    /// Records how the pod `uid` of `key` ended (its replacement is not made yet).
-    pub fn ended(&self, key: &str, uid: &str, ending: Ending) {
-        self.lock().entry(key.to_string()).or_default().ending = Some((uid.to_string(), ending));
+    /// Records how the pod of `key` ended, before its replacement is made (nothing needs its uid).
+    pub fn ended(&self, key: &str, _uid: &str, ending: Ending) {
+        self.lock().entry(key.to_string()).or_default().ending = Some(ending);
     }
 
     /// How the last pod of `key` ended, if that was seen.
     pub fn ending(&self, key: &str) -> Option<Ending> {
-        self.lock()
-            .get(key)
-            .and_then(|e| e.ending.as_ref())
-            .map(|(_, e)| *e)
+        self.lock().get(key)?.ending
     }
 
     /// The pod of `key` ended and a replacement is due at `now`: `None` when it may be created
@@ -118,7 +115,7 @@ impl Restarts {
     pub fn wait(&self, key: &str, now: Instant) -> Option<Wait> {
         let mut entries = self.lock();
         let e = entries.get_mut(key)?;
-        let ending = e.ending.as_ref().map(|(_, e)| *e);
+        let ending = e.ending;
         if ending.is_some_and(|e| !e.quick()) {
             e.quick = None;
             return None;
@@ -139,7 +136,7 @@ impl Restarts {
             entries.retain(|_, e| !e.idle(now));
         }
         let e = entries.entry(key.to_string()).or_default();
-        let quick = e.ending.take().is_none_or(|(_, e)| e.quick());
+        let quick = e.ending.take().is_none_or(|e| e.quick());
         e.refused = None;
         e.quick = quick.then(|| Streak::after(e.quick, now));
         if e.idle(now) {

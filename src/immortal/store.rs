@@ -35,9 +35,7 @@ pub struct Compact {
     spec: Arc<SharedSpec>,
     /// [`NONE`] when not written yet.
     start_times: i64,
-    /// The last pod counted, when `counted`.
-    last_counted: [u8; 16],
-    counted: bool,
+    last_counted: Option<[u8; 16]>,
     /// Whether `currentPod` names the object's pod (the only pod it ever names).
     current_pod: bool,
     /// Index into [`PHASES`] plus one; 0: none.
@@ -188,10 +186,9 @@ impl Compact {
             spec,
             start_times: st.start_times.unwrap_or(NONE),
             last_counted: match &st.last_counted_pod_uid {
-                Some(u) => parse_uuid(u)?,
-                None => [0; 16],
+                Some(u) => Some(parse_uuid(u)?),
+                None => None,
             },
-            counted: st.last_counted_pod_uid.is_some(),
             current_pod: st.current_pod.is_some(),
             pod_phase: match &st.pod_phase {
                 None => 0,
@@ -208,7 +205,7 @@ impl Compact {
         let status = ImmortalContainerStatus {
             current_pod: self.current_pod.then(|| pod.clone()),
             start_times: some(self.start_times),
-            last_counted_pod_uid: self.counted.then(|| format_uuid(&self.last_counted)),
+            last_counted_pod_uid: self.last_counted.as_ref().map(format_uuid),
             observed_generation: some(self.observed_generation),
             pod_phase: (self.pod_phase > 0)
                 .then(|| PHASES[usize::from(self.pod_phase - 1)].to_string()),

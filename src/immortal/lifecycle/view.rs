@@ -55,6 +55,10 @@ const PULL_FAILURES: [&str; 6] = [
     "SignatureValidationFailed",
 ];
 
+/// Waiting reasons of a pod starting as it should: saying so would cost a status write per pod
+/// for nothing a user acts on.
+const STARTING: [&str; 3] = ["", "ContainerCreating", "PodInitializing"];
+
 /// What the object's status says about its pod, built from the pod alone, the same way for a
 /// watch event and for a pod reconcile read, so that the watcher can tell when it changes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -146,14 +150,7 @@ impl PodView {
                             w.reason, w.message
                         ),
                     ),
-                    // ContainerCreating and PodInitializing are a pod starting as it should:
-                    // saying so would cost a status write per pod for nothing a user acts on.
-                    (None, Some(w))
-                        if !matches!(
-                            w.reason.as_str(),
-                            "" | "ContainerCreating" | "PodInitializing"
-                        ) =>
-                    {
+                    (None, Some(w)) if !STARTING.contains(&w.reason.as_str()) => {
                         let msg = match w.message.as_str() {
                             "" => w.reason.clone(),
                             m => format!("{}: {m}", w.reason),
