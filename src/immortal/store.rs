@@ -38,8 +38,8 @@ pub struct Compact {
     last_counted: Option<[u8; 16]>,
     /// Whether `currentPod` names the object's pod (the only pod it ever names).
     current_pod: bool,
-    /// Index into [`PHASES`] plus one; 0: none.
-    pod_phase: u8,
+    /// Index into [`PHASES`].
+    pod_phase: Option<u8>,
     observed_generation: i64,
     ready: Option<CompactReady>,
 }
@@ -191,8 +191,8 @@ impl Compact {
             },
             current_pod: st.current_pod.is_some(),
             pod_phase: match &st.pod_phase {
-                None => 0,
-                Some(p) => index(&PHASES, p)? + 1,
+                Some(p) => Some(index(&PHASES, p)?),
+                None => None,
             },
             observed_generation: st.observed_generation.unwrap_or(NONE),
             ready,
@@ -207,8 +207,7 @@ impl Compact {
             start_times: some(self.start_times),
             last_counted_pod_uid: self.last_counted.as_ref().map(format_uuid),
             observed_generation: some(self.observed_generation),
-            pod_phase: (self.pod_phase > 0)
-                .then(|| PHASES[usize::from(self.pod_phase - 1)].to_string()),
+            pod_phase: self.pod_phase.map(|i| PHASES[usize::from(i)].to_string()),
             conditions: self
                 .ready
                 .iter()
