@@ -7,7 +7,7 @@ use crate::immortal::types::{
     OWNER_UID_LABEL, SPEC_HASH_ANNOTATION,
 };
 use crate::kube::types::{Container, ObjectMeta, OwnerReference, Pod, PodSpec};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// Pod spec fields a template may not set, because the operator's promise depends on them
@@ -110,11 +110,8 @@ pub fn spec_hash(ic: &ImmortalContainer) -> Option<String> {
     let t = ic.spec.template.as_ref()?;
     // Kept beside the shared template: every reconcile asks, and the answer is the same.
     Some(t.hash_with(&ic.spec.image, || {
-        let canonical = format!(
-            "{{\"image\":{},\"template\":{}}}",
-            Value::from(ic.spec.image.as_str()),
-            t.canonical()
-        );
+        // Canonical: serde_json's maps keep their keys sorted (see `types::Template`).
+        let canonical = json!({"image": ic.spec.image, "template": t.value()}).to_string();
         let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
         // 64 bits are plenty to tell one object's specs apart, and short enough to read.
         digest.as_ref()[..8]

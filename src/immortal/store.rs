@@ -136,7 +136,6 @@ impl IcState {
         }
     }
 
-    /// Whether the object is being deleted.
     pub fn deleting(&self) -> bool {
         matches!(self, IcState::Full(f) if f.metadata.deletion_timestamp.is_some())
     }

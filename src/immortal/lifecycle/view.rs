@@ -75,9 +75,7 @@ pub struct PodView {
 /// as text: a view rides with every queued key until its reconcile, and the store keeps one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Message {
-    /// "pod NAME runs IMAGE"
     Runs(Arc<str>),
-    /// "pod NAME is pending"
     Pending,
     Text(Arc<str>),
 }
