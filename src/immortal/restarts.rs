@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The first back-off.
 pub const BASE: Duration = Duration::from_secs(1);
 /// The longest back-off: the kubelet's cap on a crash-looping container, which users know.
 pub const MAX: Duration = Duration::from_secs(300);

@@ -14,6 +14,7 @@ use crate::kube::types::{format_uuid, parse_uuid, Condition, ObjectMeta};
 use crate::runtime::store::Store;
 use crate::util::{self, intern};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// The store of ImmortalContainers, by `namespace/name`.
 pub type IcStore = Store<Arc<IcState>>;
@@ -173,7 +174,7 @@ impl Compact {
                     .unwrap_or_else(|| Message::Text(intern(&c.message))),
                 observed_generation: c.observed_generation.unwrap_or(NONE),
                 last_transition: util::parse_rfc3339(&c.last_transition_time)
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                     .map(|d| d.as_secs() as i64)?,
             }),
             _ => return None,
@@ -207,21 +208,16 @@ impl Compact {
             last_counted_pod_uid: self.last_counted.as_ref().map(format_uuid),
             observed_generation: some(self.observed_generation),
             pod_phase: self.pod_phase.map(|i| PHASES[usize::from(i)].to_string()),
-            conditions: self
-                .ready
-                .iter()
-                .map(|r| Condition {
-                    type_: READY.to_string(),
-                    status: if r.status { "True" } else { "False" }.to_string(),
-                    observed_generation: some(r.observed_generation),
-                    last_transition_time: util::rfc3339(
-                        std::time::UNIX_EPOCH
-                            + std::time::Duration::from_secs(r.last_transition.max(0) as u64),
-                    ),
-                    reason: REASONS[usize::from(r.reason)].to_string(),
-                    message: r.message.text(&pod),
-                })
-                .collect(),
+            conditions: Vec::from_iter(self.ready.iter().map(|r| Condition {
+                type_: READY.to_string(),
+                status: if r.status { "True" } else { "False" }.to_string(),
+                observed_generation: some(r.observed_generation),
+                last_transition_time: util::rfc3339(
+                    UNIX_EPOCH + Duration::from_secs(r.last_transition.max(0) as u64),
+                ),
+                reason: REASONS[usize::from(r.reason)].to_string(),
+                message: r.message.text(&pod),
+            })),
         };
         ImmortalContainer {
             metadata: ObjectMeta {

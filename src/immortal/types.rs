@@ -10,14 +10,11 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-/// API group of the custom resource.
 pub const GROUP: &str = "immortalcontainer.flugel.it";
-/// Served version of the custom resource.
 pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of the custom resource, as ownerReferences and events name it.
 pub const API_VERSION: &str = "immortalcontainer.flugel.it/v1alpha1";
 pub const KIND: &str = "ImmortalContainer";
-/// Plural resource name, as it appears in URLs.
 pub const PLURAL: &str = "immortalcontainers";
 /// The one container of every immortal pod.
 pub const CONTAINER_NAME: &str = "acontainer";
@@ -121,10 +118,6 @@ impl Template {
         &self.0.value
     }
 
-    pub fn canonical(&self) -> &str {
-        &self.0.canonical
-    }
-
     /// The spec hash of this template with `image`, made by `hash` (`desired::spec_hash`)
     /// once for the first image asked for and kept.
     pub fn hash_with(&self, image: &str, hash: impl Fn() -> String) -> String {
@@ -144,7 +137,7 @@ impl Template {
 
 impl PartialEq for Template {
     fn eq(&self, other: &Template) -> bool {
-        self.shares(other) || self.canonical() == other.canonical()
+        self.shares(other) || self.0.canonical == other.0.canonical
     }
 }
 
@@ -158,13 +151,13 @@ impl PartialOrd for Template {
 
 impl Ord for Template {
     fn cmp(&self, other: &Template) -> std::cmp::Ordering {
-        self.canonical().cmp(other.canonical())
+        self.0.canonical.cmp(&other.0.canonical)
     }
 }
 
 impl std::fmt::Debug for Template {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.canonical())
+        f.write_str(&self.0.canonical)
     }
 }
 
@@ -270,7 +263,7 @@ mod tests {
             r#"{ "spec": {"containers": [{"name": "x"}]}, "metadata": {"labels": {"a": "1"}} }"#,
         );
         assert!(first.shares(&again) && first.shares(&reordered));
-        assert_eq!(first.canonical(), sorted);
+        assert_eq!(&*first.0.canonical, sorted);
         assert_eq!(
             reordered.value(),
             &serde_json::from_str::<Value>(sorted).unwrap()

@@ -66,7 +66,6 @@ pub struct PodView {
     pub phase: Phase,
     /// True only when the pod runs and its own Ready condition is True.
     pub ready: bool,
-    /// The condition's reason: what a user should look at.
     pub reason: &'static str,
     pub message: Message,
 }
