@@ -114,8 +114,7 @@ impl Restarts {
     pub fn wait(&self, key: &str, now: Instant) -> Option<Wait> {
         let mut entries = self.lock();
         let e = entries.get_mut(key)?;
-        let ending = e.ending;
-        if ending.is_some_and(|e| !e.quick()) {
+        if e.ending.is_some_and(|e| !e.quick()) {
             e.quick = None;
             return None;
         }
@@ -124,7 +123,7 @@ impl Restarts {
             remaining,
             backoff: s.backoff,
             streak: s.count + 1,
-            ending,
+            ending: e.ending,
         })
     }
 

@@ -59,7 +59,6 @@ impl Ending {
 }
 
 impl fmt::Display for Ending {
-    /// "was deleted 3 s after it started", "ended before it started"...
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verb = match self.how {
             How::Deleted => "was deleted",
