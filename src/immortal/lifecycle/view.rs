@@ -169,27 +169,26 @@ impl PodView {
                 if let Some(w) = waiting(&st).filter(|w| w.reason == "CrashLoopBackOff") {
                     let last = container(&st)
                         .and_then(|c| c.last_state.terminated.as_ref())
-                        .map(|t| {
+                        .map_or(String::new(), |t| {
                             let code = t.exit_code.unwrap_or(0);
                             match t.reason.as_str() {
                                 "" => format!("; it last exited with code {code}"),
                                 r => format!("; it last exited with code {code} ({r})"),
                             }
-                        })
-                        .unwrap_or_default();
+                        });
                     return not_ready(
                         "PodCrashLooping",
                         format!("container of pod {name} keeps exiting: {}{last}", w.message),
                     );
                 }
-                let why = condition(&st, "Ready")
-                    .map(|c| match (c.reason.as_str(), c.message.as_str()) {
+                let why = condition(&st, "Ready").map_or(String::new(), |c| {
+                    match (c.reason.as_str(), c.message.as_str()) {
                         ("", "") => String::new(),
                         (r, "") => format!(" ({r})"),
                         ("", m) => format!(" ({m})"),
                         (r, m) => format!(" ({r}: {m})"),
-                    })
-                    .unwrap_or_default();
+                    }
+                });
                 not_ready(
                     "PodNotReady",
                     format!("pod {name} is running but not ready{why}"),
