@@ -121,8 +121,7 @@ where
                 pool.not_started();
             }
         }
-        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{run_id:04x}-{n}");
+        let id = format!("{run_id:04x}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
         let trigger_s = trigger.to_string();
         let started = Instant::now();
         // What the watch event that queued the key said about the pod, if it did.
@@ -133,11 +132,10 @@ where
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
         let result = reconcile(&LogContext { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
-        // A number in JSON, as on every other line that carries it; tenths of a millisecond
-        // are all a person reads.
+        // Numbers in JSON, as on every other line that carries them, in tenths of a millisecond:
+        // all a person reads. `queued_ms` (and the band) say whether a replacement was slow
+        // because the reconcile was, or because it queued behind other work.
         let elapsed_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
-        // How long the key waited for a worker, and in which band: whether a replacement was
-        // slow because the reconcile was, or because it queued behind other work.
         let queued_ms = (waited.as_secs_f64() * 10_000.0).round() / 10.0;
         let band = priority.as_str();
         match result {
@@ -196,6 +194,7 @@ where
     }
 }
 
+/// Whether `quit` is disconnected: the process is shutting down.
 pub fn is_quitting(quit: &Receiver<()>) -> bool {
     matches!(
         quit.try_recv(),

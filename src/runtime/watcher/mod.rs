@@ -384,7 +384,7 @@ where
         // What was asked before this list is answered by it.
         let asks = self.resync.asked();
         let (listed, rv) = self.list_pages()?;
-        let mut listed_keys = Vec::with_capacity(listed.len());
+        let listed_keys: Vec<String> = listed.keys().cloned().collect();
         // What the list shows replaces what was known, and what vanished is forgotten; then
         // the keys are queued, the store's lock released.
         let vanished: Vec<String> = {
@@ -402,19 +402,17 @@ where
                     Some(old) => self.policy.relisted(old, new),
                     None => new,
                 };
-                listed_keys.push(key.clone());
                 known.insert(key, memo);
             }
             vanished
         };
         let (resource, listed, count) = (self.name(), listed_keys.len(), vanished.len());
+        let relist = Trigger::Relist { resource };
         for key in listed_keys {
-            self.queue
-                .add(key, Trigger::Relist { resource }, Priority::Routine);
+            self.queue.add(key, relist.clone(), Priority::Routine);
         }
         for key in vanished {
-            self.queue
-                .add(key, Trigger::Relist { resource }, Priority::Urgent);
+            self.queue.add(key, relist.clone(), Priority::Urgent);
         }
         log::debug!(target: "watcher", resource = resource, rv = rv.as_str(), listed = listed, vanished = count; "listed");
         self.resynced = (asks, self.resync.next_after(Instant::now()));
@@ -492,13 +490,11 @@ where
         let event = match ev.type_ {
             "ERROR" => {
                 let st: Status = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
-                return Err(match st.code {
-                    410 => StreamEnd::Expired,
-                    _ => StreamEnd::Failed(format!(
-                        "watch error {} {}: {}",
-                        st.code, st.reason, st.message
-                    )),
-                });
+                if st.code == 410 {
+                    return Err(StreamEnd::Expired);
+                }
+                let why = format!("watch error {} {}: {}", st.code, st.reason, st.message);
+                return Err(StreamEnd::Failed(why));
             }
             "BOOKMARK" => {
                 let b: Bookmark = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
@@ -542,27 +538,19 @@ where
             "event"
         );
         if let Reaction::Queue(hint, priority) = verdict {
-            self.queue_from_watch(key, event, rv, hint, priority);
+            self.queue.add(key, self.trigger(event, rv, hint), priority);
         }
         Ok(())
     }
 
-    /// Queues `key` for an event of this watch at `rv`.
-    fn queue_from_watch(
-        &self,
-        key: String,
-        event: &'static str,
-        rv: &str,
-        hint: Option<W::Hint>,
-        priority: Priority,
-    ) {
-        let trigger = Trigger::Watch {
+    /// What queues a key for an event of this watch at `rv`.
+    fn trigger(&self, event: &'static str, rv: &str, hint: Option<W::Hint>) -> Trigger<W::Hint> {
+        Trigger::Watch {
             resource: self.name(),
             event,
             rv: rv.parse().unwrap_or(0),
             hint,
-        };
-        self.queue.add(key, trigger, priority);
+        }
     }
 
     /// An object that does not decode (a field of a type our model does not expect) is skipped
@@ -605,7 +593,8 @@ where
         let Some(key) = key else {
             return Err(StreamEnd::Unreadable);
         };
-        self.queue_from_watch(key, event, rv, None, Priority::Urgent);
+        self.queue
+            .add(key, self.trigger(event, rv, None), Priority::Urgent);
         Ok(())
     }
 }
