@@ -6,7 +6,7 @@ use crate::kube::client::Client;
 use crate::runtime::allocator;
 use crate::runtime::metrics;
 use crate::runtime::pool::{self, Pool};
-use crate::runtime::queue::{Got, Priority, Queue, Trigger};
+use crate::runtime::queue::{Got, Latest, Priority, Queue, Trigger};
 use crate::runtime::serve::Health;
 use crate::runtime::watcher::{Watched, Watcher};
 use crossbeam_channel::{Receiver, Sender};
@@ -164,15 +164,13 @@ where
                 );
             }
             Err(e) => {
-                let at_least = e.retry_after().unwrap_or_default();
-                let after = match e.retry_by() {
-                    Some(bound) => {
-                        queue.add_rate_limited_by(key.clone(), at_least, bound, priority)
-                    }
-                    None => {
-                        queue.add_rate_limited(key.clone(), at_least, e.retry_within(), priority)
-                    }
+                let latest = match (e.retry_by(), e.retry_within()) {
+                    (Some(bound), _) => Latest::Bound(bound),
+                    (None, Some(within)) => Latest::Within(within),
+                    (None, None) => Latest::Backoff,
                 };
+                let at_least = e.retry_after().unwrap_or_default();
+                let after = queue.add_rate_limited(key.clone(), at_least, latest, priority);
                 metrics::record_reconcile("error", elapsed);
                 let error = e.to_string();
                 // A person must act on a refusal, or on an error that keeps coming back.

@@ -143,6 +143,19 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
     }
 }
 
+/// The latest a failed key's retry may come, whatever its backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latest {
+    /// Its backoff decides.
+    Backoff,
+    /// The reconcile has something to do by then.
+    Within(Duration),
+    /// A bound the reconcile must keep whatever else fails (a pod being deleted waits on our
+    /// finalizer until then): a retry at it is handed out without waiting on the budget. One
+    /// request per such bound, so no stampede.
+    Bound(Duration),
+}
+
 /// What [`Queue::get_within`] found.
 #[derive(Debug)]
 pub enum Got<H> {
@@ -188,7 +201,7 @@ struct State<H> {
     /// Consecutive failures per key, for the rate limiter.
     failures: HashMap<Key, u32>,
     budget: Budget,
-    /// Keys whose retry is due at a bound the reconcile must keep (`add_rate_limited_by`):
+    /// Keys whose retry is due at a bound the reconcile must keep ([`Latest::Bound`]):
     /// handed out without waiting on the budget, from `due`, in the order they came due.
     bounded: HashSet<Key>,
     due: VecDeque<Key>,
@@ -313,37 +326,13 @@ impl<H: Clone> Queue<H> {
     }
 
     /// Queues `key`, whose reconcile failed, after its backoff, or after `at_least` if that is
-    /// longer (the server's `Retry-After`), but no later than `at_most` when given (the
-    /// reconcile has something to do by then), in the band it failed in; returns the delay
-    /// chosen. The failure also spends the overall budget.
+    /// longer (the server's `Retry-After`), but no later than `latest` says, in the band it
+    /// failed in; returns the delay chosen. The failure also spends the overall budget.
     pub fn add_rate_limited(
         &self,
         key: String,
         at_least: Duration,
-        at_most: Option<Duration>,
-        priority: Priority,
-    ) -> Duration {
-        self.retry(key, at_least, at_most.map(|d| (d, false)), priority)
-    }
-
-    /// [`Queue::add_rate_limited`] with a bound the reconcile must keep whatever else fails (a
-    /// pod being deleted waits on our finalizer until then): a retry at `bound` is handed out
-    /// without waiting on the budget. One request per such bound, so no stampede.
-    pub fn add_rate_limited_by(
-        &self,
-        key: String,
-        at_least: Duration,
-        bound: Duration,
-        priority: Priority,
-    ) -> Duration {
-        self.retry(key, at_least, Some((bound, true)), priority)
-    }
-
-    fn retry(
-        &self,
-        key: String,
-        at_least: Duration,
-        at_most: Option<(Duration, bool)>,
+        latest: Latest,
         priority: Priority,
     ) -> Duration {
         let delay = {
@@ -352,12 +341,11 @@ impl<H: Clone> Queue<H> {
             let n = st.failures.entry(key.as_str().into()).or_insert(0);
             let wanted = backoff(*n).max(at_least);
             *n = n.saturating_add(1);
-            match at_most {
-                Some((latest, bound)) if latest <= wanted => {
-                    if bound {
-                        st.bounded.insert(key.as_str().into());
-                    }
-                    latest
+            match latest {
+                Latest::Within(d) if d <= wanted => d,
+                Latest::Bound(d) if d <= wanted => {
+                    st.bounded.insert(key.as_str().into());
+                    d
                 }
                 _ => wanted,
             }
@@ -795,18 +783,33 @@ mod tests {
         assert_eq!(backoff(u32::MAX), Duration::from_secs(1000));
         let q = Q::new();
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
+            q.add_rate_limited(
+                "ns/a".into(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine
+            ),
             Duration::from_millis(5)
         );
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
+            q.add_rate_limited(
+                "ns/a".into(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine
+            ),
             Duration::from_millis(10)
         );
         assert_eq!(q.num_requeues("ns/a"), 2);
         q.forget("ns/a");
         assert_eq!(q.num_requeues("ns/a"), 0);
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
+            q.add_rate_limited(
+                "ns/a".into(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine
+            ),
             Duration::from_millis(5)
         );
         // The server's Retry-After wins over a shorter backoff.
@@ -814,7 +817,7 @@ mod tests {
             q.add_rate_limited(
                 "ns/a".into(),
                 Duration::from_secs(30),
-                None,
+                Latest::Backoff,
                 Priority::Routine
             ),
             Duration::from_secs(30)
@@ -822,13 +825,18 @@ mod tests {
         // A key with something to do by a deadline is retried by then, however long its
         // back-off has grown.
         for _ in 0..30 {
-            q.add_rate_limited("ns/b".into(), Duration::ZERO, None, Priority::Routine);
+            q.add_rate_limited(
+                "ns/b".into(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine,
+            );
         }
         assert_eq!(
             q.add_rate_limited(
                 "ns/b".into(),
                 Duration::ZERO,
-                Some(Duration::from_secs(7)),
+                Latest::Within(Duration::from_secs(7)),
                 Priority::Routine
             ),
             Duration::from_secs(7)
@@ -914,7 +922,12 @@ mod tests {
         while start.elapsed() < window {
             let (k, _, _, _) = q.get().expect("not shut down");
             handed_out += 1;
-            q.add_rate_limited(k.clone(), Duration::ZERO, None, Priority::Routine);
+            q.add_rate_limited(
+                k.clone(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine,
+            );
             q.done(&k);
         }
         let secs = start.elapsed().as_secs_f64();
@@ -973,7 +986,7 @@ mod tests {
     fn fail_many(q: &Q, n: usize, priority: Priority) {
         for i in 0..n {
             let key = format!("ns/failing-{i}");
-            q.add_rate_limited(key, Duration::from_secs(3600), None, priority);
+            q.add_rate_limited(key, Duration::from_secs(3600), Latest::Backoff, priority);
         }
     }
 
@@ -1003,7 +1016,7 @@ mod tests {
                 q.add_rate_limited(
                     k.clone(),
                     Duration::from_secs(3600),
-                    None,
+                    Latest::Backoff,
                     Priority::Routine,
                 );
                 q.done(&k);
@@ -1026,18 +1039,18 @@ mod tests {
         fail_many(&q, 200, Priority::Urgent);
         q.add("ns/other".into(), t(), Priority::Urgent);
         // A pod our finalizer holds must be let go within its bound, which has come.
-        let delay = q.add_rate_limited_by(
+        let delay = q.add_rate_limited(
             "ns/holding".into(),
             Duration::ZERO,
-            Duration::from_millis(10),
+            Latest::Bound(Duration::from_millis(10)),
             Priority::Urgent,
         );
         assert_eq!(delay, Duration::from_millis(5), "its backoff comes first");
         assert!(q.lock().bounded.is_empty(), "not at its bound yet");
-        let delay = q.add_rate_limited_by(
+        let delay = q.add_rate_limited(
             "ns/holding".into(),
             Duration::ZERO,
-            Duration::from_millis(10),
+            Latest::Bound(Duration::from_millis(10)),
             Priority::Urgent,
         );
         assert_eq!(delay, Duration::from_millis(10));
@@ -1045,7 +1058,7 @@ mod tests {
         q.add_rate_limited(
             "ns/recount".into(),
             Duration::ZERO,
-            Some(Duration::from_millis(1)),
+            Latest::Within(Duration::from_millis(1)),
             Priority::Urgent,
         );
         assert!(!q.lock().bounded.contains("ns/recount"));
@@ -1173,7 +1186,7 @@ mod band_tests {
         let q = Q::new();
         add(&q, "ns/a", Priority::Urgent);
         let (k, _, p, _) = q.get().unwrap();
-        q.add_rate_limited(k.clone(), Duration::ZERO, None, p);
+        q.add_rate_limited(k.clone(), Duration::ZERO, Latest::Backoff, p);
         q.done(&k);
         add(&q, "ns/b", Priority::Routine);
         std::thread::sleep(Duration::from_millis(20));

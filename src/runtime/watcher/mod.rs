@@ -565,20 +565,14 @@ where
         rv: &mut String,
     ) -> Result<(), StreamEnd> {
         self.skipped += 1;
-        let meta = serde_json::from_str::<Bookmark>(raw)
-            .ok()
-            .map(|b| b.metadata);
-        let version = match &meta {
-            Some(m) => m.resource_version.clone(),
-            None => serde_json::from_str::<serde_json::Value>(raw)
-                .ok()
-                .and_then(|v| v["metadata"]["resourceVersion"].as_str().map(String::from))
-                .unwrap_or_default(),
-        };
+        // Read as loosely as can be: a version may be had where the metadata does not decode.
+        let object: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+        let version = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !version.is_empty() {
-            *rv = version;
+            *rv = version.to_string();
         }
-        let key = meta.as_ref().and_then(|m| self.policy.key_of_meta(m));
+        let meta = serde_json::from_str::<Bookmark>(raw).map(|b| b.metadata);
+        let key = meta.ok().and_then(|m| self.policy.key_of_meta(&m));
         let object = key.as_deref().unwrap_or("unknown");
         let error = error.to_string();
         if self.skipped == 1 {

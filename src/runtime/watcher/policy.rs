@@ -4,6 +4,7 @@ use crate::kube::types::ObjectMeta;
 use crate::runtime::queue::Priority;
 use serde::de::DeserializeOwned;
 
+/// What a watched resource's events mean.
 pub trait Watched {
     /// What is decoded of each object: only the fields the policy decides on. Everything else
     /// is skipped while decoding, so memory does not grow with the size of the objects seen.
