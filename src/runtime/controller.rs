@@ -172,7 +172,6 @@ where
                 let at_least = e.retry_after().unwrap_or_default();
                 let after = queue.add_rate_limited(key.clone(), at_least, latest, priority);
                 metrics::record_reconcile("error", elapsed);
-                let error = e.to_string();
                 // A person must act on a refusal, or on an error that keeps coming back.
                 let level = if e.needs_a_person() || queue.num_requeues(&key) > 8 {
                     log::Level::Warn
@@ -182,7 +181,7 @@ where
                 log::log!(
                     target: "reconcile", level,
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "error", error = error.as_str(), requeue_after_ms = after.as_millis() as u64,
+                    result = "error", error = e.to_string().as_str(), requeue_after_ms = after.as_millis() as u64,
                     elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconcile failed"
                 );

@@ -1,13 +1,8 @@
-//! Deduplicating work queue of `namespace/name` keys, with client-go's workqueue semantics.
-//!
-//! A key is queued at most once, and never handed to two workers at once: one added while it
-//! is being processed is handed out again after [`Queue::done`]. A delayed add keeps the
-//! earliest deadline. A failing key backs off exponentially, and every failure spends an
-//! overall budget ([`Budget`]). Keys go in two bands ([`Priority`]): urgent first, but one in
-//! [`SHARE`] handed out is routine while both hold keys, so neither starves. Why, and how it
-//! differs from client-go: docs/design.md ("A deleted pod is not replaced behind routine work",
-//! "Failing reconciles are rate limited as a whole"). Only keys and their [`Trigger`]s are
-//! stored, never objects.
+//! Deduplicating work queue of `namespace/name` keys, with client-go's workqueue semantics: a
+//! key is queued at most once and held by one worker at a time (one added meanwhile comes back
+//! after [`Queue::done`]), a delayed add keeps the earliest deadline, and failures back off per
+//! key and spend an overall [`Budget`]. Urgent keys go before routine ones, which still get one
+//! turn in [`SHARE`] ([`Priority`]); why: docs/design.md. Only keys and [`Trigger`]s are stored.
 
 use crate::runtime::metrics;
 use std::cmp::Reverse;
@@ -16,21 +11,18 @@ use std::fmt;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// A failing key's delay doubles from the first to the longest (client-go's
-/// `DefaultItemBasedRateLimiter`).
+/// A failing key's delay, doubling (client-go's `DefaultItemBasedRateLimiter`).
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
 /// The overall budget refills this many failures a second, up to a burst: client-go's
 /// `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
 const BUDGET_RATE: f64 = 10.0;
 const BUDGET_BURST: f64 = 100.0;
-/// Tokens of the budget routine keys leave to urgent ones, so that routine failures alone
-/// never hold a pod's replacement. More than the default 16 workers, whose failures in flight
-/// may overdraw the routine share.
+/// Budget tokens routine keys leave to urgent ones: more than the default 16 workers, whose
+/// failures in flight may overdraw the routine share.
 pub const URGENT_RESERVE: f64 = 25.0;
 
-/// While both bands hold keys, one key in this many handed out is routine: an urgent key
-/// rarely waits behind a routine one, and routine work goes on at an eighth of the pace at worst.
+/// While both bands hold keys, one key in this many handed out is routine.
 pub const SHARE: u32 = 8;
 
 /// How soon a queued key should be handed out. A key queued again at a higher priority moves
@@ -60,7 +52,6 @@ impl Priority {
 struct Budget {
     /// Below zero when several workers fail at once: the debt is paid before the next key.
     tokens: f64,
-    /// When `tokens` was last refilled.
     at: Instant,
 }
 
@@ -88,7 +79,6 @@ impl Budget {
         (self.tokens < floor).then(|| Duration::from_secs_f64((floor - self.tokens) / BUDGET_RATE))
     }
 
-    /// A reconcile failed.
     fn spend(&mut self, now: Instant) {
         self.refill(now);
         self.tokens -= 1.0;
@@ -151,8 +141,7 @@ pub enum Latest {
     /// The reconcile has something to do by then.
     Within(Duration),
     /// A bound the reconcile must keep whatever else fails (a pod being deleted waits on our
-    /// finalizer until then): a retry at it is handed out without waiting on the budget. One
-    /// request per such bound, so no stampede.
+    /// finalizer until then): handed out then without waiting on the budget.
     Bound(Duration),
 }
 
@@ -250,7 +239,6 @@ impl<H: Clone> Queue<H> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `key` now, in the band of `priority`.
     pub fn add(&self, key: String, trigger: Trigger<H>, priority: Priority) {
         let mut st = self.lock();
         if Self::insert(&mut st, key.into(), trigger, priority) {
@@ -369,10 +357,9 @@ impl<H: Clone> Queue<H> {
         st.budget.refund(Instant::now());
     }
 
-    /// Blocks until a key is ready and the overall budget lets it out, and hands it out, with
-    /// what queued it, its band, and how long it waited in that band; gives up after `idle`
-    /// without one when given (a worker beyond the minimum then ends: see `runtime::pool`).
-    /// The caller must call [`Queue::done`] with the key when finished.
+    /// Blocks until a key is ready and the overall budget lets it out, and hands it out, or
+    /// until `idle` passes without one (a worker beyond the minimum then ends: see
+    /// `runtime::pool`). The caller must call [`Queue::done`] with the key when finished.
     pub fn get_within(&self, idle: Option<Duration>) -> Got<H> {
         let idle_at = idle.map(|d| Instant::now() + d);
         let mut st = self.lock();
@@ -482,8 +469,7 @@ impl<H: Clone> Queue<H> {
         Got::Key(key.to_string(), trigger, priority, waited)
     }
 
-    /// Pops the stale copies at the front of each band (keys moved up, or handed out from the
-    /// other band), so that what is at the front is a key to hand out.
+    /// Pops the stale copies at the front of each band (keys moved up, or handed out).
     fn drop_stale(st: &mut State<H>) {
         for band in 0..2 {
             while let Some(k) = st.ready[band].front() {

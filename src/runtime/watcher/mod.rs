@@ -1,13 +1,10 @@
-//! Watcher threads: list, then watch from the list's resourceVersion, turning events into queue
-//! keys.
-//!
-//! The state machine is kube-runtime's (`watcher.rs`): list in pages, then watch from the
-//! list's resourceVersion, which every event moves on (BOOKMARK too). A clean end of stream
-//! re-watches; a 410 (HTTP, or an in-stream ERROR as in the `*-watch-expired-resource-version-410`
-//! fixture) relists; any other failure, or a stream silent for the idle limit, backs off and
-//! re-watches (docs/design.md, "A watch that goes silent is given up"). What an event means is
-//! the policy's ([`Watched`]); a watcher keeps no object, only the last resourceVersion and the
-//! policy's memo of each key, in a [`Store`] others may read.
+//! Watcher threads, turning a resource's events into queue keys. The state machine is
+//! kube-runtime's (`watcher.rs`): list in pages, then watch from the list's resourceVersion,
+//! which every event moves on (BOOKMARK too); a clean end of stream re-watches, a 410 (HTTP or
+//! in-stream ERROR) relists, any other failure or a silent stream backs off and re-watches
+//! (docs/design.md, "A watch that goes silent is given up"). What an event means is the
+//! policy's ([`Watched`]); a watcher keeps only the last resourceVersion and the policy's memo
+//! of each key, in a [`Store`] others may read.
 
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
@@ -94,7 +91,8 @@ struct Bookmark {
     metadata: ObjectMeta,
 }
 
-/// Exponential backoff with jitter: 0.8 s doubling to 30 s, as kube-runtime's default.
+/// Exponential backoff with jitter, as kube-runtime's default: 0.8 s doubling to 30 s, each
+/// delay scaled by a random 0.8–1.2.
 #[derive(Debug, Default)]
 pub struct Backoff {
     failures: u32,
@@ -104,7 +102,6 @@ impl Backoff {
     pub fn new() -> Backoff {
         Backoff::default()
     }
-    /// The next delay: 0.8 s · 2^failures, capped at 30 s, scaled by a random 0.8–1.2.
     pub fn next_delay(&mut self) -> Duration {
         let base = (800u64 << self.failures.min(10)).min(30_000) as f64;
         self.failures += 1;
@@ -137,7 +134,6 @@ enum StreamEnd {
     Unreadable,
 }
 
-/// What a watcher does next.
 enum State {
     List,
     Watch { rv: String },
@@ -385,26 +381,19 @@ where
         let asks = self.resync.asked();
         let (listed, rv) = self.list_pages()?;
         let listed_keys: Vec<String> = listed.keys().cloned().collect();
-        // What the list shows replaces what was known, and what vanished is forgotten; then
+        // What the list shows replaces what was known, and what is left of that vanished; then
         // the keys are queued, the store's lock released.
         let vanished: Vec<String> = {
             let mut known = self.known.write();
-            let vanished: Vec<String> = known
-                .keys()
-                .filter(|k| !listed.contains_key(*k))
-                .cloned()
-                .collect();
-            for key in &vanished {
-                known.remove(key);
-            }
+            let mut before = std::mem::replace(&mut *known, HashMap::with_capacity(listed.len()));
             for (key, new) in listed {
-                let memo = match known.remove(&key) {
+                let memo = match before.remove(&key) {
                     Some(old) => self.policy.relisted(old, new),
                     None => new,
                 };
                 known.insert(key, memo);
             }
-            vanished
+            before.into_keys().collect()
         };
         let (resource, listed, count) = (self.name(), listed_keys.len(), vanished.len());
         let relist = Trigger::Relist { resource };
