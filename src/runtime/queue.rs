@@ -376,12 +376,15 @@ impl<H: Clone> Queue<H> {
             let routine = !st.ready[Priority::Routine as usize].is_empty();
             if urgent || routine {
                 let now = Instant::now();
-                let may_urgent = urgent && st.budget.wait(now, Priority::Urgent).is_none();
-                let may_routine = routine && st.budget.wait(now, Priority::Routine).is_none();
-                let throttled = !may_urgent && !may_routine;
-                if throttled != st.throttled {
-                    st.throttled = throttled;
-                    if throttled {
+                // The budget holds routine keys before urgent ones: whether it holds the best
+                // band queued says whether it holds all, and for how long at least.
+                let held = match urgent {
+                    true => st.budget.wait(now, Priority::Urgent),
+                    false => st.budget.wait(now, Priority::Routine),
+                };
+                if held.is_some() != st.throttled {
+                    st.throttled = held.is_some();
+                    if st.throttled {
                         log::debug!(
                             target: "queue", ready = st.ready.len();
                             "reconciles keep failing: handing out at most {BUDGET_RATE} keys a second until one succeeds"
@@ -390,9 +393,13 @@ impl<H: Clone> Queue<H> {
                         log::debug!(target: "queue", ready = st.ready.len(); "handing out keys again");
                     }
                 }
-                if !throttled {
-                    // Urgent first, but one in SHARE routine while both may go.
-                    let band = match may_routine && (!may_urgent || st.urgent_streak + 1 >= SHARE) {
+                if let Some(wait) = held {
+                    let at = now + wait;
+                    next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
+                } else {
+                    // Urgent first, but one in SHARE routine while routine keys may go too.
+                    let may_routine = routine && st.budget.wait(now, Priority::Routine).is_none();
+                    let band = match may_routine && (!urgent || st.urgent_streak + 1 >= SHARE) {
                         true => Priority::Routine,
                         false => Priority::Urgent,
                     };
@@ -403,14 +410,6 @@ impl<H: Clone> Queue<H> {
                     };
                     return Self::hand_out(&mut st, key);
                 }
-                // The band most likely to go is held the least.
-                let first = if urgent {
-                    Priority::Urgent
-                } else {
-                    Priority::Routine
-                };
-                let at = now + st.budget.wait(now, first).unwrap_or_default();
-                next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
             }
             if let Some(at) = idle_at {
                 if Instant::now() >= at {

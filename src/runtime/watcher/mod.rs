@@ -14,7 +14,7 @@ use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::store::Store;
 use crate::util;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -218,54 +218,49 @@ where
         self.kind.resource.short()
     }
 
-    /// Runs until shutdown.
+    /// Runs until shutdown; every wait ends early when it comes.
     pub fn run(mut self) {
         let mut state = State::List;
         let mut backoff = Backoff::new();
         while !controller::is_quitting(&self.quit) {
-            let next = match state {
+            state = match state {
                 State::List => self.list(&mut backoff),
                 State::Watch { rv } => self.watch(rv, &mut backoff),
             };
-            let Some(next) = next else { return };
-            state = next;
         }
     }
 
-    /// Lists, telling `synced` after the first list; `None` when shutdown came first.
-    fn list(&mut self, backoff: &mut Backoff) -> Option<State> {
+    /// Lists, telling `synced` after the first list.
+    fn list(&mut self, backoff: &mut Backoff) -> State {
         match self.relist() {
             Ok(rv) => {
                 self.working();
                 if let Some(tx) = self.synced.take() {
                     let _ = tx.send(self.name());
                 }
-                Some(State::Watch { rv })
+                State::Watch { rv }
             }
-            Err(e) => self
-                .fail_and_wait("list", &e, backoff)
-                .then_some(State::List),
+            Err(e) => {
+                self.fail_and_wait("list", &e, backoff);
+                State::List
+            }
         }
     }
 
-    /// Watches from `rv` until the stream ends; `None` when shutdown came first.
-    fn watch(&mut self, mut rv: String, backoff: &mut Backoff) -> Option<State> {
+    /// Watches from `rv` until the stream ends.
+    fn watch(&mut self, mut rv: String, backoff: &mut Backoff) -> State {
         let (name, started) = (self.name(), Instant::now());
-        let timeout = util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
-        let stream = match self
-            .source
-            .watch(&self.kind, &rv, timeout, self.idle_timeout)
-        {
+        let secs = util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
+        let stream = match self.source.watch(&self.kind, &rv, secs, self.idle_timeout) {
             Ok(stream) => stream,
             Err(e) => {
                 liveness::closed(name);
                 if e.is_gone() {
                     log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch answered 410, relisting");
-                    return Some(State::List);
+                    return State::List;
                 }
-                return self
-                    .fail_and_wait("watch", &e, backoff)
-                    .then_some(State::Watch { rv });
+                self.fail_and_wait("watch", &e, backoff);
+                return State::Watch { rv };
             }
         };
         // The server accepted the watch: it is alive.
@@ -290,19 +285,19 @@ where
         match end {
             StreamEnd::Expired => {
                 log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "resourceVersion expired, relisting");
-                return Some(State::List);
+                return State::List;
             }
             StreamEnd::Unreadable => {
                 log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "an event's object could not be read, relisting");
-                return Some(State::List);
+                return State::List;
             }
             StreamEnd::Resync => {
                 log::info!(target: "watcher", resource = name, rv = rv.as_str(); "resync: listing again, every object is reconciled");
-                return Some(State::List);
+                return State::List;
             }
             StreamEnd::Clean if heard || started.elapsed() >= MIN_HEALTHY_STREAM => {
                 log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch ended, re-watching");
-                return Some(State::Watch { rv });
+                return State::Watch { rv };
             }
             StreamEnd::Clean => {
                 log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch ended at once, backing off");
@@ -328,18 +323,18 @@ where
                 log::debug!(target: "watcher", resource = name, rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
             }
         }
-        self.sleep(backoff.next_delay())
-            .then_some(State::Watch { rv })
+        self.sleep(backoff.next_delay());
+        State::Watch { rv }
     }
 
-    /// Waits `d` unless shutdown comes first; returns whether to go on.
-    fn sleep(&self, d: Duration) -> bool {
-        matches!(self.quit.recv_timeout(d), Err(RecvTimeoutError::Timeout))
+    /// Waits `d` unless shutdown comes first.
+    fn sleep(&self, d: Duration) {
+        let _ = self.quit.recv_timeout(d);
     }
 
     /// Logs a failed list or watch request, then waits out the backoff (or the server's
-    /// `Retry-After`, if longer) unless shutdown comes first; returns whether to go on.
-    fn fail_and_wait(&mut self, what: &str, e: &client::Error, backoff: &mut Backoff) -> bool {
+    /// `Retry-After`, if longer) unless shutdown comes first.
+    fn fail_and_wait(&mut self, what: &str, e: &client::Error, backoff: &mut Backoff) {
         let error = e.to_string();
         if e.is_not_found() && !self.missing {
             // Said once: every retry answers the same until someone installs it again.
