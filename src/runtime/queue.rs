@@ -36,7 +36,6 @@ pub enum Priority {
 }
 
 impl Priority {
-    /// As the reconcile log line names it.
     pub fn as_str(self) -> &'static str {
         match self {
             Priority::Urgent => "urgent",
@@ -177,7 +176,6 @@ struct State<H> {
     /// key moved up leaves a stale copy behind, skipped when it comes up (its `Dirty` says
     /// another band, or it is not dirty any more).
     ready: [VecDeque<Key>; 2],
-    /// Keys queued and not yet handed out.
     dirty: HashMap<Key, Dirty<H>>,
     /// Urgent keys handed out in a row while routine ones waited.
     urgent_streak: u32,

@@ -129,8 +129,7 @@ enum StreamEnd {
     Resync,
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
     Failed(String),
-    /// An object that did not decode and whose key could not be read: list again, so that
-    /// whatever it was is reconciled.
+    /// An object that did not decode and whose key could not be read: relist, to reconcile it.
     Unreadable,
 }
 
@@ -149,7 +148,6 @@ pub struct Watcher<S: Source, W: Watched> {
     pub quit: Receiver<()>,
     /// Told once, after the first complete list.
     pub synced: Option<Sender<&'static str>>,
-    /// How long a stream may say nothing before it is given up.
     pub idle_timeout: Duration,
     pub resync: Resync,
     /// Every key seen since the last list, with the policy's memo of it.
