@@ -119,14 +119,13 @@ impl Backoff {
 /// How a watch stream ended.
 #[derive(Debug, PartialEq)]
 enum StreamEnd {
-    /// The server closed it cleanly (its `timeoutSeconds` elapsed): re-watch from `rv`.
+    /// The server closed it cleanly (its `timeoutSeconds` elapsed), or we stopped reading it
+    /// for shutdown or a resync: re-watch from `rv`, or list again if a resync is due.
     Clean,
     /// ERROR 410 in the stream: our version is too old; relist.
     Expired,
     /// Nothing heard for the idle limit: the connection is given up; back off, re-watch.
     Stalled(String),
-    /// A resync is due: stop watching and list again.
-    Resync,
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
     Failed(String),
     /// An object that did not decode and whose key could not be read: relist, to reconcile it.
@@ -269,12 +268,8 @@ where
         if heard {
             backoff.reset();
         }
-        let end = match end {
-            StreamEnd::Clean if self.resync_due() => StreamEnd::Resync,
-            end => end,
-        };
         let why = match &end {
-            StreamEnd::Clean | StreamEnd::Resync => Restart::Closed,
+            StreamEnd::Clean => Restart::Closed,
             StreamEnd::Expired => Restart::Expired,
             StreamEnd::Stalled(_) => Restart::Stalled,
             StreamEnd::Failed(_) | StreamEnd::Unreadable => Restart::Error,
@@ -289,7 +284,7 @@ where
                 log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "an event's object could not be read, relisting");
                 return State::List;
             }
-            StreamEnd::Resync => {
+            StreamEnd::Clean if self.resync_due() => {
                 log::info!(target: "watcher", resource = name, rv = rv.as_str(); "resync: listing again, every object is reconciled");
                 return State::List;
             }
@@ -455,11 +450,8 @@ where
             if let Err(end) = self.handle_line(&line, rv) {
                 return (end, heard);
             }
-            if controller::is_quitting(&self.quit) {
+            if controller::is_quitting(&self.quit) || self.resync_due() {
                 return (StreamEnd::Clean, heard);
-            }
-            if self.resync_due() {
-                return (StreamEnd::Resync, heard);
             }
         }
     }
