@@ -382,13 +382,14 @@ impl<H: Clone> Queue<H> {
                 };
                 if held.is_some() != st.throttled {
                     st.throttled = held.is_some();
+                    let ready = st.ready.iter().map(VecDeque::len).sum::<usize>();
                     if st.throttled {
                         log::debug!(
-                            target: "queue", ready = st.ready.len();
+                            target: "queue", ready;
                             "reconciles keep failing: handing out at most {BUDGET_RATE} keys a second until one succeeds"
                         );
                     } else {
-                        log::debug!(target: "queue", ready = st.ready.len(); "handing out keys again");
+                        log::debug!(target: "queue", ready; "handing out keys again");
                     }
                 }
                 if let Some(wait) = held {
