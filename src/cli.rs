@@ -226,14 +226,10 @@ pub struct LeaderFlags {
     pub retry_period: Duration,
 }
 
-/// Reconcile threads by default: a reconcile mostly waits on the API server, and 16 came
-/// within 2x of the floor in the bench (docs/benchmark.md, "Workers").
+/// Reconcile threads by default, and at most while a backlog lasts (docs/benchmark.md,
+/// "Workers"): a reconcile mostly waits on the API server.
 pub const DEFAULT_WORKERS: usize = 16;
-
-/// Reconcile threads at most by default, while a backlog lasts: on the issue-26 cluster, 64
-/// took a backlog of 1,000 from 13.9 s to 10.0 s; the bench's modeled control plane, from
-/// 8.7 s to 5.9 s (docs/operating.md). Each costs its stack and allocator cache while it runs.
-pub const DEFAULT_MAX_WORKERS: usize = 64;
+const DEFAULT_MAX_WORKERS: usize = 64;
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
@@ -243,14 +239,12 @@ pub struct Config {
     pub namespace: Option<String>,
     pub log_format: logging::Format,
     pub workers: usize,
-    /// `--max-workers`, never below `workers`.
+    /// Never below `workers`.
     pub max_workers: usize,
     pub leader: Option<LeaderFlags>,
-    /// The metrics and probe endpoints.
     pub endpoints: serve::Settings,
-    /// `--watch-idle-timeout`.
     pub watch_idle_timeout: Duration,
-    /// `--resync-period`; `None` when disabled.
+    /// `None` when disabled.
     pub resync_period: Option<Duration>,
 }
 
@@ -266,54 +260,45 @@ impl fmt::Display for InvalidFlags {
 
 impl std::error::Error for InvalidFlags {}
 
+/// `Err(InvalidFlags(why()))` unless `ok`.
+fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), InvalidFlags> {
+    ok.then_some(()).ok_or_else(|| InvalidFlags(why()))
+}
+
 impl TryFrom<Args> for Config {
     type Error = InvalidFlags;
 
     fn try_from(a: Args) -> Result<Config, InvalidFlags> {
-        if a.workers == 0 || a.workers > 256 {
+        let workers = a.workers;
+        ensure((1..=256).contains(&workers), || {
+            format!("--workers must be between 1 and 256, got {workers}")
+        })?;
+        let max_workers = a.max_workers.unwrap_or(DEFAULT_MAX_WORKERS.max(workers));
+        ensure((workers..=256).contains(&max_workers), || {
+            format!(
+                "--max-workers must be between --workers ({workers}) and 256, got {max_workers}"
+            )
+        })?;
+        ensure(a.namespace.as_deref() != Some(""), || {
+            "--namespace must not be empty".into()
+        })?;
+        let leader_flag = a.given.iter().find(|f| LEADER_FLAGS.contains(&f.as_str()));
+        if let (false, Some(flag)) = (a.leader_elect, leader_flag) {
             return Err(InvalidFlags(format!(
-                "--workers must be between 1 and 256, got {}",
-                a.workers
+                "{flag} needs --leader-elect (without it there is no leader election to tune)"
             )));
         }
-        let max_workers = match a.max_workers {
-            Some(m) if m < a.workers || m > 256 => {
-                return Err(InvalidFlags(format!(
-                    "--max-workers must be between --workers ({}) and 256, got {m}",
-                    a.workers
-                )))
-            }
-            Some(m) => m,
-            None => DEFAULT_MAX_WORKERS.max(a.workers),
-        };
-        if let Some(ns) = &a.namespace {
-            if ns.is_empty() {
-                return Err(InvalidFlags("--namespace must not be empty".into()));
-            }
-        }
-        if !a.leader_elect {
-            if let Some(flag) = a.given.iter().find(|f| LEADER_FLAGS.contains(&f.as_str())) {
-                return Err(InvalidFlags(format!(
-                    "{flag} needs --leader-elect (without it there is no leader election to tune)"
-                )));
-            }
-        }
         let leader = if a.leader_elect {
-            if a.renew_deadline >= a.lease_duration {
-                return Err(InvalidFlags(format!(
-                    "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?})",
-                    a.renew_deadline, a.lease_duration
-                )));
-            }
-            if a.retry_period >= a.renew_deadline || a.retry_period.is_zero() {
-                return Err(InvalidFlags(format!(
-                    "--retry-period ({:?}) must be positive and shorter than --renew-deadline ({:?})",
-                    a.retry_period, a.renew_deadline
-                )));
-            }
-            if a.lease_duration < Duration::from_secs(1) {
-                return Err(InvalidFlags("--lease-duration must be at least 1s".into()));
-            }
+            let (lease, renew, retry) = (a.lease_duration, a.renew_deadline, a.retry_period);
+            ensure(renew < lease, || {
+                format!("--renew-deadline ({renew:?}) must be shorter than --lease-duration ({lease:?})")
+            })?;
+            ensure(retry < renew && !retry.is_zero(), || {
+                format!("--retry-period ({retry:?}) must be positive and shorter than --renew-deadline ({renew:?})")
+            })?;
+            ensure(lease >= Duration::from_secs(1), || {
+                "--lease-duration must be at least 1s".into()
+            })?;
             Some(LeaderFlags {
                 namespace: a
                     .leader_election_namespace
@@ -331,26 +316,21 @@ impl TryFrom<Args> for Config {
             .map_err(|e| InvalidFlags(format!("--metrics-bind-address: {e}")))?;
         let probes = serve::parse_bind(&a.health_probe_bind_address)
             .map_err(|e| InvalidFlags(format!("--health-probe-bind-address: {e}")))?;
-        if a.watch_idle_timeout < Duration::from_secs(1) {
-            // Shorter would give up a healthy watch between two events of a busy one.
-            return Err(InvalidFlags(format!(
-                "--watch-idle-timeout must be at least 1s, got {:?}",
-                a.watch_idle_timeout
-            )));
-        }
-        if !a.resync_period.is_zero() && a.resync_period < Duration::from_secs(60) {
-            // Every resync lists every object and reconciles it: more often is a load.
-            return Err(InvalidFlags(format!(
-                "--resync-period must be 0 (off) or at least 1m, got {:?}",
-                a.resync_period
-            )));
-        }
-        if a.metrics_cert_path.is_some() && !a.metrics_secure {
-            // A certificate for a plain-HTTP endpoint is a mistake worth saying, not ignoring.
-            return Err(InvalidFlags(
-                "--metrics-cert-path needs --metrics-secure (it is for HTTPS)".into(),
-            ));
-        }
+        // Shorter would give up a healthy watch between two events of a busy one.
+        let idle = a.watch_idle_timeout;
+        ensure(idle >= Duration::from_secs(1), || {
+            format!("--watch-idle-timeout must be at least 1s, got {idle:?}")
+        })?;
+        // Every resync lists every object and reconciles it: more often is a load.
+        let resync = a.resync_period;
+        ensure(
+            resync.is_zero() || resync >= Duration::from_secs(60),
+            || format!("--resync-period must be 0 (off) or at least 1m, got {resync:?}"),
+        )?;
+        // A certificate for a plain-HTTP endpoint is a mistake worth saying, not ignoring.
+        ensure(a.metrics_secure || a.metrics_cert_path.is_none(), || {
+            "--metrics-cert-path needs --metrics-secure (it is for HTTPS)".into()
+        })?;
         Ok(Config {
             kubeconfig: a.kubeconfig,
             context: a.context,
@@ -365,8 +345,8 @@ impl TryFrom<Args> for Config {
                 secure: a.metrics_secure,
                 cert_dir: a.metrics_cert_path,
             },
-            watch_idle_timeout: a.watch_idle_timeout,
-            resync_period: Some(a.resync_period).filter(|p| !p.is_zero()),
+            watch_idle_timeout: idle,
+            resync_period: Some(resync).filter(|p| !p.is_zero()),
         })
     }
 }
