@@ -91,30 +91,32 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
     let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
     let stages = Stages {
         config,
+        client,
         once,
         quit,
         queue: Arc::new(Queue::new()),
         health,
         dead_tx,
+        dead,
         memory,
         // What the ImmortalContainer watcher knows, which reconcile reads instead of the API.
         ics: Arc::new(IcStore::new()),
     };
     let ic_resync = Resync::every(config.resync_period);
     let synced = stages.start_watchers(&ic_resync)?;
-    stages.wait_for_lists(&synced, &dead)?;
+    stages.wait_for_lists(&synced)?;
     stages.recheck_crd(ic_resync)?;
     stages.start_sweep()?;
 
     let (stop_renewing_tx, stop_renewing) = crossbeam_channel::bounded::<()>(0);
-    let elector = stages.elect(&client, stop_renewing)?;
+    let elector = stages.elect(stop_renewing)?;
     // Each worker and the events thread hold a sender; all are gone once they have all ended.
     let (finished_tx, finished) = crossbeam_channel::bounded::<()>(0);
-    stages.start_workers(&client, elector.as_ref(), &finished_tx)?;
+    stages.start_workers(elector.as_ref(), &finished_tx)?;
 
     select! {
         recv(stages.quit) -> _ => {}
-        recv(dead) -> r => {
+        recv(stages.dead) -> r => {
             let what = r.unwrap_or("thread");
             return Err(fail_running(&format!("a {what} thread died; exiting so the kubelet restarts the operator")));
         }
@@ -169,12 +171,15 @@ fn connect(config: &Config) -> Result<Client, ExitCode> {
 /// What the stages after the start-up checks share.
 struct Stages<'a> {
     config: &'a Config,
+    client: Client,
     /// The unpooled client of start-up checks and lists.
     once: Client,
     quit: Receiver<()>,
     queue: Arc<Queue<PodHint>>,
     health: Arc<Health>,
+    /// Where a dying thread's [`Sentinel`] says so.
     dead_tx: Sender<&'static str>,
+    dead: Receiver<&'static str>,
     memory: Arc<Memory>,
     ics: Arc<IcStore>,
 }
@@ -223,11 +228,7 @@ impl Stages<'_> {
 
     /// Reconcile starts once both first lists are in: before that, a missing pod may only be
     /// missing from a list not yet read.
-    fn wait_for_lists(
-        &self,
-        synced: &Receiver<&'static str>,
-        dead: &Receiver<&'static str>,
-    ) -> Result<(), ExitCode> {
+    fn wait_for_lists(&self, synced: &Receiver<&'static str>) -> Result<(), ExitCode> {
         for _ in 0..2 {
             select! {
                 recv(synced) -> r => match r {
@@ -237,7 +238,7 @@ impl Stages<'_> {
                     }
                     Err(_) => return Err(fail_running("a watcher stopped before its first list")),
                 },
-                recv(dead) -> _ => return Err(fail_running("a watcher thread died")),
+                recv(self.dead) -> _ => return Err(fail_running("a watcher thread died")),
                 recv(self.quit) -> _ => return Err(stopped()),
             }
         }
@@ -275,11 +276,7 @@ impl Stages<'_> {
 
     /// With `--leader-elect`, waits until this replica holds the Lease, and keeps renewing it on
     /// a thread of its own until `stop_renewing` closes; without, this replica leads.
-    fn elect(
-        &self,
-        client: &Client,
-        stop_renewing: Receiver<()>,
-    ) -> Result<Option<Arc<Elector>>, ExitCode> {
+    fn elect(&self, stop_renewing: Receiver<()>) -> Result<Option<Arc<Elector>>, ExitCode> {
         let Some(flags) = &self.config.leader else {
             metrics::set_leader(true);
             return Ok(None);
@@ -287,7 +284,7 @@ impl Stages<'_> {
         let namespace = flags
             .namespace
             .clone()
-            .or_else(|| client.config().default_namespace.clone())
+            .or_else(|| self.client.config().default_namespace.clone())
             .unwrap_or_else(|| "default".into());
         let settings = leader::Settings {
             namespace,
@@ -297,7 +294,7 @@ impl Stages<'_> {
             renew_deadline: flags.renew_deadline,
             retry_period: flags.retry_period,
         };
-        let elector = Arc::new(Elector::new(client.clone(), settings));
+        let elector = Arc::new(Elector::new(self.client.clone(), settings));
         // On a thread of its own, so that a signal is answered at once even while a request to
         // a hung API server is pending. Renewal goes on during shutdown until the release, so
         // reconciles finishing are not fenced.
@@ -325,13 +322,12 @@ impl Stages<'_> {
     /// fence: none is sent once the Lease may have passed.
     fn start_workers(
         &self,
-        client: &Client,
         elector: Option<&Arc<Elector>>,
         finished: &Sender<()>,
     ) -> Result<(), ExitCode> {
         let (writer, identity) = match elector {
-            Some(e) => (client.fenced(e.fence()), e.identity().to_string()),
-            None => (client.clone(), leader::identity()),
+            Some(e) => (self.client.fenced(e.fence()), e.identity().to_string()),
+            None => (self.client.clone(), leader::identity()),
         };
         let (recorder, event_rx) = Recorder::channel(events::Kind {
             api_version: API_VERSION,
