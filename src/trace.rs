@@ -79,6 +79,7 @@ struct Timeline {
 type Fields = BTreeMap<String, String>;
 
 /// One reconcile being assembled.
+#[derive(Default)]
 struct Pending {
     id: String,
     started: String,
@@ -128,12 +129,11 @@ fn timeline(input: impl BufRead, object: &str) -> Timeline {
             continue;
         };
         let i = open.iter().position(|p| p.id == id).unwrap_or_else(|| {
-            let steps = String::new();
+            let started = ts;
             open.push(Pending {
                 id,
-                started: ts,
-                trigger: String::new(),
-                steps,
+                started,
+                ..Default::default()
             });
             open.len() - 1
         });
