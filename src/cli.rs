@@ -1,6 +1,7 @@
 //! Command line: raw flags as clap parses them ([`Args`]), checked into the configuration the
 //! rest of the program runs on ([`Config`]).
 
+use crate::kube::config::LoadOptions;
 use crate::runtime::logging;
 use crate::runtime::serve;
 use clap::parser::ValueSource;
@@ -138,11 +139,9 @@ impl Args {
     /// Parses `argv` like [`Parser::try_parse_from`], and notes in [`Args::given`] which flags
     /// the command line set: a flag given with its default value cannot be told apart from one
     /// left out by the values alone, and both checks of [`Args::check`] need to.
-    pub fn try_parse_given<I, T>(argv: I) -> Result<Args, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
+    pub fn try_parse_given(
+        argv: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+    ) -> Result<Args, clap::Error> {
         let matches = Args::command().try_get_matches_from(argv)?;
         let mut args = Args::from_arg_matches(&matches)?;
         args.given = Args::command()
@@ -234,8 +233,7 @@ const DEFAULT_MAX_WORKERS: usize = 64;
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub kubeconfig: Option<PathBuf>,
-    pub context: Option<String>,
+    pub cluster: LoadOptions,
     pub namespace: Option<String>,
     pub log_format: logging::Format,
     pub workers: usize,
@@ -332,8 +330,10 @@ impl TryFrom<Args> for Config {
             "--metrics-cert-path needs --metrics-secure (it is for HTTPS)".into()
         })?;
         Ok(Config {
-            kubeconfig: a.kubeconfig,
-            context: a.context,
+            cluster: LoadOptions {
+                kubeconfig: a.kubeconfig,
+                context: a.context,
+            },
             namespace: a.namespace,
             log_format: a.log_format,
             workers: a.workers,

@@ -10,7 +10,7 @@ use crate::immortal::store::IcStore;
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
 use crate::kube::client::{self, Client};
-use crate::kube::config::{self, LoadOptions};
+use crate::kube::config;
 use crate::kube::events::{self, Recorder};
 use crate::runtime::allocator;
 use crate::runtime::controller::{self, is_quitting, listen_for_signals, spawn_watcher, Sentinel};
@@ -50,13 +50,13 @@ const EXIT_CONFIG: u8 = 1;
 pub fn run(config: Config) -> ExitCode {
     // A stage answers `Err(code)` when the process is to exit now: a clear message at start-up,
     // a dead thread, or a signal before reconciling began.
-    run_stages(&config).unwrap_or_else(|code| code)
+    run_stages(config).unwrap_or_else(|code| code)
 }
 
 /// The stages, in order: connect, checks, endpoints, watchers and their first lists, the
 /// Lease, the workers; then wait for a signal or a dead thread, and shut down.
-fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
-    let client = connect(config)?;
+fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
+    let client = connect(&config)?;
 
     // The first signal drops `quit_tx`, waking every loop that selects on `quit`.
     let (quit_tx, quit) = crossbeam_channel::bounded::<()>(0);
@@ -89,7 +89,7 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
         .map_err(|msg| fail_at_start(&msg))?;
 
     let (dead_tx, dead) = crossbeam_channel::unbounded::<&'static str>();
-    let stages = Stages {
+    let stages = Arc::new(Stages {
         config,
         client,
         once,
@@ -101,8 +101,8 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
         memory,
         // What the ImmortalContainer watcher knows, which reconcile reads instead of the API.
         ics: Arc::new(IcStore::new()),
-    };
-    let ic_resync = Resync::every(config.resync_period);
+    });
+    let ic_resync = Resync::every(stages.config.resync_period);
     let synced = stages.start_watchers(&ic_resync)?;
     stages.wait_for_lists(&synced)?;
     stages.recheck_crd(ic_resync)?;
@@ -145,11 +145,7 @@ fn run_stages(config: &Config) -> Result<ExitCode, ExitCode> {
 
 /// Loads the configuration and builds the client every thread shares.
 fn connect(config: &Config) -> Result<Client, ExitCode> {
-    let opts = LoadOptions {
-        kubeconfig: config.kubeconfig.clone(),
-        context: config.context.clone(),
-    };
-    let cluster = config::load(&opts).map_err(|e| fail_at_start(&e.to_string()))?;
+    let cluster = config::load(&config.cluster).map_err(|e| fail_at_start(&e.to_string()))?;
     // One connection per worker, one per watcher, one for events and one for the lease, kept
     // when extra workers end (docs/design.md, "Start-up and shutdown"). Every request of every
     // client made from this one is counted in the metrics.
@@ -168,9 +164,9 @@ fn connect(config: &Config) -> Result<Client, ExitCode> {
     Ok(client)
 }
 
-/// What the stages after the start-up checks share.
-struct Stages<'a> {
-    config: &'a Config,
+/// What the stages after the start-up checks, and the threads they start, share.
+struct Stages {
+    config: Config,
     client: Client,
     /// The unpooled client of start-up checks and lists.
     once: Client,
@@ -184,7 +180,7 @@ struct Stages<'a> {
     ics: Arc<IcStore>,
 }
 
-impl Stages<'_> {
+impl Stages {
     /// A sentinel for a thread whose death ends the process.
     fn sentinel(&self, name: &'static str) -> Sentinel {
         Sentinel {
@@ -194,9 +190,8 @@ impl Stages<'_> {
         }
     }
 
-    /// Watchers: ImmortalContainers and our pods. They fill the queue from their first list on,
-    /// also while this replica stands by, so a new leader starts with a warm queue. Answers the
-    /// channel on which each reports its first list.
+    /// Watchers of ImmortalContainers and our pods, which fill the queue from their first list
+    /// on, also on a standby, so that a new leader starts warm; answers where they report it.
     fn start_watchers(&self, ic_resync: &Resync) -> Result<Receiver<&'static str>, ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
         let (namespace, idle) = (&self.config.namespace, self.config.watch_idle_timeout);
@@ -248,15 +243,15 @@ impl Stages<'_> {
     /// While the CRD prunes something the operator writes, reads it again every
     /// [`counting::RECHECK`], so that an upgraded CRD is taken up without a restart (see
     /// `counting`, Resuming): `resync` then has every object reconciled.
-    fn recheck_crd(&self, resync: Resync) -> Result<(), ExitCode> {
-        let (client, memory, quit) = (self.once.clone(), self.memory.clone(), self.quit.clone());
+    fn recheck_crd(self: &Arc<Self>, resync: Resync) -> Result<(), ExitCode> {
+        let me = self.clone();
         spawn("crd", move || {
-            while wait(&quit, counting::RECHECK) {
-                if !memory.counting.any_pruned() {
+            while wait(&me.quit, counting::RECHECK) {
+                if !me.memory.counting.any_pruned() {
                     continue;
                 }
-                if let Some(missing) = read_crd_schema(&client) {
-                    if memory.counting.relearn(&missing) {
+                if let Some(missing) = read_crd_schema(&me.once) {
+                    if me.memory.counting.relearn(&missing) {
                         resync.ask();
                     }
                 }
@@ -264,13 +259,16 @@ impl Stages<'_> {
         })
     }
 
-    /// The start-up sweep for pods holding our finalizer unseen (see `sweep`), on a thread of
-    /// its own so that reconciling does not wait for it.
-    fn start_sweep(&self) -> Result<(), ExitCode> {
-        let (client, queue, quit) = (self.once.clone(), self.queue.clone(), self.quit.clone());
-        let namespace = self.config.namespace.clone();
+    /// The start-up sweep (see `sweep`), on a thread of its own: reconciling does not wait.
+    fn start_sweep(self: &Arc<Self>) -> Result<(), ExitCode> {
+        let me = self.clone();
         spawn("sweep", move || {
-            sweep::run(&client, namespace.as_deref(), &queue, &quit)
+            sweep::run(
+                &me.once,
+                me.config.namespace.as_deref(),
+                &me.queue,
+                &me.quit,
+            )
         })
     }
 
@@ -321,7 +319,7 @@ impl Stages<'_> {
     /// The Event recorder's thread and the reconcile workers, all writing through the leader's
     /// fence: none is sent once the Lease may have passed.
     fn start_workers(
-        &self,
+        self: &Arc<Self>,
         elector: Option<&Arc<Elector>>,
         finished: &Sender<()>,
     ) -> Result<(), ExitCode> {
@@ -340,17 +338,14 @@ impl Stages<'_> {
             events::run(events_client, event_rx, COMPONENT, identity)
         })?;
         let workers = Arc::new(Workers {
-            queue: self.queue.clone(),
-            api: Arc::new(LiveApi {
+            stages: self.clone(),
+            api: LiveApi {
                 client: writer,
                 events: recorder.reporting_drops(metrics::events_dropped),
                 ics: self.ics.clone(),
-            }),
-            memory: self.memory.clone(),
+            },
             pool: Pool::new(self.config.workers, self.config.max_workers),
             run_id: crate::util::rand_u64() as u16,
-            health: self.health.clone(),
-            dead: self.dead_tx.clone(),
             _finished: finished.clone(),
             started: AtomicUsize::new(0),
         });
@@ -371,16 +366,13 @@ impl Stages<'_> {
 }
 
 /// What every reconcile worker shares, and how one more is started: by a worker that takes a
-/// key while others wait (see `runtime::pool`). Only the workers hold it, so the senders in it
-/// are gone once the last worker has ended.
+/// key while others wait (see `runtime::pool`). Only the workers hold it, so `_finished` is
+/// gone once the last worker has ended.
 struct Workers {
-    queue: Arc<Queue<PodHint>>,
-    api: Arc<LiveApi>,
-    memory: Arc<Memory>,
+    stages: Arc<Stages>,
+    api: LiveApi,
     pool: Pool,
     run_id: u16,
-    health: Arc<Health>,
-    dead: Sender<&'static str>,
     /// Held until the last worker ends: what the shutdown waits for.
     _finished: Sender<()>,
     /// Workers started so far, to name the next thread.
@@ -391,11 +383,7 @@ impl Workers {
     /// Starts one worker thread, already counted in the pool.
     fn spawn(self: &Arc<Self>) -> std::io::Result<()> {
         let i = self.started.fetch_add(1, Ordering::Relaxed);
-        let sentinel = Sentinel {
-            health: self.health.clone(),
-            dead: self.dead.clone(),
-            name: "worker",
-        };
+        let sentinel = self.stages.sentinel("worker");
         let me = self.clone();
         thread::Builder::new()
             .name(format!("reconcile-{i}"))
@@ -403,7 +391,7 @@ impl Workers {
                 let _sentinel = sentinel;
                 let _cache = allocator::cache_this_thread();
                 controller::work(
-                    &me.queue,
+                    &me.stages.queue,
                     me.run_id,
                     &me.pool,
                     || match me.spawn() {
@@ -413,18 +401,16 @@ impl Workers {
                             false
                         }
                     },
-                    |trace, hint| reconcile::reconcile(&*me.api, &me.memory, trace, hint),
+                    |trace, hint| reconcile::reconcile(&me.api, &me.stages.memory, trace, hint),
                 )
             })
             .map(drop)
     }
 }
 
-/// Checks, before anything starts, that the server answers and serves our resource: a wrong
-/// kubeconfig, refused credentials or a missing CRD end the program with a message that says
-/// which. Unreachable servers and a CRD not yet established (both brief when a cluster and the
-/// operator are deployed together) are retried for [`PREFLIGHT_PATIENCE`], with one WARN line
-/// per distinct failure and DEBUG for its repeats.
+/// Checks that the server answers and serves our resource, or says what is wrong; an
+/// unreachable server or a missing CRD are retried for [`PREFLIGHT_PATIENCE`], with one WARN
+/// line per distinct failure (docs/design.md, "Start-up and shutdown").
 fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     let path = format!("/apis/{GROUP}/{VERSION}");
     let deadline = Instant::now() + PREFLIGHT_PATIENCE;
