@@ -201,12 +201,7 @@ fn text(v: Value) -> String {
 /// syntax) when they hold a space, a quote or `=`, or are empty.
 fn parse_text(line: &str) -> Option<Fields> {
     let (ts, rest) = line.trim_end_matches(['\n', '\r']).split_once(' ')?;
-    // 2026-11-22T03:12:00.001Z
-    let b = ts.as_bytes();
-    if b.len() < 20 || !b[..4].iter().all(u8::is_ascii_digit) || b[10] != b'T' || !ts.ends_with('Z')
-    {
-        return None;
-    }
+    crate::util::parse_rfc3339(ts)?;
     let (level, rest) = rest.trim_start().split_once(' ')?;
     if !matches!(level, "ERROR" | "WARN" | "INFO" | "DEBUG" | "TRACE") {
         return None;
