@@ -1,33 +1,15 @@
 //! Small helpers several stages share: a random source for jitter, RFC 3339 timestamps (jiff's
 //! calendar), and a lock that survives a panicked holder.
 
-use std::cell::Cell;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-thread_local! {
-    static RNG: Cell<u64> = Cell::new(seed());
-}
-
-fn seed() -> u64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let local = 0u8;
-    // Time, process and the address of a stack slot: distinct per thread and per process.
-    (nanos ^ ((std::process::id() as u64) << 32) ^ (&local as *const u8 as u64)) | 1
-}
-
-/// A pseudo-random u64 (xorshift64*). For jitter and identities, not for secrets.
+/// A random u64, for jitter and identities, not for secrets: SipHash under the per-thread random
+/// keys std seeds from the OS, which every new `RandomState` steps on by one.
 pub fn rand_u64() -> u64 {
-    RNG.with(|r| {
-        let mut x = r.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        r.set(x);
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    })
+    RandomState::new().build_hasher().finish()
 }
 
 /// Uniform in [0, 1).
