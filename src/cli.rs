@@ -2,8 +2,7 @@
 //! rest of the program runs on ([`Config`]).
 
 use crate::kube::config::LoadOptions;
-use crate::runtime::logging;
-use crate::runtime::serve;
+use crate::runtime::{leader, logging, serve};
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::fmt;
@@ -215,16 +214,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| invalid(&"negative"))
 }
 
-/// Leader-election settings as given; the namespace is resolved once the cluster is known.
-#[derive(Debug, Clone)]
-pub struct LeaderFlags {
-    pub namespace: Option<String>,
-    pub name: String,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
-}
-
 /// Reconcile threads by default, and at most while a backlog lasts (docs/benchmark.md,
 /// "Workers"): a reconcile mostly waits on the API server.
 pub const DEFAULT_WORKERS: usize = 16;
@@ -239,7 +228,8 @@ pub struct Config {
     pub workers: usize,
     /// Never below `workers`.
     pub max_workers: usize,
-    pub leader: Option<LeaderFlags>,
+    /// With `--leader-elect`; an empty namespace is the cluster's default, known once connected.
+    pub leader: Option<leader::Settings>,
     pub endpoints: serve::Settings,
     pub watch_idle_timeout: Duration,
     /// `None` when disabled.
@@ -297,15 +287,15 @@ impl TryFrom<Args> for Config {
             ensure(lease >= Duration::from_secs(1), || {
                 "--lease-duration must be at least 1s".into()
             })?;
-            Some(LeaderFlags {
-                namespace: a
-                    .leader_election_namespace
+            Some(leader::Settings {
+                namespace: (a.leader_election_namespace)
                     .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                    .filter(|s| !s.is_empty()),
+                    .unwrap_or_default(),
                 name: a.leader_election_id,
-                lease_duration: a.lease_duration,
-                renew_deadline: a.renew_deadline,
-                retry_period: a.retry_period,
+                identity: leader::identity(),
+                lease_duration: lease,
+                renew_deadline: renew,
+                retry_period: retry,
             })
         } else {
             None

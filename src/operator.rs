@@ -27,9 +27,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// `source.component` and `reportingComponent` of our Events.
-const COMPONENT: &str = "immortal-operator";
-
 /// How long start-up keeps trying to reach the API server and find our CRD before it gives up.
 const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -275,23 +272,14 @@ impl Stages {
     /// With `--leader-elect`, waits until this replica holds the Lease, and keeps renewing it on
     /// a thread of its own until `stop_renewing` closes; without, this replica leads.
     fn elect(&self, stop_renewing: Receiver<()>) -> Result<Option<Arc<Elector>>, ExitCode> {
-        let Some(flags) = &self.config.leader else {
+        let Some(mut settings) = self.config.leader.clone() else {
             metrics::set_leader(true);
             return Ok(None);
         };
-        let namespace = flags
-            .namespace
-            .clone()
-            .or_else(|| self.client.config().default_namespace.clone())
-            .unwrap_or_else(|| "default".into());
-        let settings = leader::Settings {
-            namespace,
-            name: flags.name.clone(),
-            identity: leader::identity(),
-            lease_duration: flags.lease_duration,
-            renew_deadline: flags.renew_deadline,
-            retry_period: flags.retry_period,
-        };
+        if settings.namespace.is_empty() {
+            let default = self.client.config().default_namespace.clone();
+            settings.namespace = default.unwrap_or_else(|| "default".into());
+        }
         let elector = Arc::new(Elector::new(self.client.clone(), settings));
         // On a thread of its own, so that a signal is answered at once even while a request to
         // a hung API server is pending. Renewal goes on during shutdown until the release, so
@@ -335,7 +323,7 @@ impl Stages {
         spawn("events", move || {
             let _finished = events_finished;
             let _cache = allocator::cache_this_thread();
-            events::run(events_client, event_rx, COMPONENT, identity)
+            events::run(events_client, event_rx, "immortal-operator", identity)
         })?;
         let workers = Arc::new(Workers {
             stages: self.clone(),
@@ -418,9 +406,8 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     let mut warned: Option<String> = None;
     loop {
         let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
-        let err = match attempt.get_path::<serde_json::Value>(&path) {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
+        let Err(err) = attempt.get_path::<serde_json::Value>(&path) else {
+            return Ok(());
         };
         let server = &client.config().server;
         // What is wrong, without the error itself: it goes into the `error` field once.
@@ -455,11 +442,8 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
             log::warn!(target: "controller", error = error.as_str(); "{what}; retrying for up to {patience}s");
             warned = Some(what);
         }
-        let wait_for = backoff.next_delay();
-        if !wait(
-            quit,
-            wait_for.min(deadline.saturating_duration_since(Instant::now())),
-        ) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !wait(quit, backoff.next_delay().min(left)) {
             return Ok(());
         }
     }
@@ -486,12 +470,12 @@ fn wait(quit: &Receiver<()>, d: Duration) -> bool {
 
 /// Starts the thread `name`; not being able to ends the process.
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), ExitCode> {
-    match thread::Builder::new().name(name.into()).spawn(f) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(fail_running(&format!(
+    if let Err(e) = thread::Builder::new().name(name.into()).spawn(f) {
+        return Err(fail_running(&format!(
             "cannot start the {name} thread: {e}"
-        ))),
+        )));
     }
+    Ok(())
 }
 
 fn fail_at_start(msg: &str) -> ExitCode {
