@@ -215,16 +215,14 @@ fn parse_text(line: &str) -> Option<Fields> {
     let (msg, fields) = (rest.match_indices(' '))
         .find_map(|(i, _)| Some((&rest[..i], parse_fields(&rest[i..])?)))
         .unwrap_or((rest, Vec::new()));
-    let mut m: Fields = [
+    let head = [
         ("ts", ts),
         ("level", level),
         ("target", target),
         ("msg", msg),
-    ]
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .into();
-    m.extend(fields);
-    Some(m)
+    ];
+    let head = head.map(|(k, v)| (k.to_string(), v.to_string()));
+    Some(head.into_iter().chain(fields).collect())
 }
 
 /// `s` as a sequence of ` key=value` pairs and nothing else.
