@@ -191,12 +191,12 @@ pub struct TraceArgs {
 fn parse_object(s: &str) -> Result<String, String> {
     match s.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok(s.to_string())
+            Ok(s.into())
         }
-        _ => Err(format!(
-            "want NAMESPACE/NAME, e.g. default/{}",
-            s.trim_matches('/').rsplit('/').next().unwrap_or("example")
-        )),
+        _ => {
+            let name = s.trim_matches('/').rsplit('/').next().unwrap_or("example");
+            Err(format!("want NAMESPACE/NAME, e.g. default/{name}"))
+        }
     }
 }
 

@@ -100,8 +100,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         ics: Arc::new(IcStore::new()),
     });
     let ic_resync = Resync::every(stages.config.resync_period);
-    let synced = stages.start_watchers(&ic_resync)?;
-    stages.wait_for_lists(&synced)?;
+    stages.start_watchers(&ic_resync)?;
     stages.recheck_crd(ic_resync)?;
     stages.start_sweep()?;
 
@@ -188,8 +187,9 @@ impl Stages {
     }
 
     /// Watchers of ImmortalContainers and our pods, which fill the queue from their first list
-    /// on, also on a standby, so that a new leader starts warm; answers where they report it.
-    fn start_watchers(&self, ic_resync: &Resync) -> Result<Receiver<&'static str>, ExitCode> {
+    /// on, also on a standby, so that a new leader starts warm. Returns once both first lists
+    /// are in: before that, a missing pod may only be missing from a list not yet read.
+    fn start_watchers(&self, ic_resync: &Resync) -> Result<(), ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
         let (namespace, idle) = (&self.config.namespace, self.config.watch_idle_timeout);
         let ics = Watcher::new(
@@ -215,12 +215,6 @@ impl Stages {
         spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
         let pods = pods.resyncing(Resync::every(self.config.resync_period));
         spawn_watcher(pods, self.sentinel("watcher")).map_err(failed)?;
-        Ok(synced)
-    }
-
-    /// Reconcile starts once both first lists are in: before that, a missing pod may only be
-    /// missing from a list not yet read.
-    fn wait_for_lists(&self, synced: &Receiver<&'static str>) -> Result<(), ExitCode> {
         for _ in 0..2 {
             select! {
                 recv(synced) -> r => match r {
