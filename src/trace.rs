@@ -16,16 +16,13 @@ const EXIT_NOTHING_FOUND: u8 = 1;
 /// wrong command line.
 const EXIT_CANNOT_READ: u8 = 3;
 
-/// Runs the subcommand.
 pub fn run(args: &TraceArgs) -> ExitCode {
     let (input, source): (Box<dyn BufRead>, String) = match &args.log {
         Some(path) => match std::fs::File::open(path) {
             Ok(f) => (Box::new(BufReader::new(f)), path.display().to_string()),
             Err(e) => {
-                eprintln!(
-                    "immortal-operator trace: cannot open {}: {e}",
-                    path.display()
-                );
+                let path = path.display();
+                eprintln!("immortal-operator trace: cannot open {path}: {e}");
                 return ExitCode::from(EXIT_CANNOT_READ);
             }
         },
@@ -71,7 +68,6 @@ struct Timeline {
     found: usize,
     /// Lines in a format the operator writes, about any object or none.
     understood: usize,
-    /// Lines read.
     read: usize,
 }
 
@@ -185,15 +181,13 @@ fn parse_line(line: &str) -> Option<Fields> {
         return parse_text(line);
     }
     let v: BTreeMap<String, Value> = serde_json::from_str(line).ok()?;
-    let f: Fields = v.into_iter().map(|(k, v)| (k, text(v))).collect();
+    let f: Fields = (v.into_iter())
+        .map(|(k, v)| match v {
+            Value::String(s) => (k, s),
+            v => (k, v.to_string()),
+        })
+        .collect();
     (f.contains_key("ts") && f.contains_key("msg")).then_some(f)
-}
-
-fn text(v: Value) -> String {
-    match v {
-        Value::String(s) => s,
-        other => other.to_string(),
-    }
 }
 
 /// A text line as `runtime/logging.rs` writes it:
