@@ -119,8 +119,7 @@ pub struct Args {
     #[arg(long, default_value = "10h", value_parser = parse_duration, value_name = "DURATION")]
     pub resync_period: Duration,
 
-    /// The operator flags given on the command line (`--workers`, ...), as opposed to left at
-    /// their defaults: filled by [`Args::try_parse_given`].
+    /// The flags the command line set, as opposed to left at their defaults.
     #[arg(skip)]
     pub given: Vec<String>,
 }
@@ -156,9 +155,8 @@ impl Args {
         Args::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
     }
 
-    /// Refuses flags that would be accepted and then do nothing: operator flags before `trace`
-    /// (it reads a log, it runs no operator). The leader-election ones are
-    /// [`Config::try_from`]'s.
+    /// Refuses operator flags before `trace`: it reads a log, so they would do nothing (the
+    /// leader-election flags without `--leader-elect` are [`Config::try_from`]'s to refuse).
     pub fn check(&self) -> Result<(), InvalidFlags> {
         match (&self.command, self.given.first()) {
             (Some(Command::Trace(_)), Some(flag)) => Err(InvalidFlags(format!(

@@ -33,11 +33,9 @@ const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
 /// Longest one start-up check may wait: it runs on the thread that answers signals.
 const PREFLIGHT_ATTEMPT: Duration = Duration::from_secs(5);
 
-/// How long a shutdown waits for the reconciles in flight; with [`RELEASE_TIMEOUT`], 7 s,
+/// How long a shutdown waits for the reconciles in flight, then for the Lease's release: 7 s,
 /// inside the Deployment's `terminationGracePeriodSeconds: 10`.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Longest the Lease release may take at shutdown.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Exit code for a configuration or cluster problem found at start.
@@ -177,7 +175,6 @@ struct Stages {
 }
 
 impl Stages {
-    /// A sentinel for a thread whose death ends the process.
     fn sentinel(&self, name: &'static str) -> Sentinel {
         Sentinel {
             health: self.health.clone(),
