@@ -139,18 +139,15 @@ fn timeline(input: impl BufRead, object: &str) -> Timeline {
         match msg.as_str() {
             "reconciling" => {}
             "reconciled" | "reconcile failed" => {
-                let mut outcome = format!("→ {}", f.get("result").map_or("", String::as_str));
+                let get = |k: &str| f.get(k).map_or("", String::as_str);
+                let mut outcome = format!("→ {}", get("result"));
                 if let Some(error) = f.get("error") {
                     let _ = write!(outcome, ": {error}");
                 }
                 if let Some(after) = f.get("requeue_after_ms") {
                     let _ = write!(outcome, "; next look in {after} ms");
                 }
-                let _ = write!(
-                    outcome,
-                    " ({} ms",
-                    f.get("elapsed_ms").map_or("", String::as_str)
-                );
+                let _ = write!(outcome, " ({} ms", get("elapsed_ms"));
                 // Older lines have no queue wait: show it only when the line has one.
                 if let (Some(queued), Some(band)) = (f.get("queued_ms"), f.get("priority")) {
                     let _ = write!(outcome, ", after {queued} ms queued {band}");
