@@ -251,12 +251,8 @@ impl Stages {
     fn start_sweep(self: &Arc<Self>) -> Result<(), ExitCode> {
         let me = self.clone();
         spawn("sweep", move || {
-            sweep::run(
-                &me.once,
-                me.config.namespace.as_deref(),
-                &me.queue,
-                &me.quit,
-            )
+            let namespace = me.config.namespace.as_deref();
+            sweep::run(&me.once, namespace, &me.queue, &me.quit)
         })
     }
 
