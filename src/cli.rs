@@ -212,8 +212,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| invalid(&"negative"))
 }
 
-/// Reconcile threads by default, and at most while a backlog lasts (docs/benchmark.md,
-/// "Workers"): a reconcile mostly waits on the API server.
+/// Reconcile threads by default: at rest, and at most while a backlog lasts (docs/benchmark.md,
+/// "Workers"). A reconcile mostly waits on the API server.
 pub const DEFAULT_WORKERS: usize = 16;
 const DEFAULT_MAX_WORKERS: usize = 64;
 
@@ -286,7 +286,8 @@ impl TryFrom<Args> for Config {
                 "--lease-duration must be at least 1s".into()
             })?;
             Some(leader::Settings {
-                namespace: (a.leader_election_namespace)
+                namespace: a
+                    .leader_election_namespace
                     .or_else(|| std::env::var("POD_NAMESPACE").ok())
                     .unwrap_or_default(),
                 name: a.leader_election_id,

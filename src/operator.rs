@@ -426,7 +426,10 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
         if warned.as_deref() == Some(what.as_str()) {
             log::debug!(target: "controller", error = error.as_str(); "{what}; retrying");
         } else {
-            log::warn!(target: "controller", error = error.as_str(); "{what}; retrying for up to {patience}s");
+            log::warn!(
+                target: "controller", error = error.as_str();
+                "{what}; retrying for up to {patience}s"
+            );
             warned = Some(what);
         }
         let left = deadline.saturating_duration_since(Instant::now());

@@ -178,7 +178,8 @@ fn parse_line(line: &str) -> Option<Fields> {
         return parse_text(line);
     }
     let v: BTreeMap<String, Value> = serde_json::from_str(line).ok()?;
-    let f: Fields = (v.into_iter())
+    let f: Fields = v
+        .into_iter()
         .map(|(k, v)| match v {
             Value::String(s) => (k, s),
             v => (k, v.to_string()),
@@ -203,7 +204,8 @@ fn parse_text(line: &str) -> Option<Fields> {
     }
     // The message is free text; the fields are the longest run of ` key=value` at its end. The
     // first place from which the rest of the line reads as fields, and nothing else, is it.
-    let (msg, fields) = (rest.match_indices(' '))
+    let (msg, fields) = rest
+        .match_indices(' ')
         .find_map(|(i, _)| Some((&rest[..i], parse_fields(&rest[i..])?)))
         .unwrap_or((rest, Vec::new()));
     let head = [
