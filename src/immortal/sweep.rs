@@ -83,10 +83,8 @@ pub fn sweep<H: Clone>(
                 Err(e) if e.is_gone() && token.is_some() => token = None,
                 Err(e) if backoff.failures() + 1 < ATTEMPTS => {
                     log::debug!(target: "sweep", error = e.to_string().as_str(); "listing pod metadata failed, retrying");
-                    if !matches!(
-                        quit.recv_timeout(backoff.next_delay()),
-                        Err(RecvTimeoutError::Timeout)
-                    ) {
+                    // Anything but the wait running out means quit.
+                    if quit.recv_timeout(backoff.next_delay()) != Err(RecvTimeoutError::Timeout) {
                         return Ok(swept);
                     }
                 }
