@@ -65,9 +65,9 @@ impl Watched for PodEvents {
                 .is_some_and(|r| r.is_immortal_container());
         match memo.replace(digest) {
             Some(before) if before == digest && !orphaned => return Reaction::Ignore,
-            // A new pod that is plainly pending: reconcile created it and wrote this very
-            // view. (A pod someone else made is found by the relist after our restart, or by
-            // its next change.)
+            // A new pod that is plainly pending: reconcile created it, and writes this very
+            // view by the bound of its count (`counting::COUNT_WAIT`). (A pod someone else
+            // made is found by the relist after our restart, or by its next change.)
             None if event == "ADDED" && view == PodView::pending() && !orphaned => {
                 return Reaction::Ignore
             }
