@@ -33,7 +33,8 @@ pub struct Memory {
     /// Pods (uid) this process let go, with the resourceVersion the release answered: a watch
     /// event older than that still shows our finalizer, and must not make us release again.
     released: Mutex<Released>,
-    /// Pods (by key) this process created whose count waits (see `counting::COUNT_WAIT`).
+    /// Pods (by key) this process created whose count waits (see `counting::COUNT_WAIT`):
+    /// uid, the pod status counted last when it was created, and when.
     waiting: Mutex<HashMap<String, Waiting>>,
     /// `counting::COUNT_WAIT`; zero in the unit tests that predate the wait.
     pub(super) count_wait: Duration,
@@ -127,14 +128,9 @@ impl Memory {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         if waiting.len() >= WAITING_AT_MOST {
             // Objects deleted while they waited: long past any bound.
-            let bound = crate::immortal::counting::COUNT_WAIT * 30;
-            waiting.retain(|_, w| now.saturating_duration_since(w.since) < bound);
+            waiting.retain(|_, w| now.saturating_duration_since(w.2) < self.count_wait * 30);
         }
-        let w = Waiting {
-            pod: Uid::new(uid),
-            after: last_counted.map(Uid::new),
-            since: now,
-        };
+        let w = (Uid::new(uid), last_counted.map(Uid::new), now);
         waiting.insert(key.to_string(), w);
     }
 
@@ -143,27 +139,16 @@ impl Memory {
     /// once status counts another, it is forgotten.
     pub(super) fn waiting(&self, key: &str, last_counted: Option<&str>) -> Option<(Uid, Instant)> {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        let w = waiting.get(key)?;
-        let same = match (&w.after, last_counted) {
-            (None, None) => true,
-            (Some(a), Some(l)) => *a == *l,
-            _ => false,
-        };
-        if !same {
+        let (pod, after, since) = waiting.get(key)?;
+        if *after != last_counted.map(Uid::new) {
             waiting.remove(key);
             return None;
         }
-        Some((w.pod.clone(), w.since))
+        Some((pod.clone(), *since))
     }
 }
 
-/// A pod this process created whose count waits: its uid, the pod that status counted last
-/// when it was created, and when.
-struct Waiting {
-    pod: Uid,
-    after: Option<Uid>,
-    since: Instant,
-}
+type Waiting = (Uid, Option<Uid>, Instant);
 
 /// Pods let go, in two generations, so that the latest ones are always remembered.
 #[derive(Default)]
