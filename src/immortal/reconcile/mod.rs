@@ -424,11 +424,12 @@ impl<A: Api> Run<'_, A> {
                 ),
             };
             let (uid, change, view, holds, ending) = found;
-            if let Some(left) = self.count_may_wait(&uid).filter(|_| change.is_none()) {
-                if view.phase == Phase::Pending {
-                    self.status = self.have.clone();
-                    return Ok(Next::RequeueAfter(left));
-                }
+            if let Some(left) = self
+                .count_may_wait(&uid, &view)
+                .filter(|_| change.is_none())
+            {
+                self.status = self.have.clone();
+                return Ok(Next::RequeueAfter(left));
             }
 
             // Ours: it was started, so it counts, once.

@@ -52,7 +52,7 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn count_created(&mut self, pod: &Pod, counted: bool) -> Next {
         let (uid, view) = (pod.metadata.uid.as_str(), PodView::of(pod));
         let wait = self.memory.count_wait;
-        if counted && !wait.is_zero() && view.phase == Phase::Pending && !self.counted() {
+        if counted && !wait.is_zero() && view == PodView::pending() && !self.counted() {
             let last = self.status.last_counted_pod_uid.as_deref();
             self.memory.wait_for_count(self.trace.key, uid, last);
             self.status = self.have.clone();
@@ -67,8 +67,13 @@ impl<A: Api> Run<'_, A> {
         Next::Done
     }
 
-    /// How much longer the count of our pod `uid`, still pending, may wait, if it may.
-    pub(super) fn count_may_wait(&self, uid: &str) -> Option<Duration> {
+    /// How much longer the count of our pod `uid`, showing `view`, may wait, if it may: while
+    /// it is plainly pending (not unschedulable, say: that will not pass soon, and a person
+    /// should see it), up to the bound of the wait its create began.
+    pub(super) fn count_may_wait(&self, uid: &str, view: &PodView) -> Option<Duration> {
+        if *view != PodView::pending() {
+            return None;
+        }
         let last = self.status.last_counted_pod_uid.as_deref();
         let (pod, since) = self.memory.waiting(self.trace.key, last)?;
         let waited = self.memory.now().saturating_duration_since(since);

@@ -2322,3 +2322,25 @@ fn count_waits_and_a_stale_event_of_that_pod_counted_elsewhere_is_not_counted_ag
     run_with(&f, &stale).unwrap();
     assert_eq!(status(&f).start_times, Some(2));
 }
+
+#[test]
+fn count_waits_but_not_for_a_pod_that_cannot_be_scheduled() {
+    let (f, _) = fake_waiting();
+    run(&f, "ns/web").unwrap();
+    f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
+        phase: Some("Pending".into()),
+        conditions: vec![PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: "Unschedulable".into(),
+            message: "0/3 nodes are available".into(),
+        }],
+        ..Default::default()
+    });
+    f.clear();
+    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
+    assert_eq!(status_writes(&f), 1);
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(ready(&f), ("False".into(), "PodUnschedulable".into()));
+    assert!(finalizers(&f).is_empty());
+}
