@@ -1,8 +1,8 @@
 //! Command line: raw flags as clap parses them ([`Args`]), checked into the configuration the
 //! rest of the program runs on ([`Config`]).
 
-use crate::runtime::logging;
-use crate::runtime::serve;
+use crate::kube::config::LoadOptions;
+use crate::runtime::{leader, logging, serve};
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::fmt;
@@ -119,8 +119,7 @@ pub struct Args {
     #[arg(long, default_value = "10h", value_parser = parse_duration, value_name = "DURATION")]
     pub resync_period: Duration,
 
-    /// The operator flags given on the command line (`--workers`, ...), as opposed to left at
-    /// their defaults: filled by [`Args::try_parse_given`].
+    /// The flags the command line set, as opposed to left at their defaults.
     #[arg(skip)]
     pub given: Vec<String>,
 }
@@ -138,11 +137,9 @@ impl Args {
     /// Parses `argv` like [`Parser::try_parse_from`], and notes in [`Args::given`] which flags
     /// the command line set: a flag given with its default value cannot be told apart from one
     /// left out by the values alone, and both checks of [`Args::check`] need to.
-    pub fn try_parse_given<I, T>(argv: I) -> Result<Args, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
+    pub fn try_parse_given(
+        argv: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+    ) -> Result<Args, clap::Error> {
         let matches = Args::command().try_get_matches_from(argv)?;
         let mut args = Args::from_arg_matches(&matches)?;
         args.given = Args::command()
@@ -158,9 +155,8 @@ impl Args {
         Args::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
     }
 
-    /// Refuses flags that would be accepted and then do nothing: operator flags before `trace`
-    /// (it reads a log, it runs no operator). The leader-election ones are
-    /// [`Config::try_from`]'s.
+    /// Refuses operator flags before `trace`: it reads a log, so they would do nothing (the
+    /// leader-election flags without `--leader-elect` are [`Config::try_from`]'s to refuse).
     pub fn check(&self) -> Result<(), InvalidFlags> {
         match (&self.command, self.given.first()) {
             (Some(Command::Trace(_)), Some(flag)) => Err(InvalidFlags(format!(
@@ -193,12 +189,12 @@ pub struct TraceArgs {
 fn parse_object(s: &str) -> Result<String, String> {
     match s.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok(s.to_string())
+            Ok(s.into())
         }
-        _ => Err(format!(
-            "want NAMESPACE/NAME, e.g. default/{}",
-            s.trim_matches('/').rsplit('/').next().unwrap_or("example")
-        )),
+        _ => {
+            let name = s.trim_matches('/').rsplit('/').next().unwrap_or("example");
+            Err(format!("want NAMESPACE/NAME, e.g. default/{name}"))
+        }
     }
 }
 
@@ -216,41 +212,25 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| invalid(&"negative"))
 }
 
-/// Leader-election settings as given; the namespace is resolved once the cluster is known.
-#[derive(Debug, Clone)]
-pub struct LeaderFlags {
-    pub namespace: Option<String>,
-    pub name: String,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
-}
-
-/// Reconcile threads by default: a reconcile mostly waits on the API server, and 16 came
-/// within 2x of the floor in the bench (docs/benchmark.md, "Workers").
+/// Reconcile threads by default: at rest, and at most while a backlog lasts (docs/benchmark.md,
+/// "Workers"). A reconcile mostly waits on the API server.
 pub const DEFAULT_WORKERS: usize = 16;
-
-/// Reconcile threads at most by default, while a backlog lasts: on the issue-26 cluster, 64
-/// took a backlog of 1,000 from 13.9 s to 10.0 s; the bench's modeled control plane, from
-/// 8.7 s to 5.9 s (docs/operating.md). Each costs its stack and allocator cache while it runs.
-pub const DEFAULT_MAX_WORKERS: usize = 64;
+const DEFAULT_MAX_WORKERS: usize = 64;
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub kubeconfig: Option<PathBuf>,
-    pub context: Option<String>,
+    pub cluster: LoadOptions,
     pub namespace: Option<String>,
     pub log_format: logging::Format,
     pub workers: usize,
-    /// `--max-workers`, never below `workers`.
+    /// Never below `workers`.
     pub max_workers: usize,
-    pub leader: Option<LeaderFlags>,
-    /// The metrics and probe endpoints.
+    /// With `--leader-elect`; an empty namespace is the cluster's default, known once connected.
+    pub leader: Option<leader::Settings>,
     pub endpoints: serve::Settings,
-    /// `--watch-idle-timeout`.
     pub watch_idle_timeout: Duration,
-    /// `--resync-period`; `None` when disabled.
+    /// `None` when disabled.
     pub resync_period: Option<Duration>,
 }
 
@@ -266,63 +246,55 @@ impl fmt::Display for InvalidFlags {
 
 impl std::error::Error for InvalidFlags {}
 
+/// `Err(InvalidFlags(why()))` unless `ok`.
+fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), InvalidFlags> {
+    ok.then_some(()).ok_or_else(|| InvalidFlags(why()))
+}
+
 impl TryFrom<Args> for Config {
     type Error = InvalidFlags;
 
     fn try_from(a: Args) -> Result<Config, InvalidFlags> {
-        if a.workers == 0 || a.workers > 256 {
+        let workers = a.workers;
+        ensure((1..=256).contains(&workers), || {
+            format!("--workers must be between 1 and 256, got {workers}")
+        })?;
+        let max_workers = a.max_workers.unwrap_or(DEFAULT_MAX_WORKERS.max(workers));
+        ensure((workers..=256).contains(&max_workers), || {
+            format!(
+                "--max-workers must be between --workers ({workers}) and 256, got {max_workers}"
+            )
+        })?;
+        ensure(a.namespace.as_deref() != Some(""), || {
+            "--namespace must not be empty".into()
+        })?;
+        let leader_flag = a.given.iter().find(|f| LEADER_FLAGS.contains(&f.as_str()));
+        if let (false, Some(flag)) = (a.leader_elect, leader_flag) {
             return Err(InvalidFlags(format!(
-                "--workers must be between 1 and 256, got {}",
-                a.workers
+                "{flag} needs --leader-elect (without it there is no leader election to tune)"
             )));
         }
-        let max_workers = match a.max_workers {
-            Some(m) if m < a.workers || m > 256 => {
-                return Err(InvalidFlags(format!(
-                    "--max-workers must be between --workers ({}) and 256, got {m}",
-                    a.workers
-                )))
-            }
-            Some(m) => m,
-            None => DEFAULT_MAX_WORKERS.max(a.workers),
-        };
-        if let Some(ns) = &a.namespace {
-            if ns.is_empty() {
-                return Err(InvalidFlags("--namespace must not be empty".into()));
-            }
-        }
-        if !a.leader_elect {
-            if let Some(flag) = a.given.iter().find(|f| LEADER_FLAGS.contains(&f.as_str())) {
-                return Err(InvalidFlags(format!(
-                    "{flag} needs --leader-elect (without it there is no leader election to tune)"
-                )));
-            }
-        }
         let leader = if a.leader_elect {
-            if a.renew_deadline >= a.lease_duration {
-                return Err(InvalidFlags(format!(
-                    "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?})",
-                    a.renew_deadline, a.lease_duration
-                )));
-            }
-            if a.retry_period >= a.renew_deadline || a.retry_period.is_zero() {
-                return Err(InvalidFlags(format!(
-                    "--retry-period ({:?}) must be positive and shorter than --renew-deadline ({:?})",
-                    a.retry_period, a.renew_deadline
-                )));
-            }
-            if a.lease_duration < Duration::from_secs(1) {
-                return Err(InvalidFlags("--lease-duration must be at least 1s".into()));
-            }
-            Some(LeaderFlags {
+            let (lease, renew, retry) = (a.lease_duration, a.renew_deadline, a.retry_period);
+            ensure(renew < lease, || {
+                format!("--renew-deadline ({renew:?}) must be shorter than --lease-duration ({lease:?})")
+            })?;
+            ensure(retry < renew && !retry.is_zero(), || {
+                format!("--retry-period ({retry:?}) must be positive and shorter than --renew-deadline ({renew:?})")
+            })?;
+            ensure(lease >= Duration::from_secs(1), || {
+                "--lease-duration must be at least 1s".into()
+            })?;
+            Some(leader::Settings {
                 namespace: a
                     .leader_election_namespace
                     .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                    .filter(|s| !s.is_empty()),
+                    .unwrap_or_default(),
                 name: a.leader_election_id,
-                lease_duration: a.lease_duration,
-                renew_deadline: a.renew_deadline,
-                retry_period: a.retry_period,
+                identity: leader::identity(),
+                lease_duration: lease,
+                renew_deadline: renew,
+                retry_period: retry,
             })
         } else {
             None
@@ -331,29 +303,26 @@ impl TryFrom<Args> for Config {
             .map_err(|e| InvalidFlags(format!("--metrics-bind-address: {e}")))?;
         let probes = serve::parse_bind(&a.health_probe_bind_address)
             .map_err(|e| InvalidFlags(format!("--health-probe-bind-address: {e}")))?;
-        if a.watch_idle_timeout < Duration::from_secs(1) {
-            // Shorter would give up a healthy watch between two events of a busy one.
-            return Err(InvalidFlags(format!(
-                "--watch-idle-timeout must be at least 1s, got {:?}",
-                a.watch_idle_timeout
-            )));
-        }
-        if !a.resync_period.is_zero() && a.resync_period < Duration::from_secs(60) {
-            // Every resync lists every object and reconciles it: more often is a load.
-            return Err(InvalidFlags(format!(
-                "--resync-period must be 0 (off) or at least 1m, got {:?}",
-                a.resync_period
-            )));
-        }
-        if a.metrics_cert_path.is_some() && !a.metrics_secure {
-            // A certificate for a plain-HTTP endpoint is a mistake worth saying, not ignoring.
-            return Err(InvalidFlags(
-                "--metrics-cert-path needs --metrics-secure (it is for HTTPS)".into(),
-            ));
-        }
+        // Shorter would give up a healthy watch between two events of a busy one.
+        let idle = a.watch_idle_timeout;
+        ensure(idle >= Duration::from_secs(1), || {
+            format!("--watch-idle-timeout must be at least 1s, got {idle:?}")
+        })?;
+        // Every resync lists every object and reconciles it: more often is a load.
+        let resync = a.resync_period;
+        ensure(
+            resync.is_zero() || resync >= Duration::from_secs(60),
+            || format!("--resync-period must be 0 (off) or at least 1m, got {resync:?}"),
+        )?;
+        // A certificate for a plain-HTTP endpoint is a mistake worth saying, not ignoring.
+        ensure(a.metrics_secure || a.metrics_cert_path.is_none(), || {
+            "--metrics-cert-path needs --metrics-secure (it is for HTTPS)".into()
+        })?;
         Ok(Config {
-            kubeconfig: a.kubeconfig,
-            context: a.context,
+            cluster: LoadOptions {
+                kubeconfig: a.kubeconfig,
+                context: a.context,
+            },
             namespace: a.namespace,
             log_format: a.log_format,
             workers: a.workers,
@@ -365,8 +334,8 @@ impl TryFrom<Args> for Config {
                 secure: a.metrics_secure,
                 cert_dir: a.metrics_cert_path,
             },
-            watch_idle_timeout: a.watch_idle_timeout,
-            resync_period: Some(a.resync_period).filter(|p| !p.is_zero()),
+            watch_idle_timeout: idle,
+            resync_period: Some(resync).filter(|p| !p.is_zero()),
         })
     }
 }

@@ -1,37 +1,28 @@
 //! `immortal-operator trace NAMESPACE/NAME`: one object's reconciliation history, read back from
-//! the operator's logs, text (the default `--log-format`) or JSON, as a timeline a person can
-//! read.
-//!
-//! Every log line about an object carries `object=NAMESPACE/NAME`, and every line of one
-//! reconcile carries its `reconcile_id`; this groups them: what triggered each reconcile, the
-//! API writes it made, its outcome and the next requeue. Each line is read in whichever of the
-//! two formats it is in (`runtime/logging.rs` writes both), so a log a person redirected with
-//! the defaults traces as well as one a collector gathered.
+//! the operator's logs, text or JSON line by line (`runtime/logging.rs` writes both), as a
+//! timeline: what triggered each reconcile, the API writes it made, its outcome and next requeue.
 
 use crate::cli::TraceArgs;
-use serde_json::{Map, Value};
-use std::collections::HashMap;
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::process::ExitCode;
 
-/// Exit code when no line of the log is about the object (0: a timeline was printed; 2: bad
-/// flags, as for the operator).
-pub const EXIT_NOTHING_FOUND: u8 = 1;
-/// Exit code when the log file cannot be read: apart from bad flags (2), so that a script can
-/// tell a wrong path from a wrong command line.
-pub const EXIT_CANNOT_READ: u8 = 3;
+/// Exit code when no line of the log is about the object (2 is for bad flags, as for the
+/// operator).
+const EXIT_NOTHING_FOUND: u8 = 1;
+/// Exit code when the log file cannot be read, so that a script can tell a wrong path from a
+/// wrong command line.
+const EXIT_CANNOT_READ: u8 = 3;
 
-/// Runs the subcommand.
 pub fn run(args: &TraceArgs) -> ExitCode {
     let (input, source): (Box<dyn BufRead>, String) = match &args.log {
         Some(path) => match std::fs::File::open(path) {
             Ok(f) => (Box::new(BufReader::new(f)), path.display().to_string()),
             Err(e) => {
-                eprintln!(
-                    "immortal-operator trace: cannot open {}: {e}",
-                    path.display()
-                );
+                let path = path.display();
+                eprintln!("immortal-operator trace: cannot open {path}: {e}");
                 return ExitCode::from(EXIT_CANNOT_READ);
             }
         },
@@ -44,15 +35,11 @@ pub fn run(args: &TraceArgs) -> ExitCode {
                      (end it with Ctrl-D); to read a file, pass --log FILE"
                 );
             }
-            (
-                Box::new(BufReader::new(stdin.lock())),
-                "standard input".into(),
-            )
+            (Box::new(stdin.lock()), "standard input".into())
         }
     };
     let t = timeline(input, &args.object);
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(t.text.as_bytes());
+    let _ = std::io::stdout().lock().write_all(t.text.as_bytes());
     if t.found > 0 {
         return ExitCode::SUCCESS;
     }
@@ -74,154 +61,140 @@ pub fn run(args: &TraceArgs) -> ExitCode {
 
 /// What reading a log found.
 #[derive(Debug, Default)]
-pub struct Timeline {
+struct Timeline {
     /// The timeline, one reconcile (or lone line) after another.
-    pub text: String,
+    text: String,
     /// Lines about the object.
-    pub found: usize,
+    found: usize,
     /// Lines in a format the operator writes, about any object or none.
-    pub understood: usize,
-    /// Lines read.
-    pub read: usize,
+    understood: usize,
+    read: usize,
 }
 
+/// A log line's fields by name: `ts`, `level`, `target`, `msg` and the line's own.
+type Fields = BTreeMap<String, String>;
+
 /// One reconcile being assembled.
+#[derive(Default)]
 struct Pending {
+    id: String,
     started: String,
     trigger: String,
-    steps: Vec<String>,
+    /// One indented line per step.
+    steps: String,
+}
+
+impl Pending {
+    /// (when it began, its text, ending with `outcome`).
+    fn finish(self, outcome: &str) -> (String, String) {
+        let (id, trigger, steps) = (self.id, self.trigger, self.steps);
+        let text = format!(
+            "{}  reconcile {id}  triggered by: {trigger}\n{steps}    {outcome}\n",
+            self.started
+        );
+        (self.started, text)
+    }
 }
 
 /// Builds the timeline of `object` from the operator's log lines, text or JSON. Lines in
 /// neither format (a panic, a shell's echo), or about other objects, are skipped.
-pub fn timeline(input: impl BufRead, object: &str) -> Timeline {
-    // (when it began, its text): a reconcile is known whole only at its outcome, so entries are
-    // put in time order at the end, where a line logged meanwhile (its Event) would otherwise
-    // come first.
+fn timeline(input: impl BufRead, object: &str) -> Timeline {
+    let mut t = Timeline::default();
+    // (when it began, its text), put in time order at the end: a reconcile is known whole only
+    // at its outcome, where a line logged meanwhile (its Event) would otherwise come first.
     let mut entries: Vec<(String, String)> = Vec::new();
-    let mut open: HashMap<String, Pending> = HashMap::new();
-    let mut order: Vec<String> = Vec::new();
-    let (mut found, mut understood, mut read) = (0, 0, 0);
+    // Reconciles begun and not ended, in the order they began.
+    let mut open: Vec<Pending> = Vec::new();
     for line in input.lines().map_while(Result::ok) {
-        read += 1;
-        let Some(v) = parse_line(&line) else {
+        t.read += 1;
+        let Some(mut f) = parse_line(&line) else {
             continue;
         };
-        understood += 1;
-        if v.get("object").and_then(Value::as_str) != Some(object) {
+        t.understood += 1;
+        if f.remove("object").as_deref() != Some(object) {
             continue;
         }
-        found += 1;
-        let s = |k: &str| v.get(k).map(render).unwrap_or_default();
-        let ts = s("ts");
-        let Some(id) = v.get("reconcile_id").map(render) else {
+        t.found += 1;
+        // What is left in `f` once these are taken are the fields worth showing.
+        let [ts, level, msg, trigger, _] =
+            ["ts", "level", "msg", "trigger", "target"].map(|k| f.remove(k).unwrap_or_default());
+        let action = f.remove("action");
+        let Some(id) = f.remove("reconcile_id") else {
             // Not part of a reconcile (an Event, a watch decision): show it on its own.
-            let text = format!("{ts}  {} {}{}\n", s("level"), s("msg"), fields(&v));
-            entries.push((ts, text));
+            entries.push((ts.clone(), format!("{ts}  {level} {msg}{}\n", show(&f))));
             continue;
         };
-        let p = open.entry(id.clone()).or_insert_with(|| {
-            order.push(id.clone());
-            Pending {
-                started: ts.clone(),
-                trigger: String::new(),
-                steps: Vec::new(),
-            }
+        let i = open.iter().position(|p| p.id == id).unwrap_or_else(|| {
+            let started = ts;
+            open.push(Pending {
+                id,
+                started,
+                ..Default::default()
+            });
+            open.len() - 1
         });
-        if p.trigger.is_empty() {
-            p.trigger = s("trigger");
+        if open[i].trigger.is_empty() {
+            open[i].trigger = trigger;
         }
-        match s("msg").as_str() {
+        match msg.as_str() {
             "reconciling" => {}
             "reconciled" | "reconcile failed" => {
-                let p = open.remove(&id).expect("entry exists");
-                order.retain(|o| o != &id);
-                let trigger = if p.trigger.is_empty() {
-                    s("trigger")
-                } else {
-                    p.trigger
-                };
-                let mut out = format!("{}  reconcile {id}  triggered by: {trigger}\n", p.started);
-                for step in &p.steps {
-                    let _ = writeln!(out, "    {step}");
+                let get = |k: &str| f.get(k).map_or("", String::as_str);
+                let mut outcome = format!("→ {}", get("result"));
+                if let Some(error) = f.get("error") {
+                    let _ = write!(outcome, ": {error}");
                 }
-                let mut outcome = format!("→ {}", s("result"));
-                if v.get("error").is_some() {
-                    let _ = write!(outcome, ": {}", s("error"));
+                if let Some(after) = f.get("requeue_after_ms") {
+                    let _ = write!(outcome, "; next look in {after} ms");
                 }
-                if v.get("requeue_after_ms").is_some() {
-                    let _ = write!(outcome, "; next look in {} ms", s("requeue_after_ms"));
-                }
+                let _ = write!(outcome, " ({} ms", get("elapsed_ms"));
                 // Older lines have no queue wait: show it only when the line has one.
-                let queued = match (v.get("queued_ms"), v.get("priority")) {
-                    (Some(_), Some(_)) => {
-                        format!(", after {} ms queued {}", s("queued_ms"), s("priority"))
-                    }
-                    _ => String::new(),
-                };
-                let _ = writeln!(out, "    {outcome} ({} ms{queued})", s("elapsed_ms"));
-                entries.push((p.started, out));
+                if let (Some(queued), Some(band)) = (f.get("queued_ms"), f.get("priority")) {
+                    let _ = write!(outcome, ", after {queued} ms queued {band}");
+                }
+                entries.push(open.remove(i).finish(&format!("{outcome})")));
             }
             msg => {
-                let action = v
-                    .get("action")
-                    .map(render)
-                    .unwrap_or_else(|| msg.to_string());
-                let detail = fields(&v);
-                p.steps.push(format!("{action}:{detail}"));
+                let action = action.as_deref().unwrap_or(msg);
+                let _ = writeln!(open[i].steps, "    {action}:{}", show(&f));
             }
         }
     }
     // Reconciles the log ends in the middle of (the operator was killed).
-    for id in order {
-        if let Some(p) = open.remove(&id) {
-            let mut out = format!(
-                "{}  reconcile {id}  triggered by: {}\n",
-                p.started, p.trigger
-            );
-            for step in &p.steps {
-                let _ = writeln!(out, "    {step}");
-            }
-            out.push_str("    → no outcome logged (the operator stopped during this reconcile)\n");
-            entries.push((p.started, out));
-        }
+    for p in open {
+        entries.push(p.finish("→ no outcome logged (the operator stopped during this reconcile)"));
     }
     // Stable: what began in the same millisecond stays in log order.
     entries.sort_by(|a, b| a.0.cmp(&b.0));
-    Timeline {
-        text: entries.into_iter().map(|(_, text)| text).collect(),
-        found,
-        understood,
-        read,
-    }
+    t.text = entries.into_iter().map(|(_, text)| text).collect();
+    t
 }
 
-/// One log line as fields (`ts`, `level`, `target`, `msg` and the line's own), if it is in a
-/// format the operator writes: a JSON object with `ts` and `msg`, or a text line.
-fn parse_line(line: &str) -> Option<Value> {
+/// One log line's fields, if it is in a format the operator writes: a JSON object with `ts`
+/// and `msg` (values that are no strings as JSON), or a text line.
+fn parse_line(line: &str) -> Option<Fields> {
     let line = line.trim_end();
-    if line.starts_with('{') {
-        let v: Value = serde_json::from_str(line).ok()?;
-        return (v.get("ts").is_some() && v.get("msg").is_some()).then_some(v);
+    if !line.starts_with('{') {
+        return parse_text(line);
     }
-    parse_text(line).map(Value::Object)
+    let v: BTreeMap<String, Value> = serde_json::from_str(line).ok()?;
+    let f: Fields = v
+        .into_iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => (k, s),
+            v => (k, v.to_string()),
+        })
+        .collect();
+    (f.contains_key("ts") && f.contains_key("msg")).then_some(f)
 }
 
 /// A text line as `runtime/logging.rs` writes it:
 /// `TS LEVEL target: message key=value key="quoted value"`, values quoted (Rust string
 /// syntax) when they hold a space, a quote or `=`, or are empty.
-fn parse_text(line: &str) -> Option<Map<String, Value>> {
+fn parse_text(line: &str) -> Option<Fields> {
     let (ts, rest) = line.trim_end_matches(['\n', '\r']).split_once(' ')?;
-    // 2026-11-22T03:12:00.001Z
-    let looks_like_ts = ts.len() >= 20
-        && ts.as_bytes()[..4].iter().all(u8::is_ascii_digit)
-        && ts.as_bytes()[10] == b'T'
-        && ts.ends_with('Z');
-    if !looks_like_ts {
-        return None;
-    }
-    let rest = rest.trim_start();
-    let (level, rest) = rest.split_once(' ')?;
+    crate::util::parse_rfc3339(ts)?;
+    let (level, rest) = rest.trim_start().split_once(' ')?;
     if !matches!(level, "ERROR" | "WARN" | "INFO" | "DEBUG" | "TRACE") {
         return None;
     }
@@ -229,51 +202,41 @@ fn parse_text(line: &str) -> Option<Map<String, Value>> {
     if target.is_empty() || target.contains(' ') {
         return None;
     }
-    let mut m = Map::new();
-    m.insert("ts".into(), ts.into());
-    m.insert("level".into(), level.into());
-    m.insert("target".into(), target.into());
     // The message is free text; the fields are the longest run of ` key=value` at its end. The
     // first place from which the rest of the line reads as fields, and nothing else, is it.
-    let mut msg_end = rest.len();
-    let mut fields = Vec::new();
-    for (i, _) in rest.match_indices(' ') {
-        if let Some(f) = parse_fields(&rest[i..]) {
-            msg_end = i;
-            fields = f;
-            break;
-        }
-    }
-    m.insert("msg".into(), rest[..msg_end].into());
-    for (k, v) in fields {
-        m.insert(k, v.into());
-    }
-    Some(m)
+    let (msg, fields) = rest
+        .match_indices(' ')
+        .find_map(|(i, _)| Some((&rest[..i], parse_fields(&rest[i..])?)))
+        .unwrap_or((rest, Vec::new()));
+    let head = [
+        ("ts", ts),
+        ("level", level),
+        ("target", target),
+        ("msg", msg),
+    ];
+    let head = head.map(|(k, v)| (k.to_string(), v.to_string()));
+    Some(head.into_iter().chain(fields).collect())
 }
 
 /// `s` as a sequence of ` key=value` pairs and nothing else.
 fn parse_fields(mut s: &str) -> Option<Vec<(String, String)>> {
     let mut out = Vec::new();
     while !s.is_empty() {
-        s = s.strip_prefix(' ')?;
-        let eq = s.find('=')?;
-        let key = &s[..eq];
+        let (key, rest) = s.strip_prefix(' ')?.split_once('=')?;
         let key_ok = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !key_ok {
             return None;
         }
-        s = &s[eq + 1..];
         let value;
-        (value, s) = if s.starts_with('"') {
-            unquote(s)?
+        (value, s) = if rest.starts_with('"') {
+            unquote(rest)?
         } else {
-            let end = s.find(' ').unwrap_or(s.len());
-            let v = &s[..end];
+            let (v, after) = rest.split_at(rest.find(' ').unwrap_or(rest.len()));
             if v.is_empty() || v.contains(['"', '=']) {
                 return None;
             }
-            (v.to_string(), &s[end..])
+            (v.to_string(), after)
         };
         out.push((key.to_string(), value));
     }
@@ -310,34 +273,9 @@ fn unquote(s: &str) -> Option<(String, &str)> {
     None
 }
 
-/// The fields worth showing in a step: everything but the bookkeeping ones.
-fn fields(v: &Value) -> String {
-    let mut s = String::new();
-    if let Some(m) = v.as_object() {
-        for (k, val) in m {
-            if matches!(
-                k.as_str(),
-                "ts" | "level"
-                    | "target"
-                    | "msg"
-                    | "object"
-                    | "reconcile_id"
-                    | "trigger"
-                    | "action"
-            ) {
-                continue;
-            }
-            let _ = write!(s, " {k}={}", render(val));
-        }
-    }
-    s
-}
-
-fn render(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// ` key=value` for each of `fields`.
+fn show(fields: &Fields) -> String {
+    fields.iter().map(|(k, v)| format!(" {k}={v}")).collect()
 }
 
 #[cfg(test)]

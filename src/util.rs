@@ -1,34 +1,15 @@
 //! Small helpers several stages share: a random source for jitter, RFC 3339 timestamps (jiff's
 //! calendar), and a lock that survives a panicked holder.
 
-use std::cell::Cell;
-use std::sync::{Mutex, MutexGuard};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-thread_local! {
-    static RNG: Cell<u64> = Cell::new(seed());
-}
-
-fn seed() -> u64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let local = 0u8;
-    // Time, process and the address of a stack slot: distinct per thread and per process.
-    (nanos ^ ((std::process::id() as u64) << 32) ^ (&local as *const u8 as u64)) | 1
-}
-
-/// A pseudo-random u64 (xorshift64*). For jitter and identities, not for secrets.
+/// A random u64, for jitter and identities, not for secrets: SipHash under the per-thread random
+/// keys std seeds from the OS, which every new `RandomState` steps on by one.
 pub fn rand_u64() -> u64 {
-    RNG.with(|r| {
-        let mut x = r.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        r.set(x);
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    })
+    RandomState::new().build_hasher().finish()
 }
 
 /// Uniform in [0, 1).
@@ -44,23 +25,24 @@ pub fn rand_range(lo: u64, hi: u64) -> u64 {
 /// `t` as RFC 3339 UTC with seconds precision (`2026-11-22T12:58:43Z`), the form Kubernetes
 /// uses in `metav1.Time` fields.
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     // jiff prints no fraction for a whole second.
-    timestamp(secs, 0).to_string()
+    timestamp(t, false).to_string()
 }
 
 /// `t` as RFC 3339 UTC with milliseconds, for log lines.
 pub fn rfc3339_millis(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    format!(
-        "{:.3}",
-        timestamp(d.as_secs(), d.subsec_millis() * 1_000_000)
-    )
+    format!("{:.3}", timestamp(t, true))
 }
 
-/// Seconds and nanoseconds since the epoch; the last instant jiff knows (year 9999) beyond it.
-fn timestamp(secs: u64, nanos: u32) -> jiff::Timestamp {
-    i64::try_from(secs)
+/// `t` to the second (or the millisecond), from the epoch to jiff's last instant (year 9999).
+fn timestamp(t: SystemTime, millis: bool) -> jiff::Timestamp {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let nanos = if millis {
+        d.subsec_millis() * 1_000_000
+    } else {
+        0
+    };
+    i64::try_from(d.as_secs())
         .ok()
         .and_then(|secs| jiff::Timestamp::new(secs, nanos as i32).ok())
         .unwrap_or(jiff::Timestamp::MAX)
@@ -139,9 +121,7 @@ fn rfc3339_shaped(b: &[u8]) -> bool {
 /// Locks a mutex, recovering from poisoning: the data guarded with it (caches) stays valid if a
 /// holder panicked, and the operator must not crash on it.
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
-//! The pod an ImmortalContainer wants, and how to tell whether a pod found under its name is
-//! that pod: built from the object alone (its image and, when it has one, its pod template),
-//! compared on what we recorded on the pod, never on fields the server fills in.
+//! The pod an ImmortalContainer wants, built from the object alone (its image and template),
+//! and whether a pod found under its name is it, judged on what we recorded on the pod.
 
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalOwner, ImmortalPod, Template, API_VERSION,
@@ -8,23 +7,14 @@ use crate::immortal::types::{
     OWNER_UID_LABEL, SPEC_HASH_ANNOTATION,
 };
 use crate::kube::types::{Container, ObjectMeta, OwnerReference, Pod, PodSpec};
-use serde_json::{Map, Value};
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// Pod spec fields a template may not set, because the operator's promise depends on them
-/// (README, "Pod templates"): dropped from the template if a client still sends them.
-/// - `restartPolicy`: left to the pod default, `Always`, so the kubelet restarts a container
-///   that exits within the one pod, and the pod ends only when it fails, is evicted or is
-///   deleted; `Never`/`OnFailure` would end the pod at every exit and turn each into a
-///   replacement and a count.
-/// - `nodeName`: skips the scheduler, so a pod replaced after its node died would be bound to
-///   the dead node again, forever; nodeSelector and affinity say the same through it.
-/// - `ephemeralContainers`: the API server refuses them on create (they are added to a live
-///   pod through its subresource).
+/// (docs/templates.md says why each): dropped from the template if a client still sends them.
 pub const OPERATOR_FIELDS: [&str; 3] = ["restartPolicy", "nodeName", "ephemeralContainers"];
 
-/// The pod we want for `ic`: built from the object alone, so it is the same every time. It is
-/// born carrying [`COUNT_FINALIZER`] while starts are counted (see `counting`).
+/// The pod we want for `ic`, carrying [`COUNT_FINALIZER`] while starts are counted.
 pub fn desired_pod(ic: &ImmortalContainer, counted: bool) -> Pod {
     let m = &ic.metadata;
     let mut pod = Pod {
@@ -44,11 +34,7 @@ pub fn desired_pod(ic: &ImmortalContainer, counted: bool) -> Pod {
                 // Foreground deletion of the object waits for its pod.
                 block_owner_deletion: Some(true),
             }],
-            finalizers: if counted {
-                vec![COUNT_FINALIZER.to_string()]
-            } else {
-                Vec::new()
-            },
+            finalizers: Vec::from_iter(counted.then(|| COUNT_FINALIZER.to_string())),
             ..Default::default()
         },
         spec: PodSpec {
@@ -70,10 +56,8 @@ pub fn desired_pod(ic: &ImmortalContainer, counted: bool) -> Pod {
     pod
 }
 
-/// Puts the template under the operator's own pod: the template's labels and annotations
-/// where they do not collide with ours, its spec as given but for [`OPERATOR_FIELDS`], its
-/// containers in its order with `acontainer` running `spec.image` (first, when the template
-/// does not name it).
+/// Puts the template under our pod: its labels and annotations beside ours (ours win), its spec
+/// but for [`OPERATOR_FIELDS`], `acontainer` running `spec.image` (first, if it is not named).
 fn from_template(pod: &mut Pod, t: &Template) {
     let tv = t.value();
     for (field, ours) in [
@@ -106,9 +90,8 @@ fn from_template(pod: &mut Pod, t: &Template) {
 
 /// A template's container, every field kept.
 fn container(item: Value) -> Container {
-    let mut rest = match item {
-        Value::Object(m) => m,
-        _ => Map::new(),
+    let Value::Object(mut rest) = item else {
+        return Container::default();
     };
     let mut text = |k: &str| match rest.remove(k) {
         Some(Value::String(s)) => s,
@@ -121,18 +104,14 @@ fn container(item: Value) -> Container {
     }
 }
 
-/// The hash of what the pod of a templated object is made from (its image and template, in
-/// canonical JSON), recorded on the pod as [`SPEC_HASH_ANNOTATION`]; `None` for an object
-/// without a template, whose pod records its image alone, as pods did before templates.
+/// The hash of a templated object's image and template in canonical JSON, recorded on its pod;
+/// `None` without a template, whose pod records its image alone, as pods did before templates.
 pub fn spec_hash(ic: &ImmortalContainer) -> Option<String> {
     let t = ic.spec.template.as_ref()?;
     // Kept beside the shared template: every reconcile asks, and the answer is the same.
     Some(t.hash_with(&ic.spec.image, || {
-        let canonical = format!(
-            "{{\"image\":{},\"template\":{}}}",
-            Value::from(ic.spec.image.as_str()),
-            t.canonical()
-        );
+        // Canonical: serde_json's maps keep their keys sorted (see `types::Template`).
+        let canonical = json!({"image": ic.spec.image, "template": t.value()}).to_string();
         let digest = ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes());
         // 64 bits are plenty to tell one object's specs apart, and short enough to read.
         digest.as_ref()[..8]
@@ -143,20 +122,17 @@ pub fn spec_hash(ic: &ImmortalContainer) -> Option<String> {
 }
 
 /// Why the pod made from `created_for` (its image annotation) and `hash` (its spec-hash
-/// annotation) is not the pod `ic` wants, or `None` when it is. Only what we recorded on the
-/// pod is compared: the API server defaults fields and admission may add containers, labels or
-/// rewrite images, and replacing such a pod would bring back another mutated one, forever.
-/// A pod made before templates existed has no hash, as an object without a template wants.
+/// annotation) is not the pod `ic` wants, or `None` when it is. Only what we recorded is
+/// compared: replacing a pod the API server defaulted or admission mutated would bring back
+/// another mutated one, forever.
 pub fn spec_change(
     created_for: &str,
     hash: Option<&str>,
     ic: &ImmortalContainer,
 ) -> Option<String> {
-    if created_for != ic.spec.image {
-        return Some(format!(
-            "image changed from {created_for} to {}",
-            ic.spec.image
-        ));
+    let image = &ic.spec.image;
+    if created_for != image {
+        return Some(format!("image changed from {created_for} to {image}"));
     }
     let want = spec_hash(ic);
     (hash != want.as_deref()).then(|| match (hash, want) {
@@ -178,7 +154,6 @@ pub fn recorded_hash(pod: &Pod) -> Option<&str> {
 pub fn desired_labels(ic: &ImmortalContainer) -> BTreeMap<String, String> {
     BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-        // The uid, not the name: names go to 253 characters, label values stop at 63.
         (OWNER_UID_LABEL.to_string(), ic.metadata.uid.clone()),
     ])
 }
@@ -190,8 +165,7 @@ pub fn controlled_by(pod: &Pod, ic: &ImmortalContainer) -> bool {
         .is_some_and(|o| o.is_immortal_container() && o.uid == ic.metadata.uid)
 }
 
-/// The image `pod` was created for: our annotation, or for a pod without it (made by hand
-/// with our ownerReference) the image its container runs.
+/// The image `pod` was created for: our annotation, or else (a pod made by hand) its image.
 pub fn created_for(pod: &Pod) -> &str {
     pod.metadata
         .annotations

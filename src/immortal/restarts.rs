@@ -1,36 +1,19 @@
 //! Per-object back-off, for the two things that can turn into a loop of API requests: pods that
-//! end as soon as they start, again and again, and creates the API server keeps refusing.
-//!
-//! **Endings.** A pod that ran for at least [`MIN_RUN`] before it ended, however it ended
-//! (deleted, evicted, drained, failed, completed), is replaced at once, and any back-off
-//! before it is forgotten: the ReplicaSet and StatefulSet controllers replace a deleted pod at
-//! once every time, and a pod that has run has shown it can. Only *quick* endings back off: a
-//! pod that ended (or was deleted) before it ran for [`MIN_RUN`], or whose ending we did not
-//! see. The first quick ending in a row is replaced at once and starts a back-off of [`BASE`];
-//! a replacement due while the back-off since the previous one runs waits for it to end; each
-//! one doubles it, up to [`MAX`] (the kubelet's cap on a crash-looping container, which users
-//! know). The same doubling and cap as the DaemonSet controller's back-off for failed pods
-//! (client-go's `flowcontrol.Backoff`), applied only where a pod earned it.
-//!
-//! **Refusals.** A create the API server refused (422 from a ValidatingAdmissionPolicy or a
-//! webhook, 403 from PodSecurity, a ResourceQuota or RBAC) is retried after [`BASE`], doubling
-//! to [`MAX`], until one is accepted, which clears it: a refusal is about the cluster's policy,
-//! which can change at any time without the object changing.
-//!
-//! In memory only, as the DaemonSet controller keeps it: a restarted operator starts afresh,
-//! which costs at most one early replacement or retry.
+//! end soon after they start, again and again, and creates the API server keeps refusing. A pod
+//! that ran for [`MIN_RUN`] is replaced at once and clears the back-off; quick endings and
+//! refusals wait [`BASE`] doubling to [`MAX`]. In memory only, as the DaemonSet controller's
+//! back-off: docs/design.md, "Restarts and refusals", says why each number.
 
 use crate::immortal::lifecycle::Ending;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The first back-off.
 pub const BASE: Duration = Duration::from_secs(1);
-/// The longest back-off.
+/// The longest back-off: the kubelet's cap on a crash-looping container, which users know.
 pub const MAX: Duration = Duration::from_secs(300);
 /// A pod whose container ran at least this long before it ended is replaced at once: above
-/// any loop, below any drain or eviction (docs/design.md, "Restarts and refusals").
+/// any loop, below any drain or eviction.
 pub const MIN_RUN: Duration = Duration::from_secs(10);
 /// Entries are swept when the book grows past this many (the expired ones go).
 const SWEEP_AT: usize = 1024;
@@ -46,19 +29,16 @@ struct Streak {
 }
 
 impl Streak {
-    fn first(now: Instant) -> Streak {
+    /// The step taken at `now` after `prev`: the first, or `prev` doubled unless it expired.
+    fn after(prev: Option<Streak>, now: Instant) -> Streak {
+        let (backoff, count) = match prev.filter(|s| !s.expired(now)) {
+            Some(s) => ((s.backoff * 2).min(MAX), s.count.saturating_add(1)),
+            None => (BASE, 1),
+        };
         Streak {
-            backoff: BASE,
+            backoff,
             last: now,
-            count: 1,
-        }
-    }
-
-    fn next(self, now: Instant) -> Streak {
-        Streak {
-            backoff: (self.backoff * 2).min(MAX),
-            last: now,
-            count: self.count.saturating_add(1),
+            count,
         }
     }
 
@@ -79,8 +59,8 @@ struct Entry {
     quick: Option<Streak>,
     /// Creates refused in a row.
     refused: Option<Streak>,
-    /// How the object's last pod ended (its uid), learned before its replacement was made.
-    ending: Option<(String, Ending)>,
+    /// How the object's last pod ended, learned before its replacement was made.
+    ending: Option<Ending>,
 }
 
 impl Entry {
@@ -116,20 +96,17 @@ impl Restarts {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        crate::util::lock(&self.entries)
     }
 
-    /// Records how the pod `uid` of `key` ended (its replacement is not made yet).
-    pub fn ended(&self, key: &str, uid: &str, ending: Ending) {
-        self.lock().entry(key.to_string()).or_default().ending = Some((uid.to_string(), ending));
+    /// Records how the pod of `key` ended, before its replacement is made (nothing needs its uid).
+    pub fn ended(&self, key: &str, _uid: &str, ending: Ending) {
+        self.lock().entry(key.to_string()).or_default().ending = Some(ending);
     }
 
     /// How the last pod of `key` ended, if that was seen.
     pub fn ending(&self, key: &str) -> Option<Ending> {
-        self.lock()
-            .get(key)
-            .and_then(|e| e.ending.as_ref())
-            .map(|(_, e)| *e)
+        self.lock().get(key)?.ending
     }
 
     /// The pod of `key` ended and a replacement is due at `now`: `None` when it may be created
@@ -137,8 +114,7 @@ impl Restarts {
     pub fn wait(&self, key: &str, now: Instant) -> Option<Wait> {
         let mut entries = self.lock();
         let e = entries.get_mut(key)?;
-        let ending = e.ending.as_ref().map(|(_, e)| *e);
-        if ending.is_some_and(|e| !e.quick()) {
+        if e.ending.is_some_and(|e| !e.quick()) {
             e.quick = None;
             return None;
         }
@@ -147,51 +123,37 @@ impl Restarts {
             remaining,
             backoff: s.backoff,
             streak: s.count + 1,
-            ending,
+            ending: e.ending,
         })
     }
 
-    /// Records that a replacement for `key` was created at `now`: after a quick ending, the
-    /// next quick one waits longer.
+    /// A replacement for `key` was created at `now`: after a quick ending, the next one waits.
     pub fn replaced(&self, key: &str, now: Instant) {
         let mut entries = self.lock();
         if entries.len() >= SWEEP_AT {
             entries.retain(|_, e| !e.idle(now));
         }
         let e = entries.entry(key.to_string()).or_default();
-        let quick = e.ending.take().is_none_or(|(_, e)| e.quick());
+        let quick = e.ending.take().is_none_or(|e| e.quick());
         e.refused = None;
-        e.quick = if !quick {
-            None
-        } else {
-            match e.quick.filter(|s| !s.expired(now)) {
-                Some(s) => Some(s.next(now)),
-                None => Some(Streak::first(now)),
-            }
-        };
+        e.quick = quick.then(|| Streak::after(e.quick, now));
         if e.idle(now) {
             entries.remove(key);
         }
     }
 
-    /// A create for `key` was accepted at `now` (a first pod, or one for a new image): a
-    /// refusal before it is over.
+    /// A create for `key` was accepted (a first pod, or one for a new image): refusals are over.
     pub fn created(&self, key: &str) {
-        let mut entries = self.lock();
-        if let Some(e) = entries.get_mut(key) {
+        if let Some(e) = self.lock().get_mut(key) {
             e.refused = None;
         }
     }
 
-    /// A create for `key` was refused at `now`: how long until the next try, and how many
-    /// were refused in a row.
+    /// A create for `key` was refused at `now`: how long until the next try, and refusals in a row.
     pub fn refused(&self, key: &str, now: Instant) -> (Duration, u32) {
         let mut entries = self.lock();
         let e = entries.entry(key.to_string()).or_default();
-        let s = match e.refused.filter(|s| !s.expired(now)) {
-            Some(s) => s.next(now),
-            None => Streak::first(now),
-        };
+        let s = Streak::after(e.refused, now);
         e.refused = Some(s);
         (s.backoff, s.count)
     }
@@ -199,11 +161,6 @@ impl Restarts {
     /// Forgets `key` (its object is gone).
     pub fn forget(&self, key: &str) {
         self.lock().remove(key);
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lock().len()
     }
 }
 
@@ -220,6 +177,10 @@ mod tests {
     use crate::immortal::lifecycle::How;
 
     const S: Duration = Duration::from_secs(1);
+
+    fn len(r: &Restarts) -> usize {
+        r.lock().len()
+    }
 
     fn deleted_after(secs: u64) -> Ending {
         Ending {
@@ -317,8 +278,8 @@ mod tests {
             r.replaced(&format!("ns/{i}"), t0);
         }
         r.replaced("ns/new", t0 + MAX * 3);
-        assert_eq!(r.len(), 1);
+        assert_eq!(len(&r), 1);
         r.forget("ns/new");
-        assert_eq!(r.len(), 0);
+        assert_eq!(len(&r), 0);
     }
 }

@@ -1,28 +1,12 @@
-//! What the operator knows of every ImmortalContainer: the part of it reconcile reads
-//! (identity, version, spec, status), kept by the ImmortalContainer watcher and by reconcile's
-//! own status writes, so that a reconcile costs no GET of its object.
+//! What the operator knows of every ImmortalContainer: the part reconcile reads (identity,
+//! version, spec, status), kept by the watcher and by reconcile's own status writes' answers,
+//! so that a reconcile costs no GET of its object. A key the store does not know is read.
 //!
-//! Why reading it here is safe: every write that must not act on stale state carries a
-//! precondition (a count carries the resourceVersion it was computed from, a pod write the
-//! pod's uid), and the store never steps back to a version older than one it holds: our own
-//! status write's answer goes in at once (so the next reconcile does not count a pod again
-//! from a copy that predates the count), and a watch event or a list that comes after it with
-//! an older copy does not replace it. A key the store does not know is read from the API
-//! server (a reconcile for an object deleted meanwhile, or not seen yet).
-//!
-//! **Memory.** The store holds every object the operator serves, so its size is the
-//! operator's: 100,000 objects in a typed copy (a dozen small heap strings each) took about
-//! 90 MB. An object as the operator leaves it (its pod running, starting or not ready) is held
-//! in 128 bytes instead ([`Compact`]): uids as their 16 bytes, the resourceVersion and the
-//! times as numbers, the texts the operator writes as indices into the few it uses, the spec
-//! (image and pod template) shared with every object that has the same one, and the Ready message not at all when it
-//! is the one derived from the pod's name and image, else shared with every object that shows
-//! the same words. Anything else (an object someone else wrote
-//! oddly, a refusal's message) keeps the typed copy. The compact form is used only when it
-//! gives back exactly the object it was made from, which is checked each time it is made: what
-//! reconcile reads is the object, to the byte, either way.
+//! Safe because every write that must not act on stale state carries a precondition, and the
+//! store never steps back to an older copy than one it holds ([`IcState::replaces`]). Most
+//! objects are held in 128 bytes ([`Compact`]), exactly (docs/design.md, "Design").
 
-use crate::immortal::lifecycle::READY;
+use crate::immortal::lifecycle::{Message, PHASES, READY};
 use crate::immortal::types::{
     pod_name, ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, Template,
 };
@@ -30,6 +14,7 @@ use crate::kube::types::{format_uuid, parse_uuid, Condition, ObjectMeta};
 use crate::runtime::store::Store;
 use crate::util::{self, intern};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// The store of ImmortalContainers, by `namespace/name`.
 pub type IcStore = Store<Arc<IcState>>;
@@ -38,44 +23,30 @@ pub type IcStore = Store<Arc<IcState>>;
 #[derive(Debug, Clone, PartialEq)]
 pub enum IcState {
     Compact(Compact),
-    Full(Box<Full>),
+    /// The fields the store keeps (see `projection`), for what the compact form cannot hold.
+    Full(Box<ImmortalContainer>),
 }
 
-/// The typed copy, for an object the compact form cannot hold exactly.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Full {
-    uid: String,
-    resource_version: String,
-    generation: Option<i64>,
-    deletion_timestamp: Option<String>,
-    spec: ImmortalContainerSpec,
-    status: ImmortalContainerStatus,
-}
-
-/// An object as the operator leaves it, in 128 bytes (see the module's documentation).
+/// An object as the operator leaves it (its pod running, starting or not ready), in 128 bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compact {
     uid: [u8; 16],
     resource_version: u64,
     generation: i64,
-    /// Shared by every object that has the same spec.
     spec: Arc<SharedSpec>,
     /// [`NONE`] when not written yet.
     start_times: i64,
-    /// The last pod counted, when `counted`.
-    last_counted: [u8; 16],
-    counted: bool,
+    last_counted: Option<[u8; 16]>,
     /// Whether `currentPod` names the object's pod (the only pod it ever names).
     current_pod: bool,
-    /// Index into [`PHASES`] plus one; 0: none.
-    pod_phase: u8,
+    /// Index into [`PHASES`].
+    pod_phase: Option<u8>,
     observed_generation: i64,
     ready: Option<CompactReady>,
 }
 
-/// An object's spec, one copy for every object that has the same (most of a cluster's
-/// objects come from a few manifests): behind a thin pointer, so that the image and the
-/// template together cost an object 8 bytes, where the image alone cost it 16.
+/// An object's spec, one copy for every object that has the same (most objects come from a few
+/// manifests): behind a thin pointer, image and template cost an object 8 bytes.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct SharedSpec {
     image: Arc<str>,
@@ -113,114 +84,66 @@ struct CompactReady {
     status: bool,
     /// Index into [`REASONS`].
     reason: u8,
-    message: DerivedMessage,
+    /// A text other than the two derived is shared with every object that shows the same words
+    /// (a kubelet's, the same for every pod not ready for one reason).
+    message: Message,
     observed_generation: i64,
     /// Seconds since the epoch, as the RFC 3339 the API server holds (`...Z`, no fraction).
     last_transition: i64,
 }
 
-/// The Ready message: one that follows from the pod's name and the object's image, or any
-/// other shared with every object that shows the same one (a kubelet's or a readiness
-/// probe's, copied from the pod's own Ready condition: the same words for every pod that is
-/// not ready for the same reason). Without the last, 100,000 pods made not ready at once
-/// turned 100,000 objects into typed copies, about 1 KB each: 174 MiB peak in the bench.
-#[derive(Debug, Clone, PartialEq)]
-enum DerivedMessage {
-    /// "pod NAME runs IMAGE"
-    Runs,
-    /// "pod NAME is pending"
-    Pending,
-    Shared(Arc<str>),
-}
-
 /// Stands for "none" in the compact form's numbers.
 const NONE: i64 = i64::MIN;
-
-/// The pod phases status reports.
-const PHASES: [&str; 6] = [
-    "Pending",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Unknown",
-    "Terminating",
-];
 
 /// The Ready reasons of a pod that runs or starts: the states an object stays in.
 const REASONS: [&str; 3] = ["PodRunning", "PodPending", "PodNotReady"];
 
 impl IcState {
-    /// What reconcile needs of `ic`: compact when that holds it exactly (gives back the same
-    /// object as the typed copy would).
+    /// What reconcile needs of `ic`: compact when that gives back the same object.
     pub fn of(ic: &ImmortalContainer) -> IcState {
-        if let Some(c) = Compact::of(ic) {
-            if same_projection(&c.to_object(&ic.metadata.namespace, &ic.metadata.name), ic) {
-                return IcState::Compact(c);
-            }
+        let (ns, name) = (&ic.metadata.namespace, &ic.metadata.name);
+        match Compact::of(ic) {
+            Some(c) if c.to_object(ns, name) == projection(ic, ns, name) => IcState::Compact(c),
+            _ => IcState::Full(Box::new(projection(ic, "", ""))),
         }
-        let m = &ic.metadata;
-        IcState::Full(Box::new(Full {
-            uid: m.uid.clone(),
-            resource_version: m.resource_version.clone(),
-            generation: m.generation,
-            deletion_timestamp: m.deletion_timestamp.clone(),
-            spec: ic.spec.clone(),
-            status: ic.status.clone(),
-        }))
     }
 
     /// The object as reconcile reads it.
     pub fn to_object(&self, namespace: &str, name: &str) -> ImmortalContainer {
         match self {
-            IcState::Full(f) => ImmortalContainer {
-                metadata: ObjectMeta {
-                    name: name.to_string(),
-                    namespace: namespace.to_string(),
-                    uid: f.uid.clone(),
-                    resource_version: f.resource_version.clone(),
-                    generation: f.generation,
-                    deletion_timestamp: f.deletion_timestamp.clone(),
-                    ..Default::default()
-                },
-                spec: f.spec.clone(),
-                status: f.status.clone(),
-            },
+            IcState::Full(f) => projection(f, namespace, name),
             IcState::Compact(c) => c.to_object(namespace, name),
         }
     }
 
     pub fn uid(&self) -> String {
         match self {
-            IcState::Full(f) => f.uid.clone(),
+            IcState::Full(f) => f.metadata.uid.clone(),
             IcState::Compact(c) => format_uuid(&c.uid),
         }
     }
 
     pub fn resource_version(&self) -> String {
         match self {
-            IcState::Full(f) => f.resource_version.clone(),
+            IcState::Full(f) => f.metadata.resource_version.clone(),
             IcState::Compact(c) => c.resource_version.to_string(),
         }
     }
 
     pub fn generation(&self) -> Option<i64> {
         match self {
-            IcState::Full(f) => f.generation,
+            IcState::Full(f) => f.metadata.generation,
             IcState::Compact(c) => Some(c.generation),
         }
     }
 
-    /// Whether the object is being deleted.
     pub fn deleting(&self) -> bool {
-        matches!(self, IcState::Full(f) if f.deletion_timestamp.is_some())
+        matches!(self, IcState::Full(f) if f.metadata.deletion_timestamp.is_some())
     }
 
-    /// Whether this copy, which came after `held` (a watch event, a list, an answer of the API
-    /// server), should replace it. Always when it is another object: a different uid is a
-    /// different object (the name was deleted and made again), whatever the resourceVersions
-    /// say, and the copy that came last is the one the API server holds now. For the same
-    /// object, unless `held` is this very version or is known to be a later one (our own
-    /// status write's answer, taken in before the watch caught up with it).
+    /// Whether this copy, which came after `held`, should replace it: always when it is another
+    /// object (a different uid, whatever the resourceVersions say); for the same object, unless
+    /// `held` is this very version or known to be a later one (our own status write's answer).
     pub fn replaces(&self, held: &IcState) -> bool {
         match (self, held) {
             (IcState::Compact(a), IcState::Compact(b)) => {
@@ -235,33 +158,23 @@ impl IcState {
 }
 
 impl Compact {
-    /// The compact form of `ic`, when its fields fit one (it is checked to give `ic` back
-    /// before it is used).
+    /// The compact form of `ic`, when its fields fit one; what it does not test here (a
+    /// deletion, a status other than True, another pod's name) fails [`IcState::of`]'s check.
     fn of(ic: &ImmortalContainer) -> Option<Compact> {
-        let m = &ic.metadata;
-        let st = &ic.status;
-        if m.deletion_timestamp.is_some() {
-            return None;
-        }
+        let (m, st) = (&ic.metadata, &ic.status);
+        let (pod, spec) = (pod_name(&m.name), SharedSpec::of(&ic.spec));
         let ready = match st.conditions.as_slice() {
             [] => None,
             [c] if c.type_ == READY => Some(CompactReady {
-                status: match c.status.as_str() {
-                    "True" => true,
-                    "False" => false,
-                    _ => return None,
-                },
+                status: c.status == "True",
                 reason: index(&REASONS, &c.reason)?,
-                message: if c.message == runs(&m.name, &ic.spec.image) {
-                    DerivedMessage::Runs
-                } else if c.message == pending(&m.name) {
-                    DerivedMessage::Pending
-                } else {
-                    DerivedMessage::Shared(intern(&c.message))
-                },
+                message: [Message::Runs(spec.image.clone()), Message::Pending]
+                    .into_iter()
+                    .find(|derived| derived.text(&pod) == c.message)
+                    .unwrap_or_else(|| Message::Text(intern(&c.message))),
                 observed_generation: c.observed_generation.unwrap_or(NONE),
                 last_transition: util::parse_rfc3339(&c.last_transition_time)
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                     .map(|d| d.as_secs() as i64)?,
             }),
             _ => return None,
@@ -270,21 +183,16 @@ impl Compact {
             uid: parse_uuid(&m.uid)?,
             resource_version: m.resource_version.parse().ok()?,
             generation: m.generation?,
-            spec: SharedSpec::of(&ic.spec),
+            spec,
             start_times: st.start_times.unwrap_or(NONE),
             last_counted: match &st.last_counted_pod_uid {
-                Some(u) => parse_uuid(u)?,
-                None => [0; 16],
+                Some(u) => Some(parse_uuid(u)?),
+                None => None,
             },
-            counted: st.last_counted_pod_uid.is_some(),
-            current_pod: match &st.current_pod {
-                None => false,
-                Some(p) if *p == pod_name(&m.name) => true,
-                Some(_) => return None,
-            },
+            current_pod: st.current_pod.is_some(),
             pod_phase: match &st.pod_phase {
-                None => 0,
-                Some(p) => index(&PHASES, p)? + 1,
+                Some(p) => Some(index(&PHASES, p)?),
+                None => None,
             },
             observed_generation: st.observed_generation.unwrap_or(NONE),
             ready,
@@ -293,32 +201,23 @@ impl Compact {
 
     fn to_object(&self, namespace: &str, name: &str) -> ImmortalContainer {
         let some = |n: i64| (n != NONE).then_some(n);
+        let pod = pod_name(name);
         let status = ImmortalContainerStatus {
-            current_pod: self.current_pod.then(|| pod_name(name)),
+            current_pod: self.current_pod.then(|| pod.clone()),
             start_times: some(self.start_times),
-            last_counted_pod_uid: self.counted.then(|| format_uuid(&self.last_counted)),
+            last_counted_pod_uid: self.last_counted.as_ref().map(format_uuid),
             observed_generation: some(self.observed_generation),
-            pod_phase: (self.pod_phase > 0)
-                .then(|| PHASES[usize::from(self.pod_phase - 1)].to_string()),
-            conditions: self
-                .ready
-                .iter()
-                .map(|r| Condition {
-                    type_: READY.to_string(),
-                    status: if r.status { "True" } else { "False" }.to_string(),
-                    observed_generation: some(r.observed_generation),
-                    last_transition_time: util::rfc3339(
-                        std::time::UNIX_EPOCH
-                            + std::time::Duration::from_secs(r.last_transition.max(0) as u64),
-                    ),
-                    reason: REASONS[usize::from(r.reason)].to_string(),
-                    message: match &r.message {
-                        DerivedMessage::Runs => runs(name, &self.spec.image),
-                        DerivedMessage::Pending => pending(name),
-                        DerivedMessage::Shared(m) => m.to_string(),
-                    },
-                })
-                .collect(),
+            pod_phase: self.pod_phase.map(|i| PHASES[usize::from(i)].to_string()),
+            conditions: Vec::from_iter(self.ready.iter().map(|r| Condition {
+                type_: READY.to_string(),
+                status: if r.status { "True" } else { "False" }.to_string(),
+                observed_generation: some(r.observed_generation),
+                last_transition_time: util::rfc3339(
+                    UNIX_EPOCH + Duration::from_secs(r.last_transition.max(0) as u64),
+                ),
+                reason: REASONS[usize::from(r.reason)].to_string(),
+                message: r.message.text(&pod),
+            })),
         };
         ImmortalContainer {
             metadata: ObjectMeta {
@@ -338,36 +237,30 @@ impl Compact {
     }
 }
 
-/// Whether `a` and `b` agree on every field the store keeps.
-fn same_projection(a: &ImmortalContainer, b: &ImmortalContainer) -> bool {
-    let (ma, mb) = (&a.metadata, &b.metadata);
-    ma.uid == mb.uid
-        && ma.resource_version == mb.resource_version
-        && ma.generation == mb.generation
-        && ma.deletion_timestamp == mb.deletion_timestamp
-        && a.spec == b.spec
-        && a.status == b.status
-}
-
-/// The Ready message of an object whose pod runs its image (see `lifecycle::PodView`).
-fn runs(name: &str, image: &str) -> String {
-    format!("pod {} runs {image}", pod_name(name))
-}
-
-/// The Ready message of an object whose pod starts (see `lifecycle::PodView::pending`).
-fn pending(name: &str) -> String {
-    format!("pod {} is pending", pod_name(name))
+/// The fields of `ic` the store keeps, under `namespace/name`.
+fn projection(ic: &ImmortalContainer, namespace: &str, name: &str) -> ImmortalContainer {
+    let m = &ic.metadata;
+    ImmortalContainer {
+        metadata: ObjectMeta {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            generation: m.generation,
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            ..Default::default()
+        },
+        spec: ic.spec.clone(),
+        status: ic.status.clone(),
+    }
 }
 
 fn index(table: &[&str], s: &str) -> Option<u8> {
     table.iter().position(|t| *t == s).map(|i| i as u8)
 }
 
-/// Whether resourceVersion `a` is known to be later than `b` (of the same object). The API
-/// conventions call resourceVersions opaque, but every kube-apiserver gives them out as etcd's
-/// revisions, decimal integers that only grow: compared as such when both are, as a shortcut
-/// only. Otherwise nothing is known, and the caller takes the copy that came last (at worst a
-/// write is repeated, or refused by its precondition).
+/// Whether resourceVersion `a` is known to be later than `b` (of one object): opaque by the API
+/// conventions, but kube-apiserver gives out etcd's revisions, integers that only grow.
 pub fn rv_later(a: &str, b: &str) -> bool {
     match (a.parse::<u64>(), b.parse::<u64>()) {
         (Ok(a), Ok(b)) => a > b,
@@ -375,16 +268,13 @@ pub fn rv_later(a: &str, b: &str) -> bool {
     }
 }
 
-/// The API server answered that no object has this name now (404): the copy held is stale,
-/// and goes. The next reconcile of the key reads; the watcher makes the entry again when it
-/// sees an object of the name. (A new leader whose watch lags would otherwise make pod after
-/// pod for an object deleted meanwhile, each removed by the garbage collector.)
+/// The API server answered that no object has this name now (404): the stale copy goes, so
+/// the next reconcile reads (else a new leader whose watch lags makes pods for a gone object).
 pub fn gone(store: &IcStore, key: &str) {
     store.entry(key, |held| *held = None);
 }
 
-/// Puts a copy the API server answered (our own status write's answer, or a read) in the
-/// store, unless it holds a later copy of the same object already.
+/// Keeps a copy the API server answered (to a status write or a read), unless a later one is held.
 pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {
     let state = IcState::of(answered);
     store.update(key, |held| {
@@ -513,7 +403,7 @@ mod tests {
                     panic!("no Ready condition")
                 };
                 match (&ra.message, &rb.message) {
-                    (DerivedMessage::Shared(x), DerivedMessage::Shared(y)) => {
+                    (Message::Text(x), Message::Text(y)) => {
                         assert!(Arc::ptr_eq(x, y))
                     }
                     other => panic!("{other:?}"),

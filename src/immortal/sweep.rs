@@ -1,19 +1,6 @@
 //! The start-up sweep: pods that still carry our counting finalizer but that our pod watch
-//! cannot see, found by reading the metadata of every pod once.
-//!
-//! The pod watch selects on our label. A pod whose label was removed while the operator ran
-//! left that watch with a DELETED event, and its reconcile looked at it (the label is put back,
-//! or the finalizer taken off when its object is gone). One whose label was removed while the
-//! operator was down is invisible from then on; if it still holds our finalizer (it was created
-//! and not yet counted when the operator stopped) and its object is deleted, it would stay
-//! Terminating forever, and its namespace with it. No selector finds a finalizer, so the sweep
-//! reads every pod's metadata in the operator's namespaces, a page of [`PAGE`] at a time
-//! (kube-apiserver's `PartialObjectMetadataList`: metadata only, no spec or status), and queues
-//! the object of each such pod, whose reconcile lets it go or relabels it.
-//!
-//! What it costs: one request per [`PAGE`] pods, once per operator start, on a thread of its
-//! own after the first lists, one page in memory at a time. The figures for 100,000 pods are in
-//! docs/design.md (The finalizer).
+//! cannot see (their label went while the operator was down), found by reading the metadata of
+//! every pod once. Why and what it costs: docs/design.md, "The finalizer".
 
 use crate::immortal::counting;
 use crate::immortal::types::{MANAGED_BY_LABEL, POD_SUFFIX};
@@ -22,14 +9,15 @@ use crate::kube::types;
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::watcher::Backoff;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use std::time::Instant;
 
 /// Pods per page: a page of metadata is about 1-3 KB a pod.
-pub const PAGE: u32 = 500;
+const PAGE: u32 = 500;
 /// Attempts per page before the sweep is given up (until the next start).
 const ATTEMPTS: u32 = 5;
 
 /// What one sweep read and found.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Swept {
     pub pages: usize,
     pub pods: usize,
@@ -39,7 +27,7 @@ pub struct Swept {
 
 /// The key of the object a pod holding our finalizer was made for, when our watch cannot see
 /// it (it lacks our label); `None` for every other pod.
-pub fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
+fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
     if !counting::holds(&meta.finalizers) || meta.labels.contains_key(MANAGED_BY_LABEL) {
         return None;
     }
@@ -47,9 +35,31 @@ pub fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
     Some(types::key(&meta.namespace, name))
 }
 
+/// [`sweep`], and one log line saying how it went.
+pub fn run<H: Clone>(
+    client: &Client,
+    namespace: Option<&str>,
+    queue: &Queue<H>,
+    quit: &Receiver<()>,
+) {
+    let started = Instant::now();
+    match sweep(client, namespace, queue, quit) {
+        Ok(s) => log::info!(
+            target: "sweep",
+            pods = s.pods as u64, pages = s.pages as u64, found = s.found as u64,
+            elapsed_ms = started.elapsed().as_millis() as u64;
+            "swept every pod's metadata for our finalizer"
+        ),
+        Err(e) => log::warn!(
+            target: "sweep", error = e.to_string().as_str();
+            "cannot sweep pods for our finalizer (a pod that lost our label while the operator was down may stay Terminating; the next start sweeps again)"
+        ),
+    }
+}
+
 /// Sweeps the pods of `namespace` (all when `None`), queueing the object of every pod that
-/// holds our finalizer unseen. Stops early on `quit`; a page that keeps failing ends the sweep
-/// with its error.
+/// holds our finalizer unseen, a page of [`PAGE`] at a time (metadata only). Stops early on
+/// `quit`; a page that keeps failing ends the sweep with its error.
 pub fn sweep<H: Clone>(
     client: &Client,
     namespace: Option<&str>,
@@ -70,16 +80,11 @@ pub fn sweep<H: Clone>(
                 Ok(p) => break p,
                 // The continue token expired (410): the pods listed so far stay swept; start
                 // over from the first page.
-                Err(e) if e.is_gone() && token.is_some() => {
-                    token = None;
-                    continue;
-                }
+                Err(e) if e.is_gone() && token.is_some() => token = None,
                 Err(e) if backoff.failures() + 1 < ATTEMPTS => {
                     log::debug!(target: "sweep", error = e.to_string().as_str(); "listing pod metadata failed, retrying");
-                    if !matches!(
-                        quit.recv_timeout(backoff.next_delay()),
-                        Err(RecvTimeoutError::Timeout)
-                    ) {
+                    // Anything but the wait running out means quit.
+                    if quit.recv_timeout(backoff.next_delay()) != Err(RecvTimeoutError::Timeout) {
                         return Ok(swept);
                     }
                 }

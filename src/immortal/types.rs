@@ -3,43 +3,34 @@
 
 use crate::kube::client::Resource;
 use crate::kube::types::{Condition, ObjectMeta, OwnerReference, Pod};
+use crate::util::lock;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-/// API group of the custom resource.
 pub const GROUP: &str = "immortalcontainer.flugel.it";
-/// Served version of the custom resource.
 pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of the custom resource, as ownerReferences and events name it.
 pub const API_VERSION: &str = "immortalcontainer.flugel.it/v1alpha1";
-/// Kind of the custom resource.
 pub const KIND: &str = "ImmortalContainer";
-/// Plural resource name, as it appears in URLs.
 pub const PLURAL: &str = "immortalcontainers";
 /// The one container of every immortal pod.
 pub const CONTAINER_NAME: &str = "acontainer";
 /// Suffix appended to the object's name to name its pod.
 pub const POD_SUFFIX: &str = "-immortalpod";
-/// Label put on every pod the operator creates; the pod watcher selects on it so the operator
-/// never streams the rest of the cluster's pods.
+/// Label on every pod the operator creates: the pod watch selects on it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY_VALUE: &str = "immortal-operator";
-/// Label carrying the owner's uid: always 36 characters, so it is a valid label value whatever
-/// the length of the owner's name (names go to 253, label values stop at 63).
+/// Label carrying the owner's uid, not its name: names go to 253 characters, label values to 63.
 pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
-/// Annotation recording the image the pod was created for, so the pod watcher can tell, from
-/// the pod alone, that someone changed the pod's image behind our back.
+/// The image the pod was created for, so that the pod watch can tell a changed image.
 pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
-/// Annotation recording which spec (image and template) the pod was made from, as a hash, as
-/// Deployments' `pod-template-hash` label does: compared instead of live pod fields, which the
-/// API server defaults and admission may change. Only pods of objects with a template have it.
+/// A hash of the spec (image and template) the pod was made from, as Deployments'
+/// `pod-template-hash`; only pods of objects with a template have it (see `desired`).
 pub const SPEC_HASH_ANNOTATION: &str = "immortalcontainer.flugel.it/spec-hash";
-/// The finalizer every pod is created with and keeps until its start is counted, so that no pod
-/// can vanish uncounted (see `counting`).
+/// Every pod keeps it until its start is counted, so none vanishes uncounted (see `counting`).
 pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
 /// How the client addresses ImmortalContainers (see the test below for its parts).
 pub const IMMORTAL_CONTAINERS: Resource = Resource::new(
@@ -49,99 +40,82 @@ pub const IMMORTAL_CONTAINERS: Resource = Resource::new(
 );
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ImmortalContainer {
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: ImmortalContainerSpec,
-    #[serde(default)]
     pub status: ImmortalContainerStatus,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ImmortalContainerSpec {
-    #[serde(default)]
     pub image: String,
     /// The pod to run, as a PodTemplateSpec; `None` for the bare pod of `image` alone.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub template: Option<Template>,
 }
 
 /// `spec.template`, kept as the JSON the user wrote so that no field is lost (the operator
-/// reads only a few), in one copy shared by every decoded object that has the same template:
-/// a watch event or a list of 10,000 objects made from one manifest holds it once.
+/// reads only a few), in one copy shared by every decoded object that has the same template.
 #[derive(Clone)]
 pub struct Template(Arc<TemplateData>);
 
 struct TemplateData {
     value: Value,
-    /// The value in canonical JSON (object keys sorted, no whitespace): what "same template"
-    /// means, and what the spec hash is made from.
+    /// The value in canonical JSON: what "same template" means, and what the spec hash hashes.
     canonical: Arc<str>,
-    /// The spec hash (`desired::spec_hash`) of this template with the first image it was
-    /// hashed with: every reconcile of every object sharing the template asks for it, and
-    /// they nearly all have that one image.
+    /// The spec hash (`desired::spec_hash`) with the first image it was asked for: every
+    /// reconcile of every object sharing the template asks, and nearly all have that image.
     hash: OnceLock<(String, String)>,
 }
 
-impl Template {
-    /// The shared copy of `value`.
-    pub fn new(value: Value) -> Template {
-        // Weak, so that a template no object holds any more goes with its last object.
-        type Shared = (BTreeMap<Arc<str>, Weak<TemplateData>>, usize);
-        static SHARED: Mutex<Shared> = Mutex::new((BTreeMap::new(), 64));
-        let canonical: Arc<str> = canonical_json(&value).into();
-        let mut guard = crate::util::lock(&SHARED);
-        let (shared, sweep_at) = &mut *guard;
-        if let Some(held) = shared.get(&canonical).and_then(Weak::upgrade) {
-            return Template(held);
-        }
-        sweep(shared, sweep_at);
-        let data = Arc::new(TemplateData {
-            value,
-            canonical: canonical.clone(),
-            hash: OnceLock::new(),
-        });
-        shared.insert(canonical, Arc::downgrade(&data));
-        Template(data)
-    }
+/// Templates by their canonical text and by every other text they were decoded from. Weak, so
+/// that a template goes with its last object; swept whenever the table has doubled (as
+/// `util::intern` is), so it stays at most twice the entries in use.
+static SHARED: Mutex<(Table, usize)> = Mutex::new((BTreeMap::new(), 64));
+type Table = BTreeMap<Arc<str>, Weak<TemplateData>>;
 
-    /// The shared copy of the template written as `raw`. Every watch event and status write's
-    /// answer carries its object's template, in the text the API server wrote last time:
-    /// found by that text, it is parsed and put into canonical form only the first time it is
-    /// seen (that was 40 % of the operator's CPU with a 1 KB template per object).
+impl Template {
+    /// The shared copy of the template written as `raw`. Found by that text, it is parsed and
+    /// made canonical only the first time it is seen (that was 40 % of the operator's CPU with
+    /// a 1 KB template per object: every event carries its object's template).
     fn from_raw(raw: &str) -> serde_json::Result<Template> {
-        type ByText = (BTreeMap<Arc<str>, Weak<TemplateData>>, usize);
-        static BY_TEXT: Mutex<ByText> = Mutex::new((BTreeMap::new(), 64));
-        if let Some(held) = crate::util::lock(&BY_TEXT)
-            .0
-            .get(raw)
-            .and_then(Weak::upgrade)
-        {
+        if let Some(held) = lock(&SHARED).0.get(raw).and_then(Weak::upgrade) {
             return Ok(Template(held));
         }
-        let t = Template::new(serde_json::from_str(raw)?);
-        // The API server writes a custom resource's maps with their keys sorted, so the text
-        // is most often the canonical one: then the key is that copy, not another.
-        let key = if *t.0.canonical == *raw {
-            t.0.canonical.clone()
-        } else {
-            raw.into()
+        let value: Value = serde_json::from_str(raw)?;
+        // serde_json's maps keep their keys sorted (no `preserve_order` in this workspace), so
+        // its compact text is canonical.
+        let canonical: Arc<str> = value.to_string().into();
+        let mut guard = lock(&SHARED);
+        let (table, sweep_at) = &mut *guard;
+        if table.len() >= *sweep_at {
+            table.retain(|_, w| w.strong_count() > 0);
+            *sweep_at = (table.len() * 2).max(64);
+        }
+        let data = match table.get(&canonical).and_then(Weak::upgrade) {
+            Some(held) => held,
+            None => {
+                let data = Arc::new(TemplateData {
+                    value,
+                    canonical: canonical.clone(),
+                    hash: OnceLock::new(),
+                });
+                table.insert(canonical.clone(), Arc::downgrade(&data));
+                data
+            }
         };
-        let mut guard = crate::util::lock(&BY_TEXT);
-        let (by_text, sweep_at) = &mut *guard;
-        sweep(by_text, sweep_at);
-        by_text.insert(key, Arc::downgrade(&t.0));
-        Ok(t)
+        // The API server writes a custom resource's maps with their keys sorted, so the text
+        // is most often the canonical one, a key already.
+        if *canonical != *raw {
+            table.insert(raw.into(), Arc::downgrade(&data));
+        }
+        Ok(Template(data))
     }
 
     pub fn value(&self) -> &Value {
         &self.0.value
-    }
-
-    pub fn canonical(&self) -> &str {
-        &self.0.canonical
     }
 
     /// The spec hash of this template with `image`, made by `hash` (`desired::spec_hash`)
@@ -155,24 +129,15 @@ impl Template {
         }
     }
 
-    /// Whether `self` and `other` are one shared copy (for tests of the sharing).
+    /// Whether `self` and `other` are one shared copy.
     pub fn shares(&self, other: &Template) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
-/// Drops the entries no object holds any more whenever a table has doubled (as
-/// `util::intern` does), so it stays at most twice the templates in use.
-fn sweep(table: &mut BTreeMap<Arc<str>, Weak<TemplateData>>, sweep_at: &mut usize) {
-    if table.len() >= *sweep_at {
-        table.retain(|_, w| w.strong_count() > 0);
-        *sweep_at = (table.len() * 2).max(64);
-    }
-}
-
 impl PartialEq for Template {
     fn eq(&self, other: &Template) -> bool {
-        self.shares(other) || self.canonical() == other.canonical()
+        self.shares(other) || self.0.canonical == other.0.canonical
     }
 }
 
@@ -186,16 +151,13 @@ impl PartialOrd for Template {
 
 impl Ord for Template {
     fn cmp(&self, other: &Template) -> std::cmp::Ordering {
-        if self.shares(other) {
-            return std::cmp::Ordering::Equal;
-        }
-        self.canonical().cmp(other.canonical())
+        self.0.canonical.cmp(&other.0.canonical)
     }
 }
 
 impl std::fmt::Debug for Template {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.canonical())
+        f.write_str(&self.0.canonical)
     }
 }
 
@@ -212,65 +174,24 @@ impl<'de> Deserialize<'de> for Template {
     }
 }
 
-/// `value` as canonical JSON: object keys in byte order at every level, whatever order the
-/// map keeps them in, so that equal values give equal text.
-pub fn canonical_json(value: &Value) -> String {
-    fn write(v: &Value, out: &mut String) {
-        match v {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                out.push('{');
-                for (i, k) in keys.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::from(k.as_str()).to_string());
-                    out.push(':');
-                    write(&map[k], out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(item, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut out = String::new();
-    write(value, &mut out);
-    out
-}
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ImmortalContainerStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub current_pod: Option<String>,
     /// `None` until the operator first writes status, so it can write an explicit 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_times: Option<i64>,
     /// UID of the last pod counted in `start_times`. A pod we control whose uid differs has not
     /// been counted yet: that is how a count lost to a crash or a 409 is repaired.
-    #[serde(
-        rename = "lastCountedPodUID",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "lastCountedPodUID", skip_serializing_if = "Option::is_none")]
     pub last_counted_pod_uid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The pod's phase, `Terminating` while it is being deleted (the PHASE column).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_phase: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
 
@@ -342,7 +263,7 @@ mod tests {
             r#"{ "spec": {"containers": [{"name": "x"}]}, "metadata": {"labels": {"a": "1"}} }"#,
         );
         assert!(first.shares(&again) && first.shares(&reordered));
-        assert_eq!(first.canonical(), sorted);
+        assert_eq!(&*first.0.canonical, sorted);
         assert_eq!(
             reordered.value(),
             &serde_json::from_str::<Value>(sorted).unwrap()

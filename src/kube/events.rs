@@ -1,18 +1,12 @@
 //! Kubernetes Events about any object, written off the caller's path by a thread of their own.
 //!
-//! As client-go's recorder: a repeat of the same reason and message for the same object within
-//! [`DEDUP_WINDOW`] bumps `count` and `lastTimestamp` of the existing Event instead of creating
-//! another, and a per-object token bucket (burst 25, one more every 5 minutes, client-go's
-//! spam filter) keeps a hot error from flooding the API server. Events are best effort: a
-//! failed write is logged and dropped, never retried in a loop. As client-go's `recordToSink`,
-//! only an Event that exists is remembered for the bumps, and a bump answered 404 (the Event was
-//! deleted, or expired after its TTL) creates it again.
-//!
-//! Every Event written is an API write, so it gets an INFO line (the level contract in
-//! `runtime/logging.rs`): what a restarted operator did shows at the default level. A write
-//! refused with 403 is a WARN, as RBAC is for a person to fix.
+//! As client-go's recorder: a repeat of the same note about the same object within
+//! [`DEDUP_WINDOW`] bumps the `count` of the Event already written, a per-object token bucket
+//! (client-go's spam filter) keeps a hot error from flooding the API server, and a failed write
+//! is logged and dropped, never retried in a loop. Each Event written is an API write, so an
+//! INFO line; a 403 is a WARN, as RBAC is for a person to fix.
 
-use crate::kube::client::{Client, Resource};
+use crate::kube::client::{Client, Error, Resource};
 use crate::kube::types::{Event, EventSource, ObjectMeta, ObjectReference, MAX_NAME_LEN};
 use crate::util;
 use crossbeam_channel::{Receiver, Sender};
@@ -27,11 +21,11 @@ use std::time::{Duration, Instant};
 
 /// A repeated Event within this window updates the first one.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(600);
+/// Each object's token bucket: this many Events at once, then one more every `REFILL_EVERY`.
 const BURST: f64 = 25.0;
 const REFILL_EVERY: Duration = Duration::from_secs(300);
 /// Objects the dedupe and rate-limit books remember at most, as client-go's EventCorrelator
-/// (its LRU caches hold 4096): without a cap a backlog of 10,000 objects kept 10,000 entries
-/// for the whole window, and memory grew with the object count.
+/// (its LRU caches hold 4096), so that memory does not grow with the object count.
 pub const MAX_REMEMBERED: usize = 4096;
 /// Events waiting to be written; beyond this they are dropped (the reconcile never waits).
 pub const BACKLOG: usize = 1024;
@@ -74,51 +68,44 @@ pub struct Recorder {
     /// Set by the first drop of an episode (its WARN said so), cleared once the queue is half
     /// empty again: one line each way however many are dropped in between.
     dropping: Arc<AtomicBool>,
-    on_drop: Option<DropHook>,
+    on_drop: DropHook,
 }
 
 impl Recorder {
-    /// A recorder of Events about objects of `kind`, whose events go to `rx`; [`run`] drains
-    /// it.
+    /// A recorder of Events about objects of `kind`, whose events go to `rx`; [`run`] drains it.
     pub fn channel(kind: Kind) -> (Recorder, Receiver<Pending>) {
-        // Unbounded with a length check rather than bounded(BACKLOG): a bounded channel
-        // allocates and touches all BACKLOG slots up front (about 130 KiB of resident memory
-        // for a queue that is empty almost always); the unbounded one grows in small blocks.
-        // Two workers racing past the check can overshoot BACKLOG by one each, which is fine.
+        // Unbounded with a length check, as bounded(BACKLOG) allocates all its slots up front
+        // (130 KiB resident); two workers racing past the check overshoot by one each.
         let (tx, rx) = crossbeam_channel::unbounded();
         let recorder = Recorder {
             tx,
             kind,
             dropped: Arc::default(),
             dropping: Arc::default(),
-            on_drop: None,
+            on_drop: |_| {},
         };
         (recorder, rx)
     }
 
     /// Calls `hook` (a metrics counter) on every Event dropped for a full queue.
     pub fn reporting_drops(mut self, hook: DropHook) -> Recorder {
-        self.on_drop = Some(hook);
+        self.on_drop = hook;
         self
     }
 
-    /// Queues `note` about the object `meta` describes; never waits. When the writer thread
-    /// falls [`BACKLOG`] behind (a burst of creates from many workers), the Event is dropped,
-    /// as client-go's broadcaster drops on a full channel: Events are best effort and the
-    /// reconcile must not wait on them. A drop is never silent: the first of an episode is a
-    /// WARN, each is counted, and the end of the episode says how many were lost.
+    /// Queues `note` about the object `meta` describes; never waits. [`BACKLOG`] behind, the
+    /// Event is dropped, as client-go's broadcaster drops on a full channel: the first drop of
+    /// an episode is a WARN, each is counted, and the end of the episode says how many.
     pub fn record(&self, meta: &ObjectMeta, note: Note) {
         let waiting = self.tx.len();
         if waiting >= BACKLOG {
-            let total = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            if let Some(hook) = self.on_drop {
-                hook(total);
-            }
+            let object = format!("{}/{}", meta.namespace, meta.name);
+            (self.on_drop)(self.dropped.fetch_add(1, Ordering::Relaxed) + 1);
             if !self.dropping.swap(true, Ordering::Relaxed) {
-                log::warn!(target: "events", object = format!("{}/{}", meta.namespace, meta.name).as_str(), reason = note.reason, waiting = waiting as u64;
+                log::warn!(target: "events", object = object.as_str(), reason = note.reason, waiting = waiting as u64;
                     "the Event queue is full: Events are dropped until the writer catches up (best effort, as client-go's recorder)");
             }
-            log::debug!(target: "events", object = format!("{}/{}", meta.namespace, meta.name).as_str(), reason = note.reason; "event backlog full, dropped");
+            log::debug!(target: "events", object = object.as_str(), reason = note.reason; "event backlog full, dropped");
             return;
         }
         if waiting <= BACKLOG / 2 && self.dropping.swap(false, Ordering::Relaxed) {
@@ -150,7 +137,7 @@ struct Bucket {
     at: Instant,
 }
 
-/// Decides, for each event, whether to create, bump or drop it. Kept apart from I/O for tests.
+/// Decides, for each event, whether to create, bump or drop it.
 #[derive(Default)]
 pub struct Book {
     written: HashMap<u64, Written>,
@@ -207,8 +194,8 @@ impl Book {
         }
     }
 
-    /// The Event of `p` exists now as `name`, with `count` and `first`: its repeats bump it.
-    /// Only then, so that a create that failed is not bumped (a 404) for the whole window.
+    /// The Event of `p` exists now as `name`, with `count` and `first`: its repeats bump it
+    /// (only then, so that a create that failed is not bumped, a 404, for the whole window).
     pub fn created(&mut self, p: &Pending, name: String, count: i64, first: String, now: Instant) {
         self.written.insert(
             dedup_key(p),
@@ -242,9 +229,8 @@ impl Book {
     }
 }
 
-/// When `map` is full, forgets its older half (by last use). A forgotten object's next event
-/// is created rather than bumped and its bucket starts full again, which is what client-go's
-/// LRU eviction does too. Amortised O(1): one O(n) pass per n/2 insertions.
+/// When `map` is full, forgets its older half (by last use), as client-go's LRU eviction
+/// forgets: amortised O(1), one O(n) pass per n/2 insertions.
 fn trim<K, V>(map: &mut HashMap<K, V>, at: impl Fn(&V) -> Instant) {
     if map.len() < MAX_REMEMBERED {
         return;
@@ -276,48 +262,57 @@ pub fn event_name(object: &str) -> String {
 /// Drains `rx` until every sender is gone, writing events through `client` as `component`
 /// (`source.component` and `reportingComponent`) from `instance`.
 pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, instance: String) {
-    let mut book = Book::default();
-    let source = Source {
+    let mut writer = Writer {
+        client,
         component,
         instance,
+        book: Book::default(),
     };
     for p in rx {
+        writer.write(&p);
+    }
+}
+
+/// Writes Events as `component` from `instance`, remembering those written in `book`.
+struct Writer {
+    client: Client,
+    component: &'static str,
+    instance: String,
+    book: Book,
+}
+
+impl Writer {
+    /// Creates, bumps or drops the Event of `p`, and logs which and how it went.
+    fn write(&mut self, p: &Pending) {
         let now = util::now_rfc3339();
         let object = format!("{}/{}", p.namespace, p.name);
-        let kind = if p.note.warning { "Warning" } else { "Normal" };
-        let (action, result) = match book.decide(&p, Instant::now()) {
+        let (action, result) = match self.book.decide(p, Instant::now()) {
             Decision::Drop => {
                 log::debug!(target: "events", object = object.as_str(), reason = p.note.reason; "event rate-limited, dropped");
-                continue;
+                return;
             }
             Decision::Create { name } => {
-                let result = create(&client, &source, &p, &name, 1, &now, &now);
-                if result.is_ok() {
-                    book.created(&p, name, 1, now, Instant::now());
-                }
-                ("create_event", result)
+                ("create_event", self.create(p, name, 1, now.clone(), &now))
             }
             Decision::Bump { name, count, first } => {
                 let patch =
                     json!({ "count": count, "lastTimestamp": now, "firstTimestamp": first });
-                match client
-                    .merge_patch::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &name, &patch)
-                    .map(drop)
+                let events = Resource::EVENTS;
+                match self
+                    .client
+                    .merge_patch::<_, IgnoredAny>(events, &p.namespace, &name, &patch)
                 {
                     // Deleted, or expired after the API server's Event TTL (an hour by
                     // default): written anew with its count, as client-go does.
                     Err(e) if e.is_not_found() => {
-                        book.gone(&p);
-                        let result = create(&client, &source, &p, &name, count, &first, &now);
-                        if result.is_ok() {
-                            book.created(&p, name, count, first, Instant::now());
-                        }
-                        ("create_event", result)
+                        self.book.gone(p);
+                        ("create_event", self.create(p, name, count, first, &now))
                     }
-                    result => ("bump_event", result),
+                    result => ("bump_event", result.map(drop)),
                 }
             }
         };
+        let kind = if p.note.warning { "Warning" } else { "Normal" };
         match result {
             Ok(()) => {
                 log::info!(target: "events", object = object.as_str(), action = action, reason = p.note.reason, type = kind, result = "success"; "recorded event")
@@ -332,55 +327,50 @@ pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, insta
             }
         }
     }
-}
 
-/// Who writes the Events: `source.component` and `reportingComponent`, and the instance.
-struct Source {
-    component: &'static str,
-    instance: String,
-}
-
-/// POSTs the Event `name` of `p`, `count` times seen since `first`, last at `last`.
-fn create(
-    client: &Client,
-    source: &Source,
-    p: &Pending,
-    name: &str,
-    count: i64,
-    first: &str,
-    last: &str,
-) -> Result<(), crate::kube::client::Error> {
-    let event = Event {
-        api_version: "v1".into(),
-        kind: "Event".into(),
-        metadata: ObjectMeta {
-            name: name.into(),
-            namespace: p.namespace.clone(),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: p.kind.api_version.into(),
-            kind: p.kind.kind.into(),
-            name: p.name.clone(),
-            namespace: p.namespace.clone(),
-            uid: p.uid.clone(),
-        },
-        reason: p.note.reason.into(),
-        message: p.note.message.clone(),
-        type_: if p.note.warning { "Warning" } else { "Normal" }.into(),
-        source: EventSource {
-            component: source.component.into(),
-        },
-        first_timestamp: Some(first.into()),
-        last_timestamp: Some(last.into()),
-        count,
-        reporting_component: source.component.into(),
-        reporting_instance: source.instance.clone(),
-    };
-    // The answer is not needed: IgnoredAny checks it is JSON without building it.
-    client
-        .create::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &event)
-        .map(drop)
+    /// POSTs the Event `name` of `p`, `count` times seen since `first`, last at `last`; once
+    /// it exists (and only then: a failed create is not bumped), its repeats bump it.
+    fn create(
+        &mut self,
+        p: &Pending,
+        name: String,
+        count: i64,
+        first: String,
+        last: &str,
+    ) -> Result<(), Error> {
+        let event = Event {
+            api_version: "v1".into(),
+            kind: "Event".into(),
+            metadata: ObjectMeta {
+                name: name.clone(),
+                namespace: p.namespace.clone(),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: p.kind.api_version.into(),
+                kind: p.kind.kind.into(),
+                name: p.name.clone(),
+                namespace: p.namespace.clone(),
+                uid: p.uid.clone(),
+            },
+            reason: p.note.reason.into(),
+            message: p.note.message.clone(),
+            type_: if p.note.warning { "Warning" } else { "Normal" }.into(),
+            source: EventSource {
+                component: self.component.into(),
+            },
+            first_timestamp: Some(first.clone()),
+            last_timestamp: Some(last.into()),
+            count,
+            reporting_component: self.component.into(),
+            reporting_instance: self.instance.clone(),
+        };
+        // The answer is not needed: IgnoredAny checks it is JSON without building it.
+        self.client
+            .create::<_, IgnoredAny>(Resource::EVENTS, &p.namespace, &event)?;
+        self.book.created(p, name, count, first, Instant::now());
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,23 +1,18 @@
-//! The write fence: a client given one sends a write only while it is open, and with a
-//! timeout that ends when it closes.
-//!
-//! A client concept (see `Client::fenced`), opened and closed by whoever grants the right to
-//! write: leader election moves it on with every successful renewal and closes it for good when
-//! leadership ends (see `leader`, which says why the deadline is safe). It also counts the
+//! The write fence: a client given one (`Client::fenced`) sends a write only while it is open,
+//! with a timeout that ends when it closes. Leader election moves it on with every renewal
+//! (`leader` says why that is safe) and closes it when leadership ends, and it counts the
 //! writes in flight, so that whoever ends leadership can tell whether one may still land.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-/// This replica's right to write, as leader election grants it: open until a point on the
-/// local monotonic clock that each successful renewal moves on, closed before the first
-/// acquisition, and closed for good once leadership ends (lost or released).
+/// This replica's right to write: open until a point on the local monotonic clock, closed
+/// before the first acquisition and for good once leadership ends.
 #[derive(Debug)]
 pub struct Fence {
     base: Instant,
     /// Nanoseconds after `base` until which writes may run; [`NEVER_OPENED`] or [`ENDED`].
     until: AtomicU64,
-    /// Writes sent and not answered yet (or not given up on yet).
     in_flight: AtomicUsize,
 }
 
@@ -62,7 +57,7 @@ impl Fence {
         InFlight(self)
     }
 
-    /// Writes sent and not yet answered (or given up on).
+    /// Writes sent and not yet answered or given up on.
     pub fn writes_in_flight(&self) -> usize {
         self.in_flight.load(SeqCst)
     }

@@ -11,9 +11,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-/// Why a TLS configuration could not be built. Never retried: the inputs come from configuration
-/// and will not change by trying again. Messages never contain certificate or key bytes, so the
-/// caller can prefix them with where the input came from and show them as is.
+/// Why a TLS configuration could not be built. Never retried: the inputs are configuration.
+/// Messages never contain certificate or key bytes, so they can be shown as they are.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TlsError {
@@ -23,8 +22,7 @@ pub enum TlsError {
     ClientCertificate(String),
     /// The client key PEM holds no private key, or one rustls cannot sign with.
     ClientKey(String),
-    /// The client key is valid but is not the key of the client certificate (for example an EC
-    /// key next to an RSA certificate).
+    /// The client key is valid but not the client certificate's (an EC key for an RSA one).
     KeyMismatch,
     /// The tls-server-name is neither a DNS name nor an IP address.
     ServerName(String),
@@ -47,18 +45,14 @@ impl fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
-/// Builds a client configuration.
+/// Builds a client configuration from kubeconfig-style inputs:
 ///
-/// - `ca_pem`: the certificate-authority bundle; `None` trusts the system's CA bundle, as
-///   client-go does (Go's system pool): `$SSL_CERT_FILE`, else the first of [`SYSTEM_BUNDLES`].
+/// - `ca_pem`: the certificate-authority bundle; `None` trusts the system's, as client-go does
+///   (`$SSL_CERT_FILE`, else the first of [`SYSTEM_BUNDLES`]).
 /// - `insecure`: `insecure-skip-tls-verify`; the server certificate is not checked at all (its
-///   handshake signature still is). `ca_pem` and `server_name` are then ignored; kubectl refuses
-///   a CA together with insecure, and the kubeconfig loader enforces that before calling here.
-/// - `server_name`: `tls-server-name`; the certificate is verified against this name instead of
-///   the URL host. ureq 2 takes the name from the URL, so this is done by a verifier that swaps the
-///   name. Note that SNI is still the URL host (none at all for an IP), unlike client-go, which
-///   also sends this name as SNI; API servers pick their certificate by SNI only when configured
-///   with several, so this is rarely visible.
+///   handshake signature still is), and `ca_pem` and `server_name` are ignored.
+/// - `server_name`: `tls-server-name`, verified instead of the URL host (SNI stays the URL
+///   host, unlike client-go: see "The API client" in docs/design.md).
 /// - `client_auth`: client certificate chain and private key (PKCS#1, SEC1 or PKCS#8), as PEM.
 pub fn client_config(
     ca_pem: Option<&[u8]>,
@@ -67,36 +61,28 @@ pub fn client_config(
     client_auth: Option<(Vec<u8>, Vec<u8>)>,
 ) -> Result<Arc<ClientConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let algorithms = provider.signature_verification_algorithms;
-
-    let verifier: Arc<dyn ServerCertVerifier> = if insecure {
-        Arc::new(NoServerVerification { algorithms })
-    } else {
-        let roots = match ca_pem {
-            Some(pem) => root_store(pem)?,
-            None => system_roots()?,
-        };
+    let mut verifier = Verifier {
+        webpki: None,
+        name: None,
+        algorithms: provider.signature_verification_algorithms,
+    };
+    if !insecure {
+        let roots = ca_pem.map_or_else(system_roots, root_store)?;
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .build()
             .map_err(|e| TlsError::Ca(e.to_string()))?;
-        match server_name {
-            Some(name) => {
-                let name = ServerName::try_from(name.to_string())
-                    .map_err(|_| TlsError::ServerName(name.to_string()))?;
-                Arc::new(FixedNameVerifier {
-                    inner: webpki,
-                    name,
-                })
-            }
-            None => webpki,
+        verifier.webpki = Some(webpki);
+        if let Some(name) = server_name {
+            let parsed = ServerName::try_from(name.to_string());
+            verifier.name = Some(parsed.map_err(|_| TlsError::ServerName(name.to_string()))?);
         }
-    };
+    }
 
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
         .dangerous()
-        .with_custom_certificate_verifier(verifier);
+        .with_custom_certificate_verifier(Arc::new(verifier));
 
     let config = match client_auth {
         None => builder.with_no_client_auth(),
@@ -118,10 +104,9 @@ pub fn client_config(
 
 /// All certificates in a PEM bundle, in order (leaf first for a client chain).
 fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
-    let mut certs = Vec::new();
-    for item in CertificateDer::pem_slice_iter(pem) {
-        certs.push(item.map_err(|e| pem_problem(&e, "certificate"))?);
-    }
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_problem(&e, "certificate"))?;
     if certs.is_empty() {
         return Err("no certificate found in PEM".to_string());
     }
@@ -140,10 +125,8 @@ fn root_store(pem: &[u8]) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// Where Go's crypto/x509 looks for the system CA bundle on Linux, in its order. Reading the
-/// system's bundle rather than a compiled-in one (webpki-roots) trusts what the machine's owner
-/// trusts, a corporate CA included, exactly as kubectl does. (ureq still links webpki-roots
-/// for its own default configuration, which we never use.)
+/// Where Go's crypto/x509 looks for the system CA bundle on Linux, in its order: the machine's
+/// trust (a corporate CA included), as kubectl has, rather than a compiled-in one.
 pub const SYSTEM_BUNDLES: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, distroless
     "/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL 6
@@ -165,20 +148,13 @@ fn system_roots() -> Result<RootCertStore, TlsError> {
 /// holds no certificate is an error, not a reason to try the next (Go stops there too).
 fn first_bundle(candidates: &[&Path]) -> Result<RootCertStore, TlsError> {
     for path in candidates {
-        match std::fs::read(path) {
-            Ok(pem) => {
-                return root_store(&pem).map_err(|e| {
-                    TlsError::Ca(format!("system trust store {}: {e}", path.display()))
-                })
-            }
+        let roots = match std::fs::read(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                return Err(TlsError::Ca(format!(
-                    "system trust store {}: {e}",
-                    path.display()
-                )))
-            }
-        }
+            Err(e) => Err(e.to_string()),
+            Ok(pem) => root_store(&pem).map_err(|e| e.to_string()),
+        };
+        return roots
+            .map_err(|e| TlsError::Ca(format!("system trust store {}: {e}", path.display())));
     }
     let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
     Err(TlsError::Ca(format!(
@@ -201,67 +177,30 @@ fn pem_problem(error: &rustls::pki_types::pem::Error, wanted: &str) -> String {
     }
 }
 
-/// Verifies the server certificate against a fixed name (tls-server-name) instead of the name
-/// the connection was opened with; everything else is the normal webpki verification.
+/// Verifies the server certificate with webpki, against `name` (tls-server-name) when set, or
+/// not at all (insecure); the handshake signature always, so the peer holds the key it shows.
 #[derive(Debug)]
-struct FixedNameVerifier {
-    inner: Arc<WebPkiServerVerifier>,
-    name: ServerName<'static>,
+struct Verifier {
+    /// `None`: insecure-skip-tls-verify.
+    webpki: Option<Arc<WebPkiServerVerifier>>,
+    name: Option<ServerName<'static>>,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for FixedNameVerifier {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
+        server_name: &ServerName<'_>,
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.inner
-            .verify_server_cert(end_entity, intermediates, &self.name, ocsp_response, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-/// insecure-skip-tls-verify: accepts any server certificate. The handshake signature is still
-/// checked, so the peer at least holds the key of the certificate it sent.
-#[derive(Debug)]
-struct NoServerVerification {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for NoServerVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Some(webpki) = &self.webpki else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        let name = self.name.as_ref().unwrap_or(server_name);
+        webpki.verify_server_cert(end_entity, intermediates, name, ocsp_response, now)
     }
 
     fn verify_tls12_signature(

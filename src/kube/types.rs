@@ -1,10 +1,8 @@
 //! The core Kubernetes objects (metadata, pods, events, statuses) reduced to the fields the
-//! operator uses. The custom resource's own types live with its policy (`immortal/types.rs`).
-//!
-//! Unknown fields are ignored on decode (serde's default), so a pod the API server returns with
-//! all its defaults (tolerations, volumes, managedFields...) costs only what we keep. Desired
-//! and actual state are compared on the fields we set, never on whole objects: the server adds
-//! defaults (see the `*-pod-create` fixture).
+//! operator uses. Unknown fields are ignored on decode, so a pod the API server returns with all
+//! its defaults (tolerations, volumes, managedFields...) costs only what we keep; desired and
+//! actual state are compared on the fields we set, never on whole objects. Types we only read
+//! (a pod's status, `Status`) are not `Serialize`, types we only write (`Event`) not `Deserialize`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -80,153 +78,99 @@ pub struct Condition {
     pub message: String,
 }
 
-// ---------------------------------------------------------------------------------------------
-// Pod
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Pod {
-    #[serde(
-        default,
-        rename = "apiVersion",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub api_version: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub kind: String,
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: PodSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Set by the kubelet, never sent.
+    #[serde(skip_serializing)]
     pub status: Option<PodStatus>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpec {
     #[serde(default)]
     pub containers: Vec<Container>,
-    /// Other fields of a pod we create (from a pod template), sent as given. Never filled on
-    /// decode: a pod read back keeps only what we compare.
-    #[serde(skip)]
+    /// Other fields of a pod we create (from a pod template), sent as given beside the typed
+    /// ones. Never filled on decode: a pod read back keeps only what we compare.
+    #[serde(flatten, skip_deserializing)]
     pub rest: serde_json::Map<String, serde_json::Value>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Container {
     pub name: String,
     #[serde(default)]
     pub image: String,
     /// Other fields of a container we create, sent as given (see [`PodSpec::rest`]).
-    #[serde(skip)]
+    #[serde(flatten, skip_deserializing)]
     pub rest: serde_json::Map<String, serde_json::Value>,
-}
-
-// By hand so that `rest` goes out beside the typed fields (serde's `flatten` would also fill
-// it on decode, keeping every field of every pod the watch sees).
-impl Serialize for PodSpec {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("containers", &self.containers)?;
-        for (k, v) in &self.rest {
-            m.serialize_entry(k, v)?;
-        }
-        m.end()
-    }
-}
-
-impl Serialize for Container {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("name", &self.name)?;
-        m.serialize_entry("image", &self.image)?;
-        for (k, v) in &self.rest {
-            m.serialize_entry(k, v)?;
-        }
-        m.end()
-    }
 }
 
 /// A pod's `status`, reduced to what tells a user whether the pod runs and, if not, why: the
 /// phase, the kubelet's conditions and the state of each container.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct PodStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Why the pod is in this phase, when the kubelet says (e.g. `DeadlineExceeded`, `Evicted`).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<PodCondition>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub container_statuses: Vec<ContainerStatus>,
 }
 
 /// One of a pod's conditions (`PodScheduled`, `Initialized`, `ContainersReady`, `Ready`,
 /// `DisruptionTarget`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct PodCondition {
     #[serde(rename = "type")]
     pub type_: String,
     #[serde(default)]
     pub status: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub message: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct ContainerStatus {
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub ready: bool,
-    #[serde(default)]
-    pub restart_count: i64,
-    #[serde(default)]
     pub state: ContainerState,
-    #[serde(default)]
     pub last_state: ContainerState,
 }
 
 /// At most one of the three is set.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct ContainerState {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<StateDetail>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<Running>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminated: Option<StateDetail>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Running {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
 }
 
 /// A container's `waiting` or `terminated` state (the times are set on `terminated` only).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct StateDetail {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
 }
 
@@ -237,13 +181,6 @@ impl Pod {
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .unwrap_or("")
-    }
-
-    /// A pod in phase Succeeded or Failed never runs again (restartPolicy aside, the kubelet
-    /// does not restart a terminated pod): it has to be replaced.
-    #[cfg(test)]
-    pub fn is_terminated(&self) -> bool {
-        matches!(self.phase(), "Succeeded" | "Failed")
     }
 
     /// Whether this pod, as a DELETE answered it, is gone: deleted with a grace period of 0
@@ -270,12 +207,6 @@ impl Uid {
             Some(b) => Uid::Uuid(b),
             None => Uid::Other(s.into()),
         }
-    }
-}
-
-impl From<&str> for Uid {
-    fn from(s: &str) -> Uid {
-        Uid::new(s)
     }
 }
 
@@ -309,20 +240,14 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
         return None;
     }
+    let mut digits = b.iter().filter(|&&c| c != b'-').map(|&c| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    });
     let mut out = [0u8; 16];
-    let mut hex = b.iter().filter(|&&c| c != b'-');
     for byte in &mut out {
-        let mut v = 0u8;
-        for _ in 0..2 {
-            let c = *hex.next()?;
-            v = v * 16
-                + match c {
-                    b'0'..=b'9' => c - b'0',
-                    b'a'..=b'f' => c - b'a' + 10,
-                    _ => return None,
-                };
-        }
-        *byte = v;
+        *byte = digits.next()?? * 16 + digits.next()??;
     }
     Some(out)
 }
@@ -349,15 +274,11 @@ pub struct PartialObjectMetadata {
     pub metadata: ObjectMeta,
 }
 
-// ---------------------------------------------------------------------------------------------
-// Events (core/v1)
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// A core/v1 Event, only ever written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
-    #[serde(default)]
     pub api_version: String,
-    #[serde(default)]
     pub kind: String,
     pub metadata: ObjectMeta,
     pub involved_object: ObjectReference,
@@ -366,19 +287,18 @@ pub struct Event {
     #[serde(rename = "type")]
     pub type_: String,
     pub source: EventSource,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub first_timestamp: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_timestamp: Option<String>,
-    #[serde(default)]
     pub count: i64,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reporting_component: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reporting_instance: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
     pub api_version: String,
@@ -388,52 +308,36 @@ pub struct ObjectReference {
     pub uid: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EventSource {
-    #[serde(default)]
     pub component: String,
 }
 
-// ---------------------------------------------------------------------------------------------
-// API machinery
-
 /// The `Status` object the API server answers errors with (and puts in watch ERROR events).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct Status {
-    #[serde(default)]
     pub status: String,
-    #[serde(default)]
     pub message: String,
-    #[serde(default)]
     pub reason: String,
-    #[serde(default)]
     pub code: u16,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<StatusDetails>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct StatusDetails {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub group: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<StatusCause>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct StatusCause {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub field: String,
 }
 
@@ -451,10 +355,51 @@ pub fn split_key(key: &str) -> Option<(&str, &str)> {
 mod tests {
     use super::*;
 
+    // For other modules' tests: `"uid".into()`, and whether a pod has ended for good.
+    impl From<&str> for Uid {
+        fn from(s: &str) -> Uid {
+            Uid::new(s)
+        }
+    }
+
+    impl Pod {
+        /// A pod in phase Succeeded or Failed never runs again (restartPolicy aside, the
+        /// kubelet does not restart a terminated pod): it has to be replaced.
+        pub fn is_terminated(&self) -> bool {
+            matches!(self.phase(), "Succeeded" | "Failed")
+        }
+    }
+
     #[test]
     fn splits_keys_at_the_first_slash() {
         assert_eq!(split_key("ns/name"), Some(("ns", "name")));
         assert_eq!(split_key("nokey"), None);
         assert_eq!(key("a", "b"), "a/b");
+    }
+
+    #[test]
+    fn a_pods_other_fields_are_sent_beside_the_typed_ones_but_never_kept_on_decode() {
+        let mut pod = Pod::default();
+        pod.spec
+            .rest
+            .insert("priorityClassName".into(), "high".into());
+        let mut container = Container {
+            name: "c".into(),
+            image: "nginx".into(),
+            ..Container::default()
+        };
+        container
+            .rest
+            .insert("args".into(), serde_json::json!(["-v"]));
+        pod.spec.containers.push(container);
+        let sent = serde_json::to_value(&pod).unwrap();
+        assert_eq!(
+            sent,
+            serde_json::json!({"metadata": {}, "spec": {"priorityClassName": "high",
+                "containers": [{"name": "c", "image": "nginx", "args": ["-v"]}]}})
+        );
+        let read: Pod = serde_json::from_value(sent).unwrap();
+        assert!(read.spec.rest.is_empty() && read.spec.containers[0].rest.is_empty());
+        assert_eq!(read.spec.containers[0].image, "nginx");
     }
 }

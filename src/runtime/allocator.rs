@@ -1,34 +1,17 @@
 //! A per-thread cache of freed small blocks in front of the system allocator.
 //!
-//! Why: the operator ships as a static musl binary (no libc mapped: about 1.5 MiB less
-//! resident memory), and musl's allocator takes a process-wide lock on every malloc and free
-//! and hands freed groups straight back to the kernel. Each API request allocates and frees a
-//! few dozen blocks (headers, URLs, JSON), so the reconcile, event and watch threads spend
-//! their time contending on that lock and in mmap/munmap: make bench measured 2.4x the CPU of
-//! the glibc build. This cache serves most requests from a thread-local free list with no lock
-//! and no syscall. It is deliberately small: classes from 16 B to 64 KiB, each holding at
-//! most [`CLASS_BYTES`] per thread (or [`MIN_BLOCKS`] blocks), so memory stays flat;
-//! everything else goes to the system allocator unchanged.
+//! Why: the static musl build's allocator takes a process-wide lock on every malloc and free and
+//! hands freed memory straight back to the kernel, and each API request allocates and frees a few
+//! dozen blocks; served from a thread-local free list instead, with no lock and no syscall, the
+//! operator runs at glibc's CPU, idle in 1 to 2 MiB less than with jemalloc, mimalloc or glibc's
+//! malloc (docs/benchmark.md, "Allocators").
 //!
-//! Classes are 16, 32, 48 and 64 bytes, then four to each doubling (80, 96, 112, 128, 160,
-//! ...), so a block is at most a quarter larger than what was asked for. Every allocation
-//! of a caching thread gets its class's size, the long-lived ones too (the store's objects,
-//! queued hints): with power-of-two classes a 168-byte object took 256 bytes, and the store
-//! of 5,000 objects half again the memory it needed.
-//!
-//! Blocks are never split or merged: a block of class `c` is always a system allocation of
-//! [`class_size`]`(c)` bytes with 16-byte alignment, whichever thread frees it, so any thread
-//! can reuse it.
-//!
-//! Only threads that ask for it cache ([`cache_this_thread`]): the long-lived busy ones
-//! (watchers, reconcile workers, the event recorder). Their guard hands the cached blocks back
-//! to the system when the thread ends. Every other thread, a short-lived one above all (the
-//! exec credential plugin's reader), goes straight to the system allocator, so no thread's
-//! exit can strand cached memory.
-//!
-//! Why not an allocator crate: at the same CPU, jemalloc, mimalloc and glibc's malloc hold 1 to
-//! 2 MiB more idle and 1 to 3 MiB more at the peaks of 1,000 objects, tuned as they may be
-//! (README, Benchmark, Allocators).
+//! Classes are 16, 32, 48 and 64 bytes, then four to each doubling up to 64 KiB (80, 96, 112,
+//! 128, 160, ...), so a block is at most a quarter larger than asked for; a thread keeps at most
+//! [`CLASS_BYTES`] per class (or [`MIN_BLOCKS`] blocks). Blocks are never split or merged: one of
+//! class `c` is always a 16-aligned system allocation of [`class_size`]`(c)` bytes, so any thread
+//! can reuse it. Only threads that ask ([`cache_this_thread`]), the long-lived busy ones, cache;
+//! their guard hands the blocks back when the thread ends, so no thread's exit strands memory.
 
 // The crate's one exception to `deny(unsafe_code)` (src/lib.rs): a global allocator is unsafe by
 // definition. Every unsafe block says why it holds.
@@ -149,21 +132,6 @@ fn class_limit(class: usize) -> u32 {
     (CLASS_BYTES / class_size(class)).max(MIN_BLOCKS) as u32
 }
 
-/// The class `size` bytes (alignment ≤ 16) fall in.
-#[cfg(test)]
-fn class_for_size(size: usize) -> Option<usize> {
-    Layout::from_size_align(size, 1)
-        .ok()
-        .as_ref()
-        .and_then(class_of)
-}
-
-/// How many blocks of `class` this thread holds.
-#[cfg(test)]
-fn cached_blocks(class: usize) -> u32 {
-    CACHE.try_with(|c| c.lens[class].get()).unwrap_or(0)
-}
-
 #[inline]
 fn pop(class: usize) -> *mut u8 {
     CACHE
@@ -207,14 +175,10 @@ unsafe impl GlobalAlloc for Cached {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match class_of(&layout) {
-            Some(class) => {
-                let p = pop(class);
-                if p.is_null() {
-                    System.alloc(class_layout(class))
-                } else {
-                    p
-                }
-            }
+            Some(class) => match pop(class) {
+                p if p.is_null() => System.alloc(class_layout(class)),
+                p => p,
+            },
             None => System.alloc(layout),
         }
     }
@@ -222,15 +186,13 @@ unsafe impl GlobalAlloc for Cached {
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         match class_of(&layout) {
-            Some(class) => {
-                let p = pop(class);
-                if p.is_null() {
-                    System.alloc_zeroed(class_layout(class))
-                } else {
+            Some(class) => match pop(class) {
+                p if p.is_null() => System.alloc_zeroed(class_layout(class)),
+                p => {
                     ptr::write_bytes(p, 0, layout.size());
                     p
                 }
-            }
+            },
             None => System.alloc_zeroed(layout),
         }
     }
@@ -272,6 +234,19 @@ mod tests {
 
     fn layout(size: usize) -> Layout {
         Layout::from_size_align(size, 8).unwrap()
+    }
+
+    /// The class `size` bytes (alignment ≤ 16) fall in.
+    fn class_for_size(size: usize) -> Option<usize> {
+        Layout::from_size_align(size, 1)
+            .ok()
+            .as_ref()
+            .and_then(class_of)
+    }
+
+    /// How many blocks of `class` this thread holds.
+    fn cached_blocks(class: usize) -> u32 {
+        CACHE.try_with(|c| c.lens[class].get()).unwrap_or(0)
     }
 
     #[test]

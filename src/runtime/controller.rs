@@ -6,7 +6,7 @@ use crate::kube::client::Client;
 use crate::runtime::allocator;
 use crate::runtime::metrics;
 use crate::runtime::pool::{self, Pool};
-use crate::runtime::queue::{Got, Priority, Queue, Trigger};
+use crate::runtime::queue::{Got, Latest, Priority, Queue, Trigger};
 use crate::runtime::serve::Health;
 use crate::runtime::watcher::{Watched, Watcher};
 use crossbeam_channel::{Receiver, Sender};
@@ -121,8 +121,7 @@ where
                 pool.not_started();
             }
         }
-        let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{run_id:04x}-{n}");
+        let id = format!("{run_id:04x}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
         let trigger_s = trigger.to_string();
         let started = Instant::now();
         // What the watch event that queued the key said about the pod, if it did.
@@ -133,11 +132,10 @@ where
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
         let result = reconcile(&LogContext { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
-        // A number in JSON, as on every other line that carries it; tenths of a millisecond
-        // are all a person reads.
+        // Numbers in JSON, as on every other line that carries them, in tenths of a millisecond:
+        // all a person reads. `queued_ms` (and the band) say whether a replacement was slow
+        // because the reconcile was, or because it queued behind other work.
         let elapsed_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
-        // How long the key waited for a worker, and in which band: whether a replacement was
-        // slow because the reconcile was, or because it queued behind other work.
         let queued_ms = (waited.as_secs_f64() * 10_000.0).round() / 10.0;
         let band = priority.as_str();
         match result {
@@ -166,17 +164,14 @@ where
                 );
             }
             Err(e) => {
-                let at_least = e.retry_after().unwrap_or_default();
-                let after = match e.retry_by() {
-                    Some(bound) => {
-                        queue.add_rate_limited_by(key.clone(), at_least, bound, priority)
-                    }
-                    None => {
-                        queue.add_rate_limited(key.clone(), at_least, e.retry_within(), priority)
-                    }
+                let latest = match (e.retry_by(), e.retry_within()) {
+                    (Some(bound), _) => Latest::Bound(bound),
+                    (None, Some(within)) => Latest::Within(within),
+                    (None, None) => Latest::Backoff,
                 };
+                let at_least = e.retry_after().unwrap_or_default();
+                let after = queue.add_rate_limited(key.clone(), at_least, latest, priority);
                 metrics::record_reconcile("error", elapsed);
-                let error = e.to_string();
                 // A person must act on a refusal, or on an error that keeps coming back.
                 let level = if e.needs_a_person() || queue.num_requeues(&key) > 8 {
                     log::Level::Warn
@@ -186,7 +181,7 @@ where
                 log::log!(
                     target: "reconcile", level,
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "error", error = error.as_str(), requeue_after_ms = after.as_millis() as u64,
+                    result = "error", error = e.to_string().as_str(), requeue_after_ms = after.as_millis() as u64,
                     elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconcile failed"
                 );
@@ -196,6 +191,7 @@ where
     }
 }
 
+/// Whether `quit` is disconnected: the process is shutting down.
 pub fn is_quitting(quit: &Receiver<()>) -> bool {
     matches!(
         quit.try_recv(),

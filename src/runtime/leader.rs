@@ -1,26 +1,11 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it,
 //! so that of several replicas exactly one writes, and a [`Fence`] that keeps a deposed leader
-//! from writing whatever the API server does.
+//! from writing whatever the API server does (docs/operating.md, "Leader election").
 //!
 //! Expiry is judged by the local clock from when we last saw the Lease change, never by
-//! comparing our clock with the holder's `renewTime` (clocks of different nodes disagree).
-//!
-//! Why a fence: a standby takes the Lease once it has seen the same record for the lease
-//! duration, and it cannot have seen our last renewal before we sent it. So, on our monotonic
-//! clock, the Lease stays ours until at least `sent + lease duration`, where `sent` is when the
-//! request of our last successful renewal left; the fence closes a safety margin before that.
-//! Every write of the operator goes through a client that sends only while the fence is open,
-//! with a timeout that ends when it closes, so no write is sent, or waited for, once another
-//! replica may lead: a renewal that hangs, a slow or erroring server, or a 401 retry cannot
-//! stretch it. (client-go bounds the renewal by the renew deadline but has no fence; its own
-//! documentation says it does not guarantee a single writer.) What no client can prevent: a
-//! server that received a write before the fence closed and applies it later.
-//!
-//! A leader that cannot renew within the renew deadline (or before its fence closes), or finds
-//! another holder, closes the fence and reports [`Lost`]; the process then exits non-zero. A
-//! renewal refused with 409 is not a loss: someone else wrote the Lease (`kubectl annotate`, a
-//! backup tool), so it is read again and, while we are still its holder, renewed again within
-//! the same round, as client-go does.
+//! comparing our clock with the holder's `renewTime` (clocks of different nodes disagree). A
+//! standby cannot have seen our last renewal before we sent it, so the Lease stays ours until at
+//! least `sent + lease duration` on our monotonic clock; the fence closes a safety margin before.
 
 use crate::kube::client::{self, Client, Resource};
 use crate::kube::fence::Fence;
@@ -33,10 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-/// How long before the Lease could pass to another replica the fence closes: room for the
-/// last bytes of a write already on the wire to reach the server, and for clocks that run at
-/// different rates (NTP keeps them within 500 ppm: 7.5 ms over 15 s). A tenth of the lease:
-/// 1.5 s with the default 15 s.
+/// How long before the Lease could pass the fence closes: room for a write already on the wire
+/// to arrive, and for clocks that run at different rates (NTP: 500 ppm, 7.5 ms over 15 s).
 pub fn safety_margin(lease_duration: Duration) -> Duration {
     lease_duration / 10
 }
@@ -56,36 +39,30 @@ pub struct Settings {
     pub retry_period: Duration,
 }
 
+/// Every Lease we send starts from one the server returned, or one we make whole.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 struct Lease {
-    /// Always written, and always read back: every body we send starts from a Lease the server
-    /// returned, or from [`Lease::new`].
-    #[serde(
-        default,
-        rename = "apiVersion",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(skip_serializing_if = "String::is_empty")]
     api_version: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(skip_serializing_if = "String::is_empty")]
     kind: String,
-    #[serde(default)]
     metadata: ObjectMeta,
-    #[serde(default)]
     spec: LeaseSpec,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct LeaseSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     holder_identity: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     lease_duration_seconds: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     acquire_time: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     renew_time: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     lease_transitions: Option<i64>,
 }
 
@@ -170,15 +147,10 @@ impl Elector {
     }
 
     /// Renews every retry period until `stop` fires or disconnects (`Ok`), or leadership is
-    /// lost: a renewal did not succeed within the renew deadline or before the fence closed, or
-    /// another holder appeared. Then the fence is already closed.
-    ///
-    /// As client-go's `renew`: a round starts a retry period after the last success and tries
-    /// every retry period until one attempt succeeds; the whole round, every request's timeout
-    /// included, ends by the renew deadline counted from its start, and never after the fence
-    /// closes (a renewal answered later could not keep it open anyway). A conflict is retried
-    /// at once with a fresh read the first time in a round, then every retry period: a Lease
-    /// written by someone else costs a request, not the leadership.
+    /// lost (with the fence closed): no renewal within the renew deadline or before the fence
+    /// closed, or another holder. As client-go's `renew`, a round retries every retry period and
+    /// ends, every request's timeout included, by the renew deadline from its start. A conflict
+    /// (someone else wrote the Lease) is retried at once the first time in a round.
     pub fn keep_renewing(&self, stop: &Receiver<()>) -> Result<(), Lost> {
         loop {
             if stopped(stop, self.s.retry_period) {
@@ -230,17 +202,14 @@ impl Elector {
         Lost(why)
     }
 
-    /// Gives the lease up so a standby takes over at its next retry instead of waiting for
-    /// expiry (client-go's ReleaseOnCancel: empty holder, duration 1 s), with a request that
-    /// ends within `timeout`. Closes the fence first. Does not release while a write of ours is
-    /// still in flight (abandoned at shutdown): the server may yet apply it, so the Lease must
-    /// not pass on before that write's timeout, which ends when the fence would have closed;
-    /// the Lease then expires instead.
+    /// Closes the fence and gives the lease up so a standby takes over at its next retry
+    /// (client-go's ReleaseOnCancel: empty holder, duration 1 s), within `timeout`. Not while a
+    /// write of ours is in flight: the server may yet apply it, so the Lease expires instead.
     pub fn release(&self, timeout: Duration) {
         self.releasing.store(true, SeqCst);
         self.fence.close();
         metrics::set_leader(false);
-        let Some(mut lease) = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(mut lease) = util::lock(&self.ours).take() else {
             return;
         };
         let in_flight = self.fence.writes_in_flight();
@@ -274,106 +243,76 @@ impl Elector {
         format!("{}/{}", self.s.namespace, self.s.name)
     }
 
-    /// One look at the Lease, and a write if we hold it or may take it; every request ends by
-    /// `until`.
+    /// One look at the Lease, and a write if we hold it or may take it, all by `until`.
     fn try_acquire_or_renew(&self, until: Instant) -> Result<Attempt, client::Error> {
         let client = self.client.until(until);
+        let (ns, name, me) = (&self.s.namespace, &self.s.name, &self.s.identity);
         let now = micro_time(SystemTime::now());
         let duration = self.duration.as_secs() as i64;
-        let current =
-            match client.get_object::<Lease>(Resource::LEASES, &self.s.namespace, &self.s.name) {
-                Ok(l) => l,
-                Err(e) if e.is_not_found() => {
-                    let lease = Lease {
-                        api_version: "coordination.k8s.io/v1".into(),
-                        kind: "Lease".into(),
-                        metadata: ObjectMeta {
-                            name: self.s.name.clone(),
-                            namespace: self.s.namespace.clone(),
-                            ..Default::default()
-                        },
-                        spec: LeaseSpec {
-                            holder_identity: Some(self.s.identity.clone()),
-                            lease_duration_seconds: Some(duration),
-                            acquire_time: Some(now.clone()),
-                            renew_time: Some(now),
-                            lease_transitions: Some(0),
-                        },
-                    };
-                    let sent = Instant::now();
-                    return match client.create::<_, Lease>(
-                        Resource::LEASES,
-                        &self.s.namespace,
-                        &lease,
-                    ) {
-                        Ok(l) => {
-                            self.remember(l, sent);
-                            Ok(Attempt::Held)
-                        }
-                        Err(e) if e.is_already_exists() => {
-                            Ok(Attempt::HeldBy("another replica".into()))
-                        }
-                        Err(e) => Err(e),
-                    };
-                }
-                Err(e) => return Err(e),
-            };
-
-        let holder = current.spec.holder_identity.clone().unwrap_or_default();
-        let observed_at = {
-            let mut obs = self.observed.lock().unwrap_or_else(|p| p.into_inner());
-            match obs.as_ref() {
-                Some((spec, at)) if *spec == current.spec => *at,
-                _ => {
-                    let at = Instant::now();
-                    *obs = Some((current.spec.clone(), at));
-                    at
-                }
-            }
+        let found = match client.get_object::<Lease>(Resource::LEASES, ns, name) {
+            Ok(l) => Some(l),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
         };
-        let their_duration = Duration::from_secs(
-            current
-                .spec
-                .lease_duration_seconds
-                .unwrap_or(duration)
-                .max(0) as u64,
-        );
-        if !holder.is_empty() && holder != self.s.identity && observed_at.elapsed() < their_duration
-        {
-            return Ok(Attempt::HeldBy(holder));
+        let mut next = found.clone().unwrap_or_else(|| Lease {
+            api_version: "coordination.k8s.io/v1".into(),
+            kind: "Lease".into(),
+            metadata: ObjectMeta {
+                name: name.clone(),
+                namespace: ns.clone(),
+                ..Default::default()
+            },
+            spec: LeaseSpec::default(),
+        });
+        let holder = next.spec.holder_identity.clone().unwrap_or_default();
+        if let Some(current) = &found {
+            let observed_at = match &mut *util::lock(&self.observed) {
+                Some((spec, at)) if *spec == current.spec => *at,
+                observed => observed.insert((current.spec.clone(), Instant::now())).1,
+            };
+            let theirs = current.spec.lease_duration_seconds.unwrap_or(duration);
+            let expired = observed_at.elapsed() >= Duration::from_secs(theirs.max(0) as u64);
+            if !holder.is_empty() && holder != *me && !expired {
+                return Ok(Attempt::HeldBy(holder));
+            }
         }
 
-        let mut next = current.clone();
-        next.spec.holder_identity = Some(self.s.identity.clone());
+        next.spec.holder_identity = Some(me.clone());
         next.spec.lease_duration_seconds = Some(duration);
         next.spec.renew_time = Some(now.clone());
-        if holder != self.s.identity {
+        if holder != *me {
             next.spec.acquire_time = Some(now);
-            next.spec.lease_transitions = Some(current.spec.lease_transitions.unwrap_or(0) + 1);
+            // A Lease we create starts at 0 transitions.
+            let transitions = next.spec.lease_transitions.unwrap_or(0);
+            next.spec.lease_transitions = Some(found.as_ref().map_or(0, |_| transitions + 1));
         }
         // Taken just before the request leaves: the server cannot have seen it earlier, so no
         // standby can count the lease's expiry from an earlier point.
         let sent = Instant::now();
-        match client.replace::<_, Lease>(Resource::LEASES, &self.s.namespace, &self.s.name, &next) {
+        let written = match &found {
+            Some(_) => client.replace::<_, Lease>(Resource::LEASES, ns, name, &next),
+            None => client.create::<_, Lease>(Resource::LEASES, ns, &next),
+        };
+        match written {
             Ok(l) => {
                 self.remember(l, sent);
                 Ok(Attempt::Held)
             }
             // Someone wrote it between our read and our write. If it was ours, a change of
             // holder shows at the next read; only that (or the deadline) ends our leadership.
-            Err(e) if e.is_conflict() && holder == self.s.identity => Ok(Attempt::Conflict),
-            // We were taking it over: whoever wrote it won this round.
-            Err(e) if e.is_conflict() => Ok(Attempt::HeldBy("another replica".into())),
+            Err(e) if e.is_conflict() && holder == *me => Ok(Attempt::Conflict),
+            // We were taking it over, or creating it: whoever wrote it won this round.
+            Err(e) if (e.is_conflict() && found.is_some()) || e.is_already_exists() => {
+                Ok(Attempt::HeldBy("another replica".into()))
+            }
             Err(e) => Err(e),
         }
     }
 
-    /// A write of the Lease that made or kept us its holder, sent at `sent`: opens or moves on
-    /// the fence.
+    /// A write that made or kept us the holder, sent at `sent`: opens or moves on the fence.
     fn remember(&self, l: Lease, sent: Instant) {
-        *self.observed.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((l.spec.clone(), Instant::now()));
-        *self.ours.lock().unwrap_or_else(|p| p.into_inner()) = Some(l);
+        *util::lock(&self.observed) = Some((l.spec.clone(), Instant::now()));
+        *util::lock(&self.ours) = Some(l);
         self.fence
             .open_until(sent + self.duration - safety_margin(self.duration));
     }
@@ -386,12 +325,7 @@ fn stopped(stop: &Receiver<()>, d: Duration) -> bool {
 
 /// `metav1.MicroTime`: RFC 3339 with microseconds, as Leases carry it.
 fn micro_time(t: SystemTime) -> String {
-    let s = util::rfc3339(t);
-    let micros = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_micros())
-        .unwrap_or(0);
-    format!("{}.{micros:06}Z", &s[..s.len() - 1])
+    format!("{:.6}", jiff::Timestamp::try_from(t).unwrap_or_default())
 }
 
 /// This replica's identity: the pod name (downward API) or the host name, plus a random

@@ -32,21 +32,20 @@ pub fn silences() -> Vec<(&'static str, Option<Duration>)> {
         .into_iter()
         .map(|(r, s)| {
             let last = s.last_heard_ms.load(Relaxed);
-            (r, (last != 0).then(|| since(last)))
+            let silence = Duration::from_millis(unix_ms().saturating_sub(last));
+            (r, (last != 0).then_some(silence))
         })
         .collect()
 }
 
-/// A watch stream of this resource was opened: it is live while it keeps hearing from the
-/// server.
+/// A watch stream of this resource was opened.
 pub fn opened(resource: &'static str) {
     let s = watch(resource);
     s.down_since_ms.store(0, Relaxed);
     s.last_heard_ms.store(unix_ms(), Relaxed);
 }
 
-/// This resource's watch stream ended, or could not be opened: it is down from now, unless it
-/// already was.
+/// This resource's watch stream ended, or could not be opened: down from now, unless it was.
 pub fn closed(resource: &'static str) {
     let _ = watch(resource)
         .down_since_ms
@@ -59,10 +58,8 @@ pub fn heard(resource: &'static str) {
     watch(resource).last_heard_ms.store(unix_ms(), Relaxed);
 }
 
-/// How long this resource's watch has not been live, `None` while it is. Live means: a stream
-/// is open and the server was heard within `idle`; so a stream that fell silent stopped
-/// being live `idle` after it was last heard, and a closed one when it closed, whichever came
-/// first.
+/// How long this resource's watch has not been live, `None` while it is. Live: a stream is
+/// open and the server was heard within `idle`.
 pub fn down_for(resource: &'static str, idle: Duration) -> Option<Duration> {
     let s = watch(resource);
     let heard = s.last_heard_ms.load(Relaxed);
@@ -74,10 +71,6 @@ pub fn down_for(resource: &'static str, idle: Duration) -> Option<Duration> {
     };
     let now = unix_ms();
     (now > since).then(|| Duration::from_millis(now - since))
-}
-
-fn since(unix_ms_then: u64) -> Duration {
-    Duration::from_millis(unix_ms().saturating_sub(unix_ms_then))
 }
 
 fn unix_ms() -> u64 {

@@ -1,12 +1,7 @@
 //! Log output: readable `key=value` text or one JSON object per line, from `log` records and
-//! their structured fields.
-//!
-//! Level contract: ERROR the process will exit or gave up; WARN a person must act (RBAC,
-//! invalid spec, a pod name held by someone else); INFO lifecycle and one line per reconcile
-//! outcome plus every API write; DEBUG watch restarts, relists, queue decisions; TRACE request
-//! lines. Field vocabulary: `object`, `kind`/`resource`, `rv`, `reconcile_id`, `trigger`,
-//! `action`, `result`, `requeue_after_ms`, `elapsed_ms`, `error`. Request lines carry method,
-//! path and code only: headers (and so tokens) are never logged.
+//! their structured fields. The level contract is in docs/operating.md ("Logs"); fields are
+//! `object`, `kind`/`resource`, `rv`, `reconcile_id`, `trigger`, `action`, `result`,
+//! `requeue_after_ms`, `elapsed_ms`, `error`, and never a header (so never a token).
 
 use crate::util;
 use log::kv::{Error as KvError, Key, Value, VisitSource};
@@ -59,14 +54,11 @@ pub fn render(format: Format, now: SystemTime, record: &log::Record) -> String {
             let _ = record.key_values().visit(&mut TextFields(&mut out));
         }
         Format::Json => {
-            out.push_str("{\"ts\":\"");
-            out.push_str(&ts);
-            out.push_str("\",\"level\":\"");
-            out.push_str(record.level().as_str());
-            out.push_str("\",\"target\":");
-            push_json_str(&mut out, target);
-            out.push_str(",\"msg\":");
-            push_json_str(&mut out, &msg);
+            let (level, target, msg) = (record.level(), json_str(target), json_str(&msg));
+            let _ = write!(
+                out,
+                r#"{{"ts":"{ts}","level":"{level}","target":{target},"msg":{msg}"#
+            );
             let _ = record.key_values().visit(&mut JsonFields(&mut out));
             out.push('}');
         }
@@ -99,9 +91,7 @@ struct JsonFields<'a>(&'a mut String);
 
 impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), KvError> {
-        self.0.push(',');
-        push_json_str(self.0, key.as_str());
-        self.0.push(':');
+        let _ = write!(self.0, ",{}:", json_str(key.as_str()));
         if let Some(n) = value.to_u64() {
             let _ = write!(self.0, "{n}");
         } else if let Some(n) = value.to_i64() {
@@ -112,15 +102,15 @@ impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
         } else if let Some(b) = value.to_bool() {
             let _ = write!(self.0, "{b}");
         } else {
-            push_json_str(self.0, &value.to_string());
+            self.0.push_str(&json_str(&value.to_string()));
         }
         Ok(())
     }
 }
 
-fn push_json_str(out: &mut String, s: &str) {
+fn json_str(s: &str) -> String {
     // A `&str` always serializes.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 #[cfg(test)]

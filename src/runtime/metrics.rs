@@ -1,8 +1,6 @@
 //! Process-wide counters, named as controller-runtime names them so existing dashboards work
-//! unchanged, exported in Prometheus text format 0.0.4 by `prometheus-client`.
-//!
-//! Recording is a few atomic operations (or one short lock for labelled counters); nothing is
-//! formatted until `/metrics` is scraped.
+//! unchanged, exported in Prometheus text format 0.0.4 by `prometheus-client`. Recording is a few
+//! atomic operations (or one short lock for labelled counters); nothing is formatted until then.
 
 use crate::runtime::liveness;
 use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
@@ -34,7 +32,7 @@ const QUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 
 const RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
 
 /// Why a watch stream ended and was opened again (the `reason` of
-/// `immortal_watch_restarts_total`).
+/// `immortal_watch_restarts_total`, [`REASONS`] in this order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Restart {
     /// The server ended it cleanly (its `timeoutSeconds`).
@@ -47,23 +45,7 @@ pub enum Restart {
     Error,
 }
 
-impl Restart {
-    const ALL: [Restart; 4] = [
-        Restart::Closed,
-        Restart::Expired,
-        Restart::Stalled,
-        Restart::Error,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Restart::Closed => "closed",
-            Restart::Expired => "expired",
-            Restart::Stalled => "stalled",
-            Restart::Error => "error",
-        }
-    }
-}
+const REASONS: [&str; 4] = ["closed", "expired", "stalled", "error"];
 
 type Labels<const N: usize> = [(&'static str, &'static str); N];
 
@@ -169,7 +151,7 @@ pub fn set_leader(is_leader: bool) {
 pub fn watch_restarted(resource: &'static str, why: Restart) {
     metrics()
         .watch_restarts
-        .get_or_create(&[("resource", resource), ("reason", why.as_str())])
+        .get_or_create(&[("resource", resource), ("reason", REASONS[why as usize])])
         .inc();
 }
 pub fn watch_relisted(resource: &'static str) {
@@ -183,9 +165,7 @@ pub fn watch_relisted(resource: &'static str) {
 /// for `rest_client_requests_total`.
 pub fn render(host: &str) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Scrape {
-        host: host.to_string(),
-    }));
+    registry.register_collector(Box::new(Scrape(host.to_string())));
     let mut out = String::with_capacity(8 * 1024);
     // Writing to a String cannot fail.
     let _ = prometheus_text::encode(&mut out, &registry);
@@ -193,66 +173,66 @@ pub fn render(host: &str) -> String {
 }
 
 /// One scrape: every family in a fixed order, its HELP and TYPE even before it has a sample
-/// (prometheus-client's registry leaves out empty families), and the figures only known now.
+/// (prometheus-client's registry leaves out empty families), and the figures only known now,
+/// for the API server at `.0`.
 #[derive(Debug)]
-struct Scrape {
-    host: String,
-}
+struct Scrape(String);
 
 impl prometheus_client::collector::Collector for Scrape {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let m = metrics();
         let ctl = [("controller", CONTROLLER)];
         let queue = [("name", CONTROLLER)];
-        family(
+        write_family(
             &mut e,
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
+            &[],
             &m.reconcile_results,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "controller_runtime_reconcile_errors",
             "Total number of reconciliation errors per controller",
             &ctl,
             &m.reconcile_errors,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
             &ctl,
             &m.reconcile_time,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_depth",
             "Current depth of workqueue",
             &queue,
             &m.queue_depth,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_adds",
             "Total number of adds handled by workqueue",
             &queue,
             &m.queue_adds,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_retries",
             "Total number of retries handled by workqueue",
             &queue,
             &m.queue_retries,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
             &queue,
             &m.queue_wait,
         )?;
-        labelled(
+        write_family(
             &mut e,
             "workqueue_work_duration_seconds",
             "How long in seconds processing an item from workqueue takes",
@@ -274,33 +254,35 @@ impl prometheus_client::collector::Collector for Scrape {
             };
             let labels = [
                 ("code", code.as_str()),
-                ("host", &self.host),
+                ("host", &self.0),
                 ("method", method),
             ];
             ConstCounter::new(n).encode(r.encode_family(&labels)?)?;
         }
-        labelled(&mut e, "leader_election_master_status", "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master", &[("name", "immortal-operator")], &m.leader)?;
+        write_family(&mut e, "leader_election_master_status", "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master", &[("name", "immortal-operator")], &m.leader)?;
 
         // Every watched resource shows every restart reason, from zero.
         let watches = liveness::silences();
         for (resource, _) in &watches {
-            for why in Restart::ALL {
+            for reason in REASONS {
                 let _ = m
                     .watch_restarts
-                    .get_or_create(&[("resource", resource), ("reason", why.as_str())]);
+                    .get_or_create(&[("resource", resource), ("reason", reason)]);
             }
             let _ = m.watch_relists.get_or_create(&[("resource", resource)]);
         }
-        family(
+        write_family(
             &mut e,
             "immortal_watch_restarts",
             "Watch streams re-opened, per resource and why the last one ended",
+            &[],
             &m.watch_restarts,
         )?;
-        family(
+        write_family(
             &mut e,
             "immortal_watch_relists",
             "Full relists, per resource",
+            &[],
             &m.watch_relists,
         )?;
         let mut ages = e.encode_descriptor(
@@ -317,33 +299,26 @@ impl prometheus_client::collector::Collector for Scrape {
             "Events not written because the Event writer was {} behind (best effort, as client-go)",
             crate::kube::events::BACKLOG
         );
-        family(
+        write_family(
             &mut e,
             "immortal_events_dropped",
             &help,
+            &[],
             &ConstCounter::new(m.events_dropped.load(Relaxed)),
         )?;
-        family(
+        write_family(
             &mut e,
             "immortal_pods_created",
             "Pods created, by cause",
+            &[],
             &m.pods_created,
         )
     }
 }
 
-/// A metric family: HELP, TYPE (a counter's name gets its `_total` here) and its samples.
-fn family(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    metric: &impl EncodeMetric,
-) -> fmt::Result {
-    metric.encode(e.encode_descriptor(name, help, None, metric.metric_type())?)
-}
-
-/// A metric with constant labels.
-fn labelled(
+/// A metric family: HELP, TYPE (a counter's name gets its `_total` here) and its samples, each
+/// with the constant `labels` if any.
+fn write_family(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -351,7 +326,10 @@ fn labelled(
     metric: &impl EncodeMetric,
 ) -> fmt::Result {
     let mut family = e.encode_descriptor(name, help, None, metric.metric_type())?;
-    metric.encode(family.encode_family(&labels)?)
+    match labels {
+        [] => metric.encode(family),
+        _ => metric.encode(family.encode_family(&labels)?),
+    }
 }
 
 #[cfg(test)]

@@ -1,19 +1,11 @@
-//! Controller machinery, generic over the resource: the shape of kube-rs's `kube-runtime` and
-//! of controller-runtime.
-//!
-//! [`controller`] runs watcher and worker threads and holds the worker's contract with the
-//! queue, and [`pool`] says how many workers run; [`watcher`] lists and watches any resource
-//! and turns its events into keys for the [`queue`] (deduplicating, with per-key back-off and
-//! an overall failure budget), and keeps what it knows of each key in a [`store`] others may
-//! read;
-//! [`leader`] elects one active replica through a Lease and fences the client's writes;
-//! [`liveness`] (what `/readyz` reads of the watches), [`metrics`], [`serve`] (probes, and
-//! metrics over HTTPS with TokenReview and SubjectAccessReview) and [`logging`] make a running
-//! operator observable; [`allocator`] is
-//! the binary's global allocator.
-//!
-//! Not here: which events matter, or what a reconcile does. A resource's policy implements
-//! [`watcher::Watched`] and drains the queue (see `immortal`); requests go through `kube`.
+//! Controller machinery, generic over the resource, in the shape of kube-rs's `kube-runtime`:
+//! [`watcher`] turns a resource's events into keys for the [`queue`] and keeps what it knows of
+//! each key in a [`store`]; [`controller`] runs the watcher and worker threads, and [`pool`]
+//! says how many workers run; [`leader`] elects one active replica through a Lease and fences
+//! the client's writes; [`liveness`], [`metrics`], [`serve`] (probes and metrics) and
+//! [`logging`] make a running operator observable; [`allocator`] is the binary's global
+//! allocator. Which events matter and what a reconcile does are a resource's policy's (see
+//! `immortal`).
 
 pub mod allocator;
 pub mod controller;

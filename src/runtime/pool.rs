@@ -1,12 +1,6 @@
 //! How many reconcile workers run: a few at rest, more while keys wait, never over a bound.
-//!
-//! A reconcile mostly waits on the API server, and a control plane busy with a backlog answers
-//! each request slower but many at once (etcd batches commits): what bounds how fast a backlog
-//! goes is how many requests are in flight. Kept at rest, extra threads would only hold their
-//! stacks and allocator caches. So a worker that takes a key while others still wait starts
-//! one more, up to `max`; a worker beyond `min` that finds nothing to do for [`IDLE_EXIT`]
-//! ends. The queue still hands a key to one worker at a time, and its failure budget still
-//! bounds what failing reconciles send, however many workers wait on it.
+//! A worker that takes a key while others still wait starts one more, up to `max`; one beyond
+//! `min` idle for [`IDLE_EXIT`] ends. Why: docs/design.md ("Workers grow with a backlog").
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -36,7 +30,7 @@ impl Pool {
     pub fn start(&self) -> bool {
         self.live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
-                may_start(live, self.max).then_some(live + 1)
+                (live < self.max).then_some(live + 1)
             })
             .is_ok()
     }
@@ -45,7 +39,7 @@ impl Pool {
     pub fn stop_idle(&self) -> bool {
         self.live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
-                may_stop(live, self.min).then_some(live - 1)
+                (live > self.min).then_some(live - 1)
             })
             .is_ok()
     }
@@ -62,16 +56,6 @@ impl Pool {
     pub fn max(&self) -> usize {
         self.max
     }
-}
-
-/// Whether one worker more may start: below the bound.
-fn may_start(live: usize, max: usize) -> bool {
-    live < max
-}
-
-/// Whether an idle worker may end: more than the minimum run.
-fn may_stop(live: usize, min: usize) -> bool {
-    live > min
 }
 
 #[cfg(test)]

@@ -1,29 +1,8 @@
-//! Deduplicating work queue of `namespace/name` keys, with client-go's workqueue semantics.
-//!
-//! - A key is queued at most once ("dirty"); adding it again while queued is a no-op.
-//! - A key is never handed to two workers at once: one added while it is being processed is
-//!   handed out again after [`Queue::done`].
-//! - Delayed adds keep the earliest deadline.
-//! - [`Queue::add_rate_limited`] backs a failing key off exponentially, 5 ms doubling to 1000 s
-//!   (client-go's `DefaultItemBasedRateLimiter`); [`Queue::forget`] resets it after a success.
-//! - Failures also spend an overall budget, client-go's bucket of 10 a second with a burst of
-//!   100 (`DefaultControllerRateLimiter`); while it is spent, [`Queue::get`] hands out at most
-//!   10 keys a second. Its last [`URGENT_RESERVE`] tokens are for urgent keys only, and a key
-//!   retried at its bound ([`Queue::add_rate_limited_by`]) goes out whatever the budget says.
-//!   See `Budget` for how and why it differs from client-go's.
-//! - [`Queue::shutdown`] wakes every waiter; `get` then returns `None`.
-//!
-//! - Two bands ([`Priority`]): an **urgent** key (its owner's pod is gone, ended or missing, or
-//!   its spec changed) is handed out before a **routine** one (a refresh of what status says,
-//!   a list or resync), so a deleted pod is not replaced behind a backlog of routine work. A
-//!   routine key is never starved: while both bands hold keys, every [`SHARE`]th key handed
-//!   out is routine. So a routine key is handed out after at most `SHARE × p` other keys, `p`
-//!   its place in its band, however many urgent keys keep coming (controller-runtime's priority
-//!   queue starved its low band for as long as fresh events came, its issue 3496). A key queued
-//!   again at a higher priority moves up; at a lower one it keeps its place.
-//!
-//! Each queued key carries the [`Trigger`] that queued it, so the reconcile log can say why it
-//! ran. Only keys and triggers are stored: never objects.
+//! Deduplicating work queue of `namespace/name` keys, with client-go's workqueue semantics: a
+//! key is queued at most once and held by one worker at a time (one added meanwhile comes back
+//! after [`Queue::done`]), a delayed add keeps the earliest deadline, and failures back off per
+//! key and spend an overall [`Budget`]. Urgent keys go before routine ones, which still get one
+//! turn in [`SHARE`] ([`Priority`]); why: docs/design.md. Only keys and [`Trigger`]s are stored.
 
 use crate::runtime::metrics;
 use std::cmp::Reverse;
@@ -32,26 +11,22 @@ use std::fmt;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// First delay of a failing key.
+/// A failing key's delay, doubling (client-go's `DefaultItemBasedRateLimiter`).
 const BASE_DELAY: Duration = Duration::from_millis(5);
-/// Longest delay of a failing key.
 const MAX_DELAY: Duration = Duration::from_secs(1000);
-/// The overall budget refills this many failures a second...
+/// The overall budget refills this many failures a second, up to a burst: client-go's
+/// `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
 const BUDGET_RATE: f64 = 10.0;
-/// ...up to this many: client-go's `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
 const BUDGET_BURST: f64 = 100.0;
-/// Tokens of the budget routine keys leave to urgent ones: routine failures alone (status
-/// refreshes refused, say) hold routine keys with this many left, so a pod that is gone is
-/// replaced at once instead of waiting its turn at 10 a second. More than the default 16
-/// workers, whose failures in flight may overdraw the routine share.
+/// Budget tokens routine keys leave to urgent ones: more than the default 16 workers, whose
+/// failures in flight may overdraw the routine share.
 pub const URGENT_RESERVE: f64 = 25.0;
 
-/// While both bands hold keys, one key in this many handed out is routine: the routine band's
-/// guaranteed share. High enough that an urgent key rarely waits behind a routine one (one
-/// reconcile in eight), low enough that routine work goes on at an eighth of the pace at worst.
+/// While both bands hold keys, one key in this many handed out is routine.
 pub const SHARE: u32 = 8;
 
-/// How soon a queued key should be handed out (see the module's documentation).
+/// How soon a queued key should be handed out. A key queued again at a higher priority moves
+/// up; at a lower one it keeps its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Priority {
     /// Status refreshes, lists, resyncs: what only changes what status says.
@@ -61,32 +36,21 @@ pub enum Priority {
 }
 
 impl Priority {
-    /// As the reconcile log line names it.
     pub fn as_str(self) -> &'static str {
         match self {
             Priority::Urgent => "urgent",
             Priority::Routine => "routine",
         }
     }
-
-    fn band(self) -> usize {
-        match self {
-            Priority::Urgent => 0,
-            Priority::Routine => 1,
-        }
-    }
 }
 
-/// How many failing reconciles the queue lets through: client-go's overall bucket (10 a
-/// second, burst 100), except that a success refunds a token, a spent budget holds every key
-/// (first attempts too), and the last [`URGENT_RESERVE`] tokens are for urgent keys. Why:
-/// docs/design.md, "Failing reconciles are rate limited as a whole".
+/// How many failing reconciles the queue lets through: client-go's overall bucket, except that
+/// a success refunds a token, a spent budget holds every key (first attempts too), and the last
+/// [`URGENT_RESERVE`] tokens are for urgent keys.
 #[derive(Debug)]
 struct Budget {
-    /// May go below zero when several workers fail at once: the debt is paid before the next
-    /// key is handed out.
+    /// Below zero when several workers fail at once: the debt is paid before the next key.
     tokens: f64,
-    /// When `tokens` was last refilled.
     at: Instant,
 }
 
@@ -114,7 +78,6 @@ impl Budget {
         (self.tokens < floor).then(|| Duration::from_secs_f64((floor - self.tokens) / BUDGET_RATE))
     }
 
-    /// A reconcile failed.
     fn spend(&mut self, now: Instant) {
         self.refill(now);
         self.tokens -= 1.0;
@@ -127,17 +90,15 @@ impl Budget {
     }
 }
 
-/// Why a key was queued. Logged with the reconcile it causes. `H` is what a watch event tells
-/// reconcile beyond the key (the policy's hint: see `lifecycle::PodHint`); the queue only
-/// stores it.
+/// Why a key was queued, logged with the reconcile it causes. `H` is what a watch event tells
+/// reconcile beyond the key (the policy's hint: see `lifecycle::PodHint`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger<H> {
-    /// A watch event: resource short name, event type, the object's resourceVersion, and what
-    /// the event said that reconcile may use.
+    /// A watch event: resource short name, event type, the object's resourceVersion (0 where
+    /// the server's was not a number), and what the event said that reconcile may use.
     Watch {
         resource: &'static str,
         event: &'static str,
-        /// The event's resourceVersion, for the log (0 where the server's was not a number).
         rv: u64,
         hint: Option<H>,
     },
@@ -161,10 +122,7 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
                 hint,
             } => {
                 write!(f, "{resource} {event} rv={rv}")?;
-                match hint {
-                    Some(h) => write!(f, " {h}"),
-                    None => Ok(()),
-                }
+                hint.as_ref().map_or(Ok(()), |h| write!(f, " {h}"))
             }
             Trigger::Relist { resource } => write!(f, "{resource} relist"),
             Trigger::Sweep { resource } => write!(f, "{resource} sweep"),
@@ -172,6 +130,18 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
             Trigger::Scheduled => f.write_str("scheduled requeue"),
         }
     }
+}
+
+/// The latest a failed key's retry may come, whatever its backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latest {
+    /// Its backoff decides.
+    Backoff,
+    /// The reconcile has something to do by then.
+    Within(Duration),
+    /// A bound the reconcile must keep whatever else fails (a pod being deleted waits on our
+    /// finalizer until then): handed out then without waiting on the budget.
+    Bound(Duration),
 }
 
 /// What [`Queue::get_within`] found.
@@ -184,20 +154,14 @@ pub enum Got<H> {
     ShutDown,
 }
 
-impl<H> From<(String, Trigger<H>, Priority, Duration)> for Got<H> {
-    fn from((k, t, p, w): (String, Trigger<H>, Priority, Duration)) -> Got<H> {
-        Got::Key(k, t, p, w)
-    }
-}
-
 /// A key queued and not yet handed out.
 struct Dirty<H> {
     /// What queued it; the latest trigger wins.
     trigger: Trigger<H>,
     /// When it was first added (for the queue-duration metric).
     added: Instant,
-    /// When it joined the band it is in: later than `added` for a key moved up, which is
-    /// what a reconcile's `queued_ms` reports (how long an urgent key waited as urgent).
+    /// When it joined its band: later than `added` for a key moved up, which is what a
+    /// reconcile's `queued_ms` reports.
     in_band: Instant,
     /// The highest priority it was queued with.
     priority: Priority,
@@ -208,11 +172,10 @@ struct Dirty<H> {
 type Key = std::sync::Arc<str>;
 
 struct State<H> {
-    /// Keys ready to hand out, in order, one deque per band (urgent first). A key moved up a
-    /// band leaves a stale copy behind, skipped when it comes up (its `Dirty` says another
-    /// band, or it is not dirty any more).
+    /// Keys ready to hand out, in order, one deque per band (indexed by `Priority as usize`). A
+    /// key moved up leaves a stale copy behind, skipped when it comes up (its `Dirty` says
+    /// another band, or it is not dirty any more).
     ready: [VecDeque<Key>; 2],
-    /// Keys queued and not yet handed out.
     dirty: HashMap<Key, Dirty<H>>,
     /// Urgent keys handed out in a row while routine ones waited.
     urgent_streak: u32,
@@ -224,9 +187,8 @@ struct State<H> {
     timers: BinaryHeap<Reverse<(Instant, Key)>>,
     /// Consecutive failures per key, for the rate limiter.
     failures: HashMap<Key, u32>,
-    /// Failures the queue still lets through.
     budget: Budget,
-    /// Keys whose retry is due at a bound the reconcile must keep (`add_rate_limited_by`):
+    /// Keys whose retry is due at a bound the reconcile must keep ([`Latest::Bound`]):
     /// handed out without waiting on the budget, from `due`, in the order they came due.
     bounded: HashSet<Key>,
     due: VecDeque<Key>,
@@ -235,10 +197,16 @@ struct State<H> {
     shutting_down: bool,
 }
 
-impl<H> Default for State<H> {
+/// The queue. Share it with `Arc`.
+pub struct Queue<H> {
+    state: Mutex<State<H>>,
+    cond: Condvar,
+}
+
+impl<H> Default for Queue<H> {
     fn default() -> Self {
-        State {
-            ready: [VecDeque::new(), VecDeque::new()],
+        let state = State {
+            ready: Default::default(),
             dirty: HashMap::new(),
             urgent_streak: 0,
             processing: HashSet::new(),
@@ -250,20 +218,9 @@ impl<H> Default for State<H> {
             due: VecDeque::new(),
             throttled: false,
             shutting_down: false,
-        }
-    }
-}
-
-/// The queue. Share it with `Arc`.
-pub struct Queue<H> {
-    state: Mutex<State<H>>,
-    cond: Condvar,
-}
-
-impl<H> Default for Queue<H> {
-    fn default() -> Self {
+        };
         Queue {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             cond: Condvar::new(),
         }
     }
@@ -280,7 +237,6 @@ impl<H: Clone> Queue<H> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `key` now, in the band of `priority`.
     pub fn add(&self, key: String, trigger: Trigger<H>, priority: Priority) {
         let mut st = self.lock();
         if Self::insert(&mut st, key.into(), trigger, priority) {
@@ -302,24 +258,18 @@ impl<H: Clone> Queue<H> {
             // Moved up: a copy in the urgent band; the routine copy is skipped when it comes.
             d.priority = priority;
             d.in_band = Instant::now();
-            if processing {
-                return false;
-            }
-            Self::push_ready(st, key, priority);
-            return true;
-        }
-        // Counted as client-go counts it: a key already queued is not added again.
-        metrics::queue_add();
-        let now = Instant::now();
-        st.dirty.insert(
-            key.clone(),
-            Dirty {
+        } else {
+            // Counted as client-go counts it: a key already queued is not added again.
+            metrics::queue_add();
+            let now = Instant::now();
+            let dirty = Dirty {
                 trigger,
                 added: now,
                 in_band: now,
                 priority,
-            },
-        );
+            };
+            st.dirty.insert(key.clone(), dirty);
+        }
         if processing {
             // Handed out again by `done`.
             return false;
@@ -333,7 +283,7 @@ impl<H: Clone> Queue<H> {
         if st.bounded.contains(&key) {
             st.due.push_back(key.clone());
         }
-        st.ready[priority.band()].push_back(key);
+        st.ready[priority as usize].push_back(key);
         Self::depth(st);
     }
 
@@ -349,12 +299,9 @@ impl<H: Clone> Queue<H> {
         }
         let deadline = Instant::now() + delay;
         let mut st = self.lock();
-        if st.shutting_down {
+        let sooner = st.waiting.get(key.as_str());
+        if st.shutting_down || sooner.is_some_and(|(d, _, _)| *d <= deadline) {
             return;
-        }
-        match st.waiting.get(key.as_str()) {
-            Some((d, _, _)) if *d <= deadline => return,
-            _ => {}
         }
         let key: Key = key.into();
         st.waiting
@@ -364,38 +311,14 @@ impl<H: Clone> Queue<H> {
         self.cond.notify_one();
     }
 
-    /// Queues `key`, whose reconcile failed, after its rate-limited backoff, or after
-    /// `at_least` if that is longer (the server's `Retry-After`), but no later than `at_most`
-    /// when given (the reconcile has something to do by then), in the band it failed in;
-    /// returns the delay chosen. The failure also spends the overall budget.
+    /// Queues `key`, whose reconcile failed, after its backoff, or after `at_least` if that is
+    /// longer (the server's `Retry-After`), but no later than `latest` says, in the band it
+    /// failed in; returns the delay chosen. The failure also spends the overall budget.
     pub fn add_rate_limited(
         &self,
         key: String,
         at_least: Duration,
-        at_most: Option<Duration>,
-        priority: Priority,
-    ) -> Duration {
-        self.retry(key, at_least, at_most.map(|d| (d, false)), priority)
-    }
-
-    /// [`Queue::add_rate_limited`] with a bound the reconcile must keep whatever else fails (a
-    /// pod being deleted waits on our finalizer until then): a retry at `bound` is handed out
-    /// without waiting on the budget. One request per such bound, so no stampede.
-    pub fn add_rate_limited_by(
-        &self,
-        key: String,
-        at_least: Duration,
-        bound: Duration,
-        priority: Priority,
-    ) -> Duration {
-        self.retry(key, at_least, Some((bound, true)), priority)
-    }
-
-    fn retry(
-        &self,
-        key: String,
-        at_least: Duration,
-        at_most: Option<(Duration, bool)>,
+        latest: Latest,
         priority: Priority,
     ) -> Duration {
         let delay = {
@@ -404,12 +327,11 @@ impl<H: Clone> Queue<H> {
             let n = st.failures.entry(key.as_str().into()).or_insert(0);
             let wanted = backoff(*n).max(at_least);
             *n = n.saturating_add(1);
-            match at_most {
-                Some((latest, bound)) if latest <= wanted => {
-                    if bound {
-                        st.bounded.insert(key.as_str().into());
-                    }
-                    latest
+            match latest {
+                Latest::Within(d) if d <= wanted => d,
+                Latest::Bound(d) if d <= wanted => {
+                    st.bounded.insert(key.as_str().into());
+                    d
                 }
                 _ => wanted,
             }
@@ -434,18 +356,8 @@ impl<H: Clone> Queue<H> {
     }
 
     /// Blocks until a key is ready and the overall budget lets it out, and hands it out, or
-    /// returns `None` once shut down, with what queued it, its band, and how long it waited
-    /// in that band (for the reconcile's log line). The caller must call
-    /// [`Queue::done`] with the key when finished.
-    pub fn get(&self) -> Option<(String, Trigger<H>, Priority, Duration)> {
-        match self.get_within(None) {
-            Got::Key(k, t, p, w) => Some((k, t, p, w)),
-            Got::Idle | Got::ShutDown => None,
-        }
-    }
-
-    /// [`Queue::get`], giving up after `idle` without a key to hand out (a worker beyond the
-    /// minimum then ends: see `runtime::pool`).
+    /// until `idle` passes without one (a worker beyond the minimum then ends: see
+    /// `runtime::pool`). The caller must call [`Queue::done`] with the key when finished.
     pub fn get_within(&self, idle: Option<Duration>) -> Got<H> {
         let idle_at = idle.map(|d| Instant::now() + d);
         let mut st = self.lock();
@@ -456,48 +368,46 @@ impl<H: Clone> Queue<H> {
             let mut next_deadline = Self::promote_due(&mut st);
             Self::drop_stale(&mut st);
             if let Some(key) = Self::pop_due(&mut st) {
-                return Self::hand_out(&mut st, key).into();
+                return Self::hand_out(&mut st, key);
             }
-            if !st.ready[0].is_empty() || !st.ready[1].is_empty() {
+            let urgent = !st.ready[Priority::Urgent as usize].is_empty();
+            let routine = !st.ready[Priority::Routine as usize].is_empty();
+            if urgent || routine {
                 let now = Instant::now();
-                let urgent = !st.ready[0].is_empty();
-                let routine = !st.ready[1].is_empty();
-                let urgent_held = urgent
-                    .then(|| st.budget.wait(now, Priority::Urgent))
-                    .flatten();
-                let routine_held = routine
-                    .then(|| st.budget.wait(now, Priority::Routine))
-                    .flatten();
-                let may_urgent = urgent && urgent_held.is_none();
-                let may_routine = routine && routine_held.is_none();
-                let throttled = !may_urgent && !may_routine;
-                if throttled != st.throttled {
-                    st.throttled = throttled;
-                    if throttled {
+                // The budget holds routine keys before urgent ones: whether it holds the best
+                // band queued says whether it holds all, and for how long at least.
+                let held = match urgent {
+                    true => st.budget.wait(now, Priority::Urgent),
+                    false => st.budget.wait(now, Priority::Routine),
+                };
+                if held.is_some() != st.throttled {
+                    st.throttled = held.is_some();
+                    let ready = st.ready.iter().map(VecDeque::len).sum::<usize>();
+                    if st.throttled {
                         log::debug!(
-                            target: "queue", ready = st.ready.len();
+                            target: "queue", ready;
                             "reconciles keep failing: handing out at most {BUDGET_RATE} keys a second until one succeeds"
                         );
                     } else {
-                        log::debug!(target: "queue", ready = st.ready.len(); "handing out keys again");
+                        log::debug!(target: "queue", ready; "handing out keys again");
                     }
                 }
-                if may_urgent || may_routine {
-                    // Urgent first, but one in SHARE routine while both may go.
-                    let take_routine =
-                        may_routine && (!may_urgent || st.urgent_streak + 1 >= SHARE);
-                    let band = usize::from(take_routine);
-                    let key = st.ready[band].pop_front().expect("not empty");
-                    st.urgent_streak = match (take_routine, st.ready[1].is_empty()) {
-                        (false, false) => st.urgent_streak + 1,
-                        _ => 0,
-                    };
-                    return Self::hand_out(&mut st, key).into();
-                }
-                let wait = urgent_held.into_iter().chain(routine_held).min();
-                if let Some(wait) = wait {
+                if let Some(wait) = held {
                     let at = now + wait;
                     next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
+                } else {
+                    // Urgent first, but one in SHARE routine while routine keys may go too.
+                    let may_routine = routine && st.budget.wait(now, Priority::Routine).is_none();
+                    let band = match may_routine && (!urgent || st.urgent_streak + 1 >= SHARE) {
+                        true => Priority::Routine,
+                        false => Priority::Urgent,
+                    };
+                    let key = st.ready[band as usize].pop_front().expect("not empty");
+                    st.urgent_streak = match (band, routine) {
+                        (Priority::Urgent, true) => st.urgent_streak + 1,
+                        _ => 0,
+                    };
+                    return Self::hand_out(&mut st, key);
                 }
             }
             if let Some(at) = idle_at {
@@ -526,7 +436,7 @@ impl<H: Clone> Queue<H> {
     pub fn has_waiting(&self) -> bool {
         let mut st = self.lock();
         Self::drop_stale(&mut st);
-        !st.throttled && (!st.ready[0].is_empty() || !st.ready[1].is_empty())
+        !st.throttled && st.ready.iter().any(|band| !band.is_empty())
     }
 
     /// The first key whose bound has come, if any (its copy in a band is then stale).
@@ -543,7 +453,7 @@ impl<H: Clone> Queue<H> {
     }
 
     /// Hands `key`, just taken from a ready deque, to a worker.
-    fn hand_out(st: &mut State<H>, key: Key) -> (String, Trigger<H>, Priority, Duration) {
+    fn hand_out(st: &mut State<H>, key: Key) -> Got<H> {
         Self::depth(st);
         st.bounded.remove(&key);
         let (trigger, priority, waited) = match st.dirty.remove(&key) {
@@ -554,15 +464,14 @@ impl<H: Clone> Queue<H> {
             None => (Trigger::Scheduled, Priority::Routine, Duration::ZERO),
         };
         st.processing.insert(key.clone());
-        (key.to_string(), trigger, priority, waited)
+        Got::Key(key.to_string(), trigger, priority, waited)
     }
 
-    /// Pops the stale copies at the front of each band (keys moved up, or handed out from the
-    /// other band), so that what is at the front is a key to hand out.
+    /// Pops the stale copies at the front of each band (keys moved up, or handed out).
     fn drop_stale(st: &mut State<H>) {
         for band in 0..2 {
             while let Some(k) = st.ready[band].front() {
-                let live = st.dirty.get(k).is_some_and(|d| d.priority.band() == band)
+                let live = st.dirty.get(k).is_some_and(|d| d.priority as usize == band)
                     && !st.processing.contains(k);
                 if live {
                     break;
@@ -580,13 +489,11 @@ impl<H: Clone> Queue<H> {
                 return Some(*deadline);
             }
             let Reverse((deadline, key)) = st.timers.pop().expect("peeked");
-            // Skip stale heap entries: the key was re-added with another deadline.
-            match st.waiting.get(&key) {
-                Some((d, _, _)) if *d == deadline => {}
-                _ => continue,
+            // A stale heap entry is skipped: the key was re-added with another deadline.
+            if st.waiting.get(&key).is_some_and(|(d, _, _)| *d == deadline) {
+                let (_, trigger, priority) = st.waiting.remove(&key).expect("checked");
+                Self::insert(st, key, trigger, priority);
             }
-            let (_, trigger, priority) = st.waiting.remove(&key).expect("checked");
-            Self::insert(st, key, trigger, priority);
         }
         None
     }
@@ -613,48 +520,10 @@ impl<H: Clone> Queue<H> {
         self.lock().shutting_down = true;
         self.cond.notify_all();
     }
-
-    /// Keys ready to be handed out now.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        let st = self.lock();
-        st.dirty.len()
-            - st.dirty
-                .keys()
-                .filter(|k| st.processing.contains(*k))
-                .count()
-    }
-
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Ready keys and their triggers, for other modules' tests.
-    #[cfg(test)]
-    pub(crate) fn lock_for_tests(&self) -> (Vec<String>, HashMap<String, Trigger<H>>) {
-        let mut st = self.lock();
-        Self::drop_stale(&mut st);
-        let dirty: HashMap<String, Trigger<H>> = st
-            .dirty
-            .iter()
-            .map(|(k, d)| (k.to_string(), d.trigger.clone()))
-            .collect();
-        let mut ready = Vec::new();
-        for band in 0..2 {
-            for k in &st.ready[band] {
-                let live = st.dirty.get(k).is_some_and(|d| d.priority.band() == band);
-                if live && !ready.iter().any(|r: &String| **r == **k) {
-                    ready.push(k.to_string());
-                }
-            }
-        }
-        (ready, dirty)
-    }
 }
 
 /// Delay after `failures` consecutive failures: 5 ms · 2^failures, at most 1000 s.
-pub fn backoff(failures: u32) -> Duration {
+fn backoff(failures: u32) -> Duration {
     let factor = 1u64.checked_shl(failures.min(40)).unwrap_or(u64::MAX);
     let ms = (BASE_DELAY.as_millis() as u64).saturating_mul(factor);
     Duration::from_millis(ms).min(MAX_DELAY)
@@ -668,6 +537,52 @@ mod tests {
 
     /// Tests queue plain strings as hints.
     type Q = Queue<String>;
+
+    impl<H: Clone> Queue<H> {
+        /// [`Queue::get_within`] without an idle limit.
+        pub(super) fn get(&self) -> Option<(String, Trigger<H>, Priority, Duration)> {
+            match self.get_within(None) {
+                Got::Key(k, t, p, w) => Some((k, t, p, w)),
+                Got::Idle | Got::ShutDown => None,
+            }
+        }
+
+        /// Keys queued and not being processed.
+        pub(super) fn len(&self) -> usize {
+            let st = self.lock();
+            st.dirty.len()
+                - st.dirty
+                    .keys()
+                    .filter(|k| st.processing.contains(*k))
+                    .count()
+        }
+
+        pub(super) fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        /// Ready keys in the order they would be handed out, and their triggers, for other
+        /// modules' tests.
+        pub(crate) fn lock_for_tests(&self) -> (Vec<String>, HashMap<String, Trigger<H>>) {
+            let mut st = self.lock();
+            Queue::drop_stale(&mut st);
+            let dirty: HashMap<String, Trigger<H>> = st
+                .dirty
+                .iter()
+                .map(|(k, d)| (k.to_string(), d.trigger.clone()))
+                .collect();
+            let mut ready = Vec::new();
+            for band in [Priority::Urgent, Priority::Routine] {
+                for k in &st.ready[band as usize] {
+                    let live = st.dirty.get(k).is_some_and(|d| d.priority == band);
+                    if live && !ready.iter().any(|r: &String| **r == **k) {
+                        ready.push(k.to_string());
+                    }
+                }
+            }
+            (ready, dirty)
+        }
+    }
 
     fn t() -> Trigger<String> {
         Trigger::Scheduled
@@ -852,18 +767,33 @@ mod tests {
         assert_eq!(backoff(u32::MAX), Duration::from_secs(1000));
         let q = Q::new();
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
+            q.add_rate_limited(
+                "ns/a".into(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine
+            ),
             Duration::from_millis(5)
         );
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
+            q.add_rate_limited(
+                "ns/a".into(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine
+            ),
             Duration::from_millis(10)
         );
         assert_eq!(q.num_requeues("ns/a"), 2);
         q.forget("ns/a");
         assert_eq!(q.num_requeues("ns/a"), 0);
         assert_eq!(
-            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
+            q.add_rate_limited(
+                "ns/a".into(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine
+            ),
             Duration::from_millis(5)
         );
         // The server's Retry-After wins over a shorter backoff.
@@ -871,7 +801,7 @@ mod tests {
             q.add_rate_limited(
                 "ns/a".into(),
                 Duration::from_secs(30),
-                None,
+                Latest::Backoff,
                 Priority::Routine
             ),
             Duration::from_secs(30)
@@ -879,13 +809,18 @@ mod tests {
         // A key with something to do by a deadline is retried by then, however long its
         // back-off has grown.
         for _ in 0..30 {
-            q.add_rate_limited("ns/b".into(), Duration::ZERO, None, Priority::Routine);
+            q.add_rate_limited(
+                "ns/b".into(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine,
+            );
         }
         assert_eq!(
             q.add_rate_limited(
                 "ns/b".into(),
                 Duration::ZERO,
-                Some(Duration::from_secs(7)),
+                Latest::Within(Duration::from_secs(7)),
                 Priority::Routine
             ),
             Duration::from_secs(7)
@@ -971,7 +906,12 @@ mod tests {
         while start.elapsed() < window {
             let (k, _, _, _) = q.get().expect("not shut down");
             handed_out += 1;
-            q.add_rate_limited(k.clone(), Duration::ZERO, None, Priority::Routine);
+            q.add_rate_limited(
+                k.clone(),
+                Duration::ZERO,
+                Latest::Backoff,
+                Priority::Routine,
+            );
             q.done(&k);
         }
         let secs = start.elapsed().as_secs_f64();
@@ -1030,7 +970,7 @@ mod tests {
     fn fail_many(q: &Q, n: usize, priority: Priority) {
         for i in 0..n {
             let key = format!("ns/failing-{i}");
-            q.add_rate_limited(key, Duration::from_secs(3600), None, priority);
+            q.add_rate_limited(key, Duration::from_secs(3600), Latest::Backoff, priority);
         }
     }
 
@@ -1060,7 +1000,7 @@ mod tests {
                 q.add_rate_limited(
                     k.clone(),
                     Duration::from_secs(3600),
-                    None,
+                    Latest::Backoff,
                     Priority::Routine,
                 );
                 q.done(&k);
@@ -1083,18 +1023,18 @@ mod tests {
         fail_many(&q, 200, Priority::Urgent);
         q.add("ns/other".into(), t(), Priority::Urgent);
         // A pod our finalizer holds must be let go within its bound, which has come.
-        let delay = q.add_rate_limited_by(
+        let delay = q.add_rate_limited(
             "ns/holding".into(),
             Duration::ZERO,
-            Duration::from_millis(10),
+            Latest::Bound(Duration::from_millis(10)),
             Priority::Urgent,
         );
         assert_eq!(delay, Duration::from_millis(5), "its backoff comes first");
         assert!(q.lock().bounded.is_empty(), "not at its bound yet");
-        let delay = q.add_rate_limited_by(
+        let delay = q.add_rate_limited(
             "ns/holding".into(),
             Duration::ZERO,
-            Duration::from_millis(10),
+            Latest::Bound(Duration::from_millis(10)),
             Priority::Urgent,
         );
         assert_eq!(delay, Duration::from_millis(10));
@@ -1102,7 +1042,7 @@ mod tests {
         q.add_rate_limited(
             "ns/recount".into(),
             Duration::ZERO,
-            Some(Duration::from_millis(1)),
+            Latest::Within(Duration::from_millis(1)),
             Priority::Urgent,
         );
         assert!(!q.lock().bounded.contains("ns/recount"));
@@ -1230,7 +1170,7 @@ mod band_tests {
         let q = Q::new();
         add(&q, "ns/a", Priority::Urgent);
         let (k, _, p, _) = q.get().unwrap();
-        q.add_rate_limited(k.clone(), Duration::ZERO, None, p);
+        q.add_rate_limited(k.clone(), Duration::ZERO, Latest::Backoff, p);
         q.done(&k);
         add(&q, "ns/b", Priority::Routine);
         std::thread::sleep(Duration::from_millis(20));

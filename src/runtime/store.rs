@@ -1,12 +1,7 @@
 //! What a watcher knows of each key: the policy's projection of the object it last saw (its
-//! memo), in a map others may read. Reconcile reads an object's latest state here instead of
-//! asking the API server, as sample-controller's `syncHandler` reads through its listers (the
-//! informer's cache), and every write it makes that must not act on stale state carries a
-//! precondition (see `immortal::reconcile`).
-//!
-//! The watcher makes and removes entries; anyone else may only update an entry that is there
-//! ([`Store::update`]), so that an answer arriving after the object's deletion cannot bring it
-//! back, or remove one the API server said is gone.
+//! memo), which reconcile reads instead of asking the API server, as sample-controller's
+//! `syncHandler` reads through its listers (every write that must not act on stale state
+//! carries a precondition: see `immortal::reconcile`).
 
 use std::collections::HashMap;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -34,18 +29,8 @@ impl<M: Clone> Store<M> {
         self.read().get(key).cloned()
     }
 
-    /// How many keys the watcher knows.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.read().len()
-    }
-
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Applies `f` to the memo of `key` if the watcher knows it; never makes an entry.
+    /// Applies `f` to the memo of `key` if the watcher knows it. Only the watcher makes
+    /// entries, so that an answer arriving after the object's deletion cannot bring it back.
     pub fn update(&self, key: &str, f: impl FnOnce(&mut M)) {
         if let Some(m) = self.write().get_mut(key) {
             f(m);
@@ -78,6 +63,13 @@ impl<M: Clone> Store<M> {
 mod tests {
     use super::*;
 
+    impl<M: Clone> Store<M> {
+        /// Whether the watcher knows no key, for other modules' tests.
+        pub(crate) fn is_empty(&self) -> bool {
+            self.read().is_empty()
+        }
+    }
+
     #[test]
     fn an_update_changes_a_known_entry_and_never_makes_one() {
         let s: Store<u64> = Store::new();
@@ -86,6 +78,6 @@ mod tests {
         s.update("ns/gone", |m| *m = 3);
         assert_eq!(s.get("ns/a"), Some(2));
         assert_eq!(s.get("ns/gone"), None);
-        assert_eq!(s.len(), 1);
+        assert_eq!(s.read().len(), 1);
     }
 }

@@ -6,15 +6,13 @@ use crate::util;
 use std::fmt;
 use std::time::Duration;
 
-/// How a pod of ours ended (deleted through the API, or ended on its own) and how long its
-/// container had run by then, for the restart back-off ([`crate::immortal::restarts`]). Only
-/// the pod's own clocks are read: the deletion was asked for at `deletionTimestamp -
-/// deletionGracePeriodSeconds`, a difference the API server's `BeforeDelete` keeps.
+/// How a pod of ours ended and how long its container had run by then. The deletion was asked
+/// for at `deletionTimestamp - deletionGracePeriodSeconds`, a difference the API server's
+/// `BeforeDelete` keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ending {
     pub how: How,
-    /// How long the container had run when the pod was deleted or ended; `None` when it never
-    /// started (or the pod does not say).
+    /// How long the container had run by then; `None` when it never started (or no clock says).
     pub ran: Option<Duration>,
 }
 
@@ -22,9 +20,8 @@ pub struct Ending {
 pub enum How {
     /// Deleted through the API, or evicted.
     Deleted,
-    /// Ended on its own: phase Succeeded or Failed with nobody asking. Our pods restart their
-    /// container (restartPolicy Always), so what ends one is the cluster: an
-    /// `activeDeadlineSeconds`, a kubelet evicting under node pressure, a node shutting down.
+    /// Ended on its own: phase Succeeded or Failed with nobody asking (our pods restart their
+    /// container, so that is the cluster: `activeDeadlineSeconds`, node pressure, a shutdown).
     Ended,
 }
 
@@ -32,29 +29,15 @@ impl Ending {
     /// How `pod` ended, or `None` when it shows no ending (it still runs; a watch saw it only
     /// leave our label selector).
     pub fn of(pod: &Pod) -> Option<Ending> {
-        let st = pod.status.as_ref();
         let terminal = matches!(pod.phase(), "Succeeded" | "Failed");
-        let c = st.and_then(container);
+        let c = pod.status.as_ref().and_then(container);
         let at = |t: Option<&String>| t.and_then(|t| util::parse_rfc3339(t));
         let started = c.and_then(|c| {
             at(c.state.running.as_ref().and_then(|r| r.started_at.as_ref()))
-                .or(at(c
-                    .state
-                    .terminated
-                    .as_ref()
-                    .and_then(|t| t.started_at.as_ref())))
-                .or(at(c
-                    .last_state
-                    .terminated
-                    .as_ref()
-                    .and_then(|t| t.started_at.as_ref())))
+                .or_else(|| at(c.state.terminated.as_ref()?.started_at.as_ref()))
+                .or_else(|| at(c.last_state.terminated.as_ref()?.started_at.as_ref()))
         });
-        let finished = c.and_then(|c| {
-            at(c.state
-                .terminated
-                .as_ref()
-                .and_then(|t| t.finished_at.as_ref()))
-        });
+        let finished = at(c.and_then(|c| c.state.terminated.as_ref()?.finished_at.as_ref()));
         let m = &pod.metadata;
         let asked = at(m.deletion_timestamp.as_ref()).map(|t| {
             let grace =
@@ -68,16 +51,14 @@ impl Ending {
             (None, true) => (How::Ended, finished),
             (None, false) => return None,
         };
-        let ran = match (started, end) {
-            (Some(s), Some(e)) => Some(e.duration_since(s).unwrap_or_default()),
-            _ => None,
-        };
+        let ran = started
+            .zip(end)
+            .map(|(s, e)| e.duration_since(s).unwrap_or_default());
         Some(Ending { how, ran })
     }
 }
 
 impl fmt::Display for Ending {
-    /// "was deleted 3 s after it started", "ended before it started"...
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verb = match self.how {
             How::Deleted => "was deleted",

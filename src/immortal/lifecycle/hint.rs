@@ -5,14 +5,12 @@ use crate::kube::types::Uid;
 use std::fmt;
 use std::sync::Arc;
 
-/// What a pod event tells reconcile beyond the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodHint {
     /// The pod left our watch: deleted, or our label removed from it. Its name is probably
     /// free, so reconcile tries the create first and looks only if the name is taken.
     Gone(Box<GonePod>),
-    /// The pod as the event showed it. Reconcile may act on it without reading the pod again
-    /// (see `reconcile`, which says when it trusts it).
+    /// The pod as the event showed it (`reconcile` says when it trusts it without a read).
     Seen(Box<SeenPod>),
 }
 
@@ -22,22 +20,18 @@ pub struct GonePod {
     pub uid: Uid,
     /// How it ended, if its last state shows that it did (not when only our label went).
     pub ending: Option<Ending>,
-    /// It still carried our finalizer, so it cannot have been removed: it only left our label
-    /// selector, and must be looked at.
+    /// It still carried our finalizer, so it only left our label selector: it must be looked at.
     pub holds_count: bool,
 }
 
-/// A pod as one watch event showed it: identifiers, the image it was created for, its view.
-/// It rides with its key in the queue until the reconcile, so it is kept small: no text that
-/// can be derived, uids in 16 bytes, the image shared.
+/// A pod as one watch event showed it. It rides with its key in the queue until the
+/// reconcile, so it is kept small: no text that can be derived, uids in 16 bytes, texts shared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenPod {
-    /// It has the name its owner's pod has (`NAME-immortalpod`): a pod of another name
-    /// controlled by the object is not the object's pod.
+    /// It has its owner's pod's name: a pod of another name the object controls is not its pod.
     pub named_for_owner: bool,
     pub uid: Uid,
-    /// The uid of the ImmortalContainer its controller reference names (`None`: no
-    /// ImmortalContainer controls it any more).
+    /// The uid of the ImmortalContainer that controls it (`None`: none does any more).
     pub owner_uid: Option<Uid>,
     /// Our image annotation: the image the pod was created for.
     pub created_for: Arc<str>,

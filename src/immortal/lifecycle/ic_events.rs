@@ -8,8 +8,7 @@ use crate::runtime::queue::Priority;
 use crate::runtime::watcher::{Reaction, Watched};
 use std::sync::Arc;
 
-/// The ImmortalContainer watcher's policy: every object is its own key, and what reconcile
-/// needs of it is remembered (see `store`).
+/// Every object is its own key, and what reconcile needs of it is remembered (see `store`).
 pub struct IcEvents;
 
 impl Watched for IcEvents {
@@ -29,10 +28,8 @@ impl Watched for IcEvents {
         Arc::new(IcState::of(o))
     }
 
-    /// What the list shows, unless what is held is a later copy of the same object: a list
-    /// served before our own latest status write answered must not undo it. A listed object
-    /// with another uid always wins (the name was deleted and made again while the watch was
-    /// down), and so does one whose resourceVersion cannot be compared.
+    /// What the list shows, unless what is held is a later copy of the same object (see
+    /// `IcState::replaces`): a list served before our own status write's answer must not undo it.
     fn relisted(&self, old: Arc<IcState>, new: Arc<IcState>) -> Arc<IcState> {
         if new.replaces(&old) {
             new
@@ -41,10 +38,9 @@ impl Watched for IcEvents {
         }
     }
 
-    /// Compared with what is remembered: a new object or a spec change needs a pod (urgent);
-    /// a deletion needs a look (routine: a pod held by our finalizer must be let go). A change
-    /// of status alone needs nothing: it is our own write coming back (whose event may arrive
-    /// before its answer does, so it cannot be told from someone else's by the version).
+    /// A new object or a spec change needs a pod (urgent); a deletion needs a look (routine: a
+    /// pod held by our finalizer must be let go). A change of status alone is our own write
+    /// coming back (maybe before its answer, so the version cannot tell): nothing to do.
     fn on_event(
         &self,
         event: &'static str,
@@ -52,17 +48,10 @@ impl Watched for IcEvents {
         memo: &mut Option<Arc<IcState>>,
     ) -> Reaction<PodHint> {
         if event == "DELETED" {
-            // A later object of the name, read from the API server before this event came,
-            // stays.
-            if memo
-                .as_deref()
-                .is_none_or(|held| held.uid() == o.metadata.uid)
-            {
-                *memo = None;
-            }
-            // Its pod goes with it, unless our finalizer holds it (the object went while its
-            // pod was being counted), which the reconcile of a key whose object is gone takes
-            // off. Nothing waits on it.
+            // A later object of the name, read before this event came, stays.
+            memo.take_if(|held| held.uid() == o.metadata.uid);
+            // Its pod goes with it, unless our finalizer holds it, which the reconcile of a key
+            // whose object is gone takes off. Nothing waits on it.
             return Reaction::Queue(None, Priority::Routine);
         }
         let new = IcState::of(o);

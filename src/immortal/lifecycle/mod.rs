@@ -1,9 +1,8 @@
 //! What a pod of ours is doing, and what each watch event means for its owner.
 //!
-//! Both halves of one agreement live here, side by side: [`PodView::of`] says what the
-//! object's status reports about its pod, and [`PodEvents`] queues the owner exactly when
-//! reconcile would act on an event: the pod is gone, it ended, or its view changed. The rules
-//! follow what a real cluster streams (`tests/fixtures/kube-1.28-kubelet/`; docs/design.md).
+//! Both halves of one agreement, side by side: [`PodView::of`] says what the object's status
+//! reports about its pod, and [`PodEvents`] queues the owner exactly when reconcile would act:
+//! the pod is gone, it ended, or its view changed (docs/design.md, "Design").
 
 mod ending;
 mod hint;
@@ -15,7 +14,7 @@ pub use ending::{Ending, How};
 pub use hint::{GonePod, PodHint, SeenPod};
 pub use ic_events::{immortal_containers_kind, IcEvents};
 pub use pod_events::{pods_kind, PodEvents};
-pub use view::{Message, Phase, PodView, READY};
+pub use view::{Message, Phase, PodView, PHASES, READY};
 
 #[cfg(test)]
 mod tests;

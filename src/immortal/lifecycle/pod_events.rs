@@ -1,15 +1,16 @@
 //! The pod watcher's policy: which pod events are worth a reconcile, and what each tells it.
 
 use super::{Ending, GonePod, PodHint, PodView, SeenPod};
-use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION, SPEC_HASH_ANNOTATION};
+use crate::immortal::counting::holds;
+use crate::immortal::desired::recorded_hash;
+use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, Uid};
 use crate::runtime::queue::Priority;
 use crate::runtime::watcher::{Reaction, Watched};
 use crate::util;
 
-/// The pod watcher's policy: our pods only (selected by label server-side), each mapped to the
-/// ImmortalContainer that controls it.
+/// Our pods only (selected by label), each mapped to the ImmortalContainer that controls it.
 pub struct PodEvents;
 
 impl Watched for PodEvents {
@@ -25,10 +26,9 @@ impl Watched for PodEvents {
     fn key_of_meta(&self, meta: &types::ObjectMeta) -> Option<String> {
         match meta.controller().filter(|r| r.is_immortal_container()) {
             Some(owner) => Some(types::key(&meta.namespace, &owner.name)),
-            // No ImmortalContainer controls it any more (`kubectl delete ic --cascade=orphan`
-            // strips the reference), yet it still carries our finalizer: nobody would ever
-            // take that off. Its name says which object it was made for.
-            None if crate::immortal::counting::holds(&meta.finalizers) => meta
+            // Orphaned (`kubectl delete ic --cascade=orphan`) yet carrying our finalizer, which
+            // nobody else would take off: its name says which object it was made for.
+            None if holds(&meta.finalizers) => meta
                 .name
                 .strip_suffix(ic::POD_SUFFIX)
                 .map(|name| types::key(&meta.namespace, name)),
@@ -41,33 +41,31 @@ impl Watched for PodEvents {
     }
 
     fn on_event(&self, event: &'static str, o: &Pod, memo: &mut Option<u64>) -> Reaction<PodHint> {
+        let m = &o.metadata;
+        let holds_count = holds(&m.finalizers);
         if event == "DELETED" {
             *memo = None;
             // Its owner needs a pod (or its finalizer released): urgent.
             return Reaction::Queue(
                 Some(PodHint::Gone(Box::new(GonePod {
-                    uid: Uid::new(&o.metadata.uid),
+                    uid: Uid::new(&m.uid),
                     ending: Ending::of(o),
-                    holds_count: crate::immortal::counting::holds(&o.metadata.finalizers),
+                    holds_count,
                 }))),
                 Priority::Urgent,
             );
         }
         let view = PodView::of(o);
         let digest = view.digest();
-        let holds_count = crate::immortal::counting::holds(&o.metadata.finalizers);
         // Orphaned while holding our finalizer: its view may not have changed, but it must be
         // let go (see `key_of`).
-        let orphaned = holds_count
-            && !o
-                .metadata
-                .controller()
-                .is_some_and(|r| r.is_immortal_container());
+        let owner = m.controller().filter(|r| r.is_immortal_container());
+        let orphaned = holds_count && owner.is_none();
         match memo.replace(digest) {
             Some(before) if before == digest && !orphaned => return Reaction::Ignore,
-            // A new pod that is plainly pending: reconcile created it, and writes this very
-            // view by the bound of its count (`counting::COUNT_WAIT`). (A pod someone else
-            // made is found by the relist after our restart, or by its next change.)
+            // A new pod plainly pending: reconcile created it, and writes this very view by
+            // the bound of its count (`counting::COUNT_WAIT`); one someone else made is found
+            // by the relist after our restart, or its next change.
             None if event == "ADDED" && view == PodView::pending() && !orphaned => {
                 return Reaction::Ignore
             }
@@ -80,29 +78,24 @@ impl Watched for PodEvents {
         } else {
             Priority::Routine
         };
-        let (owner_uid, owner_name) = match o.metadata.controller() {
-            Some(c) if c.is_immortal_container() => (Some(Uid::new(&c.uid)), c.name.as_str()),
+        let (owner_uid, owner_name) = match owner {
+            Some(c) => (Some(Uid::new(&c.uid)), c.name.as_str()),
             // Keyed by its own name (see `key_of`).
-            _ if orphaned => (None, o.metadata.name.trim_end_matches(ic::POD_SUFFIX)),
-            _ => return Reaction::Queue(None, priority),
+            None if orphaned => (None, m.name.trim_end_matches(ic::POD_SUFFIX)),
+            None => return Reaction::Queue(None, priority),
         };
         let hint = PodHint::Seen(Box::new(SeenPod {
-            named_for_owner: o.metadata.name == ic::pod_name(owner_name),
-            uid: Uid::new(&o.metadata.uid),
+            named_for_owner: m.name == ic::pod_name(owner_name),
+            uid: Uid::new(&m.uid),
             owner_uid,
             created_for: util::intern(
-                o.metadata
-                    .annotations
+                m.annotations
                     .get(IMAGE_ANNOTATION)
                     .map_or("", String::as_str),
             ),
-            spec_hash: o
-                .metadata
-                .annotations
-                .get(SPEC_HASH_ANNOTATION)
-                .map(|h| util::intern(h)),
+            spec_hash: recorded_hash(o).map(util::intern),
             holds_count,
-            rv: o.metadata.resource_version.parse().unwrap_or(0),
+            rv: m.resource_version.parse().unwrap_or(0),
             ending: Ending::of(o),
             view,
         }));
@@ -110,7 +103,7 @@ impl Watched for PodEvents {
     }
 }
 
-/// The two watched resources, their policies and where they are selected.
+/// The pod watch: our pods only, selected by our label.
 pub fn pods_kind(namespace: Option<String>) -> crate::runtime::watcher::Kind {
     crate::runtime::watcher::Kind {
         resource: Resource::PODS,

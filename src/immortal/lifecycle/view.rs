@@ -10,10 +10,9 @@ use std::sync::Arc;
 /// The condition type the operator maintains.
 pub const READY: &str = "Ready";
 
-/// A pod's phase as the object's status reports it (`status.podPhase`, the PHASE column):
-/// the pod's own `status.phase`, except `Terminating` once it has a `deletionTimestamp`, as
-/// `kubectl get pod` shows it. The terminal phase the kubelet writes while it finishes a
-/// deletion therefore changes nothing a user sees, and costs no status write.
+/// A pod's phase as the object's status reports it (`status.podPhase`, the PHASE column): the
+/// pod's own, except `Terminating` once it has a `deletionTimestamp`, as `kubectl get pod` shows
+/// it, so that the terminal phase the kubelet writes while it finishes a deletion costs nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
     Pending,
@@ -24,16 +23,19 @@ pub enum Phase {
     Terminating,
 }
 
+/// The phases' names, in the order of [`Phase`]'s variants.
+pub const PHASES: [&str; 6] = [
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Unknown",
+    "Terminating",
+];
+
 impl Phase {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Running => "Running",
-            Phase::Succeeded => "Succeeded",
-            Phase::Failed => "Failed",
-            Phase::Unknown => "Unknown",
-            Phase::Terminating => "Terminating",
-        }
+        PHASES[self as usize]
     }
 
     /// Succeeded or Failed without a deletion under way: a pod never leaves these phases (API
@@ -53,43 +55,43 @@ const PULL_FAILURES: [&str; 6] = [
     "SignatureValidationFailed",
 ];
 
-/// What the object's status says about its pod: the `Ready` condition (status, reason,
-/// message) and the PHASE column. Built from the pod alone, the same way for a watch event and
-/// for a pod reconcile read, so the watcher can tell when it changes.
+/// Waiting reasons of a pod starting as it should: saying so would cost a status write per pod
+/// for nothing a user acts on.
+const STARTING: [&str; 3] = ["", "ContainerCreating", "PodInitializing"];
+
+/// What the object's status says about its pod, built from the pod alone, the same way for a
+/// watch event and for a pod reconcile read, so that the watcher can tell when it changes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodView {
     pub phase: Phase,
     /// True only when the pod runs and its own Ready condition is True.
     pub ready: bool,
-    /// The condition's reason: what a user should look at.
     pub reason: &'static str,
-    /// The condition's message, with the scheduler's or the kubelet's words when they gave any
-    /// (see [`PodView::message`]).
     pub message: Message,
 }
 
-/// A Ready message. The two every pod shows in its life, which follow from its name and image,
-/// are not kept as text: a view rides with every queued key until its reconcile, and is kept
-/// for every object (see `store`).
+/// A Ready message. The two every pod shows, which follow from its name and image, are not kept
+/// as text: a view rides with every queued key until its reconcile, and the store keeps one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Message {
-    /// "pod NAME runs IMAGE"
     Runs(Arc<str>),
-    /// "pod NAME is pending"
     Pending,
-    Text(Box<str>),
+    Text(Arc<str>),
+}
+
+impl Message {
+    /// The text, for the pod called `pod`.
+    pub fn text(&self, pod: &str) -> String {
+        match self {
+            Message::Runs(image) => format!("pod {pod} runs {image}"),
+            Message::Pending => format!("pod {pod} is pending"),
+            Message::Text(t) => t.to_string(),
+        }
+    }
 }
 
 impl PodView {
-    /// The view of `pod`. The rules, first match wins:
-    /// - a `deletionTimestamp`: PodTerminating (with the eviction's words, if it was evicted);
-    /// - Succeeded or Failed: PodTerminated (reconcile replaces it at once);
-    /// - Pending: PodUnschedulable (the scheduler's message), ImagePullFailed (the kubelet's),
-    ///   else PodPending;
-    /// - Running with the pod's Ready condition True: Ready, PodRunning;
-    /// - Running otherwise: PodCrashLooping when the container waits in CrashLoopBackOff,
-    ///   else PodNotReady (the Ready condition's reason and message);
-    /// - Unknown: PodUnknown (its node stopped reporting).
+    /// The view of `pod`, with the scheduler's or the kubelet's words where they gave any.
     pub fn of(pod: &Pod) -> PodView {
         let name = pod.metadata.name.as_str();
         let st = pod.status.clone().unwrap_or_default();
@@ -101,9 +103,9 @@ impl PodView {
             Some("Unknown") => Phase::Unknown,
             _ => Phase::Pending,
         };
-        let view = |ready, reason, message: String| PodView {
+        let not_ready = |reason, message: String| PodView {
             phase,
-            ready,
+            ready: false,
             reason,
             message: Message::Text(message.into()),
         };
@@ -111,116 +113,96 @@ impl PodView {
             Phase::Terminating => {
                 let why = condition(&st, "DisruptionTarget")
                     .filter(|c| c.status == "True")
-                    .map(|c| format!(" ({}: {})", c.reason, c.message))
-                    .unwrap_or_default();
-                view(
-                    false,
+                    .map_or(String::new(), |c| format!(" ({}: {})", c.reason, c.message));
+                not_ready(
                     "PodTerminating",
                     format!("pod {name} is being deleted{why}"),
                 )
             }
+            // Reconcile replaces it at once.
             Phase::Succeeded | Phase::Failed => {
-                let how = match (st.reason.as_str(), container(&st).and_then(exit)) {
+                let code = container(&st).and_then(|c| c.state.terminated.as_ref()?.exit_code);
+                let how = match (st.reason.as_str(), code) {
                     ("", Some(code)) => format!(": container exited with code {code}"),
                     ("", None) => String::new(),
                     (reason, _) => format!(": {reason}: {}", st.message),
                 };
-                view(
-                    false,
+                not_ready(
                     "PodTerminated",
                     format!("pod {name} ended in phase {}{how}", phase.as_str()),
                 )
             }
             Phase::Pending => {
-                if let Some(c) = condition(&st, "PodScheduled")
-                    .filter(|c| c.status == "False" && c.reason == "Unschedulable")
-                {
-                    return view(
-                        false,
+                let unschedulable = condition(&st, "PodScheduled")
+                    .filter(|c| c.status == "False" && c.reason == "Unschedulable");
+                match (unschedulable, waiting(&st)) {
+                    (Some(c), _) => not_ready(
                         "PodUnschedulable",
                         format!("pod {name} cannot be scheduled: {}", c.message),
-                    );
-                }
-                match waiting(&st) {
-                    Some(w) if PULL_FAILURES.contains(&w.reason.as_str()) => view(
-                        false,
+                    ),
+                    (None, Some(w)) if PULL_FAILURES.contains(&w.reason.as_str()) => not_ready(
                         "ImagePullFailed",
                         format!(
                             "pod {name} cannot pull its image: {}: {}",
                             w.reason, w.message
                         ),
                     ),
-                    // ContainerCreating and PodInitializing are a pod starting as it should:
-                    // saying so would cost a status write per pod for nothing a user acts on.
-                    Some(w)
-                        if !w.reason.is_empty()
-                            && !matches!(
-                                w.reason.as_str(),
-                                "ContainerCreating" | "PodInitializing"
-                            ) =>
-                    {
-                        let msg = if w.message.is_empty() {
-                            w.reason.clone()
-                        } else {
-                            format!("{}: {}", w.reason, w.message)
+                    (None, Some(w)) if !STARTING.contains(&w.reason.as_str()) => {
+                        let msg = match w.message.as_str() {
+                            "" => w.reason.clone(),
+                            m => format!("{}: {m}", w.reason),
                         };
-                        view(false, "PodPending", format!("pod {name} is pending: {msg}"))
+                        not_ready("PodPending", format!("pod {name} is pending: {msg}"))
                     }
                     _ => PodView::pending(),
                 }
             }
             Phase::Running => {
-                let ready = condition(&st, "Ready").filter(|c| c.status == "True");
-                if ready.is_some() {
-                    let image = pod.container_image().unwrap_or("");
+                if condition(&st, "Ready").is_some_and(|c| c.status == "True") {
                     return PodView {
                         phase,
                         ready: true,
                         reason: "PodRunning",
-                        message: Message::Runs(util::intern(image)),
+                        message: Message::Runs(util::intern(pod.container_image().unwrap_or(""))),
                     };
                 }
                 if let Some(w) = waiting(&st).filter(|w| w.reason == "CrashLoopBackOff") {
                     let last = container(&st)
                         .and_then(|c| c.last_state.terminated.as_ref())
-                        .map(|t| {
+                        .map_or(String::new(), |t| {
                             let code = t.exit_code.unwrap_or(0);
                             match t.reason.as_str() {
                                 "" => format!("; it last exited with code {code}"),
                                 r => format!("; it last exited with code {code} ({r})"),
                             }
-                        })
-                        .unwrap_or_default();
-                    return view(
-                        false,
+                        });
+                    return not_ready(
                         "PodCrashLooping",
                         format!("container of pod {name} keeps exiting: {}{last}", w.message),
                     );
                 }
-                let why = condition(&st, "Ready")
-                    .map(|c| match (c.reason.as_str(), c.message.as_str()) {
+                let why = condition(&st, "Ready").map_or(String::new(), |c| {
+                    match (c.reason.as_str(), c.message.as_str()) {
                         ("", "") => String::new(),
                         (r, "") => format!(" ({r})"),
                         ("", m) => format!(" ({m})"),
                         (r, m) => format!(" ({r}: {m})"),
-                    })
-                    .unwrap_or_default();
-                view(
-                    false,
+                    }
+                });
+                not_ready(
                     "PodNotReady",
                     format!("pod {name} is running but not ready{why}"),
                 )
             }
-            Phase::Unknown => view(
-                false,
+            // Its node stopped reporting.
+            Phase::Unknown => not_ready(
                 "PodUnknown",
                 format!("the node of pod {name} stopped reporting its state"),
             ),
         }
     }
 
-    /// The view of a pod that was just created: what reconcile writes after its create, and
-    /// what a new pod's first events show until it runs.
+    /// The view of a new pod: what reconcile writes after its create, and its first events show.
     pub fn pending() -> PodView {
         PodView {
             phase: Phase::Pending,
@@ -232,11 +214,7 @@ impl PodView {
 
     /// The condition's message, for the pod called `pod`.
     pub fn message(&self, pod: &str) -> String {
-        match &self.message {
-            Message::Runs(image) => format!("pod {pod} runs {image}"),
-            Message::Pending => format!("pod {pod} is pending"),
-            Message::Text(t) => t.to_string(),
-        }
+        self.message.text(pod)
     }
 
     /// A digest of the view, remembered by the watcher to tell a change from a repeat.
@@ -247,7 +225,7 @@ impl PodView {
     }
 }
 
-pub(super) fn condition<'a>(st: &'a PodStatus, type_: &str) -> Option<&'a types::PodCondition> {
+fn condition<'a>(st: &'a PodStatus, type_: &str) -> Option<&'a types::PodCondition> {
     st.conditions.iter().find(|c| c.type_ == type_)
 }
 
@@ -258,10 +236,6 @@ pub(super) fn container(st: &PodStatus) -> Option<&types::ContainerStatus> {
         .find(|c| c.name == ic::CONTAINER_NAME)
 }
 
-pub(super) fn waiting(st: &PodStatus) -> Option<&types::StateDetail> {
+fn waiting(st: &PodStatus) -> Option<&types::StateDetail> {
     container(st).and_then(|c| c.state.waiting.as_ref())
-}
-
-pub(super) fn exit(c: &types::ContainerStatus) -> Option<i32> {
-    c.state.terminated.as_ref().and_then(|t| t.exit_code)
 }

@@ -54,12 +54,9 @@ impl ExecPlugin {
     /// The lock is held while the plugin runs, so concurrent callers wait for one run.
     pub(super) fn credential(&self) -> Result<Arc<ExecCredential>, Error> {
         let mut cached = lock(&self.cached);
+        let soon = SystemTime::now() + EXEC_EXPIRY_MARGIN;
         if let Some(credential) = cached.as_ref() {
-            let fresh = match credential.expires {
-                None => true,
-                Some(expires) => SystemTime::now() + EXEC_EXPIRY_MARGIN < expires,
-            };
-            if fresh {
+            if credential.expires.is_none_or(|expires| soon < expires) {
                 return Ok(credential.clone());
             }
         }
@@ -73,6 +70,12 @@ impl ExecPlugin {
             origin: self.config.origin.clone(),
             problem,
         }
+    }
+
+    /// `exec plugin "COMMAND" {what}`.
+    fn failed(&self, what: impl fmt::Display) -> Error {
+        let command = self.config.command.to_string_lossy();
+        self.error(format!("exec plugin {command:?} {what}"))
     }
 
     fn run(&self) -> Result<ExecCredential, Error> {
@@ -105,7 +108,7 @@ impl ExecPlugin {
                     .as_deref()
                     .map(|h| format!(" ({})", h.trim()))
                     .unwrap_or_default();
-                return Err(self.error(format!("exec plugin {command:?} not found{hint}")));
+                return Err(self.failed(format!("not found{hint}")));
             }
             Err(e) => return Err(self.error(format!("cannot run exec plugin {command:?}: {e}"))),
         };
@@ -116,18 +119,14 @@ impl ExecPlugin {
         if let Some(mut stdout) = child.stdout.take() {
             std::thread::spawn(move || {
                 let mut out = Vec::new();
-                let result = stdout.read_to_end(&mut out).map(|_| out);
-                let _ = tx.send(result);
+                let _ = tx.send(stdout.read_to_end(&mut out).map(|_| out));
             });
         }
         let deadline = Instant::now() + self.timeout;
         let timed_out = |child: &mut std::process::Child| {
             let _ = child.kill();
             let _ = child.wait();
-            self.error(format!(
-                "exec plugin {command:?} did not finish within {:?}",
-                self.timeout
-            ))
+            self.failed(format!("did not finish within {:?}", self.timeout))
         };
         let stdout = match rx.recv_timeout(self.timeout) {
             Ok(Ok(out)) => out,
@@ -149,7 +148,7 @@ impl ExecPlugin {
             }
         };
         if !status.success() {
-            return Err(self.error(format!("exec plugin {command:?} failed: {status}")));
+            return Err(self.failed(format!("failed: {status}")));
         }
         self.parse(&stdout)
     }
@@ -157,58 +156,43 @@ impl ExecPlugin {
     /// Checks the output the way client-go does: same apiVersion as requested, a status, and a
     /// token or a complete certificate/key pair.
     fn parse(&self, stdout: &[u8]) -> Result<ExecCredential, Error> {
-        let command = self.config.command.to_string_lossy();
         let output: ExecOutput = serde_json::from_slice(stdout).map_err(|e| {
-            self.error(format!(
-                "exec plugin {command:?} printed an invalid ExecCredential: {}",
-                redact_values(&e.to_string())
-            ))
+            let why = redact_values(&e.to_string());
+            self.failed(format!("printed an invalid ExecCredential: {why}"))
         })?;
         let api_version = output.api_version.unwrap_or_default();
         if api_version != self.config.api_version {
-            return Err(self.error(format!(
-                "exec plugin {command:?} returned apiVersion {api_version:?}, expected {:?}",
-                self.config.api_version
-            )));
+            let want = &self.config.api_version;
+            let got = format!("returned apiVersion {api_version:?}, expected {want:?}");
+            return Err(self.failed(got));
         }
         if let Some(kind) = output.kind.filter(|k| k != "ExecCredential") {
-            return Err(self.error(format!(
-                "exec plugin {command:?} returned kind {kind:?}, expected \"ExecCredential\""
-            )));
+            let got = format!("returned kind {kind:?}, expected \"ExecCredential\"");
+            return Err(self.failed(got));
         }
-        let Some(status) = output.status else {
-            return Err(self.error(format!("exec plugin {command:?} returned no status")));
-        };
-        let expires = match status
-            .expiration_timestamp
-            .as_deref()
-            .filter(|t| !t.is_empty())
-        {
-            None => None,
-            Some(text) => Some(crate::util::parse_rfc3339(text).ok_or_else(|| {
-                self.error(format!(
-                    "exec plugin {command:?} returned an invalid expirationTimestamp {text:?}"
-                ))
-            })?),
-        };
+        let status = output
+            .status
+            .ok_or_else(|| self.failed("returned no status"))?;
         let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
-        let client = match (
-            non_empty(status.client_certificate_data),
-            non_empty(status.client_key_data),
-        ) {
+        let expires = non_empty(status.expiration_timestamp).map(|text| {
+            let invalid =
+                || self.failed(format!("returned an invalid expirationTimestamp {text:?}"));
+            crate::util::parse_rfc3339(&text).ok_or_else(invalid)
+        });
+        let expires = expires.transpose()?;
+        let cert = non_empty(status.client_certificate_data);
+        let client = match (cert, non_empty(status.client_key_data)) {
             (Some(cert), Some(key)) => Some((cert.into_bytes(), key.into_bytes())),
             (None, None) => None,
             _ => {
-                return Err(self.error(format!(
-                    "exec plugin {command:?} returned only one of clientCertificateData and clientKeyData"
-                )))
+                let got = "returned only one of clientCertificateData and clientKeyData";
+                return Err(self.failed(got));
             }
         };
         let token = non_empty(status.token);
         if token.is_none() && client.is_none() {
-            return Err(self.error(format!(
-                "exec plugin {command:?} returned neither a token nor a client certificate"
-            )));
+            let got = "returned neither a token nor a client certificate";
+            return Err(self.failed(got));
         }
         Ok(ExecCredential {
             token,

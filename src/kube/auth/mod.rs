@@ -86,9 +86,7 @@ impl std::error::Error for Error {
 pub(crate) type PemPair = (Vec<u8>, Vec<u8>);
 
 /// How to authenticate requests. Shared by all threads; caches sit behind mutexes.
-pub struct Credentials {
-    source: Source,
-}
+pub struct Credentials(Source);
 
 enum Source {
     /// No Authorization header: anonymous, or a client certificate does the job.
@@ -101,7 +99,7 @@ enum Source {
 impl fmt::Debug for Credentials {
     // Names the kind and where it comes from; never the token or key.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.source {
+        match &self.0 {
             Source::Anonymous => f.write_str("Credentials(none)"),
             Source::Token(_) => f.write_str("Credentials(token <redacted>)"),
             Source::TokenFile(file) => write!(f, "Credentials(token file {})", file.path.display()),
@@ -112,67 +110,51 @@ impl fmt::Debug for Credentials {
 
 impl Credentials {
     pub(crate) fn anonymous() -> Credentials {
-        Credentials {
-            source: Source::Anonymous,
-        }
+        Credentials(Source::Anonymous)
     }
 
     pub(crate) fn token(token: String) -> Credentials {
-        Credentials {
-            source: Source::Token(token),
-        }
+        Credentials(Source::Token(token))
     }
 
     /// A token read from `path` now (so a missing file fails at startup) and again whenever the
     /// copy is older than a minute. `what` names the file in errors.
     pub(crate) fn token_file(path: PathBuf, what: String) -> Result<Credentials, Error> {
         let token = read_token(&path, &what)?;
-        Ok(Credentials {
-            source: Source::TokenFile(TokenFile {
-                path,
-                what,
-                cached: Mutex::new(CachedToken {
-                    token,
-                    reread_at: Instant::now() + TOKEN_FILE_MAX_AGE,
-                }),
-            }),
-        })
+        let reread_at = Instant::now() + TOKEN_FILE_MAX_AGE;
+        let cached = Mutex::new(CachedToken { token, reread_at });
+        Ok(Credentials(Source::TokenFile(TokenFile {
+            path,
+            what,
+            cached,
+        })))
     }
 
     /// An exec plugin; it first runs when a credential is first needed.
     pub(crate) fn exec(config: ExecConfig) -> Result<Credentials, Error> {
-        if !EXEC_API_VERSIONS.contains(&config.api_version.as_str()) {
-            return Err(Error::Unsupported {
-                origin: config.origin,
-                problem: format!(
-                    "apiVersion {:?} is not supported (use {})",
-                    config.api_version,
-                    EXEC_API_VERSIONS.join(" or ")
-                ),
-            });
-        }
-        // We never have a terminal; client-go refuses "Always" without one.
-        if config.interactive_mode.as_deref() == Some("Always") {
-            return Err(Error::Unsupported {
-                origin: config.origin,
-                problem:
-                    "interactiveMode Always needs a terminal, which the operator does not have"
-                        .into(),
-            });
-        }
-        Ok(Credentials {
-            source: Source::Exec(ExecPlugin {
+        let version = config.api_version.as_str();
+        let problem = if !EXEC_API_VERSIONS.contains(&version) {
+            let known = EXEC_API_VERSIONS.join(" or ");
+            format!("apiVersion {version:?} is not supported (use {known})")
+        } else if config.interactive_mode.as_deref() == Some("Always") {
+            // We never have a terminal; client-go refuses "Always" without one.
+            "interactiveMode Always needs a terminal, which the operator does not have".into()
+        } else {
+            let plugin = ExecPlugin {
                 config,
                 timeout: EXEC_TIMEOUT,
                 cached: Mutex::new(None),
-            }),
-        })
+            };
+            return Ok(Credentials(Source::Exec(plugin)));
+        };
+        let origin = config.origin;
+        Err(Error::Unsupported { origin, problem })
     }
 
     /// The Authorization header value to send ("Bearer ..."), or None for cert-only/anonymous.
     /// Re-reads a rotating token file / re-runs an expired exec plugin as needed.
     pub fn authorization(&self) -> Result<Option<String>, Error> {
-        let token = match &self.source {
+        let token = match &self.0 {
             Source::Anonymous => None,
             Source::Token(token) => Some(token.clone()),
             Source::TokenFile(file) => Some(file.current()),
@@ -183,7 +165,7 @@ impl Credentials {
 
     /// Forget the cached credential (after a 401) so the next call fetches a fresh one.
     pub fn invalidate(&self) {
-        match &self.source {
+        match &self.0 {
             Source::Anonymous | Source::Token(_) => {}
             Source::TokenFile(file) => lock(&file.cached).reread_at = Instant::now(),
             Source::Exec(plugin) => *lock(&plugin.cached) = None,
@@ -193,7 +175,7 @@ impl Credentials {
     /// The client certificate and key (PEM) an exec plugin handed out, running it if needed;
     /// None for every other kind of credential.
     pub(crate) fn client_certificate(&self) -> Result<Option<PemPair>, Error> {
-        match &self.source {
+        match &self.0 {
             Source::Exec(plugin) => Ok(plugin.credential()?.client.clone()),
             _ => Ok(None),
         }
@@ -201,14 +183,12 @@ impl Credentials {
 
     /// Where the exec plugin is configured, for error messages.
     pub(crate) fn exec_origin(&self) -> Option<&str> {
-        match &self.source {
+        match &self.0 {
             Source::Exec(plugin) => Some(&plugin.config.origin),
             _ => None,
         }
     }
 }
-
-// ---- token files ----
 
 struct TokenFile {
     path: PathBuf,
@@ -247,10 +227,8 @@ fn read_token(path: &Path, what: &str) -> Result<String, Error> {
     let text = std::fs::read_to_string(path).map_err(read_error)?;
     let token = text.trim();
     if token.is_empty() {
-        return Err(read_error(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "file is empty",
-        )));
+        let empty = io::Error::new(io::ErrorKind::InvalidData, "file is empty");
+        return Err(read_error(empty));
     }
     Ok(token.to_string())
 }
@@ -258,47 +236,38 @@ fn read_token(path: &Path, what: &str) -> Result<String, Error> {
 /// Removes the offending value serde quotes in "invalid type/value" messages (for example
 /// `invalid type: integer `123`, expected a string`): that value may be a token.
 pub(crate) fn redact_values(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(start) = [
+    const MARKERS: [&str; 5] = [
         "string \"",
         "integer `",
         "floating point `",
         "character `",
         "bytes \"",
-    ]
-    .iter()
-    .filter_map(|marker| rest.find(marker).map(|i| (i, marker.len())))
-    .min()
-    {
-        let (at, len) = start;
+    ];
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    let first = |rest: &str| {
+        MARKERS
+            .iter()
+            .filter_map(|m| Some((rest.find(m)?, m.len())))
+            .min()
+    };
+    while let Some((at, len)) = first(rest) {
         let quote = rest.as_bytes()[at + len - 1];
         out.push_str(&rest[..at + len]);
-        let value = &rest[at + len..];
+        out.push_str("...");
+        let value = &rest.as_bytes()[at + len..];
         // Debug-formatted strings escape inner quotes; skip those.
-        let mut end = None;
         let mut escaped = false;
-        for (i, b) in value.bytes().enumerate() {
-            match b {
-                b'\\' if !escaped => escaped = true,
-                b if b == quote && !escaped => {
-                    end = Some(i);
-                    break;
-                }
-                _ => escaped = false,
-            }
-        }
-        match end {
-            Some(end) => {
-                out.push_str("...");
-                out.push(quote as char);
-                rest = &value[end + 1..];
-            }
-            None => {
-                out.push_str("...");
-                return out;
-            }
-        }
+        let end = value.iter().position(|&b| {
+            let end = b == quote && !escaped;
+            escaped = b == b'\\' && !escaped;
+            end
+        });
+        let Some(end) = end else {
+            return out;
+        };
+        out.push(quote as char);
+        rest = &rest[at + len + end + 1..];
     }
     out.push_str(rest);
     out

@@ -388,7 +388,7 @@ fn hung_plugin_is_killed_after_the_timeout() {
         cluster: None,
     })
     .unwrap();
-    if let Source::Exec(plugin) = &mut credentials.source {
+    if let Source::Exec(plugin) = &mut credentials.0 {
         plugin.timeout = Duration::from_millis(300);
     }
     let started = Instant::now();
@@ -398,7 +398,7 @@ fn hung_plugin_is_killed_after_the_timeout() {
 }
 
 fn token_file_of(config: &ClusterConfig) -> &TokenFile {
-    match &config.credentials.source {
+    match &config.credentials.0 {
         Source::TokenFile(file) => file,
         _ => panic!("expected a token file"),
     }

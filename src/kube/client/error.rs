@@ -3,7 +3,6 @@
 
 use super::*;
 
-/// Errors of the API client.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
@@ -13,48 +12,44 @@ pub enum Error {
     Api(Box<Status>),
     /// No HTTP answer: DNS, connect, TLS handshake, timeout, connection reset. Transient.
     Transport(String),
-    /// The TLS handshake failed: the server's certificate did not verify (a wrong
-    /// certificate-authority), or the server refused ours. [`ClusterConfig::tls_misconfigured`]
-    /// says whether only a change of configuration can fix it; start-up exits on those at
-    /// once. Otherwise retried like a transport error.
+    /// The TLS handshake failed: a server certificate that did not verify, or ours refused.
+    /// [`ClusterConfig::tls_misconfigured`] says whether only a change of configuration can fix
+    /// it (start-up exits on those); otherwise retried like a transport error.
     Tls(rustls::Error),
     /// A 2xx answer whose body did not decode as the expected type. A bug or a version skew;
     /// retried with backoff like a transient error, but logged as such.
     Decode(String),
     /// Credentials could not be produced (exec plugin failed, token file unreadable).
     Credentials(ConfigError),
-    /// A write refused before it was sent: this replica does not hold the leader Lease, or
-    /// renewed it too long ago to be sure that no other replica holds it now (see
-    /// [`Fence`]). Transient: the reconcile is retried with backoff, and a replica that lost
-    /// the Lease exits.
+    /// A write refused before it was sent: this replica does not hold the leader Lease, or may
+    /// no longer (see [`Fence`]). Transient: the reconcile is retried with backoff, and a
+    /// replica that lost the Lease exits.
     Fenced,
 }
 
 impl Error {
-    /// HTTP status of an API error, 0 otherwise.
-    pub fn code(&self) -> u16 {
+    fn status(&self) -> Option<&Status> {
         match self {
-            Error::Api(s) => s.code,
-            _ => 0,
+            Error::Api(s) => Some(s),
+            _ => None,
         }
     }
-    pub fn reason(&self) -> &str {
-        match self {
-            Error::Api(s) => &s.reason,
-            _ => "",
-        }
+    /// HTTP status of an API error, 0 otherwise.
+    pub fn code(&self) -> u16 {
+        self.status().map_or(0, |s| s.code)
     }
     pub fn is_not_found(&self) -> bool {
         self.code() == 404
     }
     /// 409 with reason AlreadyExists: a create hit an existing name.
     pub fn is_already_exists(&self) -> bool {
-        self.code() == 409 && self.reason() == "AlreadyExists"
+        self.status()
+            .is_some_and(|s| s.code == 409 && s.reason == "AlreadyExists")
     }
     /// 409 Conflict: a stale resourceVersion, or a DELETE's uid precondition that did not match
     /// (a PATCH's uid answers 422, see [`Error::is_uid_changed`]).
     pub fn is_conflict(&self) -> bool {
-        self.code() == 409 && self.reason() != "AlreadyExists"
+        self.code() == 409 && !self.is_already_exists()
     }
     /// 410 Gone / Expired: a resourceVersion or continue token too old; relist.
     pub fn is_gone(&self) -> bool {
@@ -70,37 +65,20 @@ impl Error {
     pub fn is_invalid(&self) -> bool {
         self.code() == 422
     }
-    /// 422 Invalid with a cause on `metadata.uid`: a PATCH that carried the object's uid met
-    /// another object of the name (the one we meant was deleted, maybe re-created). A PATCH has
-    /// no uid precondition; the uid it sets is refused as an immutable-field change (fixture
-    /// kube-1.28-kubelet/18), which Kubernetes' own `ReleasePod` takes as "replaced". Meaningful
-    /// only for a patch that carried a uid; a DELETE's uid precondition answers 409.
+    /// 422 Invalid with a cause on `metadata.uid`: a PATCH carrying the object's uid met another
+    /// object of the name (fixture kube-1.28-kubelet/18), which `ReleasePod` takes as replaced.
     pub fn is_uid_changed(&self) -> bool {
-        let Error::Api(s) = self else { return false };
-        s.code == 422
-            && s.details
-                .as_ref()
+        self.is_invalid()
+            && self
+                .status()
+                .and_then(|s| s.details.as_ref())
                 .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
     }
     /// How long the server asked us to wait before trying again (`Retry-After`, or
     /// `details.retryAfterSeconds` of its Status), if it did.
     pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Error::Api(s) => s
-                .details
-                .as_ref()?
-                .retry_after_seconds
-                .map(Duration::from_secs),
-            _ => None,
-        }
-    }
-    /// Worth retrying unchanged after a while: throttling, server errors, no answer at all.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            Error::Api(s) => s.code == 429 || s.code >= 500,
-            Error::Transport(_) | Error::Tls(_) | Error::Decode(_) | Error::Fenced => true,
-            Error::Credentials(_) => false,
-        }
+        let seconds = self.status()?.details.as_ref()?.retry_after_seconds;
+        seconds.map(Duration::from_secs)
     }
 }
 
@@ -109,10 +87,8 @@ impl fmt::Display for Error {
         match self {
             Error::Api(s) => {
                 write!(f, "api error {} {}: {}", s.code, s.reason, s.message)?;
-                if let Some(d) = &s.details {
-                    for c in &d.causes {
-                        write!(f, "; {}: {}", c.field, c.message)?;
-                    }
+                for c in s.details.iter().flat_map(|d| &d.causes) {
+                    write!(f, "; {}: {}", c.field, c.message)?;
                 }
                 Ok(())
             }
@@ -120,9 +96,8 @@ impl fmt::Display for Error {
             Error::Tls(e) => write!(f, "tls handshake failed: {e}"),
             Error::Decode(m) => write!(f, "decode error: {m}"),
             Error::Credentials(e) => write!(f, "credentials: {e}"),
-            Error::Fenced => write!(
-                f,
-                "write refused: this replica does not hold the leader lease (or may no longer)"
+            Error::Fenced => f.write_str(
+                "write refused: this replica does not hold the leader lease (or may no longer)",
             ),
         }
     }

@@ -1,21 +1,8 @@
-//! Typed client for the handful of Kubernetes REST calls the operator makes.
-//!
-//! Request building (paths and query strings) is pure and unit-tested on URLs alone; [`Client`]
-//! adds the I/O: credentials, retries of 429/503 after `Retry-After`, one credential refresh
-//! after a 401, and turning every non-2xx answer into [`Error::Api`] carrying the server's
-//! `Status`. Nothing here logs a header: the Authorization value never reaches a log line.
-//!
-//! Every request is reported to the client's [`RequestHook`] (the metrics registry's, in the
-//! operator), which is how requests are counted without the client knowing how.
-//!
-//! A client given a [`Fence`] (leader election opens and closes it) sends a write only while
-//! the fence is open, and with a timeout that ends when it closes.
-//!
-//! Here: the client and its sender; `request.rs` (pure request building), `error.rs`,
-//! `verbs.rs` (GET to WATCH). Not here: what any resource means, or retrying beyond one
-//! request (the caller's queue or watcher does that).
+//! Typed client for the handful of Kubernetes REST calls the operator makes: credentials,
+//! retries of 429/503 after `Retry-After` and of a 401 once with fresh credentials, every
+//! non-2xx answer an [`Error::Api`] with the server's `Status`. No header is ever logged.
 
-use crate::kube::config::{ClusterConfig, ConfigError, Proxy};
+use crate::kube::config::{ClusterConfig, ConfigError};
 use crate::kube::fence::Fence;
 use crate::kube::types::{Pod, Status};
 use serde::de::DeserializeOwned;
@@ -36,12 +23,10 @@ pub use request::*;
 /// Deadline for an ordinary (non-watch) request, connect to last byte. client-go has no default,
 /// but a reconcile blocked on a dead connection would stall every key behind it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a watch may outlive its own `timeoutSeconds` before we give up on it: the server
-/// closes the stream itself at `timeoutSeconds`. (A silent connection is given up much sooner,
-/// after [`WatchParams::idle_timeout`].)
+/// How long a watch may outlive its own `timeoutSeconds` (at which the server ends it).
 pub const WATCH_GRACE: Duration = Duration::from_secs(30);
-/// What every request accepts, but metadata-only lists.
 const JSON: &str = "application/json";
+const USER_AGENT: &str = concat!("immortal-operator/", env!("CARGO_PKG_VERSION"));
 /// What a metadata-only list accepts: kube-apiserver's `PartialObjectMetadataList` (only each
 /// object's `metadata`), or else whole objects, which read the same to a decoder of `metadata`.
 const METADATA_LIST: &str =
@@ -52,25 +37,17 @@ const THROTTLE_ATTEMPTS: u32 = 4;
 /// Longest we honour a `Retry-After` before giving the error back to the caller's own backoff.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 
-/// Told of every request a client sent: its method and the HTTP status it was answered with
-/// (0: no answer at all). The client defines the hook and whoever keeps metrics supplies one
-/// (see [`Client::reporting`]), as client-go's `tools/metrics` adapters are registered.
+/// Told of every request a client sent (each attempt of a retried one): its method and the
+/// HTTP status it was answered with (0: no answer at all).
 pub type RequestHook = fn(method: &'static str, code: u16);
-
-/// The hook of a client nobody asked to report.
-fn unreported(_: &'static str, _: u16) {}
 
 /// The HTTP client every thread shares. Cheap to clone: all state is behind `Arc`s.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
-    /// Set by [`Client::until`]: every request ends by then, and no throttle retries.
     until: Option<Instant>,
-    /// Set by [`Client::fenced`]: writes only while it is open, ending when it closes.
     fence: Option<Arc<Fence>>,
-    /// Cleared by [`Client::unpooled`]: every request on a connection of its own.
     pooled: bool,
-    /// Set by [`Client::reporting`]: told of every request sent.
     on_request: RequestHook,
 }
 
@@ -78,41 +55,37 @@ struct Inner {
     config: ClusterConfig,
     agent: RwLock<(Arc<rustls::ClientConfig>, ureq::Agent)>,
     max_idle_per_host: usize,
-    user_agent: String,
 }
 
+/// An agent that keeps up to `pool` idle connections (through a proxy, tunnels) for reuse.
+/// With `idle` (a watch, see "The API client" in docs/design.md), every read and write waits
+/// at most that long.
 fn build_agent(
+    config: &ClusterConfig,
     tls: Arc<rustls::ClientConfig>,
-    max_idle_per_host: usize,
-    proxy: Option<&Proxy>,
-    server: &str,
+    pool: usize,
+    idle: Option<Duration>,
 ) -> ureq::Agent {
-    agent_builder(tls, proxy, server)
-        .max_idle_connections_per_host(max_idle_per_host)
-        .max_idle_connections(max_idle_per_host)
-        .build()
-}
-
-/// What every agent shares. Through a proxy, a pooled connection is a tunnel already open,
-/// so the pool saves the CONNECT as well as the handshake (see `tunnel`).
-fn agent_builder(
-    tls: Arc<rustls::ClientConfig>,
-    proxy: Option<&Proxy>,
-    server: &str,
-) -> ureq::AgentBuilder {
-    let b = ureq::AgentBuilder::new()
+    let mut b = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(10))
         // Kubernetes never redirects API calls; a redirect would strip our Authorization.
-        .redirects(0);
-    match proxy {
-        Some(p) if server.starts_with("https://") => tunnel::through(b, tls, p, server),
+        .redirects(0)
+        .max_idle_connections_per_host(pool)
+        .max_idle_connections(pool);
+    if let Some(idle) = idle {
+        b = b.timeout_read(idle).timeout_write(idle);
+    }
+    match &config.proxy {
+        Some(p) if config.server.starts_with("https://") => {
+            tunnel::through(b, tls, p, &config.server)
+        }
         // A plain-http server through a proxy: ureq's own forwarding, unpooled (see `tunnel`).
         Some(p) => b.tls_config(tls).proxy(p.ureq.clone()),
         None => b.tls_config(tls),
     }
+    .build()
 }
 
-/// What to send: method, path with query, optional body with its content type.
 struct Req<'a> {
     method: &'static str,
     path: &'a str,
@@ -120,9 +93,29 @@ struct Req<'a> {
     accept: &'static str,
     body: Option<(&'static str, &'a [u8])>,
     timeout: Duration,
-    /// A watch: no overall timeout, but every read waits at most this long (see
-    /// [`Client::watch`]).
+    /// A watch: no overall timeout, but every read waits at most this long.
     idle: Option<Duration>,
+}
+
+impl<'a> Req<'a> {
+    /// An ordinary request: JSON answer, within [`REQUEST_TIMEOUT`].
+    fn new(method: &'static str, path: &'a str, body: Option<(&'static str, &'a [u8])>) -> Self {
+        Req {
+            method,
+            path,
+            accept: JSON,
+            body,
+            timeout: REQUEST_TIMEOUT,
+            idle: None,
+        }
+    }
+
+    fn no_time_left(&self) -> String {
+        format!(
+            "{} {}: no time left before the deadline; not sent",
+            self.method, self.path
+        )
+    }
 }
 
 impl Client {
@@ -131,28 +124,21 @@ impl Client {
     pub fn new(config: ClusterConfig, connections: usize) -> Result<Client, ConfigError> {
         let tls = config.tls_config()?;
         let max_idle_per_host = connections.max(2);
-        let agent = build_agent(
-            tls.clone(),
-            max_idle_per_host,
-            config.proxy.as_ref(),
-            &config.server,
-        );
+        let agent = build_agent(&config, tls.clone(), max_idle_per_host, None);
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
                 agent: RwLock::new((tls, agent)),
                 max_idle_per_host,
-                user_agent: format!("immortal-operator/{}", env!("CARGO_PKG_VERSION")),
             }),
             until: None,
             fence: None,
             pooled: true,
-            on_request: unreported,
+            on_request: |_, _| {},
         })
     }
 
-    /// The same client, but every request it sends (each attempt of a retried one included)
-    /// is reported to `hook`, and so is every request of the clients made from it.
+    /// The same client, and those made from it, reporting every request to `hook`.
     pub fn reporting(&self, hook: RequestHook) -> Client {
         Client {
             on_request: hook,
@@ -160,10 +146,8 @@ impl Client {
         }
     }
 
-    /// The same client, but every request ends by `deadline` (its timeout is cut to fit, and
-    /// one that would have no time left is not sent) and a 429/503 is returned at once instead
-    /// of retried: for callers whose answer is worthless later (leader election must know
-    /// within its renew deadline whether it still leads).
+    /// The same client, but every request ends by `deadline` and a 429/503 is returned at once:
+    /// for callers whose answer is worthless later (leader election, within its renew deadline).
     pub fn until(&self, deadline: Instant) -> Client {
         Client {
             until: Some(deadline),
@@ -172,8 +156,7 @@ impl Client {
     }
 
     /// The same client, but a write (any method but GET) is sent only while `fence` is open,
-    /// with a timeout that ends when the fence closes, so no write of ours is sent, or waited
-    /// for, once another replica may hold the leader Lease. Reads are not fenced.
+    /// with a timeout that ends when the fence closes. Reads are not fenced.
     pub fn fenced(&self, fence: Arc<Fence>) -> Client {
         Client {
             fence: Some(fence),
@@ -181,11 +164,8 @@ impl Client {
         }
     }
 
-    /// The same client, but every request opens a connection of its own and closes it when it
-    /// ends, instead of taking one from the pool and putting it back: for requests minutes
-    /// apart (start-up checks, the watchers' lists), whose pooled connection would otherwise
-    /// sit idle, its TLS buffers resident, until a reconcile happens to need it. (A watch
-    /// always has a connection of its own, see [`Client::watch`].)
+    /// The same client, but every request on a connection of its own, closed when it ends: for
+    /// requests minutes apart, whose pooled connection would sit idle, its TLS buffers resident.
     pub fn unpooled(&self) -> Client {
         Client {
             pooled: false,
@@ -193,41 +173,30 @@ impl Client {
         }
     }
 
-    /// Timeout of an ordinary request; [`Client::until`] and the fence may end it sooner.
-    fn request_timeout(&self) -> Duration {
-        REQUEST_TIMEOUT
+    /// `deadline`, or [`Client::until`] if sooner.
+    fn cut(&self, deadline: Instant) -> Instant {
+        self.until.map_or(deadline, |until| deadline.min(until))
     }
 
     /// When `req` must end: its own timeout, cut to [`Client::until`] and, for a write, to the
     /// fence. `Err` when the fence refuses the write or no time is left.
     fn deadline(&self, req: &Req) -> Result<Instant, Error> {
         let now = Instant::now();
-        let mut deadline = now + req.timeout;
-        if let Some(until) = self.until {
-            deadline = deadline.min(until);
-        }
+        let mut deadline = self.cut(now + req.timeout);
         if let (Some(fence), true) = (&self.fence, is_write(req.method)) {
             deadline = deadline.min(fence.deadline().ok_or(Error::Fenced)?);
         }
         if deadline <= now {
-            return Err(Error::Transport(format!(
-                "{} {}: no time left before the deadline; not sent",
-                req.method, req.path
-            )));
+            return Err(Error::Transport(req.no_time_left()));
         }
         Ok(deadline)
     }
 
-    /// Drops every pooled connection, so that the next request of this client and of every
-    /// client made from it opens a new one. For when a connection to the server was found
-    /// dead (a request timed out, a watch went silent): the pool's other connections took the
-    /// same path, and a network that stops forwarding without closing (a proxy or a load
-    /// balancer gone) leaves them open and as dead, so each request that picked one would wait
-    /// its whole timeout too. Requests in flight keep theirs and end by their own timeouts.
+    /// Drops every pooled connection of this client and of those made from it, for when one
+    /// was found dead: see "A dead connection takes the pool with it" in docs/design.md.
     pub fn forget_connections(&self) {
         let mut cur = self.inner.agent.write().unwrap_or_else(|p| p.into_inner());
-        let tls = cur.0.clone();
-        *cur = (tls.clone(), self.build_agent(tls));
+        cur.1 = self.pooled_agent(cur.0.clone());
         log::debug!(target: "client", server = self.inner.config.server.as_str(); "dropped every pooled connection");
     }
 
@@ -236,55 +205,29 @@ impl Client {
         &self.inner.config
     }
 
-    /// A pooling agent over `tls`.
-    fn build_agent(&self, tls: Arc<rustls::ClientConfig>) -> ureq::Agent {
-        let config = &self.inner.config;
-        build_agent(
-            tls,
-            self.inner.max_idle_per_host,
-            config.proxy.as_ref(),
-            &config.server,
-        )
+    fn pooled_agent(&self, tls: Arc<rustls::ClientConfig>) -> ureq::Agent {
+        build_agent(&self.inner.config, tls, self.inner.max_idle_per_host, None)
     }
 
-    /// The current agent; rebuilt when an exec plugin handed out a new client certificate.
-    fn agent(&self) -> Result<ureq::Agent, Error> {
+    /// With `idle` (a watch) or unpooled, an agent of the request's own; else the pooled one,
+    /// rebuilt when an exec plugin handed out a new client certificate.
+    fn agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
+        if idle.is_some() || !self.pooled {
+            return Ok(build_agent(&self.inner.config, tls, 0, idle));
+        }
         {
             let cur = self.inner.agent.read().unwrap_or_else(|p| p.into_inner());
             if Arc::ptr_eq(&cur.0, &tls) {
                 return Ok(cur.1.clone());
             }
         }
-        let agent = self.build_agent(tls.clone());
+        let agent = self.pooled_agent(tls.clone());
         *self.inner.agent.write().unwrap_or_else(|p| p.into_inner()) = (tls, agent.clone());
         Ok(agent)
     }
 
-    /// An agent for one request that never pools: its connection is opened for it and closed
-    /// when it ends. With `idle` (a watch), every read (TLS handshake, the answer's head, each
-    /// piece of the stream) and write waits at most that long, and the request is sent
-    /// without an overall timeout.
-    ///
-    /// ureq 2 turns an overall timeout into a socket timeout re-armed on every read from the
-    /// time left (`DeadlineStream::fill_buf`), so a per-read limit needs a request without
-    /// one. It applies `timeout_read` only to a connection it opens (a pooled one reads the
-    /// head with no limit at all, its timeout cleared when it was pooled), hence no pool: a
-    /// watch costs a TLS handshake every few minutes.
-    fn own_agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
-        let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
-        let config = &self.inner.config;
-        let mut b = agent_builder(tls, config.proxy.as_ref(), &config.server)
-            .max_idle_connections(0)
-            .max_idle_connections_per_host(0);
-        if let Some(idle) = idle {
-            b = b.timeout_read(idle).timeout_write(idle);
-        }
-        Ok(b.build())
-    }
-
-    /// Sends one request, retrying 429/503 after `Retry-After` and a 401 once with refreshed
-    /// credentials. Returns the 2xx response, or the error.
+    /// Sends one request, retrying as the module says; reports each attempt to the hook.
     fn send(&self, req: &Req) -> Result<ureq::Response, Error> {
         let mut refreshed = false;
         let mut attempt = 0;
@@ -312,8 +255,9 @@ impl Client {
                 elapsed_ms = started.elapsed().as_millis() as u64;
                 "request"
             );
-            match result {
+            let (code, resp) = match result {
                 Ok(resp) => return Ok(resp),
+                Err(ureq::Error::Status(code, resp)) => (code, resp),
                 Err(ureq::Error::Transport(t)) => {
                     if let Some(e) = tls_failure(&t) {
                         return Err(Error::Tls(e));
@@ -323,39 +267,33 @@ impl Client {
                     }
                     return Err(Error::Transport(t.to_string()));
                 }
-                Err(ureq::Error::Status(code, resp)) => {
-                    let wait = retry_after(resp.header("Retry-After"));
-                    let body = resp.into_string().unwrap_or_default();
-                    let attempts = if self.until.is_some() {
-                        1
-                    } else {
-                        THROTTLE_ATTEMPTS
-                    };
-                    match after_failure(code, attempt, attempts, refreshed, wait) {
-                        Again::Refreshed => {
-                            refreshed = true;
-                            self.inner.config.credentials.invalidate();
-                        }
-                        Again::After(wait) => {
-                            log::debug!(
-                                target: "client",
-                                method = req.method, path = req.path, code = code,
-                                retry_after_ms = wait.as_millis() as u64;
-                                "throttled, retrying"
-                            );
-                            std::thread::sleep(wait);
-                        }
-                        Again::No => {
-                            let mut status = parse_status(code, &body);
-                            // Keep the server's wish for whoever retries later (the queue, a
-                            // watcher): they must not come back sooner than it asked.
-                            if let Some(w) = wait {
-                                let details = status.details.get_or_insert_with(Default::default);
-                                details.retry_after_seconds.get_or_insert(w.as_secs());
-                            }
-                            return Err(Error::Api(Box::new(status)));
-                        }
+            };
+            let wait = retry_after(resp.header("Retry-After"));
+            let body = resp.into_string().unwrap_or_default();
+            let attempts = self.until.map_or(THROTTLE_ATTEMPTS, |_| 1);
+            match after_failure(code, attempt, attempts, refreshed, wait) {
+                Again::Refreshed => {
+                    refreshed = true;
+                    self.inner.config.credentials.invalidate();
+                }
+                Again::After(wait) => {
+                    log::debug!(
+                        target: "client",
+                        method = req.method, path = req.path, code = code,
+                        retry_after_ms = wait.as_millis() as u64;
+                        "throttled, retrying"
+                    );
+                    std::thread::sleep(wait);
+                }
+                Again::No => {
+                    let mut status = parse_status(code, &body);
+                    // Keep the server's wish for whoever retries later (the queue, a
+                    // watcher): they must not come back sooner than it asked.
+                    if let Some(w) = wait {
+                        let details = status.details.get_or_insert_with(Default::default);
+                        details.retry_after_seconds.get_or_insert(w.as_secs());
                     }
+                    return Err(Error::Api(Box::new(status)));
                 }
             }
         }
@@ -363,33 +301,21 @@ impl Client {
 
     #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.
     fn send_once(&self, req: &Req, deadline: Instant) -> Result<ureq::Response, ureq::Error> {
-        let agent = match (req.idle, self.pooled) {
-            (Some(_), _) | (None, false) => self.own_agent(req.idle),
-            (None, true) => self.agent(),
-        };
-        let agent = match agent {
-            Ok(a) => a,
-            Err(e) => return Err(ureq::Error::Transport(transport_error(e.to_string()))),
-        };
         let url = format!("{}{}", self.inner.config.server, req.path);
+        let agent = self.agent(req.idle).map_err(transport_error)?;
         let mut r = agent
             .request(req.method, &url)
             .set("Accept", req.accept)
-            .set("User-Agent", &self.inner.user_agent);
-        match self.inner.config.credentials.authorization() {
-            Ok(Some(auth)) => r = r.set("Authorization", &auth),
-            Ok(None) => {}
-            Err(e) => return Err(ureq::Error::Transport(transport_error(e.to_string()))),
+            .set("User-Agent", USER_AGENT);
+        let auth = self.inner.config.credentials.authorization();
+        if let Some(auth) = auth.map_err(transport_error)? {
+            r = r.set("Authorization", &auth);
         }
-        // Measured after the credentials, which may have taken a while (an exec plugin): ureq
-        // counts its timeout from the call, and the whole request, answer body included, must
-        // be over by the deadline.
+        // Measured after the credentials, which may have taken a while (an exec plugin): the
+        // whole request, answer body included, must be over by the deadline.
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(ureq::Error::Transport(transport_error(format!(
-                "{} {}: no time left before the deadline; not sent",
-                req.method, req.path
-            ))));
+            return Err(transport_error(req.no_time_left()));
         }
         if req.idle.is_none() {
             r = r.timeout(left);
@@ -421,17 +347,6 @@ impl Client {
         serde_json::from_slice(&body)
             .map_err(|e| Error::Decode(format!("{} {}: {e}", req.method, req.path)))
     }
-
-    fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
-        self.json(&Req {
-            method: "GET",
-            path,
-            accept: JSON,
-            body: None,
-            timeout: self.request_timeout(),
-            idle: None,
-        })
-    }
 }
 
 /// Whether a request of this method may change something, and so is fenced.
@@ -439,8 +354,7 @@ fn is_write(method: &str) -> bool {
     method != "GET"
 }
 
-/// Whether an I/O error is a read or write that waited its whole timeout (`WouldBlock` is how
-/// a socket timeout shows on some platforms).
+/// Whether an I/O error is a socket timeout (which Unix reports as `WouldBlock`).
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -448,44 +362,33 @@ fn is_timeout(e: &std::io::Error) -> bool {
     )
 }
 
+fn causes(t: &ureq::Transport) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(std::error::Error::source(t), |e| e.source())
+}
+
 /// Whether a request failed because the server said nothing for its whole timeout (as opposed
 /// to refusing or resetting the connection, which a new connection would meet as well).
 fn timed_out(t: &ureq::Transport) -> bool {
-    let mut source = std::error::Error::source(t);
-    while let Some(e) = source {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return is_timeout(io);
-        }
-        source = e.source();
-    }
-    false
+    causes(t)
+        .find_map(|e| e.downcast_ref::<std::io::Error>())
+        .is_some_and(is_timeout)
 }
 
 /// The TLS error a request failed with, if the handshake failed. ureq hands it on inside an
 /// `io::Error`, whose own `source` skips it.
 fn tls_failure(t: &ureq::Transport) -> Option<rustls::Error> {
-    let mut source = std::error::Error::source(t);
-    while let Some(e) = source {
+    causes(t).find_map(|e| {
         let inner = match e.downcast_ref::<std::io::Error>() {
-            Some(io) => io
-                .get_ref()
-                .map(|i| i as &(dyn std::error::Error + 'static)),
-            None => Some(e),
+            Some(io) => io.get_ref()? as &(dyn std::error::Error + 'static),
+            None => e,
         };
-        if let Some(tls) = inner.and_then(|i| i.downcast_ref::<rustls::Error>()) {
-            return Some(tls.clone());
-        }
-        source = e.source();
-    }
-    None
+        inner.downcast_ref::<rustls::Error>().cloned()
+    })
 }
 
-fn transport_error(msg: String) -> ureq::Transport {
-    // ureq 2 has no public constructor for Transport; an io::Error converts into one.
-    match ureq::Error::from(std::io::Error::other(msg)) {
-        ureq::Error::Transport(t) => t,
-        ureq::Error::Status(..) => unreachable!("an io::Error converts to a transport error"),
-    }
+/// A transport error of ours (ureq 2 has no public constructor; an io::Error converts).
+fn transport_error(msg: impl fmt::Display) -> ureq::Error {
+    std::io::Error::other(msg.to_string()).into()
 }
 
 #[cfg(test)]

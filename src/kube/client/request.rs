@@ -4,9 +4,8 @@
 use super::*;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-/// Where a kind of object lives in the API: its group-version path and its plural name. The
-/// core kinds the operator touches are constants here; a custom resource defines its own
-/// (`immortal::types::IMMORTAL_CONTAINERS`), as kube-rs's `ApiResource` does.
+/// Where a kind of object lives in the API, as kube-rs's `ApiResource` says: the core kinds the
+/// operator touches are constants here; a custom resource defines its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
     api_path: &'static str,
@@ -43,7 +42,6 @@ impl Resource {
     pub fn plural(self) -> &'static str {
         self.plural
     }
-    /// Short name for logs and metrics labels.
     pub fn short(self) -> &'static str {
         self.short
     }
@@ -62,7 +60,6 @@ pub fn object_path(res: Resource, ns: &str, name: &str) -> String {
     format!("{}/{}", collection_path(res, Some(ns)), name)
 }
 
-/// Parameters of a LIST.
 #[derive(Debug, Clone, Default)]
 pub struct ListParams<'a> {
     pub label_selector: Option<&'a str>,
@@ -70,62 +67,53 @@ pub struct ListParams<'a> {
     pub continue_token: Option<&'a str>,
 }
 
-/// Parameters of a WATCH.
 #[derive(Debug, Clone, Default)]
 pub struct WatchParams<'a> {
     pub label_selector: Option<&'a str>,
     pub resource_version: &'a str,
     pub timeout_seconds: u32,
-    /// Not sent: how long the connection may stay silent (no event, no bookmark, not even the
-    /// answer's head) before the watch is given up as dead, with an error of kind
-    /// `TimedOut`. Zero: only the stream's deadline (`timeoutSeconds` + [`WATCH_GRACE`]).
+    /// Not sent: how long the connection may stay silent (not even a bookmark) before the
+    /// watch is given up as dead. Zero: only `timeoutSeconds` + [`WATCH_GRACE`] ends it.
     pub idle_timeout: Duration,
 }
 
 /// Query string of a LIST (with its leading `?`, or empty).
 pub fn list_query(p: &ListParams) -> String {
-    let mut q = Query::default();
-    if let Some(s) = p.label_selector {
-        q.push("labelSelector", s);
-    }
-    if let Some(l) = p.limit {
-        q.push("limit", &l.to_string());
-    }
-    if let Some(c) = p.continue_token {
-        q.push("continue", c);
-    }
-    q.finish()
+    let limit = p.limit.map(|l| l.to_string());
+    query(&[
+        ("labelSelector", p.label_selector),
+        ("limit", limit.as_deref()),
+        ("continue", p.continue_token),
+    ])
 }
 
 /// Query string of a WATCH. Bookmarks are always requested: they move our resourceVersion
 /// forward while nothing we watch changes, so a restarted watch rarely falls out of history.
 pub fn watch_query(p: &WatchParams) -> String {
-    let mut q = Query::default();
-    q.push("watch", "true");
-    if let Some(s) = p.label_selector {
-        q.push("labelSelector", s);
-    }
-    if !p.resource_version.is_empty() {
-        q.push("resourceVersion", p.resource_version);
-    }
-    q.push("allowWatchBookmarks", "true");
-    q.push("timeoutSeconds", &p.timeout_seconds.to_string());
-    q.finish()
+    query(&[
+        ("watch", Some("true")),
+        ("labelSelector", p.label_selector),
+        (
+            "resourceVersion",
+            Some(p.resource_version).filter(|v| !v.is_empty()),
+        ),
+        ("allowWatchBookmarks", Some("true")),
+        ("timeoutSeconds", Some(&p.timeout_seconds.to_string())),
+    ])
 }
 
-#[derive(Default)]
-pub(super) struct Query(String);
-
-impl Query {
-    fn push(&mut self, k: &str, v: &str) {
-        self.0.push(if self.0.is_empty() { '?' } else { '&' });
-        self.0.push_str(k);
-        self.0.push('=');
-        self.0.extend(utf8_percent_encode(v, NOT_UNRESERVED));
+/// `?k=v&...` of the pairs that have a value, in order, each value percent-encoded.
+fn query(pairs: &[(&str, Option<&str>)]) -> String {
+    let mut q = String::new();
+    for (k, v) in pairs {
+        if let Some(v) = v {
+            q.push(if q.is_empty() { '?' } else { '&' });
+            q.push_str(k);
+            q.push('=');
+            q.extend(utf8_percent_encode(v, NOT_UNRESERVED));
+        }
     }
-    fn finish(self) -> String {
-        self.0
-    }
+    q
 }
 
 /// What a query value percent-encodes: all but RFC 3986's unreserved characters.
@@ -203,18 +191,13 @@ pub(super) fn retry_after(header: Option<&str>) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Lists and watch events, decoded to the little the watchers need.
-
-/// One page of a LIST, items decoded as `T`.
 #[derive(Debug, Deserialize)]
 #[serde(bound(deserialize = "T: Deserialize<'de>"))]
 pub struct ListPage<T> {
     #[serde(default)]
     pub metadata: ListMeta,
-    /// `null` reads as empty: kube-apiserver answers an empty metadata-only list
-    /// (`PartialObjectMetadataList`) with `"items": null`, having none of the guards its
-    /// storage layer has against a nil slice.
+    /// `null` reads as empty: kube-apiserver answers an empty metadata-only list with
+    /// `"items": null`.
     #[serde(default = "Vec::new", deserialize_with = "null_as_empty")]
     pub items: Vec<T>,
 }
@@ -228,11 +211,10 @@ where
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ListMeta {
-    #[serde(default)]
     pub resource_version: String,
-    #[serde(default, rename = "continue")]
+    #[serde(rename = "continue")]
     pub continue_token: Option<String>,
 }
 
@@ -242,9 +224,8 @@ pub(super) enum Again {
     /// Once, after a 401, with fresh credentials: an exec credential or a rotated
     /// service-account token may have expired early (client-go does the same).
     Refreshed,
-    /// After this wait: a 429 or 503 whose wait is short enough to spend in the caller's
-    /// thread (growing from 400 ms, at least the server's `Retry-After`, at most
-    /// [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER)).
+    /// After this wait: a 429 or 503 whose wait (growing from 400 ms, at least the server's
+    /// `Retry-After`) is at most [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER).
     After(Duration),
     /// No: the error goes back to the caller, whose own back-off takes over.
     No,

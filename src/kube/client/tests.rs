@@ -2,6 +2,17 @@ use super::verbs::WatchBody;
 use super::*;
 use crate::testutil::fixture;
 
+impl Error {
+    /// Worth retrying unchanged after a while: throttling, server errors, no answer at all.
+    fn is_transient(&self) -> bool {
+        match self {
+            Error::Api(s) => s.code == 429 || s.code >= 500,
+            Error::Transport(_) | Error::Tls(_) | Error::Decode(_) | Error::Fenced => true,
+            Error::Credentials(_) => false,
+        }
+    }
+}
+
 /// A custom resource as the operator's own is addressed (the client knows none by name).
 const IMMORTAL_CONTAINERS: Resource = Resource::new(
     "/apis/immortalcontainer.flugel.it/v1alpha1",

@@ -1,11 +1,7 @@
-//! An https server through an HTTP proxy: the CONNECT is ours, not ureq's, so that pooled
-//! connections are reused. ureq 2 returns a connection it tunnelled to its pool under a key
-//! without the proxy and looks it up under one with it, so through its own proxy support
-//! every request opened a tunnel and a TLS handshake of its own, and idle ones piled up.
-//!
-//! Here ureq is told nothing of the proxy: every host resolves to the proxy's address, and the
-//! TLS connector asks the proxy to CONNECT to the server before the handshake. To ureq it is
-//! a direct connection, pooled by the server's host and port.
+//! An https server through an HTTP proxy, with our own CONNECT so that tunnels are pooled
+//! (ureq 2's proxy support never reuses one: see "The API client" in docs/design.md). ureq is
+//! told nothing of the proxy: every host resolves to the proxy's address, and the TLS connector
+//! asks the proxy to CONNECT to the server before the handshake.
 
 use crate::kube::config::Proxy;
 use std::io;

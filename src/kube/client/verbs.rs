@@ -4,45 +4,33 @@
 use super::*;
 
 impl Client {
-    /// A request with a body (POST, PUT, PATCH, DELETE) within the client's request timeout,
-    /// its answer decoded as `T`.
-    fn send_body<T: DeserializeOwned>(
+    /// A request with `body` sent as JSON under `content_type`, its answer decoded as `T`.
+    fn send_json<B: Serialize, T: DeserializeOwned>(
         &self,
         method: &'static str,
         path: &str,
         content_type: &'static str,
-        body: &[u8],
+        body: &B,
     ) -> Result<T, Error> {
-        self.json(&Req {
-            method,
-            path,
-            accept: JSON,
-            body: Some((content_type, body)),
-            timeout: self.request_timeout(),
-            idle: None,
-        })
+        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
+        self.json(&Req::new(method, path, Some((content_type, &body))))
     }
 
     /// GET of any path (discovery documents), decoded as `T`.
     pub fn get_path<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
-        self.get(path)
+        self.json(&Req::new("GET", path, None))
     }
 
     pub fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, Error> {
-        self.get(&object_path(Resource::PODS, ns, name))
+        self.get_object(Resource::PODS, ns, name)
     }
 
     pub fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, Error> {
-        let body = serde_json::to_vec(pod).map_err(|e| Error::Decode(e.to_string()))?;
-        let path = collection_path(Resource::PODS, Some(ns));
-        self.send_body("POST", &path, "application/json", &body)
+        self.create(Resource::PODS, ns, pod)
     }
 
-    /// Deletes a pod only if it still has `uid`, and answers the pod as the server left it:
-    /// still there with a `deletionTimestamp` while a graceful deletion runs, or, when it was
-    /// removed at once, its last state with `deletionGracePeriodSeconds: 0` (see
-    /// [`Pod::is_removed`]). An answer that is not a pod decodes as an empty one, which reads
-    /// as "not known to be removed".
+    /// Deletes a pod only if it still has `uid`, and answers the pod as the server left it (see
+    /// [`Pod::is_removed`]); an answer that is not a pod reads as "not known to be removed".
     pub fn delete_pod(
         &self,
         ns: &str,
@@ -52,30 +40,27 @@ impl Client {
     ) -> Result<Pod, Error> {
         let body = delete_body(uid, grace);
         let path = object_path(Resource::PODS, ns, name);
-        match self.send_body::<Pod>("DELETE", &path, "application/json", body.as_bytes()) {
+        match self.json(&Req::new("DELETE", &path, Some((JSON, body.as_bytes())))) {
             Err(Error::Decode(_)) => Ok(Pod::default()),
             other => other,
         }
     }
 
-    /// Strategic merge patch of a pod (built-in kinds take it; its `$deleteFromPrimitiveList`
-    /// removes one finalizer without touching others'). A `metadata.uid` in the patch keeps it
-    /// off another pod of the name: the server refuses it as an immutable-field change (422,
-    /// see [`Error::is_uid_changed`]).
+    /// Strategic merge patch of a pod (its `$deleteFromPrimitiveList` removes one finalizer
+    /// without touching others'). A `metadata.uid` in the patch keeps it off another pod of the
+    /// name (see [`Error::is_uid_changed`]).
     pub fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<Pod, Error> {
-        let body = patch.to_string();
         let path = object_path(Resource::PODS, ns, name);
-        self.send_body(
+        self.send_json(
             "PATCH",
             &path,
             "application/strategic-merge-patch+json",
-            body.as_bytes(),
+            patch,
         )
     }
 
-    /// JSON merge patch (RFC 7386) of an object's `/status` subresource. Custom resources do
-    /// not support strategic merge patch (415, see the `*-strategic-merge-patch-unsupported`
-    /// fixture).
+    /// JSON merge patch of an object's `/status`: custom resources do not take strategic
+    /// merge patch (415, the `*-strategic-merge-patch-unsupported` fixture).
     pub fn patch_status<T: DeserializeOwned>(
         &self,
         res: Resource,
@@ -83,14 +68,8 @@ impl Client {
         name: &str,
         patch: &serde_json::Value,
     ) -> Result<T, Error> {
-        let body = patch.to_string();
         let path = format!("{}/status", object_path(res, ns, name));
-        self.send_body(
-            "PATCH",
-            &path,
-            "application/merge-patch+json",
-            body.as_bytes(),
-        )
+        self.send_json("PATCH", &path, "application/merge-patch+json", patch)
     }
 
     /// POST of any object to a namespaced collection (events, leases), decoded as `T`.
@@ -100,31 +79,25 @@ impl Client {
         ns: &str,
         body: &B,
     ) -> Result<T, Error> {
-        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
-        let path = collection_path(res, Some(ns));
-        self.send_body("POST", &path, "application/json", &body)
+        self.send_json("POST", &collection_path(res, Some(ns)), JSON, body)
     }
 
-    /// POST of any object to a cluster-scoped collection (token and access reviews), decoded
-    /// as `T`.
+    /// POST of any object to a cluster-scoped collection (token and access reviews).
     pub fn create_cluster_scoped<B: Serialize, T: DeserializeOwned>(
         &self,
         res: Resource,
         body: &B,
     ) -> Result<T, Error> {
-        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
-        let path = collection_path(res, None);
-        self.send_body("POST", &path, "application/json", &body)
+        self.send_json("POST", &collection_path(res, None), JSON, body)
     }
 
-    /// GET of any namespaced object, decoded as `T`.
     pub fn get_object<T: DeserializeOwned>(
         &self,
         res: Resource,
         ns: &str,
         name: &str,
     ) -> Result<T, Error> {
-        self.get(&object_path(res, ns, name))
+        self.get_path(&object_path(res, ns, name))
     }
 
     /// PUT (replace) of a namespaced object; the body's resourceVersion makes it conditional.
@@ -135,12 +108,9 @@ impl Client {
         name: &str,
         body: &B,
     ) -> Result<T, Error> {
-        let body = serde_json::to_vec(body).map_err(|e| Error::Decode(e.to_string()))?;
-        let path = object_path(res, ns, name);
-        self.send_body("PUT", &path, "application/json", &body)
+        self.send_json("PUT", &object_path(res, ns, name), JSON, body)
     }
 
-    /// JSON merge patch of a namespaced object.
     pub fn merge_patch<B: Serialize, T: DeserializeOwned>(
         &self,
         res: Resource,
@@ -148,26 +118,25 @@ impl Client {
         name: &str,
         patch: &B,
     ) -> Result<T, Error> {
-        let body = serde_json::to_vec(patch).map_err(|e| Error::Decode(e.to_string()))?;
         let path = object_path(res, ns, name);
-        self.send_body("PATCH", &path, "application/merge-patch+json", &body)
+        self.send_json("PATCH", &path, "application/merge-patch+json", patch)
     }
 
-    /// One page of a LIST.
     pub fn list<T: DeserializeOwned>(
         &self,
         res: Resource,
         ns: Option<&str>,
         params: &ListParams,
     ) -> Result<ListPage<T>, Error> {
-        let path = format!("{}{}", collection_path(res, ns), list_query(params));
-        self.get(&path)
+        self.get_path(&format!(
+            "{}{}",
+            collection_path(res, ns),
+            list_query(params)
+        ))
     }
 
-    /// One page of a LIST of the objects' metadata only (kube-apiserver's
-    /// `PartialObjectMetadataList`): a fraction of the bytes of whole objects, for a caller that
-    /// reads nothing else. A server that does not serve it answers whole objects, which decode
-    /// the same way.
+    /// One page of a LIST of the objects' metadata only: a fraction of the bytes of whole
+    /// objects, for a caller that reads nothing else (see [`METADATA_LIST`]).
     pub fn list_metadata(
         &self,
         res: Resource,
@@ -176,23 +145,14 @@ impl Client {
     ) -> Result<ListPage<crate::kube::types::PartialObjectMetadata>, Error> {
         let path = format!("{}{}", collection_path(res, ns), list_query(params));
         self.json(&Req {
-            method: "GET",
-            path: &path,
             accept: METADATA_LIST,
-            body: None,
-            timeout: self.request_timeout(),
-            idle: None,
+            ..Req::new("GET", &path, None)
         })
     }
 
-    /// Opens a WATCH and returns the event stream, one JSON event per line.
-    ///
-    /// Two limits catch a connection that is open but dead (its node or load balancer gone
-    /// without a reset): nothing may take longer than [`WatchParams::idle_timeout`] to arrive,
-    /// the answer's head included (the API server sends a BOOKMARK about once a minute on a
-    /// quiet watch), and no read starts after the watch's own `timeoutSeconds` plus
-    /// [`WATCH_GRACE`], so a stream that never ends, ends. Either fails the read; silence with
-    /// an error of kind `TimedOut`.
+    /// Opens a WATCH and returns the event stream, one JSON event per line. A read fails once
+    /// nothing arrived for [`WatchParams::idle_timeout`] (with `TimedOut`; the answer's head
+    /// included), or once the watch outlived its `timeoutSeconds` plus [`WATCH_GRACE`].
     pub fn watch(
         &self,
         res: Resource,
@@ -206,20 +166,13 @@ impl Client {
             d => d.min(timeout),
         };
         let resp = self.send(&Req {
-            method: "GET",
-            path: &path,
-            accept: JSON,
-            body: None,
             timeout,
             idle: Some(idle),
+            ..Req::new("GET", &path, None)
         })?;
-        let mut deadline = Instant::now() + timeout;
-        if let Some(until) = self.until {
-            deadline = deadline.min(until);
-        }
+        let deadline = self.cut(Instant::now() + timeout);
         // One TLS record's worth: the reader below hands over at most a record's plaintext per
-        // read, so a larger buffer only adds resident memory to every watch (64 KiB cost
-        // 0.1 MiB of idle RSS for the two watches).
+        // read, so a larger buffer only adds resident memory to every watch.
         Ok(Box::new(BufReader::with_capacity(
             16 * 1024,
             WatchBody {
@@ -231,9 +184,8 @@ impl Client {
     }
 }
 
-/// A watch's body: each read waits at most `idle` (the agent's socket timeout does that; a
-/// timeout is reported as `TimedOut` whatever the platform calls it), and none starts after
-/// `deadline`.
+/// A watch's body: each read waits at most `idle` (the agent's socket timeout), reported as
+/// `TimedOut`, and none starts after `deadline`.
 pub(super) struct WatchBody {
     pub(super) inner: Box<dyn Read + Send + Sync>,
     pub(super) deadline: Instant,
@@ -247,13 +199,12 @@ impl Read for WatchBody {
                 "the watch outlived its timeoutSeconds and grace",
             ));
         }
-        self.inner.read(buf).map_err(|e| match e.kind() {
-            // Unix reports a socket read timeout as WouldBlock (the socket is blocking).
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("nothing heard for {:?}", self.idle),
-            ),
-            _ => e,
+        self.inner.read(buf).map_err(|e| {
+            if !is_timeout(&e) {
+                return e;
+            }
+            let silence = format!("nothing heard for {:?}", self.idle);
+            std::io::Error::new(std::io::ErrorKind::TimedOut, silence)
         })
     }
 }

@@ -15,31 +15,20 @@ pub(super) fn in_cluster(
         host.to_string()
     };
     let server = format!("https://{host}:{port}");
-    let credentials = Credentials::token_file(
-        sa_dir.join("token"),
-        "in-cluster service account token".into(),
-    )?;
+    let what = "in-cluster service account token".to_string();
+    let credentials = Credentials::token_file(sa_dir.join("token"), what)?;
     let ca_path = sa_dir.join("ca.crt");
     let ca = read_file(&ca_path, "in-cluster service account CA")?;
     // The namespace file is optional: without it objects must name their namespace.
-    let default_namespace = std::fs::read_to_string(sa_dir.join("namespace"))
+    let namespace = std::fs::read_to_string(sa_dir.join("namespace"))
         .ok()
         .map(|ns| ns.trim().to_string())
         .filter(|ns| !ns.is_empty());
+    let ca_origin = format!("in-cluster service account CA {}", ca_path.display());
     let settings = TlsSettings {
-        ca: Some((
-            ca,
-            format!("in-cluster service account CA {}", ca_path.display()),
-        )),
-        insecure: false,
-        server_name: None,
-        client: None,
+        ca: Some((ca, ca_origin)),
+        ..TlsSettings::default()
     };
-    finish(
-        server,
-        default_namespace,
-        "in-cluster".into(),
-        credentials,
-        settings,
-    )
+    let source = "in-cluster".to_string();
+    finish(server, namespace, source, credentials, settings)
 }

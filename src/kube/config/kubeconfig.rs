@@ -2,18 +2,18 @@
 //! client-go's loading rules (first file wins, paths relative to their file).
 
 use super::*;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::DecodeError;
 
 /// A kubeconfig file as written by kubectl. Unknown fields (preferences, extensions we do not
 /// use, apiVersion, kind) are ignored; lists may be null, as kubectl writes them.
 #[derive(Deserialize, Default)]
 pub(super) struct RawConfig {
-    #[serde(default)]
     clusters: Option<Vec<Named<RawCluster>>>,
-    #[serde(default)]
     users: Option<Vec<Named<RawUser>>>,
-    #[serde(default)]
     contexts: Option<Vec<Named<RawContext>>>,
-    #[serde(default, rename = "current-context")]
+    #[serde(rename = "current-context")]
     current_context: Option<String>,
 }
 
@@ -25,7 +25,7 @@ pub(super) struct Named<T> {
     body: Option<T>,
 }
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub(super) struct RawCluster {
     server: Option<String>,
@@ -37,14 +37,14 @@ pub(super) struct RawCluster {
     extensions: Option<Vec<RawExtension>>,
 }
 
-#[derive(Deserialize, Clone)]
+#[derive(Deserialize)]
 pub(super) struct RawExtension {
     name: String,
     extension: Option<serde_yaml::Value>,
 }
 
 /// Deliberately not Debug: it holds tokens and keys.
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub(super) struct RawUser {
     token: Option<String>,
@@ -62,12 +62,12 @@ pub(super) struct RawUser {
     exec: Option<RawExec>,
 }
 
-#[derive(Deserialize, Clone)]
+#[derive(Deserialize)]
 pub(super) struct RawAuthProvider {
     name: Option<String>,
 }
 
-#[derive(Deserialize, Clone)]
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct RawExec {
     command: Option<String>,
@@ -79,13 +79,13 @@ pub(super) struct RawExec {
     interactive_mode: Option<String>,
 }
 
-#[derive(Deserialize, Clone)]
+#[derive(Deserialize)]
 pub(super) struct RawEnvVar {
     name: String,
     value: Option<String>,
 }
 
-#[derive(Deserialize, Default, Clone)]
+#[derive(Deserialize, Default)]
 pub(super) struct RawContext {
     cluster: Option<String>,
     user: Option<String>,
@@ -99,6 +99,7 @@ pub(super) struct Defined<T> {
 }
 
 /// The merge of one or more kubeconfig files.
+#[derive(Default)]
 pub(super) struct Merged {
     pub(super) files: Vec<PathBuf>,
     clusters: BTreeMap<String, Defined<RawCluster>>,
@@ -118,13 +119,7 @@ impl Merged {
 /// and context name, and for current-context, the first file that sets it wins. Missing files
 /// are an error only if `must_exist`; unreadable or malformed ones always are.
 pub(super) fn merge_files(paths: &[PathBuf], must_exist: bool) -> Result<Merged, ConfigError> {
-    let mut merged = Merged {
-        files: Vec::new(),
-        clusters: BTreeMap::new(),
-        users: BTreeMap::new(),
-        contexts: BTreeMap::new(),
-        current_context: None,
-    };
+    let mut merged = Merged::default();
     for path in paths {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
@@ -142,34 +137,27 @@ pub(super) fn merge_files(paths: &[PathBuf], must_exist: bool) -> Result<Merged,
             error,
         })?;
         merged.files.push(path.clone());
-        for c in raw.clusters.unwrap_or_default() {
-            let body = c.body.unwrap_or_default();
-            merged.clusters.entry(c.name).or_insert_with(|| Defined {
-                file: path.clone(),
-                value: body,
-            });
-        }
-        for u in raw.users.unwrap_or_default() {
-            let body = u.body.unwrap_or_default();
-            merged.users.entry(u.name).or_insert_with(|| Defined {
-                file: path.clone(),
-                value: body,
-            });
-        }
-        for c in raw.contexts.unwrap_or_default() {
-            let body = c.body.unwrap_or_default();
-            merged.contexts.entry(c.name).or_insert_with(|| Defined {
-                file: path.clone(),
-                value: body,
-            });
-        }
-        if merged.current_context.is_none() {
-            if let Some(current) = raw.current_context.filter(|c| !c.is_empty()) {
-                merged.current_context = Some((current, path.clone()));
-            }
-        }
+        add_new(&mut merged.clusters, raw.clusters, path);
+        add_new(&mut merged.users, raw.users, path);
+        add_new(&mut merged.contexts, raw.contexts, path);
+        let current = set(&raw.current_context).map(|c| (c.to_string(), path.clone()));
+        merged.current_context = merged.current_context.or(current);
     }
     Ok(merged)
+}
+
+/// Adds the entries of `file` whose names no earlier file defined.
+fn add_new<T: Default>(
+    defined: &mut BTreeMap<String, Defined<T>>,
+    entries: Option<Vec<Named<T>>>,
+    file: &Path,
+) {
+    for Named { name, body } in entries.unwrap_or_default() {
+        defined.entry(name).or_insert_with(|| Defined {
+            file: file.to_path_buf(),
+            value: body.unwrap_or_default(),
+        });
+    }
 }
 
 pub(super) fn parse_kubeconfig(text: &str) -> Result<RawConfig, String> {
@@ -205,193 +193,142 @@ pub(super) fn from_kubeconfig(
     merged: &Merged,
     context: Option<&str>,
 ) -> Result<ClusterConfig, ConfigError> {
-    let invalid = |origin: String, problem: String| ConfigError::Invalid { origin, problem };
     let (context_name, named_in) = match (context, &merged.current_context) {
         (Some(name), _) => (name.to_string(), merged.label()),
         (None, Some((name, file))) => (name.clone(), format!("kubeconfig {}", file.display())),
         (None, None) => {
-            return Err(invalid(
-                merged.label(),
-                format!(
-                    "no current-context set and no --context given (available: {})",
-                    available(&merged.contexts)
-                ),
-            ))
+            let available = available(&merged.contexts);
+            let problem =
+                format!("no current-context set and no --context given (available: {available})");
+            return Err(invalid(merged.label(), problem));
         }
     };
-    let context = merged.contexts.get(&context_name).ok_or_else(|| {
-        invalid(
-            named_in,
-            format!(
-                "context {context_name:?} not found (available: {})",
-                available(&merged.contexts)
-            ),
-        )
-    })?;
-    let context_origin = format!(
-        "kubeconfig {}, context {context_name:?}",
-        context.file.display()
-    );
+    let (context, context_origin) = find(&merged.contexts, "context", &context_name, &named_in)?;
 
-    let cluster_name = context.value.cluster.as_deref().unwrap_or_default();
-    if cluster_name.is_empty() {
-        return Err(invalid(context_origin, "no cluster set".into()));
-    }
-    let cluster = merged.clusters.get(cluster_name).ok_or_else(|| {
-        invalid(
-            context_origin.clone(),
-            format!(
-                "cluster {cluster_name:?} not found (available: {})",
-                available(&merged.clusters)
-            ),
-        )
-    })?;
-    let cluster_origin = format!(
-        "kubeconfig {}, cluster {cluster_name:?}",
-        cluster.file.display()
-    );
+    let Some(cluster_name) = set(&context.value.cluster) else {
+        return Err(invalid(context_origin, "no cluster set"));
+    };
+    let (cluster, cluster_origin) =
+        find(&merged.clusters, "cluster", cluster_name, &context_origin)?;
+    let (file, cluster) = (&cluster.file, &cluster.value);
 
-    let server = cluster.value.server.as_deref().unwrap_or_default();
+    let server = cluster.server.as_deref().unwrap_or_default();
     if server.trim().is_empty() {
-        return Err(invalid(cluster_origin, "no server set".into()));
+        return Err(invalid(cluster_origin, "no server set"));
     }
-    let server = normalize_server(server).map_err(|p| invalid(cluster_origin.clone(), p))?;
-    let insecure = cluster.value.insecure_skip_tls_verify.unwrap_or(false);
+    let server = normalize_server(server).map_err(|p| invalid(&cluster_origin, p))?;
+    let insecure = cluster.insecure_skip_tls_verify.unwrap_or(false);
     let ca = pem_from_data_or_file(
         &cluster_origin,
-        &cluster.file,
+        file,
         "certificate-authority",
-        cluster.value.certificate_authority_data.as_deref(),
-        cluster.value.certificate_authority.as_deref(),
+        cluster.certificate_authority_data.as_deref(),
+        cluster.certificate_authority.as_deref(),
     )?;
     if insecure && ca.is_some() {
         // The same refusal as client-go's transport: it is unclear which one was meant.
-        return Err(invalid(
-            cluster_origin,
-            "certificate-authority and insecure-skip-tls-verify cannot both be set".into(),
-        ));
+        let problem = "certificate-authority and insecure-skip-tls-verify cannot both be set";
+        return Err(invalid(cluster_origin, problem));
     }
-    let server_name = cluster
-        .value
-        .tls_server_name
-        .clone()
-        .filter(|n| !n.is_empty())
-        .map(|n| (n, format!("{cluster_origin}, tls-server-name")));
+    let server_name = set(&cluster.tls_server_name);
 
-    let user_name = context.value.user.as_deref().unwrap_or_default();
-    let (credentials, client) = if user_name.is_empty() {
+    let (credentials, client) = if let Some(user_name) = set(&context.value.user) {
+        let (user, user_origin) = find(&merged.users, "user", user_name, &context_origin)?;
+        let ca = ca.as_ref().map(|(pem, _)| pem.as_slice());
+        let cluster_info = exec_cluster_info(&server, cluster, ca);
+        user_credentials(&user_origin, &user.file, &user.value, &cluster_info)?
+    } else {
         // A context without a user is anonymous access; kubectl allows it.
         (Credentials::anonymous(), None)
-    } else {
-        let user = merged.users.get(user_name).ok_or_else(|| {
-            invalid(
-                context_origin.clone(),
-                format!(
-                    "user {user_name:?} not found (available: {})",
-                    available(&merged.users)
-                ),
-            )
-        })?;
-        let user_origin = format!("kubeconfig {}, user {user_name:?}", user.file.display());
-        let cluster_info = ExecClusterInfo {
-            server: &server,
-            ca: ca.as_ref().map(|(pem, _)| pem.as_slice()),
-            insecure,
-            server_name: server_name.as_ref().map(|(n, _)| n.as_str()),
-            extensions: cluster.value.extensions.as_deref(),
-        };
-        user_credentials(&user_origin, &user.file, &user.value, &cluster_info)?
     };
 
     let settings = TlsSettings {
         ca,
         insecure,
-        server_name,
+        server_name: server_name.map(|n| (n.into(), format!("{cluster_origin}, tls-server-name"))),
         client,
     };
-    let source = format!(
-        "kubeconfig {}, context {context_name}",
-        context.file.display()
-    );
-    let namespace = context.value.namespace.clone().filter(|ns| !ns.is_empty());
-    let proxy = match cluster.value.proxy_url.as_deref().filter(|u| !u.is_empty()) {
-        Some(url) => Some(proxy::from_kubeconfig(url, &cluster_origin)?),
-        None => None,
-    };
+    let file = context.file.display();
+    let source = format!("kubeconfig {file}, context {context_name}");
+    let namespace = set(&context.value.namespace).map(String::from);
+    let proxy = set(&cluster.proxy_url).map(|url| proxy::from_kubeconfig(url, &cluster_origin));
+    let proxy = proxy.transpose()?;
     let mut config = finish(server, namespace, source, credentials, settings)?;
     config.proxy = proxy;
     Ok(config)
 }
 
-/// What an exec plugin may be told about the cluster (`provideClusterInfo: true`).
-pub(super) struct ExecClusterInfo<'a> {
-    server: &'a str,
-    ca: Option<&'a [u8]>,
-    insecure: bool,
-    server_name: Option<&'a str>,
-    extensions: Option<&'a [RawExtension]>,
+/// The entry `name` and where it is defined (`kubeconfig PATH, KIND "NAME"`), or an error at
+/// `origin` that lists the names there are.
+fn find<'a, T>(
+    entries: &'a BTreeMap<String, Defined<T>>,
+    kind: &str,
+    name: &str,
+    origin: &str,
+) -> Result<(&'a Defined<T>, String), ConfigError> {
+    let Some(entry) = entries.get(name) else {
+        let available = available(entries);
+        let problem = format!("{kind} {name:?} not found (available: {available})");
+        return Err(invalid(origin, problem));
+    };
+    let defined_at = format!("kubeconfig {}, {kind} {name:?}", entry.file.display());
+    Ok((entry, defined_at))
 }
 
-impl ExecClusterInfo<'_> {
-    /// The `spec.cluster` object of client.authentication.k8s.io ExecCredential.
-    fn to_json(&self) -> serde_json::Value {
-        let mut cluster = serde_json::Map::new();
-        cluster.insert("server".into(), self.server.into());
-        if let Some(name) = self.server_name {
-            cluster.insert("tls-server-name".into(), name.into());
-        }
-        if self.insecure {
-            cluster.insert("insecure-skip-tls-verify".into(), true.into());
-        }
-        if let Some(ca) = self.ca {
-            cluster.insert(
-                "certificate-authority-data".into(),
-                base64_encode(ca).into(),
-            );
-        }
-        // Per-cluster plugin settings live in the extension named for the exec API group.
-        let config = self
-            .extensions
-            .unwrap_or_default()
-            .iter()
-            .find(|e| e.name == "client.authentication.k8s.io/exec")
-            .and_then(|e| e.extension.as_ref())
-            .and_then(|v| serde_json::to_value(v).ok());
-        if let Some(config) = config {
-            cluster.insert("config".into(), config);
-        }
-        serde_json::Value::Object(cluster)
+fn available<T>(entries: &BTreeMap<String, T>) -> String {
+    let names: Vec<&str> = entries.keys().map(String::as_str).collect();
+    if names.is_empty() {
+        return "none".to_string();
     }
+    names.join(", ")
+}
+
+/// The `spec.cluster` object of client.authentication.k8s.io ExecCredential, for plugins with
+/// `provideClusterInfo: true`.
+fn exec_cluster_info(server: &str, cluster: &RawCluster, ca: Option<&[u8]>) -> serde_json::Value {
+    let mut info = serde_json::json!({ "server": server });
+    if let Some(name) = set(&cluster.tls_server_name) {
+        info["tls-server-name"] = name.into();
+    }
+    if cluster.insecure_skip_tls_verify == Some(true) {
+        info["insecure-skip-tls-verify"] = true.into();
+    }
+    if let Some(ca) = ca {
+        info["certificate-authority-data"] = base64_encode(ca).into();
+    }
+    // Per-cluster plugin settings live in the extension named for the exec API group.
+    let mut extensions = cluster.extensions.iter().flatten();
+    let exec = extensions.find(|e| e.name == "client.authentication.k8s.io/exec");
+    let settings = exec.and_then(|e| e.extension.as_ref());
+    if let Some(config) = settings.and_then(|v| serde_json::to_value(v).ok()) {
+        info["config"] = config;
+    }
+    info
 }
 
 type UserCredentials = (Credentials, Option<ClientPair>);
 
-pub(super) fn user_credentials(
+fn user_credentials(
     origin: &str,
     file: &Path,
     user: &RawUser,
-    cluster: &ExecClusterInfo,
+    cluster_info: &serde_json::Value,
 ) -> Result<UserCredentials, ConfigError> {
-    let invalid = |problem: &str| ConfigError::Invalid {
-        origin: origin.to_string(),
-        problem: problem.to_string(),
-    };
     if let Some(provider) = &user.auth_provider {
         let name = provider.name.as_deref().unwrap_or("");
-        return Err(ConfigError::Invalid {
-            origin: origin.to_string(),
-            problem: format!(
-                "auth-provider {name:?} is not supported (it was removed from kubectl); configure an exec credential plugin instead"
-            ),
-        });
+        return Err(invalid(
+            origin,
+            format!("auth-provider {name:?} is not supported (it was removed from kubectl); configure an exec credential plugin instead"),
+        ));
     }
     if user.username.is_some() || user.password.is_some() {
         return Err(invalid(
+            origin,
             "username/password (basic auth) is not supported; use a token, client certificate or exec plugin",
         ));
     }
     if user.impersonate.is_some() {
-        return Err(invalid("impersonation (as) is not supported"));
+        return Err(invalid(origin, "impersonation (as) is not supported"));
     }
 
     let cert = pem_from_data_or_file(
@@ -416,39 +353,40 @@ pub(super) fn user_credentials(
             key_origin,
         }),
         (None, None) => None,
-        (Some(_), None) => return Err(invalid("client-certificate is set but client-key is not")),
-        (None, Some(_)) => return Err(invalid("client-key is set but client-certificate is not")),
+        (cert, _) => {
+            let (set, unset) = match cert {
+                Some(_) => ("client-certificate", "client-key"),
+                None => ("client-key", "client-certificate"),
+            };
+            return Err(invalid(origin, format!("{set} is set but {unset} is not")));
+        }
     };
 
     // A token file wins over a token (client-go: "the last successfully read value takes
     // precedence over BearerToken"), and a static token over an exec plugin (client-go's exec
     // round-tripper leaves an Authorization header that is already set alone).
-    let credentials = if let Some(token_file) = user.token_file.as_deref().filter(|t| !t.is_empty())
-    {
+    let credentials = if let Some(token_file) = set(&user.token_file) {
         Credentials::token_file(resolve(file, token_file), format!("{origin}, tokenFile"))?
-    } else if let Some(token) = user.token.as_deref().filter(|t| !t.is_empty()) {
+    } else if let Some(token) = set(&user.token) {
         Credentials::token(token.trim().to_string())
     } else if let Some(exec) = &user.exec {
-        Credentials::exec(exec_config(origin, file, exec, cluster)?)?
+        Credentials::exec(exec_config(origin, file, exec, cluster_info)?)?
     } else {
         Credentials::anonymous()
     };
     Ok((credentials, client))
 }
 
-pub(super) fn exec_config(
+fn exec_config(
     origin: &str,
     file: &Path,
     exec: &RawExec,
-    cluster: &ExecClusterInfo,
+    cluster_info: &serde_json::Value,
 ) -> Result<ExecConfig, ConfigError> {
     let origin = format!("{origin}, exec");
     let command = exec.command.as_deref().unwrap_or_default();
     if command.is_empty() {
-        return Err(ConfigError::Invalid {
-            origin,
-            problem: "no command set".into(),
-        });
+        return Err(invalid(origin, "no command set"));
     }
     // client-go: a command containing a path separator is relative to the kubeconfig's
     // directory; a bare name is looked up in PATH.
@@ -457,30 +395,29 @@ pub(super) fn exec_config(
     } else {
         command.into()
     };
+    let env = exec.env.iter().flatten();
     Ok(ExecConfig {
         origin,
         command,
         args: exec.args.clone().unwrap_or_default(),
-        env: exec
-            .env
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|v| (v.name, v.value.unwrap_or_default()))
+        env: env
+            .map(|v| (v.name.clone(), v.value.clone().unwrap_or_default()))
             .collect(),
         api_version: exec.api_version.clone().unwrap_or_default(),
-        install_hint: exec.install_hint.clone().filter(|h| !h.is_empty()),
-        interactive_mode: exec.interactive_mode.clone().filter(|m| !m.is_empty()),
-        cluster: exec
-            .provide_cluster_info
-            .unwrap_or(false)
-            .then(|| cluster.to_json()),
+        install_hint: set(&exec.install_hint).map(String::from),
+        interactive_mode: set(&exec.interactive_mode).map(String::from),
+        cluster: (exec.provide_cluster_info == Some(true)).then(|| cluster_info.clone()),
     })
+}
+
+/// A field's value, if it is set: kubectl treats an empty one as unset.
+fn set(field: &Option<String>) -> Option<&str> {
+    field.as_deref().filter(|s| !s.is_empty())
 }
 
 /// PEM from `FIELD-data` (base64, wins like in client-go) or from the file `FIELD` names.
 /// Returns the bytes and where they came from, for error messages.
-pub(super) fn pem_from_data_or_file(
+fn pem_from_data_or_file(
     origin: &str,
     file: &Path,
     field: &str,
@@ -489,10 +426,7 @@ pub(super) fn pem_from_data_or_file(
 ) -> Result<Option<(Vec<u8>, String)>, ConfigError> {
     if let Some(data) = data.filter(|d| !d.trim().is_empty()) {
         let origin = format!("{origin}, {field}-data");
-        let pem = base64_decode(data).map_err(|problem| ConfigError::Invalid {
-            origin: origin.clone(),
-            problem,
-        })?;
+        let pem = base64_decode(data).map_err(|problem| invalid(&origin, problem))?;
         return Ok(Some((pem, origin)));
     }
     if let Some(path) = path.filter(|p| !p.is_empty()) {
@@ -502,6 +436,41 @@ pub(super) fn pem_from_data_or_file(
         return Ok(Some((pem, format!("{what} {}", path.display()))));
     }
     Ok(None)
+}
+
+/// Standard alphabet, padding checked by [`base64_decode`]; stray low bits in the last
+/// character are accepted, as Go's `encoding/base64` (client-go's decoder) accepts them.
+const LENIENT: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// Decodes a `*-data` field: standard base64, padding optional, whitespace ignored (a field
+/// folded over lines). Errors name the offset in `input`, never the content.
+pub(super) fn base64_decode(input: &str) -> Result<Vec<u8>, String> {
+    let is_data = |(_, b): &(usize, u8)| !matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    // Every byte that is not whitespace, with its offset in `input`.
+    let kept: Vec<(usize, u8)> = input.bytes().enumerate().filter(is_data).collect();
+    let offset = |i: usize| kept.get(i).map_or(input.len(), |&(o, _)| o);
+    let data: Vec<u8> = kept.iter().map(|&(_, b)| b).collect();
+    let data_len = data.iter().position(|&b| b == b'=').unwrap_or(data.len());
+    if let Some(i) = data[data_len..].iter().position(|&b| b != b'=') {
+        let at = offset(data_len + i);
+        return Err(format!("invalid base64: data after padding at offset {at}"));
+    }
+    let truncated = || "invalid base64: truncated input".to_string();
+    if data.len() - data_len > 2 {
+        return Err(truncated());
+    }
+    LENIENT.decode(&data[..data_len]).map_err(|e| match e {
+        DecodeError::InvalidByte(i, _) => {
+            let at = offset(i);
+            format!("invalid base64: unexpected character at offset {at}")
+        }
+        _ => truncated(),
+    })
 }
 
 pub(super) fn read_file(path: &Path, what: &str) -> Result<Vec<u8>, ConfigError> {
@@ -514,7 +483,7 @@ pub(super) fn read_file(path: &Path, what: &str) -> Result<Vec<u8>, ConfigError>
 
 /// A path from a kubeconfig: relative ones are relative to the directory of the file that
 /// contains them (client-go's `ResolvePaths`).
-pub(super) fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
+fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
     let path = Path::new(path);
     if path.is_absolute() {
         return path.to_path_buf();
@@ -529,7 +498,7 @@ pub(super) fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
 
 /// `https://host:port[/prefix]` without a trailing slash. A bare `host:port` means https, as in
 /// client-go's `DefaultServerURL`.
-pub(super) fn normalize_server(server: &str) -> Result<String, String> {
+fn normalize_server(server: &str) -> Result<String, String> {
     let server = server.trim();
     let url = if server.contains("://") {
         server.to_string()
@@ -552,15 +521,4 @@ pub(super) fn normalize_server(server: &str) -> Result<String, String> {
         return Err(format!("server {server:?} is not a valid URL: {why}"));
     }
     Ok(url.trim_end_matches('/').to_string())
-}
-
-pub(super) fn available<T>(entries: &BTreeMap<String, T>) -> String {
-    if entries.is_empty() {
-        return "none".to_string();
-    }
-    entries
-        .keys()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -1,9 +1,5 @@
-//! Finds the cluster to talk to: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config` or the
-//! in-cluster service account, in client-go's order (here), from kubeconfig files
-//! (`kubeconfig.rs`) or the pod's service account (`in_cluster.rs`).
-//!
-//! Not here: keeping credentials fresh (`auth`), building TLS configurations (`tls`), or
-//! sending anything (`client`). A [`ClusterConfig`] is where they meet.
+//! Finds the cluster to talk to, in client-go's order: `--kubeconfig`, `KUBECONFIG`,
+//! `~/.kube/config` (`kubeconfig.rs`), the in-cluster service account (`in_cluster.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,18 +7,17 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use base64::Engine;
 use serde::Deserialize;
 
 use crate::kube::auth::{self, redact_values, Credentials, ExecConfig, PemPair};
 use crate::kube::tls::{self, TlsError};
 use crate::util::lock;
 
-mod base64;
 mod in_cluster;
 mod kubeconfig;
 mod proxy;
 
-pub(crate) use base64::{base64_decode, base64_encode};
 use in_cluster::*;
 use kubeconfig::*;
 pub use proxy::{Proxy, ProxyEnv};
@@ -115,17 +110,19 @@ impl fmt::Display for ConfigError {
                 write!(f, "{what}: cannot read {}: {error}", path.display())
             }
             ConfigError::Parse { path, error } => {
-                write!(
-                    f,
-                    "kubeconfig {}: invalid kubeconfig: {error}",
-                    path.display()
-                )
+                let path = path.display();
+                write!(f, "kubeconfig {path}: invalid kubeconfig: {error}")
             }
             ConfigError::Invalid { origin, problem } => write!(f, "{origin}: {problem}"),
             ConfigError::Tls { origin, error } => write!(f, "{origin}: {error}"),
             ConfigError::Credentials(e) => write!(f, "{e}"),
         }
     }
+}
+
+fn invalid(origin: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    let (origin, problem) = (origin.into(), problem.into());
+    ConfigError::Invalid { origin, problem }
 }
 
 impl From<auth::Error> for ConfigError {
@@ -200,47 +197,39 @@ impl ClusterConfig {
     /// certificate-authority (or server name) for this server; a handshake the server refused
     /// with an alert means it does not take our client certificate.
     pub fn tls_misconfigured(&self, e: &rustls::Error) -> Option<String> {
-        let server = &self.server;
-        match e {
-            rustls::Error::InvalidCertificate(
-                rustls::CertificateError::NotValidForName
-                | rustls::CertificateError::NotValidForNameContext { .. },
-            ) => Some(match &self.tls.server_name {
-                Some((_, origin)) => format!(
-                    "{origin}: the API server's certificate is not valid for this name ({e})"
-                ),
-                None => format!(
-                    "{}: the API server's certificate is not valid for the host in server {server} ({e}); set tls-server-name to a name it is valid for",
-                    self.source
-                ),
-            }),
-            rustls::Error::InvalidCertificate(_) => Some(match &self.tls.ca {
+        use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
+        let (server, source) = (&self.server, &self.source);
+        let line = match e {
+            rustls::Error::InvalidCertificate(NotValidForName | NotValidForNameContext { .. }) => {
+                match &self.tls.server_name {
+                    Some((_, origin)) => format!(
+                        "{origin}: the API server's certificate is not valid for this name ({e})"
+                    ),
+                    None => format!(
+                        "{source}: the API server's certificate is not valid for the host in server {server} ({e}); set tls-server-name to a name it is valid for"
+                    ),
+                }
+            }
+            rustls::Error::InvalidCertificate(_) => match &self.tls.ca {
                 Some((_, origin)) => format!(
                     "{origin}: the API server at {server} has a certificate this certificate authority does not verify ({e}); is it this cluster's CA?"
                 ),
                 None => format!(
-                    "{}: the system's CA bundle does not verify the certificate of the API server at {server} ({e}); set certificate-authority to the cluster's CA",
-                    self.source
+                    "{source}: the system's CA bundle does not verify the certificate of the API server at {server} ({e}); set certificate-authority to the cluster's CA"
                 ),
-            }),
-            rustls::Error::AlertReceived(_) => Some(match &self.tls.client {
+            },
+            rustls::Error::AlertReceived(_) => match &self.tls.client {
                 Some(pair) => format!(
                     "{}: the API server at {server} refused the TLS handshake ({e}); does the cluster's CA sign this client certificate?",
                     pair.cert_origin
                 ),
                 None => format!(
-                    "{}: the API server at {server} refused the TLS handshake ({e})",
-                    self.source
+                    "{source}: the API server at {server} refused the TLS handshake ({e})"
                 ),
-            }),
-            _ => None,
-        }
-    }
-
-    /// Whether this config came from the in-cluster service account.
-    #[cfg(test)]
-    pub fn in_cluster(&self) -> bool {
-        self.source == "in-cluster"
+            },
+            _ => return None,
+        };
+        Some(line)
     }
 }
 
@@ -262,59 +251,43 @@ pub fn load_with_env(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, Con
 }
 
 fn load_source(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, ConfigError> {
+    let context = opts.context.as_deref();
     if let Some(path) = &opts.kubeconfig {
-        let merged = merge_files(std::slice::from_ref(path), true)?;
-        return from_kubeconfig(&merged, opts.context.as_deref());
+        return from_kubeconfig(&merge_files(std::slice::from_ref(path), true)?, context);
     }
-
-    let mut tried = Vec::new();
-    if let Some(var) = env.kubeconfig_var.as_deref() {
-        // Empty entries ("a::b", a trailing ':') are ignored, as kubectl does.
-        let paths: Vec<PathBuf> = var
-            .split(':')
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-            .collect();
-        if !paths.is_empty() {
-            let merged = merge_files(&paths, false)?;
-            if !merged.files.is_empty() {
-                return from_kubeconfig(&merged, opts.context.as_deref());
-            }
-            tried.push(format!("none of the files in KUBECONFIG={var} exist"));
+    // Empty entries ("a::b", a trailing ':') are ignored, as kubectl does.
+    let listed = env.kubeconfig_var.iter().flat_map(|var| var.split(':'));
+    let listed: Vec<PathBuf> = listed
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    // The files to read, and what to say when none of them exists.
+    let (paths, missing) = match (&env.kubeconfig_var, &env.home) {
+        (Some(var), _) if !listed.is_empty() => (
+            listed,
+            format!("none of the files in KUBECONFIG={var} exist"),
+        ),
+        (_, Some(home)) => {
+            let path = home.join(".kube").join("config");
+            let missing = format!("{} does not exist", path.display());
+            (vec![path], missing)
         }
+        (_, None) => (Vec::new(), "HOME is not set".to_string()),
+    };
+    let merged = merge_files(&paths, false)?;
+    if !merged.files.is_empty() {
+        return from_kubeconfig(&merged, context);
     }
-    if tried.is_empty() {
-        match &env.home {
-            Some(home) => {
-                let path = home.join(".kube").join("config");
-                let merged = merge_files(std::slice::from_ref(&path), false)?;
-                if !merged.files.is_empty() {
-                    return from_kubeconfig(&merged, opts.context.as_deref());
-                }
-                tried.push(format!("{} does not exist", path.display()));
-            }
-            None => tried.push("HOME is not set".to_string()),
-        }
-    }
-
-    if let Some(context) = &opts.context {
+    if let Some(context) = context {
         return Err(ConfigError::NoConfiguration(format!(
-            "--context {context:?} given but no kubeconfig was found ({})",
-            tried.join(", ")
+            "--context {context:?} given but no kubeconfig was found ({missing})"
         )));
     }
     match (&env.service_host, &env.service_port) {
         (Some(host), Some(port)) => in_cluster(host, port, &env.sa_dir),
-        _ => {
-            tried.push(
-                "not in a cluster (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT unset)"
-                    .to_string(),
-            );
-            Err(ConfigError::NoConfiguration(format!(
-                "no --kubeconfig given, {}",
-                tried.join(", ")
-            )))
-        }
+        _ => Err(ConfigError::NoConfiguration(format!(
+            "no --kubeconfig given, {missing}, not in a cluster (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT unset)"
+        ))),
     }
 }
 
@@ -342,6 +315,7 @@ fn finish(
 }
 
 /// TLS inputs, each with where it came from so a bad one can be named.
+#[derive(Default)]
 struct TlsSettings {
     ca: Option<(Vec<u8>, String)>,
     insecure: bool,
@@ -365,11 +339,8 @@ struct BuiltTls {
 impl TlsSettings {
     /// A client config; a certificate from an exec plugin replaces the kubeconfig's one, as in
     /// client-go.
-    fn build(
-        &self,
-        exec_pair: Option<&ClientPair>,
-    ) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
-        let pair = exec_pair.or(self.client.as_ref());
+    fn build(&self, exec: Option<&ClientPair>) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
+        let pair = exec.or(self.client.as_ref());
         let result = tls::client_config(
             self.ca.as_ref().map(|(pem, _)| pem.as_slice()),
             self.insecure,
@@ -386,12 +357,15 @@ impl TlsSettings {
                 }
                 _ => None,
             };
-            ConfigError::Tls {
-                origin: origin.unwrap_or_else(|| "tls".into()),
-                error,
-            }
+            let origin = origin.unwrap_or_else(|| "tls".into());
+            ConfigError::Tls { origin, error }
         })
     }
+}
+
+/// Standard base64 with padding (certificate data handed to exec plugins, proxy credentials).
+pub(crate) fn base64_encode(input: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(input)
 }
 
 #[cfg(test)]

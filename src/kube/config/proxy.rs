@@ -1,13 +1,8 @@
-//! Which HTTP proxy, if any, carries the connections to the API server, as client-go decides.
-//!
-//! A cluster's `proxy-url` is used always (client-go's `rest.Config.Proxy`). Without one, the
-//! environment's `HTTPS_PROXY` (for an `https://` server) or `HTTP_PROXY` (for `http://`) is,
-//! upper case first, then lower, except for `localhost`, a loopback address, or a host that
-//! `NO_PROXY` names: Go's `http.ProxyFromEnvironment`, which client-go's transport uses.
-//! Only `http://` proxies are supported (HTTP CONNECT for an https server): ureq 2 takes SOCKS
-//! only with a feature of its own, and no proxy over TLS at all.
+//! Which HTTP proxy, if any, carries the connections to the API server, as client-go decides:
+//! the cluster's `proxy-url`, else Go's `http.ProxyFromEnvironment`. Only `http://` proxies
+//! (HTTP CONNECT): ureq 2 takes SOCKS only with a feature of its own, and no proxy over TLS.
 
-use super::ConfigError;
+use super::{invalid, ConfigError};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -62,15 +57,14 @@ impl fmt::Debug for Proxy {
     }
 }
 
-/// The cluster's `proxy-url`, set at `origin`.
+/// The cluster's `proxy-url`, set at `origin`, for any server (client-go's `rest.Config.Proxy`).
 pub(super) fn from_kubeconfig(url: &str, origin: &str) -> Result<Proxy, ConfigError> {
-    parse(url, false).map_err(|problem| ConfigError::Invalid {
-        origin: format!("{origin}, proxy-url"),
-        problem,
-    })
+    parse(url, false).map_err(|problem| invalid(format!("{origin}, proxy-url"), problem))
 }
 
-/// The environment's proxy for `server` (`https://host:port[/prefix]`), if it takes one.
+/// The environment's proxy for `server` (`https://host:port[/prefix]`), if it takes one:
+/// `HTTPS_PROXY` for an `https://` server, `HTTP_PROXY` for `http://`, except for `localhost`,
+/// a loopback address, or a host that `NO_PROXY` names.
 pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, ConfigError> {
     let (var, value) = if server.starts_with("https://") {
         ("HTTPS_PROXY", &env.https_proxy)
@@ -84,12 +78,8 @@ pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, Co
     if is_loopback(&host) || no_proxy_matches(env.no_proxy.as_deref(), &host, port) {
         return Ok(None);
     }
-    parse(value, true)
-        .map(Some)
-        .map_err(|problem| ConfigError::Invalid {
-            origin: format!("environment variable {var}"),
-            problem,
-        })
+    let proxy = parse(value, true).map_err(|p| invalid(format!("environment variable {var}"), p));
+    proxy.map(Some)
 }
 
 /// An `http://[user:password@]host[:port]` proxy URL; from the environment a bare
@@ -141,12 +131,8 @@ fn host_and_port(server: &str) -> (String, u16) {
         Some((h, p)) if !p.ends_with(']') => (h, p.parse().unwrap_or(default)),
         _ => (authority, default),
     };
-    (
-        host.trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase(),
-        port,
-    )
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host.to_ascii_lowercase(), port)
 }
 
 /// Go's `useProxy`: never for `localhost` or a loopback address.

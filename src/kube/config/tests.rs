@@ -116,7 +116,7 @@ fn token_user_gets_bearer_header_and_context_namespace() {
         config.source,
         format!("kubeconfig {}, context test", path.display())
     );
-    assert!(!config.in_cluster());
+    assert_ne!(config.source, "in-cluster");
     assert_eq!(
         config.credentials.authorization().unwrap().as_deref(),
         Some("Bearer abc.def")
@@ -782,7 +782,7 @@ fn in_cluster_uses_service_account_files() {
     // The home directory exists but has no kubeconfig: fall through to in-cluster.
     env.home = Some(dir.0.clone());
     let config = load_with_env(&LoadOptions::default(), &env).unwrap();
-    assert!(config.in_cluster());
+    assert_eq!(config.source, "in-cluster");
     assert_eq!(config.server, "https://10.96.0.1:443");
     assert_eq!(config.source, "in-cluster");
     assert_eq!(config.default_namespace.as_deref(), Some("operators"));
@@ -812,9 +812,8 @@ fn kubeconfig_variable_naming_only_missing_files_falls_back_to_in_cluster() {
     env.sa_dir = service_account(&dir, "t");
     env.service_host = Some("10.96.0.1".into());
     env.service_port = Some("443".into());
-    assert!(load_with_env(&LoadOptions::default(), &env)
-        .unwrap()
-        .in_cluster());
+    let config = load_with_env(&LoadOptions::default(), &env).unwrap();
+    assert_eq!(config.source, "in-cluster");
 
     env.service_host = None;
     let text = load_with_env(&LoadOptions::default(), &env)

@@ -1,18 +1,12 @@
 //! Who may read `/metrics`: the caller's bearer token is checked with a TokenReview, and the user
 //! it names with a SubjectAccessReview for `get` on the non-resource URL `/metrics`, as
-//! controller-runtime's `WithAuthenticationAndAuthorization` filter (kubebuilder's default) and
-//! kube-rbac-proxy do. Prometheus is let in by binding it the `metrics-reader` ClusterRole
-//! (config/rbac/metrics_reader_role.yaml); the operator needs `create` on both reviews
-//! (config/rbac/metrics_auth_role.yaml).
-//!
-//! Decisions are cached for a short while by a SHA-256 digest of the token (never the token
-//! itself): without the cache every scrape costs two API requests. Allowed for a minute,
-//! controller-runtime's token cache TTL, so a revoked token or a removed binding stops working
-//! within one; denied (401 or 403) for 30 seconds, its deny TTL, so a binding just created takes
-//! effect soon. A failed review is not cached: the next scrape asks again.
+//! controller-runtime's `WithAuthenticationAndAuthorization` filter (kubebuilder's default) does
+//! (docs/operating.md, "Who may read the metrics"). Decisions are cached by a SHA-256 digest of
+//! the token, never the token: without the cache every scrape costs two API requests.
 
 use crate::kube::client::{self, Client, Resource};
-use serde_json::{json, Map, Value};
+use crate::util;
+use serde_json::{json, Value};
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,9 +15,10 @@ use std::time::{Duration, Instant};
 pub const PATH: &str = "/metrics";
 const VERB: &str = "get";
 
-/// How long a decision is reused (see the module comment for why these).
-pub const ALLOW_TTL: Duration = Duration::from_secs(60);
-pub const DENY_TTL: Duration = Duration::from_secs(30);
+/// How long a decision is reused, controller-runtime's TTLs: a revoked token or a removed binding
+/// stops working within a minute, and a binding just created takes effect within 30 s.
+const ALLOW_TTL: Duration = Duration::from_secs(60);
+const DENY_TTL: Duration = Duration::from_secs(30);
 /// Tokens remembered at most: a few scrapers each; more only when someone sends made-up
 /// tokens, which the cache cannot help with anyway.
 const CACHE_ENTRIES: usize = 64;
@@ -136,29 +131,23 @@ impl MetricsAuth {
         if status["authenticated"] != Value::Bool(true) {
             return Ok(Verdict::Unauthenticated);
         }
-        // Who the token is (authentication.k8s.io/v1 UserInfo), passed on as is.
         let user = &status["user"];
         let username = user["username"].as_str().unwrap_or("").to_string();
-        let mut spec = Map::new();
-        for (from, to) in [
-            ("username", "user"),
-            ("uid", "uid"),
-            ("groups", "groups"),
-            ("extra", "extra"),
-        ] {
-            if let Some(v) = user.get(from).filter(|v| !v.is_null()) {
-                spec.insert(to.into(), v.clone());
-            }
-        }
-        spec.insert(
-            "nonResourceAttributes".into(),
-            json!({ "path": PATH, "verb": VERB }),
-        );
-        let access_review = json!({
+        let mut access_review = json!({
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
-            "spec": spec,
+            "spec": {
+                "user": user["username"],
+                "uid": user["uid"],
+                "groups": user["groups"],
+                "extra": user["extra"],
+                "nonResourceAttributes": { "path": PATH, "verb": VERB },
+            },
         });
+        // Who the token is (authentication.k8s.io/v1 UserInfo) passed on as is, less what it lacks.
+        if let Some(spec) = access_review["spec"].as_object_mut() {
+            spec.retain(|_, v| !v.is_null());
+        }
         let answer: Value = self
             .within(deadline)?
             .create_cluster_scoped(Resource::SUBJECT_ACCESS_REVIEWS, &access_review)
@@ -183,7 +172,7 @@ impl MetricsAuth {
     }
 
     fn cached(&self, digest: &[u8; 32]) -> Option<Verdict> {
-        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = util::lock(&self.cache);
         let now = Instant::now();
         cache
             .iter()
@@ -192,7 +181,7 @@ impl MetricsAuth {
     }
 
     fn remember(&self, token_digest: [u8; 32], verdict: Verdict, ttl: Duration) {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = util::lock(&self.cache);
         let now = Instant::now();
         cache.retain(|e| e.expires > now && e.token_digest != token_digest);
         if cache.len() >= CACHE_ENTRIES {
@@ -219,9 +208,7 @@ fn bearer_token(header: &str) -> Option<&str> {
 
 fn token_digest(token: &str) -> [u8; 32] {
     let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-    let mut out = [0u8; 32];
-    out.copy_from_slice(d.as_ref());
-    out
+    d.as_ref().try_into().expect("a SHA-256 digest is 32 bytes")
 }
 
 #[cfg(test)]

@@ -1,27 +1,16 @@
 //! The operator's own small HTTP endpoints: `/metrics` (Prometheus text, over HTTPS for callers
-//! the API server vouches for, see [`crate::runtime::serve::auth`]) and the plain-HTTP `/healthz` and
-//! `/readyz` probes the Deployment points the kubelet at.
+//! the API server vouches for, see [`auth`]) and the plain-HTTP `/healthz` and `/readyz` probes
+//! the Deployment points the kubelet at.
 //!
 //! Any pod in the cluster can connect to both, so nothing a client sends may cost more than a
-//! fixed amount, and nothing sent to the metrics port may delay a probe:
-//! - each listener has its own accept thread and at most [`MAX_CONNECTIONS`] connection
-//!   threads, [`MAX_PER_PEER`] of them for one client address; a connection beyond either is
-//!   closed at once, without reading it (so one pod holding its share cannot keep the kubelet,
-//!   which probes from the node's address, out);
-//! - a request head (request line and headers) may be [`MAX_HEAD`] bytes; a longer one is
-//!   answered 431 and the connection closed, so a line without end costs 8 KiB, not memory
-//!   without bound (a 200 MiB line took the operator past its 64 MiB limit before);
-//! - a whole exchange (TLS handshake, head, the access reviews, the answer) must end by a
-//!   deadline fixed when the connection is accepted, so a client trickling a byte at a time
-//!   holds its thread no longer than that: [`PROBE_DEADLINE`], [`METRICS_DEADLINE`].
+//! fixed amount, and nothing sent to the metrics port may delay a probe: each listener serves at
+//! most [`MAX_CONNECTIONS`] connections ([`MAX_PER_PEER`] per client address) on threads of its
+//! own and closes the rest unread, reads at most [`MAX_HEAD`] bytes of request head, and ends
+//! every exchange by a deadline fixed at accept (docs/operating.md, "Metrics and probes").
+//! One request per connection, blocking I/O: scrapes and probes are a few per minute.
 //!
-//! One request per connection (`Connection: close`): scrapes and probes are a few per minute,
-//! so plain blocking I/O on short-lived threads is all this needs, and costs nothing at idle.
-//!
-//! Written here because no crate weighed keeps those limits: `tiny_http` 0.12 (the blocking
-//! server `rouille` builds on) caps neither connections nor connections per peer and has no
-//! deadline for a whole exchange, and its TLS is rustls 0.20, a second rustls beside ours;
-//! `hyper`, `axum` and `actix-web` need an async runtime, which the design leaves out.
+//! Hand-written because no crate weighed keeps those limits: `tiny_http` (no connection caps, no
+//! exchange deadline), `hyper`, `axum` and `actix-web` (an async runtime, which the design omits).
 
 pub mod auth;
 pub mod tls;
@@ -38,29 +27,20 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Largest request head read, in bytes. The kubelet's and Prometheus' requests are a few
-/// hundred bytes, a bearer token included; Go's net/http allows 1 MiB, nginx 8 KiB per line.
+/// Largest request head read, in bytes; the kubelet's and Prometheus' take a few hundred.
 pub const MAX_HEAD: usize = 8 * 1024;
-
-/// Connections served at once per listener: each is a short-lived thread with an 8 KiB
-/// buffer, so 8 cost well under 1 MiB even when all are held.
+/// Connections served at once per listener: 8 threads with an 8 KiB buffer each, under 1 MiB.
 pub const MAX_CONNECTIONS: usize = 8;
-
-/// Connections served at once per client address. The kubelet sends at most two probes at a
-/// time (liveness, readiness), and Prometheus one scrape per target.
+/// Connections served at once per client address: the kubelet sends at most two probes at a
+/// time (liveness, readiness), Prometheus one scrape per target.
 pub const MAX_PER_PEER: usize = 2;
-
-/// A probe exchange must be over by then: the kubelet gives up after the probe's
-/// `timeoutSeconds` (1 s, the default our Deployment keeps) anyway.
+/// The kubelet gives up after the probe's `timeoutSeconds` (1 s, our Deployment's) anyway.
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(2);
-
-/// A metrics exchange must be over by then, the TokenReview and SubjectAccessReview included:
-/// Prometheus' default scrape timeout is 10 s.
+/// Prometheus' default scrape timeout; the TokenReview and SubjectAccessReview count in it.
 pub const METRICS_DEADLINE: Duration = Duration::from_secs(10);
 
-/// After answering 431 the connection is closed only once the client's pending bytes are read
-/// (at most this many, for at most [`LINGER_TIME`]): closing a socket with unread data sends a
-/// reset, which would make the client lose the answer. Go's net/http does the same.
+/// After a 431 the client's pending bytes are read (this many, for this long at most) before
+/// closing, as Go's net/http does: closing with unread data sends a reset, losing the answer.
 const LINGER_BYTES: usize = 64 * 1024;
 const LINGER_TIME: Duration = Duration::from_millis(250);
 
@@ -73,8 +53,7 @@ pub struct Health {
     pub dead: AtomicBool,
     /// Resources watched, one watcher each.
     pub resources: Vec<&'static str>,
-    /// The watchers' idle limit (`--watch-idle-timeout`): a watch is live while open and heard
-    /// from within it, and one not live for longer than it makes the operator unready.
+    /// `--watch-idle-timeout`: a watch not live for longer than it makes the operator unready.
     pub watch_idle_timeout: Duration,
 }
 
@@ -95,10 +74,8 @@ impl Health {
         Ok(())
     }
 
-    /// Ready once every first list completed, and unless a watch has not been live (open, and
-    /// heard from within the idle limit) for longer than the idle limit: a watch that went
-    /// silent is given up at the limit, and if it cannot be opened again within one more, the
-    /// operator says so. Watches run on a standby replica too, so it is ready as well.
+    /// Ready once every first list completed, unless a watch has not been live (open, and heard
+    /// from within the idle limit) for longer than the idle limit. A standby is ready too.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
         let (synced, all) = (self.synced.load(Ordering::Relaxed), self.resources.len());
@@ -109,11 +86,8 @@ impl Health {
         }
         let idle = self.watch_idle_timeout;
         for r in &self.resources {
-            match liveness::down_for(r, idle) {
-                Some(d) if d > idle => {
-                    return Err(format!("{r} watch not live for {}s", d.as_secs()))
-                }
-                _ => {}
+            if let Some(d) = liveness::down_for(r, idle).filter(|d| *d > idle) {
+                return Err(format!("{r} watch not live for {}s", d.as_secs()));
             }
         }
         Ok(())
@@ -126,11 +100,9 @@ pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
     if s == "0" || s.is_empty() {
         return Ok(None);
     }
-    let full = if s.starts_with(':') {
-        format!("[::]{s}")
-    } else {
-        s.to_string()
-    };
+    let full = s
+        .strip_prefix(':')
+        .map_or(s.to_string(), |port| format!("[::]:{port}"));
     full.parse()
         .map(Some)
         .map_err(|_| format!("invalid bind address {s:?} (want HOST:PORT, :PORT or 0)"))
@@ -224,39 +196,29 @@ impl Limits {
     };
 }
 
-/// Binds `addr` as Go's `net.Listen` does. The IPv6 wildcard (`:PORT`) accepts both address
-/// families, as an IPv6-only or IPv6-primary cluster's kubelet needs: Linux makes `[::]`
-/// dual-stack unless `net.ipv6.bindv6only` is set, so `0.0.0.0` on the same port is bound too
-/// only where it is still free (that host), and alone where the host has no IPv6 at all.
+/// Binds `addr` as Go's `net.Listen` does: the IPv6 wildcard accepts both address families (an
+/// IPv6 cluster's kubelet needs it). Linux makes `[::]` dual-stack unless `bindv6only` is set, so
+/// `0.0.0.0` is bound too where still free (that host), and alone on a host without IPv6.
 fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
-    let any6 = addr.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED);
-    let any4 = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), addr.port());
+    use io::ErrorKind::{AddrInUse, PermissionDenied};
+    let any4 = |port| TcpListener::bind(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
+    if addr.ip() != IpAddr::V6(Ipv6Addr::UNSPECIFIED) {
+        return Ok(vec![TcpListener::bind(addr)?]);
+    }
     let v6 = match TcpListener::bind(addr) {
         Ok(l) => l,
-        Err(e)
-            if any6
-                && !matches!(
-                    e.kind(),
-                    io::ErrorKind::AddrInUse | io::ErrorKind::PermissionDenied
-                ) =>
-        {
-            return Ok(vec![TcpListener::bind(any4)?]);
+        Err(e) if !matches!(e.kind(), AddrInUse | PermissionDenied) => {
+            return Ok(vec![any4(addr.port())?])
         }
         Err(e) => return Err(e),
     };
-    if !any6 {
-        return Ok(vec![v6]);
-    }
     // Taken by the dual-stack socket itself (AddrInUse) on an ordinary host.
-    let any4 = SocketAddr::new(any4.ip(), v6.local_addr()?.port());
-    match TcpListener::bind(any4) {
-        Ok(v4) => Ok(vec![v6, v4]),
-        Err(_) => Ok(vec![v6]),
-    }
+    let v4 = any4(v6.local_addr()?.port()).ok();
+    Ok(std::iter::once(v6).chain(v4).collect())
 }
 
 /// Binds `addr` (see [`bind`]); an accept thread per socket hands each connection to `serve`
-/// on a thread of its own, within `limits`, and closes the rest at once.
+/// on a thread of its own, within `limits` (shared by the sockets), and closes the rest at once.
 fn listen(
     addr: SocketAddr,
     name: &'static str,
@@ -268,50 +230,39 @@ fn listen(
     let serve = Arc::new(serve);
     let open = Arc::new(Open::default());
     for listener in listeners {
-        accept(listener, name, limits, serve.clone(), open.clone())?;
+        let (serve, open) = (serve.clone(), open.clone());
+        thread::Builder::new()
+            .name(format!("http-{name}"))
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    let conn = match conn {
+                        Ok(c) => c,
+                        Err(e) => {
+                            // Out of file descriptors, or a connection reset before it was
+                            // accepted: pause instead of spinning on an error that repeats.
+                            log::debug!(target: "serve", endpoint = name, error = e.to_string().as_str(); "accept failed");
+                            thread::sleep(Duration::from_millis(50));
+                            continue;
+                        }
+                    };
+                    let Some(slot) = conn.peer_addr().ok().and_then(|p| open.take(p.ip(), limits))
+                    else {
+                        log::debug!(target: "serve", endpoint = name; "connection limit reached; closing a new connection");
+                        continue; // dropping `conn` closes it
+                    };
+                    let serve = serve.clone();
+                    // If the thread cannot start, the closure is dropped: the slot is given
+                    // back and the connection closed.
+                    let _ = thread::Builder::new()
+                        .name(format!("{name}-conn"))
+                        .spawn(move || {
+                            let _slot = slot;
+                            serve(conn)
+                        });
+                }
+            })?;
     }
     Ok(local)
-}
-
-/// The accept thread of one listening socket; the listener's sockets share `open`.
-fn accept(
-    listener: TcpListener,
-    name: &'static str,
-    limits: Limits,
-    serve: Arc<impl Fn(TcpStream) + Send + Sync + 'static>,
-    open: Arc<Open>,
-) -> io::Result<()> {
-    thread::Builder::new()
-        .name(format!("http-{name}"))
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let conn = match conn {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Out of file descriptors, or a connection reset before it was accepted:
-                        // pause instead of spinning on an error that repeats at once.
-                        log::debug!(target: "serve", endpoint = name, error = e.to_string().as_str(); "accept failed");
-                        thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
-                };
-                let Some(slot) = conn.peer_addr().ok().and_then(|p| open.take(p.ip(), limits))
-                else {
-                    log::debug!(target: "serve", endpoint = name; "connection limit reached; closing a new connection");
-                    continue; // dropping `conn` closes it
-                };
-                let serve = serve.clone();
-                // If the thread cannot start, the closure is dropped: the slot is given back
-                // and the connection closed.
-                let _ = thread::Builder::new()
-                    .name(format!("{name}-conn"))
-                    .spawn(move || {
-                        let _slot = slot;
-                        serve(conn)
-                    });
-            }
-        })?;
-    Ok(())
 }
 
 /// The client addresses of a listener's open connections, one entry each.
@@ -371,16 +322,14 @@ impl Timed {
 
 impl Read for Timed {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.left()?;
-        self.tcp.set_read_timeout(Some(left))?;
+        self.tcp.set_read_timeout(Some(self.left()?))?;
         self.tcp.read(buf)
     }
 }
 
 impl Write for Timed {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let left = self.left()?;
-        self.tcp.set_write_timeout(Some(left))?;
+        self.tcp.set_write_timeout(Some(self.left()?))?;
         self.tcp.write(buf)
     }
 
@@ -404,10 +353,9 @@ fn serve_probe(tcp: TcpStream, health: &Health) {
 
 fn serve_metrics(tcp: TcpStream, metrics: &Metrics, host: &str) {
     let deadline = Instant::now() + METRICS_DEADLINE;
-    let conn = Timed { tcp, deadline };
+    let mut conn = Timed { tcp, deadline };
     let (answered, tcp) = match metrics {
         Metrics::Plain => {
-            let mut conn = conn;
             let answered = exchange(&mut conn, |req| metrics_response(req, None, host, deadline));
             (answered, conn.tcp)
         }
@@ -444,33 +392,32 @@ fn metrics_response(
     if req.method != "GET" {
         return Response::text(405, "method not allowed\n");
     }
-    if let Some(auth) = auth {
-        // Refusals are logged at debug only: anyone can send them, as often as they like.
-        match auth.check(req.authorization, deadline) {
-            Ok(Verdict::Allowed { user }) => {
-                log::debug!(target: "serve", user = user.as_str(); "metrics scrape allowed");
+    // Refusals are logged at debug only: anyone can send them, as often as they like.
+    match auth.map(|auth| auth.check(req.authorization, deadline)) {
+        None => {}
+        Some(Ok(Verdict::Allowed { user })) => {
+            log::debug!(target: "serve", user = user.as_str(); "metrics scrape allowed");
+        }
+        Some(Ok(Verdict::Unauthenticated)) => {
+            log::debug!(target: "serve", result = "unauthenticated"; "metrics scrape refused");
+            return Response::text(401, "Unauthorized\n");
+        }
+        Some(Ok(Verdict::Forbidden { user })) => {
+            log::debug!(target: "serve", user = user.as_str(), result = "forbidden"; "metrics scrape refused");
+            return Response::text(403, &format!("Authorization denied for user {user}\n"));
+        }
+        Some(Err(e)) => {
+            let error = e.to_string();
+            if e.is_denied() {
+                // Nothing will change until someone grants the operator the reviews.
+                log::warn!(
+                    target: "serve", error = error.as_str();
+                    "cannot check who may read /metrics: the operator needs create on tokenreviews and subjectaccessreviews (config/rbac/metrics_auth_role.yaml)"
+                );
+            } else {
+                log::info!(target: "serve", error = error.as_str(); "cannot check who may read /metrics");
             }
-            Ok(Verdict::Unauthenticated) => {
-                log::debug!(target: "serve", result = "unauthenticated"; "metrics scrape refused");
-                return Response::text(401, "Unauthorized\n");
-            }
-            Ok(Verdict::Forbidden { user }) => {
-                log::debug!(target: "serve", user = user.as_str(), result = "forbidden"; "metrics scrape refused");
-                return Response::text(403, &format!("Authorization denied for user {user}\n"));
-            }
-            Err(e) => {
-                let error = e.to_string();
-                if e.is_denied() {
-                    // Nothing will change until someone grants the operator the reviews.
-                    log::warn!(
-                        target: "serve", error = error.as_str();
-                        "cannot check who may read /metrics: the operator needs create on tokenreviews and subjectaccessreviews (config/rbac/metrics_auth_role.yaml)"
-                    );
-                } else {
-                    log::info!(target: "serve", error = error.as_str(); "cannot check who may read /metrics");
-                }
-                return Response::text(500, "Authorization check failed\n");
-            }
+            return Response::text(500, "Authorization check failed\n");
         }
     }
     Response {
@@ -524,22 +471,16 @@ impl Response {
             500 => "Internal Server Error",
             _ => "Service Unavailable",
         };
-        let mut out = format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            self.code,
-            self.content_type,
-            self.body.len()
-        )
-        .into_bytes();
-        out.extend_from_slice(self.body.as_bytes());
-        w.write_all(&out)?;
+        let (code, content_type, body, len) =
+            (self.code, self.content_type, &self.body, self.body.len());
+        let out = format!("HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}");
+        w.write_all(out.as_bytes())?;
         w.flush()
     }
 }
 
-/// Reads one request head from `conn` and writes the answer `handle` gives (or 400, 431).
-/// Returns the code answered; `None` when the client went away, sent no valid TLS, or ran out
-/// of time first, which gets no answer.
+/// Reads one request head from `conn` and writes the answer `handle` gives (or 400, 431), and
+/// returns its code; `None` for a client that went away or ran out of time (no answer).
 fn exchange(
     conn: &mut (impl Read + Write),
     handle: impl FnOnce(&Request) -> Response,
@@ -622,14 +563,9 @@ fn parse_head(head: &[u8]) -> Option<Request<'_>> {
 /// so that closing does not reset the connection before the client read the answer.
 fn linger(tcp: &TcpStream, deadline: Instant) {
     let _ = tcp.shutdown(Shutdown::Write);
-    let until = deadline.min(Instant::now() + LINGER_TIME);
-    let mut tcp = Timed {
-        tcp: match tcp.try_clone() {
-            Ok(t) => t,
-            Err(_) => return,
-        },
-        deadline: until,
-    };
+    let Ok(tcp) = tcp.try_clone() else { return };
+    let deadline = deadline.min(Instant::now() + LINGER_TIME);
+    let mut tcp = Timed { tcp, deadline };
     let mut sink = [0u8; 4096];
     let mut drained = 0;
     while drained < LINGER_BYTES {

@@ -1,10 +1,8 @@
 //! The metrics endpoint's TLS: the certificate mounted at `--metrics-cert-path`, or else a
 //! self-signed one made at start, as controller-runtime's metrics server does.
 //!
-//! The self-signed certificate (rcgen over ring): an ECDSA P-256 key, subject
-//! `CN=immortal-operator`, SAN `localhost` and `127.0.0.1`. Prometheus scrapes it with
-//! `insecureSkipVerify`, as kubebuilder's default ServiceMonitor does; a verified setup mounts
-//! a certificate instead (cert-manager).
+//! Prometheus scrapes the self-signed one with `insecureSkipVerify`, as kubebuilder's default
+//! ServiceMonitor does; a verified setup mounts a certificate (cert-manager) instead.
 
 use rcgen::{CertificateParams, DnType, KeyPair, PKCS_ECDSA_P256_SHA256};
 use rustls::pki_types::pem::PemObject;
@@ -20,9 +18,8 @@ use std::time::{Duration, SystemTime};
 pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 
-/// How long the self-signed certificate is valid: a year, as client-go's self-signed
-/// certificates; it is made anew at every start. It starts an hour in the past so a client
-/// whose clock is a little behind does not see it as not yet valid.
+/// The self-signed certificate is valid a year, as client-go's, from an hour in the past so a
+/// client whose clock is a little behind does not see it as not yet valid.
 const VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 const BACKDATE: Duration = Duration::from_secs(3600);
 
@@ -36,8 +33,7 @@ pub enum Error {
     Pem(PathBuf, &'static str),
     /// rustls refused the pair: a key that is not the certificate's, or of an unsupported type.
     Rejected(String),
-    /// rcgen could not make the self-signed key or certificate (the system's random source
-    /// failed).
+    /// rcgen could not make the self-signed key or certificate (no system random source).
     Generate,
 }
 
@@ -103,8 +99,8 @@ fn mounted(dir: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'s
     Ok((chain, key))
 }
 
-/// A new P-256 key and a certificate for it signed by itself, valid from `now` - 1 h for a
-/// year.
+/// A new ECDSA P-256 key and a certificate for it signed by itself, valid from `now` - 1 h for
+/// a year, subject `CN=immortal-operator`, SAN `localhost` and `127.0.0.1`.
 pub fn self_signed(
     now: SystemTime,
 ) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>), Error> {

@@ -1,32 +1,20 @@
-//! Watcher threads: list, then watch from the list's resourceVersion, turning events into queue
-//! keys.
-//!
-//! The state machine is kube-runtime's (`watcher.rs`): an empty start lists (in pages), then
-//! watches from the list's `metadata.resourceVersion`; every event moves the version on,
-//! BOOKMARK included; a clean end of stream re-watches from the last version; an in-stream
-//! ERROR with code 410 (what a real server sends, see the `*-watch-expired-resource-version-410`
-//! fixture) or an HTTP 410 relists; any other failure backs off (0.8 s doubling to 30 s, with
-//! jitter, reset once the server talks to us again) and re-watches.
-//!
-//! A stream that says nothing for the idle limit ([`DEFAULT_IDLE_TIMEOUT`], `--watch-idle-timeout`)
-//! is given up as dead, as is one whose answer does not come within it: a connection whose
-//! node or load balancer vanished stays open without a word. The watch is resumed from the
-//! last resourceVersion (no relist), with the same backoff as any other failure.
-//!
-//! This is machinery: what an event means (which key, whether it is worth a reconcile, what it
-//! tells reconcile) is the policy's, a [`Watched`] (see `lifecycle`). A watcher keeps no
-//! object: only the last resourceVersion and, per key, the memo the policy asks it to keep
-//! (a digest, or a projection of what reconcile needs), in a [`Store`] others may read; the
-//! keys also give a relist those that vanished while the watch was down.
+//! Watcher threads, turning a resource's events into queue keys. The state machine is
+//! kube-runtime's (`watcher.rs`): list in pages, then watch from the list's resourceVersion,
+//! which every event moves on (BOOKMARK too); a clean end of stream re-watches, a 410 (HTTP or
+//! in-stream ERROR) relists, any other failure or a silent stream backs off and re-watches
+//! (docs/design.md, "A watch that goes silent is given up"). What an event means is the
+//! policy's ([`Watched`]); a watcher keeps only the last resourceVersion and the policy's memo
+//! of each key, in a [`Store`] others may read.
 
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
+use crate::runtime::controller;
 use crate::runtime::liveness;
 use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::store::Store;
 use crate::util;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -48,15 +36,12 @@ const WATCH_TIMEOUT_SECS: (u64, u64) = (170, 230);
 /// server that closes every watch at once cannot make us spin.
 const MIN_HEALTHY_STREAM: Duration = Duration::from_secs(1);
 /// How long a watch may say nothing before it is given up as dead: the API server's
-/// once-a-minute BOOKMARK (`defaultBookmarkFrequency`) and a quarter of it to spare
-/// (docs/design.md, "A watch that goes silent is given up").
+/// once-a-minute BOOKMARK (`defaultBookmarkFrequency`) and a quarter of it to spare.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
-/// When a watcher lists again although its watch is healthy: every `period` (each one drawn
-/// between 90 % and 110 % of it, so replicas and restarts do not line up), and whenever asked
-/// ([`Resync::ask`], e.g. when the operator learns that what it could not do before has become
-/// possible). A relist queues every key, as a periodic resync does in controller-runtime, and
-/// also catches anything the watch might have missed. Clones share what was asked.
+/// When a watcher lists again although its watch is healthy, queueing every key: every
+/// `period` (each drawn from 90–110 % of it, so replicas do not line up), and whenever asked
+/// ([`Resync::ask`]). Clones share what was asked.
 #[derive(Clone, Debug, Default)]
 pub struct Resync {
     period: Option<Duration>,
@@ -106,17 +91,17 @@ struct Bookmark {
     metadata: ObjectMeta,
 }
 
-/// Exponential backoff with jitter: 0.8 s doubling to 30 s, as kube-runtime's default.
-#[derive(Debug)]
+/// Exponential backoff with jitter, as kube-runtime's default: 0.8 s doubling to 30 s, each
+/// delay scaled by a random 0.8–1.2.
+#[derive(Debug, Default)]
 pub struct Backoff {
     failures: u32,
 }
 
 impl Backoff {
     pub fn new() -> Backoff {
-        Backoff { failures: 0 }
+        Backoff::default()
     }
-    /// The next delay: 0.8 s · 2^failures, capped at 30 s, scaled by a random 0.8–1.2.
     pub fn next_delay(&mut self) -> Duration {
         let base = (800u64 << self.failures.min(10)).min(30_000) as f64;
         self.failures += 1;
@@ -131,27 +116,19 @@ impl Backoff {
     }
 }
 
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff::new()
-    }
-}
-
 /// How a watch stream ended.
 #[derive(Debug, PartialEq)]
 enum StreamEnd {
-    /// The server closed it cleanly (its `timeoutSeconds` elapsed): re-watch from `rv`.
+    /// The server closed it cleanly (its `timeoutSeconds` elapsed), or we stopped reading it
+    /// for shutdown or a resync: re-watch from `rv`, or list again if a resync is due.
     Clean,
     /// ERROR 410 in the stream: our version is too old; relist.
     Expired,
     /// Nothing heard for the idle limit: the connection is given up; back off, re-watch.
     Stalled(String),
-    /// A resync is due: stop watching and list again.
-    Resync,
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
     Failed(String),
-    /// An object that did not decode and whose key could not be read: list again, so that
-    /// whatever it was is reconciled.
+    /// An object that did not decode and whose key could not be read: relist, to reconcile it.
     Unreadable,
 }
 
@@ -170,9 +147,7 @@ pub struct Watcher<S: Source, W: Watched> {
     pub quit: Receiver<()>,
     /// Told once, after the first complete list.
     pub synced: Option<Sender<&'static str>>,
-    /// How long a stream may say nothing before it is given up.
     pub idle_timeout: Duration,
-    /// When to list again although the watch is healthy.
     pub resync: Resync,
     /// Every key seen since the last list, with the policy's memo of it.
     known: Arc<Store<W::Memo>>,
@@ -182,8 +157,7 @@ pub struct Watcher<S: Source, W: Watched> {
     /// Whether a WARN said this watch was failing since it last worked: then its working
     /// again is said at INFO.
     warned: bool,
-    /// Whether the failures are 404s that a WARN said already: one WARN for them, not one
-    /// per retry.
+    /// Whether a WARN said the failures are 404s: one WARN for them, not one per retry.
     missing: bool,
     /// Events skipped since the last one that decoded (see [`Watcher::skip_undecodable`]).
     skipped: u64,
@@ -241,152 +215,121 @@ where
         self.kind.resource.short()
     }
 
-    /// Runs until shutdown.
+    /// Runs until shutdown; every wait ends early when it comes.
     pub fn run(mut self) {
         let mut state = State::List;
         let mut backoff = Backoff::new();
-        loop {
-            if self.quitting() {
-                return;
-            }
+        while !controller::is_quitting(&self.quit) {
             state = match state {
-                State::List => match self.relist() {
-                    Ok(rv) => {
-                        self.working();
-                        if let Some(tx) = self.synced.take() {
-                            let _ = tx.send(self.name());
-                        }
-                        State::Watch { rv }
-                    }
-                    Err(e) => {
-                        if !self.fail_and_wait("list", &e, &mut backoff) {
-                            return;
-                        }
-                        State::List
-                    }
-                },
-                State::Watch { mut rv } => {
-                    let started = Instant::now();
-                    let timeout =
-                        util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
-                    match self
-                        .source
-                        .watch(&self.kind, &rv, timeout, self.idle_timeout)
-                    {
-                        Err(e) if e.is_gone() => {
-                            liveness::closed(self.name());
-                            log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "watch answered 410, relisting");
-                            State::List
-                        }
-                        Err(e) => {
-                            liveness::closed(self.name());
-                            if !self.fail_and_wait("watch", &e, &mut backoff) {
-                                return;
-                            }
-                            State::Watch { rv }
-                        }
-                        Ok(stream) => {
-                            // The server accepted the watch: it is alive.
-                            liveness::opened(self.name());
-                            self.working();
-                            let (end, heard) = self.consume(stream, &mut rv);
-                            liveness::closed(self.name());
-                            if heard {
-                                backoff.reset();
-                            }
-                            let why = match &end {
-                                StreamEnd::Clean | StreamEnd::Resync => Restart::Closed,
-                                StreamEnd::Expired => Restart::Expired,
-                                StreamEnd::Stalled(_) => Restart::Stalled,
-                                StreamEnd::Failed(_) | StreamEnd::Unreadable => Restart::Error,
-                            };
-                            metrics::watch_restarted(self.name(), why);
-                            match end {
-                                StreamEnd::Expired => {
-                                    log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resourceVersion expired, relisting");
-                                    State::List
-                                }
-                                StreamEnd::Unreadable => {
-                                    log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "an event's object could not be read, relisting");
-                                    State::List
-                                }
-                                StreamEnd::Resync => {
-                                    log::info!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resync: listing again, every object is reconciled");
-                                    State::List
-                                }
-                                StreamEnd::Clean if self.resync_due() => {
-                                    log::info!(target: "watcher", resource = self.name(), rv = rv.as_str(); "resync: listing again, every object is reconciled");
-                                    State::List
-                                }
-                                StreamEnd::Clean
-                                    if heard || started.elapsed() >= MIN_HEALTHY_STREAM =>
-                                {
-                                    log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "watch ended, re-watching");
-                                    State::Watch { rv }
-                                }
-                                StreamEnd::Clean => {
-                                    log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(); "watch ended at once, backing off");
-                                    if !self.sleep(backoff.next_delay()) {
-                                        return;
-                                    }
-                                    State::Watch { rv }
-                                }
-                                StreamEnd::Stalled(error) => {
-                                    // Said every time: a connection that dies without a word
-                                    // is worth a person's look (a proxy, a load balancer).
-                                    self.warned = true;
-                                    log::warn!(
-                                        target: "watcher",
-                                        resource = self.name(), rv = rv.as_str(), error = error.as_str(),
-                                        idle_ms = self.idle_timeout.as_millis() as u64;
-                                        "watch said nothing for {}s: given up as dead, with every pooled connection to the server; resuming",
-                                        self.idle_timeout.as_secs()
-                                    );
-                                    self.source.connections_dead();
-                                    if !self.sleep(backoff.next_delay()) {
-                                        return;
-                                    }
-                                    State::Watch { rv }
-                                }
-                                StreamEnd::Failed(error) => {
-                                    if backoff.failures() >= 3 {
-                                        self.warned = true;
-                                        log::warn!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "watch failed again; resuming after a backoff");
-                                    } else {
-                                        log::debug!(target: "watcher", resource = self.name(), rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
-                                    }
-                                    if !self.sleep(backoff.next_delay()) {
-                                        return;
-                                    }
-                                    State::Watch { rv }
-                                }
-                            }
-                        }
-                    }
-                }
+                State::List => self.list(&mut backoff),
+                State::Watch { rv } => self.watch(rv, &mut backoff),
             };
         }
     }
 
-    fn quitting(&self) -> bool {
-        matches!(
-            self.quit.try_recv(),
-            Ok(()) | Err(crossbeam_channel::TryRecvError::Disconnected)
-        )
+    /// Lists, telling `synced` after the first list.
+    fn list(&mut self, backoff: &mut Backoff) -> State {
+        match self.relist() {
+            Ok(rv) => {
+                self.working();
+                if let Some(tx) = self.synced.take() {
+                    let _ = tx.send(self.name());
+                }
+                State::Watch { rv }
+            }
+            Err(e) => {
+                self.fail_and_wait("list", &e, backoff);
+                State::List
+            }
+        }
     }
 
-    /// Waits `d` unless shutdown comes first; returns whether to go on.
-    fn sleep(&self, d: Duration) -> bool {
-        matches!(self.quit.recv_timeout(d), Err(RecvTimeoutError::Timeout))
+    /// Watches from `rv` until the stream ends.
+    fn watch(&mut self, mut rv: String, backoff: &mut Backoff) -> State {
+        let (name, started) = (self.name(), Instant::now());
+        let secs = util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
+        let stream = match self.source.watch(&self.kind, &rv, secs, self.idle_timeout) {
+            Ok(stream) => stream,
+            Err(e) => {
+                liveness::closed(name);
+                if e.is_gone() {
+                    log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch answered 410, relisting");
+                    return State::List;
+                }
+                self.fail_and_wait("watch", &e, backoff);
+                return State::Watch { rv };
+            }
+        };
+        // The server accepted the watch: it is alive.
+        liveness::opened(name);
+        self.working();
+        let (end, heard) = self.consume(stream, &mut rv);
+        liveness::closed(name);
+        if heard {
+            backoff.reset();
+        }
+        let why = match &end {
+            StreamEnd::Clean => Restart::Closed,
+            StreamEnd::Expired => Restart::Expired,
+            StreamEnd::Stalled(_) => Restart::Stalled,
+            StreamEnd::Failed(_) | StreamEnd::Unreadable => Restart::Error,
+        };
+        metrics::watch_restarted(name, why);
+        match end {
+            StreamEnd::Expired => {
+                log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "resourceVersion expired, relisting");
+                return State::List;
+            }
+            StreamEnd::Unreadable => {
+                log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "an event's object could not be read, relisting");
+                return State::List;
+            }
+            StreamEnd::Clean if self.resync_due() => {
+                log::info!(target: "watcher", resource = name, rv = rv.as_str(); "resync: listing again, every object is reconciled");
+                return State::List;
+            }
+            StreamEnd::Clean if heard || started.elapsed() >= MIN_HEALTHY_STREAM => {
+                log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch ended, re-watching");
+                return State::Watch { rv };
+            }
+            StreamEnd::Clean => {
+                log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch ended at once, backing off");
+            }
+            StreamEnd::Stalled(error) => {
+                // Said every time: a connection that dies without a word is worth a person's
+                // look (a proxy, a load balancer).
+                self.warned = true;
+                log::warn!(
+                    target: "watcher",
+                    resource = name, rv = rv.as_str(), error = error.as_str(),
+                    idle_ms = self.idle_timeout.as_millis() as u64;
+                    "watch said nothing for {}s: given up as dead, with every pooled connection to the server; resuming",
+                    self.idle_timeout.as_secs()
+                );
+                self.source.connections_dead();
+            }
+            StreamEnd::Failed(error) if backoff.failures() >= 3 => {
+                self.warned = true;
+                log::warn!(target: "watcher", resource = name, rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "watch failed again; resuming after a backoff");
+            }
+            StreamEnd::Failed(error) => {
+                log::debug!(target: "watcher", resource = name, rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
+            }
+        }
+        self.sleep(backoff.next_delay());
+        State::Watch { rv }
+    }
+
+    /// Waits `d` unless shutdown comes first.
+    fn sleep(&self, d: Duration) {
+        let _ = self.quit.recv_timeout(d);
     }
 
     /// Logs a failed list or watch request, then waits out the backoff (or the server's
-    /// `Retry-After`, if longer) unless shutdown comes first; returns whether to go on.
-    fn fail_and_wait(&mut self, what: &str, e: &client::Error, backoff: &mut Backoff) -> bool {
+    /// `Retry-After`, if longer) unless shutdown comes first.
+    fn fail_and_wait(&mut self, what: &str, e: &client::Error, backoff: &mut Backoff) {
         let error = e.to_string();
-        if e.is_not_found() && self.missing {
-            log::debug!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} failed, backing off");
-        } else if e.is_not_found() {
+        if e.is_not_found() && !self.missing {
             // Said once: every retry answers the same until someone installs it again.
             let why = self
                 .kind
@@ -399,17 +342,14 @@ where
             // A person must fix RBAC or credentials; say so every time.
             self.warned = true;
             log::warn!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} denied; check the operator's RBAC and credentials");
-        } else if backoff.failures() >= 3 {
+        } else if !e.is_not_found() && backoff.failures() >= 3 {
             self.warned = true;
             log::warn!(target: "watcher", resource = self.name(), error = error.as_str(), attempts = backoff.failures() + 1; "{what} keeps failing");
         } else {
             log::debug!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} failed, backing off");
         }
-        self.sleep(
-            backoff
-                .next_delay()
-                .max(e.retry_after().unwrap_or_default()),
-        )
+        let delay = backoff.next_delay();
+        self.sleep(delay.max(e.retry_after().unwrap_or_default()))
     }
 
     /// A list or watch was answered: says so at INFO if its failing was said at WARN.
@@ -421,90 +361,64 @@ where
         self.missing = false;
     }
 
-    /// Lists every page; enqueues every listed key and every known key that is gone; returns
-    /// the list's resourceVersion. An expired continue token (410) restarts from the first page.
+    /// Lists; queues every listed key (routine) and every known key that is gone (urgent: a pod
+    /// deleted while the watch was down, say); returns the list's resourceVersion.
     fn relist(&mut self) -> Result<String, client::Error> {
         metrics::watch_relisted(self.name());
         // What was asked before this list is answered by it.
         let asks = self.resync.asked();
-        let mut restarts = 0;
-        'again: loop {
-            let mut listed = HashMap::new();
-            let mut token: Option<String> = None;
-            loop {
-                let page: ListPage<W::Object> =
-                    match self.source.list_page(&self.kind, token.as_deref()) {
-                        Ok(p) => p,
-                        Err(e) if e.is_gone() && token.is_some() && restarts < 3 => {
-                            restarts += 1;
-                            continue 'again;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                for o in &page.items {
-                    if let Some(key) = self.policy.key_of(o) {
-                        listed.insert(key, self.policy.memo(o));
+        let (listed, rv) = self.list_pages()?;
+        let listed_keys: Vec<String> = listed.keys().cloned().collect();
+        // What the list shows replaces what was known, and what is left of that vanished; then
+        // the keys are queued, the store's lock released.
+        let vanished: Vec<String> = {
+            let mut known = self.known.write();
+            let mut before = std::mem::replace(&mut *known, HashMap::with_capacity(listed.len()));
+            for (key, new) in listed {
+                let memo = match before.remove(&key) {
+                    Some(old) => self.policy.relisted(old, new),
+                    None => new,
+                };
+                known.insert(key, memo);
+            }
+            before.into_keys().collect()
+        };
+        let (resource, listed, count) = (self.name(), listed_keys.len(), vanished.len());
+        let relist = Trigger::Relist { resource };
+        for key in listed_keys {
+            self.queue.add(key, relist.clone(), Priority::Routine);
+        }
+        for key in vanished {
+            self.queue.add(key, relist.clone(), Priority::Urgent);
+        }
+        log::debug!(target: "watcher", resource = resource, rv = rv.as_str(), listed = listed, vanished = count; "listed");
+        self.resynced = (asks, self.resync.next_after(Instant::now()));
+        liveness::heard(resource);
+        Ok(rv)
+    }
+
+    /// Every page of a list, each key with its memo, and the list's resourceVersion. An expired
+    /// continue token (410) restarts from the first page, three times at most.
+    fn list_pages(&self) -> Result<(HashMap<String, W::Memo>, String), client::Error> {
+        let (mut listed, mut token, mut restarts) = (HashMap::new(), None::<String>, 0);
+        loop {
+            let page: ListPage<W::Object> =
+                match self.source.list_page(&self.kind, token.as_deref()) {
+                    Ok(p) => p,
+                    Err(e) if e.is_gone() && token.is_some() && restarts < 3 => {
+                        (listed, token, restarts) = (HashMap::new(), None, restarts + 1);
+                        continue;
                     }
+                    Err(e) => return Err(e),
+                };
+            for o in &page.items {
+                if let Some(key) = self.policy.key_of(o) {
+                    listed.insert(key, self.policy.memo(o));
                 }
-                match page.metadata.continue_token.filter(|t| !t.is_empty()) {
-                    Some(t) => token = Some(t),
-                    None => {
-                        let rv = page.metadata.resource_version;
-                        let listed_count = listed.len();
-                        let mut listed_keys = Vec::with_capacity(listed_count);
-                        // What the list shows replaces what was known, and what vanished is
-                        // forgotten; then the keys are queued, the store's lock released.
-                        let vanished: Vec<String> = {
-                            let mut known = self.known.write();
-                            let vanished: Vec<String> = known
-                                .keys()
-                                .filter(|k| !listed.contains_key(*k))
-                                .cloned()
-                                .collect();
-                            for key in &vanished {
-                                known.remove(key);
-                            }
-                            for (key, new) in listed {
-                                let memo = match known.remove(&key) {
-                                    Some(old) => self.policy.relisted(old, new),
-                                    None => new,
-                                };
-                                listed_keys.push(key.clone());
-                                known.insert(key, memo);
-                            }
-                            vanished
-                        };
-                        let count = vanished.len();
-                        // What a list shows is routine; what vanished while the watch was
-                        // down (a pod deleted, say) is urgent.
-                        for key in listed_keys {
-                            self.queue.add(
-                                key,
-                                Trigger::Relist {
-                                    resource: self.name(),
-                                },
-                                Priority::Routine,
-                            );
-                        }
-                        for key in vanished {
-                            self.queue.add(
-                                key,
-                                Trigger::Relist {
-                                    resource: self.name(),
-                                },
-                                Priority::Urgent,
-                            );
-                        }
-                        log::debug!(
-                            target: "watcher",
-                            resource = self.name(), rv = rv.as_str(), listed = listed_count, vanished = count;
-                            "listed"
-                        );
-                        self.resynced = (asks, self.resync.next_after(Instant::now()));
-                        liveness::heard(self.name());
-                        return Ok(rv);
-                    }
-                }
+            }
+            match page.metadata.continue_token.filter(|t| !t.is_empty()) {
+                Some(t) => token = Some(t),
+                None => return Ok((listed, page.metadata.resource_version)),
             }
         }
     }
@@ -533,15 +447,11 @@ where
             }
             heard = true;
             liveness::heard(self.name());
-            match self.handle_line(&line, rv) {
-                Ok(()) => {}
-                Err(end) => return (end, heard),
+            if let Err(end) = self.handle_line(&line, rv) {
+                return (end, heard);
             }
-            if self.quitting() {
+            if controller::is_quitting(&self.quit) || self.resync_due() {
                 return (StreamEnd::Clean, heard);
-            }
-            if self.resync_due() {
-                return (StreamEnd::Resync, heard);
             }
         }
     }
@@ -557,10 +467,8 @@ where
                 if st.code == 410 {
                     return Err(StreamEnd::Expired);
                 }
-                return Err(StreamEnd::Failed(format!(
-                    "watch error {} {}: {}",
-                    st.code, st.reason, st.message
-                )));
+                let why = format!("watch error {} {}: {}", st.code, st.reason, st.message);
+                return Err(StreamEnd::Failed(why));
             }
             "BOOKMARK" => {
                 let b: Bookmark = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
@@ -604,33 +512,25 @@ where
             "event"
         );
         if let Reaction::Queue(hint, priority) = verdict {
-            self.queue_from_watch(key, event, rv, hint, priority);
+            self.queue.add(key, self.trigger(event, rv, hint), priority);
         }
         Ok(())
     }
 
-    /// Queues `key` for an event of this watch at `rv`.
-    fn queue_from_watch(
-        &self,
-        key: String,
-        event: &'static str,
-        rv: &str,
-        hint: Option<W::Hint>,
-        priority: Priority,
-    ) {
-        let trigger = Trigger::Watch {
+    /// What queues a key for an event of this watch at `rv`.
+    fn trigger(&self, event: &'static str, rv: &str, hint: Option<W::Hint>) -> Trigger<W::Hint> {
+        Trigger::Watch {
             resource: self.name(),
             event,
             rv: rv.parse().unwrap_or(0),
             hint,
-        };
-        self.queue.add(key, trigger, priority);
+        }
     }
 
-    /// An object of the watched kind that does not decode (a field of a type our model does
-    /// not expect) is skipped rather than stopping the watch at it for good: the version moves
-    /// past it when its metadata can be read, and its key is queued (urgent: what changed is
-    /// unknown), or, with no key to be had, everything is listed again. One WARN an episode.
+    /// An object that does not decode (a field of a type our model does not expect) is skipped
+    /// rather than stopping the watch at it for good: the version moves past it when its
+    /// metadata can be read, and its key is queued (urgent: what changed is unknown), or, with
+    /// no key to be had, everything is listed again. One WARN an episode.
     fn skip_undecodable(
         &mut self,
         event: &'static str,
@@ -639,20 +539,14 @@ where
         rv: &mut String,
     ) -> Result<(), StreamEnd> {
         self.skipped += 1;
-        let meta = serde_json::from_str::<Bookmark>(raw)
-            .ok()
-            .map(|b| b.metadata);
-        let version = match &meta {
-            Some(m) => m.resource_version.clone(),
-            None => serde_json::from_str::<serde_json::Value>(raw)
-                .ok()
-                .and_then(|v| v["metadata"]["resourceVersion"].as_str().map(String::from))
-                .unwrap_or_default(),
-        };
+        // Read as loosely as can be: a version may be had where the metadata does not decode.
+        let object: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+        let version = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !version.is_empty() {
-            *rv = version;
+            *rv = version.to_string();
         }
-        let key = meta.as_ref().and_then(|m| self.policy.key_of_meta(m));
+        let meta = serde_json::from_str::<Bookmark>(raw).map(|b| b.metadata);
+        let key = meta.ok().and_then(|m| self.policy.key_of_meta(&m));
         let object = key.as_deref().unwrap_or("unknown");
         let error = error.to_string();
         if self.skipped == 1 {
@@ -667,7 +561,8 @@ where
         let Some(key) = key else {
             return Err(StreamEnd::Unreadable);
         };
-        self.queue_from_watch(key, event, rv, None, Priority::Urgent);
+        self.queue
+            .add(key, self.trigger(event, rv, None), Priority::Urgent);
         Ok(())
     }
 }

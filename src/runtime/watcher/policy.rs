@@ -4,7 +4,7 @@ use crate::kube::types::ObjectMeta;
 use crate::runtime::queue::Priority;
 use serde::de::DeserializeOwned;
 
-/// What a watched resource's events mean: the policy half of a watcher.
+/// What a watched resource's events mean.
 pub trait Watched {
     /// What is decoded of each object: only the fields the policy decides on. Everything else
     /// is skipped while decoding, so memory does not grow with the size of the objects seen.
@@ -27,8 +27,7 @@ pub trait Watched {
     /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
     /// policy knows `old` to be more recent (someone else updated the store after the list
     /// was served).
-    fn relisted(&self, old: Self::Memo, new: Self::Memo) -> Self::Memo {
-        let _ = old;
+    fn relisted(&self, _old: Self::Memo, new: Self::Memo) -> Self::Memo {
         new
     }
     /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile of its key, and with
