@@ -47,12 +47,18 @@ impl<A: Api> Run<'_, A> {
     }
 
     /// Counts the pod this reconcile just created (`counted`: with our finalizer), unless it is
-    /// plainly pending and nothing else counted waits to be written: then its count waits (see
-    /// `counting`, Wait) and so does the rest of the status, so that one write carries it all.
+    /// plainly pending, nothing else counted waits to be written and status does not say Ready
+    /// (a pod force-deleted: that must not stand): then its count waits (see `counting`, Wait)
+    /// and so does the rest of the status, so that one write carries it all.
     pub(super) fn count_created(&mut self, pod: &Pod, counted: bool) -> Next {
         let (uid, view) = (pod.metadata.uid.as_str(), PodView::of(pod));
         let wait = self.memory.count_wait;
-        if counted && !wait.is_zero() && view == PodView::pending() && !self.counted() {
+        let ready = self
+            .have
+            .conditions
+            .iter()
+            .any(|c| c.type_ == READY && c.status == "True");
+        if counted && !wait.is_zero() && view == PodView::pending() && !self.counted() && !ready {
             let last = self.status.last_counted_pod_uid.as_deref();
             self.memory.wait_for_count(self.trace.key, uid, last);
             self.status = self.have.clone();

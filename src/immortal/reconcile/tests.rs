@@ -2344,3 +2344,19 @@ fn count_waits_but_not_for_a_pod_that_cannot_be_scheduled() {
     assert_eq!(ready(&f), ("False".into(), "PodUnschedulable".into()));
     assert!(finalizers(&f).is_empty());
 }
+
+#[test]
+fn count_waits_but_not_while_status_says_ready_for_a_pod_that_is_gone() {
+    let (f, _) = fake_waiting();
+    run(&f, "ns/web").unwrap();
+    start_pod(&f);
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
+    // Force-deleted: its replacement is counted, and Ready False said, at once.
+    let hint = delete_after_running(&f, 65);
+    f.clear();
+    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(status_writes(&f), 1);
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
+}
