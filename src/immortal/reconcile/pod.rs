@@ -1,8 +1,7 @@
 //! The pod writes reconcile makes (create, delete, relabel), and what each answer means.
 
-use super::{Api, Cause, Error, Held, Run};
+use super::{Api, Cause, Error, Next, Run};
 use crate::immortal::desired::{desired_labels, desired_pod};
-use crate::immortal::lifecycle::PodView;
 use crate::kube::client;
 use crate::kube::types::{self, Pod};
 use serde_json::{json, Map, Value};
@@ -21,14 +20,7 @@ impl<A: Api> Run<'_, A> {
                     "created pod"
                 );
                 crate::runtime::metrics::record_pod_created(cause.label());
-                self.count(&created.metadata.uid);
-                if counted {
-                    self.release = Some(Held {
-                        uid: created.metadata.uid.clone(),
-                        deleting: false,
-                    });
-                }
-                self.report(&PodView::of(&created));
+                let next = self.count_created(&created, counted);
                 let (reason, message) = match cause {
                     Cause::New => (
                         "PodCreated",
@@ -68,7 +60,7 @@ impl<A: Api> Run<'_, A> {
                     ),
                 };
                 self.note(false, reason, message);
-                Ok(Created::Yes)
+                Ok(Created::Yes(next))
             }
             Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
             Err(e) if e.is_invalid() || e.is_forbidden() => Ok(Created::Refused(e)),
@@ -162,7 +154,8 @@ impl<A: Api> Run<'_, A> {
 }
 
 pub(super) enum Created {
-    Yes,
+    /// Created; what to do next (look again when its count may wait no longer).
+    Yes(Next),
     /// AlreadyExists.
     NameTaken,
     /// 422 or 403: the server will not take this pod.
