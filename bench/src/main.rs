@@ -71,6 +71,10 @@ struct Args {
     /// where; `immortal-operator trace` reads them.
     #[arg(long)]
     keep_logs: bool,
+    /// The load phase's flood process (run by the bench itself): KUBECONFIG NAMESPACE N
+    /// CONNECTIONS SECONDS.
+    #[arg(long = immortal_bench::flood::FLAG, hide = true, num_args = 5)]
+    flood: Option<Vec<String>>,
 }
 
 /// Where `cargo build --release` put the operator.
@@ -91,6 +95,9 @@ fn default_operator() -> PathBuf {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(flood) = &args.flood {
+        return immortal_bench::flood::child(flood);
+    }
     let cfg = Config {
         kubeconfig: args.kubeconfig,
         operator: args.operator.unwrap_or_else(default_operator),
@@ -107,6 +114,7 @@ fn main() -> ExitCode {
         burst_objects: args.burst_objects,
         timeout: Duration::from_secs(args.timeout),
         keep_logs: args.keep_logs,
+        flood_exe: std::env::current_exe().ok(),
         progress: true,
     };
     let report = match run(&cfg) {
