@@ -5,7 +5,8 @@
 //! as threads of the bench, the flood's connections shared the two cores of this machine with
 //! the test server's watch streams, its kubelet and the operator, and the pod watch stream
 //! paused for hundreds of milliseconds at a time (docs/benchmark.md, "Recovery under load").
-//! The child is `immortal-bench --flood ...` under `nice -n 10`; it reports on stdout, one line
+//! The child is `immortal-bench --flood ...` under `nice -n 10`, and on the test server it is a
+//! user of its own whose requests are served at nice 10 too. It reports on stdout, one line
 //! each: `start` before its first request, `sent K` once a quarter is sent, `done SECONDS`, and
 //! `counts JSON`, its requests by verb, so the parent can tell them from the operator's.
 
@@ -25,7 +26,7 @@ pub const FLAG: &str = "flood";
 
 /// The flood's niceness: its requests still get the CPU the system under test leaves over (at
 /// nice 10 a thread weighs about a tenth of one at 0), so it does the same work, later if it must.
-const NICE: &str = "10";
+pub const NICE: u8 = 10;
 
 /// Makes the pods of objects `ic-0` .. `ic-{n-1}` in `ns` not ready from `connections`
 /// connections, counting each in `sent` and calling `quarter` once a quarter is sent.
@@ -111,16 +112,16 @@ enum Running {
         child: Child,
         reader: Option<JoinHandle<Option<Counts>>>,
     },
-    Threads(Option<JoinHandle<Result<(), Error>>>),
+    Threads(Option<JoinHandle<(Result<(), Error>, Counts)>>),
 }
 
 impl Flood {
-    /// Starts making every pod of `ns` not ready: in a child process, `exe --flood ...` under
-    /// `nice`, when `exe` is given (the `immortal-bench` binary); otherwise on threads of this
-    /// process (as the library's tests run it, with no such binary at hand).
+    /// Starts making every pod of `ns` not ready, as the user of `kubeconfig`: in a child
+    /// process, `exe --flood ...` under `nice`, when `exe` is given (the `immortal-bench`
+    /// binary); otherwise on threads of this process (as the library's tests run it, with no
+    /// such binary at hand).
     pub fn start(
         exe: Option<&Path>,
-        api: &Api,
         kubeconfig: &Path,
         ns: &str,
         n: usize,
@@ -129,15 +130,16 @@ impl Flood {
     ) -> Result<Flood, Error> {
         let progress = Arc::new(Progress::default());
         let Some(exe) = exe else {
+            let api = Api::connect(kubeconfig, connections)?;
             *lock(&progress.started) = Some(Instant::now());
-            let (api, ns, p) = (api.clone(), ns.to_string(), progress.clone());
+            let (ns, p) = (ns.to_string(), progress.clone());
             let handle = thread::Builder::new()
                 .name("flood".into())
                 .spawn(move || {
                     let started = Instant::now();
                     let r = unready_all(&api, &ns, n, connections, deadline, &p.sent, &|_| {});
                     *lock(&p.seconds) = Some(started.elapsed().as_secs_f64());
-                    r
+                    (r, api.own_counts())
                 })
                 .map_err(|e| Error::Setup(format!("cannot spawn the flood thread: {e}")))?;
             return Ok(Flood {
@@ -148,7 +150,7 @@ impl Flood {
         };
         let seconds = deadline.saturating_duration_since(Instant::now()).as_secs();
         let mut child = Command::new("nice")
-            .args(["-n", NICE])
+            .args(["-n", &NICE.to_string()])
             .arg(exe)
             .arg(format!("--{FLAG}"))
             .arg(kubeconfig)
@@ -193,12 +195,15 @@ impl Flood {
     }
 
     /// Waits for the flood to end (at most until `deadline`, then ends it); returns how long it
-    /// took from its first request to its last answer. The child's requests are added to
+    /// took from its first request to its last answer. The flood's requests are added to
     /// `api`'s own counts, so that they are not taken for the operator's.
     pub fn finish(mut self, api: &Api, deadline: Instant) -> Result<f64, Error> {
         match &mut self.running {
             Running::Threads(h) => match h.take().map(|h| h.join()) {
-                Some(Ok(r)) => r?,
+                Some(Ok((r, counts))) => {
+                    api.add_counts(&counts);
+                    r?
+                }
                 _ => return Err(Error::Operator("the flood thread panicked".into())),
             },
             Running::Process { child, reader } => {

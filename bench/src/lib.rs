@@ -30,7 +30,7 @@ use immortal_operator::immortal::types::{
 use immortal_operator::immortal::{desired, reconcile};
 use immortal_operator::kube::client::{self, Resource};
 use immortal_operator::kube::types::{Condition, Pod};
-use kube_testserver::{CostModel, FailRule, TestServer};
+use kube_testserver::{CostModel, FailRule, Rule, TestServer};
 use observe::Observer;
 use operator::Operator;
 use report::{
@@ -83,6 +83,9 @@ pub const MODEL_START_DELAY: Duration = Duration::from_secs(2);
 /// Requests in flight of the kube-rs-style floor: kube-rs's controller runs every queued
 /// reconcile at once (hundreds in flight on the issue-26 cluster, 1,189 sockets).
 pub const KUBE_RS_IN_FLIGHT: usize = 256;
+
+/// The test server's user of the load phase's flood (see `Run::flood_user`).
+const FLOOD_USER: &str = "immortal-bench-flood";
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -876,10 +879,10 @@ impl Run<'_> {
         let mut latencies = Vec::with_capacity(k);
         let mut reactions = Vec::with_capacity(k);
         let mut queued = Vec::with_capacity(k);
+        let flood_user = self.flood_user()?;
         let mut flood = Flood::start(
             self.cfg.flood_exe.as_deref(),
-            api,
-            self.cluster.kubeconfig(),
+            flood_user.as_deref().unwrap_or(self.cluster.kubeconfig()),
             ns,
             n,
             self.cfg.connections,
@@ -947,6 +950,28 @@ impl Run<'_> {
             drained_seconds,
             requests,
         })
+    }
+
+    /// On the test server, a user of its own for the load phase's flood, whose requests it
+    /// serves at nice 10 as the flood's client runs: the load generator, client and server
+    /// side, takes only the CPU that the operator and the rest of the server leave over.
+    /// Returns its kubeconfig; `None` on a real cluster (the flood uses the bench's).
+    fn flood_user(&self) -> Result<Option<PathBuf>, Error> {
+        let Some(server) = self.cluster.test_server() else {
+            return Ok(None);
+        };
+        let token = format!("flood-{:016x}", immortal_operator::util::rand_u64());
+        server.add_user(
+            FLOOD_USER,
+            &token,
+            vec![Rule::new(&["patch"], &["pods/status"])],
+        );
+        server.set_user_nice(FLOOD_USER, flood::NICE);
+        let path = self.logs.join("flood.kubeconfig");
+        server
+            .write_kubeconfig(&path, &token)
+            .map_err(|e| Error::Setup(format!("cannot write {}: {e}", path.display())))?;
+        Ok(Some(path))
     }
 
     /// After convergence: waits until all `n` objects say Ready, or no pod or object has
