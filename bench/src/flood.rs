@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 /// The hidden flag of `immortal-bench` that runs the flood instead of a benchmark.
 pub const FLAG: &str = "flood";
 
-/// The flood's niceness: its requests still get the CPU the system under test leaves over (at
-/// nice 10 a thread weighs about a tenth of one at 0), so it does the same work, later if it must.
+/// The flood's niceness by default: its requests still get the CPU the system under test
+/// leaves over (at nice 10 a thread weighs about a tenth of one at 0), so it does the same
+/// work, later if it must.
 pub const NICE: u8 = 10;
 
 /// Makes the pods of objects `ic-0` .. `ic-{n-1}` in `ns` not ready from `connections`
@@ -117,11 +118,12 @@ enum Running {
 
 impl Flood {
     /// Starts making every pod of `ns` not ready, as the user of `kubeconfig`: in a child
-    /// process, `exe --flood ...` under `nice`, when `exe` is given (the `immortal-bench`
-    /// binary); otherwise on threads of this process (as the library's tests run it, with no
-    /// such binary at hand).
+    /// process, `exe --flood ...` under `nice -n NICE` (none for 0), when `exe` is given (the
+    /// `immortal-bench` binary); otherwise on threads of this process (as the library's tests
+    /// run it, with no such binary at hand).
     pub fn start(
         exe: Option<&Path>,
+        nice: u8,
         kubeconfig: &Path,
         ns: &str,
         n: usize,
@@ -149,9 +151,14 @@ impl Flood {
             });
         };
         let seconds = deadline.saturating_duration_since(Instant::now()).as_secs();
-        let mut child = Command::new("nice")
-            .args(["-n", &NICE.to_string()])
-            .arg(exe)
+        let mut command = if nice > 0 {
+            let mut c = Command::new("nice");
+            c.args(["-n", &nice.to_string()]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        let mut child = command
             .arg(format!("--{FLAG}"))
             .arg(kubeconfig)
             .args([ns, &n.to_string(), &connections.to_string()])
@@ -159,7 +166,7 @@ impl Flood {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| Error::Setup(format!("cannot run nice {}: {e}", exe.display())))?;
+            .map_err(|e| Error::Setup(format!("cannot run {}: {e}", exe.display())))?;
         let stdout = child.stdout.take();
         let p = progress.clone();
         let reader = thread::Builder::new()
@@ -172,7 +179,7 @@ impl Flood {
                 child,
                 reader: Some(reader),
             },
-            runs_in: format!("a child process at nice {NICE}, {connections} connections"),
+            runs_in: format!("a child process at nice {nice}, {connections} connections"),
         })
     }
 

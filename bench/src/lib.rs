@@ -121,6 +121,9 @@ pub struct Config {
     /// The `immortal-bench` binary, to run the load phase's flood in a child process at a
     /// lower CPU priority (see [`flood`]); `None`: on threads of this process.
     pub flood_exe: Option<PathBuf>,
+    /// The niceness of the flood's process and, on the test server, of the threads that serve
+    /// its requests; 0: as high a priority as the operator's.
+    pub flood_nice: u8,
     /// Keep the operators' logs even when the run passed (they are kept when it fails).
     pub keep_logs: bool,
     /// Print one line per phase to stderr.
@@ -178,6 +181,7 @@ impl Default for Config {
             burst_objects: None,
             timeout: Duration::from_secs(3600),
             flood_exe: None,
+            flood_nice: flood::NICE,
             keep_logs: false,
             progress: false,
         }
@@ -879,9 +883,11 @@ impl Run<'_> {
         let mut latencies = Vec::with_capacity(k);
         let mut reactions = Vec::with_capacity(k);
         let mut queued = Vec::with_capacity(k);
+        let mut during = 0;
         let flood_user = self.flood_user()?;
         let mut flood = Flood::start(
             self.cfg.flood_exe.as_deref(),
+            self.cfg.flood_nice,
             flood_user.as_deref().unwrap_or(self.cluster.kubeconfig()),
             ns,
             n,
@@ -913,6 +919,9 @@ impl Run<'_> {
             latencies.push(latency);
             reactions.push(part);
             *starts.entry(name).or_insert(1) += 1;
+            if !flood.is_finished() {
+                during += 1;
+            }
         }
         let flood_runs_in = flood.runs_in.clone();
         let flood_seconds = flood.finish(api, self.deadline)?;
@@ -945,6 +954,7 @@ impl Run<'_> {
             flood_seconds,
             flood_runs_in,
             queued_at_deletions: queued,
+            replaced_during_flood: during,
             latency: Latency::from_samples(&latencies),
             reaction: Latency::from_samples(&reactions),
             drained_seconds,
@@ -953,8 +963,8 @@ impl Run<'_> {
     }
 
     /// On the test server, a user of its own for the load phase's flood, whose requests it
-    /// serves at nice 10 as the flood's client runs: the load generator, client and server
-    /// side, takes only the CPU that the operator and the rest of the server leave over.
+    /// serves at the flood's niceness: the load generator, client and server side, takes only
+    /// the CPU that the operator and the rest of the server leave over.
     /// Returns its kubeconfig; `None` on a real cluster (the flood uses the bench's).
     fn flood_user(&self) -> Result<Option<PathBuf>, Error> {
         let Some(server) = self.cluster.test_server() else {
@@ -966,7 +976,9 @@ impl Run<'_> {
             &token,
             vec![Rule::new(&["patch"], &["pods/status"])],
         );
-        server.set_user_nice(FLOOD_USER, flood::NICE);
+        if self.cfg.flood_nice > 0 {
+            server.set_user_nice(FLOOD_USER, self.cfg.flood_nice);
+        }
         let path = self.logs.join("flood.kubeconfig");
         server
             .write_kubeconfig(&path, &token)

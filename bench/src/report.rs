@@ -308,6 +308,9 @@ pub struct Load {
     pub flood_runs_in: String,
     /// Keys the operator's queue held when each deletion was made.
     pub queued_at_deletions: Vec<u64>,
+    /// Deletions whose replacement came while the flood still went on: those measured under
+    /// load.
+    pub replaced_during_flood: usize,
     /// From a deletion's answer to its replacement's ADDED event: the kubelet's graceful
     /// termination included, which on the test server shares one thread with every other
     /// pod's kubelet work.
@@ -569,7 +572,7 @@ impl Report {
                 t,
                 "recovery under load: {} pods made not ready in {:.3} s (by {}); queue at each deletion {}..{} keys (median {}); \
                  queue empty {:.3} s after the flood began\n  \
-                 operator's part (old pod's DELETED -> new pod's ADDED): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} samples)\n  \
+                 operator's part (old pod's DELETED -> new pod's ADDED): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} samples, {} while the flood lasted)\n  \
                  from the deletion's answer (the test server's kubelet ending the pod included): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                 l.flooded,
                 l.flood_seconds,
@@ -582,6 +585,7 @@ impl Report {
                 l.reaction.p99_ms,
                 l.reaction.max_ms,
                 l.reaction.samples_ms.len(),
+                l.replaced_during_flood,
                 l.latency.p50_ms,
                 l.latency.p99_ms,
                 l.latency.max_ms,
