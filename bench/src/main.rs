@@ -64,11 +64,10 @@ struct Args {
     #[arg(long, default_value_t = 1000, value_name = "N")]
     model_objects: usize,
 
-    /// Niceness of the load phase's flood, its process and (test server only) the threads that
-    /// serve its requests, so that it takes only the CPU the operator leaves over; 0 runs it at
-    /// the operator's priority.
-    #[arg(long, default_value_t = immortal_bench::flood::NICE, value_name = "N",
-          value_parser = clap::value_parser!(u8).range(0..=19))]
+    /// Niceness (0-19) of the load phase's flood, its process and (test server only) the threads
+    /// that serve its requests, so that it takes only the CPU the operator leaves over; 0 runs it
+    /// at the operator's priority.
+    #[arg(long, default_value_t = immortal_bench::flood::NICE, value_name = "N")]
     flood_nice: u8,
 
     /// Give up (exit 2) when the whole run takes longer, in seconds.
