@@ -166,7 +166,10 @@ impl Flood {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
-            .map_err(|e| Error::Setup(format!("cannot run {}: {e}", exe.display())))?;
+            .map_err(|e| {
+                let how = if nice > 0 { "nice (coreutils) or " } else { "" };
+                Error::Setup(format!("cannot run {how}{}: {e}", exe.display()))
+            })?;
         let stdout = child.stdout.take();
         let p = progress.clone();
         let reader = thread::Builder::new()
