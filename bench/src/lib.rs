@@ -866,7 +866,8 @@ impl Run<'_> {
     /// operator's queue fills with routine refreshes; once a quarter of them are sent, while
     /// the rest are still coming, K pods deleted one at a time (from the last object down, so
     /// that none is the one the recovery phase just replaced), each replacement timed as in
-    /// `recovery`; then how long until the queue was empty again.
+    /// `recovery`; then how long until the queue was empty again. The flood runs at
+    /// `flood_nice` in a process of its own (see [`flood`]).
     fn load(
         &self,
         ns: &str,
