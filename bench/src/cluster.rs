@@ -47,6 +47,33 @@ impl Api {
         self.own.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// An API of its own over `kubeconfig`, counting from zero: the load phase's flood
+    /// process. Asks nothing of the server.
+    pub fn connect(kubeconfig: &Path, connections: usize) -> Result<Api, Error> {
+        let opts = LoadOptions {
+            kubeconfig: Some(kubeconfig.to_path_buf()),
+            context: None,
+        };
+        let at = kubeconfig.display();
+        let config =
+            config::load(&opts).map_err(|e| Error::Setup(format!("kubeconfig {at}: {e}")))?;
+        let client = Client::new(config, connections)
+            .map_err(|e| Error::Setup(format!("kubeconfig {at}: {e}")))?;
+        Ok(Api {
+            client,
+            own: Arc::default(),
+        })
+    }
+
+    /// Adds requests that another process of the bench sent (the flood's), so that they are
+    /// not taken for the operator's.
+    pub fn add_counts(&self, counts: &Counts) {
+        let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        for (k, n) in counts {
+            *own.entry(k.clone()).or_insert(0) += n;
+        }
+    }
+
     pub fn create_immortal_container(
         &self,
         ns: &str,
@@ -278,18 +305,7 @@ impl Cluster {
         path: PathBuf,
         connections: usize,
     ) -> Result<Cluster, Error> {
-        let opts = LoadOptions {
-            kubeconfig: Some(path.clone()),
-            context: None,
-        };
-        let config = config::load(&opts)
-            .map_err(|e| Error::Setup(format!("kubeconfig {}: {e}", path.display())))?;
-        let client = Client::new(config, connections)
-            .map_err(|e| Error::Setup(format!("kubeconfig {}: {e}", path.display())))?;
-        let api = Api {
-            client,
-            own: Arc::default(),
-        };
+        let api = Api::connect(&path, connections)?;
         // The CRD must be there (the bench installs nothing on a real cluster): its group
         // version's discovery document answers 404 otherwise.
         api.note("get", &format!("/apis/{GROUP}/{VERSION}"));

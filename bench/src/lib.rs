@@ -16,11 +16,13 @@
 //! bench's process).
 
 pub mod cluster;
+pub mod flood;
 pub mod observe;
 pub mod operator;
 pub mod report;
 
 use cluster::{Api, Cluster, Counts, Snapshot};
+use flood::Flood;
 use immortal_operator::immortal::types::{
     pod_name, ImmortalContainer, ImmortalContainerStatus, CONTAINER_NAME, IMAGE_ANNOTATION,
     IMMORTAL_CONTAINERS, MANAGED_BY_LABEL, MANAGED_BY_VALUE, OWNER_UID_LABEL,
@@ -28,7 +30,7 @@ use immortal_operator::immortal::types::{
 use immortal_operator::immortal::{desired, reconcile};
 use immortal_operator::kube::client::{self, Resource};
 use immortal_operator::kube::types::{Condition, Pod};
-use kube_testserver::{CostModel, FailRule, TestServer};
+use kube_testserver::{CostModel, FailRule, Rule, TestServer};
 use observe::Observer;
 use operator::Operator;
 use report::{
@@ -38,7 +40,6 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -83,6 +84,9 @@ pub const MODEL_START_DELAY: Duration = Duration::from_secs(2);
 /// reconcile at once (hundreds in flight on the issue-26 cluster, 1,189 sockets).
 pub const KUBE_RS_IN_FLIGHT: usize = 256;
 
+/// The test server's user of the load phase's flood (see `Run::flood_user`).
+const FLOOD_USER: &str = "immortal-bench-flood";
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -114,6 +118,12 @@ pub struct Config {
     /// The whole run's budget; every wait gives up (with an error naming what it waited for)
     /// when it is spent.
     pub timeout: Duration,
+    /// The `immortal-bench` binary, to run the load phase's flood in a child process at a
+    /// lower CPU priority (see [`flood`]); `None`: on threads of this process.
+    pub flood_exe: Option<PathBuf>,
+    /// The niceness of the flood's process and, on the test server, of the threads that serve
+    /// its requests; 0: as high a priority as the operator's.
+    pub flood_nice: u8,
     /// Keep the operators' logs even when the run passed (they are kept when it fails).
     pub keep_logs: bool,
     /// Print one line per phase to stderr.
@@ -170,6 +180,8 @@ impl Default for Config {
             burst_status: 503,
             burst_objects: None,
             timeout: Duration::from_secs(3600),
+            flood_exe: None,
+            flood_nice: flood::NICE,
             keep_logs: false,
             progress: false,
         }
@@ -854,7 +866,8 @@ impl Run<'_> {
     /// operator's queue fills with routine refreshes; once a quarter of them are sent, while
     /// the rest are still coming, K pods deleted one at a time (from the last object down, so
     /// that none is the one the recovery phase just replaced), each replacement timed as in
-    /// `recovery`; then how long until the queue was empty again.
+    /// `recovery`; then how long until the queue was empty again. The flood runs at
+    /// `flood_nice` in a process of its own (see [`flood`]).
     fn load(
         &self,
         ns: &str,
@@ -868,52 +881,51 @@ impl Run<'_> {
         let api = self.api();
         let before = self.cluster.snapshot();
         let metrics_before = op.requests_by_method()?;
-        let started = Instant::now();
-        let sent = AtomicUsize::new(0);
         let mut latencies = Vec::with_capacity(k);
         let mut reactions = Vec::with_capacity(k);
         let mut queued = Vec::with_capacity(k);
-        let flood_seconds = thread::scope(|s| -> Result<f64, Error> {
-            let flood = s.spawn(|| {
-                let r = parallel(n, self.cfg.connections, self.deadline, |i| {
-                    api.unready_pod(ns, &pod_name(&format!("ic-{i}")))?;
-                    sent.fetch_add(1, Ordering::Relaxed);
-                    Ok(())
-                });
-                (r, started.elapsed().as_secs_f64())
-            });
-            while sent.load(Ordering::Relaxed) < n / 4 && !flood.is_finished() {
-                thread::sleep(Duration::from_millis(1));
+        let mut during = 0;
+        let flood_user = self.flood_user()?;
+        let mut flood = Flood::start(
+            self.cfg.flood_exe.as_deref(),
+            self.cfg.flood_nice,
+            flood_user.as_deref().unwrap_or(self.cluster.kubeconfig()),
+            ns,
+            n,
+            self.cfg.connections,
+            self.deadline,
+        )?;
+        while flood.sent() < n / 4 && !flood.is_finished() {
+            op.check_alive()?;
+            if Instant::now() >= self.deadline {
+                return Err(Error::Timeout("load: the flood never got going".into()));
             }
-            let deleted = (0..k).try_for_each(|j| {
-                let name = format!("ic-{}", n - 1 - j);
-                let pod = pod_name(&name);
-                let old = obs
-                    .lock()
-                    .pods
-                    .get(&pod)
-                    .map(|p| p.uid.clone())
-                    .ok_or_else(|| {
-                        Error::Timeout(format!("load: pod {pod} is not there to delete"))
-                    })?;
-                queued.push(op.queue_depth()?);
-                api.delete_pod(ns, &pod, &old)?;
-                let answered = Instant::now();
-                let what = format!("a new pod {pod} after its deletion, under load");
-                let (latency, part) = self.replacement(obs, op, &pod, &old, answered, &what)?;
-                latencies.push(latency);
-                reactions.push(part);
-                *starts.entry(name).or_insert(1) += 1;
-                Ok(())
-            });
-            let (flooded, seconds) = flood.join().unwrap_or_else(|_| {
-                (
-                    Err(Error::Operator("the flood thread panicked".into())),
-                    0.0,
-                )
-            });
-            deleted.and(flooded).map(|_| seconds)
-        })?;
+            thread::sleep(Duration::from_millis(1));
+        }
+        let started = flood.started().unwrap_or_else(Instant::now);
+        for j in 0..k {
+            let name = format!("ic-{}", n - 1 - j);
+            let pod = pod_name(&name);
+            let old = obs
+                .lock()
+                .pods
+                .get(&pod)
+                .map(|p| p.uid.clone())
+                .ok_or_else(|| Error::Timeout(format!("load: pod {pod} is not there to delete")))?;
+            queued.push(op.queue_depth()?);
+            api.delete_pod(ns, &pod, &old)?;
+            let answered = Instant::now();
+            let what = format!("a new pod {pod} after its deletion, under load");
+            let (latency, part) = self.replacement(obs, op, &pod, &old, answered, &what)?;
+            latencies.push(latency);
+            reactions.push(part);
+            *starts.entry(name).or_insert(1) += 1;
+            if !flood.is_finished() {
+                during += 1;
+            }
+        }
+        let flood_runs_in = flood.runs_in.clone();
+        let flood_seconds = flood.finish(api, self.deadline)?;
         // Drained: the queue empty twice in a row, a poll apart.
         let mut empty = 0;
         while empty < 2 {
@@ -941,12 +953,38 @@ impl Run<'_> {
         Ok(Load {
             flooded: n,
             flood_seconds,
+            flood_runs_in,
             queued_at_deletions: queued,
+            replaced_during_flood: during,
             latency: Latency::from_samples(&latencies),
             reaction: Latency::from_samples(&reactions),
             drained_seconds,
             requests,
         })
+    }
+
+    /// On the test server, a user of its own for the load phase's flood, whose requests it
+    /// serves at the flood's niceness: the load generator, client and server side, takes only
+    /// the CPU that the operator and the rest of the server leave over.
+    /// Returns its kubeconfig; `None` on a real cluster (the flood uses the bench's).
+    fn flood_user(&self) -> Result<Option<PathBuf>, Error> {
+        let Some(server) = self.cluster.test_server() else {
+            return Ok(None);
+        };
+        let token = format!("flood-{:016x}", immortal_operator::util::rand_u64());
+        server.add_user(
+            FLOOD_USER,
+            &token,
+            vec![Rule::new(&["patch"], &["pods/status"])],
+        );
+        if self.cfg.flood_nice > 0 {
+            server.set_user_nice(FLOOD_USER, self.cfg.flood_nice);
+        }
+        let path = self.logs.join("flood.kubeconfig");
+        server
+            .write_kubeconfig(&path, &token)
+            .map_err(|e| Error::Setup(format!("cannot write {}: {e}", path.display())))?;
+        Ok(Some(path))
     }
 
     /// After convergence: waits until all `n` objects say Ready, or no pod or object has

@@ -64,6 +64,12 @@ struct Args {
     #[arg(long, default_value_t = 1000, value_name = "N")]
     model_objects: usize,
 
+    /// Niceness (0-19) of the load phase's flood, its process and (test server only) the threads
+    /// that serve its requests, so that it takes only the CPU the operator leaves over; 0 runs it
+    /// at the operator's priority.
+    #[arg(long, default_value_t = immortal_bench::flood::NICE, value_name = "N")]
+    flood_nice: u8,
+
     /// Give up (exit 2) when the whole run takes longer, in seconds.
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     timeout: u64,
@@ -71,6 +77,10 @@ struct Args {
     /// where; `immortal-operator trace` reads them.
     #[arg(long)]
     keep_logs: bool,
+    /// The load phase's flood process (run by the bench itself): KUBECONFIG NAMESPACE N
+    /// CONNECTIONS SECONDS.
+    #[arg(long = immortal_bench::flood::FLAG, hide = true, num_args = 5)]
+    flood: Option<Vec<String>>,
 }
 
 /// Where `cargo build --release` put the operator.
@@ -91,6 +101,9 @@ fn default_operator() -> PathBuf {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(flood) = &args.flood {
+        return immortal_bench::flood::child(flood);
+    }
     let cfg = Config {
         kubeconfig: args.kubeconfig,
         operator: args.operator.unwrap_or_else(default_operator),
@@ -107,6 +120,8 @@ fn main() -> ExitCode {
         burst_objects: args.burst_objects,
         timeout: Duration::from_secs(args.timeout),
         keep_logs: args.keep_logs,
+        flood_exe: std::env::current_exe().ok(),
+        flood_nice: args.flood_nice,
         progress: true,
     };
     let report = match run(&cfg) {

@@ -313,8 +313,13 @@ pub struct Load {
     pub flooded: usize,
     /// How long the bench took to send those changes.
     pub flood_seconds: f64,
+    /// What sent them: a child process at a lower CPU priority, or the bench's own threads.
+    pub flood_runs_in: String,
     /// Keys the operator's queue held when each deletion was made.
     pub queued_at_deletions: Vec<u64>,
+    /// Deletions whose replacement came while the flood still went on: those measured under
+    /// load.
+    pub replaced_during_flood: usize,
     /// From a deletion's answer to its replacement's ADDED event: the kubelet's graceful
     /// termination included, which on the test server shares one thread with every other
     /// pod's kubelet work.
@@ -578,12 +583,13 @@ impl Report {
             q.sort_unstable();
             let _ = writeln!(
                 t,
-                "recovery under load: {} pods made not ready in {:.3} s; queue at each deletion {}..{} keys (median {}); \
+                "recovery under load: {} pods made not ready in {:.3} s (by {}); queue at each deletion {}..{} keys (median {}); \
                  queue empty {:.3} s after the flood began\n  \
-                 operator's part (old pod's DELETED -> new pod's ADDED): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} samples)\n  \
+                 operator's part (old pod's DELETED -> new pod's ADDED): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} samples, {} while the flood lasted)\n  \
                  from the deletion's answer (the test server's kubelet ending the pod included): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                 l.flooded,
                 l.flood_seconds,
+                l.flood_runs_in,
                 q.first().copied().unwrap_or(0),
                 q.last().copied().unwrap_or(0),
                 q.get(q.len() / 2).copied().unwrap_or(0),
@@ -592,6 +598,7 @@ impl Report {
                 l.reaction.p99_ms,
                 l.reaction.max_ms,
                 l.reaction.samples_ms.len(),
+                l.replaced_during_flood,
                 l.latency.p50_ms,
                 l.latency.p99_ms,
                 l.latency.max_ms,

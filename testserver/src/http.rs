@@ -311,14 +311,17 @@ impl<S: Read + Write> Conn<S> {
 
     /// Writes one chunk and flushes it to the client.
     pub fn write_chunk(&mut self, data: &[u8]) -> io::Result<()> {
-        if data.is_empty() {
+        let mut out = Vec::with_capacity(data.len() + 12);
+        push_chunk(&mut out, data);
+        self.write_chunks(&out)
+    }
+
+    /// Writes chunks framed by [`push_chunk`] in one go and flushes them to the client.
+    pub fn write_chunks(&mut self, framed: &[u8]) -> io::Result<()> {
+        if framed.is_empty() {
             return Ok(());
         }
-        let mut out = Vec::with_capacity(data.len() + 12);
-        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-        self.stream.write_all(&out)?;
+        self.stream.write_all(framed)?;
         self.stream.flush()
     }
 
@@ -327,6 +330,17 @@ impl<S: Read + Write> Conn<S> {
         self.stream.write_all(b"0\r\n\r\n")?;
         self.stream.flush()
     }
+}
+
+/// Appends `data` to `out` as one chunk of a chunked response, for [`Conn::write_chunks`];
+/// nothing when it is empty (an empty chunk would end the response).
+pub fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -294,6 +294,15 @@ impl TestServer {
         users.set_rules(name, &rules) > 0
     }
 
+    /// Serves the requests of user `name` on threads at CPU niceness `nice` (Linux), from its
+    /// connections' next request on: a load generator's requests then take only the CPU the
+    /// rest leaves over, as on a real cluster, where the API server that serves a flood does
+    /// not run on the CPU of the client under test, and its priority and fairness keep one
+    /// user's flood from starving another's requests.
+    pub fn set_user_nice(&self, name: &str, nice: u8) {
+        shared::lock(&self.shared.niceness).insert(name.to_string(), nice);
+    }
+
     /// Writes a kubeconfig for this server authenticating with `token`.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> io::Result<()> {
         let user = {

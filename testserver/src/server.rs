@@ -151,6 +151,26 @@ fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: Arc<AtomicBool>
     }
 }
 
+/// Lowers the CPU priority of the calling thread to niceness `nice` (Linux: `renice` on its
+/// thread id; std has no call for it). Best effort: a failure is logged and the thread goes on.
+fn lower_priority(nice: u8) {
+    let tid = std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name().map(|t| t.to_string_lossy().into_owned()));
+    let Some(tid) = tid else {
+        log::debug!("cannot renice: no /proc/thread-self");
+        return;
+    };
+    let done = std::process::Command::new("renice")
+        .args(["-n", &nice.to_string(), "-p", &tid])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    if !done.is_ok_and(|s| s.success()) {
+        log::debug!(tid = tid.as_str(); "cannot renice the connection thread");
+    }
+}
+
 /// Serves requests on one connection until the client closes it, a watch is dropped, an
 /// error makes the stream unusable, or the connection is black-holed.
 fn serve_connection(shared: &Shared, id: u64, tcp: Gated) {
@@ -162,6 +182,7 @@ fn serve_connection(shared: &Shared, id: u64, tcp: Gated) {
         }
     };
     let mut conn = Conn::new(rustls::StreamOwned::new(tls, tcp));
+    let mut reniced = false;
     loop {
         let req = match conn.read_request() {
             Ok(Some(r)) => r,
@@ -192,6 +213,15 @@ fn serve_connection(shared: &Shared, id: u64, tcp: Gated) {
                 .authenticate(req.header("authorization"))
                 .map(|u| u.name.clone())
         };
+        if !reniced {
+            let nice = user
+                .as_ref()
+                .and_then(|u| lock(&shared.niceness).get(u).copied());
+            if let Some(nice) = nice {
+                lower_priority(nice);
+                reniced = true;
+            }
+        }
         shared.track(id, |t| t.user = user);
         let keep_alive = req.keep_alive();
         match api::handle(shared, &req) {

@@ -36,6 +36,9 @@ pub struct Shared {
     /// black-holed one stays here, open, after its thread has ended.
     pub conns: Mutex<HashMap<u64, Tracked>>,
     pub next_conn: AtomicU64,
+    /// Users whose requests are served on threads of lower CPU priority, and their niceness
+    /// (`TestServer::set_user_nice`).
+    pub niceness: Mutex<HashMap<String, u8>>,
 }
 
 /// One open connection, as `stop_listening` and `blackhole` reach it.
@@ -80,6 +83,7 @@ impl Shared {
             tls,
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
+            niceness: Mutex::new(HashMap::new()),
         }
     }
 

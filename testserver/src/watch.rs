@@ -3,7 +3,7 @@
 
 use crate::accept;
 use crate::faults;
-use crate::http::Conn;
+use crate::http::{self, Conn};
 use crate::reply::{Start, WatchPlan};
 use crate::resources;
 use crate::shared::Shared;
@@ -49,11 +49,17 @@ fn frame(typ: &str, object: &[u8]) -> Vec<u8> {
     out
 }
 
+/// How many bytes of events a stream gathers before it writes them: bounds its buffer, and
+/// how long the first event of a burst waits for the others to be encoded.
+const BATCH_BYTES: usize = 64 * 1024;
+
 struct Stream<'a, S: Read + Write> {
     conn: &'a mut Conn<S>,
     plan: &'a WatchPlan,
     last_rv: u64,
     sent_columns: bool,
+    /// Framed chunks not written yet: see [`Stream::flush`].
+    out: Vec<u8>,
 }
 
 impl<S: Read + Write> Stream<'_, S> {
@@ -61,10 +67,11 @@ impl<S: Read + Write> Stream<'_, S> {
         self.plan.labels.matches_labels(obj) && self.plan.fields.matches_fields(obj)
     }
 
-    /// Sends `ev` as this watch sees it. With selectors, an update that makes an object
-    /// match is ADDED and one that makes it stop matching is DELETED with the previous
-    /// content at the new version (the watch cache's `convertToWatchEvent`).
-    fn send(&mut self, ev: &Event) -> std::io::Result<()> {
+    /// Queues `ev` as this watch sees it, for the next [`Stream::flush`]. With selectors, an
+    /// update that makes an object match is ADDED and one that makes it stop matching is
+    /// DELETED with the previous content at the new version (the watch cache's
+    /// `convertToWatchEvent`).
+    fn push(&mut self, ev: &Event) -> std::io::Result<()> {
         self.last_rv = self.last_rv.max(ev.rv);
         let cur = self.matches(&ev.object);
         let prev = ev.prev.as_ref().is_some_and(|p| self.matches(p));
@@ -108,10 +115,40 @@ impl<S: Read + Write> Stream<'_, S> {
             }
             None => resources::encode_object(&self.plan.def, &self.plan.version, &object),
         };
-        self.conn.write_chunk(&frame(typ, &bytes))
+        self.push_frame(&frame(typ, &bytes))
     }
 
-    fn send_bookmark(&mut self, rv: u64) -> std::io::Result<()> {
+    fn push_frame(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        http::push_chunk(&mut self.out, frame);
+        if self.out.len() >= BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes what was queued in one write. The stream queues every event already waiting
+    /// before it writes, as kube-apiserver's watch handler flushes only when its channel is
+    /// empty: a stream behind a burst catches up in a few writes instead of one per event.
+    fn flush(&mut self) -> std::io::Result<()> {
+        let out = std::mem::take(&mut self.out);
+        let written = self.conn.write_chunks(&out);
+        self.out = out;
+        self.out.clear();
+        written
+    }
+
+    /// Queues every event in `events`, then writes them.
+    fn send_all<'e>(
+        &mut self,
+        events: impl IntoIterator<Item = &'e Arc<Event>>,
+    ) -> std::io::Result<()> {
+        for ev in events {
+            self.push(ev)?;
+        }
+        self.flush()
+    }
+
+    fn push_bookmark(&mut self, rv: u64) -> std::io::Result<()> {
         let rv = rv.max(self.last_rv);
         self.last_rv = rv;
         let mut obj = resources::bookmark_object(&self.plan.def, &self.plan.version, rv);
@@ -121,7 +158,7 @@ impl<S: Read + Write> Stream<'_, S> {
             obj = accept::partial(version, &obj);
         }
         let bytes = serde_json::to_vec(&obj).unwrap_or_default();
-        self.conn.write_chunk(&frame("BOOKMARK", &bytes))
+        self.push_frame(&frame("BOOKMARK", &bytes))
     }
 }
 
@@ -137,6 +174,9 @@ fn next_bookmark(now: Instant, interval: Duration, deadline: Instant) -> Option<
 
 /// How often a frozen stream checks whether it was dropped (its channel closed).
 const FROZEN_POLL: Duration = Duration::from_millis(100);
+
+/// The most events a stream takes off its channel at once.
+const BATCH_EVENTS: usize = 1024;
 
 /// Streams the watch on `conn` until it times out, is dropped, or the client goes away.
 /// While frozen (`TestServer::freeze_watches`) it sends nothing at all, its end included, and
@@ -174,11 +214,10 @@ pub fn serve<S: Read + Write>(
         plan: &plan,
         last_rv: plan.from,
         sent_columns: false,
+        out: Vec::new(),
     };
-    for ev in backlog {
-        if stream.send(ev).is_err() {
-            return Ended::Dropped;
-        }
+    if stream.send_all(backlog).is_err() {
+        return Ended::Dropped;
     }
     let mut bookmark_at = if plan.bookmarks {
         next_bookmark(started, shared.bookmark_interval, deadline)
@@ -197,11 +236,10 @@ pub fn serve<S: Read + Write>(
             faults::wait_while_frozen(&shared.faults, &shared.stall_lifted, epoch, FROZEN_POLL);
             continue;
         }
-        for ev in held.drain(..) {
-            if stream.send(&ev).is_err() {
-                return Ended::Dropped;
-            }
+        if stream.send_all(&held).is_err() {
+            return Ended::Dropped;
         }
+        held.clear();
         let now = Instant::now();
         if now >= deadline {
             return match stream.conn.end_chunked() {
@@ -212,9 +250,17 @@ pub fn serve<S: Read + Write>(
         let wake = bookmark_at.map_or(deadline, |b| b.min(deadline));
         match rx.recv_timeout(wake.saturating_duration_since(now)) {
             Ok(ev) => {
+                let mut batch = vec![ev];
+                while batch.len() < BATCH_EVENTS {
+                    match rx.try_recv() {
+                        Ok(ev) => batch.push(ev),
+                        // A closed channel is seen by the next wait.
+                        Err(_) => break,
+                    }
+                }
                 if shared.faults().is_frozen(epoch) {
-                    held.push(ev);
-                } else if stream.send(&ev).is_err() {
+                    held.extend(batch);
+                } else if stream.send_all(&batch).is_err() {
                     return Ended::Dropped;
                 }
             }
@@ -229,12 +275,11 @@ pub fn serve<S: Read + Write>(
                     // those first: a bookmark must never skip an event the client has not
                     // seen.
                     let rv = shared.read().rv();
-                    while let Ok(ev) = rx.try_recv() {
-                        if stream.send(&ev).is_err() {
-                            return Ended::Dropped;
-                        }
-                    }
-                    if stream.send_bookmark(rv).is_err() {
+                    let waiting: Vec<Arc<Event>> = rx.try_iter().collect();
+                    if waiting.iter().try_for_each(|ev| stream.push(ev)).is_err()
+                        || stream.push_bookmark(rv).is_err()
+                        || stream.flush().is_err()
+                    {
                         return Ended::Dropped;
                     }
                     bookmark_at = next_bookmark(now, shared.bookmark_interval, deadline);
@@ -248,6 +293,82 @@ pub fn serve<S: Read + Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Users;
+    use crate::selector::Selector;
+    use crate::store::{Store, WatchStart};
+    use std::sync::{mpsc, Mutex};
+
+    /// A client's end of the connection: what it received, and in how many writes.
+    #[derive(Clone, Default)]
+    struct Client(Arc<Mutex<(Vec<u8>, usize)>>);
+
+    impl Read for Client {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Ok(0)
+        }
+    }
+
+    impl Write for Client {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let mut got = self.0.lock().expect("lock");
+            got.0.extend_from_slice(buf);
+            got.1 += 1;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn events_waiting_for_a_stream_reach_the_client_in_one_write() {
+        let (gc, _gc) = mpsc::channel();
+        let certs = crate::tls::generate().expect("certificates");
+        let shared = Shared::new(
+            Store::new(100, gc),
+            Users::default(),
+            Duration::from_secs(60),
+            0,
+            certs.config,
+        );
+        // A burst committed while the stream was busy elsewhere: 50 events in its channel.
+        let (def, start, from) = {
+            let mut store = shared.write();
+            let def = store.resolve("", "v1", "namespaces").expect("namespaces");
+            let from = store.rv();
+            let start = store.watch(&def.key(), None, Some(from));
+            for i in 0..50 {
+                let ns = serde_json::json!({"metadata": {"name": format!("burst-{i}"), "uid": format!("u{i}")}});
+                store.commit(&def.key(), EventType::Added, ns, None);
+            }
+            (def, start, from)
+        };
+        let WatchStart::Started { id, rx, backlog } = start else {
+            panic!("the watch did not start");
+        };
+        let key = def.key();
+        let plan = WatchPlan {
+            def,
+            version: "v1".into(),
+            start: Start::Started { id, rx, backlog },
+            labels: Selector::default(),
+            fields: Selector::default(),
+            timeout: Duration::from_millis(200),
+            bookmarks: false,
+            from,
+            table: None,
+            metadata: None,
+            epoch: 0,
+        };
+        let client = Client::default();
+        let mut conn = Conn::new(client.clone());
+        assert_eq!(serve(&shared, &mut conn, plan, key), Ended::Clean);
+        let (bytes, writes) = client.0.lock().expect("lock").clone();
+        let text = String::from_utf8(bytes).expect("utf-8");
+        assert_eq!(text.matches("\"type\":\"ADDED\"").count(), 50, "{text}");
+        // The response head, the 50 events, the last chunk.
+        assert_eq!(writes, 3, "{text}");
+    }
 
     #[test]
     fn bookmarks_come_periodically_and_two_seconds_before_the_deadline() {
