@@ -215,7 +215,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Reconcile threads by default: at rest, and at most while a backlog lasts (docs/benchmark.md,
 /// "Workers"). A reconcile mostly waits on the API server.
 pub const DEFAULT_WORKERS: usize = 16;
-const DEFAULT_MAX_WORKERS: usize = 64;
+pub const DEFAULT_MAX_WORKERS: usize = 64;
 
 /// The validated configuration.
 #[derive(Debug, Clone)]

@@ -86,10 +86,14 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
     assert!(op.idle.is_some_and(|u| u.rss_kib > 0));
     assert_eq!(op.exit_code, Some(0), "the operator exits 0 on SIGTERM");
     // The one timing-free bound of the run: requests in a window can only be fewer on a slow
-    // machine. Without the queue's budget, 500 failing objects cost thousands a second.
+    // machine. Without the queue's budget, 500 failing objects cost thousands a second. With
+    // it: its 100 tokens and 10 a second, the workers' reconciles in flight when it ran out
+    // (the pool grows to its bound while 500 keys wait), and what successes elsewhere refund
+    // (the earlier phases' objects, in other namespaces), at most as many again.
     let herd = report.herd.as_ref().expect("herd phase");
     assert!(herd.correct, "converged after the burst");
-    let most = 100 + 10 * HERD_BURST.as_secs() + 1 + 20;
+    let budget = 100 + 10 * HERD_BURST.as_secs() + 1;
+    let most = 2 * budget + immortal_operator::cli::DEFAULT_MAX_WORKERS as u64;
     assert!(
         herd.requests.total <= most,
         "{} requests during {:?} of 500s ({:?} a second), at most {most}",

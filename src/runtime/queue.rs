@@ -68,14 +68,23 @@ impl Budget {
         self.at = self.at.max(now);
     }
 
-    /// `None` when a key of `priority` may be handed out now; otherwise how long until one may.
-    fn wait(&mut self, now: Instant, priority: Priority) -> Option<Duration> {
+    /// `None` when a key of `priority` may be handed out now, with `in_flight` reconciles
+    /// running; otherwise how long until one may. Once the budget is being spent, each
+    /// reconcile in flight may fail too and holds a token meanwhile: a pool grown for a backlog
+    /// cannot overdraw it all at once when the API server starts failing.
+    fn wait(&mut self, now: Instant, priority: Priority, in_flight: usize) -> Option<Duration> {
         self.refill(now);
         let floor = match priority {
             Priority::Urgent => 1.0,
             Priority::Routine => 1.0 + URGENT_RESERVE,
         };
-        (self.tokens < floor).then(|| Duration::from_secs_f64((floor - self.tokens) / BUDGET_RATE))
+        let owed = if self.tokens < BUDGET_BURST {
+            in_flight as f64
+        } else {
+            0.0
+        };
+        let have = self.tokens - owed;
+        (have < floor).then(|| Duration::from_secs_f64((floor - have) / BUDGET_RATE))
     }
 
     fn spend(&mut self, now: Instant) {
@@ -376,9 +385,10 @@ impl<H: Clone> Queue<H> {
                 let now = Instant::now();
                 // The budget holds routine keys before urgent ones: whether it holds the best
                 // band queued says whether it holds all, and for how long at least.
+                let in_flight = st.processing.len();
                 let held = match urgent {
-                    true => st.budget.wait(now, Priority::Urgent),
-                    false => st.budget.wait(now, Priority::Routine),
+                    true => st.budget.wait(now, Priority::Urgent, in_flight),
+                    false => st.budget.wait(now, Priority::Routine, in_flight),
                 };
                 if held.is_some() != st.throttled {
                     st.throttled = held.is_some();
@@ -397,7 +407,8 @@ impl<H: Clone> Queue<H> {
                     next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
                 } else {
                     // Urgent first, but one in SHARE routine while routine keys may go too.
-                    let may_routine = routine && st.budget.wait(now, Priority::Routine).is_none();
+                    let may_routine =
+                        routine && st.budget.wait(now, Priority::Routine, in_flight).is_none();
                     let band = match may_routine && (!urgent || st.urgent_streak + 1 >= SHARE) {
                         true => Priority::Routine,
                         false => Priority::Urgent,
@@ -504,6 +515,10 @@ impl<H: Clone> Queue<H> {
         st.processing.remove(key);
         if st.shutting_down {
             return;
+        }
+        if st.throttled {
+            // One reconcile fewer in flight: the budget may let the next key out now.
+            self.cond.notify_one();
         }
         if let Some((key, priority)) = st
             .dirty
@@ -833,31 +848,31 @@ mod tests {
         let mut b = Budget::new(t0);
         for i in 0..100 {
             assert_eq!(
-                b.wait(t0, Priority::Urgent),
+                b.wait(t0, Priority::Urgent, 0),
                 None,
                 "failure {i} is within the burst"
             );
             b.spend(t0);
         }
         assert_eq!(
-            b.wait(t0, Priority::Urgent),
+            b.wait(t0, Priority::Urgent, 0),
             Some(Duration::from_millis(100))
         );
         let t1 = t0 + Duration::from_millis(100);
         assert_eq!(
-            b.wait(t1, Priority::Urgent),
+            b.wait(t1, Priority::Urgent, 0),
             None,
             "one token a tenth of a second later"
         );
         b.spend(t1);
-        assert!(b.wait(t1, Priority::Urgent).is_some());
+        assert!(b.wait(t1, Priority::Urgent, 0).is_some());
         // A long quiet time refills only up to the burst.
         let t2 = t1 + Duration::from_secs(3600);
         for _ in 0..100 {
-            assert_eq!(b.wait(t2, Priority::Urgent), None);
+            assert_eq!(b.wait(t2, Priority::Urgent, 0), None);
             b.spend(t2);
         }
-        assert!(b.wait(t2, Priority::Urgent).is_some());
+        assert!(b.wait(t2, Priority::Urgent, 0).is_some());
     }
 
     #[test]
@@ -867,16 +882,33 @@ mod tests {
         for _ in 0..100 {
             b.spend(t0);
         }
-        assert!(b.wait(t0, Priority::Urgent).is_some());
+        assert!(b.wait(t0, Priority::Urgent, 0).is_some());
         b.refund(t0);
-        assert_eq!(b.wait(t0, Priority::Urgent), None);
+        assert_eq!(b.wait(t0, Priority::Urgent, 0), None);
         // Successes never raise it past the burst.
         let mut full = Budget::new(t0);
         full.refund(t0);
         for _ in 0..100 {
             full.spend(t0);
         }
-        assert!(full.wait(t0, Priority::Urgent).is_some());
+        assert!(full.wait(t0, Priority::Urgent, 0).is_some());
+    }
+
+    #[test]
+    fn once_failures_spend_the_budget_each_reconcile_in_flight_holds_a_token() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(t0);
+        // A healthy budget lets any number of workers run.
+        assert_eq!(b.wait(t0, Priority::Urgent, 256), None);
+        // 40 failures: 60 tokens left, so 59 urgent reconciles may be in flight, not 60, and
+        // the routine band keeps its reserve on top of those.
+        for _ in 0..40 {
+            b.spend(t0);
+        }
+        assert_eq!(b.wait(t0, Priority::Urgent, 59), None);
+        assert!(b.wait(t0, Priority::Urgent, 60).is_some());
+        assert_eq!(b.wait(t0, Priority::Routine, 34), None);
+        assert!(b.wait(t0, Priority::Routine, 35).is_some());
     }
 
     #[test]
@@ -888,7 +920,7 @@ mod tests {
         }
         // Three tokens owed, and one to hand out: 0.4 s.
         assert_eq!(
-            b.wait(t0, Priority::Urgent),
+            b.wait(t0, Priority::Urgent, 0),
             Some(Duration::from_millis(400))
         );
     }
@@ -929,7 +961,7 @@ mod tests {
         // One success, and the next key goes at once.
         q.forget("ns/0");
         assert_eq!(
-            q.lock().budget.wait(Instant::now(), Priority::Routine),
+            q.lock().budget.wait(Instant::now(), Priority::Routine, 0),
             None
         );
     }
@@ -939,17 +971,17 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Budget::new(t0);
         let mut routine = 0;
-        while b.wait(t0, Priority::Routine).is_none() {
+        while b.wait(t0, Priority::Routine, 0).is_none() {
             b.spend(t0);
             routine += 1;
         }
         assert_eq!(routine, 75);
         for i in 0..25 {
-            assert_eq!(b.wait(t0, Priority::Urgent), None, "urgent failure {i}");
+            assert_eq!(b.wait(t0, Priority::Urgent, 0), None, "urgent failure {i}");
             b.spend(t0);
         }
         assert!(
-            b.wait(t0, Priority::Urgent).is_some(),
+            b.wait(t0, Priority::Urgent, 0).is_some(),
             "then urgent is held too"
         );
     }
@@ -985,7 +1017,7 @@ mod tests {
         let routine_held = || {
             q.lock()
                 .budget
-                .wait(Instant::now(), Priority::Routine)
+                .wait(Instant::now(), Priority::Routine, 0)
                 .is_some()
         };
         loop {
@@ -1007,7 +1039,7 @@ mod tests {
             }
         }
         assert_eq!(
-            q.lock().budget.wait(Instant::now(), Priority::Urgent),
+            q.lock().budget.wait(Instant::now(), Priority::Urgent, 0),
             None,
             "the urgent reserve is left"
         );
@@ -1050,7 +1082,7 @@ mod tests {
         assert!(q
             .lock()
             .budget
-            .wait(Instant::now(), Priority::Urgent)
+            .wait(Instant::now(), Priority::Urgent, 0)
             .is_some());
         q.shutdown();
     }
