@@ -833,19 +833,6 @@ fn with_every_connection_black_holed_a_deleted_pod_is_back_within_90_seconds() {
     let op = Operator::start_as(&c, &config, &[], "operator.log");
     c.create_ic("web", &image());
     let first = c.wait_converged("web", 1, |_| Ok(()));
-    // The look the operator takes at the bound of the pod's count (see `COUNT_WAIT` in
-    // src/immortal/counting.rs) is behind us: one into the silence would find the deletion
-    // on its own, after its read timeout, and this test is about the watch noticing.
-    wait_until(
-        Duration::from_secs(30),
-        "the requeue after the create",
-        || {
-            let done = r#""trigger":"scheduled requeue","result":"success""#;
-            op.log_says(done)
-                .then_some(())
-                .ok_or_else(|| op.log_tail(5))
-        },
-    );
     // Every connection the operator has open (its two watches, the pooled ones its reconciles
     // and Events used) goes silent without closing, as behind a proxy that stopped forwarding;
     // new connections work.

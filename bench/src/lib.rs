@@ -1107,19 +1107,12 @@ impl Run<'_> {
             .sum();
         let writes_by_kind = report::writes_by_kind(&by_verb);
         let writes: u64 = writes_by_kind.values().sum();
-        let events: u64 = writes_by_kind
-            .iter()
-            .filter(|(k, _)| report::is_event_write(k))
-            .map(|(_, n)| n)
-            .sum();
         Ok(Requests {
             pods_created,
             total,
             startup,
             per_pod_created: (total - startup) as f64 / pods_created.max(1) as f64,
             writes_per_pod_created: writes as f64 / pods_created.max(1) as f64,
-            writes_per_pod_created_without_events: (writes - events) as f64
-                / pods_created.max(1) as f64,
             writes_by_kind,
             by_verb,
             source: source.into(),
@@ -1132,12 +1125,10 @@ impl Run<'_> {
 /// through a backlog after the last pod: about 2 s for 1,000 Events at 2 ms a round trip).
 const REQUESTS_QUIET_MAX: Duration = Duration::from_secs(30);
 
-/// Waits until the operator's request count (its /metrics) has not moved for [`SETTLE`] past
-/// `COUNT_WAIT`, at most [`REQUESTS_QUIET_MAX`]: a phase's requests are counted once its
-/// Events are written and the operator has looked again at each pod it made (at the bound of
-/// its count, see `counting::COUNT_WAIT`), not while they trickle into the next phase.
+/// Waits until the operator's request count (its /metrics) has not moved for [`SETTLE`], at
+/// most [`REQUESTS_QUIET_MAX`]: a phase's requests are counted once its Events are written,
+/// not while they still trickle into the next phase.
 fn wait_requests_quiet(op: &Operator) -> Result<(), Error> {
-    let quiet = immortal_operator::immortal::counting::COUNT_WAIT + SETTLE;
     let limit = Instant::now() + REQUESTS_QUIET_MAX;
     let mut last = (u64::MAX, Instant::now());
     loop {
@@ -1145,7 +1136,7 @@ fn wait_requests_quiet(op: &Operator) -> Result<(), Error> {
         let now = Instant::now();
         if total != last.0 {
             last = (total, now);
-        } else if now.duration_since(last.1) >= quiet || now >= limit {
+        } else if now.duration_since(last.1) >= SETTLE || now >= limit {
             return Ok(());
         }
         thread::sleep(Duration::from_millis(20));

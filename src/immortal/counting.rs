@@ -23,13 +23,6 @@
 //!   if anything wrote the object since, the patch is refused (409) and redone from a fresh
 //!   read. Once it landed, L = uid makes a repeat a no-op; if it did not (409, 5xx, an answer
 //!   lost, a crash), S and L are unchanged and the next reconcile counts again.
-//! - *Wait*: a pod this process just created and that is still plainly Pending is counted
-//!   only once its watch event shows more (running, unschedulable, ended, being deleted), or
-//!   [`COUNT_WAIT`] after its create, so that one status write counts it and says what it does. Meanwhile F
-//!   holds it, so the wait cannot lose it; and it is counted from that event without a read
-//!   only while status still counts the pod it counted at the create: counts only move on to
-//!   newer pods, so that one is not counted yet (the precondition checks that copy). A process
-//!   that did not see the create (a restart, a failover) counts at once.
 //! - *Release*: F is taken off (a strategic merge patch deleting it from the list, naming the
 //!   pod's uid, as the Job controller releases its tracking finalizer) only when the status the
 //!   API server answered says L = uid. Releasing twice changes nothing; a name that holds
@@ -39,14 +32,12 @@
 //! - *Delete*: by uid, never a pod we did not look at; a delete never removes a pod carrying F.
 //!
 //! **In memory only**: nothing the count depends on. A restarted operator reads S, L and the pod
-//! and goes on; it forgets the restart back-off ([`crate::immortal::restarts`]), and which pods'
-//! counts wait (those it counts at once).
+//! and goes on; the restart back-off ([`crate::immortal::restarts`]) is the only thing it forgets.
 //!
 //! **What it costs**: one PATCH per pod, the release, right after the status patch that counts
-//! it (which, thanks to the wait, also says it runs). Without F, a pod created (its answer lost,
-//! or the operator killed) and deleted before the operator looks again leaves no trace:
-//! "created then deleted" and "never created" look the same, so a start would be lost. The
-//! finalizer is the trace.
+//! it. Without F, a pod created (its answer lost, or the operator killed) and deleted before the
+//! operator looks again leaves no trace: "created then deleted" and "never created" look the
+//! same, so a start would be lost. The finalizer is the trace.
 //!
 //! **Never at a pod's expense.** A pod someone deletes waits on our finalizer until its start is
 //! counted, normally milliseconds. When status cannot be written (an edited ClusterRole, an
@@ -85,11 +76,6 @@ use std::time::{Duration, Instant};
 /// who runs `kubectl delete pod` waits about this long before wondering; with the watch and
 /// the retry around it, the pod is gone well within two minutes.
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
-
-/// Longest the count of a pod just created waits for it to run, so that one status write
-/// counts it and says it is Ready: a pod whose image is on its node runs within a second or two
-/// (docs/design.md, Counting, says how it was chosen).
-pub const COUNT_WAIT: Duration = Duration::from_secs(2);
 
 /// Longest a pod holding our finalizer waits between two tries at counting it while status
 /// cannot be written, whatever the key's back-off: so it is counted, and let go, within this

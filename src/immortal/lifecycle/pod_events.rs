@@ -63,9 +63,8 @@ impl Watched for PodEvents {
         let orphaned = holds_count && owner.is_none();
         match memo.replace(digest) {
             Some(before) if before == digest && !orphaned => return Reaction::Ignore,
-            // A new pod plainly pending: reconcile created it, and writes this very view by
-            // the bound of its count (`counting::COUNT_WAIT`); one someone else made is found
-            // by the relist after our restart, or its next change.
+            // A new pod plainly pending: reconcile created it and wrote this very view (one
+            // someone else made is found by the relist after our restart, or its next change).
             None if event == "ADDED" && view == PodView::pending() && !orphaned => {
                 return Reaction::Ignore
             }

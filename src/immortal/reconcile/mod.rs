@@ -359,7 +359,7 @@ impl<A: Api> Run<'_, A> {
                         }
                     }
                     match self.create(cause)? {
-                        Created::Yes(next) => {
+                        Created::Yes => {
                             if let Some(old) = self.removed.take() {
                                 self.memory.replaced(self.trace.key, &old);
                             }
@@ -370,7 +370,7 @@ impl<A: Api> Run<'_, A> {
                             } else {
                                 self.memory.restarts.created(self.trace.key);
                             }
-                            return Ok(next);
+                            return Ok(Next::Done);
                         }
                         Created::NameTaken if matches!(look, Look::AssumeAbsent) => {
                             look = Look::Get;
@@ -424,13 +424,6 @@ impl<A: Api> Run<'_, A> {
                 ),
             };
             let (uid, change, view, holds, ending) = found;
-            if let Some(left) = self
-                .count_may_wait(&uid, &view)
-                .filter(|_| change.is_none())
-            {
-                self.status = self.have.clone();
-                return Ok(Next::RequeueAfter(left));
-            }
 
             // Ours: it was started, so it counts, once.
             self.count(&uid);
@@ -507,9 +500,8 @@ impl<A: Api> Run<'_, A> {
 
     /// What the trigger lets the first round skip. A hint is only for this object's own pod
     /// (name and controller uid); a pod it shows alive is acted on without a read only when it
-    /// is the pod already counted, or the one whose count waits (see `counting`, Wait), so a
-    /// count always rests on a pod known to exist at that moment or known not to be counted
-    /// (a watch may lag behind a replacement we made).
+    /// is the pod already counted, so a count always rests on a pod known to exist at that
+    /// moment (a watch may lag behind a replacement we made).
     fn first_look<'h>(&self, hint: Option<&'h PodHint>) -> Look<'h> {
         let ours = |p: &SeenPod| {
             p.named_for_owner
@@ -538,20 +530,15 @@ impl<A: Api> Run<'_, A> {
                     }
                     return Look::DeleteTerminated(uid);
                 }
-                let last = self.status.last_counted_pod_uid.as_deref();
-                let waits = self.memory.waiting(self.trace.key, last);
-                if last == Some(uid.as_str()) || waits.is_some_and(|(w, _)| w == p.uid) {
+                if self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str()) {
                     return Look::Seen(p);
                 }
             }
             _ => {}
         }
         // An object that never had a pod most likely has none: create first. (currentPod too:
-        // an older CRD may prune lastCountedPodUID.) Unless we made one whose count waits.
-        if self.status.last_counted_pod_uid.is_none()
-            && self.status.current_pod.is_none()
-            && self.memory.waiting(self.trace.key, None).is_none()
-        {
+        // an older CRD may prune lastCountedPodUID.)
+        if self.status.last_counted_pod_uid.is_none() && self.status.current_pod.is_none() {
             Look::AssumeAbsent
         } else {
             Look::Get

@@ -1,7 +1,8 @@
 //! The pod writes reconcile makes (create, delete, relabel), and what each answer means.
 
-use super::{Api, Cause, Error, Next, Run};
+use super::{Api, Cause, Error, Held, Run};
 use crate::immortal::desired::{desired_labels, desired_pod};
+use crate::immortal::lifecycle::PodView;
 use crate::kube::client;
 use crate::kube::types::{self, Pod};
 use serde_json::{json, Map, Value};
@@ -20,7 +21,14 @@ impl<A: Api> Run<'_, A> {
                     "created pod"
                 );
                 crate::runtime::metrics::record_pod_created(cause.label());
-                let next = self.count_created(&created, counted);
+                self.count(&created.metadata.uid);
+                if counted {
+                    self.release = Some(Held {
+                        uid: created.metadata.uid.clone(),
+                        deleting: false,
+                    });
+                }
+                self.report(&PodView::of(&created));
                 let (reason, message) = match cause {
                     Cause::New => (
                         "PodCreated",
@@ -60,7 +68,7 @@ impl<A: Api> Run<'_, A> {
                     ),
                 };
                 self.note(false, reason, message);
-                Ok(Created::Yes(next))
+                Ok(Created::Yes)
             }
             Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
             Err(e) if e.is_invalid() || e.is_forbidden() => Ok(Created::Refused(e)),
@@ -154,8 +162,7 @@ impl<A: Api> Run<'_, A> {
 }
 
 pub(super) enum Created {
-    /// Created; what to do next (look again when its count may wait no longer).
-    Yes(Next),
+    Yes,
     /// AlreadyExists.
     NameTaken,
     /// 422 or 403: the server will not take this pod.

@@ -46,47 +46,6 @@ impl<A: Api> Run<'_, A> {
         self.status.last_counted_pod_uid = Some(uid.to_string());
     }
 
-    /// Counts the pod this reconcile just created (`counted`: with our finalizer), unless it is
-    /// plainly pending, nothing else counted waits to be written and status does not say Ready
-    /// (a pod force-deleted: that must not stand): then its count waits (see `counting`, Wait)
-    /// and so does the rest of the status, so that one write carries it all.
-    pub(super) fn count_created(&mut self, pod: &Pod, counted: bool) -> Next {
-        let (uid, view) = (pod.metadata.uid.as_str(), PodView::of(pod));
-        let wait = self.memory.count_wait;
-        let ready = self
-            .have
-            .conditions
-            .iter()
-            .any(|c| c.type_ == READY && c.status == "True");
-        if counted && !wait.is_zero() && view == PodView::pending() && !self.counted() && !ready {
-            let last = self.status.last_counted_pod_uid.as_deref();
-            self.memory.wait_for_count(self.trace.key, uid, last);
-            self.status = self.have.clone();
-            return Next::RequeueAfter(wait);
-        }
-        self.count(uid);
-        if counted {
-            let (uid, deleting) = (uid.to_string(), false);
-            self.release = Some(Held { uid, deleting });
-        }
-        self.report(&view);
-        Next::Done
-    }
-
-    /// How much longer the count of our pod `uid`, showing `view`, may wait, if it may: while
-    /// it is plainly pending (not unschedulable, say: that will not pass soon, and a person
-    /// should see it), up to the bound of the wait its create began.
-    pub(super) fn count_may_wait(&self, uid: &str, view: &PodView) -> Option<Duration> {
-        if *view != PodView::pending() {
-            return None;
-        }
-        let last = self.status.last_counted_pod_uid.as_deref();
-        let (pod, since) = self.memory.waiting(self.trace.key, last)?;
-        let waited = self.memory.now().saturating_duration_since(since);
-        let wait = self.memory.count_wait;
-        (pod == *uid && waited < wait).then(|| wait - waited)
-    }
-
     /// Whether this reconcile counted a pod that the API server's status does not count yet.
     /// (The first explicit 0 counts nothing.)
     pub(super) fn counted(&self) -> bool {

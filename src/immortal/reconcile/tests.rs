@@ -302,12 +302,8 @@ fn ic(name: &str, image: &str) -> ImmortalContainer {
     }
 }
 
-/// A fake whose pods are counted at once (see `count_waits_*` for the wait).
 fn fake(ic: ImmortalContainer) -> Fake {
-    let f = Fake {
-        memory: Memory::new().counting_at_once(),
-        ..Default::default()
-    };
+    let f = Fake::default();
     *f.ic.borrow_mut() = Some(ic);
     f
 }
@@ -1695,7 +1691,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        memory: Memory::with_clock(move || *clock.lock().unwrap()).counting_at_once(),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -1900,7 +1896,7 @@ fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        memory: Memory::with_clock(move || *clock.lock().unwrap()).counting_at_once(),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -1989,7 +1985,7 @@ fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mu
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        memory: Memory::with_clock(move || *clock.lock().unwrap()).counting_at_once(),
+        memory: Memory::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
@@ -2005,7 +2001,7 @@ fn pod_uid(f: &Fake) -> String {
 fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
     reconcile(
         f,
-        &Memory::new().counting_at_once(),
+        &Memory::new(),
         &LogContext {
             id: "3",
             key: "ns/web",
@@ -2181,182 +2177,4 @@ fn only_a_pod_being_deleted_has_a_bound_the_failure_budget_must_not_delay() {
         Some(Duration::from_secs(20)),
         "retried soon all the same"
     );
-}
-
-/// A fake whose clock the test moves, and whose pods' counts wait as the operator's do.
-fn fake_waiting() -> (Fake, std::sync::Arc<std::sync::Mutex<Instant>>) {
-    let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
-    let clock = now.clone();
-    let f = Fake {
-        memory: Memory::with_clock(move || *clock.lock().unwrap()),
-        ..Default::default()
-    };
-    *f.ic.borrow_mut() = Some(ic("web", "nginx"));
-    (f, now)
-}
-
-fn status_writes(f: &Fake) -> usize {
-    f.calls()
-        .iter()
-        .filter(|c| *c == "PATCH ic/web/status")
-        .count()
-}
-
-#[test]
-fn count_waits_for_a_pending_pod_until_the_bound_then_counts_it_pending() {
-    let (f, now) = fake_waiting();
-    let wait = counting::COUNT_WAIT;
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::RequeueAfter(wait));
-    assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod"]);
-    assert_eq!(
-        status(&f),
-        ImmortalContainerStatus::default(),
-        "nothing written yet"
-    );
-    assert_eq!(f.notes.borrow()[0].reason, "PodCreated");
-    // Looked at again before the bound (a relist): still pending, it still waits.
-    *now.lock().unwrap() += wait / 2;
-    f.clear();
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::RequeueAfter(wait - wait / 2)
-    );
-    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
-    // At the bound it is counted with what it shows, and let go.
-    *now.lock().unwrap() += wait - wait / 2;
-    f.clear();
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
-    assert_eq!(
-        f.calls(),
-        [
-            "GET ic/web",
-            "GET pod/web-immortalpod",
-            "PATCH ic/web/status",
-            "PATCH pod/web-immortalpod release"
-        ]
-    );
-    assert_eq!(status(&f).start_times, Some(1));
-    assert_eq!(status(&f).observed_generation, Some(1));
-    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
-    assert!(finalizers(&f).is_empty());
-}
-
-#[test]
-fn count_waits_and_a_pod_ready_within_the_bound_costs_one_status_write() {
-    let (f, now) = fake_waiting();
-    run(&f, "ns/web").unwrap();
-    start_pod(&f);
-    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
-    assert_eq!(
-        f.calls(),
-        [
-            "GET ic/web",
-            "POST pod/web-immortalpod",
-            "GET ic/web",
-            "PATCH ic/web/status",
-            "PATCH pod/web-immortalpod release"
-        ],
-        "counted from its event, without reading it"
-    );
-    assert_eq!(status(&f).start_times, Some(1));
-    assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
-    // The requeue asked for at the create comes, and finds nothing to write.
-    *now.lock().unwrap() += counting::COUNT_WAIT;
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
-    assert_eq!(status_writes(&f), 1);
-    assert_eq!(status(&f).start_times, Some(1));
-    assert!(finalizers(&f).is_empty());
-}
-
-#[test]
-fn count_waits_but_not_for_a_pod_deleted_meanwhile() {
-    let (f, _) = fake_waiting();
-    run(&f, "ns/web").unwrap();
-    let uid = pod_uid(&f);
-    // Someone deletes it: not scheduled yet, it goes at once but for our finalizer.
-    f.delete_pod("ns", "web-immortalpod", &uid, None).unwrap();
-    f.clear();
-    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
-    assert_eq!(
-        f.calls(),
-        [
-            "GET ic/web",
-            "PATCH ic/web/status",
-            "PATCH pod/web-immortalpod release"
-        ]
-    );
-    assert_eq!(status(&f).start_times, Some(1));
-    assert_eq!(status(&f).last_counted_pod_uid, Some(uid));
-    assert!(f.pod.borrow().is_none(), "let go, and gone");
-}
-
-#[test]
-fn count_waits_only_in_the_process_that_made_the_pod() {
-    let (f, _) = fake_waiting();
-    run(&f, "ns/web").unwrap();
-    // The operator restarts: the new process does not know when the pod was made.
-    f.clear();
-    let fresh = Memory::new();
-    let trace = LogContext {
-        id: "3",
-        key: "ns/web",
-    };
-    assert_eq!(reconcile(&f, &fresh, &trace, None).unwrap(), Next::Done);
-    assert_eq!(status(&f).start_times, Some(1));
-    assert_eq!(status_writes(&f), 1);
-    assert!(finalizers(&f).is_empty());
-}
-
-#[test]
-fn count_waits_and_a_stale_event_of_that_pod_counted_elsewhere_is_not_counted_again() {
-    let (f, _) = fake_waiting();
-    run(&f, "ns/web").unwrap();
-    start_pod(&f);
-    let stale = seen(&f);
-    // Another process counts it, sees it go, and counts its replacement.
-    run_elsewhere(&f, Some(&stale)).unwrap();
-    *f.pod.borrow_mut() = None;
-    run_elsewhere(&f, None).unwrap();
-    assert_eq!(status(&f).start_times, Some(2));
-    // The old event reaches this process: it is not the pod status counts any more.
-    run_with(&f, &stale).unwrap();
-    assert_eq!(status(&f).start_times, Some(2));
-}
-
-#[test]
-fn count_waits_but_not_for_a_pod_that_cannot_be_scheduled() {
-    let (f, _) = fake_waiting();
-    run(&f, "ns/web").unwrap();
-    f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
-        phase: Some("Pending".into()),
-        conditions: vec![PodCondition {
-            type_: "PodScheduled".into(),
-            status: "False".into(),
-            reason: "Unschedulable".into(),
-            message: "0/3 nodes are available".into(),
-        }],
-        ..Default::default()
-    });
-    f.clear();
-    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
-    assert_eq!(status_writes(&f), 1);
-    assert_eq!(status(&f).start_times, Some(1));
-    assert_eq!(ready(&f), ("False".into(), "PodUnschedulable".into()));
-    assert!(finalizers(&f).is_empty());
-}
-
-#[test]
-fn count_waits_but_not_while_status_says_ready_for_a_pod_that_is_gone() {
-    let (f, _) = fake_waiting();
-    run(&f, "ns/web").unwrap();
-    start_pod(&f);
-    run_with(&f, &seen(&f)).unwrap();
-    assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
-    // Force-deleted: its replacement is counted, and Ready False said, at once.
-    let hint = delete_after_running(&f, 65);
-    f.clear();
-    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
-    assert_eq!(status_writes(&f), 1);
-    assert_eq!(status(&f).start_times, Some(2));
-    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
 }
