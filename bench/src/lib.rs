@@ -1107,12 +1107,19 @@ impl Run<'_> {
             .sum();
         let writes_by_kind = report::writes_by_kind(&by_verb);
         let writes: u64 = writes_by_kind.values().sum();
+        let events: u64 = writes_by_kind
+            .iter()
+            .filter(|(k, _)| report::is_event_write(k))
+            .map(|(_, n)| n)
+            .sum();
         Ok(Requests {
             pods_created,
             total,
             startup,
             per_pod_created: (total - startup) as f64 / pods_created.max(1) as f64,
             writes_per_pod_created: writes as f64 / pods_created.max(1) as f64,
+            writes_per_pod_created_without_events: (writes - events) as f64
+                / pods_created.max(1) as f64,
             writes_by_kind,
             by_verb,
             source: source.into(),
