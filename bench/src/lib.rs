@@ -801,14 +801,7 @@ impl Run<'_> {
         for round in 0..2 * k {
             let name = format!("ic-{}", round % n);
             let pod = pod_name(&name);
-            let old = obs
-                .lock()
-                .pods
-                .get(&pod)
-                .map(|p| p.uid.clone())
-                .ok_or_else(|| {
-                    Error::Timeout(format!("recovery: pod {pod} is not there to remove"))
-                })?;
+            let old = obs.uid_of(&pod, "recovery")?;
             if round < k {
                 api.delete_pod(ns, &pod, &old)?;
             } else {
@@ -906,12 +899,7 @@ impl Run<'_> {
         for j in 0..k {
             let name = format!("ic-{}", n - 1 - j);
             let pod = pod_name(&name);
-            let old = obs
-                .lock()
-                .pods
-                .get(&pod)
-                .map(|p| p.uid.clone())
-                .ok_or_else(|| Error::Timeout(format!("load: pod {pod} is not there to delete")))?;
+            let old = obs.uid_of(&pod, "load")?;
             queued.push(op.queue_depth()?);
             api.delete_pod(ns, &pod, &old)?;
             let answered = Instant::now();

@@ -163,6 +163,13 @@ impl Observer {
         self.shared.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The uid of the pod `pod` as the watch last showed it, or why there is none to act on
+    /// (`phase` names the bench phase in the error).
+    pub fn uid_of(&self, pod: &str, phase: &str) -> Result<String, Error> {
+        let uid = self.lock().pods.get(pod).map(|p| p.uid.clone());
+        uid.ok_or_else(|| Error::Timeout(format!("{phase}: pod {pod} is not there to remove")))
+    }
+
     /// Waits for the first `n` pods and started objects; convergence is stamped from now on.
     pub fn expect(&self, n: usize) {
         let mut s = self.lock();
