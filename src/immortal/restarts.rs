@@ -99,8 +99,8 @@ impl Restarts {
         crate::util::lock(&self.entries)
     }
 
-    /// Records how the pod of `key` ended, before its replacement is made (nothing needs its uid).
-    pub fn ended(&self, key: &str, _uid: &str, ending: Ending) {
+    /// Records how the pod of `key` ended, before its replacement is made.
+    pub fn ended(&self, key: &str, ending: Ending) {
         self.lock().entry(key.to_string()).or_default().ending = Some(ending);
     }
 
@@ -192,7 +192,7 @@ mod tests {
     /// A pod of `key` ends as `ending` at `now` and is replaced if it may be: the wait, if any.
     fn end(r: &Restarts, key: &str, ending: Option<Ending>, now: Instant) -> Option<Duration> {
         if let Some(e) = ending {
-            r.ended(key, "uid", e);
+            r.ended(key, e);
         }
         match r.wait(key, now) {
             Some(w) => Some(w.remaining),
@@ -211,7 +211,7 @@ mod tests {
         let quick = Some(ending);
         assert_eq!(end(&r, "ns/a", quick, t0), None, "the first goes ahead");
         // Ended again half a second later: wait the rest of the first second.
-        r.ended("ns/a", "uid", ending);
+        r.ended("ns/a", ending);
         let w = r.wait("ns/a", t0 + S / 2).expect("in back-off");
         assert_eq!((w.remaining, w.streak), (S / 2, 2));
         assert_eq!(w.ending, quick);

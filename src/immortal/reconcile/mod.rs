@@ -550,7 +550,7 @@ impl<A: Api> Run<'_, A> {
     fn ended(&self, uid: &str, ending: Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
         if last.is_none_or(|l| l == uid) {
-            self.memory.restarts.ended(self.trace.key, uid, ending);
+            self.memory.restarts.ended(self.trace.key, ending);
         }
     }
 
