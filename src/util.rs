@@ -1,9 +1,11 @@
 //! Small helpers several stages share: a random source for jitter, RFC 3339 timestamps (jiff's
 //! calendar), and a lock that survives a panicked holder.
 
+use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
+use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A random u64, for jitter and identities, not for secrets: SipHash under the per-thread random
@@ -60,24 +62,46 @@ pub fn rfc3339_after(d: std::time::Duration) -> String {
 }
 
 /// One shared copy of `s`, for strings many values repeat (the image most objects of a cluster
-/// run). Copies no value uses any more are dropped whenever the set has doubled since it was
-/// last swept, so it holds at most twice the strings in use.
-pub fn intern(s: &str) -> std::sync::Arc<str> {
-    use std::collections::BTreeSet;
-    use std::sync::Arc;
-    static SHARED: Mutex<(BTreeSet<Arc<str>>, usize)> = Mutex::new((BTreeSet::new(), 64));
-    let mut guard = lock(&SHARED);
-    let (set, sweep_at) = &mut *guard;
-    if let Some(shared) = set.get(s) {
-        return shared.clone();
+/// run).
+pub fn intern(s: &str) -> Arc<str> {
+    static SHARED: SharedSet<str> = SharedSet::new();
+    SHARED.get(s, |s| Arc::from(s))
+}
+
+/// One shared copy of each value many others repeat. Copies no value uses any more are dropped
+/// whenever the set has doubled since it was last swept, so it holds at most twice those in use.
+pub struct SharedSet<T: ?Sized>(Mutex<(BTreeSet<Arc<T>>, usize)>);
+
+impl<T: Ord + ?Sized> Default for SharedSet<T> {
+    fn default() -> Self {
+        Self::new()
     }
-    if set.len() >= *sweep_at {
-        set.retain(|v| Arc::strong_count(v) > 1);
-        *sweep_at = (set.len() * 2).max(64);
+}
+
+impl<T: Ord + ?Sized> SharedSet<T> {
+    pub const fn new() -> SharedSet<T> {
+        SharedSet(Mutex::new((BTreeSet::new(), 64)))
     }
-    let shared: Arc<str> = Arc::from(s);
-    set.insert(shared.clone());
-    shared
+
+    /// The shared copy equal to `value`, made by `make` when there is none.
+    pub fn get<Q>(&self, value: &Q, make: impl FnOnce(&Q) -> Arc<T>) -> Arc<T>
+    where
+        Arc<T>: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        let mut guard = lock(&self.0);
+        let (set, sweep_at) = &mut *guard;
+        if let Some(shared) = set.get(value) {
+            return shared.clone();
+        }
+        if set.len() >= *sweep_at {
+            set.retain(|v| Arc::strong_count(v) > 1);
+            *sweep_at = (set.len() * 2).max(64);
+        }
+        let shared = make(value);
+        set.insert(shared.clone());
+        shared
+    }
 }
 
 /// Parses an RFC 3339 timestamp (`2024-01-02T03:04:05Z`, optional fraction, `Z` or `±hh:mm`),

@@ -12,8 +12,8 @@ use crate::immortal::types::{
 };
 use crate::kube::types::{format_uuid, parse_uuid, Condition, ObjectMeta};
 use crate::runtime::store::Store;
-use crate::util::{self, intern};
-use std::sync::{Arc, Mutex};
+use crate::util::{self, intern, SharedSet};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The store of ImmortalContainers, by `namespace/name`.
@@ -47,34 +47,21 @@ pub struct Compact {
 
 /// An object's spec, one copy for every object that has the same (most objects come from a few
 /// manifests): behind a thin pointer, image and template cost an object 8 bytes.
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct SharedSpec {
     image: Arc<str>,
     template: Option<Template>,
 }
 
 impl SharedSpec {
-    /// The shared copy of `spec`, swept as `util::intern` is.
+    /// The shared copy of `spec` (see `util::SharedSet`).
     fn of(spec: &ImmortalContainerSpec) -> Arc<SharedSpec> {
-        use std::collections::BTreeSet;
-        static SHARED: Mutex<(BTreeSet<Arc<SharedSpec>>, usize)> =
-            Mutex::new((BTreeSet::new(), 64));
+        static SHARED: SharedSet<SharedSpec> = SharedSet::new();
         let probe = SharedSpec {
             image: intern(&spec.image),
             template: spec.template.clone(),
         };
-        let mut guard = util::lock(&SHARED);
-        let (set, sweep_at) = &mut *guard;
-        if let Some(shared) = set.get(&probe) {
-            return shared.clone();
-        }
-        if set.len() >= *sweep_at {
-            set.retain(|v| Arc::strong_count(v) > 1);
-            *sweep_at = (set.len() * 2).max(64);
-        }
-        let shared = Arc::new(probe);
-        set.insert(shared.clone());
-        shared
+        SHARED.get(&probe, |p| Arc::new(p.clone()))
     }
 }
 

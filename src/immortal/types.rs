@@ -72,7 +72,7 @@ struct TemplateData {
 
 /// Templates by their canonical text and by every other text they were decoded from. Weak, so
 /// that a template goes with its last object; swept whenever the table has doubled (as
-/// `util::intern` is), so it stays at most twice the entries in use.
+/// `util::SharedSet` is), so it stays at most twice the entries in use.
 static SHARED: Mutex<(Table, usize)> = Mutex::new((BTreeMap::new(), 64));
 type Table = BTreeMap<Arc<str>, Weak<TemplateData>>;
 
