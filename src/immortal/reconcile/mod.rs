@@ -39,7 +39,7 @@ use starts::{release_orphan, release_pod};
 pub use api::{Api, LiveApi};
 pub use error::Error;
 pub use memory::Memory;
-use pod::{Created, Deleted};
+use pod::{Created, Deleted, Relabeled};
 
 pub use status::status_patch;
 
@@ -396,9 +396,17 @@ impl<A: Api> Run<'_, A> {
                     if !controlled_by(&pod, self.ic) {
                         return self.conflict(&pod);
                     }
-                    // Retried after, not before, the count and the release below.
-                    if let Err(e) = self.restore_labels(&pod) {
-                        self.relabel = Some(e);
+                    match self.restore_labels(&pod) {
+                        Ok(Relabeled::Kept) => {}
+                        // It was ours and started, so it counts; where it went, only a look
+                        // can say (a Terminating pod's end would otherwise go unnoticed).
+                        Ok(Relabeled::Moved) => {
+                            self.count(&pod.metadata.uid);
+                            look = Look::Get;
+                            continue;
+                        }
+                        // Retried after, not before, the count and the release below.
+                        Err(e) => self.relabel = Some(e),
                     }
                     let view = PodView::of(&pod);
                     let change = spec_change(created_for(&pod), recorded_hash(&pod), self.ic);

@@ -111,7 +111,7 @@ impl<A: Api> Run<'_, A> {
     /// Puts back the labels of ours that someone removed from the pod: without the first, our
     /// watch no longer sees the pod at all (a label-selected watch reports it DELETED, see the
     /// `*-label-removed-*` fixtures), so its end would go unnoticed.
-    pub(super) fn restore_labels(&mut self, pod: &Pod) -> Result<(), Error> {
+    pub(super) fn restore_labels(&mut self, pod: &Pod) -> Result<Relabeled, Error> {
         let want = desired_labels(self.ic);
         let missing: Map<String, Value> = want
             .iter()
@@ -119,7 +119,7 @@ impl<A: Api> Run<'_, A> {
             .map(|(k, v)| (k.clone(), json!(v)))
             .collect();
         if missing.is_empty() {
-            return Ok(());
+            return Ok(Relabeled::Kept);
         }
         let names: Vec<&String> = missing.keys().collect();
         let patch = json!({"metadata": {"uid": pod.metadata.uid, "labels": missing}});
@@ -139,11 +139,13 @@ impl<A: Api> Run<'_, A> {
                         self.pod_name
                     ),
                 );
-                Ok(())
+                Ok(Relabeled::Kept)
             }
             // Gone or replaced meanwhile (our uid refused: 422, see
-            // `client::Error::is_uid_changed`): its own events bring us back.
-            Err(e) if e.is_not_found() || e.is_conflict() || e.is_uid_changed() => Ok(()),
+            // `client::Error::is_uid_changed`).
+            Err(e) if e.is_not_found() || e.is_conflict() || e.is_uid_changed() => {
+                Ok(Relabeled::Moved)
+            }
             Err(e) => Err(Error::from_api("patch pod", e)),
         }
     }
@@ -159,6 +161,15 @@ impl<A: Api> Run<'_, A> {
             })),
         }
     }
+}
+
+/// What became of the pod a relabel was for.
+pub(super) enum Relabeled {
+    /// It carries our labels (now, or it did already).
+    Kept,
+    /// It left since we read it: gone, or another pod holds its name. No event of our watch,
+    /// which lost it with its label, says so.
+    Moved,
 }
 
 pub(super) enum Created {

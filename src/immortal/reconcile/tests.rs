@@ -32,6 +32,9 @@ struct Fake {
     memory: Memory,
     /// Status fields the "installed CRD" does not know, pruned from every write.
     prunes: RefCell<Vec<&'static str>>,
+    /// The pod is removed just before the next pod PATCH reaches it (a graceful deletion
+    /// ending between our read and our write).
+    vanish_before_patch: RefCell<bool>,
 }
 
 fn api_err(code: u16, reason: &str) -> client::Error {
@@ -192,6 +195,9 @@ impl Api for Fake {
         self.call(format!("PATCH pod/{name} {what}"));
         if let Some(e) = self.failing("patch_pod") {
             return Err(e);
+        }
+        if self.vanish_before_patch.replace(false) {
+            *self.pod.borrow_mut() = None;
         }
         let mut slot = self.pod.borrow_mut();
         let Some(p) = slot.as_mut() else {
@@ -1889,6 +1895,35 @@ fn a_refused_relabel_does_not_keep_a_pod_being_deleted_waiting_on_our_finalizer(
         Some(uid.as_str())
     );
     assert!(finalizers(&f).is_empty(), "let go");
+}
+
+#[test]
+fn a_pod_let_go_unlabelled_that_leaves_before_its_relabel_is_replaced() {
+    let f = fake(ic("web", "nginx"));
+    let uid = held_unlabelled_and_deleted(&f);
+    // Counted and let go, the relabel refused: our watch, which lost the pod with its label,
+    // will never say it left.
+    f.fail_next("patch_pod", api_err(422, "Invalid"));
+    assert!(run(&f, "ns/web").is_err());
+    assert!(finalizers(&f).is_empty());
+    // The retry reads it still Terminating, and it is gone when the relabel reaches it.
+    f.clear();
+    *f.vanish_before_patch.borrow_mut() = true;
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "GET pod/web-immortalpod",
+            "PATCH pod/web-immortalpod labels",
+            "GET pod/web-immortalpod",
+            "POST pod/web-immortalpod",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_ne!(pod_uid(&f), uid, "replaced");
+    assert_eq!(status(&f).start_times, Some(2), "each start counted once");
 }
 
 #[test]
