@@ -124,6 +124,22 @@ impl IcState {
         }
     }
 
+    /// Whether its status names no pod yet, or its spec is one no status has observed: a
+    /// pod to make or replace, as a new object's or a spec change's event says.
+    pub fn needs_a_pod(&self) -> bool {
+        match self {
+            IcState::Full(f) => {
+                let s = &f.status;
+                (s.current_pod.is_none() && s.last_counted_pod_uid.is_none())
+                    || s.observed_generation != f.metadata.generation
+            }
+            IcState::Compact(c) => {
+                (!c.current_pod && c.last_counted.is_none())
+                    || c.observed_generation != c.generation
+            }
+        }
+    }
+
     pub fn deleting(&self) -> bool {
         matches!(self, IcState::Full(f) if f.metadata.deletion_timestamp.is_some())
     }

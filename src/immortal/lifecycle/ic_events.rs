@@ -38,6 +38,15 @@ impl Watched for IcEvents {
         }
     }
 
+    /// Listed, an object that needs a pod (new, or its spec changed while we were away) is
+    /// urgent too: an operator restarted goes to it before it refreshes every other object.
+    fn relist_priority(&self, memo: &Arc<IcState>) -> Priority {
+        match memo.needs_a_pod() {
+            true => Priority::Urgent,
+            false => Priority::Routine,
+        }
+    }
+
     /// A new object or a spec change needs a pod (urgent); a deletion needs a look (routine: a
     /// pod held by our finalizer must be let go). A change of status alone is our own write
     /// coming back (maybe before its answer, so the version cannot tell): nothing to do.

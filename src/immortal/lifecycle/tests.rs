@@ -319,6 +319,27 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     assert!(memo.is_none());
 }
 
+#[test]
+fn a_listed_object_that_needs_a_pod_is_urgent_and_one_that_has_its_pod_is_routine() {
+    let listed = |status: serde_json::Value, generation: i64| {
+        let ic: ImmortalContainer = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u",
+                "resourceVersion": "10", "generation": generation},
+            "spec": {"image": "nginx"},
+            "status": status}))
+        .unwrap();
+        IcEvents.relist_priority(&IcEvents.memo(&ic))
+    };
+    let has_pod = serde_json::json!({"startTimes": 1, "currentPod": "web-immortalpod",
+        "lastCountedPodUID": "p1", "observedGeneration": 1});
+    // Made while the operator was away: its pod goes before any refresh.
+    assert_eq!(listed(serde_json::json!({}), 1), Priority::Urgent);
+    // Its spec changed while the operator was away: a pod to replace.
+    assert_eq!(listed(has_pod.clone(), 2), Priority::Urgent);
+    // Running as status says: a refresh.
+    assert_eq!(listed(has_pod, 1), Priority::Routine);
+}
+
 /// The ImmortalContainer watcher, run over `script` until it runs out: what its store
 /// holds of `ns/web` then.
 fn watched_ic(script: &crate::runtime::watcher::script::Script) -> ImmortalContainer {

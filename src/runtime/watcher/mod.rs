@@ -361,14 +361,15 @@ where
         self.missing = false;
     }
 
-    /// Lists; queues every listed key (routine) and every known key that is gone (urgent: a pod
-    /// deleted while the watch was down, say); returns the list's resourceVersion.
+    /// Lists; queues every listed key (routine, unless the policy says otherwise) and every known
+    /// key that is gone (urgent: a pod deleted while the watch was down, say); returns the
+    /// list's resourceVersion.
     fn relist(&mut self) -> Result<String, client::Error> {
         metrics::watch_relisted(self.name());
         // What was asked before this list is answered by it.
         let asks = self.resync.asked();
         let (listed, rv) = self.list_pages()?;
-        let listed_keys: Vec<String> = listed.keys().cloned().collect();
+        let mut listed_keys: Vec<(String, Priority)> = Vec::with_capacity(listed.len());
         // What the list shows replaces what was known, and what is left of that vanished; then
         // the keys are queued, the store's lock released.
         let vanished: Vec<String> = {
@@ -379,14 +380,15 @@ where
                     Some(old) => self.policy.relisted(old, new),
                     None => new,
                 };
+                listed_keys.push((key.clone(), self.policy.relist_priority(&memo)));
                 known.insert(key, memo);
             }
             before.into_keys().collect()
         };
         let (resource, listed, count) = (self.name(), listed_keys.len(), vanished.len());
         let relist = Trigger::Relist { resource };
-        for key in listed_keys {
-            self.queue.add(key, relist.clone(), Priority::Routine);
+        for (key, priority) in listed_keys {
+            self.queue.add(key, relist.clone(), priority);
         }
         for key in vanished {
             self.queue.add(key, relist.clone(), Priority::Urgent);

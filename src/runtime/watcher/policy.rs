@@ -30,6 +30,11 @@ pub trait Watched {
     fn relisted(&self, _old: Self::Memo, new: Self::Memo) -> Self::Memo {
         new
     }
+    /// The band a listed key is queued in: routine, unless what is known of it says a
+    /// reconcile has something missing to make.
+    fn relist_priority(&self, _memo: &Self::Memo) -> Priority {
+        Priority::Routine
+    }
     /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile of its key, and with
     /// what hint. `memo` holds what is remembered of the key (`None`: nothing yet) and is
     /// updated in place; `None` after the event forgets the key.
