@@ -25,6 +25,12 @@ pub const URGENT_RESERVE: f64 = 25.0;
 /// While both bands hold keys, one key in this many handed out is routine.
 pub const SHARE: u32 = 8;
 
+/// Routine reconciles in flight at most: a wave of status refreshes (every pod made not ready
+/// at once) must not fill a pool grown to 64 workers, each with a PATCH in flight ahead of the
+/// urgent POST of a replacement on a busy API server. Measured: docs/benchmark.md
+/// ("Recovery under load").
+pub const ROUTINE_IN_FLIGHT: usize = 8;
+
 /// How soon a queued key should be handed out. A key queued again at a higher priority moves
 /// up; at a lower one it keeps its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -188,8 +194,10 @@ struct State<H> {
     dirty: HashMap<Key, Dirty<H>>,
     /// Urgent keys handed out in a row while routine ones waited.
     urgent_streak: u32,
-    /// Keys a worker holds now.
-    processing: HashSet<Key>,
+    /// Keys a worker holds now, with the band each was handed out from.
+    processing: HashMap<Key, Priority>,
+    /// Of them, the routine ones.
+    routine_in_flight: usize,
     /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
     /// stale entries (a later add with an earlier deadline leaves the old one in the heap).
     waiting: HashMap<Key, (Instant, Trigger<H>, Priority)>,
@@ -218,7 +226,8 @@ impl<H> Default for Queue<H> {
             ready: Default::default(),
             dirty: HashMap::new(),
             urgent_streak: 0,
-            processing: HashSet::new(),
+            processing: HashMap::new(),
+            routine_in_flight: 0,
             waiting: HashMap::new(),
             timers: BinaryHeap::new(),
             failures: HashMap::new(),
@@ -258,7 +267,7 @@ impl<H: Clone> Queue<H> {
         if st.shutting_down {
             return false;
         }
-        let processing = st.processing.contains(&key);
+        let processing = st.processing.contains_key(&key);
         if let Some(d) = st.dirty.get_mut(&key) {
             d.trigger = trigger;
             if priority <= d.priority {
@@ -380,7 +389,7 @@ impl<H: Clone> Queue<H> {
                 return Self::hand_out(&mut st, key);
             }
             let urgent = !st.ready[Priority::Urgent as usize].is_empty();
-            let routine = !st.ready[Priority::Routine as usize].is_empty();
+            let routine = Self::routine_may_go(&st);
             if urgent || routine {
                 let now = Instant::now();
                 // The budget holds routine keys before urgent ones: whether it holds the best
@@ -447,7 +456,13 @@ impl<H: Clone> Queue<H> {
     pub fn has_waiting(&self) -> bool {
         let mut st = self.lock();
         Self::drop_stale(&mut st);
-        !st.throttled && st.ready.iter().any(|band| !band.is_empty())
+        !st.throttled
+            && (!st.ready[Priority::Urgent as usize].is_empty() || Self::routine_may_go(&st))
+    }
+
+    /// Whether a routine key is ready and the bound on routine reconciles in flight lets it go.
+    fn routine_may_go(st: &State<H>) -> bool {
+        !st.ready[Priority::Routine as usize].is_empty() && st.routine_in_flight < ROUTINE_IN_FLIGHT
     }
 
     /// The first key whose bound has come, if any (its copy in a band is then stale).
@@ -455,7 +470,7 @@ impl<H: Clone> Queue<H> {
         while let Some(key) = st.due.pop_front() {
             if st.bounded.contains(&key)
                 && st.dirty.contains_key(&key)
-                && !st.processing.contains(&key)
+                && !st.processing.contains_key(&key)
             {
                 return Some(key);
             }
@@ -474,7 +489,10 @@ impl<H: Clone> Queue<H> {
             }
             None => (Trigger::Scheduled, Priority::Routine, Duration::ZERO),
         };
-        st.processing.insert(key.clone());
+        if priority == Priority::Routine {
+            st.routine_in_flight += 1;
+        }
+        st.processing.insert(key.clone(), priority);
         Got::Key(key.to_string(), trigger, priority, waited)
     }
 
@@ -483,7 +501,7 @@ impl<H: Clone> Queue<H> {
         for band in 0..2 {
             while let Some(k) = st.ready[band].front() {
                 let live = st.dirty.get(k).is_some_and(|d| d.priority as usize == band)
-                    && !st.processing.contains(k);
+                    && !st.processing.contains_key(k);
                 if live {
                     break;
                 }
@@ -512,12 +530,16 @@ impl<H: Clone> Queue<H> {
     /// Marks `key` finished; if it was added meanwhile it becomes ready again, in its band.
     pub fn done(&self, key: &str) {
         let mut st = self.lock();
-        st.processing.remove(key);
+        let band = st.processing.remove(key);
+        if band == Some(Priority::Routine) {
+            st.routine_in_flight -= 1;
+        }
         if st.shutting_down {
             return;
         }
-        if st.throttled {
-            // One reconcile fewer in flight: the budget may let the next key out now.
+        if st.throttled || (band == Some(Priority::Routine) && Self::routine_may_go(&st)) {
+            // One reconcile fewer in flight: the budget, or the routine bound, may let the
+            // next key out now.
             self.cond.notify_one();
         }
         if let Some((key, priority)) = st
@@ -568,7 +590,7 @@ mod tests {
             st.dirty.len()
                 - st.dirty
                     .keys()
-                    .filter(|k| st.processing.contains(*k))
+                    .filter(|k| st.processing.contains_key(*k))
                     .count()
         }
 
@@ -1012,8 +1034,8 @@ mod tests {
         for i in 0..200 {
             q.add(format!("ns/routine-{i}"), t(), Priority::Routine);
         }
-        // Routine reconciles fail (status writes refused, say), 16 workers at a time, until
-        // routine keys are held.
+        // Routine reconciles fail (status writes refused, say), as many at a time as may be
+        // in flight, until routine keys are held.
         let routine_held = || {
             q.lock()
                 .budget
@@ -1022,7 +1044,7 @@ mod tests {
         };
         loop {
             let mut in_flight = Vec::new();
-            while in_flight.len() < 16 && !routine_held() {
+            while in_flight.len() < ROUTINE_IN_FLIGHT && !routine_held() {
                 in_flight.push(next_soon(&q));
             }
             if in_flight.is_empty() {
@@ -1210,6 +1232,74 @@ mod band_tests {
         assert_eq!(
             (k.as_str(), t, p),
             ("ns/a", Trigger::Retry, Priority::Urgent)
+        );
+    }
+}
+
+#[cfg(test)]
+mod routine_bound_tests {
+    use super::*;
+
+    type Q = Queue<String>;
+
+    fn add(q: &Q, key: &str, p: Priority) {
+        q.add(key.into(), Trigger::Scheduled, p);
+    }
+
+    /// Hands out keys, not finishing them, until none is ready within a moment.
+    fn hold_all(q: &Q) -> Vec<(String, Priority)> {
+        let mut held = Vec::new();
+        while let Got::Key(k, _, p, _) = q.get_within(Some(Duration::from_millis(20))) {
+            held.push((k, p));
+        }
+        held
+    }
+
+    #[test]
+    fn a_wave_of_routine_keys_leaves_workers_free_for_urgent_ones() {
+        let q = Q::new();
+        for i in 0..100 {
+            add(&q, &format!("ns/refresh-{i}"), Priority::Routine);
+        }
+        // Any number of workers takes at most the bound of routine keys at once...
+        let held = hold_all(&q);
+        assert_eq!(held.len(), ROUTINE_IN_FLIGHT);
+        assert!(
+            !q.has_waiting(),
+            "no worker is started for keys that may not go"
+        );
+        // ...so a pod to replace finds a worker and the API server's attention at once.
+        add(&q, "ns/deleted", Priority::Urgent);
+        assert!(q.has_waiting());
+        assert_eq!(hold_all(&q), [("ns/deleted".to_string(), Priority::Urgent)]);
+        // A routine key done lets the next one go.
+        q.done(&held[0].0);
+        let next = hold_all(&q);
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].1, Priority::Routine);
+    }
+
+    #[test]
+    fn a_routine_key_done_wakes_a_worker_waiting_on_the_bound() {
+        let q = std::sync::Arc::new(Q::new());
+        for i in 0..=ROUTINE_IN_FLIGHT {
+            add(&q, &format!("ns/refresh-{i}"), Priority::Routine);
+        }
+        let held = hold_all(&q);
+        assert_eq!(held.len(), ROUTINE_IN_FLIGHT);
+        let waiter = {
+            let q = q.clone();
+            std::thread::spawn(move || match q.get_within(Some(Duration::from_secs(10))) {
+                Got::Key(k, ..) => Some(k),
+                _ => None,
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        q.done(&held[0].0);
+        let got = waiter.join().unwrap();
+        assert_eq!(
+            got.as_deref(),
+            Some(format!("ns/refresh-{ROUTINE_IN_FLIGHT}").as_str())
         );
     }
 }
