@@ -2,7 +2,8 @@
 //! key is queued at most once and held by one worker at a time (one added meanwhile comes back
 //! after [`Queue::done`]), a delayed add keeps the earliest deadline, and failures back off per
 //! key and spend an overall [`Budget`]. Urgent keys go before routine ones, which still get one
-//! turn in [`SHARE`] ([`Priority`]); why: docs/design.md. Only keys and [`Trigger`]s are stored.
+//! turn in [`SHARE`] ([`Priority`]) and are at most [`ROUTINE_IN_FLIGHT`] at a time; why:
+//! docs/design.md. Only keys and [`Trigger`]s are stored.
 
 use crate::runtime::metrics;
 use std::cmp::Reverse;
