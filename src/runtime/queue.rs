@@ -1235,17 +1235,6 @@ mod band_tests {
             ("ns/a", Trigger::Retry, Priority::Urgent)
         );
     }
-}
-
-#[cfg(test)]
-mod routine_bound_tests {
-    use super::*;
-
-    type Q = Queue<String>;
-
-    fn add(q: &Q, key: &str, p: Priority) {
-        q.add(key.into(), Trigger::Scheduled, p);
-    }
 
     /// Hands out keys, not finishing them, until none is ready within a moment.
     fn hold_all(q: &Q) -> Vec<(String, Priority)> {
