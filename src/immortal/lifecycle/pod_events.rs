@@ -63,16 +63,19 @@ impl Watched for PodEvents {
         let orphaned = holds_count && owner.is_none();
         match memo.replace(digest) {
             Some(before) if before == digest && !orphaned => return Reaction::Ignore,
-            // A new pod plainly pending: reconcile created it and wrote this very view (one
-            // someone else made is found by the relist after our restart, or its next change).
-            None if event == "ADDED" && view == PodView::pending() && !orphaned => {
+            // A new pod plainly pending and let go: reconcile created it and wrote this very
+            // view (one someone else made is found by the relist after our restart, or its
+            // next change). One still held is what lets it go (see design.md, "Creates first").
+            None if event == "ADDED" && view == PodView::pending() && !holds_count => {
                 return Reaction::Ignore
             }
             _ => {}
         }
-        // A pod that ended must be replaced, and one held for nobody must be let go: urgent.
-        // Any other change only changes what status says: routine.
-        let priority = if view.phase.is_terminal() || orphaned {
+        // A pod that ended must be replaced, and one held for nobody, or held while someone
+        // deletes it, must be let go: urgent. Any other change, the release of a pod just
+        // created included, only changes what status says: routine.
+        let deleting_held = holds_count && m.deletion_timestamp.is_some();
+        let priority = if view.phase.is_terminal() || orphaned || deleting_held {
             Priority::Urgent
         } else {
             Priority::Routine

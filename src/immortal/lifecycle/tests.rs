@@ -33,7 +33,10 @@ fn recorded(name: &str) -> Vec<(&'static str, Pod)> {
 /// urgent. `seed`: the memo before the stream, as the event before it (the stream starts
 /// mid-life) would have left it.
 fn verdicts(name: &str, seed: Option<usize>) -> Vec<String> {
-    let events = recorded(name);
+    verdicts_of(&recorded(name), seed)
+}
+
+fn verdicts_of(events: &[(&'static str, Pod)], seed: Option<usize>) -> Vec<String> {
     let mut memo = seed.map(|i| PodEvents.memo(&events[i].1));
     events
         .iter()
@@ -66,6 +69,27 @@ fn a_pod_starting_costs_one_reconcile_when_it_runs() {
     assert_eq!(
         verdicts("03-watch-pod-scheduled-then-running", None),
         ["-", "-", "-", "Running PodRunning"]
+    );
+}
+
+#[test]
+fn a_pod_still_held_for_its_count_is_let_go_as_routine_work_and_at_once_when_deleted() {
+    let held = |name: &str| {
+        let mut events = recorded(name);
+        for (_, pod) in &mut events {
+            pod.metadata.finalizers.push(ic::COUNT_FINALIZER.into());
+        }
+        events
+    };
+    // Its ADDED event is what lets a pod we just created go: queued, but behind the creates.
+    assert_eq!(
+        verdicts_of(&held("03-watch-pod-scheduled-then-running"), None),
+        ["Pending PodPending", "-", "-", "Running PodRunning"]
+    );
+    // Someone deleting it waits on us: urgent, however little its view changed.
+    assert_eq!(
+        verdicts_of(&held("04-watch-graceful-delete-default-grace"), None),
+        ["Terminating PodTerminating!", "-", "-", "-", "gone!"]
     );
 }
 

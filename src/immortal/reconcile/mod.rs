@@ -130,6 +130,10 @@ struct Held {
     uid: String,
     /// Someone is deleting it: it waits on our count (see `counting::HOLD_AT_MOST`).
     deleting: bool,
+    /// This reconcile created it: once counted, its release is left to the reconcile its
+    /// ADDED event queues, so that the worker goes on to the next create (see design.md,
+    /// "Creates first").
+    created: bool,
 }
 
 /// Reconciles the object called `key`, with what its trigger says about the pod.
@@ -258,8 +262,9 @@ pub fn reconcile<A: Api>(
         return Err(e);
     }
     let next = synced?;
-    // The pod created here is counted in the status just written: it may go now.
-    if let Some(held) = run.release.take() {
+    // A pod found held is counted in the status just written: it may go now. One created here
+    // goes in the reconcile its ADDED event queues.
+    if let Some(held) = run.release.take().filter(|h| !h.created) {
         run.release(&held.uid)?;
     }
     if let Some(e) = run.relabel.take() {
@@ -445,6 +450,7 @@ impl<A: Api> Run<'_, A> {
                 self.release = Some(Held {
                     uid: uid.clone(),
                     deleting: view.phase == Phase::Terminating,
+                    created: false,
                 });
             }
             if view.phase == Phase::Terminating {

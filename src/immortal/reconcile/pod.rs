@@ -26,6 +26,7 @@ impl<A: Api> Run<'_, A> {
                     self.release = Some(Held {
                         uid: created.metadata.uid.clone(),
                         deleting: false,
+                        created: true,
                     });
                 }
                 self.report(&PodView::of(&created));
