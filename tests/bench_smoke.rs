@@ -81,6 +81,15 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
     assert!(modeled.backlog.correct);
     assert_eq!(modeled.backlog.requests.pods_created, 20);
     assert!(modeled.backlog.requests.writes_per_pod_created >= 2.0);
+    // Every object's POST and count come before convergence, and no write is counted twice.
+    let until = modeled
+        .backlog
+        .writes_per_pod_until_converged
+        .expect("the test server counts writes");
+    assert!(
+        (2.0..=modeled.backlog.requests.writes_per_pod_created_without_events).contains(&until),
+        "{until} writes a pod until converged"
+    );
     assert!(modeled.backlog.in_flight.is_some_and(|f| f.peak >= 1));
     let op = report.bulk_operator.as_ref().expect("bulk operator");
     assert!(op.idle.is_some_and(|u| u.rss_kib > 0));

@@ -686,6 +686,7 @@ impl Run<'_> {
         }
         let mut op = self.spawn_operator(&ns, phase)?;
         let converged = self.converge(&ns, &obs, &mut op, phase, n)?;
+        let until_converged = writes_without_events_per(&before, &self.cluster.snapshot(), n);
         let in_flight = server.map(|s| InFlight::from(s.take_in_flight()));
         let seconds = converged
             .saturating_duration_since(op.spawned_at)
@@ -716,6 +717,7 @@ impl Run<'_> {
                 ready,
                 ready_seconds,
                 requests,
+                writes_per_pod_until_converged: until_converged,
                 correct,
                 in_flight,
             },
@@ -750,6 +752,7 @@ impl Run<'_> {
             )
         })?;
         let converged = self.converge(ns, obs, op, "bulk", n)?;
+        let until_converged = writes_without_events_per(&before, &self.cluster.snapshot(), n);
         let seconds = converged.saturating_duration_since(started).as_secs_f64();
         let (ready, ready_at) = self.wait_ready(obs, op, n)?;
         let ready_seconds = ready_at.map(|t| t.saturating_duration_since(started).as_secs_f64());
@@ -775,6 +778,7 @@ impl Run<'_> {
             ready,
             ready_seconds,
             requests,
+            writes_per_pod_until_converged: until_converged,
             correct,
             // The bench's own creates are in flight too: not the operator's to report.
             in_flight: None,
@@ -1114,6 +1118,18 @@ impl Run<'_> {
             metrics_total: Some(metrics_total),
         })
     }
+}
+
+/// The operator's writes between two snapshots, Events aside, over `n` objects; `None` where
+/// the server's counts are not available.
+fn writes_without_events_per(before: &Snapshot, after: &Snapshot, n: usize) -> Option<f64> {
+    let by_kind = report::writes_by_kind(&cluster::operator_requests(before, after)?);
+    let writes: u64 = by_kind
+        .iter()
+        .filter(|(k, _)| !report::is_event_write(k))
+        .map(|(_, n)| n)
+        .sum();
+    Some(writes as f64 / n.max(1) as f64)
 }
 
 /// The longest a phase waits for the operator's requests to stop (its Event writer works
