@@ -87,7 +87,11 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
         .writes_per_pod_until_converged
         .expect("the test server counts writes");
     assert!(
-        (2.0..=modeled.backlog.requests.writes_per_pod_created_without_events).contains(&until),
+        (2.0..=modeled
+            .backlog
+            .requests
+            .writes_per_pod_created_without_events)
+            .contains(&until),
         "{until} writes a pod until converged"
     );
     assert!(modeled.backlog.in_flight.is_some_and(|f| f.peak >= 1));

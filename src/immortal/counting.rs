@@ -37,15 +37,16 @@
 //! **What it costs**: one PATCH per pod, the release, once the status patch that counts it is
 //! answered: in the same reconcile for a pod found held, and for a pod the reconcile created,
 //! in the one its ADDED event queues (routine work, so that a backlog's creates and counts go
-//! first; docs/design.md, "Creates first"). Without F, a pod created (its answer lost, or the operator killed) and deleted before the
-//! operator looks again leaves no trace: "created then deleted" and "never created" look the
-//! same, so a start would be lost. The finalizer is the trace.
+//! first; docs/design.md, "Creates first"). Without F, a pod created (its answer lost, or the
+//! operator killed) and deleted before the operator looks again leaves no trace: "created then
+//! deleted" and "never created" look the same, so a start would be lost. The finalizer is the
+//! trace.
 //!
 //! **Never at a pod's expense.** A pod someone deletes waits on our finalizer until its start is
-//! counted, normally milliseconds (its deletion queues the release urgent). When status cannot be written (an edited ClusterRole, an
-//! operator upgraded without its RBAC, a fail-closed webhook on `*/status`), such a pod is
-//! held at most [`HOLD_AT_MOST`] from when the operator first saw it being deleted, then let
-//! go uncounted, which a WARN line and a `StartsNotCounted` Warning Event say: `kubectl delete
+//! counted, normally milliseconds (its deletion queues the release urgent). When status cannot
+//! be written (an edited ClusterRole, an operator upgraded without its RBAC, a fail-closed
+//! webhook on `*/status`), such a pod is held at most [`HOLD_AT_MOST`] from when the operator
+//! first saw it being deleted, then let go uncounted, which a WARN line and a `StartsNotCounted` Warning Event say: `kubectl delete
 //! pod` and `kubectl drain` wait a minute at worst, never for a person to fix the cluster. A pod
 //! nobody deletes keeps its finalizer meanwhile (it costs nothing, and it is counted once
 //! status can be written again). Whenever no object can count a pod any more (the object is

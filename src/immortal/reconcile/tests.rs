@@ -523,7 +523,10 @@ fn creates_the_pod_of_a_new_object_counts_it_and_reports_it_pending() {
     assert!(counting::holds(&finalizers(&f)));
     f.clear();
     run_with(&f, &added(&f)).unwrap();
-    assert_eq!(f.calls(), ["GET ic/web", "PATCH pod/web-immortalpod release"]);
+    assert_eq!(
+        f.calls(),
+        ["GET ic/web", "PATCH pod/web-immortalpod release"]
+    );
     assert!(finalizers(&f).is_empty());
     assert_eq!(status(&f).start_times, Some(1));
 }
@@ -548,7 +551,15 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
     assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
     assert_eq!(message(&f), "pod web-immortalpod runs nginx");
     // Running and let go: the next change of it costs the status write alone.
-    f.pod.borrow_mut().as_mut().unwrap().status.as_mut().unwrap().conditions[0].status = "False".into();
+    f.pod
+        .borrow_mut()
+        .as_mut()
+        .unwrap()
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions[0]
+        .status = "False".into();
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
     assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
