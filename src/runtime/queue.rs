@@ -23,8 +23,10 @@ const BUDGET_BURST: f64 = 100.0;
 /// failures in flight may overdraw the routine share.
 pub const URGENT_RESERVE: f64 = 25.0;
 
-/// While both bands hold keys, one key in this many handed out is routine.
-pub const SHARE: u32 = 8;
+/// While both bands hold keys, one key in this many handed out is routine: seldom enough that
+/// a backlog's releases and Ready writes wait for its creates on a busy API server, and routine
+/// work is never starved. Measured: docs/benchmark.md ("Creates first").
+pub const SHARE: u32 = 64;
 
 /// Routine reconciles in flight at most: a wave of status refreshes (every pod made not ready
 /// at once) must not fill a pool grown to 64 workers, each with a PATCH in flight ahead of the
