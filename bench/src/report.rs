@@ -442,7 +442,7 @@ impl Report {
             ));
             if let Some(w) = c.writes_per_pod_until_converged {
                 out.push(check(
-                    "  of them until converged (critical path)",
+                    "backlog writes until converged (critical path)",
                     format!("{w:.2}"),
                     "<= 3",
                     w <= 3.0,

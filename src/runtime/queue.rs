@@ -25,7 +25,7 @@ pub const URGENT_RESERVE: f64 = 25.0;
 
 /// While both bands hold keys, one key in this many handed out is routine: seldom enough that
 /// a backlog's releases and Ready writes wait for its creates on a busy API server, and routine
-/// work is never starved. Measured: docs/benchmark.md ("Creates first").
+/// work is never starved. Measured: docs/benchmark.md ("The routine share").
 pub const SHARE: u32 = 64;
 
 /// Routine reconciles in flight at most: a wave of status refreshes (every pod made not ready
