@@ -1646,6 +1646,47 @@ fn a_pod_that_ended_on_its_own_soon_after_it_started_backs_off_too() {
 }
 
 #[test]
+fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replaced() {
+    let f = fake(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    // Someone deletes the new pod while its release still waits in the queue: the API server
+    // only marks it (our finalizer holds it), and its event is urgent (see lifecycle).
+    {
+        let mut slot = f.pod.borrow_mut();
+        let m = &mut slot.as_mut().unwrap().metadata;
+        m.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+        m.deletion_grace_period_seconds = Some(0);
+    }
+    let pod = f.pod.borrow().clone().unwrap();
+    let hint = match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+        Reaction::Queue(Some(h), Priority::Urgent) => h,
+        other => panic!("a held pod being deleted must be urgent: {other:?}"),
+    };
+    f.clear();
+    run_with(&f, &hint).unwrap();
+    // Counted already: let go without a read, and the API server removes it.
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert!(f.pod.borrow().is_none(), "released, so removed");
+    assert_eq!(ready(&f).1, "PodTerminating");
+    // Its DELETED event brings the replacement, counted once.
+    let gone = PodHint::Gone(Box::new(crate::immortal::lifecycle::GonePod {
+        uid: pod.metadata.uid.as_str().into(),
+        ending: None,
+        holds_count: false,
+    }));
+    run_with(&f, &gone).unwrap();
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(pod_uid(&f), "pod-uid-2");
+}
+
+#[test]
 fn the_object_deleted_while_its_pod_is_counted_lets_the_pod_go() {
     let f = fake(ic("web", "nginx"));
     // The object goes between the create and the status write that would count its pod.
