@@ -1099,18 +1099,14 @@ impl Run<'_> {
             .sum();
         let writes_by_kind = report::writes_by_kind(&by_verb);
         let writes: u64 = writes_by_kind.values().sum();
-        let events: u64 = writes_by_kind
-            .iter()
-            .filter(|(k, _)| report::is_event_write(k))
-            .map(|(_, n)| n)
-            .sum();
+        let without_events = report::writes_without_events(&writes_by_kind);
         Ok(Requests {
             pods_created,
             total,
             startup,
             per_pod_created: (total - startup) as f64 / pods_created.max(1) as f64,
             writes_per_pod_created: writes as f64 / pods_created.max(1) as f64,
-            writes_per_pod_created_without_events: (writes - events) as f64
+            writes_per_pod_created_without_events: without_events as f64
                 / pods_created.max(1) as f64,
             writes_by_kind,
             by_verb,
@@ -1124,12 +1120,7 @@ impl Run<'_> {
 /// the server's counts are not available.
 fn writes_without_events_per(before: &Snapshot, after: &Snapshot, n: usize) -> Option<f64> {
     let by_kind = report::writes_by_kind(&cluster::operator_requests(before, after)?);
-    let writes: u64 = by_kind
-        .iter()
-        .filter(|(k, _)| !report::is_event_write(k))
-        .map(|(_, n)| n)
-        .sum();
-    Some(writes as f64 / n.max(1) as f64)
+    Some(report::writes_without_events(&by_kind) as f64 / n.max(1) as f64)
 }
 
 /// The longest a phase waits for the operator's requests to stop (its Event writer works

@@ -153,6 +153,15 @@ pub fn is_event_write(kind: &str) -> bool {
     kind.split(' ').nth(1) == Some("events")
 }
 
+/// The writes of `writes_by_kind` that are not Events'.
+pub fn writes_without_events(writes_by_kind: &BTreeMap<String, u64>) -> u64 {
+    writes_by_kind
+        .iter()
+        .filter(|(k, _)| !is_event_write(k))
+        .map(|(_, n)| n)
+        .sum()
+}
+
 /// The modeled phase: the same work against the test server modeling a real control plane
 /// ([`crate::MODEL`]), where the kube-rs-style floor is what a design is held to.
 #[derive(Debug, Clone, Serialize)]
