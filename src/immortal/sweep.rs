@@ -6,7 +6,7 @@ use crate::immortal::counting;
 use crate::immortal::types::{MANAGED_BY_LABEL, POD_SUFFIX};
 use crate::kube::client::{self, Client, ListParams, Resource};
 use crate::kube::types;
-use crate::runtime::queue::{Priority, Queue, Trigger};
+use crate::runtime::queue::{Hint, Priority, Queue, Trigger};
 use crate::runtime::watcher::Backoff;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::time::Instant;
@@ -36,7 +36,7 @@ fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
 }
 
 /// [`sweep`], and one log line saying how it went.
-pub fn run<H: Clone>(
+pub fn run<H: Hint>(
     client: &Client,
     namespace: Option<&str>,
     queue: &Queue<H>,
@@ -60,7 +60,7 @@ pub fn run<H: Clone>(
 /// Sweeps the pods of `namespace` (all when `None`), queueing the object of every pod that
 /// holds our finalizer unseen, a page of [`PAGE`] at a time (metadata only). Stops early on
 /// `quit`; a page that keeps failing ends the sweep with its error.
-pub fn sweep<H: Clone>(
+pub fn sweep<H: Hint>(
     client: &Client,
     namespace: Option<&str>,
     queue: &Queue<H>,

@@ -6,7 +6,7 @@ use crate::kube::client::Client;
 use crate::runtime::allocator;
 use crate::runtime::metrics;
 use crate::runtime::pool::{self, Pool};
-use crate::runtime::queue::{Got, Latest, Priority, Queue, Trigger};
+use crate::runtime::queue::{Got, Hint, Latest, Priority, Queue, Trigger};
 use crate::runtime::serve::Health;
 use crate::runtime::watcher::{Watched, Watcher};
 use crossbeam_channel::{Receiver, Sender};
@@ -92,7 +92,7 @@ where
 /// minimum, it ends.
 pub fn work<H, E, R, G>(queue: &Queue<H>, run_id: u16, pool: &Pool, grow: G, reconcile: R)
 where
-    H: Clone + fmt::Display,
+    H: Hint + fmt::Display,
     E: Failure,
     R: Fn(&LogContext, Option<&H>) -> Result<Next, E>,
     G: Fn() -> bool,

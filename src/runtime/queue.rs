@@ -108,6 +108,22 @@ impl Budget {
     }
 }
 
+/// What a watch event tells reconcile beyond the key, as the queue keeps it.
+pub trait Hint: Clone {
+    /// What this hint and a `later` one of the same key, both queued before one reconcile
+    /// serves them, tell that reconcile together: `None` (look at everything) unless one of
+    /// them says all that the other did. Never just the later one: the first may have been
+    /// the reason there is work to do (a spec change), which the later cannot show.
+    fn and(&self, later: &Self) -> Option<Self>;
+}
+
+/// Tests queue plain strings: two hints say the same only when they are the same.
+impl Hint for String {
+    fn and(&self, later: &String) -> Option<String> {
+        (self == later).then(|| later.clone())
+    }
+}
+
 /// Why a key was queued, logged with the reconcile it causes. `H` is what a watch event tells
 /// reconcile beyond the key (the policy's hint: see `lifecycle::PodHint`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,6 +166,33 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
     }
 }
 
+impl<H: Hint> Trigger<H> {
+    /// This trigger followed by `later`, both waiting for one reconcile: the later one, with
+    /// the hint that both tell together ([`Hint::and`]). Only watch events carry hints.
+    fn then(&self, later: Trigger<H>) -> Trigger<H> {
+        match later {
+            Trigger::Watch {
+                resource,
+                event,
+                rv,
+                hint,
+            } => {
+                let hint = match (self, hint) {
+                    (Trigger::Watch { hint: Some(a), .. }, Some(b)) => a.and(&b),
+                    _ => None,
+                };
+                Trigger::Watch {
+                    resource,
+                    event,
+                    rv,
+                    hint,
+                }
+            }
+            later => later,
+        }
+    }
+}
+
 /// The latest a failed key's retry may come, whatever its backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Latest {
@@ -174,7 +217,8 @@ pub enum Got<H> {
 
 /// A key queued and not yet handed out.
 struct Dirty<H> {
-    /// What queued it; the latest trigger wins.
+    /// What queued it: the latest trigger, with what all of them tell together
+    /// ([`Trigger::then`]).
     trigger: Trigger<H>,
     /// When it was first added (for the queue-duration metric).
     added: Instant,
@@ -247,7 +291,7 @@ impl<H> Default for Queue<H> {
     }
 }
 
-impl<H: Clone> Queue<H> {
+impl<H: Hint> Queue<H> {
     pub fn new() -> Queue<H> {
         Queue::default()
     }
@@ -272,7 +316,7 @@ impl<H: Clone> Queue<H> {
         }
         let processing = st.processing.contains_key(&key);
         if let Some(d) = st.dirty.get_mut(&key) {
-            d.trigger = trigger;
+            d.trigger = d.trigger.then(trigger);
             if priority <= d.priority {
                 return false;
             }
@@ -578,7 +622,7 @@ mod tests {
     /// Tests queue plain strings as hints.
     type Q = Queue<String>;
 
-    impl<H: Clone> Queue<H> {
+    impl<H: Hint> Queue<H> {
         /// [`Queue::get_within`] without an idle limit.
         pub(super) fn get(&self) -> Option<(String, Trigger<H>, Priority, Duration)> {
             match self.get_within(None) {
@@ -665,24 +709,30 @@ mod tests {
     }
 
     #[test]
-    fn the_latest_trigger_of_a_deduplicated_key_is_reported() {
+    fn the_latest_trigger_of_a_deduplicated_key_is_reported_with_what_all_of_them_tell() {
         let q = Q::new();
+        let deleted = |rv, hint: &str| Trigger::Watch {
+            resource: "pod",
+            event: "DELETED",
+            rv,
+            hint: Some(hint.to_string()),
+        };
+        q.add("ns/a".into(), deleted(8, "gone"), Priority::Routine);
+        q.add("ns/a".into(), deleted(9, "gone"), Priority::Routine);
+        assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9 gone");
+        // A trigger without a hint (a list, an object's own event: a spec change) is not
+        // narrowed by a later one's hint: the reconcile looks at everything.
         q.add(
-            "ns/a".into(),
+            "ns/b".into(),
             Trigger::Relist { resource: "pod" },
             Priority::Routine,
         );
-        q.add(
-            "ns/a".into(),
-            Trigger::Watch {
-                resource: "pod",
-                event: "DELETED",
-                rv: 9,
-                hint: Some("gone".into()),
-            },
-            Priority::Routine,
-        );
-        assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9 gone");
+        q.add("ns/b".into(), deleted(9, "gone"), Priority::Routine);
+        assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9");
+        // Nor do two hints that say different things keep either.
+        q.add("ns/c".into(), deleted(8, "seen"), Priority::Routine);
+        q.add("ns/c".into(), deleted(9, "gone"), Priority::Routine);
+        assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9");
     }
 
     #[test]

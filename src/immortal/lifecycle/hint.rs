@@ -2,6 +2,7 @@
 
 use super::{Ending, PodView};
 use crate::kube::types::Uid;
+use crate::runtime::queue::Hint;
 use std::fmt;
 use std::sync::Arc;
 
@@ -45,6 +46,24 @@ pub struct SeenPod {
     pub view: PodView,
     /// How it ended, once it is terminal or being deleted.
     pub ending: Option<Ending>,
+}
+
+impl PodHint {
+    fn uid(&self) -> &Uid {
+        match self {
+            PodHint::Gone(g) => &g.uid,
+            PodHint::Seen(p) => &p.uid,
+        }
+    }
+}
+
+/// Two events of one pod: the later one shows all the earlier did, and more (a pod seen, then
+/// gone). Two pods' events: neither tells the whole story (the first may have ended, the
+/// second replaced it), so reconcile looks.
+impl Hint for PodHint {
+    fn and(&self, later: &PodHint) -> Option<PodHint> {
+        (self.uid() == later.uid()).then(|| later.clone())
+    }
 }
 
 impl fmt::Display for PodHint {

@@ -1,7 +1,7 @@
 //! The policy half of a watcher: what a watched resource's events mean.
 
 use crate::kube::types::ObjectMeta;
-use crate::runtime::queue::Priority;
+use crate::runtime::queue::{Hint, Priority};
 use serde::de::DeserializeOwned;
 
 /// What a watched resource's events mean.
@@ -10,7 +10,7 @@ pub trait Watched {
     /// is skipped while decoding, so memory does not grow with the size of the objects seen.
     type Object: DeserializeOwned;
     /// What a trigger carries beyond the key.
-    type Hint;
+    type Hint: Hint;
     /// What the watcher remembers of each key (in its [`Store`](crate::runtime::store::Store)).
     type Memo: Clone + Send + Sync;
     fn meta(o: &Self::Object) -> &ObjectMeta;
