@@ -144,18 +144,24 @@ impl IcState {
         matches!(self, IcState::Full(f) if f.metadata.deletion_timestamp.is_some())
     }
 
-    /// Whether this copy, which came after `held`, should replace it: always when it is another
-    /// object (a different uid, whatever the resourceVersions say); for the same object, unless
-    /// `held` is this very version or known to be a later one (our own status write's answer).
+    /// Whether this copy, which came after `held`, should replace it: unless `held` is this
+    /// very version or a later one, of this object or of another of the name. ResourceVersions
+    /// are revisions of one etcd, shared by every object of a resource (and never going back,
+    /// even across a restore: etcd's `--bump-revision`), so they compare across uids: a late
+    /// event of an object deleted since never replaces the one made after it. Where either is
+    /// opaque, the copy that came last wins.
     pub fn replaces(&self, held: &IcState) -> bool {
-        match (self, held) {
-            (IcState::Compact(a), IcState::Compact(b)) => {
-                a.uid != b.uid || a.resource_version > b.resource_version
-            }
-            _ => {
-                let (rv, held_rv) = (self.resource_version(), held.resource_version());
-                self.uid() != held.uid() || (rv != held_rv && !rv_later(&held_rv, &rv))
-            }
+        match (self.version(), held.version()) {
+            (Some(v), Some(h)) => v > h,
+            _ => self.resource_version() != held.resource_version() || self.uid() != held.uid(),
+        }
+    }
+
+    /// The resourceVersion as the number kube-apiserver makes it, if it is one.
+    pub fn version(&self) -> Option<u64> {
+        match self {
+            IcState::Full(f) => f.metadata.resource_version.parse().ok(),
+            IcState::Compact(c) => Some(c.resource_version),
         }
     }
 }
@@ -260,15 +266,6 @@ fn projection(ic: &ImmortalContainer, namespace: &str, name: &str) -> ImmortalCo
 
 fn index(table: &[&str], s: &str) -> Option<u8> {
     table.iter().position(|t| *t == s).map(|i| i as u8)
-}
-
-/// Whether resourceVersion `a` is known to be later than `b` (of one object): opaque by the API
-/// conventions, but kube-apiserver gives out etcd's revisions, integers that only grow.
-pub fn rv_later(a: &str, b: &str) -> bool {
-    match (a.parse::<u64>(), b.parse::<u64>()) {
-        (Ok(a), Ok(b)) => a > b,
-        _ => false,
-    }
 }
 
 /// The API server answered that no object has this name now (404): the stale copy goes, so
@@ -459,12 +456,7 @@ mod tests {
 
     #[test]
     fn versions_compare_as_numbers_and_otherwise_the_last_copy_wins() {
-        assert!(rv_later("10", "9"));
-        assert!(!rv_later("9", "10"));
-        assert!(!rv_later("10", "10"));
-        // Opaque: nothing is known, so nothing may hold back the copy that came last.
-        assert!(!rv_later("abc", "9"));
-        assert!(!rv_later("9", "abc"));
+        // Opaque ones: nothing is known, so nothing may hold back the copy that came last.
         let at = |rv: &str| IcState::of(&ic(rv, 0));
         assert!(at("10").replaces(&at("9")));
         assert!(!at("9").replaces(&at("10")));
@@ -476,17 +468,20 @@ mod tests {
     }
 
     #[test]
-    fn another_object_of_the_same_name_replaces_the_held_one_whatever_the_versions() {
-        // Deleted and made again: the new object's copy replaces the old one's, even with a
-        // smaller resourceVersion (another etcd, a restored backup) or an opaque one.
-        for (old_rv, new_rv) in [("1234", "99"), ("1234", "5678"), ("x-9", "x-1")] {
-            let old = IcState::of(&ic(old_rv, 3));
-            let mut recreated = ic(new_rv, 0);
+    fn another_object_of_the_name_replaces_the_held_one_only_if_it_is_later() {
+        let other = |rv: &str| {
+            let mut recreated = ic(rv, 0);
             recreated.metadata.uid = "7d2f9b1c-0e4a-4b8c-9d3e-1f2a3b4c5d6e".into();
-            let new = IcState::of(&recreated);
-            assert!(new.replaces(&old), "{old_rv} -> {new_rv}");
-            assert!(old.replaces(&new), "{new_rv} -> {old_rv}");
-        }
+            IcState::of(&recreated)
+        };
+        // Deleted and made again: the new object's copy replaces the old one's...
+        assert!(other("5678").replaces(&IcState::of(&ic("1234", 3))));
+        // ...and a late event of the old object, from before the new one was made, does not
+        // step the store back to it.
+        assert!(!IcState::of(&ic("1234", 3)).replaces(&other("5678")));
+        // Opaque versions: the copy that came last, if it is another object or version.
+        assert!(other("x-1").replaces(&IcState::of(&ic("x-9", 3))));
+        assert!(IcState::of(&ic("x-9", 3)).replaces(&other("x-9")));
     }
 
     #[test]

@@ -57,8 +57,12 @@ impl Watched for IcEvents {
         memo: &mut Option<Arc<IcState>>,
     ) -> Reaction<PodHint> {
         if event == "DELETED" {
-            // A later object of the name, read before this event came, stays.
-            memo.take_if(|held| held.uid() == o.metadata.uid);
+            // A later object of the name, read before this event came, stays; an earlier one
+            // (by version: `IcState::replaces`) went before this one was made.
+            let gone = IcState::of(o).version();
+            memo.take_if(|held| {
+                held.uid() == o.metadata.uid || gone.zip(held.version()).is_some_and(|(g, h)| g > h)
+            });
             // Its pod goes with it, unless our finalizer holds it, which the reconcile of a key
             // whose object is gone takes off. Nothing waits on it.
             return Reaction::Queue(None, Priority::Routine);

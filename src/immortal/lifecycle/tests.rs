@@ -404,8 +404,9 @@ fn a_relist_after_410_takes_the_object_made_again_under_the_same_name() {
     use crate::runtime::watcher::script::{gone, Script};
     // Deleted and made again while the watch was down; the watch resumes with a version
     // too old (410) and lists: the store must hold the new object, or its pod is made for
-    // the old uid (and removed by the garbage collector) and every count is refused.
-    for (old_rv, new_rv) in [("10", "20"), ("20", "10"), ("opaque-1", "opaque-2")] {
+    // the old uid (and removed by the garbage collector) and every count is refused. (Made
+    // after the old one, the new object has the later version, where versions are numbers.)
+    for (old_rv, new_rv) in [("10", "20"), ("opaque-2", "opaque-1")] {
         let s = Script::default();
         let mut lists = s.lists.lock().unwrap();
         lists.push_back(Ok(ic_list(old_rv, ic_json("old-uid", old_rv, "nginx", 3))));
@@ -467,6 +468,29 @@ fn the_deleted_event_of_an_object_forgets_its_copy_and_not_a_later_objects() {
     assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
     IcEvents.on_event("DELETED", &ic("new-uid", "21"), &mut memo);
     assert!(memo.is_none());
+    // A copy older than the object deleted went before it was made: forgotten too.
+    let mut memo = Some(Arc::new(IcState::of(&ic("older-uid", "5"))));
+    IcEvents.on_event("DELETED", &ic("old-uid", "15"), &mut memo);
+    assert!(memo.is_none());
+}
+
+#[test]
+fn a_late_event_of_an_object_deleted_since_never_replaces_the_one_made_after_it() {
+    let ic = |uid: &str, rv: &str| -> ImmortalContainer {
+        serde_json::from_value(ic_json(uid, rv, "nginx", 0)).unwrap()
+    };
+    // The new object was read (a status write refused, then a read) before the watch
+    // brought the old object's last events.
+    let mut memo = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
+    assert_eq!(
+        IcEvents.on_event("MODIFIED", &ic("old-uid", "15"), &mut memo),
+        Reaction::Ignore
+    );
+    assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
+    // Listed, the same: a list served before the read cannot undo it.
+    let listed = Arc::new(IcState::of(&ic("old-uid", "15")));
+    let kept = IcEvents.relisted(memo.clone().unwrap(), listed);
+    assert_eq!(kept.uid(), "new-uid");
 }
 
 /// The pod policy over a recorded stream, run by a real watcher.

@@ -88,7 +88,7 @@ impl Memory {
 
     /// Whether this process let the pod `uid` go after the watch event of version `rv` showed
     /// it: that event's finalizer is one the release took off. ResourceVersions compared as
-    /// numbers, as `store::rv_later` does; where either is not one (`rv` 0), nothing is known,
+    /// numbers, as `IcState::replaces` does; where either is not one (`rv` 0), nothing is known,
     /// and the pod is released again (a repeat changes nothing).
     pub(super) fn released_after(&self, uid: &Uid, rv: u64) -> bool {
         if rv == 0 {
