@@ -34,6 +34,7 @@ use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };
 use immortal_operator::runtime::controller::{LogContext, Next};
+use immortal_operator::runtime::queue::Hint;
 use immortal_operator::runtime::watcher::{Reaction, Watched};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
@@ -89,9 +90,17 @@ enum Fault {
     /// it again under the same name (the garbage collector then deletes the old one's pods);
     /// the watches resume from a version too old (410) and list again.
     Recreated,
+    /// Before the call, a person deletes the object and makes it again under the same name
+    /// while the watches run: the operator may still act on its copy of the old one, and a
+    /// status write, which `/status` applies whatever uid it names (fixture
+    /// kube-1.28-kubelet/21), could land on the new one.
+    RecreatedLive,
+    /// As `Failover`, but the standby's copy is the object as it was made, with no status
+    /// at all (its watch saw only the create): a refused create must not write its count.
+    FailoverBare,
 }
 
-const FAULTS: [Fault; 15] = [
+const FAULTS: [Fault; 17] = [
     Fault::CrashBefore,
     Fault::CrashAfter,
     Fault::Conflict409,
@@ -107,6 +116,8 @@ const FAULTS: [Fault; 15] = [
     Fault::ObjectDeleted,
     Fault::Failover,
     Fault::Recreated,
+    Fault::RecreatedLive,
+    Fault::FailoverBare,
 ];
 
 /// Faults to inject: call index → fault.
@@ -136,8 +147,11 @@ impl fmt::Display for Plan {
 /// A panic payload: the process "died" here.
 struct Crash;
 
-/// A panic payload: the leader stopped here, and a standby takes over.
-struct Failover;
+/// A panic payload: the leader stopped here, and a standby takes over (with a copy of the
+/// object that has no status, when bare).
+struct Failover {
+    bare: bool,
+}
 
 // ------------------------------------------------------------------------------------------
 // A small deterministic generator (xorshift64*), so a seed replays a run exactly.
@@ -191,6 +205,8 @@ struct World {
     ic_events: Vec<(&'static str, ImmortalContainer)>,
     /// The object as a standby's watch showed it when the scenario began.
     standby: Option<ImmortalContainer>,
+    /// The object as it was made, before any status.
+    created: Option<ImmortalContainer>,
     /// The operator's watches are cut: they deliver nothing until they list again.
     watches_cut: bool,
 }
@@ -238,12 +254,13 @@ impl World {
         }
     }
 
-    /// While the operator's watches are cut, a person deletes the object and makes it again.
-    fn recreate_object(&mut self) {
+    /// A person deletes the object and makes it again (while the operator's watches are cut,
+    /// if `cut`).
+    fn recreate_object(&mut self, cut: bool) {
         if self.ic.is_none() {
             return;
         }
-        self.watches_cut = true;
+        self.watches_cut |= cut;
         self.delete_object();
         self.new_object();
         self.accepted = 0;
@@ -269,6 +286,7 @@ impl World {
         };
         self.ic_uid = uid;
         self.ic_events.push(("ADDED", ic.clone()));
+        self.created = Some(ic.clone());
         self.ic = Some(ic);
     }
 
@@ -461,8 +479,10 @@ enum Effect {
     Lose,
     /// Apply, then die.
     DieAfter,
-    /// Apply, then a standby takes over.
-    FailOverAfter,
+    /// Apply, then a standby takes over (bare: its copy has no status).
+    FailOverAfter {
+        bare: bool,
+    },
     Apply,
 }
 
@@ -491,9 +511,12 @@ impl ModelApi {
                 self.world.borrow_mut().delete_object();
                 Effect::Apply
             }
-            Some(Fault::Failover) => Effect::FailOverAfter,
-            Some(Fault::Recreated) => {
-                self.world.borrow_mut().recreate_object();
+            Some(Fault::Failover) => Effect::FailOverAfter { bare: false },
+            Some(Fault::FailoverBare) => Effect::FailOverAfter { bare: true },
+            Some(f @ (Fault::Recreated | Fault::RecreatedLive)) => {
+                self.world
+                    .borrow_mut()
+                    .recreate_object(f == Fault::Recreated);
                 Effect::Apply
             }
             Some(f @ (Fault::PodDeleted | Fault::PodForceDeleted | Fault::PodFailed)) => {
@@ -522,9 +545,9 @@ impl ModelApi {
                 let _ = apply(&mut self.world.borrow_mut());
                 panic::panic_any(Crash)
             }
-            Effect::FailOverAfter => {
+            Effect::FailOverAfter { bare } => {
                 let _ = apply(&mut self.world.borrow_mut());
-                panic::panic_any(Failover)
+                panic::panic_any(Failover { bare })
             }
         }
     }
@@ -666,13 +689,8 @@ impl Api for ModelApi {
                     return Err(api_err(409, "Conflict"));
                 }
             }
-            // Checked after the resourceVersion, as kube-apiserver validates after it.
-            if let Some(sent) = patch["metadata"]["uid"].as_str() {
-                if sent != ic.metadata.uid {
-                    let kind = "ImmortalContainer.immortalcontainer.flugel.it";
-                    return Err(uid_changed(kind, name, sent));
-                }
-            }
+            // A uid in the patch is not checked: `/status` copies the stored metadata over it
+            // (fixture kube-1.28-kubelet/21), so only the version above holds a write back.
             let st = &patch["status"];
             let s = &mut ic.status;
             if let Some(v) = st.get("currentPod") {
@@ -748,8 +766,14 @@ impl Controller {
         *self.clock.lock().unwrap()
     }
 
+    /// Queues the key with `hint`, merged as the real queue merges what it holds
+    /// (`Trigger::then`): a key queued without one stays without one.
     fn queue(&mut self, hint: Option<PodHint>) {
-        self.queued = Some(hint);
+        self.queued = Some(match (self.queued.take(), hint) {
+            (None, hint) => hint,
+            (Some(Some(first)), Some(later)) => first.and(&later),
+            (Some(_), _) => None,
+        });
     }
 
     fn after(&mut self, d: Duration) {
@@ -812,17 +836,18 @@ impl Controller {
 
     /// A failover: the standby's memory, its copy of the object the one it had when the
     /// scenario began; its watch of objects has yet to bring the object as it is now.
-    fn fail_over(&mut self, w: &mut World) {
+    fn fail_over(&mut self, w: &mut World, bare: bool) {
         let clock = self.clock.clone();
         *self = Controller::new(clock);
         self.ic_lagging = true;
         w.watches_cut = false;
         w.ic_events.clear();
-        if let Some(ic) = &w.standby {
+        let copy = if bare { &w.created } else { &w.standby };
+        if let Some(ic) = copy {
             self.ics
                 .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));
         }
-        match (&w.ic, &w.standby) {
+        match (&w.ic, copy) {
             (Some(ic), _) => w.ic_events.push(("MODIFIED", ic.clone())),
             (None, Some(old)) => w.ic_events.push(("DELETED", old.clone())),
             (None, None) => {}
@@ -942,7 +967,8 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                     *api.ics.borrow_mut() = ctl.ics.clone();
                 }
                 Err(p) if p.is::<Failover>() => {
-                    ctl.fail_over(&mut api.world.borrow_mut());
+                    let bare = p.downcast_ref::<Failover>().is_some_and(|f| f.bare);
+                    ctl.fail_over(&mut api.world.borrow_mut(), bare);
                     *api.ics.borrow_mut() = ctl.ics.clone();
                 }
                 Err(p) => panic::resume_unwind(p),
@@ -1107,7 +1133,9 @@ impl Scenario {
         pod.metadata.resource_version = w.next_rv();
         set_phase(&mut pod, "Running", true);
         w.accepted = 1;
+        let rv = w.next_rv();
         let ic = w.ic.as_mut().unwrap();
+        ic.metadata.resource_version = rv;
         ic.status = ImmortalContainerStatus {
             current_pod: Some(POD.into()),
             start_times: Some(1),

@@ -697,7 +697,7 @@ impl Run<'_> {
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
         wait_requests_quiet(&op)?;
         let usage = op.usage()?;
-        let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, n as u64)?;
+        let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, 0, n as u64)?;
         let problems = verify(self.api(), &ns, &|_| 1)?;
         let correct = problems.is_empty();
         failures.extend(problems.into_iter().map(|p| format!("{phase}: {p}")));
@@ -740,6 +740,7 @@ impl Run<'_> {
         let api = self.api();
         let before = self.cluster.snapshot();
         let metrics_before = op.requests_by_method()?;
+        let conflicts_before = op.conflicts()?;
         let cpu_before = op.usage()?.cpu_seconds;
         obs.expect(n);
         let started = Instant::now();
@@ -764,6 +765,7 @@ impl Run<'_> {
             &self.cluster.snapshot(),
             op,
             Some(&metrics_before),
+            conflicts_before,
             n as u64,
         )?;
         let problems = verify(api, ns, &|_| 1)?;
@@ -799,6 +801,7 @@ impl Run<'_> {
         let mut starts: BTreeMap<String, i64> = (0..n).map(|i| (format!("ic-{i}"), 1)).collect();
         let before = self.cluster.snapshot();
         let metrics_before = op.requests_by_method()?;
+        let conflicts_before = op.conflicts()?;
         let mut deleted = Vec::with_capacity(k);
         let mut reaction = Vec::with_capacity(k);
         let mut failed = Vec::with_capacity(k);
@@ -845,6 +848,7 @@ impl Run<'_> {
             &self.cluster.snapshot(),
             op,
             Some(&metrics_before),
+            conflicts_before,
             2 * k as u64,
         )?;
         let problems = verify(api, ns, &|name| starts.get(name).copied().unwrap_or(1))?;
@@ -878,6 +882,7 @@ impl Run<'_> {
         let api = self.api();
         let before = self.cluster.snapshot();
         let metrics_before = op.requests_by_method()?;
+        let conflicts_before = op.conflicts()?;
         let mut latencies = Vec::with_capacity(k);
         let mut reactions = Vec::with_capacity(k);
         let mut queued = Vec::with_capacity(k);
@@ -938,6 +943,7 @@ impl Run<'_> {
             &self.cluster.snapshot(),
             op,
             Some(&metrics_before),
+            conflicts_before,
             k as u64,
         )?;
         let problems = verify(api, ns, &|name| starts.get(name).copied().unwrap_or(1))?;
@@ -1080,8 +1086,10 @@ impl Run<'_> {
         after: &Snapshot,
         op: &Operator,
         metrics_before: Option<&BTreeMap<String, u64>>,
+        conflicts_before: u64,
         pods_created: u64,
     ) -> Result<Requests, Error> {
+        let conflicts = op.conflicts()?.saturating_sub(conflicts_before);
         let metrics = cluster::diff(
             &op.requests_by_method()?,
             metrics_before.unwrap_or(&Counts::new()),
@@ -1112,6 +1120,7 @@ impl Run<'_> {
             by_verb,
             source: source.into(),
             metrics_total: Some(metrics_total),
+            conflicts,
         })
     }
 }
@@ -1193,8 +1202,8 @@ pub fn first_status_patch(ic: &ImmortalContainer, pod: &Pod) -> Value {
             message: format!("pod {} is pending", pod.metadata.name),
         }],
     };
-    let (uid, rv) = (&ic.metadata.uid, &ic.metadata.resource_version);
-    reconcile::status_patch(uid, rv, &ic.status, &want, |_| false)
+    let rv = &ic.metadata.resource_version;
+    reconcile::status_patch(rv, &ic.status, &want, |_| false)
         .unwrap_or_else(|| serde_json::json!({}))
 }
 
@@ -1432,8 +1441,10 @@ mod tests {
         assert_eq!(patch["status"]["currentPod"], "a-immortalpod");
         assert_eq!(patch["status"]["lastCountedPodUID"], "p1");
         assert_eq!(patch["status"]["conditions"][0]["type"], "Ready");
-        assert_eq!(patch["metadata"]["resourceVersion"], "42");
-        assert_eq!(patch["metadata"]["uid"], "u1");
+        assert_eq!(
+            patch["metadata"],
+            serde_json::json!({"resourceVersion": "42"})
+        );
     }
 
     #[test]

@@ -147,6 +147,16 @@ impl Operator {
         }
     }
 
+    /// Requests of its that the API server answered 409 (Conflict or AlreadyExists): the
+    /// price of its preconditions.
+    pub fn conflicts(&self) -> Result<u64, Error> {
+        match http_get(self.metrics, "/metrics") {
+            Ok((200, body)) => Ok(parse_conflicts(&body)),
+            Ok((code, _)) => Err(Error::Operator(format!("/metrics answered {code}"))),
+            Err(e) => Err(Error::Operator(format!("/metrics: {e}"))),
+        }
+    }
+
     /// Keys its queue holds ready now (`workqueue_depth` of its /metrics).
     pub fn queue_depth(&self) -> Result<u64, Error> {
         match http_get(self.metrics, "/metrics") {
@@ -233,6 +243,18 @@ pub fn parse_requests(metrics: &str) -> BTreeMap<String, u64> {
         }
     }
     out
+}
+
+/// The requests `rest_client_requests_total` counts with `code="409"`.
+pub fn parse_conflicts(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("rest_client_requests_total{"))
+        .filter_map(|rest| rest.rsplit_once("} "))
+        .filter(|(labels, _)| labels.split(',').any(|l| l == "code=\"409\""))
+        .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
 }
 
 /// The value of the gauge `name` (with any labels), 0 if absent.

@@ -79,6 +79,8 @@ pub struct Requests {
     pub source: String,
     /// The operator's own count (/metrics), to cross-check the server's.
     pub metrics_total: Option<u64>,
+    /// Of its requests, those answered 409 (a precondition that did not hold, a name taken).
+    pub conflicts: u64,
 }
 
 /// Backlog or bulk: N objects to converge.
@@ -773,12 +775,13 @@ fn requests_line(r: &Requests) -> String {
         n => format!(" + {n} at start-up"),
     };
     format!(
-        "{:.2} per pod created ({} for {} pods{startup}; {}: {}){cross}",
+        "{:.2} per pod created ({} for {} pods{startup}; {}: {}){cross}; {} answered 409",
         r.per_pod_created,
         r.total - r.startup,
         r.pods_created,
         r.source,
-        verbs.join(", ")
+        verbs.join(", "),
+        r.conflicts
     )
 }
 

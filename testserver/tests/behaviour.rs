@@ -632,7 +632,7 @@ fn a_patch_naming_another_uid_is_invalid_and_removes_one_finalizer_when_it_match
 }
 
 #[test]
-fn a_status_patch_naming_another_uid_is_invalid_and_a_put_naming_one_conflicts() {
+fn a_pods_status_patch_naming_another_uid_is_invalid_a_custom_resources_is_applied() {
     bounded(20, || {
         let (_server, admin) = start();
         admin.post(PODS, &pod_body("a", None));
@@ -640,31 +640,36 @@ fn a_status_patch_naming_another_uid_is_invalid_and_a_put_naming_one_conflicts()
         let status = json!({"metadata": {"uid": "gone-uid"}, "status": {"startTimes": 1}});
         let r = admin.merge_patch(&format!("{PODS}/a/status"), &status);
         assert_uid_immutable(&r, "Pod", "a", "gone-uid");
+        // A custom resource's `/status` copies the stored metadata over the patch's: the uid
+        // is ignored and the status applied (fixture kube-1.28-kubelet/21).
         let path = format!("{}/web", ics());
         let r = admin.merge_patch(&format!("{path}/status"), &status);
-        assert_uid_immutable(
-            &r,
-            "ImmortalContainer.immortalcontainer.flugel.it",
-            "web",
-            "gone-uid",
-        );
-        assert!(
-            admin.get(&path).body["status"]["startTimes"].is_null(),
-            "not applied"
-        );
+        assert_eq!(r.code, 200, "{}", r.body);
+        assert_eq!(r.body["metadata"]["uid"], ic["metadata"]["uid"]);
+        assert_eq!(admin.get(&path).body["status"]["startTimes"], 1);
+        // What holds there: a stale resourceVersion (409, fixture 24)...
+        let stale = json!({"metadata": {"resourceVersion": ic["metadata"]["resourceVersion"]},
+            "status": {"startTimes": 2}});
+        let r = admin.merge_patch(&format!("{path}/status"), &stale);
+        assert_eq!(r.code, 409, "{}", r.body);
+        assert_eq!(r.body["reason"], "Conflict");
+        // ...and a JSON patch's test of the uid (422 with no causes, fixtures 22 and 23).
+        let test = |uid: &serde_json::Value| {
+            json!([{"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "replace", "path": "/status/startTimes", "value": 3}])
+        };
+        let r = admin.json_patch(&format!("{path}/status"), &test(&json!("gone-uid")));
+        assert_eq!(r.code, 422, "{}", r.body);
+        assert!(r.body["details"]["causes"].is_null(), "{}", r.body);
+        let r = admin.json_patch(&format!("{path}/status"), &test(&ic["metadata"]["uid"]));
+        assert_eq!(r.code, 200, "{}", r.body);
+        assert_eq!(r.body["status"]["startTimes"], 3);
         // A PUT's uid is a precondition, checked by storage: 409 (no fixture records it).
-        let mut put = ic.clone();
+        let mut put = admin.get(&path).body;
         put["metadata"]["uid"] = json!("gone-uid");
         let r = admin.put(&path, &put);
         assert_eq!(r.code, 409, "{}", r.body);
         assert_eq!(r.body["reason"], "Conflict");
-        // The right uid is applied.
-        let mut status = status;
-        status["metadata"]["uid"] = ic["metadata"]["uid"].clone();
-        assert_eq!(
-            admin.merge_patch(&format!("{path}/status"), &status).code,
-            200
-        );
     });
 }
 

@@ -221,6 +221,40 @@ fn compare_status(f: &Fixture, got: &common::Resp) -> Vec<String> {
     diffs
 }
 
+/// A write answered with the object: its status as recorded, its uid the object's own
+/// (`uid`: the one the write named is not taken), its kind and name as recorded.
+fn compare_object(f: &Fixture, got: &common::Resp, uid: &str) -> Vec<String> {
+    let want: Value = serde_json::from_str(&f.response).expect("recorded body is json");
+    if got.code != f.status {
+        return vec![format!(
+            "code: expected {}, got {} ({})",
+            f.status, got.code, got.body
+        )];
+    }
+    let mut diffs = Vec::new();
+    for (what, e, a) in [
+        ("kind", &want["kind"], &got.body["kind"]),
+        (
+            "name",
+            &want["metadata"]["name"],
+            &got.body["metadata"]["name"],
+        ),
+        ("status", &want["status"], &got.body["status"]),
+        ("spec", &want["spec"], &got.body["spec"]),
+    ] {
+        if e != a {
+            diffs.push(format!("{what}: expected {e}, got {a}"));
+        }
+    }
+    if got.body["metadata"]["uid"] != uid {
+        diffs.push(format!(
+            "uid: {} is not the object's",
+            got.body["metadata"]["uid"]
+        ));
+    }
+    diffs
+}
+
 fn merge_patch(r: &Replay, path: &str, body: Value, what: &str) -> Vec<String> {
     let resp = r.admin.merge_patch(path, &body);
     if resp.code == 200 {
@@ -337,8 +371,8 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
 
         let fixtures = load("kube-1.28-kubelet");
         assert!(
-            fixtures.len() >= 20,
-            "expected the 20 recorded fixtures, found {}",
+            fixtures.len() >= 24,
+            "expected the 24 recorded fixtures, found {}",
             fixtures.len()
         );
         let mut failures = Vec::new();
@@ -613,6 +647,39 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                     assert!(matches!(pod.code, 201 | 409), "pod: {}", pod.body);
                     compare_status(f, &r.send(f, Some(&f.body)))
                 }
+                // Status writes to a custom resource the recording made (`counted`, with
+                // `registry.k8s.io/pause:3.9`): a merge patch naming another uid is applied
+                // (21); a JSON patch testing the uid holds it back (22) or applies (23, the
+                // recording's uid there is the object's: ours goes in its place); a stale
+                // resourceVersion is 409 (24).
+                "21" | "22" | "23" | "24" => {
+                    let base = "/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/fixtures-status/immortalcontainers";
+                    if number == "21" {
+                        let ns = r.admin.post(
+                            "/api/v1/namespaces",
+                            &json!({"metadata": {"name": "fixtures-status"}}),
+                        );
+                        assert_eq!(ns.code, 201, "namespace: {}", ns.body);
+                        let ic = r.admin.post(
+                            base,
+                            &json!({"apiVersion": "immortalcontainer.flugel.it/v1alpha1",
+                                "kind": "ImmortalContainer", "metadata": {"name": "counted"},
+                                "spec": {"image": "registry.k8s.io/pause:3.9"}}),
+                        );
+                        assert_eq!(ic.code, 201, "object: {}", ic.body);
+                    }
+                    let uid = r.admin.get(&format!("{base}/counted")).body["metadata"]["uid"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    let body = f.body.replace("4aa4bcb4-721f-41a3-b84e-dce9bccb183b", &uid);
+                    let got = r.send(f, Some(&body));
+                    if f.status == 200 {
+                        compare_object(f, &got, &uid)
+                    } else {
+                        compare_status(f, &got)
+                    }
+                }
                 _ => vec!["a fixture this replay does not know".into()],
             };
             replayed += 1;
@@ -625,7 +692,7 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                 failures.push(format!("{}{what}:\n  {}", f.name, diffs.join("\n  ")));
             }
         }
-        assert_eq!(replayed, 20, "every fixture was replayed");
+        assert_eq!(replayed, 24, "every fixture was replayed");
         assert!(
             failures.is_empty(),
             "fixtures that differ:\n{}",

@@ -58,8 +58,7 @@ pub struct LiveApi {
 
 impl LiveApi {
     /// Puts what the API server answered about the object into the store: the copy it sent,
-    /// or, on a 404 or a 422 refusing our uid (gone, or replaced by another object of the
-    /// name), no copy, so that the next reconcile reads.
+    /// or, on a 404, no copy, so that the next reconcile reads.
     fn keep(
         &self,
         ns: &str,
@@ -69,7 +68,7 @@ impl LiveApi {
         let key = types::key(ns, name);
         match &answer {
             Ok(ic) => store::saw(&self.ics, &key, ic),
-            Err(e) if e.is_not_found() || e.is_uid_changed() => store::gone(&self.ics, &key),
+            Err(e) if e.is_not_found() => store::gone(&self.ics, &key),
             Err(_) => {}
         }
         answer
@@ -116,9 +115,8 @@ impl Api for LiveApi {
         self.client.patch_pod(ns, name, patch)
     }
     /// The answer goes into the store at once: the next reconcile of the object must not act
-    /// on a copy from before this write (it would count the same pod again, and be refused).
-    /// A 404, or a 422 refusing our uid, takes the copy out: the object is gone or replaced,
-    /// whatever the watch has said so far.
+    /// on a copy from before this write (its resourceVersion would be refused). A 404 takes
+    /// the copy out: the object is gone, whatever the watch has said so far.
     fn patch_status(
         &self,
         ns: &str,

@@ -116,8 +116,10 @@ struct Run<'a, A: Api> {
     /// The pod to release once the status that counts it is written.
     release: Option<Held>,
     /// The object was deleted while we worked (the status write answered 404), or replaced
-    /// by another of the same name (it refused our uid).
+    /// by another of the same name (it answered 409, and a read showed another uid).
     gone: bool,
+    /// Of those, replaced: the new object was read, so its watch event may bring nothing new.
+    replaced: bool,
     /// Putting our labels back on the pod failed: returned once the pod is counted and let go,
     /// so that a pod being deleted never waits on a relabel (see `counting::HOLD_AT_MOST`).
     relabel: Option<Error>,
@@ -195,6 +197,7 @@ pub fn reconcile<A: Api>(
         status: ic.status.clone(),
         release: None,
         gone: false,
+        replaced: false,
         relabel: None,
         removed: None,
     };
@@ -226,7 +229,12 @@ pub fn reconcile<A: Api>(
                 "its ImmortalContainer is gone",
             )?;
         }
-        return Ok(Next::Done);
+        // The object that took its name was read into the store, so its own event may be
+        // ignored as nothing new: look at it now.
+        return Ok(match run.replaced {
+            true => Next::RequeueAfter(Duration::ZERO),
+            false => Next::Done,
+        });
     }
     if let Err(e) = written {
         match run.release.take() {

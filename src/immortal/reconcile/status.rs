@@ -121,17 +121,15 @@ impl<A: Api> Run<'_, A> {
     }
 
     /// Writes status if it differs from what the API server holds, as a JSON merge patch of the
-    /// changed fields. A count change carries the resourceVersion we read: if anything wrote
-    /// the object since, the patch fails with 409 and the next reconcile recounts from fresh
-    /// state, so a pod is never counted twice. Every write carries the object's uid, so that
-    /// none lands on an object re-created under the name. The answer is the API server's copy:
-    /// what it did not keep, the CRD prunes (see `counting`).
+    /// changed fields carrying the resourceVersion the status was computed from: a copy older
+    /// than the object (another writer, a failover, an object deleted and made again under the
+    /// name) is refused with 409, never applied, since `/status` ignores a patch's uid
+    /// (fixture kube-1.28-kubelet/21). The answer is the API server's copy: what it did not
+    /// keep, the CRD prunes (see `counting`).
     pub(super) fn write_status(&mut self) -> Result<(), Error> {
         let counting = &self.memory.counting;
-        let uid = &self.ic.metadata.uid;
-        let Some(patch) = status_patch(uid, &self.rv, &self.have, &self.status, |f| {
-            counting.prunes(f)
-        }) else {
+        let Some(patch) = status_patch(&self.rv, &self.have, &self.status, |f| counting.prunes(f))
+        else {
             return Ok(());
         };
         match self
@@ -176,21 +174,32 @@ impl<A: Api> Run<'_, A> {
                 );
                 Ok(())
             }
-            // Gone meanwhile, or replaced by an object of the same name (our uid refused, 422):
-            // nothing left to report on (see `reconcile` for its pod). A new object's own
-            // watch event brings its reconcile.
-            Err(e) if e.is_not_found() || e.is_uid_changed() => {
+            // Gone meanwhile: nothing left to report on (see `reconcile` for its pod).
+            Err(e) if e.is_not_found() => {
                 self.gone = true;
                 Ok(())
             }
             // Our copy is older than the object: someone else wrote it (another leader, a
-            // person). Read it, so that the retry counts from what the API server holds
-            // instead of waiting for the watch to bring it (the read's own failure changes
-            // nothing: the retry is there).
+            // person), or it is another object of the same name. Read it, so that the retry
+            // works from what the API server holds instead of waiting for the watch; for an
+            // object gone or replaced there is nothing left to report on. The read's own
+            // failure changes nothing: the retry is there.
             Err(e) if e.is_conflict() => {
-                let _ = self
+                let uid = &self.ic.metadata.uid;
+                match self
                     .api
-                    .read_immortal_container(self.ns, &self.ic.metadata.name);
+                    .read_immortal_container(self.ns, &self.ic.metadata.name)
+                {
+                    Err(read) if read.is_not_found() => self.gone = true,
+                    Ok(now) if now.metadata.uid != *uid => {
+                        self.gone = true;
+                        self.replaced = true;
+                    }
+                    _ => {}
+                }
+                if self.gone {
+                    return Ok(());
+                }
                 Err(Error::from_api("patch status", e))
             }
             Err(e) => Err(Error::from_api("patch status", e)),
@@ -198,11 +207,10 @@ impl<A: Api> Run<'_, A> {
     }
 }
 
-/// The merge patch taking the status `have` (of the object `uid` at resourceVersion `rv`) to
-/// `want`, or `None` when nothing changed (a reconcile with nothing to do writes nothing).
-/// Fields `pruned` says the CRD does not keep are left out.
+/// The merge patch taking the status `have` (of the object at resourceVersion `rv`) to `want`,
+/// or `None` when nothing changed (a reconcile with nothing to do writes nothing). Fields
+/// `pruned` says the CRD does not keep are left out.
 pub fn status_patch(
-    uid: &str,
     rv: &str,
     have: &ImmortalContainerStatus,
     want: &ImmortalContainerStatus,
@@ -234,15 +242,7 @@ pub fn status_patch(
     if st.is_empty() {
         return None;
     }
-    // Writing the first explicit 0 counts nothing; only a change of count needs a fresh read.
-    let counted = want.start_times.unwrap_or(0) != have.start_times.unwrap_or(0)
-        || want.last_counted_pod_uid != have.last_counted_pod_uid;
-    // The uid: a status about one object must not land on another of the same name. A patch
-    // carries no uid precondition, but a uid that differs is refused as an immutable-field
-    // change (422, see `client::Error::is_uid_changed`).
-    let mut patch = json!({ "metadata": { "uid": uid }, "status": st });
-    if counted {
-        patch["metadata"]["resourceVersion"] = json!(rv);
-    }
-    Some(patch)
+    // The one precondition `/status` honours on a merge patch (fixture 24): a stale copy's
+    // write, a count from it above all, is refused instead of landing on newer state.
+    Some(json!({ "metadata": { "resourceVersion": rv }, "status": st }))
 }

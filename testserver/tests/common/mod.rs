@@ -195,6 +195,15 @@ impl Client {
         )
     }
 
+    pub fn json_patch(&self, path: &str, body: &Value) -> Resp {
+        self.send(
+            "PATCH",
+            path,
+            Some("application/json-patch+json"),
+            Some(&body.to_string()),
+        )
+    }
+
     pub fn delete(&self, path: &str, body: Option<&Value>) -> Resp {
         let text = body.map(Value::to_string);
         self.send("DELETE", path, Some("application/json"), text.as_deref())
