@@ -379,7 +379,7 @@ impl Drop for Policy<'_> {
 trait Guard {}
 impl<T> Guard for T {}
 
-fn refuse_status_writes<'c>(c: &'c Cluster, scenario: &str) -> Option<Box<dyn Guard + 'c>> {
+fn refuse_status_writes<'c>(c: &'c Cluster) -> Option<Box<dyn Guard + 'c>> {
     if let Some(server) = c.test_server() {
         server.fail_for(
             FailRule {
@@ -403,9 +403,11 @@ fn refuse_status_writes<'c>(c: &'c Cluster, scenario: &str) -> Option<Box<dyn Gu
         c.try_patch_ic_status("probe", &json!({"status": {"startTimes": 7}}))
             .is_err_and(|e| e.code() == Some(403))
     };
+    // Named apart from every other policy a test makes in its namespace (a cluster-scoped
+    // name made twice is 409 AlreadyExists).
     let policy = Policy::deny(
         c,
-        scenario,
+        "status-refused",
         json!({"apiGroups": ["immortalcontainer.flugel.it"], "apiVersions": ["*"],
             "operations": ["UPDATE"], "resources": ["immortalcontainers/status"]}),
         "false",
@@ -459,7 +461,7 @@ fn wait_gone(c: &Cluster, pod: &str) {
 #[test]
 fn the_object_deleted_while_its_pod_waits_to_be_counted_lets_the_pod_go() {
     let c = Cluster::new("deleted-mid-count");
-    let Some(refused) = refuse_status_writes(&c, "deleted-mid-count") else {
+    let Some(refused) = refuse_status_writes(&c) else {
         return;
     };
     let _op = Operator::start(&c);
@@ -472,7 +474,7 @@ fn the_object_deleted_while_its_pod_waits_to_be_counted_lets_the_pod_go() {
 #[test]
 fn an_orphaning_delete_of_the_object_lets_its_held_pod_go_and_keeps_it() {
     let c = Cluster::new("orphaned");
-    let Some(refused) = refuse_status_writes(&c, "orphaned") else {
+    let Some(refused) = refuse_status_writes(&c) else {
         return;
     };
     let _op = Operator::start(&c);
@@ -506,7 +508,7 @@ fn an_orphaning_delete_of_the_object_lets_its_held_pod_go_and_keeps_it() {
 #[test]
 fn a_held_pod_that_lost_our_label_while_the_operator_was_down_is_found_and_let_go() {
     let c = Cluster::new("label-lost-down");
-    let Some(refused) = refuse_status_writes(&c, "label-lost-down") else {
+    let Some(refused) = refuse_status_writes(&c) else {
         return;
     };
     let mut op = Operator::start(&c);
@@ -533,7 +535,7 @@ fn a_held_pod_that_lost_our_label_while_the_operator_was_down_is_found_and_let_g
 #[test]
 fn a_pod_deleted_while_status_writes_are_refused_goes_within_a_minute_uncounted_and_said() {
     let c = Cluster::new("status-refused-long");
-    let Some(refused) = refuse_status_writes(&c, "status-refused-long") else {
+    let Some(refused) = refuse_status_writes(&c) else {
         return;
     };
     let _op = Operator::start(&c);
@@ -625,7 +627,7 @@ fn refuse_relabels(c: &Cluster) -> Option<Policy<'_>> {
 #[test]
 fn a_held_pod_whose_relabel_is_refused_is_still_counted_and_let_go_when_deleted() {
     let c = Cluster::new("relabel-refused");
-    let Some(refused) = refuse_status_writes(&c, "relabel-refused") else {
+    let Some(refused) = refuse_status_writes(&c) else {
         return;
     };
     let Some(relabels) = refuse_relabels(&c) else {
@@ -973,7 +975,7 @@ fn make_undeploy_with_objects_present_leaves_no_pod_or_namespace_terminating() {
         Duration::from_secs(60),
     );
     assert!(ok, "make deploy:\n{out}");
-    let Some(refused) = refuse_status_writes(&c, "undeploy") else {
+    let Some(refused) = refuse_status_writes(&c) else {
         return;
     };
     let op = Operator::start(&c);

@@ -340,3 +340,30 @@ spec:
         assert!(ok, "{out}");
     });
 }
+
+#[test]
+fn a_policy_or_binding_created_again_under_its_name_is_409_already_exists() {
+    bounded(20, || {
+        let (_server, admin) = start();
+        let (policy, binding) = status_policy(3, None);
+        install(&admin, &policy, &binding);
+        // Cluster-scoped names are one per cluster: a second create of the name is refused as
+        // kube-apiserver refuses it (the e2e suite met it on a real cluster).
+        for (what, body, name) in [
+            ("validatingadmissionpolicies", &policy, "limit-starts"),
+            (
+                "validatingadmissionpolicybindings",
+                &binding,
+                "limit-starts-team-a",
+            ),
+        ] {
+            let r = admin.post(&format!("{V1BETA1}/{what}"), body);
+            assert_eq!(r.code, 409, "{what}: {}", r.body);
+            assert_eq!(r.body["reason"], "AlreadyExists");
+            assert_eq!(
+                r.body["message"],
+                format!("{what}.admissionregistration.k8s.io \"{name}\" already exists")
+            );
+        }
+    });
+}
