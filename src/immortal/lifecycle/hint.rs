@@ -48,21 +48,12 @@ pub struct SeenPod {
     pub ending: Option<Ending>,
 }
 
-impl PodHint {
-    fn uid(&self) -> &Uid {
-        match self {
-            PodHint::Gone(g) => &g.uid,
-            PodHint::Seen(p) => &p.uid,
-        }
-    }
-}
-
-/// Two events of one pod: the later one shows all the earlier did, and more (a pod seen, then
-/// gone). Two pods' events: neither tells the whole story (the first may have ended, the
-/// second replaced it), so reconcile looks.
+/// An object's pods follow one another under one name, and one watch brings their events in
+/// order, so a later pod event shows the latest state of that name: all reconcile needs of an
+/// earlier one (a pod gone, then its replacement's ADDED: the replacement).
 impl Hint for PodHint {
     fn and(&self, later: &PodHint) -> Option<PodHint> {
-        (self.uid() == later.uid()).then(|| later.clone())
+        Some(later.clone())
     }
 }
 
