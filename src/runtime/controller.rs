@@ -23,6 +23,10 @@ pub enum Next {
     Done,
     /// Look again after this long (a pod name held by someone else; a replacement backing off).
     RequeueAfter(Duration),
+    /// Nothing to do now, but something the reconcile holds (a pod our finalizer keeps) must be
+    /// let go within this long: look again by then at the latest, ahead of any backlog, unless
+    /// a reconcile in between finishes with nothing held.
+    LetGoWithin(Duration),
 }
 
 /// What the worker needs to know of a failed reconcile.
@@ -141,6 +145,8 @@ where
         match result {
             Ok(Next::Done) => {
                 queue.forget(&key);
+                // It saw everything and holds nothing: a look asked for before is moot.
+                queue.cancel(&key);
                 metrics::record_reconcile("success", elapsed);
                 log::info!(
                     target: "reconcile",
@@ -159,6 +165,18 @@ where
                     target: "reconcile",
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
                     result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms,
+                    queued_ms = queued_ms, priority = band;
+                    "reconciled"
+                );
+            }
+            Ok(Next::LetGoWithin(within)) => {
+                queue.forget(&key);
+                queue.add_within(key.clone(), within);
+                metrics::record_reconcile("success", elapsed);
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    result = "success", let_go_within_ms = within.as_millis() as u64, elapsed_ms = elapsed_ms,
                     queued_ms = queued_ms, priority = band;
                     "reconciled"
                 );

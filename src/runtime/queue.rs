@@ -34,6 +34,10 @@ pub const SHARE: u32 = 64;
 /// ("Recovery under load").
 pub const ROUTINE_IN_FLIGHT: usize = 8;
 
+/// While routine keys wait, one is handed out at least this often, whatever holds the rest
+/// back: urgent keys without end, or failures that keep the budget below the urgent reserve.
+pub const ROUTINE_FLOOR: Duration = Duration::from_secs(1);
+
 /// How soon a queued key should be handed out. A key queued again at a higher priority moves
 /// up; at a lower one it keeps its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -167,28 +171,29 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
 }
 
 impl<H: Hint> Trigger<H> {
-    /// This trigger followed by `later`, both waiting for one reconcile: the later one, with
-    /// the hint that both tell together ([`Hint::and`]). Only watch events carry hints.
-    fn then(&self, later: Trigger<H>) -> Trigger<H> {
-        match later {
-            Trigger::Watch {
-                resource,
-                event,
-                rv,
-                hint,
-            } => {
-                let hint = match (self, hint) {
-                    (Trigger::Watch { hint: Some(a), .. }, Some(b)) => a.and(&b),
-                    _ => None,
-                };
+    /// This trigger followed by `later`, both waiting for one reconcile: two watch events'
+    /// hints tell what they tell together ([`Hint::and`]); a trigger without a hint (an
+    /// object's own event, a list, a retry) asks for a look at everything, and stays, so that
+    /// the reconcile's log says why it looked.
+    fn then(self, later: Trigger<H>) -> Trigger<H> {
+        match (self, later) {
+            (
+                Trigger::Watch { hint: Some(a), .. },
                 Trigger::Watch {
                     resource,
                     event,
                     rv,
-                    hint,
-                }
-            }
-            later => later,
+                    hint: Some(b),
+                },
+            ) => Trigger::Watch {
+                resource,
+                event,
+                rv,
+                hint: a.and(&b),
+            },
+            (Trigger::Watch { hint: Some(_), .. }, later) => later,
+            (earlier, Trigger::Watch { hint: Some(_), .. }) => earlier,
+            (_, later) => later,
         }
     }
 }
@@ -229,6 +234,15 @@ struct Dirty<H> {
     priority: Priority,
 }
 
+/// A key queued for later.
+struct Waiting<H> {
+    at: Instant,
+    trigger: Trigger<H>,
+    priority: Priority,
+    /// At `at` it goes ahead of both bands and the budget: a bound the reconcile must keep.
+    bound: bool,
+}
+
 /// A queued key, stored once and shared by every map and deque that holds it: with 100,000
 /// objects queued at once, a copy per place was megabytes.
 type Key = std::sync::Arc<str>;
@@ -245,9 +259,11 @@ struct State<H> {
     processing: HashMap<Key, Priority>,
     /// Of them, the routine ones.
     routine_in_flight: usize,
+    /// While routine keys wait: when the next one goes whatever else waits ([`ROUTINE_FLOOR`]).
+    routine_due: Option<Instant>,
     /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
     /// stale entries (a later add with an earlier deadline leaves the old one in the heap).
-    waiting: HashMap<Key, (Instant, Trigger<H>, Priority)>,
+    waiting: HashMap<Key, Waiting<H>>,
     timers: BinaryHeap<Reverse<(Instant, Key)>>,
     /// Consecutive failures per key, for the rate limiter.
     failures: HashMap<Key, u32>,
@@ -275,6 +291,7 @@ impl<H> Default for Queue<H> {
             urgent_streak: 0,
             processing: HashMap::new(),
             routine_in_flight: 0,
+            routine_due: None,
             waiting: HashMap::new(),
             timers: BinaryHeap::new(),
             failures: HashMap::new(),
@@ -316,7 +333,8 @@ impl<H: Hint> Queue<H> {
         }
         let processing = st.processing.contains_key(&key);
         if let Some(d) = st.dirty.get_mut(&key) {
-            d.trigger = d.trigger.then(trigger);
+            let earlier = std::mem::replace(&mut d.trigger, Trigger::Scheduled);
+            d.trigger = earlier.then(trigger);
             if priority <= d.priority {
                 return false;
             }
@@ -348,6 +366,10 @@ impl<H: Hint> Queue<H> {
         if st.bounded.contains(&key) {
             st.due.push_back(key.clone());
         }
+        if priority == Priority::Routine {
+            st.routine_due
+                .get_or_insert_with(|| Instant::now() + ROUTINE_FLOOR);
+        }
         st.ready[priority as usize].push_back(key);
         Self::depth(st);
     }
@@ -362,18 +384,55 @@ impl<H: Hint> Queue<H> {
         if delay.is_zero() {
             return self.add(key, trigger, priority);
         }
-        let deadline = Instant::now() + delay;
+        self.schedule(key, delay, trigger, priority, false);
+    }
+
+    /// Has `key` handed out within `within` at the latest: ahead of both bands and of the
+    /// failure budget once that time comes, whatever the backlog (something the reconcile
+    /// holds, a pod our finalizer keeps, must be let go by then). An earlier pending deadline
+    /// for the same key wins; a successful reconcile that asks for nothing more
+    /// ([`Queue::cancel`]) drops it.
+    pub fn add_within(&self, key: String, within: Duration) {
+        self.schedule(key, within, Trigger::Scheduled, Priority::Urgent, true);
+    }
+
+    fn schedule(
+        &self,
+        key: String,
+        delay: Duration,
+        trigger: Trigger<H>,
+        priority: Priority,
+        bound: bool,
+    ) {
+        let at = Instant::now() + delay;
         let mut st = self.lock();
-        let sooner = st.waiting.get(key.as_str());
-        if st.shutting_down || sooner.is_some_and(|(d, _, _)| *d <= deadline) {
+        if st.shutting_down {
+            return;
+        }
+        // The earlier deadline stands, and goes ahead of the budget if either is a bound.
+        if let Some(sooner) = st.waiting.get_mut(key.as_str()).filter(|w| w.at <= at) {
+            sooner.bound |= bound;
             return;
         }
         let key: Key = key.into();
-        st.waiting
-            .insert(key.clone(), (deadline, trigger, priority));
-        st.timers.push(Reverse((deadline, key)));
+        let waiting = Waiting {
+            at,
+            trigger,
+            priority,
+            bound,
+        };
+        st.waiting.insert(key.clone(), waiting);
+        st.timers.push(Reverse((at, key)));
         // A waiting `get` may need to wake earlier than it planned.
         self.cond.notify_one();
+    }
+
+    /// Drops what was scheduled for `key` (a reconcile saw everything and asked for nothing
+    /// more: a look it asked for earlier is moot).
+    pub fn cancel(&self, key: &str) {
+        let mut st = self.lock();
+        st.waiting.remove(key);
+        st.bounded.remove(key);
     }
 
     /// Queues `key`, whose reconcile failed, after its backoff, or after `at_least` if that is
@@ -386,23 +445,20 @@ impl<H: Hint> Queue<H> {
         latest: Latest,
         priority: Priority,
     ) -> Duration {
-        let delay = {
+        let (delay, bound) = {
             let mut st = self.lock();
             st.budget.spend(Instant::now());
             let n = st.failures.entry(key.as_str().into()).or_insert(0);
             let wanted = backoff(*n).max(at_least);
             *n = n.saturating_add(1);
             match latest {
-                Latest::Within(d) if d <= wanted => d,
-                Latest::Bound(d) if d <= wanted => {
-                    st.bounded.insert(key.as_str().into());
-                    d
-                }
-                _ => wanted,
+                Latest::Within(d) if d <= wanted => (d, false),
+                Latest::Bound(d) if d <= wanted => (d, true),
+                _ => (wanted, false),
             }
         };
         metrics::queue_retry();
-        self.add_after(key, delay, Trigger::Retry, priority);
+        self.schedule(key, delay, Trigger::Retry, priority, bound);
         delay
     }
 
@@ -437,6 +493,20 @@ impl<H: Hint> Queue<H> {
             }
             let urgent = !st.ready[Priority::Urgent as usize].is_empty();
             let routine = Self::routine_may_go(&st);
+            if st.ready[Priority::Routine as usize].is_empty() {
+                st.routine_due = None;
+            }
+            if routine && st.routine_due.is_some_and(|at| Instant::now() >= at) {
+                // The floor: nothing holds routine work back for longer.
+                let key = st.ready[Priority::Routine as usize]
+                    .pop_front()
+                    .expect("not empty");
+                st.urgent_streak = 0;
+                return Self::hand_out(&mut st, key);
+            }
+            if let Some(at) = st.routine_due.filter(|_| routine) {
+                next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
+            }
             if urgent || routine {
                 let now = Instant::now();
                 // The budget holds routine keys before urgent ones: whether it holds the best
@@ -538,6 +608,7 @@ impl<H: Hint> Queue<H> {
         };
         if priority == Priority::Routine {
             st.routine_in_flight += 1;
+            st.routine_due = Some(Instant::now() + ROUTINE_FLOOR);
         }
         st.processing.insert(key.clone(), priority);
         Got::Key(key.to_string(), trigger, priority, waited)
@@ -566,9 +637,16 @@ impl<H: Hint> Queue<H> {
             }
             let Reverse((deadline, key)) = st.timers.pop().expect("peeked");
             // A stale heap entry is skipped: the key was re-added with another deadline.
-            if st.waiting.get(&key).is_some_and(|(d, _, _)| *d == deadline) {
-                let (_, trigger, priority) = st.waiting.remove(&key).expect("checked");
-                Self::insert(st, key, trigger, priority);
+            if st.waiting.get(&key).is_some_and(|w| w.at == deadline) {
+                let w = st.waiting.remove(&key).expect("checked");
+                if w.bound {
+                    st.bounded.insert(key.clone());
+                    // Queued already (ahead of its bound, in a band): it goes ahead of them now.
+                    if st.dirty.contains_key(&key) && !st.processing.contains_key(&key) {
+                        st.due.push_back(key.clone());
+                    }
+                }
+                Self::insert(st, key, w.trigger, w.priority);
             }
         }
         None
@@ -721,14 +799,14 @@ mod tests {
         q.add("ns/a".into(), deleted(9, "gone"), Priority::Routine);
         assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9 gone");
         // A trigger without a hint (a list, an object's own event: a spec change) is not
-        // narrowed by a later one's hint: the reconcile looks at everything.
+        // narrowed by a later one's hint: the reconcile looks at everything, and says why.
         q.add(
             "ns/b".into(),
             Trigger::Relist { resource: "pod" },
             Priority::Routine,
         );
         q.add("ns/b".into(), deleted(9, "gone"), Priority::Routine);
-        assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9");
+        assert_eq!(q.get().unwrap().1.to_string(), "pod relist");
         // Nor do two hints that say different things keep either.
         q.add("ns/c".into(), deleted(8, "seen"), Priority::Routine);
         q.add("ns/c".into(), deleted(9, "gone"), Priority::Routine);
@@ -1270,6 +1348,70 @@ mod band_tests {
         // And urgent keys still got the rest.
         let urgent = served.iter().filter(|s| s.contains("urgent")).count();
         assert_eq!(urgent, served.len() - routine.len());
+    }
+
+    #[test]
+    fn a_routine_key_waits_no_longer_than_the_floor_whatever_the_budget() {
+        let q = Q::new();
+        // Routine failures keep the budget below the urgent reserve: routine keys are held.
+        for i in 0..80 {
+            q.add_rate_limited(
+                format!("ns/failing-{i}"),
+                Duration::from_secs(3600),
+                Latest::Backoff,
+                Priority::Routine,
+            );
+        }
+        assert!(q
+            .lock()
+            .budget
+            .wait(Instant::now(), Priority::Routine, 0)
+            .is_some());
+        add(&q, "ns/refresh", Priority::Routine);
+        // Handed out all the same, once the floor has come.
+        match q.get_within(Some(ROUTINE_FLOOR * 3)) {
+            Got::Key(k, ..) => assert_eq!(k, "ns/refresh"),
+            other => panic!("not handed out: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_key_due_within_its_bound_goes_ahead_of_a_backlog() {
+        let q = Q::new();
+        for i in 0..100 {
+            add(&q, &format!("ns/create-{i}"), Priority::Urgent);
+        }
+        // Queued already, far behind: a pod our finalizer holds must be let go by its bound.
+        add(&q, "ns/held", Priority::Urgent);
+        q.add_within("ns/held".into(), Duration::from_millis(10));
+        // And one not queued yet.
+        q.add_within("ns/held-2".into(), Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(30));
+        let first = take(&q, 2);
+        assert!(first.contains(&"ns/held".to_string()), "{first:?}");
+        assert!(first.contains(&"ns/held-2".to_string()), "{first:?}");
+        // Handed out once: the stale copy in the band is skipped.
+        let rest = take(&q, 100);
+        assert!(!rest.iter().any(|k| k.starts_with("ns/held")), "{rest:?}");
+    }
+
+    #[test]
+    fn a_reconcile_that_asks_nothing_more_drops_what_was_scheduled() {
+        let q = Q::new();
+        q.add_within("ns/a".into(), Duration::from_millis(10));
+        q.add_after(
+            "ns/b".into(),
+            Duration::from_millis(10),
+            Trigger::Scheduled,
+            Priority::Urgent,
+        );
+        q.cancel("ns/a");
+        q.cancel("ns/b");
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(matches!(
+            q.get_within(Some(Duration::from_millis(20))),
+            Got::Idle
+        ));
     }
 
     #[test]
