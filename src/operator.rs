@@ -4,7 +4,7 @@
 
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
-use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint};
+use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint, PodMemo};
 use crate::immortal::reconcile::{self, LiveApi, Memory};
 use crate::immortal::store::IcStore;
 use crate::immortal::sweep;
@@ -19,6 +19,7 @@ use crate::runtime::metrics;
 use crate::runtime::pool::Pool;
 use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
+use crate::runtime::store::Store;
 use crate::runtime::watcher::{Backoff, Resync, Watcher};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
 use std::process::ExitCode;
@@ -96,6 +97,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         memory,
         // What the ImmortalContainer watcher knows, which reconcile reads instead of the API.
         ics: Arc::new(IcStore::new()),
+        pods: Arc::new(Store::new()),
     });
     let ic_resync = Resync::every(stages.config.resync_period);
     stages.start_watchers(&ic_resync)?;
@@ -172,6 +174,8 @@ struct Stages {
     dead: Receiver<&'static str>,
     memory: Arc<Memory>,
     ics: Arc<IcStore>,
+    /// What the pod watcher knows of each key's pod.
+    pods: Arc<Store<PodMemo>>,
 }
 
 impl Stages {
@@ -210,7 +214,9 @@ impl Stages {
         let failed = |e| fail_at_start(&format!("cannot start watcher thread: {e}"));
         let ics = ics.resyncing(ic_resync.clone()).sharing(self.ics.clone());
         spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
-        let pods = pods.resyncing(Resync::every(self.config.resync_period));
+        let pods = pods
+            .resyncing(Resync::every(self.config.resync_period))
+            .sharing(self.pods.clone());
         spawn_watcher(pods, self.sentinel("watcher")).map_err(failed)?;
         for _ in 0..2 {
             select! {
@@ -224,6 +230,10 @@ impl Stages {
                 recv(self.dead) -> _ => return Err(fail_running("a watcher thread died")),
                 recv(self.quit) -> _ => return Err(stopped()),
             }
+        }
+        let missing = lifecycle::queue_objects_without_a_pod(&self.ics, &self.pods, &self.queue);
+        if missing > 0 {
+            log::info!(target: "controller", objects = missing as u64; "objects without a pod go first");
         }
         Ok(())
     }

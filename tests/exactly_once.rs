@@ -22,7 +22,7 @@
 //! faults and every call the run made.
 
 use immortal_operator::immortal::desired;
-use immortal_operator::immortal::lifecycle::{IcEvents, PodEvents, PodHint};
+use immortal_operator::immortal::lifecycle::{IcEvents, PodEvents, PodHint, PodMemo};
 use immortal_operator::immortal::reconcile::{self, Api, Memory};
 use immortal_operator::immortal::store::{self, IcState, IcStore};
 use immortal_operator::immortal::types::{
@@ -741,7 +741,7 @@ struct Controller {
     /// When a delayed requeue is due.
     timer: Option<Instant>,
     failures: u32,
-    pod_memo: Option<u64>,
+    pod_memo: Option<PodMemo>,
     /// The watch of objects delivers nothing until everything else has settled (a standby's
     /// stale watch after a failover).
     ic_lagging: bool,
@@ -798,11 +798,7 @@ impl Controller {
             }
             let mut memo = self.pod_memo;
             let verdict = PodEvents.on_event(event, &pod, &mut memo);
-            self.pod_memo = if event == "DELETED" {
-                None
-            } else {
-                Some(memo.unwrap_or_default())
-            };
+            self.pod_memo = memo;
             if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
@@ -951,7 +947,15 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                 reconcile::reconcile(&api, memory, &trace, hint.as_ref())
             }));
             match result {
-                Ok(Ok(Next::Done)) => ctl.failures = 0,
+                Ok(Ok(Next::Done)) => {
+                    // As the queue's `cancel`: a look asked for before is moot.
+                    ctl.failures = 0;
+                    ctl.timer = None;
+                }
+                Ok(Ok(Next::LetGoWithin(d))) => {
+                    ctl.failures = 0;
+                    ctl.after(d);
+                }
                 Ok(Ok(Next::RequeueAfter(d))) => {
                     ctl.failures = 0;
                     ctl.after(d);

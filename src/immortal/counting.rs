@@ -86,6 +86,11 @@ pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 /// back-off of a key that failed for long reaches. One status write per held pod per 30 s.
 pub const RECOUNT_AT_MOST: Duration = Duration::from_secs(30);
 
+/// Longest a pod this process made holds our finalizer when nothing goes wrong, whatever the
+/// backlog: its count and release may wait behind other objects' pods, never longer. An
+/// operator stopped meanwhile leaves it held until it or its standby lists it again.
+pub const LET_GO_WITHIN: Duration = Duration::from_secs(10);
+
 /// How often the CRD is read again while it prunes something we write.
 pub const RECHECK: Duration = Duration::from_secs(10);
 

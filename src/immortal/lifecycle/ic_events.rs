@@ -1,10 +1,11 @@
 //! The ImmortalContainer watcher's policy: which object events are worth a reconcile.
 
-use super::PodHint;
-use crate::immortal::store::IcState;
+use super::{PodHint, PodMemo};
+use crate::immortal::store::{IcState, IcStore};
 use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
 use crate::kube::types;
-use crate::runtime::queue::Priority;
+use crate::runtime::queue::{Priority, Queue, Trigger};
+use crate::runtime::store::Store;
 use crate::runtime::watcher::{Reaction, Watched};
 use std::sync::Arc;
 
@@ -83,6 +84,33 @@ impl Watched for IcEvents {
         *memo = Some(Arc::new(new));
         verdict
     }
+}
+
+/// Once both first lists are in: every object whose pod the pod list does not hold (deleted
+/// while the operator was away, never made, or a pod not ours on its name) is queued urgent,
+/// ahead of every refresh, as a pod that ended or still holds our finalizer already is (see
+/// `PodEvents::relist_priority`). Either list alone cannot tell: a pod may only be missing
+/// from a list not read yet. Answers how many.
+pub fn queue_objects_without_a_pod(
+    ics: &IcStore,
+    pods: &Store<PodMemo>,
+    queue: &Queue<PodHint>,
+) -> usize {
+    let missing: Vec<String> = {
+        let pods = pods.read();
+        ics.read()
+            .keys()
+            .filter(|k| !pods.contains_key(*k))
+            .cloned()
+            .collect()
+    };
+    let relist = Trigger::Relist {
+        resource: IMMORTAL_CONTAINERS.short(),
+    };
+    for key in &missing {
+        queue.add(key.clone(), relist.clone(), Priority::Urgent);
+    }
+    missing.len()
 }
 
 pub fn immortal_containers_kind(namespace: Option<String>) -> crate::runtime::watcher::Kind {

@@ -12,8 +12,8 @@ mod view;
 
 pub use ending::{Ending, How};
 pub use hint::{GonePod, PodHint, SeenPod};
-pub use ic_events::{immortal_containers_kind, IcEvents};
-pub use pod_events::{pods_kind, PodEvents};
+pub use ic_events::{immortal_containers_kind, queue_objects_without_a_pod, IcEvents};
+pub use pod_events::{pods_kind, PodEvents, PodMemo};
 pub use view::{Message, Phase, PodView, PHASES, READY};
 
 #[cfg(test)]

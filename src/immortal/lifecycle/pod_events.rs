@@ -13,11 +13,28 @@ use crate::util;
 /// Our pods only (selected by label), each mapped to the ImmortalContainer that controls it.
 pub struct PodEvents;
 
+/// What the pod watcher remembers of a key's pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodMemo {
+    /// A digest of the pod's view: enough to tell a change from a repeat.
+    digest: u64,
+    /// It ended, or still holds our finalizer: listed, it goes before every refresh.
+    urgent: bool,
+}
+
+impl PodMemo {
+    fn of(o: &Pod, view: &PodView) -> PodMemo {
+        PodMemo {
+            digest: view.digest(),
+            urgent: view.phase.is_terminal() || holds(&o.metadata.finalizers),
+        }
+    }
+}
+
 impl Watched for PodEvents {
     type Object = Pod;
     type Hint = PodHint;
-    /// A digest of the pod's view: enough to tell a change from a repeat.
-    type Memo = u64;
+    type Memo = PodMemo;
 
     fn meta(o: &Pod) -> &types::ObjectMeta {
         &o.metadata
@@ -36,11 +53,25 @@ impl Watched for PodEvents {
         }
     }
 
-    fn memo(&self, o: &Pod) -> u64 {
-        PodView::of(o).digest()
+    fn memo(&self, o: &Pod) -> PodMemo {
+        PodMemo::of(o, &PodView::of(o))
     }
 
-    fn on_event(&self, event: &'static str, o: &Pod, memo: &mut Option<u64>) -> Reaction<PodHint> {
+    /// Listed, a pod that ended or that our finalizer still holds (made just before the
+    /// operator stopped) goes before every refresh: a replacement to make, a pod to let go.
+    fn relist_priority(&self, memo: &PodMemo) -> Priority {
+        match memo.urgent {
+            true => Priority::Urgent,
+            false => Priority::Routine,
+        }
+    }
+
+    fn on_event(
+        &self,
+        event: &'static str,
+        o: &Pod,
+        memo: &mut Option<PodMemo>,
+    ) -> Reaction<PodHint> {
         let m = &o.metadata;
         let holds_count = holds(&m.finalizers);
         if event == "DELETED" {
@@ -56,26 +87,31 @@ impl Watched for PodEvents {
             );
         }
         let view = PodView::of(o);
-        let digest = view.digest();
+        let now = PodMemo::of(o, &view);
         // Orphaned while holding our finalizer: its view may not have changed, but it must be
         // let go (see `key_of`).
         let owner = m.controller().filter(|r| r.is_immortal_container());
         let orphaned = holds_count && owner.is_none();
-        match memo.replace(digest) {
-            Some(before) if before == digest && !orphaned => return Reaction::Ignore,
-            // A new pod plainly pending and let go: reconcile created it and wrote this very
-            // view (one someone else made is found by the relist after our restart, or its
-            // next change). One still held is what lets it go (see design.md, "Creates first").
+        // Compared on the view: our own release of a pod changes nothing a reconcile acts on.
+        // A pod our finalizer still holds is worth a look at each event, the view changed or
+        // not: its release waits for the reconcile of its next event (see `reconcile`).
+        match memo.replace(now) {
+            Some(before) if before.digest == now.digest && !holds_count => return Reaction::Ignore,
+            // A new pod plainly pending and let go: reconcile made it and wrote this very view
+            // (an older CRD: it holds no finalizer; one someone else made is found by the
+            // relist after our restart, or its next change). One still held is counted by the
+            // reconcile this event queues (see design.md, "Pods first").
             None if event == "ADDED" && view == PodView::pending() && !holds_count => {
                 return Reaction::Ignore
             }
             _ => {}
         }
-        // A pod that ended must be replaced, and one held for nobody, or held while someone
-        // deletes it, must be let go: urgent. Any other change, the release of a pod just
-        // created included, only changes what status says: routine.
+        // A pod that ended must be replaced, one just made must be counted (so its object's
+        // status names it), and one held for nobody, or held while someone deletes it, must
+        // be let go: urgent. Any other change only changes what status says: routine.
         let deleting_held = holds_count && m.deletion_timestamp.is_some();
-        let priority = if view.phase.is_terminal() || orphaned || deleting_held {
+        let made = event == "ADDED" && holds_count;
+        let priority = if view.phase.is_terminal() || orphaned || deleting_held || made {
             Priority::Urgent
         } else {
             Priority::Routine

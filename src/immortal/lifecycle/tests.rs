@@ -73,7 +73,7 @@ fn a_pod_starting_costs_one_reconcile_when_it_runs() {
 }
 
 #[test]
-fn a_pod_still_held_for_its_count_is_let_go_as_routine_work_and_at_once_when_deleted() {
+fn a_pod_still_held_is_counted_at_once_let_go_with_its_next_event_and_at_once_when_deleted() {
     let held = |name: &str| {
         let mut events = recorded(name);
         for (_, pod) in &mut events {
@@ -81,15 +81,23 @@ fn a_pod_still_held_for_its_count_is_let_go_as_routine_work_and_at_once_when_del
         }
         events
     };
-    // Its ADDED event is what lets a pod we just created go: queued, but behind the creates.
+    // Its ADDED event is what counts a pod we just made, so that its object's status names
+    // it (urgent); each event after it may let it go (routine), its view changed or not.
     assert_eq!(
         verdicts_of(&held("03-watch-pod-scheduled-then-running"), None),
-        ["Pending PodPending", "-", "-", "Running PodRunning"]
+        [
+            "Pending PodPending!",
+            "Pending PodPending",
+            "Pending PodPending",
+            "Running PodRunning"
+        ]
     );
-    // Someone deleting it waits on us: urgent, however little its view changed.
+    // Someone deleting it waits on us: urgent, each event while it is still held, however
+    // little its view changed.
+    let t = "Terminating PodTerminating!";
     assert_eq!(
         verdicts_of(&held("04-watch-graceful-delete-default-grace"), None),
-        ["Terminating PodTerminating!", "-", "-", "-", "gone!"]
+        [t, t, t, t, "gone!"]
     );
 }
 

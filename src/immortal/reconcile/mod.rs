@@ -125,6 +125,10 @@ struct Run<'a, A: Api> {
     relabel: Option<Error>,
     /// Our pod (uid) this reconcile saw removed: the pod it creates replaces it.
     removed: Option<String>,
+    /// It made a pod, whose count and status are the next reconcile's (see `create`).
+    made: bool,
+    /// The pod it counts (`startTimes` + 1), if any.
+    counting_now: Option<String>,
 }
 
 /// A pod of ours still holding our finalizer.
@@ -132,10 +136,9 @@ struct Held {
     uid: String,
     /// Someone is deleting it: it waits on our count (see `counting::HOLD_AT_MOST`).
     deleting: bool,
-    /// This reconcile created it: once counted, its release is left to the reconcile its
-    /// ADDED event queues, so that the worker goes on to the next create (see design.md,
-    /// "Creates first").
-    created: bool,
+    /// Still pending: the scheduler's and the kubelet's writes of it are to come, and the
+    /// reconcile of the next one may let it go.
+    pending: bool,
 }
 
 /// Reconciles the object called `key`, with what its trigger says about the pod.
@@ -200,6 +203,8 @@ pub fn reconcile<A: Api>(
         replaced: false,
         relabel: None,
         removed: None,
+        made: false,
+        counting_now: None,
     };
     run.status.observed_generation = ic.metadata.generation;
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
@@ -210,7 +215,10 @@ pub fn reconcile<A: Api>(
     // nothing: the server that failed it would most likely fail that write too, and a failing
     // reconcile must cost one request, for the queue's failure budget to bound what a herd of
     // them sends. When the write fails too, the first error is the one worth retrying on.
-    let written = if synced.is_err() && !run.counted() {
+    //
+    // A reconcile that made a pod leaves its count, and the status that names the pod, to the
+    // reconcile the pod's ADDED event brings (see `create`).
+    let written = if (synced.is_err() || run.made) && !run.counted() {
         Ok(())
     } else {
         run.write_status()
@@ -219,6 +227,7 @@ pub fn reconcile<A: Api>(
         // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
         // collector could never remove it.
         memory.restarts.forget(trace.key);
+        memory.not_held(trace.key);
         if let Some(held) = run.release.take() {
             release_pod(
                 api,
@@ -269,11 +278,14 @@ pub fn reconcile<A: Api>(
         synced?;
         return Err(e);
     }
-    let next = synced?;
-    // A pod found held is counted in the status just written: it may go now. One created here
-    // goes in the reconcile its ADDED event queues.
-    if let Some(held) = run.release.take().filter(|h| !h.created) {
-        run.release(&held.uid)?;
+    let mut next = synced?;
+    // A pod found held is counted in the status just written: it may go now, or, made here
+    // and just counted, once the reconciles behind it have had their turn.
+    if let Some(held) = run.release.take() {
+        match run.release_may_wait(&held) {
+            Some(within) if next == Next::Done => next = Next::LetGoWithin(within),
+            _ => run.release(&held.uid)?,
+        }
     }
     if let Some(e) = run.relabel.take() {
         return Err(e);
@@ -292,6 +304,7 @@ fn object_gone<A: Api>(
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
     memory.restarts.forget(trace.key);
+    memory.not_held(trace.key);
     release_orphan(api, trace, ns, name, None, hint)?;
     Ok(Next::Done)
 }
@@ -383,7 +396,12 @@ impl<A: Api> Run<'_, A> {
                             } else {
                                 self.memory.restarts.created(self.trace.key);
                             }
-                            return Ok(Next::Done);
+                            // Counted by its ADDED event's reconcile; let go by the bound
+                            // whatever comes in between.
+                            return Ok(match self.made {
+                                true => Next::LetGoWithin(counting::LET_GO_WITHIN),
+                                false => Next::Done,
+                            });
                         }
                         Created::NameTaken if matches!(look, Look::AssumeAbsent) => {
                             look = Look::Get;
@@ -436,10 +454,8 @@ impl<A: Api> Run<'_, A> {
                     p.uid.to_string(),
                     spec_change(&p.created_for, p.spec_hash.as_deref(), self.ic),
                     p.view.clone(),
-                    // An event from before our own release still shows our finalizer: the
-                    // kubelet's write of a pod that runs within milliseconds of its create
-                    // comes after the count and before the release. Releasing again on it
-                    // would cost a write per pod for nothing.
+                    // An event from before our own release still shows our finalizer.
+                    // Releasing again on it would cost a write per pod for nothing.
                     p.holds_count && !self.memory.released_after(&p.uid, p.rv),
                     p.ending,
                 ),
@@ -458,7 +474,7 @@ impl<A: Api> Run<'_, A> {
                 self.release = Some(Held {
                     uid: uid.clone(),
                     deleting: view.phase == Phase::Terminating,
-                    created: false,
+                    pending: view.phase == Phase::Pending,
                 });
             }
             if view.phase == Phase::Terminating {
@@ -552,15 +568,23 @@ impl<A: Api> Run<'_, A> {
                     }
                     return Look::DeleteTerminated(uid);
                 }
-                if self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str()) {
+                // Counted already, or the pod this process made and has not let go: it
+                // exists, and nothing after it was counted.
+                let made = self.memory.made_here(self.trace.key);
+                if self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str())
+                    || made.is_some_and(|(m, _)| m == p.uid)
+                {
                     return Look::Seen(p);
                 }
             }
             _ => {}
         }
         // An object that never had a pod most likely has none: create first. (currentPod too:
-        // an older CRD may prune lastCountedPodUID.)
-        if self.status.last_counted_pod_uid.is_none() && self.status.current_pod.is_none() {
+        // an older CRD may prune lastCountedPodUID.) Unless this process made one.
+        if self.status.last_counted_pod_uid.is_none()
+            && self.status.current_pod.is_none()
+            && self.memory.made_here(self.trace.key).is_none()
+        {
             Look::AssumeAbsent
         } else {
             Look::Get

@@ -1,6 +1,6 @@
 //! The pod writes reconcile makes (create, delete, relabel), and what each answer means.
 
-use super::{Api, Cause, Error, Held, Run};
+use super::{Api, Cause, Error, Run};
 use crate::immortal::desired::{desired_labels, desired_pod};
 use crate::immortal::lifecycle::PodView;
 use crate::kube::client;
@@ -21,15 +21,17 @@ impl<A: Api> Run<'_, A> {
                     "created pod"
                 );
                 crate::runtime::metrics::record_pod_created(cause.label());
-                self.count(&created.metadata.uid);
                 if counted {
-                    self.release = Some(Held {
-                        uid: created.metadata.uid.clone(),
-                        deleting: false,
-                        created: true,
-                    });
+                    // Pods first: its count and the status naming it are the work of the
+                    // reconcile its ADDED event queues, so that this worker goes on to the next
+                    // pod to make (docs/design.md, "Pods first"). It is born holding our
+                    // finalizer, so the count cannot be lost meanwhile.
+                    self.memory.made(self.trace.key, &created.metadata.uid);
+                    self.made = true;
+                } else {
+                    self.count(&created.metadata.uid);
+                    self.report(&PodView::of(&created));
                 }
-                self.report(&PodView::of(&created));
                 let (reason, message) = match cause {
                     Cause::New => (
                         "PodCreated",

@@ -44,6 +44,7 @@ impl<A: Api> Run<'_, A> {
         }
         *self.status.start_times.get_or_insert(0) += 1;
         self.status.last_counted_pod_uid = Some(uid.to_string());
+        self.counting_now = Some(uid.to_string());
     }
 
     /// Whether this reconcile counted a pod that the API server's status does not count yet.
@@ -80,8 +81,25 @@ impl<A: Api> Run<'_, A> {
                 self.memory.released(uid, &rv);
             }
             self.memory.counting.let_go(uid);
+            self.memory.not_held(self.trace.key);
         }
         Ok(())
+    }
+
+    /// How long the release of `held`, counted by this reconcile, may wait: a pod this process
+    /// made, still pending, which nobody is deleting, goes with the reconcile of its next
+    /// event (the scheduler's or the kubelet's, routine work), within
+    /// [`counting::LET_GO_WITHIN`] of its create at the latest, so that a backlog's pods and
+    /// statuses are not held up by releases. `None`: now.
+    pub(super) fn release_may_wait(&self, held: &Held) -> Option<Duration> {
+        if held.deleting || !held.pending || self.counting_now.as_deref() != Some(held.uid.as_str())
+        {
+            return None;
+        }
+        let (uid, at) = self.memory.made_here(self.trace.key)?;
+        let waited = self.memory.now().saturating_duration_since(at);
+        (uid == held.uid && waited < counting::LET_GO_WITHIN)
+            .then(|| counting::LET_GO_WITHIN - waited)
     }
 
     /// Lets our pod `uid` go although its start could not be counted (writing status failed
