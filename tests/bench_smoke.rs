@@ -95,6 +95,16 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
         "{until} writes a pod until converged"
     );
     assert!(modeled.backlog.in_flight.is_some_and(|f| f.peak >= 1));
+    // Every phase says when every pod existed and when every status named it, each over its
+    // floor: the modeled backlog over the kube-rs-style floor's connections.
+    for c in [backlog, bulk, &modeled.backlog] {
+        assert!(c.pods_seconds > 0.0 && c.status_seconds > 0.0);
+        assert!(c.over_floor.as_ref().is_some_and(|o| o.pods_ratio > 0.0));
+    }
+    assert_eq!(
+        modeled.backlog.over_floor.as_ref().map(|o| o.connections),
+        Some(immortal_bench::KUBE_RS_IN_FLIGHT)
+    );
     let op = report.bulk_operator.as_ref().expect("bulk operator");
     assert!(op.idle.is_some_and(|u| u.rss_kib > 0));
     assert_eq!(op.exit_code, Some(0), "the operator exits 0 on SIGTERM");

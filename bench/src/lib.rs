@@ -34,7 +34,8 @@ use kube_testserver::{CostModel, FailRule, Rule, TestServer};
 use observe::Observer;
 use operator::Operator;
 use report::{
-    Convergence, Floor, Herd, InFlight, Latency, Load, Machine, Modeled, Process, Report, Requests,
+    Convergence, Floor, Herd, InFlight, Latency, Load, Machine, Modeled, OverFloor, Process,
+    Report, Requests,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -365,23 +366,23 @@ impl Run<'_> {
             ));
             report.floor.push(f);
         }
-        let floor_secs = |c: usize| {
-            report
-                .floor
-                .iter()
-                .find(|f| f.connections == c)
-                .map(|f| f.seconds)
-        };
-        let floor_1 = floor_secs(1).unwrap_or(f64::NAN);
+        let floor_at = |c: usize| report.floor.iter().find(|f| f.connections == c).cloned();
+        let floor_1 = floor_at(1).map_or(f64::NAN, |f| f.seconds);
         let floor_w = (self.cfg.workers > 1)
-            .then(|| floor_secs(self.cfg.workers))
+            .then(|| floor_at(self.cfg.workers).map(|f| f.seconds))
             .flatten();
+        // Pods and status are held to the floor at as many connections as the operator has
+        // workers (at 1 worker, the floor at 1).
+        let floor_of_workers = floor_at(self.cfg.workers);
 
         // Backlog: its own operator, started on N existing objects.
         let (mut backlog, process) =
             self.backlog(self.cfg.objects, "backlog", &mut report.failures)?;
         backlog.ratio_to_floor_1 = backlog.seconds / floor_1;
         backlog.ratio_to_floor_workers = floor_w.map(|f| backlog.seconds / f);
+        backlog.over_floor = floor_of_workers
+            .as_ref()
+            .map(|f| OverFloor::of(&backlog, f));
         self.say(&format!(
             "backlog: {:.3} s ({:.2}x floor@1)",
             backlog.seconds, backlog.ratio_to_floor_1
@@ -402,6 +403,7 @@ impl Run<'_> {
         let mut bulk = self.bulk(&ns, &obs, &mut op, &mut report.failures)?;
         bulk.ratio_to_floor_1 = bulk.seconds / floor_1;
         bulk.ratio_to_floor_workers = floor_w.map(|f| bulk.seconds / f);
+        bulk.over_floor = floor_of_workers.as_ref().map(|f| OverFloor::of(&bulk, f));
         self.say(&format!("bulk: {:.3} s", bulk.seconds));
         report.bulk = Some(bulk);
 
@@ -540,7 +542,7 @@ impl Run<'_> {
             ..Requests::default()
         };
         let converged = self.converge(&ns, &obs, &mut op, "herd", n)?;
-        let converged_after = converged.saturating_duration_since(burst_end);
+        let converged_after = converged.all.saturating_duration_since(burst_end);
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
         let problems = verify(api, &ns, &|_| 1)?;
         let correct = problems.is_empty();
@@ -668,6 +670,7 @@ impl Run<'_> {
         let (mut backlog, _) = self.backlog(n, "model-backlog", failures)?;
         backlog.ratio_to_floor_1 = f64::NAN;
         backlog.ratio_to_floor_workers = Some(backlog.seconds / at_workers.seconds);
+        backlog.over_floor = Some(OverFloor::of(&backlog, &kube_rs));
         Ok((kube_rs, at_workers, backlog))
     }
 
@@ -688,9 +691,7 @@ impl Run<'_> {
         let converged = self.converge(&ns, &obs, &mut op, phase, n)?;
         let until_converged = writes_without_events_per(&before, &self.cluster.snapshot(), n);
         let in_flight = server.map(|s| InFlight::from(s.take_in_flight()));
-        let seconds = converged
-            .saturating_duration_since(op.spawned_at)
-            .as_secs_f64();
+        let (pods_seconds, status_seconds, seconds) = converged.seconds_since(op.spawned_at);
         let (ready, ready_at) = self.wait_ready(&obs, &mut op, n)?;
         let ready_seconds =
             ready_at.map(|t| t.saturating_duration_since(op.spawned_at).as_secs_f64());
@@ -710,6 +711,9 @@ impl Run<'_> {
         Ok((
             Convergence {
                 seconds,
+                pods_seconds,
+                status_seconds,
+                over_floor: None,
                 ratio_to_floor_1: 0.0,
                 ratio_to_floor_workers: None,
                 cpu_seconds: usage.cpu_seconds,
@@ -754,7 +758,7 @@ impl Run<'_> {
         })?;
         let converged = self.converge(ns, obs, op, "bulk", n)?;
         let until_converged = writes_without_events_per(&before, &self.cluster.snapshot(), n);
-        let seconds = converged.saturating_duration_since(started).as_secs_f64();
+        let (pods_seconds, status_seconds, seconds) = converged.seconds_since(started);
         let (ready, ready_at) = self.wait_ready(obs, op, n)?;
         let ready_seconds = ready_at.map(|t| t.saturating_duration_since(started).as_secs_f64());
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
@@ -773,6 +777,9 @@ impl Run<'_> {
         failures.extend(problems.into_iter().map(|p| format!("bulk: {p}")));
         Ok(Convergence {
             seconds,
+            pods_seconds,
+            status_seconds,
+            over_floor: None,
             ratio_to_floor_1: 0.0,
             ratio_to_floor_workers: None,
             cpu_seconds: cpu,
@@ -1044,8 +1051,8 @@ impl Run<'_> {
         ))
     }
 
-    /// Waits for `n` pods and started objects; returns when the last arrived. On timeout,
-    /// lists what is still missing.
+    /// Waits for `n` pods and started objects; returns when the last of each arrived. On
+    /// timeout, lists what is still missing.
     fn converge(
         &self,
         ns: &str,
@@ -1053,7 +1060,7 @@ impl Run<'_> {
         op: &mut Operator,
         phase: &str,
         n: usize,
-    ) -> Result<Instant, Error> {
+    ) -> Result<Converged, Error> {
         let waited = obs.wait_until(
             self.deadline,
             &format!("{phase} to converge"),
@@ -1075,7 +1082,13 @@ impl Run<'_> {
                 other => other,
             });
         }
-        Ok(obs.lock().converged_at.unwrap_or_else(Instant::now))
+        let s = obs.lock();
+        let all = s.converged_at.unwrap_or_else(Instant::now);
+        Ok(Converged {
+            pods: s.pods_at.unwrap_or(all),
+            status: s.status_at.unwrap_or(all),
+            all,
+        })
     }
 
     /// The operator's requests between two snapshots: the server's counts minus the bench's
@@ -1151,6 +1164,24 @@ fn wait_requests_quiet(op: &Operator) -> Result<(), Error> {
             return Ok(());
         }
         thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// When a phase's objects converged, as the bench's watch saw it.
+struct Converged {
+    /// Every object's pod existed.
+    pods: Instant,
+    /// Every object's status named its pod.
+    status: Instant,
+    /// Both: the later of the two.
+    all: Instant,
+}
+
+impl Converged {
+    /// Seconds from `start` until every pod, until every status, until both.
+    fn seconds_since(&self, start: Instant) -> (f64, f64, f64) {
+        let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+        (secs(self.pods), secs(self.status), secs(self.all))
     }
 }
 
