@@ -1084,9 +1084,12 @@ impl Run<'_> {
         }
         let s = obs.lock();
         let all = s.converged_at.unwrap_or_else(Instant::now);
+        let status = s.status_at.unwrap_or(all);
         Ok(Converged {
-            pods: s.pods_at.unwrap_or(all),
-            status: s.status_at.unwrap_or(all),
+            // A status that names its pod proves the pod exists: the two come on different
+            // watch streams, and the pods' (with the kubelet's updates in it) can lag.
+            pods: s.pods_at.unwrap_or(all).min(status),
+            status,
             all,
         })
     }

@@ -90,7 +90,8 @@ pub struct Requests {
 pub struct Convergence {
     /// Until every object had its pod and a status naming it: the later of the two below.
     pub seconds: f64,
-    /// Until every object's pod existed (the bench's watch saw the last ADDED).
+    /// Until every object's pod existed: the bench's pod watch saw the last ADDED, or every
+    /// status named its pod, if that was seen first.
     pub pods_seconds: f64,
     /// Until every object's status named its pod (`currentPod` set, `startTimes` counted).
     pub status_seconds: f64,
