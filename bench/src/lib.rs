@@ -34,7 +34,7 @@ use kube_testserver::{CostModel, FailRule, Rule, TestServer};
 use observe::Observer;
 use operator::Operator;
 use report::{
-    Convergence, Floor, Herd, InFlight, Latency, Load, Machine, Modeled, OverFloor, Process,
+    Convergence, Drain, Floor, Herd, InFlight, Latency, Load, Machine, Modeled, OverFloor, Process,
     Report, Requests,
 };
 use serde_json::Value;
@@ -116,6 +116,10 @@ pub struct Config {
     pub burst_status: u16,
     /// Objects of the herd phase; `None`: `objects`.
     pub burst_objects: Option<usize>,
+    /// Objects of the restart-after-drain phase; `None`: `objects`; 0 skips it.
+    pub drain_objects: Option<usize>,
+    /// Their pods force-deleted while no operator runs (at most the phase's objects).
+    pub drain_pods: usize,
     /// The whole run's budget; every wait gives up (with an error naming what it waited for)
     /// when it is spent.
     pub timeout: Duration,
@@ -180,6 +184,8 @@ impl Default for Config {
             burst: Duration::from_secs(10),
             burst_status: 503,
             burst_objects: None,
+            drain_objects: None,
+            drain_pods: 50,
             timeout: Duration::from_secs(3600),
             flood_exe: None,
             flood_nice: flood::NICE,
@@ -295,6 +301,7 @@ pub fn run(cfg: &Config) -> Result<Report, Error> {
         bulk_operator: None,
         load: None,
         modeled: None,
+        drain: None,
         herd: None,
         checks: Vec::new(),
         failures: Vec::new(),
@@ -445,6 +452,16 @@ impl Run<'_> {
             exit_code,
         });
 
+        let drain_objects = self.cfg.drain_objects.unwrap_or(self.cfg.objects);
+        if drain_objects > 0 {
+            let d = self.drain(drain_objects, &mut report.failures)?;
+            self.say(&format!(
+                "drain: {} of {} pods back {:.3} s after the start, refreshed after {:.3} s",
+                d.pods_deleted, d.objects, d.back_seconds, d.refreshed_seconds
+            ));
+            report.drain = Some(d);
+        }
+
         // Modeled: needs the test server to model a real control plane's costs.
         match self.cluster.test_server() {
             Some(_) if self.cfg.model_objects > 0 => {
@@ -477,6 +494,150 @@ impl Run<'_> {
             None => self.say("herd: skipped (needs the test server to inject errors)"),
         }
         Ok(())
+    }
+
+    /// Restart after a drain: `n` objects converged under a first operator, which is then
+    /// stopped; `--drain-pods` of their pods force-deleted while none runs; a fresh operator
+    /// started. How long from its start until those pods are back, and until every object is
+    /// refreshed: its status exact, the queue empty and the requests stopped.
+    fn drain(&self, n: usize, failures: &mut Vec<String>) -> Result<Drain, Error> {
+        let k = self.cfg.drain_pods.min(n);
+        let api = self.api();
+        let ns = self.cluster.create_namespace("drain")?;
+        let obs = self.existing_objects(&ns, n)?;
+        // Settled under the first operator: every pod counted, released and (where a kubelet
+        // has room) running, and nothing left in flight.
+        let mut first = self.spawn_operator(&ns, "drain-before")?;
+        self.converge(&ns, &obs, &mut first, "drain (first operator)", n)?;
+        self.wait_ready(&obs, &mut first, n)?;
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        wait_requests_quiet(&first)?;
+        let exit_code = first.stop()?;
+        if exit_code != Some(0) {
+            failures.push(format!(
+                "drain (first operator): exit code {exit_code:?} after SIGTERM, want 0"
+            ));
+        }
+
+        // Spread over the objects, so that a fresh operator's lists meet them among the
+        // healthy ones rather than all first.
+        let drained: Vec<(String, String, String)> = (0..k)
+            .map(|j| {
+                let name = format!("ic-{}", j * n / k);
+                let pod = pod_name(&name);
+                let uid = obs.uid_of(&pod, "drain")?;
+                Ok((name, pod, uid))
+            })
+            .collect::<Result<_, Error>>()?;
+        parallel(k, self.cfg.connections, self.deadline, |j| {
+            let (_, pod, uid) = &drained[j];
+            api.delete_pod(&ns, pod, uid)
+        })?;
+        // Gone, or held by a finalizer for the fresh operator to let go; then settled.
+        obs.wait_until(
+            self.deadline,
+            "drain: the force-deleted pods to go",
+            || Ok(()),
+            |s| {
+                drained
+                    .iter()
+                    .all(|(_, pod, _)| s.pods.get(pod).is_none_or(|p| p.deleting))
+            },
+        )?;
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        let twice: BTreeMap<&str, i64> = drained.iter().map(|(n, _, _)| (n.as_str(), 2)).collect();
+        let want_starts = |name: &str| twice.get(name).copied().unwrap_or(1);
+
+        let before = self.cluster.snapshot();
+        let mut op = self.spawn_operator(&ns, "drain")?;
+        let start = op.spawned_at;
+        let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+        op.wait_ready(self.deadline)?;
+        let lists = Instant::now();
+        obs.wait_until(
+            self.deadline,
+            &format!("drain: {k} pods back after the restart"),
+            || op.check_alive(),
+            |s| {
+                drained.iter().all(|(_, pod, old)| {
+                    s.pods
+                        .get(pod)
+                        .is_some_and(|p| p.uid != *old && !p.deleting)
+                })
+            },
+        )?;
+        let (first_back, back) = {
+            let s = obs.lock();
+            let added = drained
+                .iter()
+                .filter_map(|(_, pod, _)| s.pods.get(pod).map(|p| p.added_at));
+            added.fold((None, start), |(lo, hi): (Option<Instant>, Instant), t| {
+                (Some(lo.map_or(t, |l| l.min(t))), hi.max(t))
+            })
+        };
+        // Stamped with the latest event when the bench found every status exact.
+        let mut status_at = start;
+        obs.wait_until(
+            self.deadline,
+            "drain: every status naming its current pod",
+            || op.check_alive(),
+            |s| {
+                let exact = s.ics.len() == n
+                    && s.ics.iter().all(|(name, ic)| {
+                        ic.start_times == want_starts(name)
+                            && s.pods
+                                .get(&pod_name(name))
+                                .is_some_and(|p| p.uid == ic.last_counted_uid)
+                    });
+                if exact {
+                    status_at = s.last_event.max(start);
+                }
+                exact
+            },
+        )?;
+        // Refreshed: besides, the queue empty and no request for SETTLE; stamped at the last
+        // poll that saw either (the one that found the status exact, at the earliest).
+        let mut busy_at = status_at;
+        let mut seen = None;
+        loop {
+            op.check_alive()?;
+            let (depth, total) = op.queue_and_requests()?;
+            let now = Instant::now();
+            if depth > 0 || seen.is_some_and(|t| t != total) {
+                busy_at = now;
+            } else if now.saturating_duration_since(busy_at) >= SETTLE {
+                break;
+            }
+            seen = Some(total);
+            if now >= self.deadline {
+                return Err(Error::Timeout(
+                    "drain: the fresh operator's queue never emptied or its requests never stopped"
+                        .into(),
+                ));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, 0, k as u64)?;
+        let problems = verify(api, &ns, &want_starts)?;
+        let correct = problems.is_empty();
+        failures.extend(problems.into_iter().map(|p| format!("drain: {p}")));
+        let exit_code = op.stop()?;
+        if exit_code != Some(0) {
+            failures.push(format!(
+                "drain operator: exit code {exit_code:?} after SIGTERM, want 0"
+            ));
+        }
+        Ok(Drain {
+            objects: n,
+            pods_deleted: k,
+            lists_seconds: secs(lists),
+            first_back_seconds: secs(first_back.unwrap_or(start)),
+            back_seconds: secs(back),
+            status_seconds: secs(status_at),
+            refreshed_seconds: secs(busy_at),
+            requests,
+            correct,
+        })
     }
 
     /// N objects, a fresh operator whose first lists queue them all, then every request of

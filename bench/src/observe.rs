@@ -34,6 +34,8 @@ pub struct PodSeen {
 pub struct IcSeen {
     pub start_times: i64,
     pub current_pod: bool,
+    /// `lastCountedPodUID`: which pod its `startTimes` last counted.
+    pub last_counted_uid: String,
     /// Its Ready condition is True: the pod runs and the status says so.
     pub ready: bool,
 }
@@ -357,6 +359,10 @@ fn apply(s: &mut State, res: Resource, kind: &str, obj: &Value, now: Instant) {
                 current_pod: obj["status"]["currentPod"]
                     .as_str()
                     .is_some_and(|p| !p.is_empty()),
+                last_counted_uid: obj["status"]["lastCountedPodUID"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 ready: obj["status"]["conditions"].as_array().is_some_and(|cs| {
                     cs.iter()
                         .any(|c| c["type"] == "Ready" && c["status"] == "True")

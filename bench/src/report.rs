@@ -301,6 +301,32 @@ pub struct Herd {
     pub correct: bool,
 }
 
+/// Restart after a drain: N objects converged under one operator; it is stopped, K of their
+/// pods are force-deleted while it is down, and a fresh one starts. Every time is from the
+/// fresh operator's start.
+#[derive(Debug, Clone, Serialize)]
+pub struct Drain {
+    pub objects: usize,
+    /// Pods force-deleted (grace 0) while no operator ran.
+    pub pods_deleted: usize,
+    /// Until its /readyz said both first lists were in (polled every 10 ms).
+    pub lists_seconds: f64,
+    /// Until the first of the K had a new pod (its ADDED event, as the bench's watch saw it).
+    pub first_back_seconds: f64,
+    /// Until every one of the K had a new pod.
+    pub back_seconds: f64,
+    /// Until every object's status named its current pod (`lastCountedPodUID` its uid) with
+    /// the exact `startTimes` (the K counted twice).
+    pub status_seconds: f64,
+    /// Until, besides, the operator's queue was empty and its requests had stopped: to the
+    /// poll of its /metrics (every 10 ms or so) that last saw keys queued or requests move.
+    pub refreshed_seconds: f64,
+    /// The fresh operator's requests until it was refreshed, start-up included.
+    pub requests: Requests,
+    /// Passed the correctness check.
+    pub correct: bool,
+}
+
 /// One of the operator processes: the backlog's, or the one that ran idle, bulk and recovery.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Process {
@@ -348,6 +374,8 @@ pub struct Report {
     /// Test server only: the same design against a modeled real control plane; `None` when
     /// skipped (a real cluster, or `--model-objects 0`).
     pub modeled: Option<Modeled>,
+    /// Restart after a drain: `None` when skipped (`--drain-objects 0`).
+    pub drain: Option<Drain>,
     /// `None` when skipped (a real cluster, or `--burst-seconds 0`).
     pub herd: Option<Herd>,
     /// Targets, computed by [`Report::checks`] when the run ends.
@@ -518,6 +546,17 @@ impl Report {
                     o.status_ratio <= 1.0,
                 ));
             }
+        }
+        if let Some(d) = &self.drain {
+            out.push(check(
+                &format!(
+                    "drain: {} of {} pods back after restart",
+                    d.pods_deleted, d.objects
+                ),
+                format!("{:.3} s", d.back_seconds),
+                "<= 3 s",
+                d.back_seconds <= 3.0,
+            ));
         }
         if let Some(h) = &self.herd {
             let most = herd_request_bound(h.burst_seconds, self.workers);
@@ -740,6 +779,24 @@ impl Report {
             );
             let _ = writeln!(t, "  {}", milestones_line(b, "kube-rs-style floor"));
             let _ = writeln!(t, "  {}", writes_line(b));
+        }
+        if let Some(d) = &self.drain {
+            let _ = writeln!(
+                t,
+                "restart after a drain: {} objects, {} of their pods force-deleted while no operator ran; \
+                 from the fresh operator's start: lists in {:.3} s, first pod back {:.3} s, all {} back {:.3} s, \
+                 every status exact {:.3} s, refreshed (queue empty, requests quiet) {:.3} s{}",
+                d.objects,
+                d.pods_deleted,
+                d.lists_seconds,
+                d.first_back_seconds,
+                d.pods_deleted,
+                d.back_seconds,
+                d.status_seconds,
+                d.refreshed_seconds,
+                if d.correct { "" } else { "  FAILED correctness check" }
+            );
+            let _ = writeln!(t, "  requests: {}", requests_line(&d.requests));
         }
         if let Some(h) = &self.herd {
             let _ = writeln!(
