@@ -13,6 +13,8 @@ const DEADLINE: Duration = Duration::from_secs(120);
 /// The herd phase: this many objects queued when every request of theirs fails for this long.
 const HERD_OBJECTS: usize = 500;
 const HERD_BURST: Duration = Duration::from_secs(3);
+/// The restart-after-drain phase: pods of its 20 objects force-deleted while no operator runs.
+const DRAIN_PODS: usize = 5;
 
 #[test]
 fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
@@ -28,6 +30,7 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
         // so only the queue's budget stands between 500 failing objects and a flood.
         burst_status: 500,
         burst_objects: Some(HERD_OBJECTS),
+        drain_pods: DRAIN_PODS,
         timeout: RUN_BUDGET,
         ..immortal_bench::Config::default()
     };
@@ -95,6 +98,27 @@ fn a_tiny_benchmark_run_completes_with_every_correctness_check_passed() {
         "{until} writes a pod until converged"
     );
     assert!(modeled.backlog.in_flight.is_some_and(|f| f.peak >= 1));
+    // Every phase says when every pod existed and when every status named it, each over its
+    // floor: the modeled backlog over the kube-rs-style floor's connections.
+    for c in [backlog, bulk, &modeled.backlog] {
+        assert!(c.pods_seconds > 0.0 && c.status_seconds > 0.0);
+        assert!(c.over_floor.as_ref().is_some_and(|o| o.pods_ratio > 0.0));
+    }
+    assert_eq!(
+        modeled.backlog.over_floor.as_ref().map(|o| o.connections),
+        Some(immortal_bench::KUBE_RS_IN_FLIGHT)
+    );
+    // After the restart each force-deleted pod came back once, and only those.
+    let drain = report.drain.as_ref().expect("restart after a drain");
+    assert!(drain.correct);
+    assert_eq!((drain.objects, drain.pods_deleted), (20, DRAIN_PODS));
+    assert_eq!(
+        drain.requests.by_verb.get("create pods"),
+        Some(&(DRAIN_PODS as u64))
+    );
+    assert!(drain.first_back_seconds <= drain.back_seconds);
+    assert!(drain.back_seconds <= drain.status_seconds);
+    assert!(drain.status_seconds <= drain.refreshed_seconds);
     let op = report.bulk_operator.as_ref().expect("bulk operator");
     assert!(op.idle.is_some_and(|u| u.rss_kib > 0));
     assert_eq!(op.exit_code, Some(0), "the operator exits 0 on SIGTERM");

@@ -34,7 +34,8 @@ use kube_testserver::{CostModel, FailRule, Rule, TestServer};
 use observe::Observer;
 use operator::Operator;
 use report::{
-    Convergence, Floor, Herd, InFlight, Latency, Load, Machine, Modeled, Process, Report, Requests,
+    Convergence, Drain, Floor, Herd, InFlight, Latency, Load, Machine, Modeled, OverFloor, Process,
+    Report, Requests,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -115,6 +116,10 @@ pub struct Config {
     pub burst_status: u16,
     /// Objects of the herd phase; `None`: `objects`.
     pub burst_objects: Option<usize>,
+    /// Objects of the restart-after-drain phase; `None`: `objects`; 0 skips it.
+    pub drain_objects: Option<usize>,
+    /// Their pods force-deleted while no operator runs (at most the phase's objects).
+    pub drain_pods: usize,
     /// The whole run's budget; every wait gives up (with an error naming what it waited for)
     /// when it is spent.
     pub timeout: Duration,
@@ -179,6 +184,8 @@ impl Default for Config {
             burst: Duration::from_secs(10),
             burst_status: 503,
             burst_objects: None,
+            drain_objects: None,
+            drain_pods: 50,
             timeout: Duration::from_secs(3600),
             flood_exe: None,
             flood_nice: flood::NICE,
@@ -294,6 +301,7 @@ pub fn run(cfg: &Config) -> Result<Report, Error> {
         bulk_operator: None,
         load: None,
         modeled: None,
+        drain: None,
         herd: None,
         checks: Vec::new(),
         failures: Vec::new(),
@@ -365,23 +373,23 @@ impl Run<'_> {
             ));
             report.floor.push(f);
         }
-        let floor_secs = |c: usize| {
-            report
-                .floor
-                .iter()
-                .find(|f| f.connections == c)
-                .map(|f| f.seconds)
-        };
-        let floor_1 = floor_secs(1).unwrap_or(f64::NAN);
+        let floor_at = |c: usize| report.floor.iter().find(|f| f.connections == c).cloned();
+        let floor_1 = floor_at(1).map_or(f64::NAN, |f| f.seconds);
         let floor_w = (self.cfg.workers > 1)
-            .then(|| floor_secs(self.cfg.workers))
+            .then(|| floor_at(self.cfg.workers).map(|f| f.seconds))
             .flatten();
+        // Pods and status are held to the floor at as many connections as the operator has
+        // workers (at 1 worker, the floor at 1).
+        let floor_of_workers = floor_at(self.cfg.workers);
 
         // Backlog: its own operator, started on N existing objects.
         let (mut backlog, process) =
             self.backlog(self.cfg.objects, "backlog", &mut report.failures)?;
         backlog.ratio_to_floor_1 = backlog.seconds / floor_1;
         backlog.ratio_to_floor_workers = floor_w.map(|f| backlog.seconds / f);
+        backlog.over_floor = floor_of_workers
+            .as_ref()
+            .map(|f| OverFloor::of(&backlog, f));
         self.say(&format!(
             "backlog: {:.3} s ({:.2}x floor@1)",
             backlog.seconds, backlog.ratio_to_floor_1
@@ -402,6 +410,7 @@ impl Run<'_> {
         let mut bulk = self.bulk(&ns, &obs, &mut op, &mut report.failures)?;
         bulk.ratio_to_floor_1 = bulk.seconds / floor_1;
         bulk.ratio_to_floor_workers = floor_w.map(|f| bulk.seconds / f);
+        bulk.over_floor = floor_of_workers.as_ref().map(|f| OverFloor::of(&bulk, f));
         self.say(&format!("bulk: {:.3} s", bulk.seconds));
         report.bulk = Some(bulk);
 
@@ -443,6 +452,16 @@ impl Run<'_> {
             exit_code,
         });
 
+        let drain_objects = self.cfg.drain_objects.unwrap_or(self.cfg.objects);
+        if drain_objects > 0 {
+            let d = self.drain(drain_objects, &mut report.failures)?;
+            self.say(&format!(
+                "drain: {} of {} pods back {:.3} s after the start, refreshed after {:.3} s",
+                d.pods_deleted, d.objects, d.back_seconds, d.refreshed_seconds
+            ));
+            report.drain = Some(d);
+        }
+
         // Modeled: needs the test server to model a real control plane's costs.
         match self.cluster.test_server() {
             Some(_) if self.cfg.model_objects > 0 => {
@@ -475,6 +494,150 @@ impl Run<'_> {
             None => self.say("herd: skipped (needs the test server to inject errors)"),
         }
         Ok(())
+    }
+
+    /// Restart after a drain: `n` objects converged under a first operator, which is then
+    /// stopped; `--drain-pods` of their pods force-deleted while none runs; a fresh operator
+    /// started. How long from its start until those pods are back, and until every object is
+    /// refreshed: its status exact, the queue empty and the requests stopped.
+    fn drain(&self, n: usize, failures: &mut Vec<String>) -> Result<Drain, Error> {
+        let k = self.cfg.drain_pods.min(n);
+        let api = self.api();
+        let ns = self.cluster.create_namespace("drain")?;
+        let obs = self.existing_objects(&ns, n)?;
+        // Settled under the first operator: every pod counted, released and (where a kubelet
+        // has room) running, and nothing left in flight.
+        let mut first = self.spawn_operator(&ns, "drain-before")?;
+        self.converge(&ns, &obs, &mut first, "drain (first operator)", n)?;
+        self.wait_ready(&obs, &mut first, n)?;
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        wait_requests_quiet(&first)?;
+        let exit_code = first.stop()?;
+        if exit_code != Some(0) {
+            failures.push(format!(
+                "drain (first operator): exit code {exit_code:?} after SIGTERM, want 0"
+            ));
+        }
+
+        // Spread over the objects, so that a fresh operator's lists meet them among the
+        // healthy ones rather than all first.
+        let drained: Vec<(String, String, String)> = (0..k)
+            .map(|j| {
+                let name = format!("ic-{}", j * n / k);
+                let pod = pod_name(&name);
+                let uid = obs.uid_of(&pod, "drain")?;
+                Ok((name, pod, uid))
+            })
+            .collect::<Result<_, Error>>()?;
+        parallel(k, self.cfg.connections, self.deadline, |j| {
+            let (_, pod, uid) = &drained[j];
+            api.delete_pod(&ns, pod, uid)
+        })?;
+        // Gone, or held by a finalizer for the fresh operator to let go; then settled.
+        obs.wait_until(
+            self.deadline,
+            "drain: the force-deleted pods to go",
+            || Ok(()),
+            |s| {
+                drained
+                    .iter()
+                    .all(|(_, pod, _)| s.pods.get(pod).is_none_or(|p| p.deleting))
+            },
+        )?;
+        obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
+        let twice: BTreeMap<&str, i64> = drained.iter().map(|(n, _, _)| (n.as_str(), 2)).collect();
+        let want_starts = |name: &str| twice.get(name).copied().unwrap_or(1);
+
+        let before = self.cluster.snapshot();
+        let mut op = self.spawn_operator(&ns, "drain")?;
+        let start = op.spawned_at;
+        let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+        op.wait_ready(self.deadline)?;
+        let lists = Instant::now();
+        obs.wait_until(
+            self.deadline,
+            &format!("drain: {k} pods back after the restart"),
+            || op.check_alive(),
+            |s| {
+                drained.iter().all(|(_, pod, old)| {
+                    s.pods
+                        .get(pod)
+                        .is_some_and(|p| p.uid != *old && !p.deleting)
+                })
+            },
+        )?;
+        let (first_back, back) = {
+            let s = obs.lock();
+            let added = drained
+                .iter()
+                .filter_map(|(_, pod, _)| s.pods.get(pod).map(|p| p.added_at));
+            added.fold((None, start), |(lo, hi): (Option<Instant>, Instant), t| {
+                (Some(lo.map_or(t, |l| l.min(t))), hi.max(t))
+            })
+        };
+        // Stamped with the latest event when the bench found every status exact.
+        let mut status_at = start;
+        obs.wait_until(
+            self.deadline,
+            "drain: every status naming its current pod",
+            || op.check_alive(),
+            |s| {
+                let exact = s.ics.len() == n
+                    && s.ics.iter().all(|(name, ic)| {
+                        ic.start_times == want_starts(name)
+                            && s.pods
+                                .get(&pod_name(name))
+                                .is_some_and(|p| p.uid == ic.last_counted_uid)
+                    });
+                if exact {
+                    status_at = s.last_event.max(start);
+                }
+                exact
+            },
+        )?;
+        // Refreshed: besides, the queue empty and no request for SETTLE; stamped at the last
+        // poll that saw either (the one that found the status exact, at the earliest).
+        let mut busy_at = status_at;
+        let mut seen = None;
+        loop {
+            op.check_alive()?;
+            let (depth, total) = op.queue_and_requests()?;
+            let now = Instant::now();
+            if depth > 0 || seen.is_some_and(|t| t != total) {
+                busy_at = now;
+            } else if now.saturating_duration_since(busy_at) >= SETTLE {
+                break;
+            }
+            seen = Some(total);
+            if now >= self.deadline {
+                return Err(Error::Timeout(
+                    "drain: the fresh operator's queue never emptied or its requests never stopped"
+                        .into(),
+                ));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let requests = self.requests(&before, &self.cluster.snapshot(), &op, None, 0, k as u64)?;
+        let problems = verify(api, &ns, &want_starts)?;
+        let correct = problems.is_empty();
+        failures.extend(problems.into_iter().map(|p| format!("drain: {p}")));
+        let exit_code = op.stop()?;
+        if exit_code != Some(0) {
+            failures.push(format!(
+                "drain operator: exit code {exit_code:?} after SIGTERM, want 0"
+            ));
+        }
+        Ok(Drain {
+            objects: n,
+            pods_deleted: k,
+            lists_seconds: secs(lists),
+            first_back_seconds: secs(first_back.unwrap_or(start)),
+            back_seconds: secs(back),
+            status_seconds: secs(status_at),
+            refreshed_seconds: secs(busy_at),
+            requests,
+            correct,
+        })
     }
 
     /// N objects, a fresh operator whose first lists queue them all, then every request of
@@ -540,7 +703,7 @@ impl Run<'_> {
             ..Requests::default()
         };
         let converged = self.converge(&ns, &obs, &mut op, "herd", n)?;
-        let converged_after = converged.saturating_duration_since(burst_end);
+        let converged_after = converged.all.saturating_duration_since(burst_end);
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
         let problems = verify(api, &ns, &|_| 1)?;
         let correct = problems.is_empty();
@@ -668,6 +831,7 @@ impl Run<'_> {
         let (mut backlog, _) = self.backlog(n, "model-backlog", failures)?;
         backlog.ratio_to_floor_1 = f64::NAN;
         backlog.ratio_to_floor_workers = Some(backlog.seconds / at_workers.seconds);
+        backlog.over_floor = Some(OverFloor::of(&backlog, &kube_rs));
         Ok((kube_rs, at_workers, backlog))
     }
 
@@ -688,9 +852,7 @@ impl Run<'_> {
         let converged = self.converge(&ns, &obs, &mut op, phase, n)?;
         let until_converged = writes_without_events_per(&before, &self.cluster.snapshot(), n);
         let in_flight = server.map(|s| InFlight::from(s.take_in_flight()));
-        let seconds = converged
-            .saturating_duration_since(op.spawned_at)
-            .as_secs_f64();
+        let (pods_seconds, status_seconds, seconds) = converged.seconds_since(op.spawned_at);
         let (ready, ready_at) = self.wait_ready(&obs, &mut op, n)?;
         let ready_seconds =
             ready_at.map(|t| t.saturating_duration_since(op.spawned_at).as_secs_f64());
@@ -710,6 +872,9 @@ impl Run<'_> {
         Ok((
             Convergence {
                 seconds,
+                pods_seconds,
+                status_seconds,
+                over_floor: None,
                 ratio_to_floor_1: 0.0,
                 ratio_to_floor_workers: None,
                 cpu_seconds: usage.cpu_seconds,
@@ -754,7 +919,7 @@ impl Run<'_> {
         })?;
         let converged = self.converge(ns, obs, op, "bulk", n)?;
         let until_converged = writes_without_events_per(&before, &self.cluster.snapshot(), n);
-        let seconds = converged.saturating_duration_since(started).as_secs_f64();
+        let (pods_seconds, status_seconds, seconds) = converged.seconds_since(started);
         let (ready, ready_at) = self.wait_ready(obs, op, n)?;
         let ready_seconds = ready_at.map(|t| t.saturating_duration_since(started).as_secs_f64());
         obs.wait_quiet(SETTLE, Instant::now() + SETTLE_MAX);
@@ -773,6 +938,9 @@ impl Run<'_> {
         failures.extend(problems.into_iter().map(|p| format!("bulk: {p}")));
         Ok(Convergence {
             seconds,
+            pods_seconds,
+            status_seconds,
+            over_floor: None,
             ratio_to_floor_1: 0.0,
             ratio_to_floor_workers: None,
             cpu_seconds: cpu,
@@ -1044,8 +1212,8 @@ impl Run<'_> {
         ))
     }
 
-    /// Waits for `n` pods and started objects; returns when the last arrived. On timeout,
-    /// lists what is still missing.
+    /// Waits for `n` pods and started objects; returns when the last of each arrived. On
+    /// timeout, lists what is still missing.
     fn converge(
         &self,
         ns: &str,
@@ -1053,7 +1221,7 @@ impl Run<'_> {
         op: &mut Operator,
         phase: &str,
         n: usize,
-    ) -> Result<Instant, Error> {
+    ) -> Result<Converged, Error> {
         let waited = obs.wait_until(
             self.deadline,
             &format!("{phase} to converge"),
@@ -1075,7 +1243,16 @@ impl Run<'_> {
                 other => other,
             });
         }
-        Ok(obs.lock().converged_at.unwrap_or_else(Instant::now))
+        let s = obs.lock();
+        let all = s.converged_at.unwrap_or_else(Instant::now);
+        let status = s.status_at.unwrap_or(all);
+        Ok(Converged {
+            // A status that names its pod proves the pod exists: the two come on different
+            // watch streams, and the pods' (with the kubelet's updates in it) can lag.
+            pods: s.pods_at.unwrap_or(all).min(status),
+            status,
+            all,
+        })
     }
 
     /// The operator's requests between two snapshots: the server's counts minus the bench's
@@ -1151,6 +1328,24 @@ fn wait_requests_quiet(op: &Operator) -> Result<(), Error> {
             return Ok(());
         }
         thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// When a phase's objects converged, as the bench's watch saw it.
+struct Converged {
+    /// Every object's pod existed.
+    pods: Instant,
+    /// Every object's status named its pod.
+    status: Instant,
+    /// Both: the later of the two.
+    all: Instant,
+}
+
+impl Converged {
+    /// Seconds from `start` until every pod, until every status, until both.
+    fn seconds_since(&self, start: Instant) -> (f64, f64, f64) {
+        let secs = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+        (secs(self.pods), secs(self.status), secs(self.all))
     }
 }
 

@@ -53,6 +53,15 @@ struct Args {
     /// Herd phase: objects queued when the burst starts [default: --objects].
     #[arg(long, value_name = "N")]
     burst_objects: Option<usize>,
+    /// Restart-after-drain phase: objects converged under one operator, which is then stopped
+    /// while --drain-pods of their pods are force-deleted, and a fresh one started [default:
+    /// --objects]; 0 skips the phase.
+    #[arg(long, value_name = "N")]
+    drain_objects: Option<usize>,
+    /// Restart-after-drain phase: pods force-deleted while no operator runs (at most
+    /// --drain-objects).
+    #[arg(long, default_value_t = 50, value_name = "K")]
+    drain_pods: usize,
     /// Test server only: milliseconds added to every answer, as a real API server's round trip
     /// adds them; with it, the floor at N connections and the operator at N workers show what
     /// concurrency buys when the server has cores to spare.
@@ -118,6 +127,8 @@ fn main() -> ExitCode {
         burst: Duration::from_secs(args.burst_seconds),
         burst_status: args.burst_status,
         burst_objects: args.burst_objects,
+        drain_objects: args.drain_objects,
+        drain_pods: args.drain_pods,
         timeout: Duration::from_secs(args.timeout),
         keep_logs: args.keep_logs,
         flood_exe: std::env::current_exe().ok(),

@@ -34,6 +34,8 @@ pub struct PodSeen {
 pub struct IcSeen {
     pub start_times: i64,
     pub current_pod: bool,
+    /// `lastCountedPodUID`: which pod its `startTimes` last counted.
+    pub last_counted_uid: String,
     /// Its Ready condition is True: the pod runs and the status says so.
     pub ready: bool,
 }
@@ -63,7 +65,12 @@ pub struct State {
     pub last_event: Instant,
     /// Convergence being waited for: this many pods and started objects.
     target: Option<usize>,
-    /// Set by the event that first met `target`.
+    /// Set by the event that first brought the pods to `target`: every pod exists.
+    pub pods_at: Option<Instant>,
+    /// Set by the event that first brought the started objects to `target`: every status
+    /// names its pod.
+    pub status_at: Option<Instant>,
+    /// Set by the event that first met `target` on both counts.
     pub converged_at: Option<Instant>,
 }
 
@@ -78,15 +85,22 @@ impl State {
             synced: 0,
             last_event: Instant::now(),
             target: None,
+            pods_at: None,
+            status_at: None,
             converged_at: None,
         }
     }
 
     fn check_converged(&mut self, now: Instant) {
-        if let Some(n) = self.target {
-            if self.converged_at.is_none() && self.pods.len() >= n && self.started >= n {
-                self.converged_at = Some(now);
-            }
+        let Some(n) = self.target else { return };
+        if self.pods_at.is_none() && self.pods.len() >= n {
+            self.pods_at = Some(now);
+        }
+        if self.status_at.is_none() && self.started >= n {
+            self.status_at = Some(now);
+        }
+        if self.converged_at.is_none() && self.pods.len() >= n && self.started >= n {
+            self.converged_at = Some(now);
         }
     }
 
@@ -174,6 +188,8 @@ impl Observer {
     pub fn expect(&self, n: usize) {
         let mut s = self.lock();
         s.target = Some(n);
+        s.pods_at = None;
+        s.status_at = None;
         s.converged_at = None;
         let now = Instant::now();
         s.check_converged(now);
@@ -343,6 +359,10 @@ fn apply(s: &mut State, res: Resource, kind: &str, obj: &Value, now: Instant) {
                 current_pod: obj["status"]["currentPod"]
                     .as_str()
                     .is_some_and(|p| !p.is_empty()),
+                last_counted_uid: obj["status"]["lastCountedPodUID"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 ready: obj["status"]["conditions"].as_array().is_some_and(|cs| {
                     cs.iter()
                         .any(|c| c["type"] == "Ready" && c["status"] == "True")
@@ -388,6 +408,11 @@ mod tests {
             s.check_converged(at);
         }
         assert_eq!(s.converged_at, None, "no status written yet");
+        assert_eq!(
+            (s.pods_at, s.status_at),
+            (Some(t0 + Duration::from_millis(1)), None),
+            "every pod exists from b's"
+        );
         let a = t0 + Duration::from_millis(5);
         apply(
             &mut s,
@@ -407,7 +432,7 @@ mod tests {
             b,
         );
         s.check_converged(b);
-        assert_eq!(s.converged_at, Some(b));
+        assert_eq!((s.status_at, s.converged_at), (Some(b), Some(b)));
         // A later write does not move the stamp.
         apply(
             &mut s,
@@ -418,6 +443,7 @@ mod tests {
         );
         s.check_converged(b + Duration::from_millis(1));
         assert_eq!(s.converged_at, Some(b));
+        assert_eq!(s.pods_at, Some(t0 + Duration::from_millis(1)));
         assert_eq!(s.started, 2);
     }
 

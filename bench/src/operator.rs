@@ -138,32 +138,37 @@ impl Operator {
         read_usage(self.pid)
     }
 
-    /// Its `rest_client_requests_total`, summed over codes, by HTTP method.
-    pub fn requests_by_method(&self) -> Result<BTreeMap<String, u64>, Error> {
+    /// Its /metrics text.
+    fn metrics(&self) -> Result<String, Error> {
         match http_get(self.metrics, "/metrics") {
-            Ok((200, body)) => Ok(parse_requests(&body)),
+            Ok((200, body)) => Ok(body),
             Ok((code, _)) => Err(Error::Operator(format!("/metrics answered {code}"))),
             Err(e) => Err(Error::Operator(format!("/metrics: {e}"))),
         }
+    }
+
+    /// Its `rest_client_requests_total`, summed over codes, by HTTP method.
+    pub fn requests_by_method(&self) -> Result<BTreeMap<String, u64>, Error> {
+        Ok(parse_requests(&self.metrics()?))
     }
 
     /// Requests of its that the API server answered 409 (Conflict or AlreadyExists): the
     /// price of its preconditions.
     pub fn conflicts(&self) -> Result<u64, Error> {
-        match http_get(self.metrics, "/metrics") {
-            Ok((200, body)) => Ok(parse_conflicts(&body)),
-            Ok((code, _)) => Err(Error::Operator(format!("/metrics answered {code}"))),
-            Err(e) => Err(Error::Operator(format!("/metrics: {e}"))),
-        }
+        Ok(parse_conflicts(&self.metrics()?))
     }
 
     /// Keys its queue holds ready now (`workqueue_depth` of its /metrics).
     pub fn queue_depth(&self) -> Result<u64, Error> {
-        match http_get(self.metrics, "/metrics") {
-            Ok((200, body)) => Ok(parse_gauge(&body, "workqueue_depth")),
-            Ok((code, _)) => Err(Error::Operator(format!("/metrics answered {code}"))),
-            Err(e) => Err(Error::Operator(format!("/metrics: {e}"))),
-        }
+        Ok(parse_gauge(&self.metrics()?, "workqueue_depth"))
+    }
+
+    /// Keys its queue holds now and its requests so far, from one read of /metrics, so that
+    /// the two describe the same moment.
+    pub fn queue_and_requests(&self) -> Result<(u64, u64), Error> {
+        let text = self.metrics()?;
+        let requests = parse_requests(&text).values().sum();
+        Ok((parse_gauge(&text, "workqueue_depth"), requests))
     }
 
     /// SIGTERM, then waits for it to exit. Returns its exit code (`None`: killed by a signal).

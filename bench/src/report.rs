@@ -43,6 +43,8 @@ impl Machine {
 #[derive(Debug, Clone, Serialize)]
 pub struct Floor {
     pub connections: usize,
+    /// The N pod creates alone, timed before any patch is sent: the pods-only floor, what the
+    /// time until every pod exists is held to.
     pub pod_creates_seconds: f64,
     pub status_patches_seconds: f64,
     /// Both together: what the operator's time is divided by.
@@ -86,7 +88,15 @@ pub struct Requests {
 /// Backlog or bulk: N objects to converge.
 #[derive(Debug, Clone, Serialize)]
 pub struct Convergence {
+    /// Until every object had its pod and a status naming it: the later of the two below.
     pub seconds: f64,
+    /// Until every object's pod existed: the bench's pod watch saw the last ADDED, or every
+    /// status named its pod, if that was seen first.
+    pub pods_seconds: f64,
+    /// Until every object's status named its pod (`currentPod` set, `startTimes` counted).
+    pub status_seconds: f64,
+    /// Both over the floor they are held to; `None` until the phase's floor is known.
+    pub over_floor: Option<OverFloor>,
     /// `seconds` over the floor at 1 connection.
     pub ratio_to_floor_1: f64,
     /// Over the floor at `--workers` connections, when there is more than one worker.
@@ -111,6 +121,32 @@ pub struct Convergence {
     /// Requests in flight at the test server from the operator's start to convergence (the
     /// backlog's: the operator's requests and the bench's watch re-opens only).
     pub in_flight: Option<InFlight>,
+}
+
+/// A phase's pods and status times over one floor: the pods over its creates alone (the
+/// pods-only floor), the status over the whole of it (creates and status patches).
+#[derive(Debug, Clone, Serialize)]
+pub struct OverFloor {
+    /// That floor's connections: `--workers`, or the kube-rs-style floor's in the modeled phase.
+    pub connections: usize,
+    pub pods_only_floor_seconds: f64,
+    /// `pods_seconds` over `pods_only_floor_seconds`.
+    pub pods_ratio: f64,
+    pub floor_seconds: f64,
+    /// `status_seconds` over `floor_seconds`.
+    pub status_ratio: f64,
+}
+
+impl OverFloor {
+    pub fn of(c: &Convergence, f: &Floor) -> OverFloor {
+        OverFloor {
+            connections: f.connections,
+            pods_only_floor_seconds: f.pod_creates_seconds,
+            pods_ratio: c.pods_seconds / f.pod_creates_seconds,
+            floor_seconds: f.seconds,
+            status_ratio: c.status_seconds / f.seconds,
+        }
+    }
 }
 
 /// Requests in flight at the test server over a phase.
@@ -265,6 +301,32 @@ pub struct Herd {
     pub correct: bool,
 }
 
+/// Restart after a drain: N objects converged under one operator; it is stopped, K of their
+/// pods are force-deleted while it is down, and a fresh one starts. Every time is from the
+/// fresh operator's start.
+#[derive(Debug, Clone, Serialize)]
+pub struct Drain {
+    pub objects: usize,
+    /// Pods force-deleted (grace 0) while no operator ran.
+    pub pods_deleted: usize,
+    /// Until its /readyz said both first lists were in (polled every 10 ms).
+    pub lists_seconds: f64,
+    /// Until the first of the K had a new pod (its ADDED event, as the bench's watch saw it).
+    pub first_back_seconds: f64,
+    /// Until every one of the K had a new pod.
+    pub back_seconds: f64,
+    /// Until every object's status named its current pod (`lastCountedPodUID` its uid) with
+    /// the exact `startTimes` (the K counted twice).
+    pub status_seconds: f64,
+    /// Until, besides, the operator's queue was empty and its requests had stopped: to the
+    /// poll of its /metrics (every 10 ms or so) that last saw keys queued or requests move.
+    pub refreshed_seconds: f64,
+    /// The fresh operator's requests until it was refreshed, start-up included.
+    pub requests: Requests,
+    /// Passed the correctness check.
+    pub correct: bool,
+}
+
 /// One of the operator processes: the backlog's, or the one that ran idle, bulk and recovery.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Process {
@@ -309,9 +371,12 @@ pub struct Report {
     pub bulk_operator: Option<Process>,
     /// Recovery under load: `None` when skipped (`--recovery 0`).
     pub load: Option<Load>,
-    /// `None` when skipped (a real cluster, or `--burst-seconds 0`).
-    /// Test server only: the same design against a modeled real control plane.
+    /// Test server only: the same design against a modeled real control plane; `None` when
+    /// skipped (a real cluster, or `--model-objects 0`).
     pub modeled: Option<Modeled>,
+    /// Restart after a drain: `None` when skipped (`--drain-objects 0`).
+    pub drain: Option<Drain>,
+    /// `None` when skipped (a real cluster, or `--burst-seconds 0`).
     pub herd: Option<Herd>,
     /// Targets, computed by [`Report::checks`] when the run ends.
     pub checks: Vec<Check>,
@@ -467,6 +532,31 @@ impl Report {
                 "<= 1.0x",
                 m.ratio_to_kube_rs <= 1.0,
             ));
+            if let Some(o) = &m.backlog.over_floor {
+                out.push(check(
+                    &format!("modeled backlog pods / pods-only floor@{}", o.connections),
+                    format!("{:.2}x ({:.3} s)", o.pods_ratio, m.backlog.pods_seconds),
+                    "<= 1.2x",
+                    o.pods_ratio <= 1.2,
+                ));
+                out.push(check(
+                    "modeled backlog status / kube-rs-style floor",
+                    format!("{:.2}x ({:.3} s)", o.status_ratio, m.backlog.status_seconds),
+                    "<= 1.0x",
+                    o.status_ratio <= 1.0,
+                ));
+            }
+        }
+        if let Some(d) = &self.drain {
+            out.push(check(
+                &format!(
+                    "drain: {} of {} pods back after restart",
+                    d.pods_deleted, d.objects
+                ),
+                format!("{:.3} s", d.back_seconds),
+                "<= 3 s",
+                d.back_seconds <= 3.0,
+            ));
         }
         if let Some(h) = &self.herd {
             let most = herd_request_bound(h.burst_seconds, self.workers);
@@ -533,18 +623,19 @@ impl Report {
         let _ = writeln!(t);
         let _ = writeln!(
             t,
-            "floor: bare client, {n} pod creates + {n} status merge patches",
+            "floor: bare client, {n} pod creates + {n} status merge patches; the creates alone \
+             are the pods-only floor",
             n = self.objects
         );
         let _ = writeln!(
             t,
-            "  {:>11}  {:>12}  {:>13}  {:>9}  {:>10}",
-            "connections", "pods (s)", "patches (s)", "total (s)", "requests/s"
+            "  {:>11}  {:>13}  {:>13}  {:>9}  {:>10}",
+            "connections", "pods only (s)", "patches (s)", "total (s)", "requests/s"
         );
         for f in &self.floor {
             let _ = writeln!(
                 t,
-                "  {:>11}  {:>12.3}  {:>13.3}  {:>9.3}  {:>10.0}",
+                "  {:>11}  {:>13.3}  {:>13.3}  {:>9.3}  {:>10.0}",
                 f.connections,
                 f.pod_creates_seconds,
                 f.status_patches_seconds,
@@ -574,6 +665,7 @@ impl Report {
                     "  FAILED correctness check"
                 }
             );
+            let _ = writeln!(t, "  {}", milestones_line(c, "floor"));
             let _ = writeln!(t, "  requests: {}", requests_line(&c.requests));
             let _ = writeln!(t, "  {}", writes_line(c));
         }
@@ -671,7 +763,7 @@ impl Report {
             ] {
                 let _ = writeln!(
                     t,
-                    "  {name} at {} connections: {:.3} s (pods {:.3} s, patches {:.3} s)",
+                    "  {name} at {} connections: {:.3} s (pods only {:.3} s, patches {:.3} s)",
                     f.connections, f.seconds, f.pod_creates_seconds, f.status_patches_seconds
                 );
             }
@@ -685,7 +777,26 @@ impl Report {
                 self.workers,
                 if b.correct { "" } else { "  FAILED correctness check" }
             );
+            let _ = writeln!(t, "  {}", milestones_line(b, "kube-rs-style floor"));
             let _ = writeln!(t, "  {}", writes_line(b));
+        }
+        if let Some(d) = &self.drain {
+            let _ = writeln!(
+                t,
+                "restart after a drain: {} objects, {} of their pods force-deleted while no operator ran; \
+                 from the fresh operator's start: lists in {:.3} s, first pod back {:.3} s, all {} back {:.3} s, \
+                 every status exact {:.3} s, refreshed (queue empty, requests quiet) {:.3} s{}",
+                d.objects,
+                d.pods_deleted,
+                d.lists_seconds,
+                d.first_back_seconds,
+                d.pods_deleted,
+                d.back_seconds,
+                d.status_seconds,
+                d.refreshed_seconds,
+                if d.correct { "" } else { "  FAILED correctness check" }
+            );
+            let _ = writeln!(t, "  requests: {}", requests_line(&d.requests));
         }
         if let Some(h) = &self.herd {
             let _ = writeln!(
@@ -732,6 +843,29 @@ impl Report {
             let _ = writeln!(t, "operator logs: {}", self.logs);
         }
         t
+    }
+}
+
+/// When every pod existed and every status named its pod, each over its floor (`name`: the
+/// floor's, the creates alone being its pods-only part).
+fn milestones_line(c: &Convergence, name: &str) -> String {
+    match &c.over_floor {
+        Some(o) => format!(
+            "every pod after {:.3} s, {:.2}x the pods-only {name}@{} ({:.3} s); \
+             every status after {:.3} s, {:.2}x the {name}@{} ({:.3} s)",
+            c.pods_seconds,
+            o.pods_ratio,
+            o.connections,
+            o.pods_only_floor_seconds,
+            c.status_seconds,
+            o.status_ratio,
+            o.connections,
+            o.floor_seconds
+        ),
+        None => format!(
+            "every pod after {:.3} s; every status after {:.3} s",
+            c.pods_seconds, c.status_seconds
+        ),
     }
 }
 
@@ -822,6 +956,45 @@ mod tests {
             .map(|(k, n)| (k.to_string(), n))
             .collect();
         assert_eq!(writes_by_kind(&metrics).values().sum::<u64>(), 6);
+    }
+
+    #[test]
+    fn pods_are_held_to_the_creates_alone_and_status_to_the_whole_floor() {
+        let floor = Floor {
+            connections: 256,
+            pod_creates_seconds: 2.0,
+            status_patches_seconds: 2.0,
+            seconds: 4.0,
+            requests_per_second: 500.0,
+        };
+        let c = Convergence {
+            seconds: 4.4,
+            pods_seconds: 3.0,
+            status_seconds: 4.4,
+            over_floor: None,
+            ratio_to_floor_1: 0.0,
+            ratio_to_floor_workers: None,
+            cpu_seconds: 0.0,
+            cpu_seconds_per_1000_objects: 0.0,
+            ready: 0,
+            ready_seconds: None,
+            requests: Requests::default(),
+            writes_per_pod_until_converged: None,
+            correct: true,
+            in_flight: None,
+        };
+        let o = OverFloor::of(&c, &floor);
+        assert_eq!((o.connections, o.pods_ratio), (256, 1.5));
+        assert!((o.status_ratio - 1.1).abs() < 1e-9);
+        let c = Convergence {
+            over_floor: Some(o),
+            ..c
+        };
+        assert_eq!(
+            milestones_line(&c, "floor"),
+            "every pod after 3.000 s, 1.50x the pods-only floor@256 (2.000 s); \
+             every status after 4.400 s, 1.10x the floor@256 (4.000 s)"
+        );
     }
 
     #[test]
