@@ -956,6 +956,12 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                     ctl.failures = 0;
                     ctl.after(d);
                 }
+                Ok(Ok(Next::RoutineWithin(d))) => {
+                    // Queued again with its hint, behind what else waits (nothing, here).
+                    ctl.failures = 0;
+                    ctl.queue(hint.clone());
+                    ctl.after(d);
+                }
                 Ok(Ok(Next::RequeueAfter(d))) => {
                     ctl.failures = 0;
                     ctl.after(d);

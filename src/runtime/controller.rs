@@ -27,6 +27,9 @@ pub enum Next {
     /// let go within this long: look again by then at the latest, ahead of any backlog, unless
     /// a reconcile in between finishes with nothing held.
     LetGoWithin(Duration),
+    /// What is left is routine work (a pod to let go): queue the key again behind urgent
+    /// work, with what its trigger said, and have it done within this long at the latest.
+    RoutineWithin(Duration),
 }
 
 /// What the worker needs to know of a failed reconcile.
@@ -169,8 +172,11 @@ where
                     "reconciled"
                 );
             }
-            Ok(Next::LetGoWithin(within)) => {
+            Ok(next @ (Next::LetGoWithin(within) | Next::RoutineWithin(within))) => {
                 queue.forget(&key);
+                if next == Next::RoutineWithin(within) {
+                    queue.add(key.clone(), trigger.clone(), Priority::Routine);
+                }
                 queue.add_within(key.clone(), within);
                 metrics::record_reconcile("success", elapsed);
                 log::info!(

@@ -616,6 +616,7 @@ impl<H: Hint> Queue<H> {
 
     /// Pops the stale copies at the front of each band (keys moved up, or handed out).
     fn drop_stale(st: &mut State<H>) {
+        let mut dropped = false;
         for band in 0..2 {
             while let Some(k) = st.ready[band].front() {
                 let live = st.dirty.get(k).is_some_and(|d| d.priority as usize == band)
@@ -624,7 +625,12 @@ impl<H: Hint> Queue<H> {
                     break;
                 }
                 st.ready[band].pop_front();
+                dropped = true;
             }
+        }
+        // The depth reported counts them: an idle queue must say 0.
+        if dropped {
+            Self::depth(st);
         }
     }
 

@@ -136,9 +136,6 @@ struct Held {
     uid: String,
     /// Someone is deleting it: it waits on our count (see `counting::HOLD_AT_MOST`).
     deleting: bool,
-    /// Still pending: the scheduler's and the kubelet's writes of it are to come, and the
-    /// reconcile of the next one may let it go.
-    pending: bool,
 }
 
 /// Reconciles the object called `key`, with what its trigger says about the pod.
@@ -280,10 +277,10 @@ pub fn reconcile<A: Api>(
     }
     let mut next = synced?;
     // A pod found held is counted in the status just written: it may go now, or, made here
-    // and just counted, once the reconciles behind it have had their turn.
+    // and just counted, once urgent work queued behind it has had its turn.
     if let Some(held) = run.release.take() {
         match run.release_may_wait(&held) {
-            Some(within) if next == Next::Done => next = Next::LetGoWithin(within),
+            Some(within) if next == Next::Done => next = Next::RoutineWithin(within),
             _ => run.release(&held.uid)?,
         }
     }
@@ -474,7 +471,6 @@ impl<A: Api> Run<'_, A> {
                 self.release = Some(Held {
                     uid: uid.clone(),
                     deleting: view.phase == Phase::Terminating,
-                    pending: view.phase == Phase::Pending,
                 });
             }
             if view.phase == Phase::Terminating {

@@ -87,13 +87,11 @@ impl<A: Api> Run<'_, A> {
     }
 
     /// How long the release of `held`, counted by this reconcile, may wait: a pod this process
-    /// made, still pending, which nobody is deleting, goes with the reconcile of its next
-    /// event (the scheduler's or the kubelet's, routine work), within
-    /// [`counting::LET_GO_WITHIN`] of its create at the latest, so that a backlog's pods and
-    /// statuses are not held up by releases. `None`: now.
+    /// made, which nobody is deleting, goes as routine work, behind the creates and counts of
+    /// a backlog, within [`counting::LET_GO_WITHIN`] of its create at the latest, so that
+    /// other objects' pods and statuses are not held up by releases. `None`: now.
     pub(super) fn release_may_wait(&self, held: &Held) -> Option<Duration> {
-        if held.deleting || !held.pending || self.counting_now.as_deref() != Some(held.uid.as_str())
-        {
+        if held.deleting || self.counting_now.as_deref() != Some(held.uid.as_str()) {
             return None;
         }
         let (uid, at) = self.memory.made_here(self.trace.key)?;
