@@ -500,7 +500,10 @@ mod tests {
             (&["--namespace", "a b"], "not a namespace name"),
         ] {
             let e = parse(args).unwrap_err();
-            assert!(e.starts_with("--namespace") && e.contains(says), "{args:?}: {e}");
+            assert!(
+                e.starts_with("--namespace") && e.contains(says),
+                "{args:?}: {e}"
+            );
             assert_eq!(e.lines().count(), 1, "{e}");
         }
         let longest = "a".repeat(63);

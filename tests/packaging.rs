@@ -996,9 +996,8 @@ fn rules(role: &Value) -> BTreeSet<String> {
 }
 
 fn find<'a>(objs: &'a [Value], k: &str, n: &str, ns: Option<&str>) -> Option<&'a Value> {
-    objs.iter().find(|o| {
-        kind(o) == k && name(o) == n && str_at(o, &["metadata", "namespace"]) == ns
-    })
+    objs.iter()
+        .find(|o| kind(o) == k && name(o) == n && str_at(o, &["metadata", "namespace"]) == ns)
 }
 
 /// Renders with the real kubectl: the namespaced mode grants in each served namespace what
@@ -1012,7 +1011,13 @@ fn a_render_for_a_set_of_namespaces_grants_the_cluster_roles_rules_in_each_and_n
         let nss = format!("NAMESPACES={namespaces}");
         let (ok, out, err) = make_in(
             &dir,
-            &["-s", "render", "IMG=example/op:v1", &nss, &format!("KUBECTL={kubectl}")],
+            &[
+                "-s",
+                "render",
+                "IMG=example/op:v1",
+                &nss,
+                &format!("KUBECTL={kubectl}"),
+            ],
             &[],
         );
         assert!(ok, "make render {nss} failed:\n{out}{err}");
@@ -1035,9 +1040,12 @@ fn a_render_for_a_set_of_namespaces_grants_the_cluster_roles_rules_in_each_and_n
             "the namespaced render keeps the {gone} immortal-operator"
         );
     }
-    let operator_ns = str_at(&kustomization(&root().join("config/default")), &["namespace"])
-        .unwrap()
-        .to_string();
+    let operator_ns = str_at(
+        &kustomization(&root().join("config/default")),
+        &["namespace"],
+    )
+    .unwrap()
+    .to_string();
     for ns in ["team-a", "team-b"] {
         let role = find(&some, "Role", "immortal-operator", Some(ns))
             .unwrap_or_else(|| panic!("no Role immortal-operator in {ns}"));
@@ -1045,7 +1053,10 @@ fn a_render_for_a_set_of_namespaces_grants_the_cluster_roles_rules_in_each_and_n
         let binding = find(&some, "RoleBinding", "immortal-operator", Some(ns))
             .unwrap_or_else(|| panic!("no RoleBinding immortal-operator in {ns}"));
         assert_eq!(str_at(binding, &["roleRef", "kind"]), Some("Role"));
-        assert_eq!(str_at(binding, &["roleRef", "name"]), Some("immortal-operator"));
+        assert_eq!(
+            str_at(binding, &["roleRef", "name"]),
+            Some("immortal-operator")
+        );
         let subjects = seq_at(binding, &["subjects"]);
         assert_eq!(subjects.len(), 1, "{subjects:?}");
         assert_eq!(str_at(&subjects[0], &["name"]), Some("immortal-operator"));
@@ -1081,7 +1092,10 @@ fn a_render_for_a_set_of_namespaces_grants_the_cluster_roles_rules_in_each_and_n
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert!(!args_all.iter().any(|a| a.starts_with("--namespace")), "{args_all:?}");
+    assert!(
+        !args_all.iter().any(|a| a.starts_with("--namespace")),
+        "{args_all:?}"
+    );
     let _ = fs::remove_dir_all(&dir);
 }
 
@@ -1097,12 +1111,22 @@ fn render_refuses_namespaces_the_operator_would_refuse_naming_the_variable() {
     ] {
         let (ok, out, err) = make_in(
             &dir,
-            &["render", &format!("NAMESPACES={namespaces}"), &format!("KUBECTL={kubectl}")],
+            &[
+                "render",
+                &format!("NAMESPACES={namespaces}"),
+                &format!("KUBECTL={kubectl}"),
+            ],
             &[],
         );
         assert!(!ok, "NAMESPACES={namespaces} rendered:\n{out}");
-        assert!(err.contains("NAMESPACES") && err.contains(says), "{namespaces}: {err}");
-        assert!(!dir.join("overlay.yaml").exists(), "kubectl ran for {namespaces}");
+        assert!(
+            err.contains("NAMESPACES") && err.contains(says),
+            "{namespaces}: {err}"
+        );
+        assert!(
+            !dir.join("overlay.yaml").exists(),
+            "kubectl ran for {namespaces}"
+        );
     }
     let _ = fs::remove_dir_all(&dir);
 }
@@ -1142,7 +1166,10 @@ fn undeploy_and_uninstall_say_what_goes_and_delete_only_when_told() {
                 && out.contains("context 'test'"),
             "make {target} did not say what goes:\n{out}"
         );
-        assert!(err.contains("nothing deleted") && err.contains("YES=1"), "{err}");
+        assert!(
+            err.contains("nothing deleted") && err.contains("YES=1"),
+            "{err}"
+        );
         let made = fs::read_to_string(&calls).unwrap_or_default();
         assert!(!made.contains("delete"), "make {target} deleted:\n{made}");
         if target == "undeploy" {
@@ -1152,7 +1179,10 @@ fn undeploy_and_uninstall_say_what_goes_and_delete_only_when_told() {
         let (ok, out, err) = make_in(&dir, &[target, &kubectl_arg, "YES=1"], &[]);
         assert!(ok, "make {target} YES=1:\n{out}{err}");
         let made = fs::read_to_string(&calls).unwrap_or_default();
-        assert!(made.contains("delete"), "make {target} YES=1 deleted nothing:\n{made}");
+        assert!(
+            made.contains("delete"),
+            "make {target} YES=1 deleted nothing:\n{made}"
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }
@@ -1172,13 +1202,17 @@ fn undeploy_operator_keeps_the_crd_the_objects_and_the_roles_people_use_them_wit
         calls = dir.join("calls").display(),
     );
     let kubectl = fake_program(&dir, "kubectl", &body);
-    let (ok, out, err) = make_in(&dir, &["undeploy-operator", &format!("KUBECTL={kubectl}")], &[]);
+    let (ok, out, err) = make_in(
+        &dir,
+        &["undeploy-operator", &format!("KUBECTL={kubectl}")],
+        &[],
+    );
     assert!(ok, "make undeploy-operator:\n{out}{err}");
     let deleted = documents(&kept);
     let all = objects(&root().join("config/default"));
     for o in &all {
-        let kept_here = kind(o) == "CustomResourceDefinition"
-            || name(o).starts_with("immortalcontainer-");
+        let kept_here =
+            kind(o) == "CustomResourceDefinition" || name(o).starts_with("immortalcontainer-");
         let gone = deleted.iter().any(|d| id(d) == id(o));
         assert_eq!(gone, !kept_here, "{:?}: deleted {gone}", id(o));
     }
@@ -1196,11 +1230,23 @@ fn load_image_runs_each_local_cluster_tool_as_its_documentation_says() {
     let echo = fake_program(&dir, "tool", "echo \"ran: $*\"");
     for (cluster, name, want) in [
         ("kind", "", "ran: load docker-image example/op:dev"),
-        ("kind", "dev", "ran: load docker-image example/op:dev --name dev"),
+        (
+            "kind",
+            "dev",
+            "ran: load docker-image example/op:dev --name dev",
+        ),
         ("k3d", "", "ran: image import example/op:dev"),
-        ("k3d", "dev", "ran: image import example/op:dev --cluster dev"),
+        (
+            "k3d",
+            "dev",
+            "ran: image import example/op:dev --cluster dev",
+        ),
         ("minikube", "", "ran: image load example/op:dev"),
-        ("minikube", "dev", "ran: image load example/op:dev --profile dev"),
+        (
+            "minikube",
+            "dev",
+            "ran: image load example/op:dev --profile dev",
+        ),
     ] {
         let (ok, out, err) = make_in(
             &dir,

@@ -302,7 +302,10 @@ impl prometheus_client::collector::Collector for Scrape {
             MetricType::Gauge,
         )?;
         for w in watches {
-            let age = w.silence().unwrap_or_else(|| m.started.elapsed()).as_secs_f64();
+            let age = w
+                .silence()
+                .unwrap_or_else(|| m.started.elapsed())
+                .as_secs_f64();
             ConstGauge::new(age).encode(ages.encode_family(&watch_labels(w))?)?;
         }
         let help = format!(

@@ -132,7 +132,10 @@ fn with_a_watch_per_namespace_readiness_waits_for_every_one_and_names_the_one_do
     thread::sleep(Duration::from_millis(250));
     a.heard();
     let e = health.ready().unwrap_err();
-    assert!(e.contains(&format!("{r} watch in namespace b not live")), "{e}");
+    assert!(
+        e.contains(&format!("{r} watch in namespace b not live")),
+        "{e}"
+    );
 }
 
 #[test]

@@ -371,8 +371,16 @@ fn a_watcher_of_one_namespace_relists_only_its_keys_of_a_shared_store() {
         namespace: Some("a".into()),
         ..pods()
     };
-    let w = Watcher::new(&s, kind, ByOwner, queue.clone(), quit, synced_tx, DEFAULT_IDLE_TIMEOUT)
-        .sharing(store.clone());
+    let w = Watcher::new(
+        &s,
+        kind,
+        ByOwner,
+        queue.clone(),
+        quit,
+        synced_tx,
+        DEFAULT_IDLE_TIMEOUT,
+    )
+    .sharing(store.clone());
     std::thread::scope(|sc| sc.spawn(move || w.run()).join()).unwrap();
     let watch = synced.try_recv().expect("its first list is reported");
     assert_eq!((watch.resource, watch.namespace), ("pod", Some("a")));
