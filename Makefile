@@ -109,6 +109,13 @@ demo: ## Start the test API server and the operator in the background, create th
 	$(CARGO) build --release -p immortal-operator -p kube-testserver
 	@# A stale kubeconfig from an earlier run must not be mistaken for the new server's.
 	@rm -f $(DEMO_DIR)/kubeconfig $(DEMO_DIR)/server.pid $(DEMO_DIR)/operator.pid
+	@# The previous run's logs stay, one run back (demo-stop keeps them for trace).
+	@for p in server operator; do \
+		if [ -f $(DEMO_DIR)/$$p.log ]; then \
+			mv -f $(DEMO_DIR)/$$p.log $(DEMO_DIR)/$$p.log.1; \
+			echo "the previous run's $$p log is $(DEMO_DIR)/$$p.log.1"; \
+		fi; \
+	done
 	nohup $(TARGET_DIR)/release/kube-testserver --dir $(DEMO_DIR) \
 		--crd config/crd/immortalcontainers.yaml > $(DEMO_DIR)/server.log 2>&1 & \
 		echo $$! > $(DEMO_DIR)/server.pid
@@ -207,7 +214,7 @@ demo-stop: ## Stop the demo's operator and test API server, and remove their kub
 	fi
 	@rm -f $(DEMO_DIR)/ca.crt $(DEMO_DIR)/tls.crt $(DEMO_DIR)/tls.key
 	@if [ -f $(DEMO_DIR)/operator.log ]; then \
-		echo 'kept $(DEMO_DIR)/operator.log and $(DEMO_DIR)/server.log'; \
+		echo 'kept $(DEMO_DIR)/operator.log and $(DEMO_DIR)/server.log (the next make demo keeps them as *.log.1)'; \
 	fi
 
 install: ## Install the CRD into the cluster of the current kubeconfig
