@@ -114,7 +114,11 @@ fn reword(node: &mut Value) {
                 if d[end..].starts_with(' ') {
                     end += 1;
                 }
-                let start = if end == d.len() { d[..i].trim_end().len() } else { i };
+                let start = if end == d.len() {
+                    d[..i].trim_end().len()
+                } else {
+                    i
+                };
                 d.replace_range(start..end, "");
             }
         }
@@ -430,8 +434,8 @@ fn every_property_of_the_crd_has_a_description_and_none_says_it_cannot_be_update
 /// The Ready condition's reasons the CRD lists are the README's, the table users read.
 #[test]
 fn the_crd_names_the_ready_reasons_the_readme_explains() {
-    let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(root().join(CRD)).unwrap())
-        .unwrap();
+    let crd: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root().join(CRD)).unwrap()).unwrap();
     let reason = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
         ["properties"]["conditions"]["items"]["properties"]["reason"]["description"]
         .as_str()
