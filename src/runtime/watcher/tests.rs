@@ -389,7 +389,7 @@ fn a_watcher_of_one_namespace_relists_only_its_keys_of_a_shared_store() {
     assert_eq!(keys, ["a/y", "b/x"]);
     assert_eq!(store.get("b/x"), Some(7));
     queue.shutdown();
-    let mut queued: Vec<String> = queue.lock_for_tests().0.iter().cloned().collect();
+    let mut queued: Vec<String> = queue.lock_for_tests().0;
     queued.sort();
     assert_eq!(queued, ["a/gone", "a/y"]);
 }
