@@ -14,6 +14,7 @@ ARGS ?=
 RUN_PROBE_ADDR ?= 127.0.0.1:8081
 RUN_METRICS_ADDR ?= 127.0.0.1:8443
 
+comma := ,
 # Where cargo puts binaries: honour CARGO_TARGET_DIR as cargo does.
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The demo's files: kubeconfig, pids, logs (tests point it elsewhere).
@@ -36,11 +37,12 @@ ALIVE = alive() { s=$$(ps -o stat= -p "$$1" 2>/dev/null); [ -n "$$s" ] && [ "$${
 
 .DEFAULT_GOAL := help
 .PHONY: help build build-static test run demo demo-stop install uninstall render deploy undeploy \
+	undeploy-operator load-image deploy-local \
 	build-installer docker-build docker-buildx fmt lint generate bench bench-large lines
 
 help: ## List the targets
 	@echo 'Usage: make TARGET [IMG=...] [ARGS=...]'
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build the release binaries
 	$(CARGO) build --release
@@ -107,6 +109,13 @@ demo: ## Start the test API server and the operator in the background, create th
 	$(CARGO) build --release -p immortal-operator -p kube-testserver
 	@# A stale kubeconfig from an earlier run must not be mistaken for the new server's.
 	@rm -f $(DEMO_DIR)/kubeconfig $(DEMO_DIR)/server.pid $(DEMO_DIR)/operator.pid
+	@# The previous run's logs stay, one run back (demo-stop keeps them for trace).
+	@for p in server operator; do \
+		if [ -f $(DEMO_DIR)/$$p.log ]; then \
+			mv -f $(DEMO_DIR)/$$p.log $(DEMO_DIR)/$$p.log.1; \
+			echo "the previous run's $$p log is $(DEMO_DIR)/$$p.log.1"; \
+		fi; \
+	done
 	nohup $(TARGET_DIR)/release/kube-testserver --dir $(DEMO_DIR) \
 		--crd config/crd/immortalcontainers.yaml > $(DEMO_DIR)/server.log 2>&1 & \
 		echo $$! > $(DEMO_DIR)/server.pid
@@ -205,32 +214,99 @@ demo-stop: ## Stop the demo's operator and test API server, and remove their kub
 	fi
 	@rm -f $(DEMO_DIR)/ca.crt $(DEMO_DIR)/tls.crt $(DEMO_DIR)/tls.key
 	@if [ -f $(DEMO_DIR)/operator.log ]; then \
-		echo 'kept $(DEMO_DIR)/operator.log and $(DEMO_DIR)/server.log'; \
+		echo 'kept $(DEMO_DIR)/operator.log and $(DEMO_DIR)/server.log (the next make demo keeps them as *.log.1)'; \
 	fi
 
 install: ## Install the CRD into the cluster of the current kubeconfig
 	$(KUBECTL) apply -k config/crd
 
-uninstall: ## Remove the CRD (and with it every ImmortalContainer and its pod)
+# Deleting the CRD deletes every object of the kind, and the garbage collector their pods.
+uninstall: ## Say what goes, then remove the CRD, every ImmortalContainer and its pod (YES=1: no question)
+	@set -e; $(CONFIRM) $(SAY_ICS) \
+	if ! $(KUBECTL) get crd $(CRD) >/dev/null 2>&1; then echo 'the CRD is not installed'; exit 0; fi; \
+	echo "make uninstall deletes, from the cluster of context '$$($(KUBECTL) config current-context 2>/dev/null)':"; \
+	echo '  the CRD $(CRD), and with it'; say_ics; \
+	confirm 'Delete all of this?'; \
 	$(KUBECTL) delete -k config/crd --ignore-not-found
+
+# An operator for a set of namespaces (--namespace a,b) with a Role and RoleBinding in each
+# instead of the cluster-wide ClusterRole: make deploy IMG=... NAMESPACES=team-a,team-b (render,
+# build-installer and undeploy take it too). The namespaces must exist before it is applied.
+NAMESPACES ?=
 
 # kustomize cannot take an absolute path as a resource, so the overlay reaches config/ through
 # a symlink. IMG is split into the images: fields: a tag is the part after the last ':' of the
-# last path segment (so registry:5000/x keeps its port), a digest the part after '@'.
-render: ## Print the manifests deploy applies, with the image set to IMG
-	@set -e; dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+# last path segment (so registry:5000/x keeps its port), a digest the part after '@'. With
+# NAMESPACES, the overlay is config/namespaced's: per namespace a directory giving
+# config/rbac/namespaced that namespace, and the Deployment's --namespace.
+render: ## Print the manifests deploy applies, with the image set to IMG (NAMESPACES=a,b: namespaced RBAC)
+	@set -e; nss='$(NAMESPACES)'; \
+	if [ -n "$$nss" ]; then \
+		case ",$$nss," in *,,*) \
+			echo "make render: NAMESPACES=$$nss has an empty entry (want NAMESPACES=a or a,b,...)" >&2; exit 1 ;; esac; \
+		bad=$$(echo "$$nss" | tr , '\n' | grep -Evx '[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?' | head -n 1); \
+		if [ -n "$$bad" ]; then \
+			echo "make render: NAMESPACES: '$$bad' is not a namespace name (lowercase letters, digits and '-', at most 63)" >&2; exit 1; \
+		fi; \
+		twice=$$(echo "$$nss" | tr , '\n' | sort | uniq -d | head -n 1); \
+		if [ -n "$$twice" ]; then echo "make render: NAMESPACES names '$$twice' twice" >&2; exit 1; fi; \
+	fi; \
+	dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
 	ln -s "$(CURDIR)/config" "$$dir/config"; \
 	img='$(IMG)'; ref=$${img%%@*}; \
 	case "$${ref##*/}" in *:*) name=$${ref%:*}; tag=$${ref##*:} ;; *) name=$$ref; tag=latest ;; esac; \
 	case "$$img" in *@*) pin="digest: \"$${img#*@}\"" ;; *) pin="newTag: \"$$tag\"" ;; esac; \
-	printf '%s\n' 'resources: [config/default]' 'images:' '  - name: immortal-operator' \
-		"    newName: $$name" "    $$pin" > "$$dir/kustomization.yaml"; \
+	resources=config/default; \
+	for ns in $$(echo "$$nss" | tr , ' '); do \
+		mkdir "$$dir/ns-$$ns"; \
+		printf '%s\n' "namespace: $$ns" 'resources: [../config/rbac/namespaced]' > "$$dir/ns-$$ns/kustomization.yaml"; \
+		resources="$$resources, ns-$$ns"; \
+	done; \
+	{ printf '%s\n' "resources: [$$resources]" 'images:' '  - name: immortal-operator' \
+		"    newName: $$name" "    $$pin"; \
+	  [ -z "$$nss" ] || printf '%s\n' 'components: [config/namespaced]' 'patches:' \
+		'  - target: {kind: Deployment, name: immortal-operator}' \
+		"    patch: '[{\"op\": \"add\", \"path\": \"/spec/template/spec/containers/0/args/-\", \"value\": \"--namespace=$$nss\"}]'"; \
+	} > "$$dir/kustomization.yaml"; \
 	$(KUBECTL) kustomize "$$dir"
 
-deploy: ## Deploy CRD, RBAC and the operator (image IMG) to the current cluster
+deploy: ## Deploy CRD, RBAC and the operator (image IMG; NAMESPACES=a,b: those only) to the current cluster
 	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
-	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$out"; \
+	$(MAKE) --no-print-directory -s render IMG='$(IMG)' NAMESPACES='$(NAMESPACES)' > "$$out"; \
 	$(KUBECTL) apply -f "$$out"
+
+# undeploy and uninstall delete what people made: each first says what will go, then goes on
+# only when told, on a terminal ([y/N]) or with YES=1 (scripts, CI; without a terminal and
+# without YES=1 nothing is deleted). kubebuilder's targets delete without a word.
+YES ?=
+CRD := immortalcontainers.immortalcontainer.flugel.it
+# `confirm QUESTION`: true once told to go on.
+CONFIRM = confirm() { \
+	[ '$(YES)' != 1 ] || return 0; \
+	if [ -t 0 ]; then \
+		printf '%s [y/N] ' "$$1"; read -r answer || answer=; \
+		case "$$answer" in [yY]|[yY][eE][sS]) return 0 ;; esac; \
+		echo 'nothing deleted'; \
+	else \
+		echo 'nothing deleted: no terminal to ask on; YES=1 deletes without asking' >&2; \
+	fi; \
+	return 1; };
+# `say_ics`: how many ImmortalContainers there are, and the first 20 of them.
+SAY_ICS = say_ics() { \
+	n=$$($(KUBECTL) get $(CRD) -A --no-headers 2>/dev/null | wc -l | tr -d ' '); \
+	echo "  every ImmortalContainer in every namespace ($$n), and the pod of each"; \
+	[ "$$n" -eq 0 ] || $(KUBECTL) get $(CRD) -A 2>/dev/null | head -n 21 | sed 's/^/    /'; \
+	[ "$$n" -le 20 ] || echo "    ... and $$((n - 20)) more"; };
+# The Role and RoleBinding a namespaced deploy (NAMESPACES=...) made in each served namespace,
+# found by name and label, so that removing them needs no NAMESPACES.
+SERVED_RBAC := roles,rolebindings -A -l app.kubernetes.io/name=immortal-operator \
+	--field-selector metadata.name=immortal-operator
+# `say_render FILE`: the objects of a render that exist, and the served namespaces' RBAC.
+SAY_RENDER = say_render() { \
+	$(KUBECTL) get -f "$$1" -o name --ignore-not-found | sed 's/^/    /' || true; \
+	$(KUBECTL) get $(SERVED_RBAC) --no-headers \
+		-o custom-columns='KIND:.kind,NS:.metadata.namespace,NAME:.metadata.name' 2>/dev/null | \
+		awk '{ print "    " tolower($$1) "/" $$3 " in " $$2 }' || true; };
 
 # In two steps, so that no pod or namespace is left stuck. First every ImmortalContainer, while
 # the operator still runs: the garbage collector removes their pods, and the operator takes its
@@ -242,10 +318,19 @@ deploy: ## Deploy CRD, RBAC and the operator (image IMG) to the current cluster
 UNDEPLOY_TIMEOUT ?= 120
 COUNT_FINALIZER := immortalcontainer.flugel.it/count-start
 MANAGED_PODS := -l app.kubernetes.io/managed-by=immortal-operator --all-namespaces
-undeploy: ## Remove every ImmortalContainer and its pod, then everything deploy created
-	@set -e; \
-	if $(KUBECTL) get crd immortalcontainers.immortalcontainer.flugel.it >/dev/null 2>&1; then \
-		$(KUBECTL) delete immortalcontainers.immortalcontainer.flugel.it --all --all-namespaces --wait=true; \
+undeploy: ## Say what goes, then remove every ImmortalContainer and its pod, then all deploy made (YES=1: no question)
+	@set -e; $(CONFIRM) $(SAY_ICS) $(SAY_RENDER) \
+	out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
+	$(MAKE) --no-print-directory -s render > "$$out"; \
+	crd=; if $(KUBECTL) get crd $(CRD) >/dev/null 2>&1; then crd=1; fi; \
+	echo "make undeploy deletes, from the cluster of context '$$($(KUBECTL) config current-context 2>/dev/null)':"; \
+	[ -z "$$crd" ] || say_ics; \
+	echo '  then the operator, its RBAC, the CRD and the namespace, as make deploy made them:'; \
+	say_render "$$out"; \
+	echo 'To remove only the operator and keep the CRD and every object: make undeploy-operator'; \
+	confirm 'Delete all of this?'; \
+	if [ -n "$$crd" ]; then \
+		$(KUBECTL) delete $(CRD) --all --all-namespaces --wait=true; \
 		echo "waiting up to $(UNDEPLOY_TIMEOUT)s for their pods to go"; \
 		i=0; while [ -n "$$($(KUBECTL) get pods $(MANAGED_PODS) -o name)" ]; do \
 			i=$$((i + 1)); \
@@ -262,7 +347,25 @@ undeploy: ## Remove every ImmortalContainer and its pod, then everything deploy 
 			sleep 1; \
 		done; \
 	fi; \
-	$(KUBECTL) delete -k config/default --ignore-not-found
+	$(KUBECTL) delete -f "$$out" --ignore-not-found; \
+	$(KUBECTL) delete $(SERVED_RBAC) --ignore-not-found
+
+# The operator only: its namespace (Deployment, ServiceAccount, Lease), its ClusterRoles and
+# bindings and the served namespaces' Roles; the CRD, the roles that let people use the kind
+# (immortalcontainer-editor, -viewer), every object and its pod stay. Nothing replaces an ended
+# pod until an operator runs again. A document of the render is dropped when it is the CRD or
+# one of those roles (kustomize writes kind and metadata.name at these indents).
+KEEP_KIND := awk 'function flush() { if (doc != "" && !keep) printf "%s---\n", doc; doc = ""; keep = 0 } \
+	/^---$$/ { flush(); next } /^kind: CustomResourceDefinition$$/ { keep = 1 } \
+	/^  name: immortalcontainer-(editor|viewer)$$/ { keep = 1 } { doc = doc $$0 "\n" } END { flush() }'
+undeploy-operator: ## Remove only the operator and its RBAC; the CRD, every ImmortalContainer and pod stay
+	@set -e; $(SAY_RENDER) out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
+	$(MAKE) --no-print-directory -s render | $(KEEP_KIND) > "$$out"; \
+	echo "make undeploy-operator deletes, from the cluster of context '$$($(KUBECTL) config current-context 2>/dev/null)':"; \
+	say_render "$$out"; \
+	echo 'and keeps the CRD, every ImmortalContainer and its pod (no ended pod is replaced until an operator runs)'; \
+	$(KUBECTL) delete -f "$$out" --ignore-not-found; \
+	$(KUBECTL) delete $(SERVED_RBAC) --ignore-not-found
 
 # The one-file install (kubebuilder's convention): exactly what deploy applies, image IMG
 # included, for `kubectl apply -f dist/install.yaml` on a machine without this repository.
@@ -272,7 +375,7 @@ undeploy: ## Remove every ImmortalContainer and its pod, then everything deploy 
 # makes latest) is refused unless ALLOW_LATEST=1 says it is meant: without IMG it would silently
 # name immortal-operator:latest, an image no registry holds.
 ALLOW_LATEST ?=
-build-installer: ## Write dist/install.yaml (CRD, RBAC, Deployment of image IMG) for kubectl apply -f
+build-installer: ## Write dist/install.yaml (CRD, RBAC, Deployment of image IMG; NAMESPACES=a,b) for kubectl apply -f
 	@img='$(IMG)'; ref=$${img%%@*}; \
 	case "$$img" in *@*) tag=pinned ;; *) case "$${ref##*/}" in *:*) tag=$${ref##*:} ;; *) tag= ;; esac ;; esac; \
 	if [ "$$tag" = latest ] || [ -z "$$tag" ]; then \
@@ -283,13 +386,39 @@ build-installer: ## Write dist/install.yaml (CRD, RBAC, Deployment of image IMG)
 		fi; \
 	fi
 	@set -e; mkdir -p dist; tmp=$$(mktemp dist/.install.yaml.XXXXXX); trap 'rm -f "$$tmp"' EXIT; \
-	$(MAKE) --no-print-directory -s render IMG='$(IMG)' > "$$tmp"; \
+	$(MAKE) --no-print-directory -s render IMG='$(IMG)' NAMESPACES='$(NAMESPACES)' > "$$tmp"; \
 	chmod 644 "$$tmp"; mv "$$tmp" dist/install.yaml; \
 	img=$$(sed -n 's/^[ -]*image: *\([^ ].*\)$$/\1/p' dist/install.yaml | head -n 1); \
-	echo "wrote dist/install.yaml with image $${img:-(none: the render named no image)}"
+	echo "wrote dist/install.yaml with image $${img:-(none: the render named no image)}$(if $(NAMESPACES),$(comma) serving $(NAMESPACES) with a Role in each (create them first))"
 
 docker-build: ## Build the operator image IMG
 	$(CONTAINER_TOOL) build -t $(IMG) .
+
+# Local clusters without a registry: the image built here is loaded into the cluster's nodes,
+# where the Deployment's imagePullPolicy IfNotPresent finds it. LOCAL_CLUSTER is kind, k3d or
+# minikube; LOCAL_CLUSTER_NAME the cluster (kind, k3d) or profile (minikube), empty for the
+# tool's default (kind, k3s-default, minikube). Each tool takes the image from the local Docker.
+LOCAL_CLUSTER ?= kind
+LOCAL_CLUSTER_NAME ?=
+KIND ?= kind
+K3D ?= k3d
+MINIKUBE ?= minikube
+load-image: ## Load the image IMG built here into a local cluster (LOCAL_CLUSTER=kind, k3d or minikube)
+	@name='$(LOCAL_CLUSTER_NAME)'; case '$(LOCAL_CLUSTER)' in \
+	kind) cmd="$(KIND) load docker-image $(IMG)$${name:+ --name $$name}" ;; \
+	k3d) cmd="$(K3D) image import $(IMG)$${name:+ --cluster $$name}" ;; \
+	minikube) cmd="$(MINIKUBE) image load $(IMG)$${name:+ --profile $$name}" ;; \
+	*) echo "make load-image: LOCAL_CLUSTER=$(LOCAL_CLUSTER) is none of kind, k3d, minikube" >&2; exit 1 ;; \
+	esac; echo "$$cmd"; $$cmd
+
+# Built, loaded and deployed; then restarted, since a tag loaded again (immortal-operator:latest
+# after a rebuild) changes nothing in the Deployment, so without it the pods would keep running
+# the image they started with.
+deploy-local: ## Build IMG, load it into a local cluster (LOCAL_CLUSTER=kind, k3d, minikube) and deploy it
+	$(MAKE) --no-print-directory docker-build IMG='$(IMG)'
+	$(MAKE) --no-print-directory load-image IMG='$(IMG)'
+	$(MAKE) --no-print-directory deploy IMG='$(IMG)' NAMESPACES='$(NAMESPACES)'
+	$(KUBECTL) rollout restart deployment/immortal-operator -n immortalcontainers-operator
 
 # The image for every platform in PLATFORMS, pushed to IMG as one multi-platform image (buildx
 # cannot load a multi-platform image into Docker's classic image store, so it pushes, as

@@ -24,6 +24,7 @@ const AFTER_HELP: &str = "\
 Examples:
   immortal-operator --kubeconfig ~/.kube/config
   RUST_LOG=debug immortal-operator --namespace demo --log-format json 2> operator.log
+  immortal-operator --namespace team-a,team-b --namespace team-c
   immortal-operator trace demo/web --log operator.log";
 
 const TRACE_EXIT_CODES: &str = "\
@@ -44,9 +45,10 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 
-    /// Serve ImmortalContainers in this namespace only (default: all namespaces).
-    #[arg(long, short = 'n', value_name = "NS")]
-    pub namespace: Option<String>,
+    /// Serve ImmortalContainers in these namespaces only: a comma-separated list, or the flag
+    /// repeated (default: all namespaces).
+    #[arg(long, short = 'n', value_name = "NS[,NS...]", action = clap::ArgAction::Append)]
+    pub namespace: Vec<String>,
 
     /// Log line format.
     #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
@@ -217,11 +219,74 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub const DEFAULT_WORKERS: usize = 16;
 pub const DEFAULT_MAX_WORKERS: usize = 64;
 
+/// The namespaces the operator serves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Namespaces {
+    All,
+    /// Each one listed and watched on its own: the API has no watch of a set of namespaces.
+    Only(Vec<String>),
+}
+
+impl Namespaces {
+    /// One entry per watch of each resource: `None` watches every namespace.
+    pub fn each(&self) -> Vec<Option<&str>> {
+        match self {
+            Namespaces::All => vec![None],
+            Namespaces::Only(set) => set.iter().map(|ns| Some(ns.as_str())).collect(),
+        }
+    }
+
+    /// As the `starting` line shows them: `(all)`, or the names joined by commas.
+    pub fn shown(&self) -> String {
+        match self {
+            Namespaces::All => "(all)".into(),
+            Namespaces::Only(set) => set.join(","),
+        }
+    }
+
+    /// `--namespace` as given (each a comma-separated list): every entry a namespace name, none
+    /// empty, none twice.
+    fn parse(given: &[String]) -> Result<Namespaces, InvalidFlags> {
+        if given.is_empty() {
+            return Ok(Namespaces::All);
+        }
+        let mut set: Vec<String> = Vec::new();
+        for value in given {
+            for ns in value.split(',') {
+                ensure(!ns.is_empty(), || {
+                    format!("--namespace {value:?} has an empty entry (want NS or NS,NS,...)")
+                })?;
+                ensure(is_namespace_name(ns), || {
+                    format!(
+                        "--namespace: {ns:?} is not a namespace name (lowercase letters, digits \
+                         and '-', starting and ending with a letter or digit, at most 63)"
+                    )
+                })?;
+                ensure(!set.iter().any(|s| s == ns), || {
+                    format!("--namespace names {ns:?} twice")
+                })?;
+                set.push(ns.to_string());
+            }
+        }
+        Ok(Namespaces::Only(set))
+    }
+}
+
+/// A DNS-1123 label, what Kubernetes takes as a namespace's name.
+fn is_namespace_name(s: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    s.len() <= 63
+        && edge(s.chars().next())
+        && edge(s.chars().last())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub cluster: LoadOptions,
-    pub namespace: Option<String>,
+    pub namespaces: Namespaces,
     pub log_format: logging::Format,
     pub workers: usize,
     /// Never below `workers`.
@@ -265,9 +330,7 @@ impl TryFrom<Args> for Config {
                 "--max-workers must be between --workers ({workers}) and 256, got {max_workers}"
             )
         })?;
-        ensure(a.namespace.as_deref() != Some(""), || {
-            "--namespace must not be empty".into()
-        })?;
+        let namespaces = Namespaces::parse(&a.namespace)?;
         let leader_flag = a.given.iter().find(|f| LEADER_FLAGS.contains(&f.as_str()));
         if let (false, Some(flag)) = (a.leader_elect, leader_flag) {
             return Err(InvalidFlags(format!(
@@ -323,7 +386,7 @@ impl TryFrom<Args> for Config {
                 kubeconfig: a.kubeconfig,
                 context: a.context,
             },
-            namespace: a.namespace,
+            namespaces,
             log_format: a.log_format,
             workers: a.workers,
             max_workers,
@@ -388,7 +451,7 @@ mod tests {
     #[test]
     fn defaults_serve_all_namespaces_with_the_default_workers() {
         let c = parse(&[]).unwrap();
-        assert_eq!(c.namespace, None);
+        assert_eq!(c.namespaces, Namespaces::All);
         assert_eq!(c.workers, DEFAULT_WORKERS);
         assert!(c.leader.is_none());
         assert_eq!(
@@ -404,6 +467,48 @@ mod tests {
                 cert_dir: None,
             }
         );
+    }
+
+    #[test]
+    fn namespaces_come_as_a_list_or_a_repeated_flag_in_the_order_given() {
+        let only = |v: &[&str]| Namespaces::Only(v.iter().map(|s| s.to_string()).collect());
+        assert_eq!(parse(&["-n", "a"]).unwrap().namespaces, only(&["a"]));
+        assert_eq!(
+            parse(&["--namespace", "b,a", "--namespace", "c"])
+                .unwrap()
+                .namespaces,
+            only(&["b", "a", "c"])
+        );
+        assert_eq!(
+            parse(&["--namespace=team-1"]).unwrap().namespaces.each(),
+            [Some("team-1")]
+        );
+        assert_eq!(Namespaces::All.each(), [None]);
+        assert_eq!(only(&["a", "b"]).shown(), "a,b");
+    }
+
+    #[test]
+    fn empty_duplicate_and_invalid_namespaces_are_refused_naming_the_flag() {
+        for (args, says) in [
+            (&["--namespace", ""][..], "empty entry"),
+            (&["--namespace", "a,,b"], "empty entry"),
+            (&["--namespace", "a,"], "empty entry"),
+            (&["--namespace", "a,b", "-n", "a"], "\"a\" twice"),
+            (&["--namespace", "Team_A"], "not a namespace name"),
+            (&["--namespace=-a"], "not a namespace name"),
+            (&["--namespace", "a-"], "not a namespace name"),
+            (&["--namespace", "a b"], "not a namespace name"),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(
+                e.starts_with("--namespace") && e.contains(says),
+                "{args:?}: {e}"
+            );
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        let longest = "a".repeat(63);
+        assert!(parse(&["--namespace", &longest]).is_ok());
+        assert!(parse(&["--namespace", &format!("{longest}a")]).is_err());
     }
 
     #[test]

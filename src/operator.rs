@@ -15,6 +15,7 @@ use crate::kube::events::{self, Recorder};
 use crate::runtime::allocator;
 use crate::runtime::controller::{self, is_quitting, listen_for_signals, spawn_watcher, Sentinel};
 use crate::runtime::leader::{self, Elector};
+use crate::runtime::liveness;
 use crate::runtime::metrics;
 use crate::runtime::pool::Pool;
 use crate::runtime::queue::Queue;
@@ -75,10 +76,16 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
             .learn_pruned(&missing, "the installed CRD's schema lacks it");
     }
 
-    let health = Arc::new(Health::new(
-        vec![IMMORTAL_CONTAINERS.short(), client::Resource::PODS.short()],
-        config.watch_idle_timeout,
-    ));
+    // Two watches per served namespace (or two of every namespace): all must be live.
+    let watches = config
+        .namespaces
+        .each()
+        .into_iter()
+        .flat_map(|ns| {
+            [IMMORTAL_CONTAINERS, client::Resource::PODS].map(|r| liveness::watch(r.short(), ns))
+        })
+        .collect();
+    let health = Arc::new(Health::new(watches, config.watch_idle_timeout));
     // The server is `http[s]://HOST[:PORT][/PREFIX]`: loading the configuration made sure.
     let host = client.config().server.split('/').nth(2).unwrap_or("");
     serve::start(&config.endpoints, health.clone(), host.into(), &client)
@@ -153,7 +160,7 @@ fn connect(config: &Config) -> Result<Client, ExitCode> {
         target: "controller",
         server = cluster.server.as_str(), config = cluster.source.as_str(),
         proxy = cluster.proxy.as_ref().map_or("none", |p| p.shown.as_str()),
-        namespace = config.namespace.as_deref().unwrap_or("(all)"), workers = config.workers as u64,
+        namespace = config.namespaces.shown().as_str(), workers = config.workers as u64,
         version = env!("CARGO_PKG_VERSION");
         "starting"
     );
@@ -187,43 +194,57 @@ impl Stages {
         }
     }
 
-    /// Watchers of ImmortalContainers and our pods, which fill the queue from their first list
-    /// on, also on a standby, so that a new leader starts warm. Returns once both first lists
-    /// are in: before that, a missing pod may only be missing from a list not yet read.
+    /// Watchers of ImmortalContainers and our pods, one of each per served namespace (the API
+    /// has no watch of a set of namespaces), which fill the queue from their first list on,
+    /// also on a standby, so that a new leader starts warm. Returns once every first list is
+    /// in: before that, a missing pod may only be missing from a list not yet read.
     fn start_watchers(&self, ic_resync: &Resync) -> Result<(), ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
-        let (namespace, idle) = (&self.config.namespace, self.config.watch_idle_timeout);
-        let ics = Watcher::new(
-            self.once.clone(),
-            lifecycle::immortal_containers_kind(namespace.clone()),
-            IcEvents,
-            self.queue.clone(),
-            self.quit.clone(),
-            synced_tx.clone(),
-            idle,
-        );
-        let pods = Watcher::new(
-            self.once.clone(),
-            lifecycle::pods_kind(namespace.clone()),
-            PodEvents,
-            self.queue.clone(),
-            self.quit.clone(),
-            synced_tx,
-            idle,
-        );
+        let idle = self.config.watch_idle_timeout;
         let failed = |e| fail_at_start(&format!("cannot start watcher thread: {e}"));
-        let ics = ics.resyncing(ic_resync.clone()).sharing(self.ics.clone());
-        spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
-        let pods = pods
-            .resyncing(Resync::every(self.config.resync_period))
-            .sharing(self.pods.clone());
-        spawn_watcher(pods, self.sentinel("watcher")).map_err(failed)?;
-        for _ in 0..2 {
+        let namespaces = self.config.namespaces.each();
+        for namespace in &namespaces {
+            let namespace = namespace.map(str::to_string);
+            let ics = Watcher::new(
+                self.once.clone(),
+                lifecycle::immortal_containers_kind(namespace.clone()),
+                IcEvents,
+                self.queue.clone(),
+                self.quit.clone(),
+                synced_tx.clone(),
+                idle,
+            );
+            let pods = Watcher::new(
+                self.once.clone(),
+                lifecycle::pods_kind(namespace),
+                PodEvents,
+                self.queue.clone(),
+                self.quit.clone(),
+                synced_tx.clone(),
+                idle,
+            );
+            // Every ImmortalContainer watcher keeps its namespace's objects in the one store
+            // reconcile reads, and lists again when `ic_resync` is asked.
+            let ics = ics.resyncing(ic_resync.clone()).sharing(self.ics.clone());
+            spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
+            // Every pod watcher keeps its namespace's pods in the one store the first lists are
+            // joined with (see `queue_objects_without_a_pod`).
+            let pods = pods
+                .resyncing(Resync::every(self.config.resync_period))
+                .sharing(self.pods.clone());
+            spawn_watcher(pods, self.sentinel("watcher")).map_err(failed)?;
+        }
+        drop(synced_tx);
+        for _ in 0..2 * namespaces.len() {
             select! {
                 recv(synced) -> r => match r {
-                    Ok(resource) => {
+                    Ok(watch) => {
                         self.health.synced.fetch_add(1, Ordering::Relaxed);
-                        log::info!(target: "controller", resource = resource; "initial list complete");
+                        log::info!(
+                            target: "controller",
+                            resource = watch.resource, namespace = watch.namespace.unwrap_or("(all)");
+                            "initial list complete"
+                        );
                     }
                     Err(_) => return Err(fail_running("a watcher stopped before its first list")),
                 },
@@ -261,8 +282,9 @@ impl Stages {
     fn start_sweep(self: &Arc<Self>) -> Result<(), ExitCode> {
         let me = self.clone();
         spawn("sweep", move || {
-            let namespace = me.config.namespace.as_deref();
-            sweep::run(&me.once, namespace, &me.queue, &me.quit)
+            for namespace in me.config.namespaces.each() {
+                sweep::run(&me.once, namespace, &me.queue, &me.quit);
+            }
         })
     }
 

@@ -43,10 +43,29 @@ fn generate() -> Value {
         schemas,
     );
     strip_defaults(&mut t, false);
+    reword(&mut t);
     t["description"] = json!(
         "The pod to run, as a Deployment's pod template: its labels, annotations and spec. The \
          container named acontainer runs spec.image (added first if the template does not name \
-         it); restartPolicy, nodeName and ephemeralContainers are the operator's."
+         it); restartPolicy, nodeName and ephemeralContainers are the operator's. A change to \
+         it replaces the pod, once."
+    );
+    t["properties"]["metadata"]["description"] = json!(
+        "The pod's labels and annotations; its name (NAME-immortalpod) and namespace are the \
+         object's."
+    );
+    t["properties"]["spec"]["description"] = json!(
+        "The pod's spec, as a pod's but for restartPolicy, nodeName and ephemeralContainers. Any \
+         field may change: the pod is then replaced."
+    );
+    // The one field the v1.28 schema leaves undescribed.
+    let option = &mut t["properties"]["spec"]["properties"]["dnsConfig"]["properties"]["options"];
+    option["items"]["properties"]["value"]["description"] =
+        json!("The option's value, for an option that takes one (ndots: \"2\").");
+    t["properties"]["spec"]["properties"]["containers"]["description"] = json!(
+        "The pod's containers. The one named acontainer runs spec.image, and is added first when \
+         it is not named here; every other one needs its image. Containers may be added, removed \
+         or changed: the pod is then replaced."
     );
     let spec = t["properties"]["spec"]["properties"]
         .as_object_mut()
@@ -69,6 +88,49 @@ fn generate() -> Value {
         "message": "every container but acontainer needs an image (acontainer runs spec.image)"
     }]);
     t
+}
+
+/// What a pod's schema says of updating a live pod, untrue of a template (a change to it
+/// replaces the pod): dropped from every description.
+const LIVE_POD_ONLY: [&str; 5] = [
+    "This cannot be updated.",
+    "Cannot be updated.",
+    "Containers cannot currently be added or removed.",
+    "Init containers cannot currently be added or removed.",
+    "This field is immutable.",
+];
+
+/// Every description of `node` and below without what holds only of a live pod.
+fn reword(node: &mut Value) {
+    let Some(o) = node.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::String(d)) = o.get_mut("description") {
+        for sentence in LIVE_POD_ONLY {
+            while let Some(i) = d.find(sentence) {
+                // The space after it goes with it; the text before it loses its trailing space
+                // only when nothing follows.
+                let mut end = i + sentence.len();
+                if d[end..].starts_with(' ') {
+                    end += 1;
+                }
+                let start = if end == d.len() {
+                    d[..i].trim_end().len()
+                } else {
+                    i
+                };
+                d.replace_range(start..end, "");
+            }
+        }
+        *d = d.replace("This field is immutable and no changes", "No changes");
+    }
+    for (_, child) in o.iter_mut() {
+        match child {
+            Value::Object(_) => reword(child),
+            Value::Array(items) => items.iter_mut().for_each(reword),
+            _ => {}
+        }
+    }
 }
 
 /// `node` with every `$ref` inlined and only what a CRD schema may hold.
@@ -318,4 +380,87 @@ fn the_template_schema_is_structural() {
     let mut problems = Vec::new();
     check(&generate(), "template", &mut problems);
     assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// Every property of `node` and below, with its path (`spec.template.spec.containers`).
+fn properties<'a>(node: &'a Value, path: &str, out: &mut Vec<(String, &'a Value)>) {
+    for (p, s) in node["properties"].as_object().into_iter().flatten() {
+        let at = if path.is_empty() {
+            p.clone()
+        } else {
+            format!("{path}.{p}")
+        };
+        properties(s, &at, out);
+        out.push((at, s));
+    }
+    for k in ["items", "additionalProperties"] {
+        if let Some(s) = node.get(k).filter(|s| s.is_object()) {
+            properties(s, path, out);
+        }
+    }
+}
+
+/// What `kubectl explain immortalcontainer.FIELD` shows: every property says what it is, as it
+/// behaves here; none says "Cannot be updated", which a pod's schema says of a live pod while
+/// a change to a template replaces the pod.
+#[test]
+fn every_property_of_the_crd_has_a_description_and_none_says_it_cannot_be_updated() {
+    let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(root().join(CRD)).unwrap())
+        .expect("the CRD is YAML");
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for version in crd["spec"]["versions"].as_array().unwrap() {
+        let schema = &version["schema"]["openAPIV3Schema"];
+        let mut all = vec![(String::new(), schema)];
+        properties(schema, "", &mut all);
+        for (path, node) in all {
+            checked += 1;
+            let d = node["description"].as_str().unwrap_or("").trim();
+            let lower = d.to_lowercase();
+            if d.is_empty() {
+                problems.push(format!("{path}: no description"));
+            } else if lower.contains("cannot be updated")
+                || lower.contains("cannot currently be added or removed")
+                || lower.contains("this field is immutable")
+            {
+                problems.push(format!("{path}: {d}"));
+            }
+        }
+    }
+    assert!(checked > 500, "only {checked} properties found");
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// The Ready condition's reasons the CRD lists are the README's, the table users read.
+#[test]
+fn the_crd_names_the_ready_reasons_the_readme_explains() {
+    let crd: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root().join(CRD)).unwrap()).unwrap();
+    let reason = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        ["properties"]["conditions"]["items"]["properties"]["reason"]["description"]
+        .as_str()
+        .expect("a description of status.conditions[].reason")
+        .to_string();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let table = readme
+        .split("## What the status says")
+        .nth(1)
+        .expect("README: What the status says");
+    let mut readme_reasons: Vec<&str> = table
+        .lines()
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .filter(|r| r.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+        .collect();
+    // PodRunning is named in the text above the table, as the True reason.
+    readme_reasons.push("PodRunning");
+    readme_reasons.sort();
+    let mut crd_reasons: Vec<&str> = reason
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| readme_reasons.contains(w) || w.starts_with("Pod") && w.len() > 3)
+        .collect();
+    crd_reasons.sort();
+    crd_reasons.dedup();
+    assert_eq!(crd_reasons, readme_reasons, "in the CRD: {reason}");
 }

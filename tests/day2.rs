@@ -998,7 +998,7 @@ fn make_undeploy_with_objects_present_leaves_no_pod_or_namespace_terminating() {
         }
         false
     });
-    let (ok, out) = make(&c, &["undeploy"], Duration::from_secs(180));
+    let (ok, out) = make(&c, &["undeploy", "YES=1"], Duration::from_secs(180));
     stop.store(true, Ordering::Relaxed);
     assert!(
         reaper.join().unwrap(),

@@ -364,6 +364,17 @@ fn the_readme_s_demo_commands_do_what_it_says_and_make_run_without_a_kubeconfig_
     );
     let (ok, out) = demo.kubectl(&["get", "pod", "example-immortalpod"]);
     assert!(ok, "{out}");
+    // The first demo's logs are kept one run back, not overwritten.
+    for p in ["operator", "server"] {
+        let previous = fs::read_to_string(demo.dir.join(format!("{p}.log.1"))).unwrap_or_default();
+        assert!(!previous.is_empty(), "no {p}.log.1 after a second demo");
+    }
+    let first = fs::read_to_string(demo.dir.join("operator.log.1")).unwrap();
+    assert!(
+        first.contains("shutting down"),
+        "operator.log.1 is not the stopped run's:
+{first}"
+    );
     let (ok, out) = run(&mut sh(&demo.command("make demo-stop")), STEP_BOUND);
     assert!(ok && out.contains("stopped operator"), "{out}");
     assert_eq!(processes_in(&demo.dir), Vec::<String>::new());

@@ -114,11 +114,21 @@ fn flags_in(text: &str) -> Vec<String> {
     out
 }
 
-/// Whether a piece of code runs another tool, whose flags are that tool's business.
+/// Whether a piece of code runs another tool (the local clusters' included), whose flags are
+/// that tool's business.
 fn runs_another_tool(code: &str) -> bool {
     // `RUN` is the Dockerfile's instruction.
     [
-        "kubectl", "docker", "cargo", "valgrind", "drain ", "git ", "RUN ",
+        "kubectl",
+        "docker",
+        "cargo",
+        "valgrind",
+        "drain ",
+        "git ",
+        "RUN ",
+        "kind load",
+        "k3d ",
+        "minikube ",
     ]
     .iter()
     .any(|tool| code.contains(tool))
@@ -616,4 +626,123 @@ fn no_table_cell_starts_with_a_stray_colon() {
         }
     }
     assert!(stray.is_empty(), "{stray:#?}");
+}
+
+/// The README's set-up section promises no timings or test counts: they were measured once and
+/// went stale ("76 s", "6 min 41 s for 592 tests"). Figures live with what measures them.
+#[test]
+fn the_readme_set_up_names_no_measured_figures() {
+    let readme = read("README.md");
+    let setup = readme
+        .split("## Set up")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("## Set up in README.md");
+    let words: Vec<&str> = setup.split_whitespace().collect();
+    let mut figures = Vec::new();
+    for pair in words.windows(2) {
+        let number = pair[0].trim_start_matches(['(', '~']);
+        let unit = pair[1].trim_end_matches([',', '.', ';', ')', ':']);
+        let is_number =
+            !number.is_empty() && number.chars().all(|c| c.is_ascii_digit() || c == '.');
+        if is_number && ["s", "min", "minutes", "seconds", "tests"].contains(&unit) {
+            figures.push(format!("{} {}", pair[0], pair[1]));
+        }
+    }
+    assert!(
+        figures.is_empty(),
+        "README's Set up names figures no test keeps true: {figures:?}"
+    );
+}
+
+/// The commands docs/operating.md shows for loading an image into kind, k3d and minikube by
+/// hand are the ones `make load-image` runs.
+#[test]
+fn the_local_cluster_commands_the_docs_show_are_the_ones_make_load_image_runs() {
+    let operating = read("docs/operating.md");
+    let section = operating
+        .split("## Deploying to a local cluster")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("## Deploying to a local cluster in docs/operating.md");
+    for (tool, cluster, name) in [
+        ("kind", "kind", "kind"),
+        ("k3d", "k3d", "k3s-default"),
+        ("minikube", "minikube", "minikube"),
+    ] {
+        let shown = section
+            .lines()
+            .find(|l| l.starts_with(&format!("{tool} ")))
+            .unwrap_or_else(|| panic!("no {tool} command in the section"));
+        let out = Command::new("make")
+            .env_remove("MAKEFLAGS")
+            .env_remove("MFLAGS")
+            .env_remove("MAKELEVEL")
+            .args(["--no-print-directory", "-s", "-C", ROOT, "load-image"])
+            .args([
+                "IMG=immortal-operator:dev",
+                &format!("LOCAL_CLUSTER={cluster}"),
+            ])
+            .arg(format!("LOCAL_CLUSTER_NAME={name}"))
+            .args(["KIND=kind", "K3D=k3d", "MINIKUBE=minikube"])
+            // Printed, not run: the tools are `true` here.
+            .arg(format!("{}=true", tool.to_uppercase()))
+            .output()
+            .expect("make runs");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        let ran = printed
+            .lines()
+            .next()
+            .unwrap_or("")
+            .replacen("true", tool, 1);
+        assert_eq!(
+            shown.trim(),
+            ran,
+            "docs/operating.md and make load-image differ"
+        );
+    }
+}
+
+/// The kubectl lines that remove only the operator name every ClusterRole and
+/// ClusterRoleBinding config/rbac installs for it, and nothing people use the kind with.
+#[test]
+fn the_commands_that_remove_only_the_operator_name_its_cluster_wide_objects() {
+    let operating = read("docs/operating.md");
+    let named = |kind: &str| -> BTreeSet<String> {
+        operating
+            .lines()
+            .filter(|l| l.starts_with(&format!("kubectl delete {kind} ")))
+            .flat_map(|l| l.split_whitespace().skip(3).map(str::to_string))
+            .filter(|w| !w.starts_with('-'))
+            .collect()
+    };
+    let mut installed: BTreeSet<(String, String)> = BTreeSet::new();
+    for entry in fs::read_dir(Path::new(ROOT).join("config/rbac")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = fs::read_to_string(&path).unwrap();
+        let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let kind = doc["kind"].as_str().unwrap_or("").to_lowercase();
+        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if kind.starts_with("cluster") && !name.starts_with("immortalcontainer-") {
+            installed.insert((kind, name));
+        }
+    }
+    assert!(installed.len() >= 4, "{installed:?}");
+    for (kind, name) in &installed {
+        assert!(
+            named(kind).contains(name),
+            "docs/operating.md's removal of the operator leaves {kind} {name}"
+        );
+    }
+    for kind in ["clusterrole", "clusterrolebinding"] {
+        for name in named(kind) {
+            assert!(
+                installed.contains(&(kind.to_string(), name.clone())),
+                "docs/operating.md deletes {kind} {name}, which config/rbac does not install"
+            );
+        }
+    }
 }

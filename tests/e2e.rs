@@ -457,3 +457,125 @@ fn sigterm_makes_the_operator_exit_zero_within_5_seconds() {
         sent.elapsed()
     );
 }
+
+/// Where a rendered object goes: its RBAC path, for `kind` in `namespace`.
+fn rbac_path(kind: &str, namespace: &str) -> String {
+    let plural = match kind {
+        "Role" => "roles",
+        "RoleBinding" => "rolebindings",
+        other => panic!("not a namespaced RBAC kind: {other}"),
+    };
+    format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}")
+}
+
+/// One operator for a set of namespaces, allowed only what the namespaced RBAC of `make render
+/// NAMESPACES=a,b` grants: it runs as a ServiceAccount of the test's namespace, with that
+/// render's Roles and RoleBindings in a and b (and its Lease's Role, moved to the test's
+/// namespace with the account), on a token from a TokenRequest. Objects in a and b get their
+/// pods and have them replaced; one in a third namespace gets none; nothing the operator
+/// needs is refused. On a real cluster its authorizer decides the same.
+#[test]
+fn one_operator_serves_a_set_of_namespaces_with_only_their_roles() {
+    let c = Cluster::new("namespaces");
+    let (a, b, other) = (c.sibling("a"), c.sibling("b"), c.sibling("c"));
+    let rendered = common::render(&[&a.ns, &b.ns]);
+    let operator_ns = "immortalcontainers-operator";
+    let mut applied = 0;
+    for o in &rendered {
+        let kind = o["kind"].as_str().unwrap_or("");
+        if kind.starts_with("Cluster") {
+            assert_ne!(
+                o["metadata"]["name"], "immortal-operator",
+                "the namespaced render grants the cluster-wide {kind}"
+            );
+        }
+        let ns = o["metadata"]["namespace"].as_str().unwrap_or("");
+        let served = ns == a.ns || ns == b.ns;
+        if !matches!(kind, "Role" | "RoleBinding") || !(served || ns == operator_ns) {
+            continue;
+        }
+        // The account lives in the test's namespace, and so does the Lease.
+        let mut o = o.clone();
+        if ns == operator_ns {
+            o["metadata"]["namespace"] = json!(c.ns);
+        }
+        for s in o["subjects"].as_array_mut().into_iter().flatten() {
+            assert_eq!(s["namespace"], operator_ns, "{s}");
+            s["namespace"] = json!(c.ns);
+        }
+        let target = o["metadata"]["namespace"].as_str().unwrap().to_string();
+        c.api
+            .post(&rbac_path(kind, &target), &o)
+            .unwrap_or_else(|e| panic!("cannot create {kind} in {target}: {e}"));
+        applied += 1;
+    }
+    assert_eq!(
+        applied, 6,
+        "a Role and RoleBinding in a, b and for the Lease"
+    );
+    let token = c.service_account_token("immortal-operator");
+    let kubeconfig = c.token_kubeconfig("operator.kubeconfig", &token);
+    // A real authorizer learns new bindings from its cache: wait until they count.
+    let as_operator = common::Api::from_kubeconfig(&kubeconfig);
+    for ns in [&a.ns, &b.ns] {
+        let path = format!(
+            "/apis/{}/namespaces/{ns}/immortalcontainers",
+            common::GROUP_VERSION
+        );
+        wait_until(
+            c.timeout(Duration::from_secs(20)),
+            "the Role to count",
+            || {
+                as_operator
+                    .try_request("GET", &path, "", None)
+                    .map_err(|e| e.to_string())
+            },
+        );
+    }
+    let denied = as_operator.try_request(
+        "GET",
+        &format!("/api/v1/namespaces/{}/pods", other.ns),
+        "",
+        None,
+    );
+    assert_eq!(denied.err().and_then(|e| e.code()), Some(403));
+
+    let args = [
+        "--leader-elect".to_string(),
+        format!("--leader-election-namespace={}", c.ns),
+    ];
+    let op = Operator::start_serving(&c, &kubeconfig, &[&a, &b], &args, "operator.log");
+    for ns in [&a, &b, &other] {
+        ns.create_ic("web", &image());
+    }
+    let pod_a = a.wait_converged("web", 1, |_| Ok(()));
+    b.wait_converged("web", 1, |_| Ok(()));
+    // The watches of b work on their own: a deleted pod comes back.
+    let old = b.assert_converged("web", 1);
+    assert!(b.delete_pod(name(&old), uid(&old)));
+    b.wait_converged("web", 2, |p| {
+        (uid(p) != uid(&old))
+            .then_some(())
+            .ok_or("the old pod".into())
+    });
+    a.assert_converged("web", 1);
+    assert_eq!(uid(&a.assert_converged("web", 1)), uid(&pod_a));
+
+    // Served or not, it had time: nothing touches the third namespace's object.
+    std::thread::sleep(c.timeout(Duration::from_secs(2)));
+    let unserved = other.ic("web");
+    assert!(unserved["status"].is_null(), "status written: {unserved}");
+    assert_eq!(other.list_managed_pods().unwrap().len(), 0);
+    assert!(
+        op.log_says(&format!("\"namespace\":\"{},{}\"", a.ns, b.ns)),
+        "the starting line names the namespaces:\n{}",
+        op.log_tail(20)
+    );
+    let log = std::fs::read_to_string(op.log_path()).unwrap();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("\"level\":\"WARN\"") || l.contains("\"level\":\"ERROR\""))
+        .filter(|l| l.contains("denied") || l.contains("forbidden"))
+        .collect();
+    assert!(refused.is_empty(), "refused with its Roles: {refused:#?}");
+}

@@ -971,3 +971,300 @@ fn every_metric_an_alert_reads_is_one_the_operator_exports() {
     assert!(resources(&kustomization(&root().join("config/prometheus")))
         .contains(&"rules.yaml".to_string()));
 }
+
+/// The real kubectl, or a failing test saying how to get one (as the installer test does).
+fn real_kubectl() -> String {
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let probe = run_bounded(
+        Command::new(&kubectl).args(["version", "--client"]),
+        MAKE_BOUND,
+    );
+    assert!(
+        probe.is_ok_and(|(ok, _, _)| ok),
+        "`{kubectl} version --client` failed: this test renders config/ with kubectl's built-in \
+         kustomize; install kubectl or point KUBECTL at it"
+    );
+    kubectl
+}
+
+/// The rules of a role, each as (apiGroups, resources, verbs, resourceNames), sorted.
+fn rules(role: &Value) -> BTreeSet<String> {
+    seq_at(role, &["rules"])
+        .iter()
+        .map(|r| serde_yaml::to_string(r).unwrap())
+        .collect()
+}
+
+fn find<'a>(objs: &'a [Value], k: &str, n: &str, ns: Option<&str>) -> Option<&'a Value> {
+    objs.iter()
+        .find(|o| kind(o) == k && name(o) == n && str_at(o, &["metadata", "namespace"]) == ns)
+}
+
+/// Renders with the real kubectl: the namespaced mode grants in each served namespace what
+/// the ClusterRole grants cluster-wide, but for the CRD read no Role can grant, and nothing
+/// cluster-wide of pods or ImmortalContainers.
+#[test]
+fn a_render_for_a_set_of_namespaces_grants_the_cluster_roles_rules_in_each_and_nowhere_else() {
+    let kubectl = real_kubectl();
+    let dir = make_dir();
+    let render = |namespaces: &str| {
+        let nss = format!("NAMESPACES={namespaces}");
+        let (ok, out, err) = make_in(
+            &dir,
+            &[
+                "-s",
+                "render",
+                "IMG=example/op:v1",
+                &nss,
+                &format!("KUBECTL={kubectl}"),
+            ],
+            &[],
+        );
+        assert!(ok, "make render {nss} failed:\n{out}{err}");
+        let path = dir.join("rendered.yaml");
+        fs::write(&path, out).unwrap();
+        documents(&path)
+    };
+    let all = render("");
+    let some = render("team-a,team-b");
+    let cluster_role = find(&all, "ClusterRole", "immortal-operator", None).expect("ClusterRole");
+    let want: BTreeSet<String> = rules(cluster_role)
+        .into_iter()
+        .filter(|r| !r.contains("customresourcedefinitions"))
+        .collect();
+    assert!(want.len() >= 5, "{want:?}");
+
+    for gone in ["ClusterRole", "ClusterRoleBinding"] {
+        assert!(
+            find(&some, gone, "immortal-operator", None).is_none(),
+            "the namespaced render keeps the {gone} immortal-operator"
+        );
+    }
+    let operator_ns = str_at(
+        &kustomization(&root().join("config/default")),
+        &["namespace"],
+    )
+    .unwrap()
+    .to_string();
+    for ns in ["team-a", "team-b"] {
+        let role = find(&some, "Role", "immortal-operator", Some(ns))
+            .unwrap_or_else(|| panic!("no Role immortal-operator in {ns}"));
+        assert_eq!(rules(role), want, "the Role in {ns}");
+        let binding = find(&some, "RoleBinding", "immortal-operator", Some(ns))
+            .unwrap_or_else(|| panic!("no RoleBinding immortal-operator in {ns}"));
+        assert_eq!(str_at(binding, &["roleRef", "kind"]), Some("Role"));
+        assert_eq!(
+            str_at(binding, &["roleRef", "name"]),
+            Some("immortal-operator")
+        );
+        let subjects = seq_at(binding, &["subjects"]);
+        assert_eq!(subjects.len(), 1, "{subjects:?}");
+        assert_eq!(str_at(&subjects[0], &["name"]), Some("immortal-operator"));
+        assert_eq!(
+            str_at(&subjects[0], &["namespace"]),
+            Some(operator_ns.as_str()),
+            "the binding in {ns} must name the operator's own ServiceAccount"
+        );
+    }
+    // Everything else is the same, and the Deployment serves exactly those namespaces.
+    let ids = |objs: &[Value]| -> BTreeSet<(String, String, Option<String>)> {
+        objs.iter()
+            .map(|o| {
+                let ns = str_at(o, &["metadata", "namespace"]).map(str::to_string);
+                (kind(o).to_string(), name(o).to_string(), ns)
+            })
+            .collect()
+    };
+    let mut expected = ids(&all);
+    expected.retain(|(k, n, _)| !(k.starts_with("ClusterRole") && n == "immortal-operator"));
+    for ns in ["team-a", "team-b"] {
+        for k in ["Role", "RoleBinding"] {
+            expected.insert((k.into(), "immortal-operator".into(), Some(ns.into())));
+        }
+    }
+    assert_eq!(ids(&some), expected);
+    let args: Vec<&str> = seq_at(&containers(the_one(&some, "Deployment"))[0], &["args"])
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--namespace=team-a,team-b"), "{args:?}");
+    let args_all: Vec<&str> = seq_at(&containers(the_one(&all, "Deployment"))[0], &["args"])
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !args_all.iter().any(|a| a.starts_with("--namespace")),
+        "{args_all:?}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn render_refuses_namespaces_the_operator_would_refuse_naming_the_variable() {
+    let dir = make_dir();
+    let kubectl = fake_kubectl(&dir, "kind: Namespace\n", 0);
+    for (namespaces, says) in [
+        ("a,,b", "empty entry"),
+        ("a,", "empty entry"),
+        ("Team_A", "is not a namespace name"),
+        ("a,b,a", "names 'a' twice"),
+    ] {
+        let (ok, out, err) = make_in(
+            &dir,
+            &[
+                "render",
+                &format!("NAMESPACES={namespaces}"),
+                &format!("KUBECTL={kubectl}"),
+            ],
+            &[],
+        );
+        assert!(!ok, "NAMESPACES={namespaces} rendered:\n{out}");
+        assert!(
+            err.contains("NAMESPACES") && err.contains(says),
+            "{namespaces}: {err}"
+        );
+        assert!(
+            !dir.join("overlay.yaml").exists(),
+            "kubectl ran for {namespaces}"
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A kubectl that records every call in `calls` and answers: `kustomize` with one object, `get`
+/// of the CRD as found, of ImmortalContainers with two of them, `get -f` with the names,
+/// `config current-context` with `test`; everything else (delete, patch) says nothing.
+fn recording_kubectl(dir: &Path) -> (String, PathBuf) {
+    let calls = dir.join("calls");
+    let body = format!(
+        "echo \"$*\" >> '{calls}'\n\
+         case \"$*\" in\n\
+         kustomize*) printf 'kind: Namespace\\nmetadata:\\n  name: immortalcontainers-operator\\n' ;;\n\
+         'config current-context') echo test ;;\n\
+         *'get crd'*) ;;\n\
+         *'get immortalcontainers'*'--no-headers'*) printf 'default a\\ndefault b\\n' ;;\n\
+         *'get immortalcontainers'*) printf 'NAMESPACE NAME\\ndefault a\\ndefault b\\n' ;;\n\
+         *'get -f'*) echo namespace/immortalcontainers-operator ;;\n\
+         esac",
+        calls = calls.display()
+    );
+    (fake_program(dir, "kubectl", &body), calls)
+}
+
+#[test]
+fn undeploy_and_uninstall_say_what_goes_and_delete_only_when_told() {
+    for target in ["undeploy", "uninstall"] {
+        let dir = make_dir();
+        let (kubectl, calls) = recording_kubectl(&dir);
+        let kubectl_arg = format!("KUBECTL={kubectl}");
+        // No terminal (the test's stdin is /dev/null) and no YES=1: nothing is deleted.
+        let (ok, out, err) = make_in(&dir, &[target, &kubectl_arg], &[]);
+        assert!(!ok, "make {target} went on unasked:\n{out}{err}");
+        assert!(
+            out.contains("every ImmortalContainer in every namespace (2)")
+                && out.contains("default b")
+                && out.contains("context 'test'"),
+            "make {target} did not say what goes:\n{out}"
+        );
+        assert!(
+            err.contains("nothing deleted") && err.contains("YES=1"),
+            "{err}"
+        );
+        let made = fs::read_to_string(&calls).unwrap_or_default();
+        assert!(!made.contains("delete"), "make {target} deleted:\n{made}");
+        if target == "undeploy" {
+            assert!(out.contains("make undeploy-operator"), "{out}");
+        }
+
+        let (ok, out, err) = make_in(&dir, &[target, &kubectl_arg, "YES=1"], &[]);
+        assert!(ok, "make {target} YES=1:\n{out}{err}");
+        let made = fs::read_to_string(&calls).unwrap_or_default();
+        assert!(
+            made.contains("delete"),
+            "make {target} YES=1 deleted nothing:\n{made}"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn undeploy_operator_keeps_the_crd_the_objects_and_the_roles_people_use_them_with() {
+    let real = real_kubectl();
+    let dir = make_dir();
+    // The real kubectl renders; the delete's file is kept for the test to read.
+    let kept = dir.join("deleted.yaml");
+    let body = format!(
+        "case \"$1\" in\n\
+         kustomize) exec {real} \"$@\" ;;\n\
+         delete) [ \"$2\" = -f ] && cp \"$3\" '{kept}'; echo \"delete $*\" >> '{calls}' ;;\n\
+         esac",
+        kept = kept.display(),
+        calls = dir.join("calls").display(),
+    );
+    let kubectl = fake_program(&dir, "kubectl", &body);
+    let (ok, out, err) = make_in(
+        &dir,
+        &["undeploy-operator", &format!("KUBECTL={kubectl}")],
+        &[],
+    );
+    assert!(ok, "make undeploy-operator:\n{out}{err}");
+    let deleted = documents(&kept);
+    let all = objects(&root().join("config/default"));
+    for o in &all {
+        let kept_here =
+            kind(o) == "CustomResourceDefinition" || name(o).starts_with("immortalcontainer-");
+        let gone = deleted.iter().any(|d| id(d) == id(o));
+        assert_eq!(gone, !kept_here, "{:?}: deleted {gone}", id(o));
+    }
+    let calls = fs::read_to_string(dir.join("calls")).unwrap();
+    assert!(
+        calls.contains("roles,rolebindings") && calls.contains("metadata.name=immortal-operator"),
+        "the served namespaces' Roles are not removed: {calls}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn load_image_runs_each_local_cluster_tool_as_its_documentation_says() {
+    let dir = make_dir();
+    let echo = fake_program(&dir, "tool", "echo \"ran: $*\"");
+    for (cluster, name, want) in [
+        ("kind", "", "ran: load docker-image example/op:dev"),
+        (
+            "kind",
+            "dev",
+            "ran: load docker-image example/op:dev --name dev",
+        ),
+        ("k3d", "", "ran: image import example/op:dev"),
+        (
+            "k3d",
+            "dev",
+            "ran: image import example/op:dev --cluster dev",
+        ),
+        ("minikube", "", "ran: image load example/op:dev"),
+        (
+            "minikube",
+            "dev",
+            "ran: image load example/op:dev --profile dev",
+        ),
+    ] {
+        let (ok, out, err) = make_in(
+            &dir,
+            &[
+                "load-image",
+                "IMG=example/op:dev",
+                &format!("LOCAL_CLUSTER={cluster}"),
+                &format!("LOCAL_CLUSTER_NAME={name}"),
+                &format!("KIND={echo}"),
+                &format!("K3D={echo}"),
+                &format!("MINIKUBE={echo}"),
+            ],
+            &[],
+        );
+        assert!(ok, "{cluster}: {out}{err}");
+        assert!(out.lines().any(|l| l == want), "{cluster} {name:?}: {out}");
+    }
+    let (ok, _, err) = make_in(&dir, &["load-image", "LOCAL_CLUSTER=docker-desktop"], &[]);
+    assert!(!ok && err.contains("none of kind, k3d, minikube"), "{err}");
+    let _ = fs::remove_dir_all(&dir);
+}

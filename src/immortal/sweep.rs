@@ -35,7 +35,7 @@ fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
     Some(types::key(&meta.namespace, name))
 }
 
-/// [`sweep`], and one log line saying how it went.
+/// [`sweep`] of one namespace (or all), and one log line saying how it went.
 pub fn run<H: Hint>(
     client: &Client,
     namespace: Option<&str>,
@@ -43,15 +43,16 @@ pub fn run<H: Hint>(
     quit: &Receiver<()>,
 ) {
     let started = Instant::now();
+    let shown = namespace.unwrap_or("(all)");
     match sweep(client, namespace, queue, quit) {
         Ok(s) => log::info!(
             target: "sweep",
-            pods = s.pods as u64, pages = s.pages as u64, found = s.found as u64,
+            namespace = shown, pods = s.pods as u64, pages = s.pages as u64, found = s.found as u64,
             elapsed_ms = started.elapsed().as_millis() as u64;
             "swept every pod's metadata for our finalizer"
         ),
         Err(e) => log::warn!(
-            target: "sweep", error = e.to_string().as_str();
+            target: "sweep", namespace = shown, error = e.to_string().as_str();
             "cannot sweep pods for our finalizer (a pod that lost our label while the operator was down may stay Terminating; the next start sweeps again)"
         ),
     }

@@ -1,76 +1,102 @@
 //! Whether each watch is live: the watchers record when a stream opens, closes and hears from
-//! the server; `/readyz` and the metrics read it.
+//! the server; `/readyz` and the metrics read it. A watch is one resource in one namespace, or
+//! in all of them: serving a set of namespaces takes a watch of each resource per namespace.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// One watched resource's moments, in Unix milliseconds.
-#[derive(Default)]
-struct Watch {
+/// One watch and its moments, in Unix milliseconds.
+#[derive(Debug)]
+pub struct Watch {
+    /// The resource's short name (`pod`, `immortalcontainer`).
+    pub resource: &'static str,
+    /// `None` for a watch of every namespace.
+    pub namespace: Option<&'static str>,
     /// The last event or bookmark; 0 = never.
     last_heard_ms: AtomicU64,
     /// Since when no stream has been open; 0 while one is.
     down_since_ms: AtomicU64,
 }
 
-static WATCHES: Mutex<BTreeMap<&'static str, &'static Watch>> = Mutex::new(BTreeMap::new());
+static WATCHES: Mutex<BTreeMap<(&'static str, Option<&'static str>), &'static Watch>> =
+    Mutex::new(BTreeMap::new());
 
-fn watch(resource: &'static str) -> &'static Watch {
+/// The watch of `resource` in `namespace` (`None`: all), the same one every time it is asked
+/// for. One leaked allocation per watch (two per served namespace), so that updates afterwards
+/// take no lock.
+pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch {
     let mut w = WATCHES.lock().unwrap_or_else(|p| p.into_inner());
-    // One leaked allocation per watched resource (two in all), so lock-free updates afterwards.
-    w.entry(resource)
-        .or_insert_with(|| Box::leak(Box::default()))
+    if let Some(found) = w.get(&(resource, namespace)) {
+        return found;
+    }
+    let namespace = namespace.map(|ns| &*Box::leak(ns.into()));
+    let new: &'static Watch = Box::leak(Box::new(Watch {
+        resource,
+        namespace,
+        last_heard_ms: AtomicU64::new(0),
+        down_since_ms: AtomicU64::new(0),
+    }));
+    w.insert((resource, namespace), new);
+    new
 }
 
-/// Every resource a watcher has reported on, and how long since the server last spoke on its
-/// watch (`None`: never).
-pub fn silences() -> Vec<(&'static str, Option<Duration>)> {
-    let watches = WATCHES.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    watches
-        .into_iter()
-        .map(|(r, s)| {
-            let last = s.last_heard_ms.load(Relaxed);
-            let silence = Duration::from_millis(unix_ms().saturating_sub(last));
-            (r, (last != 0).then_some(silence))
-        })
-        .collect()
+/// Every watch a watcher or the probes asked for, in order of resource and namespace.
+pub fn watches() -> Vec<&'static Watch> {
+    let w = WATCHES.lock().unwrap_or_else(|p| p.into_inner());
+    w.values().copied().collect()
 }
 
-/// A watch stream of this resource was opened.
-pub fn opened(resource: &'static str) {
-    let s = watch(resource);
-    s.down_since_ms.store(0, Relaxed);
-    s.last_heard_ms.store(unix_ms(), Relaxed);
+impl Watch {
+    /// A stream of this watch was opened.
+    pub fn opened(&self) {
+        self.down_since_ms.store(0, Relaxed);
+        self.last_heard_ms.store(unix_ms(), Relaxed);
+    }
+
+    /// The stream ended, or could not be opened: down from now, unless it was.
+    pub fn closed(&self) {
+        let _ = self
+            .down_since_ms
+            .compare_exchange(0, unix_ms(), Relaxed, Relaxed);
+    }
+
+    /// The server said something on this watch (an event or a bookmark) or a list completed:
+    /// the connection is alive.
+    pub fn heard(&self) {
+        self.last_heard_ms.store(unix_ms(), Relaxed);
+    }
+
+    /// How long since the server last spoke on this watch (`None`: never).
+    pub fn silence(&self) -> Option<Duration> {
+        let last = self.last_heard_ms.load(Relaxed);
+        (last != 0).then(|| Duration::from_millis(unix_ms().saturating_sub(last)))
+    }
+
+    /// How long this watch has not been live, `None` while it is. Live: a stream is open and
+    /// the server was heard within `idle`.
+    pub fn down_for(&self, idle: Duration) -> Option<Duration> {
+        let heard = self.last_heard_ms.load(Relaxed);
+        let down = self.down_since_ms.load(Relaxed);
+        let quiet_from = heard.saturating_add(idle.as_millis() as u64);
+        let since = match down {
+            0 => quiet_from,
+            d => d.min(quiet_from),
+        };
+        let now = unix_ms();
+        (now > since).then(|| Duration::from_millis(now - since))
+    }
 }
 
-/// This resource's watch stream ended, or could not be opened: down from now, unless it was.
-pub fn closed(resource: &'static str) {
-    let _ = watch(resource)
-        .down_since_ms
-        .compare_exchange(0, unix_ms(), Relaxed, Relaxed);
-}
-
-/// The server said something on this resource's watch (an event or a bookmark) or a list
-/// completed: the connection is alive.
-pub fn heard(resource: &'static str) {
-    watch(resource).last_heard_ms.store(unix_ms(), Relaxed);
-}
-
-/// How long this resource's watch has not been live, `None` while it is. Live: a stream is
-/// open and the server was heard within `idle`.
-pub fn down_for(resource: &'static str, idle: Duration) -> Option<Duration> {
-    let s = watch(resource);
-    let heard = s.last_heard_ms.load(Relaxed);
-    let down = s.down_since_ms.load(Relaxed);
-    let quiet_from = heard.saturating_add(idle.as_millis() as u64);
-    let since = match down {
-        0 => quiet_from,
-        d => d.min(quiet_from),
-    };
-    let now = unix_ms();
-    (now > since).then(|| Duration::from_millis(now - since))
+impl std::fmt::Display for Watch {
+    /// `pod watch`, or `pod watch in namespace team-a`, as `/readyz` says which is not live.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.namespace {
+            None => write!(f, "{} watch", self.resource),
+            Some(ns) => write!(f, "{} watch in namespace {ns}", self.resource),
+        }
+    }
 }
 
 fn unix_ms() -> u64 {
@@ -87,28 +113,45 @@ mod tests {
 
     #[test]
     fn a_watch_is_live_while_open_and_heard_within_the_idle_limit() {
-        let r = "liveness-test-resource";
+        let w = watch("liveness-test-resource", None);
         let idle = Duration::from_millis(200);
         let opened_at = Instant::now();
-        opened(r);
-        assert_eq!(down_for(r, idle), None);
+        w.opened();
+        assert_eq!(w.down_for(idle), None);
         std::thread::sleep(Duration::from_millis(300));
         // Open but silent for longer than the limit: down since the limit ran out.
-        let d = down_for(r, idle).expect("silent");
+        let d = w.down_for(idle).expect("silent");
         let silent = opened_at.elapsed();
         assert!(
             d >= Duration::from_millis(90) && d + idle <= silent + Duration::from_millis(5),
             "{d:?} down after {silent:?} of silence"
         );
-        heard(r);
-        assert_eq!(down_for(r, idle), None);
+        w.heard();
+        assert_eq!(w.down_for(idle), None);
         // Closed: down at once, and a later close does not move the moment.
-        closed(r);
+        w.closed();
         std::thread::sleep(Duration::from_millis(50));
-        closed(r);
-        let d = down_for(r, idle).expect("closed");
+        w.closed();
+        let d = w.down_for(idle).expect("closed");
         assert!(d >= Duration::from_millis(40), "{d:?}");
-        opened(r);
-        assert_eq!(down_for(r, idle), None);
+        w.opened();
+        assert_eq!(w.down_for(idle), None);
+    }
+
+    #[test]
+    fn each_namespace_has_a_watch_of_its_own_and_asking_again_finds_it() {
+        let r = "liveness-test-namespaces";
+        let (a, b, all) = (watch(r, Some("a")), watch(r, Some("b")), watch(r, None));
+        assert!(std::ptr::eq(a, watch(r, Some("a"))));
+        assert!(!std::ptr::eq(a, b) && !std::ptr::eq(a, all));
+        a.opened();
+        b.closed();
+        let idle = Duration::from_secs(60);
+        assert_eq!(a.down_for(idle), None);
+        assert!(b.down_for(idle).is_some());
+        assert_eq!(a.to_string(), format!("{r} watch in namespace a"));
+        assert_eq!(all.to_string(), format!("{r} watch"));
+        let listed = watches();
+        assert!(listed.iter().any(|w| std::ptr::eq(*w, b)));
     }
 }

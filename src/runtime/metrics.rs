@@ -2,7 +2,7 @@
 //! unchanged, exported in Prometheus text format 0.0.4 by `prometheus-client`. Recording is a few
 //! atomic operations (or one short lock for labelled counters); nothing is formatted until then.
 
-use crate::runtime::liveness;
+use crate::runtime::liveness::{self, Watch};
 use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
@@ -48,6 +48,9 @@ pub enum Restart {
 const REASONS: [&str; 4] = ["closed", "expired", "stalled", "error"];
 
 type Labels<const N: usize> = [(&'static str, &'static str); N];
+/// A watch's labels: `resource`, and `watch_namespace` when it watches one namespace (a
+/// `namespace` label would clash with the one Prometheus gives every scraped series).
+type WatchLabels = Vec<(&'static str, &'static str)>;
 
 struct Metrics {
     started: Instant,
@@ -62,8 +65,8 @@ struct Metrics {
     /// By method and code: the host label is only known when rendering.
     requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
     leader: Gauge,
-    watch_restarts: Family<Labels<2>, Counter>,
-    watch_relists: Family<Labels<1>, Counter>,
+    watch_restarts: Family<WatchLabels, Counter>,
+    watch_relists: Family<WatchLabels, Counter>,
     pods_created: Family<Labels<1>, Counter>,
     /// The Event recorder's own running total.
     events_dropped: AtomicU64,
@@ -148,17 +151,24 @@ pub fn set_leader(is_leader: bool) {
     metrics().leader.set(is_leader as i64);
 }
 
-pub fn watch_restarted(resource: &'static str, why: Restart) {
-    metrics()
-        .watch_restarts
-        .get_or_create(&[("resource", resource), ("reason", REASONS[why as usize])])
-        .inc();
+pub fn watch_restarted(watch: &Watch, why: Restart) {
+    let mut labels = watch_labels(watch);
+    labels.push(("reason", REASONS[why as usize]));
+    metrics().watch_restarts.get_or_create(&labels).inc();
 }
-pub fn watch_relisted(resource: &'static str) {
+pub fn watch_relisted(watch: &Watch) {
     metrics()
         .watch_relists
-        .get_or_create(&[("resource", resource)])
+        .get_or_create(&watch_labels(watch))
         .inc();
+}
+
+fn watch_labels(watch: &Watch) -> WatchLabels {
+    let mut labels = vec![("resource", watch.resource)];
+    if let Some(ns) = watch.namespace {
+        labels.push(("watch_namespace", ns));
+    }
+    labels
 }
 
 /// The whole registry in Prometheus text exposition format 0.0.4; `host` is the API server's,
@@ -261,39 +271,42 @@ impl prometheus_client::collector::Collector for Scrape {
         }
         write_family(&mut e, "leader_election_master_status", "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master", &[("name", "immortal-operator")], &m.leader)?;
 
-        // Every watched resource shows every restart reason, from zero.
-        let watches = liveness::silences();
-        for (resource, _) in &watches {
+        // Every watch shows every restart reason, from zero.
+        let watches = liveness::watches();
+        for w in &watches {
             for reason in REASONS {
-                let _ = m
-                    .watch_restarts
-                    .get_or_create(&[("resource", resource), ("reason", reason)]);
+                let mut labels = watch_labels(w);
+                labels.push(("reason", reason));
+                let _ = m.watch_restarts.get_or_create(&labels);
             }
-            let _ = m.watch_relists.get_or_create(&[("resource", resource)]);
+            let _ = m.watch_relists.get_or_create(&watch_labels(w));
         }
         write_family(
             &mut e,
             "immortal_watch_restarts",
-            "Watch streams re-opened, per resource and why the last one ended",
+            "Watch streams re-opened, per watch and why the last one ended",
             &[],
             &m.watch_restarts,
         )?;
         write_family(
             &mut e,
             "immortal_watch_relists",
-            "Full relists, per resource",
+            "Full relists, per watch",
             &[],
             &m.watch_relists,
         )?;
         let mut ages = e.encode_descriptor(
             "immortal_watch_last_event_age_seconds",
-            "Seconds since the last watch event or bookmark, per resource",
+            "Seconds since the last watch event or bookmark, per watch",
             None,
             MetricType::Gauge,
         )?;
-        for (resource, silence) in watches {
-            let age = silence.unwrap_or_else(|| m.started.elapsed()).as_secs_f64();
-            ConstGauge::new(age).encode(ages.encode_family(&[("resource", resource)])?)?;
+        for w in watches {
+            let age = w
+                .silence()
+                .unwrap_or_else(|| m.started.elapsed())
+                .as_secs_f64();
+            ConstGauge::new(age).encode(ages.encode_family(&watch_labels(w))?)?;
         }
         let help = format!(
             "Events not written because the Event writer was {} behind (best effort, as client-go)",
@@ -340,8 +353,9 @@ mod tests {
     fn renders_controller_runtime_names_and_labels() {
         record_request("GET", 200);
         record_reconcile("success", Duration::from_millis(3));
-        liveness::heard("pod");
-        watch_restarted("pod", Restart::Stalled);
+        let pods = liveness::watch("pod", None);
+        pods.heard();
+        watch_restarted(pods, Restart::Stalled);
         let text = render("127.0.0.1:6443");
         assert!(
             text.contains("immortal_watch_restarts_total{resource=\"pod\",reason=\"stalled\"} 1\n")
@@ -356,5 +370,20 @@ mod tests {
         assert!(text.contains("controller_runtime_reconcile_time_seconds_bucket{controller=\"immortalcontainer\",le=\"0.005\"}"));
         assert!(text.contains("workqueue_depth{name=\"immortalcontainer\"}"));
         assert!(text.contains("immortal_watch_last_event_age_seconds{resource=\"pod\"}"));
+    }
+
+    #[test]
+    fn a_watch_of_one_namespace_is_labelled_with_it() {
+        let w = liveness::watch("metrics-test", Some("team-a"));
+        w.heard();
+        watch_relisted(w);
+        let text = render("h");
+        assert!(text.contains(
+            "immortal_watch_relists_total{resource=\"metrics-test\",watch_namespace=\"team-a\"} 1\n"
+        ));
+        assert!(text.contains("immortal_watch_restarts_total{resource=\"metrics-test\",watch_namespace=\"team-a\",reason=\"closed\"} 0\n"));
+        assert!(text.contains(
+            "immortal_watch_last_event_age_seconds{resource=\"metrics-test\",watch_namespace=\"team-a\"}"
+        ));
     }
 }

@@ -291,8 +291,9 @@ fn decode(a: Answer) -> Result<Value, Error> {
 
 /// Which API server a test talks to.
 enum Backend {
-    /// A fresh in-memory server, owned by the test; fault injection available.
-    TestServer(TestServer),
+    /// A fresh in-memory server, owned by the test (shared with its [`Cluster::sibling`]s);
+    /// fault injection available.
+    TestServer(Arc<TestServer>),
     /// A real cluster shared by every test of the run.
     Real,
 }
@@ -343,7 +344,7 @@ impl Cluster {
                 let server = TestServer::start(opts)
                     .unwrap_or_else(|e| panic!("cannot start the test server: {e}"));
                 let path = server.kubeconfig_path();
-                (Backend::TestServer(server), path)
+                (Backend::TestServer(Arc::new(server)), path)
             }
         };
         let api = Api::from_kubeconfig(&kubeconfig);
@@ -365,11 +366,91 @@ impl Cluster {
         cluster
     }
 
+    /// Another namespace of the same cluster, `NS-TAG` after this one's, with every helper
+    /// of its own, deleted when dropped as this one is: for scenarios that span namespaces.
+    pub fn sibling(&self, tag: &str) -> Cluster {
+        let mut base = self.ns.clone();
+        base.truncate(63 - tag.len() - 1);
+        let ns = format!("{}-{tag}", base.trim_end_matches('-'));
+        let dir = scratch_root().join(&ns);
+        create_scratch(&dir);
+        let backend = match &self.backend {
+            Backend::TestServer(s) => Backend::TestServer(s.clone()),
+            Backend::Real => Backend::Real,
+        };
+        let sibling = Cluster {
+            backend,
+            api: self.api.clone(),
+            ns,
+            kubeconfig: self.kubeconfig.clone(),
+            dir,
+        };
+        sibling
+            .api
+            .post(
+                "/api/v1/namespaces",
+                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": sibling.ns}}),
+            )
+            .unwrap_or_else(|e| panic!("cannot create namespace {}: {e}", sibling.ns));
+        sibling
+    }
+
+    /// A ServiceAccount `name` in this namespace and a token for it (a TokenRequest, as
+    /// `kubectl create token` asks, valid an hour).
+    pub fn service_account_token(&self, name: &str) -> String {
+        let accounts = format!("/api/v1/namespaces/{}/serviceaccounts", self.ns);
+        self.api
+            .post(
+                &accounts,
+                &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+            )
+            .unwrap_or_else(|e| panic!("cannot create ServiceAccount {name}: {e}"));
+        let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600}});
+        let answer = self
+            .api
+            .post(&format!("{accounts}/{name}/token"), &request)
+            .unwrap_or_else(|e| panic!("cannot get a token for ServiceAccount {name}: {e}"));
+        answer["status"]["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a TokenRequest without a token: {answer}"))
+            .to_string()
+    }
+
+    /// A copy of the cluster's kubeconfig in the test's directory, named `name`, whose current
+    /// context's user authenticates with `token` instead (the cluster, CA and proxy kept).
+    pub fn token_kubeconfig(&self, name: &str, token: &str) -> PathBuf {
+        let path = self.edited_kubeconfig(name, |_| {});
+        let text = fs::read_to_string(&path).unwrap();
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let context = config["current-context"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let user = config["contexts"]
+            .as_sequence()
+            .and_then(|cs| cs.iter().find(|c| c["name"].as_str() == Some(&context)))
+            .and_then(|c| c["context"]["user"].as_str())
+            .unwrap_or_else(|| panic!("no user for current-context {context:?}"))
+            .to_string();
+        let entry = config
+            .get_mut("users")
+            .and_then(|u| u.as_sequence_mut())
+            .and_then(|us| us.iter_mut().find(|u| u["name"].as_str() == Some(&user)))
+            .unwrap_or_else(|| panic!("no user {user:?}"));
+        let mut body = serde_yaml::Mapping::new();
+        body.insert("token".into(), token.into());
+        entry["user"] = serde_yaml::Value::Mapping(body);
+        fs::write(&path, serde_yaml::to_string(&config).unwrap())
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        path
+    }
+
     /// The test server, or `None` (after printing why the scenario is skipped) on a real
     /// cluster.
     pub fn test_server_or_skip(&self, scenario: &str) -> Option<&TestServer> {
         match &self.backend {
-            Backend::TestServer(s) => Some(s),
+            Backend::TestServer(s) => Some(&**s),
             Backend::Real => {
                 eprintln!("SKIPPED: needs the test server ({scenario} injects faults)");
                 None
@@ -380,7 +461,7 @@ impl Cluster {
     /// The test server when there is one, without printing anything.
     pub fn test_server(&self) -> Option<&TestServer> {
         match &self.backend {
-            Backend::TestServer(s) => Some(s),
+            Backend::TestServer(s) => Some(&**s),
             Backend::Real => None,
         }
     }
@@ -1180,7 +1261,8 @@ pub fn wait_until_every<T>(
 pub struct Operator {
     child: Option<Child>,
     kubeconfig: PathBuf,
-    ns: String,
+    /// What it serves (`--namespace`).
+    namespaces: Vec<String>,
     extra_args: Vec<String>,
     log: PathBuf,
     runs: u32,
@@ -1209,10 +1291,22 @@ impl Operator {
         extra_args: &[String],
         log_name: &str,
     ) -> Operator {
+        Operator::start_serving(cluster, kubeconfig, &[cluster], extra_args, log_name)
+    }
+
+    /// [`Operator::start_as`], serving the namespaces of `served` (`--namespace a,b`) instead
+    /// of the cluster's; its log goes to the cluster's scratch directory.
+    pub fn start_serving(
+        cluster: &Cluster,
+        kubeconfig: &Path,
+        served: &[&Cluster],
+        extra_args: &[String],
+        log_name: &str,
+    ) -> Operator {
         let mut op = Operator {
             child: None,
             kubeconfig: kubeconfig.to_path_buf(),
-            ns: cluster.ns.clone(),
+            namespaces: served.iter().map(|c| c.ns.clone()).collect(),
             extra_args: extra_args.to_vec(),
             log: cluster.dir().join(log_name),
             runs: 0,
@@ -1237,7 +1331,12 @@ impl Operator {
         let child = Command::new(operator_binary())
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["--namespace", &self.ns, "--log-format", "json"])
+            .args([
+                "--namespace",
+                &self.namespaces.join(","),
+                "--log-format",
+                "json",
+            ])
             // Tests run side by side: the default :8080/:8081 listeners would collide.
             .args([
                 "--metrics-bind-address",
@@ -1324,29 +1423,25 @@ impl Operator {
 }
 
 impl Operator {
-    /// The pods of the operator's namespace that still hold our counting finalizer (whatever
+    /// The pods of the operator's namespaces that still hold our counting finalizer (whatever
     /// their labels), `None` when they cannot be listed.
     fn holding_pods(&self) -> Option<Vec<String>> {
-        let list = self
-            .api
-            .try_request(
-                "GET",
-                &format!("/api/v1/namespaces/{}/pods", self.ns),
-                "",
-                None,
-            )
-            .ok()?;
-        Some(
-            items(list)
-                .iter()
-                .filter(|p| {
-                    p["metadata"]["finalizers"]
-                        .as_array()
-                        .is_some_and(|f| f.iter().any(|f| f == COUNT_FINALIZER))
-                })
-                .map(|p| format!("{} (uid {})", name(p), uid(p)))
-                .collect(),
-        )
+        let mut held = Vec::new();
+        for ns in &self.namespaces {
+            let path = format!("/api/v1/namespaces/{ns}/pods");
+            let list = self.api.try_request("GET", &path, "", None).ok()?;
+            held.extend(
+                items(list)
+                    .iter()
+                    .filter(|p| {
+                        p["metadata"]["finalizers"]
+                            .as_array()
+                            .is_some_and(|f| f.iter().any(|f| f == COUNT_FINALIZER))
+                    })
+                    .map(|p| format!("{ns}/{} (uid {})", name(p), uid(p))),
+            );
+        }
+        Some(held)
     }
 }
 
@@ -1369,7 +1464,7 @@ impl Drop for Operator {
                 self.sigkill();
                 panic!(
                     "pods of {} still hold {COUNT_FINALIZER} {:?} after the scenario:\n{}",
-                    self.ns,
+                    self.namespaces.join(","),
                     held,
                     self.log_tail(40)
                 );
@@ -1424,4 +1519,39 @@ fn random_suffix() -> String {
             .map_or(0, |d| d.as_nanos()),
     );
     format!("{:08x}", h.finish() as u32)
+}
+
+/// The objects `make render NAMESPACES=...` prints: what `make deploy` would apply for an
+/// operator serving `namespaces` (none: every namespace). Needs make and kubectl, as the
+/// Makefile's render does.
+pub fn render(namespaces: &[&str]) -> Vec<Value> {
+    let out = Command::new("make")
+        // Under `make test` the outer make's flags would reach this one.
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
+        .args([
+            "--no-print-directory",
+            "-s",
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+        ])
+        .args(["render", "IMG=immortal-operator:e2e"])
+        .arg(format!("NAMESPACES={}", namespaces.join(",")))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run make render: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "make render failed (it needs kubectl):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            <Value as serde::Deserialize>::deserialize(doc)
+                .unwrap_or_else(|e| panic!("make render printed no YAML: {e}"))
+        })
+        .filter(|v| !v.is_null())
+        .collect()
 }

@@ -23,6 +23,7 @@ use crate::store::{
 };
 use crate::strategy;
 use crate::table;
+use crate::token;
 use crate::util;
 use crate::validate;
 use serde_json::{json, Map, Value};
@@ -204,10 +205,15 @@ fn handle_route(
     }
 
     let authorized = {
-        let users = shared.users.read().unwrap_or_else(|e| e.into_inner());
-        match users.authenticate(req.header("authorization")) {
-            None => Err(ApiError::Unauthorized),
-            Some(user) => match &route {
+        // Cloned out, so that no store lock is taken under the users' lock.
+        let user = shared
+            .users
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .authenticate(req.header("authorization"))
+            .cloned();
+        match user {
+            Some(user) if user.valid(util::unix_now(), || shared.read()) => match &route {
                 Route::Resource(t) => {
                     let attrs = Attributes {
                         verb,
@@ -217,14 +223,15 @@ fn handle_route(
                         namespace: t.namespace.as_deref(),
                         name: t.name.as_deref(),
                     };
-                    if user.allows(verb, &attrs.rule_resource()) {
-                        Ok(user.name.clone())
+                    if user.allows(&attrs.ask(), || shared.read()) {
+                        Ok(user.name)
                     } else {
                         Err(attrs.forbidden(&user.name))
                     }
                 }
-                _ => Ok(user.name.clone()),
+                _ => Ok(user.name),
             },
+            _ => Err(ApiError::Unauthorized),
         }
     };
     let user = match authorized {
@@ -252,6 +259,7 @@ fn handle_route(
             .ok_or_else(not_served),
         Route::Unknown => Err(not_served()),
         Route::Resource(t) if review::serves(&t) => review::handle(shared, req, &t, verb),
+        Route::Resource(t) if token::serves(&t) => token::request(shared, req, &t, verb),
         Route::Resource(t) => match verb {
             "create" if t.sub.as_deref() == Some("eviction") => evict(shared, req, &t),
             "get" => get(shared, req, &t),

@@ -109,6 +109,18 @@ pub fn resource_list(group: &str, version: &str, defs: &[Arc<ResourceDef>]) -> O
                 "verbs": ["create"],
             }));
         }
+        if d.class == Class::ServiceAccount {
+            // `kubectl create token`'s TokenRequest, of its own group and version.
+            resources.push(json!({
+                "name": "serviceaccounts/token",
+                "singularName": "",
+                "namespaced": true,
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+                "verbs": ["create"],
+            }));
+        }
         if d.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", d.plural),

@@ -5,7 +5,7 @@
 /// may name (`crate::m`) only modules listed after it.
 const LAYERS: &[&[&str]] = &[
     // Serving requests: connections, routing and verbs, then one kind of request each.
-    &["server", "api", "review", "watch"],
+    &["server", "api", "review", "token", "watch"],
     // What the handlers pass each other.
     &["reply", "route"],
     // The simulated cluster.
@@ -29,6 +29,7 @@ const LAYERS: &[&[&str]] = &[
         "discovery",
         "openapi",
         "auth",
+        "rbac",
         "faults",
         "cost",
         "http",

@@ -34,6 +34,7 @@ mod patch;
 mod podspec;
 mod policy;
 mod policy_admission;
+mod rbac;
 mod regex;
 mod reply;
 mod resources;
@@ -50,6 +51,7 @@ mod strategy;
 mod table;
 mod taints;
 mod tls;
+mod token;
 mod util;
 mod validate;
 mod watch;
@@ -173,7 +175,7 @@ impl TestServer {
             &admin_token,
             auth::User {
                 name: "admin".into(),
-                rules: None,
+                grants: auth::Grants::All,
             },
         );
         let shared = Arc::new(Shared::new(
@@ -278,7 +280,7 @@ impl TestServer {
             token,
             auth::User {
                 name: name.to_string(),
-                rules: Some(rules),
+                grants: auth::Grants::Rules(rules),
             },
         );
     }

@@ -3,25 +3,26 @@
 //! operator's metrics endpoint, kube-rbac-proxy) asks. Both are create-only and stored nowhere.
 //!
 //! Answered from the server's own users, honestly and simply: a TokenReview authenticates the
-//! tokens `add_user` (and the admin) registered, and a SubjectAccessReview answers from the same
-//! allow rules the server enforces on its own requests. A rule resource starting with `/` names
-//! a non-resource URL (`Rule::new(&["get"], &["/metrics"])`), matched exactly or, ending in `*`,
+//! tokens the server knows (the admin's, those of `add_user` and of TokenRequests), and a
+//! SubjectAccessReview answers as the server authorizes its own requests: a user's allow rules,
+//! then the stored RBAC objects (`rbac.rs`). A rule resource starting with `/` names a
+//! non-resource URL (`Rule::new(&["get"], &["/metrics"])`), matched exactly or, ending in `*`,
 //! as a prefix, as RBAC's `nonResourceURLs` are; `*` among resources does not match them, as in
-//! RBAC. Users have no groups: `spec.groups` of a review is ignored.
+//! RBAC. `spec.groups` of a review is what RBAC Group subjects match.
 
-use crate::auth::User;
+use crate::auth::{Grants, User};
 use crate::http::Request;
+use crate::rbac::{self, Ask, Subject};
 use crate::reply::Reply;
 use crate::route::Target;
 use crate::shared::Shared;
 use crate::status::{ApiError, Cause, Details};
+use crate::store::Store;
+use crate::util;
 use serde_json::{json, Value};
 
 const AUTHENTICATION: &str = "authentication.k8s.io";
 const AUTHORIZATION: &str = "authorization.k8s.io";
-
-/// The group every authenticated user is in, which real TokenReviews report.
-const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
 /// Whether `t` is one of the reviews this module answers.
 pub fn serves(t: &Target) -> bool {
@@ -47,11 +48,16 @@ pub fn handle(shared: &Shared, req: &Request, t: &Target, verb: &str) -> Result<
         ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
     })?;
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
-    let users = shared.users.read().unwrap_or_else(|e| e.into_inner());
+    let users = shared
+        .users
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let store = shared.read();
     let (kind, status) = if t.group == AUTHENTICATION {
-        ("TokenReview", token_review(&users, &spec))
+        ("TokenReview", token_review(&users, &store, &spec))
     } else {
-        ("SubjectAccessReview", access_review(&users, &spec)?)
+        ("SubjectAccessReview", access_review(&users, &store, &spec)?)
     };
     // 201 with the spec echoed back, as the real server answers (it echoes the token too).
     let answer = json!({
@@ -68,24 +74,43 @@ pub fn handle(shared: &Shared, req: &Request, t: &Target, verb: &str) -> Result<
     })
 }
 
-/// `status` of a TokenReview. Unauthenticated: an empty user and an error, and no
-/// `authenticated` field at all (Go leaves a false bool out).
-fn token_review(users: &crate::auth::Users, spec: &Value) -> Value {
+/// `status` of a TokenReview. Unauthenticated (unknown, expired, or its ServiceAccount gone):
+/// an empty user and an error, and no `authenticated` field at all (Go leaves a false bool out).
+fn token_review(users: &crate::auth::Users, store: &Store, spec: &Value) -> Value {
     let token = spec["token"].as_str().unwrap_or("");
-    match users.authenticate(Some(&format!("Bearer {token}"))) {
-        Some(user) if !token.is_empty() => json!({
-            "authenticated": true,
-            "user": {"username": user.name, "groups": [AUTHENTICATED_GROUP]},
-        }),
-        _ => json!({"user": {}, "error": "invalid bearer token"}),
+    let user = users
+        .authenticate(Some(&format!("Bearer {token}")))
+        .filter(|u| !token.is_empty() && u.valid(util::unix_now(), || store));
+    match user {
+        Some(user) => {
+            let mut user_info = json!({"username": user.name, "groups": user.groups()});
+            if let Grants::ServiceAccount { uid, .. } = &user.grants {
+                user_info["uid"] = json!(uid);
+            }
+            json!({"authenticated": true, "user": user_info})
+        }
+        None => json!({"user": {}, "error": "invalid bearer token"}),
     }
 }
 
-/// `status` of a SubjectAccessReview: allowed when any user of that name has a rule allowing
-/// the verb on the resource or non-resource URL asked about.
-fn access_review(users: &crate::auth::Users, spec: &Value) -> Result<Value, ApiError> {
+/// `status` of a SubjectAccessReview: allowed when a user of that name has a rule allowing
+/// the verb on the resource or non-resource URL asked about, or the stored RBAC objects grant
+/// it to that user or one of the review's groups.
+fn access_review(
+    users: &crate::auth::Users,
+    store: &Store,
+    spec: &Value,
+) -> Result<Value, ApiError> {
     let name = spec["user"].as_str().unwrap_or("");
-    let groups = spec["groups"].as_array().map_or(0, Vec::len);
+    let groups: Vec<String> = spec["groups"]
+        .as_array()
+        .map(|g| {
+            g.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
     let invalid = |field: &str, value: &str, detail: &str| {
         let details = Details {
             group: AUTHORIZATION.into(),
@@ -98,7 +123,7 @@ fn access_review(users: &crate::auth::Users, spec: &Value) -> Result<Value, ApiE
             vec![Cause::invalid(field, value, detail)],
         )
     };
-    if name.is_empty() && groups == 0 {
+    if name.is_empty() && groups.is_empty() {
         return Err(invalid(
             "spec.user",
             "\"\"",
@@ -107,7 +132,9 @@ fn access_review(users: &crate::auth::Users, spec: &Value) -> Result<Value, ApiE
     }
     let resource = spec.get("resourceAttributes").filter(|v| v.is_object());
     let non_resource = spec.get("nonResourceAttributes").filter(|v| v.is_object());
-    let allows: Box<dyn Fn(&User) -> bool> = match (resource, non_resource) {
+    let str_of = |v: &Value, field: &str| v[field].as_str().unwrap_or("").to_string();
+    // Owned copies the `Ask` borrows from.
+    let (verb, a, b, c, d, e) = match (resource, non_resource) {
         (Some(_), Some(_)) => {
             return Err(invalid(
                 "spec.nonResourceAttributes",
@@ -122,40 +149,50 @@ fn access_review(users: &crate::auth::Users, spec: &Value) -> Result<Value, ApiE
                 "exactly one of nonResourceAttributes or resourceAttributes must be specified",
             ))
         }
-        (Some(r), None) => {
-            let verb = r["verb"].as_str().unwrap_or("").to_string();
-            let resource = match r["subresource"].as_str().unwrap_or("") {
-                "" => r["resource"].as_str().unwrap_or("").to_string(),
-                sub => format!("{}/{sub}", r["resource"].as_str().unwrap_or("")),
-            };
-            Box::new(move |u: &User| u.allows(&verb, &resource))
-        }
-        (None, Some(n)) => {
-            let verb = n["verb"].as_str().unwrap_or("").to_string();
-            let path = n["path"].as_str().unwrap_or("").to_string();
-            Box::new(move |u: &User| allows_non_resource(u, &verb, &path))
-        }
+        (Some(r), None) => (
+            str_of(r, "verb"),
+            str_of(r, "group"),
+            str_of(r, "resource"),
+            str_of(r, "subresource"),
+            str_of(r, "namespace"),
+            str_of(r, "name"),
+        ),
+        (None, Some(n)) => (
+            str_of(n, "verb"),
+            str_of(n, "path"),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ),
     };
-    let allowed = users.named(name).any(allows);
+    fn some(s: &str) -> Option<&str> {
+        (!s.is_empty()).then_some(s)
+    }
+    let ask = match resource {
+        Some(_) => Ask::Resource {
+            verb: &verb,
+            group: &a,
+            resource: &b,
+            subresource: some(&c),
+            namespace: some(&d),
+            name: some(&e),
+        },
+        None => Ask::NonResource {
+            verb: &verb,
+            path: &a,
+        },
+    };
+    let by_rules = users.named(name).any(|u: &User| u.allows(&ask, || store));
+    let who = Subject {
+        user: name,
+        groups: &groups,
+    };
+    let allowed = by_rules || rbac::allows(store, who, &ask);
     Ok(if allowed {
         json!({"allowed": true, "reason": format!("allowed by the test server's rules for {name:?}")})
     } else {
         json!({"allowed": false})
-    })
-}
-
-/// RBAC's non-resource rule matching over the test server's flat rules.
-fn allows_non_resource(user: &User, verb: &str, path: &str) -> bool {
-    let Some(rules) = &user.rules else {
-        return true; // the admin, like cluster-admin (nonResourceURLs: ["*"])
-    };
-    rules.iter().any(|r| {
-        r.verbs.iter().any(|v| v == "*" || v == verb)
-            && r.resources.iter().any(|url| match url.strip_suffix('*') {
-                _ if !url.starts_with('/') => false,
-                Some(prefix) => path.starts_with(prefix),
-                None => url == path,
-            })
     })
 }
 
@@ -164,20 +201,25 @@ mod tests {
     use super::*;
     use crate::auth::{Rule, Users};
 
+    fn store() -> Store {
+        let (gc, _) = std::sync::mpsc::channel();
+        Store::new(10, gc)
+    }
+
     fn users() -> Users {
         let mut users = Users::default();
         users.add(
             "t-prom",
             User {
                 name: "prometheus".into(),
-                rules: Some(vec![Rule::new(&["get"], &["/metrics"])]),
+                grants: Grants::Rules(vec![Rule::new(&["get"], &["/metrics"])]),
             },
         );
         users.add(
             "t-op",
             User {
                 name: "operator".into(),
-                rules: Some(vec![
+                grants: Grants::Rules(vec![
                     Rule::new(&["*"], &["*"]),
                     Rule::new(&["get"], &["/debug/*"]),
                 ]),
@@ -187,7 +229,7 @@ mod tests {
             "t-admin",
             User {
                 name: "admin".into(),
-                rules: None,
+                grants: Grants::All,
             },
         );
         users
@@ -195,17 +237,17 @@ mod tests {
 
     fn non_resource(user: &str, verb: &str, path: &str) -> bool {
         let spec = json!({"user": user, "nonResourceAttributes": {"verb": verb, "path": path}});
-        access_review(&users(), &spec).unwrap()["allowed"] == json!(true)
+        access_review(&users(), &store(), &spec).unwrap()["allowed"] == json!(true)
     }
 
     #[test]
     fn token_review_names_the_user_of_a_known_token_only() {
-        let s = token_review(&users(), &json!({"token": "t-prom"}));
+        let s = token_review(&users(), &store(), &json!({"token": "t-prom"}));
         assert_eq!(s["authenticated"], json!(true));
         assert_eq!(s["user"]["username"], "prometheus");
         assert_eq!(s["user"]["groups"], json!(["system:authenticated"]));
         for token in [json!({"token": "nope"}), json!({"token": ""}), json!({})] {
-            let s = token_review(&users(), &token);
+            let s = token_review(&users(), &store(), &token);
             assert!(s.get("authenticated").is_none(), "{s}");
             assert_eq!(s["user"], json!({}));
         }
@@ -228,7 +270,7 @@ mod tests {
         let review = |user: &str, verb: &str, resource: &str, sub: &str| {
             let spec = json!({"user": user, "resourceAttributes": {
                 "verb": verb, "resource": resource, "subresource": sub, "namespace": "x"}});
-            access_review(&users(), &spec).unwrap()["allowed"] == json!(true)
+            access_review(&users(), &store(), &spec).unwrap()["allowed"] == json!(true)
         };
         assert!(review("operator", "delete", "pods", ""));
         assert!(review("operator", "patch", "immortalcontainers", "status"));
@@ -239,6 +281,7 @@ mod tests {
     fn a_review_without_a_subject_or_with_both_kinds_of_attributes_is_invalid() {
         let e = access_review(
             &users(),
+            &store(),
             &json!({"nonResourceAttributes": {"path": "/metrics"}}),
         )
         .unwrap_err();
@@ -249,6 +292,9 @@ mod tests {
             "SubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.user: Invalid value: \"\": at least one of user or group must be specified"
         );
         let both = json!({"user": "admin", "resourceAttributes": {}, "nonResourceAttributes": {}});
-        assert_eq!(access_review(&users(), &both).unwrap_err().code(), 422);
+        assert_eq!(
+            access_review(&users(), &store(), &both).unwrap_err().code(),
+            422
+        );
     }
 }

@@ -51,16 +51,16 @@ pub struct Health {
     pub synced: AtomicUsize,
     /// Set when a worker or watcher thread died.
     pub dead: AtomicBool,
-    /// Resources watched, one watcher each.
-    pub resources: Vec<&'static str>,
+    /// Every watch, one watcher each: each resource in each served namespace.
+    pub watches: Vec<&'static liveness::Watch>,
     /// `--watch-idle-timeout`: a watch not live for longer than it makes the operator unready.
     pub watch_idle_timeout: Duration,
 }
 
 impl Health {
-    pub fn new(resources: Vec<&'static str>, watch_idle_timeout: Duration) -> Health {
+    pub fn new(watches: Vec<&'static liveness::Watch>, watch_idle_timeout: Duration) -> Health {
         Health {
-            resources,
+            watches,
             watch_idle_timeout,
             ..Default::default()
         }
@@ -78,16 +78,16 @@ impl Health {
     /// from within the idle limit) for longer than the idle limit. A standby is ready too.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
-        let (synced, all) = (self.synced.load(Ordering::Relaxed), self.resources.len());
+        let (synced, all) = (self.synced.load(Ordering::Relaxed), self.watches.len());
         if synced < all {
             return Err(format!(
                 "{synced} of {all} watches have completed their first list"
             ));
         }
         let idle = self.watch_idle_timeout;
-        for r in &self.resources {
-            if let Some(d) = liveness::down_for(r, idle).filter(|d| *d > idle) {
-                return Err(format!("{r} watch not live for {}s", d.as_secs()));
+        for w in &self.watches {
+            if let Some(d) = w.down_for(idle).filter(|d| *d > idle) {
+                return Err(format!("{w} not live for {}s", d.as_secs()));
             }
         }
         Ok(())

@@ -79,10 +79,8 @@ fn heads_are_parsed_for_method_path_and_authorization_only() {
 
 #[test]
 fn probes_turn_ready_after_the_first_lists_and_unlive_when_a_thread_dies() {
-    let health = Arc::new(Health::new(
-        vec!["probe-test-resource"],
-        Duration::from_secs(75),
-    ));
+    let watch = liveness::watch("probe-test-resource", None);
+    let health = Arc::new(Health::new(vec![watch], Duration::from_secs(75)));
     let addr = spawn_probes(localhost(), health.clone()).unwrap();
     assert!(get(addr, "/healthz").starts_with("HTTP/1.1 200"));
     let r = get(addr, "/readyz");
@@ -91,7 +89,7 @@ fn probes_turn_ready_after_the_first_lists_and_unlive_when_a_thread_dies() {
         "{r}"
     );
     health.synced.fetch_add(1, Ordering::Relaxed);
-    liveness::heard("probe-test-resource");
+    watch.heard();
     assert!(get(addr, "/readyz").starts_with("HTTP/1.1 200"));
     health.dead.store(true, Ordering::Relaxed);
     assert!(get(addr, "/healthz").starts_with("HTTP/1.1 503"));
@@ -100,21 +98,44 @@ fn probes_turn_ready_after_the_first_lists_and_unlive_when_a_thread_dies() {
 
 #[test]
 fn readiness_goes_once_a_watch_has_not_been_live_for_longer_than_the_idle_limit() {
-    let r = "readiness-test-resource";
+    let r = liveness::watch("readiness-test-resource", None);
     let health = Health::new(vec![r], Duration::from_millis(200));
     health.synced.fetch_add(1, Ordering::Relaxed);
-    liveness::opened(r);
+    r.opened();
     assert_eq!(health.ready(), Ok(()));
     // The stream ends and cannot be opened again: still ready for one idle limit...
-    liveness::closed(r);
+    r.closed();
     thread::sleep(Duration::from_millis(100));
     assert_eq!(health.ready(), Ok(()));
     // ...and not after it.
     thread::sleep(Duration::from_millis(200));
     let e = health.ready().unwrap_err();
     assert!(e.contains("watch not live"), "{e}");
-    liveness::opened(r);
+    r.opened();
     assert_eq!(health.ready(), Ok(()));
+}
+
+#[test]
+fn with_a_watch_per_namespace_readiness_waits_for_every_one_and_names_the_one_down() {
+    let r = "readiness-test-namespaces";
+    let (a, b) = (liveness::watch(r, Some("a")), liveness::watch(r, Some("b")));
+    let health = Health::new(vec![a, b], Duration::from_millis(100));
+    a.opened();
+    b.opened();
+    health.synced.fetch_add(1, Ordering::Relaxed);
+    let e = health.ready().unwrap_err();
+    assert!(e.contains("1 of 2 watches"), "{e}");
+    health.synced.fetch_add(1, Ordering::Relaxed);
+    assert_eq!(health.ready(), Ok(()));
+    // One namespace's watch down is enough: its objects would go unseen.
+    b.closed();
+    thread::sleep(Duration::from_millis(250));
+    a.heard();
+    let e = health.ready().unwrap_err();
+    assert!(
+        e.contains(&format!("{r} watch in namespace b not live")),
+        "{e}"
+    );
 }
 
 #[test]

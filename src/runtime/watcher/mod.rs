@@ -9,7 +9,7 @@
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
 use crate::runtime::controller;
-use crate::runtime::liveness;
+use crate::runtime::liveness::{self, Watch};
 use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::store::Store;
@@ -146,11 +146,14 @@ pub struct Watcher<S: Source, W: Watched> {
     /// Disconnected (its sender dropped) when the process shuts down.
     pub quit: Receiver<()>,
     /// Told once, after the first complete list.
-    pub synced: Option<Sender<&'static str>>,
+    pub synced: Option<Sender<&'static Watch>>,
     pub idle_timeout: Duration,
     pub resync: Resync,
-    /// Every key seen since the last list, with the policy's memo of it.
+    /// Every key seen since the last list, with the policy's memo of it. Watchers of several
+    /// namespaces may share one store: each lists only its own namespace's keys.
     known: Arc<Store<W::Memo>>,
+    /// This watch's liveness, for `/readyz` and the metrics.
+    live: &'static Watch,
     /// What of `resync` the last list answered: the asks it saw, and when the next periodic
     /// one is due.
     resynced: (u64, Option<Instant>),
@@ -173,11 +176,13 @@ where
         policy: W,
         queue: Arc<Queue<W::Hint>>,
         quit: Receiver<()>,
-        synced: Sender<&'static str>,
+        synced: Sender<&'static Watch>,
         idle_timeout: Duration,
     ) -> Self {
+        let live = liveness::watch(kind.resource.short(), kind.namespace.as_deref());
         Watcher {
             source,
+            live,
             kind,
             policy,
             queue,
@@ -215,6 +220,11 @@ where
         self.kind.resource.short()
     }
 
+    /// The namespace its log lines name: its own, or `(all)`.
+    fn ns(&self) -> &'static str {
+        self.live.namespace.unwrap_or("(all)")
+    }
+
     /// Runs until shutdown; every wait ends early when it comes.
     pub fn run(mut self) {
         let mut state = State::List;
@@ -233,7 +243,7 @@ where
             Ok(rv) => {
                 self.working();
                 if let Some(tx) = self.synced.take() {
-                    let _ = tx.send(self.name());
+                    let _ = tx.send(self.live);
                 }
                 State::Watch { rv }
             }
@@ -246,14 +256,14 @@ where
 
     /// Watches from `rv` until the stream ends.
     fn watch(&mut self, mut rv: String, backoff: &mut Backoff) -> State {
-        let (name, started) = (self.name(), Instant::now());
+        let (name, ns, started) = (self.name(), self.ns(), Instant::now());
         let secs = util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
         let stream = match self.source.watch(&self.kind, &rv, secs, self.idle_timeout) {
             Ok(stream) => stream,
             Err(e) => {
-                liveness::closed(name);
+                self.live.closed();
                 if e.is_gone() {
-                    log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch answered 410, relisting");
+                    log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch answered 410, relisting");
                     return State::List;
                 }
                 self.fail_and_wait("watch", &e, backoff);
@@ -261,10 +271,10 @@ where
             }
         };
         // The server accepted the watch: it is alive.
-        liveness::opened(name);
+        self.live.opened();
         self.working();
         let (end, heard) = self.consume(stream, &mut rv);
-        liveness::closed(name);
+        self.live.closed();
         if heard {
             backoff.reset();
         }
@@ -274,26 +284,26 @@ where
             StreamEnd::Stalled(_) => Restart::Stalled,
             StreamEnd::Failed(_) | StreamEnd::Unreadable => Restart::Error,
         };
-        metrics::watch_restarted(name, why);
+        metrics::watch_restarted(self.live, why);
         match end {
             StreamEnd::Expired => {
-                log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "resourceVersion expired, relisting");
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "resourceVersion expired, relisting");
                 return State::List;
             }
             StreamEnd::Unreadable => {
-                log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "an event's object could not be read, relisting");
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "an event's object could not be read, relisting");
                 return State::List;
             }
             StreamEnd::Clean if self.resync_due() => {
-                log::info!(target: "watcher", resource = name, rv = rv.as_str(); "resync: listing again, every object is reconciled");
+                log::info!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "resync: listing again, every object is reconciled");
                 return State::List;
             }
             StreamEnd::Clean if heard || started.elapsed() >= MIN_HEALTHY_STREAM => {
-                log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch ended, re-watching");
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch ended, re-watching");
                 return State::Watch { rv };
             }
             StreamEnd::Clean => {
-                log::debug!(target: "watcher", resource = name, rv = rv.as_str(); "watch ended at once, backing off");
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch ended at once, backing off");
             }
             StreamEnd::Stalled(error) => {
                 // Said every time: a connection that dies without a word is worth a person's
@@ -301,7 +311,7 @@ where
                 self.warned = true;
                 log::warn!(
                     target: "watcher",
-                    resource = name, rv = rv.as_str(), error = error.as_str(),
+                    resource = name, namespace = ns, rv = rv.as_str(), error = error.as_str(),
                     idle_ms = self.idle_timeout.as_millis() as u64;
                     "watch said nothing for {}s: given up as dead, with every pooled connection to the server; resuming",
                     self.idle_timeout.as_secs()
@@ -310,10 +320,10 @@ where
             }
             StreamEnd::Failed(error) if backoff.failures() >= 3 => {
                 self.warned = true;
-                log::warn!(target: "watcher", resource = name, rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "watch failed again; resuming after a backoff");
+                log::warn!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(), error = error.as_str(), attempts = backoff.failures() + 1; "watch failed again; resuming after a backoff");
             }
             StreamEnd::Failed(error) => {
-                log::debug!(target: "watcher", resource = name, rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
             }
         }
         self.sleep(backoff.next_delay());
@@ -335,18 +345,18 @@ where
                 .kind
                 .if_missing
                 .unwrap_or("the API server does not serve this resource");
-            log::warn!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} answered 404: {why}; retrying until it is served");
+            log::warn!(target: "watcher", resource = self.name(), namespace = self.ns(), error = error.as_str(); "{what} answered 404: {why}; retrying until it is served");
             self.missing = true;
             self.warned = true;
         } else if e.is_forbidden() || e.is_unauthorized() {
             // A person must fix RBAC or credentials; say so every time.
             self.warned = true;
-            log::warn!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} denied; check the operator's RBAC and credentials");
+            log::warn!(target: "watcher", resource = self.name(), namespace = self.ns(), error = error.as_str(); "{what} denied; check the operator's RBAC and credentials");
         } else if !e.is_not_found() && backoff.failures() >= 3 {
             self.warned = true;
-            log::warn!(target: "watcher", resource = self.name(), error = error.as_str(), attempts = backoff.failures() + 1; "{what} keeps failing");
+            log::warn!(target: "watcher", resource = self.name(), namespace = self.ns(), error = error.as_str(), attempts = backoff.failures() + 1; "{what} keeps failing");
         } else {
-            log::debug!(target: "watcher", resource = self.name(), error = error.as_str(); "{what} failed, backing off");
+            log::debug!(target: "watcher", resource = self.name(), namespace = self.ns(), error = error.as_str(); "{what} failed, backing off");
         }
         let delay = backoff.next_delay();
         self.sleep(delay.max(e.retry_after().unwrap_or_default()))
@@ -355,7 +365,7 @@ where
     /// A list or watch was answered: says so at INFO if its failing was said at WARN.
     fn working(&mut self) {
         if self.warned {
-            log::info!(target: "watcher", resource = self.name(); "watch works again");
+            log::info!(target: "watcher", resource = self.name(), namespace = self.ns(); "watch works again");
         }
         self.warned = false;
         self.missing = false;
@@ -365,7 +375,7 @@ where
     /// key that is gone (urgent: a pod deleted while the watch was down, say); returns the
     /// list's resourceVersion.
     fn relist(&mut self) -> Result<String, client::Error> {
-        metrics::watch_relisted(self.name());
+        metrics::watch_relisted(self.live);
         // What was asked before this list is answered by it.
         let asks = self.resync.asked();
         let (listed, rv) = self.list_pages()?;
@@ -374,7 +384,13 @@ where
         // the keys are queued, the store's lock released.
         let vanished: Vec<String> = {
             let mut known = self.known.write();
-            let mut before = std::mem::replace(&mut *known, HashMap::with_capacity(listed.len()));
+            let mut before: HashMap<String, W::Memo> = match &self.kind.namespace {
+                None => std::mem::replace(&mut *known, HashMap::with_capacity(listed.len())),
+                // The other namespaces' keys are their watchers' to keep.
+                Some(ns) => known
+                    .extract_if(|key, _| key.split_once('/').is_some_and(|(n, _)| n == ns))
+                    .collect(),
+            };
             for (key, new) in listed {
                 let memo = match before.remove(&key) {
                     Some(old) => self.policy.relisted(old, new),
@@ -393,9 +409,9 @@ where
         for key in vanished {
             self.queue.add(key, relist.clone(), Priority::Urgent);
         }
-        log::debug!(target: "watcher", resource = resource, rv = rv.as_str(), listed = listed, vanished = count; "listed");
+        log::debug!(target: "watcher", resource = resource, namespace = self.ns(), rv = rv.as_str(), listed = listed, vanished = count; "listed");
         self.resynced = (asks, self.resync.next_after(Instant::now()));
-        liveness::heard(resource);
+        self.live.heard();
         Ok(rv)
     }
 
@@ -448,7 +464,7 @@ where
                 continue;
             }
             heard = true;
-            liveness::heard(self.name());
+            self.live.heard();
             if let Err(end) = self.handle_line(&line, rv) {
                 return (end, heard);
             }
@@ -494,7 +510,7 @@ where
             Err(e) => return self.skip_undecodable(event, ev.object.get(), &e, rv),
         };
         if self.skipped > 0 {
-            log::info!(target: "watcher", resource = self.name(), skipped = self.skipped; "watch events decode again");
+            log::info!(target: "watcher", resource = self.name(), namespace = self.ns(), skipped = self.skipped; "watch events decode again");
             self.skipped = 0;
         }
         let meta = W::meta(&o);

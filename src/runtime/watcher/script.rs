@@ -170,7 +170,7 @@ where
     let handle = std::thread::scope(|s| s.spawn(move || w.run()).join());
     handle.unwrap();
     assert_eq!(
-        synced_rx.try_recv().ok(),
+        synced_rx.try_recv().ok().map(|w| w.resource),
         Some("pod"),
         "watcher must report its first list"
     );

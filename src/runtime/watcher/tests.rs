@@ -350,3 +350,46 @@ fn an_event_whose_key_cannot_be_read_lists_everything_again() {
     );
     assert_eq!(queued, [("ns/a".to_string(), "pod relist".to_string())]);
 }
+
+#[test]
+fn a_watcher_of_one_namespace_relists_only_its_keys_of_a_shared_store() {
+    // Two namespaces' watchers share one store; a relist of `a` must not take `b`'s keys for
+    // vanished (which would forget them, and queue them for nothing).
+    let store: Arc<Store<u64>> = Arc::new(Store::new());
+    store.write().insert("b/x".into(), 7);
+    store.write().insert("a/gone".into(), 1);
+    let s = Script::default();
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("5", &[("a", "y")], None)));
+    let queue = Arc::new(Queue::new());
+    let (quit_tx, quit) = crossbeam_channel::bounded(0);
+    *s.quit_tx.lock().unwrap() = Some(quit_tx);
+    let (synced_tx, synced) = crossbeam_channel::unbounded();
+    let kind = Kind {
+        namespace: Some("a".into()),
+        ..pods()
+    };
+    let w = Watcher::new(
+        &s,
+        kind,
+        ByOwner,
+        queue.clone(),
+        quit,
+        synced_tx,
+        DEFAULT_IDLE_TIMEOUT,
+    )
+    .sharing(store.clone());
+    std::thread::scope(|sc| sc.spawn(move || w.run()).join()).unwrap();
+    let watch = synced.try_recv().expect("its first list is reported");
+    assert_eq!((watch.resource, watch.namespace), ("pod", Some("a")));
+    let mut keys: Vec<String> = store.read().keys().cloned().collect();
+    keys.sort();
+    assert_eq!(keys, ["a/y", "b/x"]);
+    assert_eq!(store.get("b/x"), Some(7));
+    queue.shutdown();
+    let mut queued: Vec<String> = queue.lock_for_tests().0;
+    queued.sort();
+    assert_eq!(queued, ["a/gone", "a/y"]);
+}
