@@ -776,6 +776,16 @@ impl Controller {
         });
     }
 
+    /// Queues the key again with the hint its reconcile had, older than whatever was queued
+    /// meanwhile (the real queue's `add_again`).
+    fn queue_again(&mut self, hint: Option<PodHint>) {
+        self.queued = Some(match (hint, self.queued.take()) {
+            (hint, None) => hint,
+            (Some(earlier), Some(Some(later))) => earlier.and(&later),
+            (_, Some(_)) => None,
+        });
+    }
+
     fn after(&mut self, d: Duration) {
         let due = self.now() + d;
         self.timer = Some(self.timer.map_or(due, |t| t.min(due)));
@@ -959,7 +969,7 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                 Ok(Ok(Next::RoutineWithin(d))) => {
                     // Queued again with its hint, behind what else waits (nothing, here).
                     ctl.failures = 0;
-                    ctl.queue(hint.clone());
+                    ctl.queue_again(hint.clone());
                     ctl.after(d);
                 }
                 Ok(Ok(Next::RequeueAfter(d))) => {

@@ -175,7 +175,7 @@ where
             Ok(next @ (Next::LetGoWithin(within) | Next::RoutineWithin(within))) => {
                 queue.forget(&key);
                 if next == Next::RoutineWithin(within) {
-                    queue.add(key.clone(), trigger.clone(), Priority::Routine);
+                    queue.add_again(key.clone(), trigger.clone(), Priority::Routine);
                 }
                 queue.add_within(key.clone(), within);
                 metrics::record_reconcile("success", elapsed);

@@ -321,20 +321,39 @@ impl<H: Hint> Queue<H> {
 
     pub fn add(&self, key: String, trigger: Trigger<H>, priority: Priority) {
         let mut st = self.lock();
-        if Self::insert(&mut st, key.into(), trigger, priority) {
+        if Self::insert(&mut st, key.into(), trigger, priority, false) {
             self.cond.notify_one();
         }
     }
 
-    /// Marks `key` dirty; returns whether a waiter should be woken.
-    fn insert(st: &mut State<H>, key: Key, trigger: Trigger<H>, priority: Priority) -> bool {
+    /// Queues `key`, being reconciled, again with the trigger that reconcile had: whatever
+    /// was queued for it meanwhile came later, and stays the later ([`Trigger::then`]).
+    pub fn add_again(&self, key: String, trigger: Trigger<H>, priority: Priority) {
+        let mut st = self.lock();
+        if Self::insert(&mut st, key.into(), trigger, priority, true) {
+            self.cond.notify_one();
+        }
+    }
+
+    /// Marks `key` dirty (with a trigger older than the one queued, if `older`); returns
+    /// whether a waiter should be woken.
+    fn insert(
+        st: &mut State<H>,
+        key: Key,
+        trigger: Trigger<H>,
+        priority: Priority,
+        older: bool,
+    ) -> bool {
         if st.shutting_down {
             return false;
         }
         let processing = st.processing.contains_key(&key);
         if let Some(d) = st.dirty.get_mut(&key) {
-            let earlier = std::mem::replace(&mut d.trigger, Trigger::Scheduled);
-            d.trigger = earlier.then(trigger);
+            let queued = std::mem::replace(&mut d.trigger, Trigger::Scheduled);
+            d.trigger = match older {
+                true => trigger.then(queued),
+                false => queued.then(trigger),
+            };
             if priority <= d.priority {
                 return false;
             }
@@ -652,7 +671,7 @@ impl<H: Hint> Queue<H> {
                         st.due.push_back(key.clone());
                     }
                 }
-                Self::insert(st, key, w.trigger, w.priority);
+                Self::insert(st, key, w.trigger, w.priority, false);
             }
         }
         None
@@ -817,6 +836,25 @@ mod tests {
         q.add("ns/c".into(), deleted(8, "seen"), Priority::Routine);
         q.add("ns/c".into(), deleted(9, "gone"), Priority::Routine);
         assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9");
+    }
+
+    #[test]
+    fn a_key_queued_again_with_its_own_trigger_keeps_what_came_meanwhile() {
+        let q = Q::new();
+        let watch = |rv, hint: &str| Trigger::Watch {
+            resource: "pod",
+            event: "MODIFIED",
+            rv,
+            hint: Some(hint.to_string()),
+        };
+        q.add("ns/a".into(), watch(8, "seen"), Priority::Urgent);
+        let (k, t, ..) = q.get().unwrap();
+        // The pod changes while the key is reconciled; then the reconcile queues its key again
+        // with the trigger it had: the later event is the one that stays.
+        q.add(k.clone(), watch(9, "seen"), Priority::Routine);
+        q.add_again(k.clone(), t, Priority::Routine);
+        q.done(&k);
+        assert_eq!(q.get().unwrap().1.to_string(), "pod MODIFIED rv=9 seen");
     }
 
     #[test]
