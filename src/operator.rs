@@ -364,6 +364,16 @@ impl Stages {
                 return Err(fail_running(&format!("cannot start worker thread: {e}")));
             }
         }
+        // A pod this process made is let go within `counting::LET_GO_WITHIN` whatever the
+        // backlog: those due go ahead of it.
+        let (memory, queue, quit) = (self.memory.clone(), self.queue.clone(), self.quit.clone());
+        spawn("overdue", move || {
+            while wait(&quit, reconcile::OVERDUE_EVERY) {
+                for key in memory.overdue() {
+                    queue.add_within(key, Duration::ZERO);
+                }
+            }
+        })?;
         log::info!(
             target: "controller", workers = self.config.workers as u64, max_workers = workers.pool.max() as u64;
             "reconciling"

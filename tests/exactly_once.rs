@@ -962,15 +962,10 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                     ctl.failures = 0;
                     ctl.timer = None;
                 }
-                Ok(Ok(Next::LetGoWithin(d))) => {
-                    ctl.failures = 0;
-                    ctl.after(d);
-                }
-                Ok(Ok(Next::RoutineWithin(d))) => {
+                Ok(Ok(Next::Routine)) => {
                     // Queued again with its hint, behind what else waits (nothing, here).
                     ctl.failures = 0;
                     ctl.queue_again(hint.clone());
-                    ctl.after(d);
                 }
                 Ok(Ok(Next::RequeueAfter(d))) => {
                     ctl.failures = 0;

@@ -23,13 +23,9 @@ pub enum Next {
     Done,
     /// Look again after this long (a pod name held by someone else; a replacement backing off).
     RequeueAfter(Duration),
-    /// Nothing to do now, but something the reconcile holds (a pod our finalizer keeps) must be
-    /// let go within this long: look again by then at the latest, ahead of any backlog, unless
-    /// a reconcile in between finishes with nothing held.
-    LetGoWithin(Duration),
     /// What is left is routine work (a pod to let go): queue the key again behind urgent
-    /// work, with what its trigger said, and have it done within this long at the latest.
-    RoutineWithin(Duration),
+    /// work, with what its trigger said.
+    Routine,
 }
 
 /// What the worker needs to know of a failed reconcile.
@@ -172,18 +168,14 @@ where
                     "reconciled"
                 );
             }
-            Ok(next @ (Next::LetGoWithin(within) | Next::RoutineWithin(within))) => {
+            Ok(Next::Routine) => {
                 queue.forget(&key);
-                if next == Next::RoutineWithin(within) {
-                    queue.add_again(key.clone(), trigger.clone(), Priority::Routine);
-                }
-                queue.add_within(key.clone(), within);
+                queue.add_again(key.clone(), trigger.clone(), Priority::Routine);
                 metrics::record_reconcile("success", elapsed);
                 log::info!(
                     target: "reconcile",
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "success", let_go_within_ms = within.as_millis() as u64, elapsed_ms = elapsed_ms,
-                    queued_ms = queued_ms, priority = band;
+                    result = "routine_left", elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconciled"
                 );
             }

@@ -1,11 +1,12 @@
 //! What the reconcile workers keep between reconciles.
 
 use crate::immortal::counting::Counting;
+use crate::immortal::counting::LET_GO_WITHIN;
 use crate::immortal::restarts::Restarts;
 use crate::kube::types::Uid;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Replacements whose old pod's DELETED event is awaited, at most (see [`Memory`]): about
 /// half a megabyte. Each is held only until that event comes, normally milliseconds.
@@ -21,6 +22,9 @@ const RELEASED_AT_MOST: usize = 2048;
 /// release, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 16;
 
+/// How often [`Memory::overdue`] is asked.
+pub const OVERDUE_EVERY: Duration = Duration::from_secs(1);
+
 /// What the reconcile workers keep between reconciles, shared by all of them: the restart
 /// back-off, what the installed CRD keeps of the status we write, and the clock (virtual in the
 /// exactly-once fault-injection tests).
@@ -33,10 +37,10 @@ pub struct Memory {
     /// Pods this process let go, with the resourceVersion the release answered: a watch
     /// event older than that still shows our finalizer, and must not make us release again.
     released: Mutex<Released>,
-    /// The pod (uid, by key) this process created last and has not let go, and when: it
-    /// exists and nothing after it was counted, so a watch event showing it is counted without
-    /// a read; and its release may wait while other objects get their pods and statuses.
-    made: Mutex<HashMap<String, (Uid, Instant)>>,
+    /// The pod (by key) this process created last and has not let go: it exists and nothing
+    /// after it was counted, so a watch event showing it is counted without a read; and its
+    /// release may wait while other objects get their pods and statuses, within a bound.
+    made: Mutex<HashMap<String, Made>>,
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
 }
 
@@ -88,13 +92,42 @@ impl Memory {
         if made.len() >= MADE_AT_MOST {
             made.clear();
         }
-        made.insert(key.to_string(), (Uid::new(uid), now));
+        let pod = Made {
+            uid: Uid::new(uid),
+            at: now,
+            told: None,
+        };
+        made.insert(key.to_string(), pod);
     }
 
     /// The pod of `key` this process created and has not let go, and when.
     pub(super) fn made_here(&self, key: &str) -> Option<(Uid, Instant)> {
         let made = self.made.lock().unwrap_or_else(|p| p.into_inner());
-        made.get(key).cloned()
+        made.get(key).map(|m| (m.uid.clone(), m.at))
+    }
+
+    /// Whether a pod made at `at` is due to be let go at `now`: its bound comes within the next
+    /// look for overdue pods ([`Memory::overdue`]).
+    pub(super) fn is_overdue(&self, at: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(at) + OVERDUE_EVERY >= LET_GO_WITHIN
+    }
+
+    /// The keys of pods this process made whose release is due (see [`Memory::is_overdue`]):
+    /// the caller has each handed out ahead of any backlog. Asked every [`OVERDUE_EVERY`]; a
+    /// key is answered once a bound, so a pod whose release keeps failing is not retried
+    /// faster than its own back-off.
+    pub fn overdue(&self) -> Vec<String> {
+        let now = self.now();
+        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        let mut due = Vec::new();
+        for (key, m) in made.iter_mut() {
+            let told_long_ago = m.told.is_none_or(|t| self.is_overdue(t, now));
+            if self.is_overdue(m.at, now) && told_long_ago {
+                m.told = Some(now);
+                due.push(key.clone());
+            }
+        }
+        due
     }
 
     /// The pod of `key` was let go, or the object is gone: nothing of it is held any more.
@@ -135,6 +168,14 @@ impl Memory {
             .or_else(|| released.before.get(uid))
             .is_some_and(|&at| rv < at)
     }
+}
+
+/// A pod this process made and has not let go.
+struct Made {
+    uid: Uid,
+    at: Instant,
+    /// When [`Memory::overdue`] last answered it.
+    told: Option<Instant>,
 }
 
 /// Pods let go, in two generations, so that the latest ones are always remembered.

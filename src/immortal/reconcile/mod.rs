@@ -38,7 +38,7 @@ use starts::{release_orphan, release_pod};
 
 pub use api::{Api, LiveApi};
 pub use error::Error;
-pub use memory::Memory;
+pub use memory::{Memory, OVERDUE_EVERY};
 use pod::{Created, Deleted, Relabeled};
 
 pub use status::status_patch;
@@ -280,7 +280,7 @@ pub fn reconcile<A: Api>(
     // and just counted, once urgent work queued behind it has had its turn.
     if let Some(held) = run.release.take() {
         match run.release_may_wait(&held) {
-            Some(within) if next == Next::Done => next = Next::RoutineWithin(within),
+            true if next == Next::Done => next = Next::Routine,
             _ => run.release(&held.uid)?,
         }
     }
@@ -393,12 +393,10 @@ impl<A: Api> Run<'_, A> {
                             } else {
                                 self.memory.restarts.created(self.trace.key);
                             }
-                            // Counted by its ADDED event's reconcile; let go by the bound
-                            // whatever comes in between.
-                            return Ok(match self.made {
-                                true => Next::LetGoWithin(counting::LET_GO_WITHIN),
-                                false => Next::Done,
-                            });
+                            // Counted by its ADDED event's reconcile, and let go within
+                            // `counting::LET_GO_WITHIN` whatever comes in between (see
+                            // `Memory::overdue`).
+                            return Ok(Next::Done);
                         }
                         Created::NameTaken if matches!(look, Look::AssumeAbsent) => {
                             look = Look::Get;
@@ -624,14 +622,22 @@ impl<A: Api> Run<'_, A> {
             .restarts
             .refused(self.trace.key, self.memory.now());
         // A bare pod cannot meet a namespace's Pod Security level: only a template can set
-        // the securityContext that PodSecurity's message asks for.
-        let hint = if e.to_string().contains("violates PodSecurity")
-            && self.ic.spec.template.is_none()
-        {
-            "; give the object a spec.template whose pod meets the namespace's Pod Security level \
-             (see config/samples/immortalcontainer_restricted.yaml)"
-        } else {
-            ""
+        // the securityContext that PodSecurity's message asks for. Said in fields, not by a
+        // file of this repository, which someone who installed the one-file installer lacks.
+        let refusal = e.to_string();
+        let hint = match self.ic.spec.template {
+            None if refusal.contains("violates PodSecurity \"restricted") => {
+                "; give the object a spec.template that sets what the message lists: \
+                 template.spec.securityContext {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}} \
+                 and, in template.spec.containers, for the container named acontainer, \
+                 securityContext {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}, \
+                 with an image that runs as a non-root user (the operator's docs: Pod templates)"
+            }
+            None if refusal.contains("violates PodSecurity") => {
+                "; give the object a spec.template whose pod sets what the message lists \
+                 (the operator's docs: Pod templates)"
+            }
+            _ => "",
         };
         let msg = format!(
             "the API server refused pod {}: {e}{hint}; the operator tries again after {}s, doubling to {}s",

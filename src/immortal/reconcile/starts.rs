@@ -86,18 +86,18 @@ impl<A: Api> Run<'_, A> {
         Ok(())
     }
 
-    /// How long the release of `held`, counted by this reconcile, may wait: a pod this process
+    /// Whether the release of `held`, counted by this reconcile, may wait: a pod this process
     /// made, which nobody is deleting, goes as routine work, behind the creates and counts of
-    /// a backlog, within [`counting::LET_GO_WITHIN`] of its create at the latest, so that
-    /// other objects' pods and statuses are not held up by releases. `None`: now.
-    pub(super) fn release_may_wait(&self, held: &Held) -> Option<Duration> {
+    /// a backlog, so that other objects' pods and statuses are not held up by releases; within
+    /// [`counting::LET_GO_WITHIN`] of its create all the same (see `Memory::overdue`).
+    pub(super) fn release_may_wait(&self, held: &Held) -> bool {
         if held.deleting || self.counting_now.as_deref() != Some(held.uid.as_str()) {
-            return None;
+            return false;
         }
-        let (uid, at) = self.memory.made_here(self.trace.key)?;
-        let waited = self.memory.now().saturating_duration_since(at);
-        (uid == held.uid && waited < counting::LET_GO_WITHIN)
-            .then(|| counting::LET_GO_WITHIN - waited)
+        let now = self.memory.now();
+        self.memory
+            .made_here(self.trace.key)
+            .is_some_and(|(uid, at)| uid == held.uid && !self.memory.is_overdue(at, now))
     }
 
     /// Lets our pod `uid` go although its start could not be counted (writing status failed

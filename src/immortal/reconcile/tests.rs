@@ -382,20 +382,14 @@ fn added(f: &Fake) -> PodHint {
 /// The object's pod made and counted, as the create's reconcile and then the one its ADDED
 /// event queues do: pending, still held by our finalizer.
 fn made(f: &Fake) {
-    assert_eq!(
-        run(f, "ns/web").unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run(f, "ns/web").unwrap(), Next::Done);
     count_made(f);
 }
 
 /// The reconcile the ADDED event of the pod just made queues: it counts the pod, whose release
 /// is left to routine work, within the bound.
 fn count_made(f: &Fake) {
-    assert!(matches!(
-        run_with(f, &added(f)).unwrap(),
-        Next::RoutineWithin(_)
-    ));
+    assert_eq!(run_with(f, &added(f)).unwrap(), Next::Routine);
 }
 
 /// When the fake kubelet starts every container: a minute before the fake API server's
@@ -510,10 +504,7 @@ fn running(image: &str) -> Fake {
 #[test]
 fn creates_the_pod_of_a_new_object_then_counts_it_and_reports_it_pending() {
     let f = fake(ic("web", "nginx"));
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
     // A new object has no pod yet: create first, no GET of the pod; and nothing else, so
     // that the worker goes on to the next object's pod (pods first).
     assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod"]);
@@ -557,10 +548,7 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
     start_pod(&f);
     f.clear();
     let hint = seen(&f);
-    assert!(matches!(
-        run_with(&f, &hint).unwrap(),
-        Next::RoutineWithin(_)
-    ));
+    assert_eq!(run_with(&f, &hint).unwrap(), Next::Routine);
     // The kubelet's event replaced the ADDED one in the queue: its reconcile counts the pod
     // and says it runs, in one write; the release is routine work, queued again with the
     // same event, which it trusts.
@@ -1147,10 +1135,7 @@ fn pods_that_keep_ending_back_off_and_say_so() {
         Instant::now() - crate::immortal::restarts::BASE * 2,
     );
     f.clear();
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
         [
@@ -1182,10 +1167,7 @@ fn an_image_change_is_never_held_back() {
         ic.metadata.generation = Some(2);
     }
     f.clear();
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
     assert_eq!(
         f.pod.borrow().as_ref().unwrap().container_image(),
         Some("nginx:2")
@@ -1391,8 +1373,18 @@ fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
         "{msg}"
     );
     assert_eq!(status(&f).start_times, Some(0));
-    // Without a template nothing in the object can satisfy PodSecurity: say how to.
+    // Without a template nothing in the object can satisfy PodSecurity: say how to, in the
+    // fields to set, not by a file of the repository.
     assert!(msg.contains("give the object a spec.template"), "{msg}");
+    for field in [
+        "runAsNonRoot: true",
+        "seccompProfile: {type: RuntimeDefault}",
+        "allowPrivilegeEscalation: false",
+        "capabilities: {drop: [ALL]}",
+    ] {
+        assert!(msg.contains(field), "{field}: {msg}");
+    }
+    assert!(!msg.contains("config/samples"), "{msg}");
 }
 
 #[test]
@@ -1552,10 +1544,7 @@ fn a_create_an_admission_policy_refuses_is_retried_with_back_off_until_it_is_lif
     };
     assert_eq!(warnings(&f), 1);
     // Lifted: the pod is made and, once counted, the condition says what it does.
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
     count_made(&f);
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     assert_eq!(status(&f).start_times, Some(1));
@@ -1631,11 +1620,10 @@ fn an_image_rewritten_by_an_admission_webhook_does_not_replace_the_pod() {
 #[test]
 fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() {
     let f = running("nginx");
-    let made_again = Next::LetGoWithin(counting::LET_GO_WITHIN);
     // A quick ending: replaced at once, and the back-off starts.
     assert_eq!(
         run_with(&f, &delete_after_running(&f, 1)).unwrap(),
-        made_again
+        Next::Done
     );
     count_made(&f);
     // Its replacement runs for a minute and is evicted by a drain, while that back-off still
@@ -1644,7 +1632,7 @@ fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() 
     f.clear();
     assert_eq!(
         run_with(&f, &delete_after_running(&f, 60)).unwrap(),
-        made_again
+        Next::Done
     );
     assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod"]);
     count_made(&f);
@@ -1657,7 +1645,7 @@ fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() 
     start_pod(&f);
     assert_eq!(
         run_with(&f, &delete_after_running(&f, 2)).unwrap(),
-        made_again
+        Next::Done
     );
     count_made(&f);
     start_pod(&f);
@@ -1674,10 +1662,7 @@ fn a_pod_that_ended_on_its_own_soon_after_it_started_backs_off_too() {
         end_pod_at(f, "2025-12-31T23:59:02Z");
     };
     end_quickly(&f);
-    assert_eq!(
-        run_with(&f, &seen(&f)).unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
     count_made(&f);
     start_pod(&f);
     // Its next event lets it go.
@@ -2048,10 +2033,7 @@ fn a_pod_let_go_unlabelled_that_leaves_before_its_relabel_is_replaced() {
     // The retry reads it still Terminating, and it is gone when the relabel reaches it.
     f.clear();
     *f.vanish_before_patch.borrow_mut() = true;
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
         [
@@ -2209,10 +2191,7 @@ fn a_replaced_object_never_gets_the_old_ones_status() {
     // gets a pod of its own.
     assert!(f.pod.borrow_mut().take().is_some());
     f.clear();
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
     count_made(&f);
     assert_eq!(status(&f).start_times, Some(1));
     assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
@@ -2326,10 +2305,7 @@ fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
     f.clear();
-    assert_eq!(
-        run_with(&f, &hint).unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
         [
@@ -2363,10 +2339,7 @@ fn after_a_failover_a_copy_older_than_the_last_count_is_read_before_a_deleted_ev
     // pod's (its copy names the first pod as counted last).
     let hint = delete_after_running(&f, 60);
     f.clear();
-    assert_eq!(
-        run_elsewhere(&f, Some(&hint)).unwrap(),
-        Next::LetGoWithin(counting::LET_GO_WITHIN)
-    );
+    assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
         ["GET ic/web", "READ ic/web", "POST pod/web-immortalpod"]
@@ -2452,4 +2425,27 @@ fn only_a_pod_being_deleted_has_a_bound_the_failure_budget_must_not_delay() {
         Some(Duration::from_secs(20)),
         "retried soon all the same"
     );
+}
+
+#[test]
+fn a_pod_made_here_is_let_go_within_the_bound_whatever_waits_before_it() {
+    let (f, now) = fake_with_clock(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    assert!(f.memory.overdue().is_empty());
+    // A backlog's creates kept its count from coming; its bound comes: it is due, once.
+    *now.lock().unwrap() += counting::LET_GO_WITHIN - super::OVERDUE_EVERY;
+    assert_eq!(f.memory.overdue(), ["ns/web"]);
+    assert!(f.memory.overdue().is_empty(), "answered once a bound");
+    // Handed out ahead of the backlog, its reconcile counts it and lets it go at once.
+    f.clear();
+    assert_eq!(run_with(&f, &added(&f)).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "GET ic/web",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert!(f.memory.made_here("ns/web").is_none());
 }
