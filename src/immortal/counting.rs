@@ -35,12 +35,12 @@
 //! and goes on; the restart back-off ([`crate::immortal::restarts`]) is the only thing it forgets.
 //!
 //! **What it costs**: one PATCH per pod, the release, once the status patch that counts it is
-//! answered: in the same reconcile for a pod found held, and for a pod the reconcile created,
-//! in the one its ADDED event queues (routine work, so that a backlog's creates and counts go
-//! first; docs/design.md, "Creates first"). Without F, a pod created (its answer lost, or the
-//! operator killed) and deleted before the operator looks again leaves no trace: "created then
-//! deleted" and "never created" look the same, so a start would be lost. The finalizer is the
-//! trace.
+//! answered: in the same reconcile for a pod found held, and for a pod this process made, as
+//! routine work after its count, within [`LET_GO_WITHIN`] (so that a backlog's creates and
+//! counts go first; docs/design.md, "Pods first"). Without F, a pod created (its answer lost,
+//! or the operator killed) and deleted before the operator looks again leaves no trace:
+//! "created then deleted" and "never created" look the same, so a start would be lost. The
+//! finalizer is the trace.
 //!
 //! **Never at a pod's expense.** A pod someone deletes waits on our finalizer until its start is
 //! counted, normally milliseconds (its deletion queues the release urgent). When status cannot

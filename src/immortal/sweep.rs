@@ -110,7 +110,7 @@ pub fn sweep<H: Hint>(
             Some(t) => token = Some(t),
             None => return Ok(swept),
         }
-        if crate::runtime::controller::is_quitting(quit) {
+        if crate::runtime::shutdown::is_quitting(quit) {
             return Ok(swept);
         }
     }

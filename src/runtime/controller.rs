@@ -9,7 +9,7 @@ use crate::runtime::pool::{self, Pool};
 use crate::runtime::queue::{Got, Hint, Latest, Priority, Queue, Trigger};
 use crate::runtime::serve::Health;
 use crate::runtime::watcher::{Watched, Watcher};
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -205,33 +205,6 @@ where
         }
         queue.done(&key);
     }
-}
-
-/// Whether `quit` is disconnected: the process is shutting down.
-pub fn is_quitting(quit: &Receiver<()>) -> bool {
-    matches!(
-        quit.try_recv(),
-        Err(crossbeam_channel::TryRecvError::Disconnected)
-    )
-}
-
-/// First SIGTERM/SIGINT: drop `quit_tx` (graceful). Second: exit at once.
-pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
-    thread::Builder::new().name("signals".into()).spawn(move || {
-        let mut quit_tx = Some(quit_tx);
-        for sig in signals.forever() {
-            if quit_tx.take().is_some() {
-                log::info!(target: "controller", signal = sig; "signal received; shutting down (send again to exit at once)");
-            } else {
-                log::warn!(target: "controller", signal = sig; "second signal; exiting now");
-                log::logger().flush();
-                std::process::exit(130);
-            }
-        }
-    })?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -16,5 +16,6 @@ pub mod metrics;
 pub mod pool;
 pub mod queue;
 pub mod serve;
+pub mod shutdown;
 pub mod store;
 pub mod watcher;

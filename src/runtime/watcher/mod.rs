@@ -8,7 +8,7 @@
 
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
-use crate::runtime::controller;
+use crate::runtime::shutdown;
 use crate::runtime::liveness::{self, Watch};
 use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
@@ -229,7 +229,7 @@ where
     pub fn run(mut self) {
         let mut state = State::List;
         let mut backoff = Backoff::new();
-        while !controller::is_quitting(&self.quit) {
+        while !shutdown::is_quitting(&self.quit) {
             state = match state {
                 State::List => self.list(&mut backoff),
                 State::Watch { rv } => self.watch(rv, &mut backoff),
@@ -468,7 +468,7 @@ where
             if let Err(end) = self.handle_line(&line, rv) {
                 return (end, heard);
             }
-            if controller::is_quitting(&self.quit) || self.resync_due() {
+            if shutdown::is_quitting(&self.quit) || self.resync_due() {
                 return (StreamEnd::Clean, heard);
             }
         }

@@ -1,0 +1,32 @@
+//! Shutdown: the signals that start it, and the `quit` channel every blocking loop checks
+//! (the ripgrep/crossbeam pattern: the first signal drops the one sender).
+
+use crossbeam_channel::{Receiver, Sender};
+use std::thread;
+
+/// Whether `quit` is disconnected: the process is shutting down.
+pub fn is_quitting(quit: &Receiver<()>) -> bool {
+    matches!(
+        quit.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    )
+}
+
+/// First SIGTERM/SIGINT: drop `quit_tx` (graceful). Second: exit at once.
+pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    thread::Builder::new().name("signals".into()).spawn(move || {
+        let mut quit_tx = Some(quit_tx);
+        for sig in signals.forever() {
+            if quit_tx.take().is_some() {
+                log::info!(target: "controller", signal = sig; "signal received; shutting down (send again to exit at once)");
+            } else {
+                log::warn!(target: "controller", signal = sig; "second signal; exiting now");
+                log::logger().flush();
+                std::process::exit(130);
+            }
+        }
+    })?;
+    Ok(())
+}
