@@ -4,9 +4,9 @@
 
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
+use crate::immortal::ic_state::IcStore;
 use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint, PodMemo};
-use crate::immortal::reconcile::{self, LiveApi, Memory};
-use crate::immortal::store::IcStore;
+use crate::immortal::reconcile::{self, Journal, LiveApi};
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
 use crate::kube::client::{self, Client};
@@ -14,13 +14,13 @@ use crate::kube::config;
 use crate::kube::events::{self, Recorder};
 use crate::runtime::allocator;
 use crate::runtime::controller::{self, spawn_watcher, Sentinel};
-use crate::runtime::shutdown::{is_quitting, listen_for_signals};
 use crate::runtime::leader::{self, Elector};
 use crate::runtime::liveness;
 use crate::runtime::metrics;
 use crate::runtime::pool::Pool;
 use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
+use crate::runtime::shutdown::{is_quitting, listen_for_signals};
 use crate::runtime::store::Store;
 use crate::runtime::watcher::{Backoff, Resync, Watcher};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
@@ -70,9 +70,9 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     }
     // Known before the first count, an older CRD keeps that count from being a wrong one (see
     // `counting`); when the CRD cannot be read (RBAC), the first status write tells instead.
-    let memory = Arc::new(Memory::new());
+    let journal = Arc::new(Journal::new());
     if let Some(missing) = read_crd_schema(&once) {
-        memory
+        journal
             .counting
             .learn_pruned(&missing, "the installed CRD's schema lacks it");
     }
@@ -102,7 +102,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         health,
         dead_tx,
         dead,
-        memory,
+        journal,
         // What the ImmortalContainer watcher knows, which reconcile reads instead of the API.
         ics: Arc::new(IcStore::new()),
         pods: Arc::new(Store::new()),
@@ -180,7 +180,7 @@ struct Stages {
     /// Where a dying thread's [`Sentinel`] says so.
     dead_tx: Sender<&'static str>,
     dead: Receiver<&'static str>,
-    memory: Arc<Memory>,
+    journal: Arc<Journal>,
     ics: Arc<IcStore>,
     /// What the pod watcher knows of each key's pod.
     pods: Arc<Store<PodMemo>>,
@@ -267,11 +267,11 @@ impl Stages {
         let me = self.clone();
         spawn("crd", move || {
             while wait(&me.quit, counting::RECHECK) {
-                if !me.memory.counting.any_pruned() {
+                if !me.journal.counting.any_pruned() {
                     continue;
                 }
                 if let Some(missing) = read_crd_schema(&me.once) {
-                    if me.memory.counting.relearn(&missing) {
+                    if me.journal.counting.relearn(&missing) {
                         resync.ask();
                     }
                 }
@@ -367,10 +367,10 @@ impl Stages {
         }
         // A pod this process made is let go within `counting::LET_GO_WITHIN` whatever the
         // backlog: those due go ahead of it.
-        let (memory, queue, quit) = (self.memory.clone(), self.queue.clone(), self.quit.clone());
+        let (journal, queue, quit) = (self.journal.clone(), self.queue.clone(), self.quit.clone());
         spawn("overdue", move || {
             while wait(&quit, reconcile::OVERDUE_EVERY) {
-                for key in memory.overdue() {
+                for key in journal.overdue() {
                     queue.add_within(key, Duration::ZERO);
                 }
             }
@@ -419,7 +419,7 @@ impl Workers {
                             false
                         }
                     },
-                    |trace, hint| reconcile::reconcile(&me.api, &me.stages.memory, trace, hint),
+                    |trace, hint| reconcile::reconcile(&me.api, &me.stages.journal, trace, hint),
                 )
             })
             .map(drop)

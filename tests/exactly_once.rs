@@ -22,9 +22,9 @@
 //! faults and every call the run made.
 
 use immortal_operator::immortal::desired;
+use immortal_operator::immortal::ic_state::{self, IcState, IcStore};
 use immortal_operator::immortal::lifecycle::{IcEvents, PodEvents, PodHint, PodMemo};
-use immortal_operator::immortal::reconcile::{self, Api, Memory};
-use immortal_operator::immortal::store::{self, IcState, IcStore};
+use immortal_operator::immortal::reconcile::{self, Api, Journal};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
 };
@@ -60,7 +60,7 @@ const SECOND_FAULT_WINDOW: usize = 6;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
-    /// The process dies before the call is sent; it restarts with empty memory.
+    /// The process dies before the call is sent; it restarts with empty journal.
     CrashBefore,
     /// The call is applied, the process dies before it reads the answer.
     CrashAfter,
@@ -558,8 +558,8 @@ impl ModelApi {
     /// is gone.
     fn learn(&self, answer: &Result<ImmortalContainer, client::Error>) {
         match answer {
-            Ok(ic) => store::saw(&self.ics.borrow(), KEY, ic),
-            Err(e) if e.is_not_found() => store::gone(&self.ics.borrow(), KEY),
+            Ok(ic) => ic_state::saw(&self.ics.borrow(), KEY, ic),
+            Err(e) if e.is_not_found() => ic_state::gone(&self.ics.borrow(), KEY),
             Err(_) => {}
         }
     }
@@ -567,7 +567,7 @@ impl ModelApi {
 
 impl Api for ModelApi {
     /// As the operator's: from the store when it knows the object (no request), else asked.
-    fn get_immortal_container(
+    fn cached_immortal_container(
         &self,
         ns: &str,
         name: &str,
@@ -579,7 +579,7 @@ impl Api for ModelApi {
         self.with(e, |w| w.ic.clone().ok_or_else(|| api_err(404, "NotFound")))
     }
 
-    fn read_immortal_container(
+    fn get_immortal_container(
         &self,
         _: &str,
         name: &str,
@@ -733,7 +733,7 @@ impl Api for ModelApi {
 
 struct Controller {
     clock: Arc<Mutex<Instant>>,
-    memory: Memory,
+    journal: Journal,
     /// What the ImmortalContainer watcher knows (shared with the model API's reads).
     ics: Arc<IcStore>,
     /// The key is queued, with the hint of the latest event that queued it.
@@ -752,7 +752,7 @@ impl Controller {
         let c = clock.clone();
         Controller {
             clock,
-            memory: Memory::with_clock(move || *c.lock().unwrap()),
+            journal: Journal::with_clock(move || *c.lock().unwrap()),
             ics: Arc::new(IcStore::new()),
             queued: None,
             timer: None,
@@ -840,7 +840,7 @@ impl Controller {
         self.list_pods(w);
     }
 
-    /// A failover: the standby's memory, its copy of the object the one it had when the
+    /// A failover: the standby's journal, its copy of the object the one it had when the
     /// scenario began; its watch of objects has yet to bring the object as it is now.
     fn fail_over(&mut self, w: &mut World, bare: bool) {
         let clock = self.clock.clone();
@@ -952,9 +952,9 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
         }
         if let Some(hint) = ctl.queued.take() {
             let trace = LogContext { id: "x", key: KEY };
-            let memory = &ctl.memory;
+            let journal = &ctl.journal;
             let result = panic::catch_unwind(AssertUnwindSafe(|| {
-                reconcile::reconcile(&api, memory, &trace, hint.as_ref())
+                reconcile::reconcile(&api, journal, &trace, hint.as_ref())
             }));
             match result {
                 Ok(Ok(Next::Done)) => {

@@ -6,9 +6,9 @@
 
 pub mod counting;
 pub mod desired;
+pub mod ic_state;
 pub mod lifecycle;
 pub mod reconcile;
 pub mod restarts;
-pub mod store;
 pub mod sweep;
 pub mod types;

@@ -1,7 +1,7 @@
 //! A per-thread cache of freed small blocks in front of the system allocator.
 //!
 //! Why: the static musl build's allocator takes a process-wide lock on every malloc and free and
-//! hands freed memory straight back to the kernel, and each API request allocates and frees a few
+//! hands freed journal straight back to the kernel, and each API request allocates and frees a few
 //! dozen blocks; served from a thread-local free list instead, with no lock and no syscall, the
 //! operator runs at glibc's CPU, idle in 1 to 2 MiB less than with jemalloc, mimalloc or glibc's
 //! malloc (docs/benchmark.md, "Allocators").
@@ -11,7 +11,7 @@
 //! [`CLASS_BYTES`] per class (or [`MIN_BLOCKS`] blocks). Blocks are never split or merged: one of
 //! class `c` is always a 16-aligned system allocation of [`class_size`]`(c)` bytes, so any thread
 //! can reuse it. Only threads that ask ([`cache_this_thread`]), the long-lived busy ones, cache;
-//! their guard hands the blocks back when the thread ends, so no thread's exit strands memory.
+//! their guard hands the blocks back when the thread ends, so no thread's exit strands journal.
 
 // The crate's one exception to `deny(unsafe_code)` (src/lib.rs): a global allocator is unsafe by
 // definition. Every unsafe block says why it holds.

@@ -121,7 +121,7 @@ pub fn record_reconcile(result: &'static str, took: Duration) {
     m.queue_work.observe(took.as_secs_f64());
 }
 
-/// A pod was created; `cause` is "new", "deleted", "terminated" or "image_changed".
+/// A pod was created; `cause` is "new", "deleted", "terminated" or "spec_changed".
 pub fn record_pod_created(cause: &'static str) {
     metrics()
         .pods_created

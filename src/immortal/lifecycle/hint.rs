@@ -8,16 +8,17 @@ use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodHint {
-    /// The pod left our watch: deleted, or our label removed from it. Its name is probably
-    /// free, so reconcile tries the create first and looks only if the name is taken.
-    Gone(Box<GonePod>),
+    /// The pod left our watch: deleted, or our label removed from it (a label-selected watch
+    /// says DELETED either way). Its name is probably free, so reconcile tries the create first
+    /// and looks only if the name is taken.
+    Left(Box<LeftPod>),
     /// The pod as the event showed it (`reconcile` says when it trusts it without a read).
     Seen(Box<SeenPod>),
 }
 
 /// A pod as its DELETED event showed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GonePod {
+pub struct LeftPod {
     pub uid: Uid,
     /// How it ended, if its last state shows that it did (not when only our label went).
     pub ending: Option<Ending>,
@@ -60,7 +61,7 @@ impl Hint for PodHint {
 impl fmt::Display for PodHint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PodHint::Gone(g) => write!(f, "gone uid={}", g.uid),
+            PodHint::Left(g) => write!(f, "left uid={}", g.uid),
             PodHint::Seen(p) => write!(f, "{} uid={}", p.view.phase.as_str(), p.uid),
         }
     }

@@ -1,7 +1,7 @@
 //! The ImmortalContainer watcher's policy: which object events are worth a reconcile.
 
 use super::{PodHint, PodMemo};
-use crate::immortal::store::{IcState, IcStore};
+use crate::immortal::ic_state::{IcState, IcStore};
 use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
 use crate::kube::types;
 use crate::runtime::queue::{Priority, Queue, Trigger};
@@ -9,7 +9,7 @@ use crate::runtime::store::Store;
 use crate::runtime::watcher::{Reaction, Watched};
 use std::sync::Arc;
 
-/// Every object is its own key, and what reconcile needs of it is remembered (see `store`).
+/// Every object is its own key, and what reconcile needs of it is remembered (see `ic_state`).
 pub struct IcEvents;
 
 impl Watched for IcEvents {

@@ -11,7 +11,7 @@ mod pod_events;
 mod view;
 
 pub use ending::{Ending, How};
-pub use hint::{GonePod, PodHint, SeenPod};
+pub use hint::{LeftPod, PodHint, SeenPod};
 pub use ic_events::{immortal_containers_kind, queue_objects_without_a_pod, IcEvents};
 pub use pod_events::{pods_kind, PodEvents, PodMemo};
 pub use view::{Message, Phase, PodView, PHASES, READY};

@@ -1,6 +1,6 @@
 //! The pod watcher's policy: which pod events are worth a reconcile, and what each tells it.
 
-use super::{Ending, GonePod, PodHint, PodView, SeenPod};
+use super::{Ending, LeftPod, PodHint, PodView, SeenPod};
 use crate::immortal::counting::holds;
 use crate::immortal::desired::recorded_hash;
 use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
@@ -78,7 +78,7 @@ impl Watched for PodEvents {
             *memo = None;
             // Its owner needs a pod (or its finalizer released): urgent.
             return Reaction::Queue(
-                Some(PodHint::Gone(Box::new(GonePod {
+                Some(PodHint::Left(Box::new(LeftPod {
                     uid: Uid::new(&m.uid),
                     ending: Ending::of(o),
                     holds_count,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::immortal::store::IcState;
+use crate::immortal::ic_state::IcState;
 use crate::immortal::types::{self as ic, ImmortalContainer};
 use crate::kube::types::{self, Pod};
 use crate::runtime::queue::Priority;
@@ -50,7 +50,7 @@ fn verdicts_of(events: &[(&'static str, Pod)], seed: Option<usize>) -> Vec<Strin
                         ""
                     };
                     let what = match hint {
-                        Some(PodHint::Gone(_)) => "gone".to_string(),
+                        Some(PodHint::Left(_)) => "gone".to_string(),
                         Some(PodHint::Seen(p)) => {
                             format!("{} {}", p.view.phase.as_str(), p.view.reason)
                         }
@@ -314,7 +314,7 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
         IcEvents.on_event("ADDED", &ic("10", 1, 0), &mut memo),
         Reaction::Queue(None, Priority::Urgent)
     );
-    // Our status write: its answer is remembered (as reconcile does, see `store::saw`),
+    // Our status write: its answer is remembered (as reconcile does, see `ic_state::saw`),
     // so its event, and any older copy, is nothing new.
     memo = Some(Arc::new(IcState::of(&ic("11", 1, 1))));
     for older in [ic("11", 1, 1), ic("10", 1, 0)] {
@@ -525,7 +525,7 @@ fn recorded_stream_moves_the_version_through_bookmarks_and_rewatches_after_a_cle
         queued,
         vec![(
             "fixtures/example".to_string(),
-            "pod DELETED rv=970 gone uid=c6f0852f-487c-4a9a-9867-b6cc2e7718f3".to_string()
+            "pod DELETED rv=970 left uid=c6f0852f-487c-4a9a-9867-b6cc2e7718f3".to_string()
         )]
     );
 }

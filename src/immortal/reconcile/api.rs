@@ -1,6 +1,6 @@
 //! The API calls reconcile makes, and the production implementation of them.
 
-use crate::immortal::store::{self, IcStore};
+use crate::immortal::ic_state::{self, IcStore};
 use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
 use crate::kube::client;
 use crate::kube::events::{Note, Recorder};
@@ -11,16 +11,16 @@ use std::sync::Arc;
 /// The API calls reconcile makes. [`LiveApi`] is the real one; tests use a fake that
 /// records every call.
 pub trait Api {
-    /// The object as the operator knows it: in the real one, its store (no request), which
-    /// may be older than the API server's copy.
-    fn get_immortal_container(
+    /// The object as the operator knows it: in the real one, its store (no request, as a
+    /// client-go lister's Get), which may be older than the API server's copy.
+    fn cached_immortal_container(
         &self,
         ns: &str,
         name: &str,
     ) -> Result<ImmortalContainer, client::Error>;
-    /// The object as the API server holds it now: always a request. What it answers is
-    /// known from then on (see `store::saw`).
-    fn read_immortal_container(
+    /// The object as the API server holds it now: always a request (a client's Get). What it
+    /// answers is known from then on (see `ic_state::saw`).
+    fn get_immortal_container(
         &self,
         ns: &str,
         name: &str,
@@ -49,7 +49,7 @@ pub trait Api {
 }
 
 /// The real API: the client, with Events going to the recorder thread, and objects read from
-/// what the ImmortalContainer watcher knows (see `store`).
+/// what the ImmortalContainer watcher knows (see `ic_state`).
 pub struct LiveApi {
     pub client: client::Client,
     pub events: Recorder,
@@ -67,8 +67,8 @@ impl LiveApi {
     ) -> Result<ImmortalContainer, client::Error> {
         let key = types::key(ns, name);
         match &answer {
-            Ok(ic) => store::saw(&self.ics, &key, ic),
-            Err(e) if e.is_not_found() => store::gone(&self.ics, &key),
+            Ok(ic) => ic_state::saw(&self.ics, &key, ic),
+            Err(e) if e.is_not_found() => ic_state::gone(&self.ics, &key),
             Err(_) => {}
         }
         answer
@@ -78,7 +78,7 @@ impl LiveApi {
 impl Api for LiveApi {
     /// The object as the store knows it, or as the API server answers when the store does not
     /// know it (deleted meanwhile, or not seen yet).
-    fn get_immortal_container(
+    fn cached_immortal_container(
         &self,
         ns: &str,
         name: &str,
@@ -88,7 +88,7 @@ impl Api for LiveApi {
             None => self.client.get_object(IMMORTAL_CONTAINERS, ns, name),
         }
     }
-    fn read_immortal_container(
+    fn get_immortal_container(
         &self,
         ns: &str,
         name: &str,

@@ -8,7 +8,7 @@
 //!
 //! Here: the decisions (`sync`, this file), the API they call (`api.rs`), the pod writes
 //! (`pod.rs`), the counting steps (`starts.rs`), the status, conditions and Events they report
-//! (`status.rs`), what reconciles remember between them (`memory.rs`), and their errors
+//! (`status.rs`), what reconciles remember between them (`journal.rs`), and their errors
 //! (`error.rs`). Not here: the desired pod (`desired`),
 //! what a watch event means (`lifecycle`), or the worker that calls [`reconcile`]
 //! (`runtime::controller`).
@@ -29,7 +29,7 @@ use std::time::Duration;
 
 mod api;
 mod error;
-mod memory;
+mod journal;
 mod pod;
 mod starts;
 mod status;
@@ -38,7 +38,7 @@ use starts::{release_orphan, release_pod};
 
 pub use api::{Api, LiveApi};
 pub use error::Error;
-pub use memory::{Memory, OVERDUE_EVERY};
+pub use journal::{Journal, OVERDUE_EVERY};
 use pod::{Created, Deleted, Relabeled};
 
 pub use status::status_patch;
@@ -60,9 +60,8 @@ enum Cause {
     Deleted,
     /// The previous pod ended (phase Succeeded or Failed).
     Terminated,
-    /// `spec.image` or `spec.template` changed; the previous pod was deleted for it (the
-    /// metric label keeps the name it had before templates).
-    ImageChanged,
+    /// `spec.image` or `spec.template` changed; the previous pod was deleted for it.
+    SpecChanged,
 }
 
 impl Cause {
@@ -71,7 +70,7 @@ impl Cause {
             Cause::New => "new",
             Cause::Deleted => "deleted",
             Cause::Terminated => "terminated",
-            Cause::ImageChanged => "image_changed",
+            Cause::SpecChanged => "spec_changed",
         }
     }
 
@@ -103,7 +102,7 @@ enum Found<'h> {
 /// One reconcile. Holds what it has decided about the object's status so far.
 struct Run<'a, A: Api> {
     api: &'a A,
-    memory: &'a Memory,
+    journal: &'a Journal,
     trace: &'a LogContext<'a>,
     ic: &'a ImmortalContainer,
     ns: &'a str,
@@ -141,7 +140,7 @@ struct Held {
 /// Reconciles the object called `key`, with what its trigger says about the pod.
 pub fn reconcile<A: Api>(
     api: &A,
-    memory: &Memory,
+    journal: &Journal,
     trace: &LogContext,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
@@ -149,17 +148,17 @@ pub fn reconcile<A: Api>(
         log::warn!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "malformed key, dropped");
         return Ok(Next::Done);
     };
-    let ic = match api.get_immortal_container(ns, name) {
+    let ic = match api.cached_immortal_container(ns, name) {
         Ok(ic) => ic,
-        Err(e) if e.is_not_found() => return object_gone(api, memory, trace, ns, name, hint),
+        Err(e) if e.is_not_found() => return object_gone(api, journal, trace, ns, name, hint),
         Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
     };
-    if let Some(PodHint::Gone(g)) = hint {
+    if let Some(PodHint::Left(g)) = hint {
         // The DELETED event of a pod this process removed and then replaced, as every terminal
         // pod is, the old one's event arriving after the new one was made: nothing is new, and
         // the replacement's own events tell its story. Acting on it would take the name for
         // free and, after a quick ending, report a back-off for a replacement that exists.
-        if !g.holds_count && memory.was_replaced(trace.key, &g.uid.to_string()) {
+        if !g.holds_count && journal.was_replaced(trace.key, &g.uid.to_string()) {
             log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
             return Ok(Next::Done);
         }
@@ -169,12 +168,12 @@ pub fn reconcile<A: Api>(
     // The copy cannot tell: read the object, and then the pod if it is still not the one
     // counted (see `first_look`). Controllers are level-triggered: a hint may save a request,
     // never be the only ground for "nothing to do".
-    let doubt = matches!(hint, Some(PodHint::Gone(g)) if !g.holds_count
+    let doubt = matches!(hint, Some(PodHint::Left(g)) if !g.holds_count
         && ic.status.last_counted_pod_uid.as_deref().is_some_and(|l| g.uid != *l));
     let ic = if doubt {
-        match api.read_immortal_container(ns, name) {
+        match api.get_immortal_container(ns, name) {
             Ok(ic) => ic,
-            Err(e) if e.is_not_found() => return object_gone(api, memory, trace, ns, name, hint),
+            Err(e) if e.is_not_found() => return object_gone(api, journal, trace, ns, name, hint),
             Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
         }
     } else {
@@ -187,7 +186,7 @@ pub fn reconcile<A: Api>(
     }
     let mut run = Run {
         api,
-        memory,
+        journal,
         trace,
         ic: &ic,
         ns,
@@ -223,8 +222,8 @@ pub fn reconcile<A: Api>(
     if run.gone {
         // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
         // collector could never remove it.
-        memory.restarts.forget(trace.key);
-        memory.not_held(trace.key);
+        journal.restarts.forget(trace.key);
+        journal.not_held(trace.key);
         if let Some(held) = run.release.take() {
             release_pod(
                 api,
@@ -247,9 +246,9 @@ pub fn reconcile<A: Api>(
             // A pod someone is deleting waits on our count, and the count cannot be written:
             // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
             Some(held) if held.deleting => {
-                let now = memory.now();
-                memory.counting.note_held(&held.uid, now);
-                let waited = memory.counting.held_for(&held.uid, now);
+                let now = journal.now();
+                journal.counting.note_held(&held.uid, now);
+                let waited = journal.counting.held_for(&held.uid, now);
                 if waited < counting::HOLD_AT_MOST {
                     return Err(Error::Holding {
                         pod: run.pod_name,
@@ -294,14 +293,14 @@ pub fn reconcile<A: Api>(
 /// ownerReference, once nothing of ours holds it.
 fn object_gone<A: Api>(
     api: &A,
-    memory: &Memory,
+    journal: &Journal,
     trace: &LogContext,
     ns: &str,
     name: &str,
     hint: Option<&PodHint>,
 ) -> Result<Next, Error> {
-    memory.restarts.forget(trace.key);
-    memory.not_held(trace.key);
+    journal.restarts.forget(trace.key);
+    journal.not_held(trace.key);
     release_orphan(api, trace, ns, name, None, hint)?;
     Ok(Next::Done)
 }
@@ -374,8 +373,10 @@ impl<A: Api> Run<'_, A> {
                     }
                     let cause = cause.unwrap_or_else(|| self.absent_cause());
                     if cause.is_restart() {
-                        if let Some(wait) =
-                            self.memory.restarts.wait(self.trace.key, self.memory.now())
+                        if let Some(wait) = self
+                            .journal
+                            .restarts
+                            .wait(self.trace.key, self.journal.now())
                         {
                             self.back_off(wait);
                             return Ok(Next::RequeueAfter(wait.remaining));
@@ -384,18 +385,18 @@ impl<A: Api> Run<'_, A> {
                     match self.create(cause)? {
                         Created::Yes => {
                             if let Some(old) = self.removed.take() {
-                                self.memory.replaced(self.trace.key, &old);
+                                self.journal.replaced(self.trace.key, &old);
                             }
                             if cause.is_restart() {
-                                self.memory
+                                self.journal
                                     .restarts
-                                    .replaced(self.trace.key, self.memory.now());
+                                    .replaced(self.trace.key, self.journal.now());
                             } else {
-                                self.memory.restarts.created(self.trace.key);
+                                self.journal.restarts.created(self.trace.key);
                             }
                             // Counted by its ADDED event's reconcile, and let go within
                             // `counting::LET_GO_WITHIN` whatever comes in between (see
-                            // `Memory::overdue`).
+                            // `Journal::overdue`).
                             return Ok(Next::Done);
                         }
                         Created::NameTaken if matches!(look, Look::AssumeAbsent) => {
@@ -451,7 +452,7 @@ impl<A: Api> Run<'_, A> {
                     p.view.clone(),
                     // An event from before our own release still shows our finalizer.
                     // Releasing again on it would cost a write per pod for nothing.
-                    p.holds_count && !self.memory.released_after(&p.uid, p.rv),
+                    p.holds_count && !self.journal.released_after(&p.uid, p.rv),
                     p.ending,
                 ),
             };
@@ -508,7 +509,7 @@ impl<A: Api> Run<'_, A> {
                 // scheduled), in which case the name is free now.
                 match self.delete(&uid, &why)? {
                     Deleted::Removed { .. } => {
-                        cause = Some(Cause::ImageChanged);
+                        cause = Some(Cause::SpecChanged);
                         look = Look::AssumeAbsent;
                         continue;
                     }
@@ -542,7 +543,7 @@ impl<A: Api> Run<'_, A> {
                     .is_some_and(|o| *o == self.ic.metadata.uid)
         };
         match hint {
-            Some(PodHint::Gone(g)) => {
+            Some(PodHint::Left(g)) => {
                 if let Some(e) = g.ending {
                     self.ended(&g.uid.to_string(), e);
                 }
@@ -564,7 +565,7 @@ impl<A: Api> Run<'_, A> {
                 }
                 // Counted already, or the pod this process made and has not let go: it
                 // exists, and nothing after it was counted.
-                let made = self.memory.made_here(self.trace.key);
+                let made = self.journal.made_here(self.trace.key);
                 if self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str())
                     || made.is_some_and(|(m, _)| m == p.uid)
                 {
@@ -577,7 +578,7 @@ impl<A: Api> Run<'_, A> {
         // an older CRD may prune lastCountedPodUID.) Unless this process made one.
         if self.status.last_counted_pod_uid.is_none()
             && self.status.current_pod.is_none()
-            && self.memory.made_here(self.trace.key).is_none()
+            && self.journal.made_here(self.trace.key).is_none()
         {
             Look::AssumeAbsent
         } else {
@@ -590,12 +591,12 @@ impl<A: Api> Run<'_, A> {
     fn ended(&self, uid: &str, ending: Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
         if last.is_none_or(|l| l == uid) {
-            self.memory.restarts.ended(self.trace.key, ending);
+            self.journal.restarts.ended(self.trace.key, ending);
         }
     }
 
     /// Why the pod is absent, judged from status: no pod counted yet means this is the first;
-    /// a replacement in progress, or a spec not yet observed, means the image changed (a person
+    /// a replacement in progress, or a spec not yet observed, means the spec changed (a person
     /// asked for the new pod: it is never held back); otherwise it was deleted.
     fn absent_cause(&self) -> Cause {
         let spec_changed = self.ic.status.observed_generation.is_some()
@@ -603,7 +604,7 @@ impl<A: Api> Run<'_, A> {
         if self.status.start_times.unwrap_or(0) == 0 && self.status.last_counted_pod_uid.is_none() {
             Cause::New
         } else if spec_changed || self.ready_reason() == Some("PodReplacing") {
-            Cause::ImageChanged
+            Cause::SpecChanged
         } else {
             Cause::Deleted
         }
@@ -618,9 +619,9 @@ impl<A: Api> Run<'_, A> {
     /// that a retry refused again writes nothing.
     fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
         let (wait, _) = self
-            .memory
+            .journal
             .restarts
-            .refused(self.trace.key, self.memory.now());
+            .refused(self.trace.key, self.journal.now());
         // A bare pod cannot meet a namespace's Pod Security level: only a template can set
         // the securityContext that PodSecurity's message asks for. Said in fields, not by a
         // file of this repository, which someone who installed the one-file installer lacks.

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 impl<A: Api> Run<'_, A> {
     pub(super) fn create(&mut self, cause: Cause) -> Result<Created, Error> {
-        let counted = self.memory.counting.active();
+        let counted = self.journal.counting.active();
         let pod = desired_pod(self.ic, counted);
         match self.api.create_pod(self.ns, &pod) {
             Ok(created) => {
@@ -26,7 +26,7 @@ impl<A: Api> Run<'_, A> {
                     // reconcile its ADDED event queues, so that this worker goes on to the next
                     // pod to make (docs/design.md, "Pods first"). It is born holding our
                     // finalizer, so the count cannot be lost meanwhile.
-                    self.memory.made(self.trace.key, &created.metadata.uid);
+                    self.journal.made(self.trace.key, &created.metadata.uid);
                     self.made = true;
                 } else {
                     self.count(&created.metadata.uid);
@@ -42,7 +42,7 @@ impl<A: Api> Run<'_, A> {
                     ),
                     Cause::Deleted | Cause::Terminated => (
                         "PodReplaced",
-                        match self.memory.restarts.ending(self.trace.key) {
+                        match self.journal.restarts.ending(self.trace.key) {
                             Some(e) => {
                                 format!("Created pod {}: the previous one {e}", self.pod_name)
                             }
@@ -56,7 +56,7 @@ impl<A: Api> Run<'_, A> {
                             ),
                         },
                     ),
-                    Cause::ImageChanged => (
+                    Cause::SpecChanged => (
                         "PodReplaced",
                         format!(
                             "Created pod {} with image {}: the {} changed",

@@ -14,7 +14,7 @@ impl<A: Api> Run<'_, A> {
         if self.status.last_counted_pod_uid.as_deref() == Some(uid) {
             return;
         }
-        if !self.memory.counting.active() {
+        if !self.journal.counting.active() {
             if self.have.current_pod.is_some() && self.status.start_times == self.have.start_times {
                 self.note(
                     true,
@@ -61,14 +61,14 @@ impl<A: Api> Run<'_, A> {
     fn written_while_uncounted(&self) -> bool {
         self.have.last_counted_pod_uid.is_none()
             && self.have.current_pod.is_some()
-            && (self.memory.counting.resumed() || self.have.observed_generation.is_none())
+            && (self.journal.counting.resumed() || self.have.observed_generation.is_none())
     }
 
     /// Lets our pod with `uid` go (see `counting`: only once the status the API server holds
     /// counts it).
     pub(super) fn release(&self, uid: &str) -> Result<(), Error> {
         let counted = self.have.last_counted_pod_uid.as_deref() == Some(uid);
-        if counted || !self.memory.counting.active() {
+        if counted || !self.journal.counting.active() {
             let answered = release_pod(
                 self.api,
                 self.trace,
@@ -78,10 +78,10 @@ impl<A: Api> Run<'_, A> {
                 "its start is counted",
             )?;
             if let Some(rv) = answered {
-                self.memory.released(uid, &rv);
+                self.journal.released(uid, &rv);
             }
-            self.memory.counting.let_go(uid);
-            self.memory.not_held(self.trace.key);
+            self.journal.counting.let_go(uid);
+            self.journal.not_held(self.trace.key);
         }
         Ok(())
     }
@@ -89,15 +89,15 @@ impl<A: Api> Run<'_, A> {
     /// Whether the release of `held`, counted by this reconcile, may wait: a pod this process
     /// made, which nobody is deleting, goes as routine work, behind the creates and counts of
     /// a backlog, so that other objects' pods and statuses are not held up by releases; within
-    /// [`counting::LET_GO_WITHIN`] of its create all the same (see `Memory::overdue`).
+    /// [`counting::LET_GO_WITHIN`] of its create all the same (see `Journal::overdue`).
     pub(super) fn release_may_wait(&self, held: &Held) -> bool {
         if held.deleting || self.counting_now.as_deref() != Some(held.uid.as_str()) {
             return false;
         }
-        let now = self.memory.now();
-        self.memory
+        let now = self.journal.now();
+        self.journal
             .made_here(self.trace.key)
-            .is_some_and(|(uid, at)| uid == held.uid && !self.memory.is_overdue(at, now))
+            .is_some_and(|(uid, at)| uid == held.uid && !self.journal.is_overdue(at, now))
     }
 
     /// Lets our pod `uid` go although its start could not be counted (writing status failed
@@ -112,7 +112,7 @@ impl<A: Api> Run<'_, A> {
             uid,
             "it is being deleted and its start cannot be counted",
         )?;
-        self.memory.counting.let_go(uid);
+        self.journal.counting.let_go(uid);
         let msg = format!(
             "pod {} (uid {uid}) was deleted before its start could be counted: writing status failed for {}s ({why}); \
              it was let go uncounted, so status.startTimes misses one start",
@@ -153,10 +153,10 @@ pub(super) fn release_orphan<A: Api>(
             p.uid.to_string()
         }
         // Removed from storage, so it held no finalizer any more.
-        Some(PodHint::Gone(g)) if !g.holds_count => return Ok(()),
+        Some(PodHint::Left(g)) if !g.holds_count => return Ok(()),
         Some(PodHint::Seen(_)) => return Ok(()),
         // It left our label selector still holding our finalizer, or nothing was said: look.
-        Some(PodHint::Gone(_)) | None => match api.get_pod(ns, &pod_name) {
+        Some(PodHint::Left(_)) | None => match api.get_pod(ns, &pod_name) {
             Ok(p) => {
                 let controller = p
                     .metadata

@@ -127,7 +127,7 @@ impl<A: Api> Run<'_, A> {
     /// (fixture kube-1.28-kubelet/21). The answer is the API server's copy: what it did not
     /// keep, the CRD prunes (see `counting`).
     pub(super) fn write_status(&mut self) -> Result<(), Error> {
-        let counting = &self.memory.counting;
+        let counting = &self.journal.counting;
         let Some(patch) = status_patch(&self.rv, &self.have, &self.status, |f| counting.prunes(f))
         else {
             return Ok(());
@@ -188,7 +188,7 @@ impl<A: Api> Run<'_, A> {
                 let uid = &self.ic.metadata.uid;
                 match self
                     .api
-                    .read_immortal_container(self.ns, &self.ic.metadata.name)
+                    .get_immortal_container(self.ns, &self.ic.metadata.name)
                 {
                     Err(read) if read.is_not_found() => self.gone = true,
                     Ok(now) if now.metadata.uid != *uid => {

@@ -14,13 +14,13 @@ use std::time::Instant;
 /// A fake API holding one object and one pod, recording every call as "VERB what". It
 /// deletes a pod as the API server's pod strategy does: gracefully (deletionTimestamp, the
 /// pod stays) when it runs on a node, at once when it is unscheduled (Pending here) or
-/// terminal. `GET ic/NAME` is the object as the operator knows it (from its store, no request
-/// in the real operator); `READ ic/NAME` asks the API server.
+/// terminal. `CACHED ic/NAME` is the object as the operator knows it (from its store, no
+/// request in the real operator, as a lister's Get); `GET ic/NAME` asks the API server.
 #[derive(Default)]
 struct Fake {
     ic: RefCell<Option<ImmortalContainer>>,
     /// The operator's own copy of the object when it differs from the API server's (`None`:
-    /// it knows the server's): kept from reads and status writes' answers, as `store::saw`.
+    /// it knows the server's): kept from reads and status writes' answers, as `ic_state::saw`.
     stored: RefCell<Option<ImmortalContainer>>,
     pod: RefCell<Option<Pod>>,
     calls: RefCell<Vec<String>>,
@@ -30,7 +30,7 @@ struct Fake {
     next_uid: RefCell<u32>,
     /// The resourceVersion of the fake's last pod write.
     pod_rv: RefCell<u64>,
-    memory: Memory,
+    journal: Journal,
     /// Status fields the "installed CRD" does not know, pruned from every write.
     prunes: RefCell<Vec<&'static str>>,
     /// The pod is removed just before the next pod PATCH reaches it (a graceful deletion
@@ -98,12 +98,12 @@ impl Fake {
 }
 
 impl Api for Fake {
-    fn get_immortal_container(
+    fn cached_immortal_container(
         &self,
         _: &str,
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
-        self.call(format!("GET ic/{name}"));
+        self.call(format!("CACHED ic/{name}"));
         if let Some(stored) = self.stored.borrow().clone() {
             return Ok(stored);
         }
@@ -112,12 +112,12 @@ impl Api for Fake {
             .clone()
             .ok_or_else(|| api_err(404, "NotFound"))
     }
-    fn read_immortal_container(
+    fn get_immortal_container(
         &self,
         _: &str,
         name: &str,
     ) -> Result<ImmortalContainer, client::Error> {
-        self.call(format!("READ ic/{name}"));
+        self.call(format!("GET ic/{name}"));
         *self.stored.borrow_mut() = None;
         self.ic
             .borrow()
@@ -308,13 +308,13 @@ fn fake(ic: ImmortalContainer) -> Fake {
 }
 
 fn run(f: &Fake, key: &str) -> Result<Next, Error> {
-    reconcile(f, &f.memory, &LogContext { id: "1", key }, None)
+    reconcile(f, &f.journal, &LogContext { id: "1", key }, None)
 }
 
 fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
     reconcile(
         f,
-        &f.memory,
+        &f.journal,
         &LogContext {
             id: "2",
             key: "ns/web",
@@ -507,14 +507,14 @@ fn creates_the_pod_of_a_new_object_then_counts_it_and_reports_it_pending() {
     assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
     // A new object has no pod yet: create first, no GET of the pod; and nothing else, so
     // that the worker goes on to the next object's pod (pods first).
-    assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
     assert_eq!(status(&f), Default::default());
     assert_eq!(f.notes.borrow()[0].reason, "PodCreated");
     // The reconcile its ADDED event queues counts it from the event (this process made that
     // very pod) and says it is pending: one write.
     f.clear();
     count_made(&f);
-    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     let st = status(&f);
     assert_eq!(st.start_times, Some(1));
     assert_eq!(st.current_pod.as_deref(), Some("web-immortalpod"));
@@ -532,7 +532,7 @@ fn creates_the_pod_of_a_new_object_then_counts_it_and_reports_it_pending() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "PATCH ic/web/status",
             "PATCH pod/web-immortalpod release"
         ]
@@ -552,12 +552,12 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
     // The kubelet's event replaced the ADDED one in the queue: its reconcile counts the pod
     // and says it runs, in one write; the release is routine work, queued again with the
     // same event, which it trusts.
-    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     f.clear();
     assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
-        ["GET ic/web", "PATCH pod/web-immortalpod release"]
+        ["CACHED ic/web", "PATCH pod/web-immortalpod release"]
     );
     assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
     assert_eq!(message(&f), "pod web-immortalpod runs nginx");
@@ -573,7 +573,7 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
         .status = "False".into();
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
-    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     assert_eq!(ready(&f).0, "False");
     assert_eq!(status(&f).pod_phase.as_deref(), Some("Running"));
     assert_eq!(status(&f).start_times, Some(1));
@@ -588,7 +588,7 @@ fn an_event_older_than_our_release_of_the_pod_does_not_release_it_again() {
     run_with(&f, &seen(&f)).unwrap();
     assert_eq!(
         f.calls(),
-        ["GET ic/web", "PATCH pod/web-immortalpod release"]
+        ["CACHED ic/web", "PATCH pod/web-immortalpod release"]
     );
     // The pod ran within milliseconds: the kubelet's write came before our release, and its
     // event, queued meanwhile, still shows our finalizer.
@@ -604,7 +604,7 @@ fn an_event_older_than_our_release_of_the_pod_does_not_release_it_again() {
     f.clear();
     run_with(&f, &hint).unwrap();
     // Status says it runs; the pod is not written again.
-    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     assert_eq!(ready(&f).0, "True");
     assert!(finalizers(&f).is_empty());
 }
@@ -628,7 +628,7 @@ fn our_finalizer_seen_after_our_release_is_released_again() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "PATCH ic/web/status",
             "PATCH pod/web-immortalpod release"
         ]
@@ -648,7 +648,7 @@ fn an_event_for_a_pod_not_counted_yet_is_read_before_it_is_counted() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "PATCH ic/web/status"
         ]
@@ -685,7 +685,7 @@ fn desired_pod_has_name_container_labels_and_controller_reference() {
 fn a_second_reconcile_with_nothing_to_do_writes_nothing() {
     let f = running("nginx");
     assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
-    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
     assert_eq!(status(&f).start_times, Some(1));
 }
 
@@ -694,7 +694,7 @@ fn a_deleted_object_is_done_and_its_pod_is_let_go() {
     let f = Fake::default();
     // Nothing said about its pod (a relist): one look, in case it still holds our finalizer.
     assert_eq!(run(&f, "ns/gone").unwrap(), Next::Done);
-    assert_eq!(f.calls(), ["GET ic/gone", "GET pod/gone-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/gone", "GET pod/gone-immortalpod"]);
 
     // The object was deleted between its pod's create and the status write counting it:
     // the pod carries our finalizer, and the garbage collector cannot remove it until we
@@ -713,12 +713,12 @@ fn a_deleted_object_is_done_and_its_pod_is_let_go() {
     run_with(&f, &hint).unwrap();
     assert_eq!(
         f.calls(),
-        ["GET ic/web", "PATCH pod/web-immortalpod release"]
+        ["CACHED ic/web", "PATCH pod/web-immortalpod release"]
     );
     // An event saying the pod holds nothing of ours costs nothing more.
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
-    assert_eq!(f.calls(), ["GET ic/web"]);
+    assert_eq!(f.calls(), ["CACHED ic/web"]);
 }
 
 #[test]
@@ -729,10 +729,10 @@ fn replaces_a_deleted_pod_and_counts_the_new_one() {
     // Triggered by the pod's DELETED event: create without looking first; its ADDED event
     // counts it.
     run_with(&f, &hint).unwrap();
-    assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
     f.clear();
     count_made(&f);
-    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(
         status(&f).last_counted_pod_uid.as_deref(),
@@ -746,7 +746,7 @@ fn a_graceful_deletion_is_reported_terminating_and_waited_for_without_polling() 
     let f = running("nginx");
     start_deleting(&f);
     run_with(&f, &seen(&f)).unwrap();
-    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     assert_eq!(ready(&f), ("False".into(), "PodTerminating".into()));
     assert_eq!(status(&f).pod_phase.as_deref(), Some("Terminating"));
     // The kubelet writes Succeeded before it removes the pod (Kubernetes 1.27+); whatever
@@ -754,13 +754,13 @@ fn a_graceful_deletion_is_reported_terminating_and_waited_for_without_polling() 
     fail_pod(&f);
     f.clear();
     run(&f, "ns/web").unwrap();
-    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
     // Removed: its DELETED event brings the replacement.
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
     f.clear();
     run_with(&f, &hint).unwrap();
-    assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
     count_made(&f);
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(
@@ -777,7 +777,7 @@ fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "POST pod/web-immortalpod"
         ]
@@ -827,7 +827,7 @@ fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "GET pod/web-immortalpod"
         ]
@@ -836,13 +836,13 @@ fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
     // And once no pod holds the name at all, the stale hint only leads to a create (the
     // restart back-off, which the replacement above started, set aside: not under test).
     *f.pod.borrow_mut() = None;
-    f.memory.restarts.forget("ns/web");
+    f.journal.restarts.forget("ns/web");
     f.clear();
     run_with(&f, &stale).unwrap();
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "POST pod/web-immortalpod"
         ]
@@ -868,7 +868,7 @@ fn a_hint_for_a_pod_of_another_owner_or_name_is_not_trusted() {
         // The pod is running: looked at, left alone.
         assert_eq!(
             f.calls(),
-            ["GET ic/web", "GET pod/web-immortalpod"],
+            ["CACHED ic/web", "GET pod/web-immortalpod"],
             "{name} {owner}"
         );
     }
@@ -887,7 +887,7 @@ fn an_image_change_deletes_the_running_pod_then_waits_for_its_deletion() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "PATCH ic/web/status"
@@ -897,10 +897,10 @@ fn an_image_change_deletes_the_running_pod_then_waits_for_its_deletion() {
     // Still terminating, and its events say so: nothing to do, nothing to write.
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
-    assert_eq!(f.calls(), ["GET ic/web"]);
+    assert_eq!(f.calls(), ["CACHED ic/web"]);
     f.clear();
     run(&f, "ns/web").unwrap();
-    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
     // Gone: the replacement runs the new image.
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
@@ -953,7 +953,7 @@ fn a_template_change_deletes_the_pod_once_and_the_replacement_runs_the_new_templ
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "PATCH ic/web/status"
@@ -968,7 +968,7 @@ fn a_template_change_deletes_the_pod_once_and_the_replacement_runs_the_new_templ
     // Its own events while it terminates change nothing.
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
-    assert_eq!(f.calls(), ["GET ic/web"]);
+    assert_eq!(f.calls(), ["CACHED ic/web"]);
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
     run_with(&f, &hint).unwrap();
@@ -983,7 +983,7 @@ fn a_template_change_deletes_the_pod_once_and_the_replacement_runs_the_new_templ
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "PATCH ic/web/status",
             "PATCH pod/web-immortalpod release"
@@ -1032,7 +1032,7 @@ fn an_image_change_replaces_a_pod_not_yet_scheduled_at_once() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "POST pod/web-immortalpod"
@@ -1055,7 +1055,7 @@ fn a_terminal_pod_held_by_a_finalizer_is_waited_for() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "PATCH ic/web/status"
@@ -1080,7 +1080,7 @@ fn a_pod_whose_label_was_removed_gets_it_back() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "POST pod/web-immortalpod",
             "GET pod/web-immortalpod",
             "PATCH pod/web-immortalpod labels"
@@ -1112,7 +1112,7 @@ fn pods_that_keep_ending_back_off_and_say_so() {
         wait <= crate::immortal::restarts::BASE && !wait.is_zero(),
         "{wait:?}"
     );
-    assert_eq!(f.calls(), ["GET ic/web", "PATCH ic/web/status"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     assert_eq!(ready(&f), ("False".into(), "PodRestartBackOff".into()));
     assert_eq!(status(&f).start_times, Some(2));
     // There is no pod meanwhile, and status names none (`kubectl get ic -o wide`).
@@ -1129,8 +1129,8 @@ fn pods_that_keep_ending_back_off_and_say_so() {
         "{note:?}"
     );
     // Its time come (as if the last replacement had been longer ago), the pod is made.
-    f.memory.restarts.forget("ns/web");
-    f.memory.restarts.replaced(
+    f.journal.restarts.forget("ns/web");
+    f.journal.restarts.replaced(
         "ns/web",
         Instant::now() - crate::immortal::restarts::BASE * 2,
     );
@@ -1139,7 +1139,7 @@ fn pods_that_keep_ending_back_off_and_say_so() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "POST pod/web-immortalpod"
         ]
@@ -1201,7 +1201,7 @@ fn a_pod_that_is_not_ours_is_left_alone_and_reported() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "POST pod/web-immortalpod",
             "GET pod/web-immortalpod",
             "PATCH ic/web/status"
@@ -1216,7 +1216,7 @@ fn a_pod_that_is_not_ours_is_left_alone_and_reported() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "POST pod/web-immortalpod",
             "GET pod/web-immortalpod"
         ]
@@ -1247,7 +1247,10 @@ fn a_name_too_long_for_its_pod_is_a_condition_not_a_retry_loop() {
     assert_eq!(run(&f, &key).unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
-        [format!("GET ic/{long}"), format!("PATCH ic/{long}/status")]
+        [
+            format!("CACHED ic/{long}"),
+            format!("PATCH ic/{long}/status")
+        ]
     );
     let st = status(&f);
     assert_eq!(st.conditions[0].reason, "PodNameTooLong");
@@ -1261,7 +1264,7 @@ fn a_name_too_long_for_its_pod_is_a_condition_not_a_retry_loop() {
     run(&f, &key).unwrap();
     assert_eq!(
         f.calls(),
-        [format!("GET ic/{long}")],
+        [format!("CACHED ic/{long}")],
         "nothing new to write"
     );
 }
@@ -1445,7 +1448,7 @@ fn a_pod_deleted_before_the_failed_status_write_is_retried_is_still_counted() {
     // Its DELETED event: the replacement, the second start.
     run_with(
         &f,
-        &PodHint::Gone(Box::new(crate::immortal::lifecycle::GonePod {
+        &PodHint::Left(Box::new(crate::immortal::lifecycle::LeftPod {
             uid: first.metadata.uid.as_str().into(),
             ending: None,
             holds_count: false,
@@ -1465,7 +1468,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
     run_with(&f, &added(&f)).unwrap();
     // The first count went through (startTimes is in every CRD), L did not stick.
     assert_eq!(status(&f).start_times, Some(1));
-    assert!(!f.memory.counting.active());
+    assert!(!f.journal.counting.active());
     let warned: Vec<Note> = f
         .notes
         .borrow()
@@ -1488,7 +1491,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
     assert_eq!(status(&f).start_times, Some(1));
     f.clear();
     run(&f, "ns/web").unwrap();
-    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
     // A replacement is still made, and not counted, and carries no finalizer.
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
@@ -1530,7 +1533,7 @@ fn a_create_an_admission_policy_refuses_is_retried_with_back_off_until_it_is_lif
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "POST pod/web-immortalpod",
             "GET pod/web-immortalpod"
         ]
@@ -1634,7 +1637,7 @@ fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() 
         run_with(&f, &delete_after_running(&f, 60)).unwrap(),
         Next::Done
     );
-    assert_eq!(f.calls(), ["GET ic/web", "POST pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
     count_made(&f);
     assert_eq!(status(&f).start_times, Some(3));
     assert_eq!(
@@ -1697,7 +1700,7 @@ fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replace
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "PATCH ic/web/status",
             "PATCH pod/web-immortalpod release"
         ]
@@ -1705,7 +1708,7 @@ fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replace
     assert!(f.pod.borrow().is_none(), "released, so removed");
     assert_eq!(ready(&f).1, "PodTerminating");
     // Its DELETED event brings the replacement, counted once.
-    let gone = PodHint::Gone(Box::new(crate::immortal::lifecycle::GonePod {
+    let gone = PodHint::Left(Box::new(crate::immortal::lifecycle::LeftPod {
         uid: pod.metadata.uid.as_str().into(),
         ending: None,
         holds_count: false,
@@ -1727,7 +1730,7 @@ fn the_object_deleted_while_its_pod_is_counted_lets_the_pod_go() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "PATCH ic/web/status",
             "PATCH pod/web-immortalpod release"
         ]
@@ -1768,7 +1771,7 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
     run_with(&f, &hint).unwrap();
     assert_eq!(
         f.calls(),
-        ["GET ic/web", "PATCH pod/web-immortalpod release"]
+        ["CACHED ic/web", "PATCH pod/web-immortalpod release"]
     );
     assert!(f
         .pod
@@ -1814,7 +1817,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        memory: Memory::with_clock(move || *clock.lock().unwrap()),
+        journal: Journal::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -1903,7 +1906,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     let f = fake(ic("web", "nginx"));
     *f.prunes.borrow_mut() = vec!["lastCountedPodUID", "observedGeneration", "podPhase"];
     made(&f);
-    assert!(!f.memory.counting.active());
+    assert!(!f.journal.counting.active());
     // Replaced while counting is off: not counted.
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
@@ -1911,7 +1914,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     assert_eq!(status(&f).start_times, Some(1));
     // The CRD is upgraded (make install): the schema read again keeps every field.
     f.prunes.borrow_mut().clear();
-    assert!(f.memory.counting.relearn(&[]));
+    assert!(f.journal.counting.relearn(&[]));
     // The resync's reconcile adopts the pod status names: it may have been counted, or not.
     run(&f, "ns/web").unwrap();
     let st = status(&f);
@@ -1959,7 +1962,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     };
     f.clear();
     assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
-    assert_eq!(f.calls(), ["GET ic/web"]);
+    assert_eq!(f.calls(), ["CACHED ic/web"]);
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
 }
@@ -1970,7 +1973,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
 fn held_unlabelled_and_deleted(f: &Fake) -> String {
     run(f, "ns/web").unwrap();
     // The operator restarts before counting it: it knows nothing of the pod it made.
-    f.memory.not_held("ns/web");
+    f.journal.not_held("ns/web");
     start_pod(f);
     let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
     f.pod.borrow_mut().as_mut().unwrap().metadata.labels.clear();
@@ -2004,7 +2007,7 @@ fn a_refused_relabel_does_not_keep_a_pod_being_deleted_waiting_on_our_finalizer(
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             // Status never said a pod: tried first, the name is taken.
             "POST pod/web-immortalpod",
             "GET pod/web-immortalpod",
@@ -2037,7 +2040,7 @@ fn a_pod_let_go_unlabelled_that_leaves_before_its_relabel_is_replaced() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "PATCH pod/web-immortalpod labels",
             "GET pod/web-immortalpod",
@@ -2054,7 +2057,7 @@ fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        memory: Memory::with_clock(move || *clock.lock().unwrap()),
+        journal: Journal::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -2137,9 +2140,9 @@ fn a_status_write_refused_for_a_recreated_object_lets_our_pod_go_and_ends() {
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "PATCH ic/web/status",
-            "READ ic/web",
+            "GET ic/web",
             "PATCH pod/web-immortalpod release"
         ]
     );
@@ -2180,7 +2183,7 @@ fn a_replaced_object_never_gets_the_old_ones_status() {
     );
     assert_eq!(
         f.calls(),
-        ["GET ic/web", "PATCH ic/web/status", "READ ic/web"]
+        ["CACHED ic/web", "PATCH ic/web/status", "GET ic/web"]
     );
     assert_eq!(
         status(&f),
@@ -2231,7 +2234,7 @@ fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mu
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        memory: Memory::with_clock(move || *clock.lock().unwrap()),
+        journal: Journal::with_clock(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
@@ -2247,7 +2250,7 @@ fn pod_uid(f: &Fake) -> String {
 fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
     reconcile(
         f,
-        &Memory::new(),
+        &Journal::new(),
         &LogContext {
             id: "3",
             key: "ns/web",
@@ -2309,8 +2312,8 @@ fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
     assert_eq!(
         f.calls(),
         [
+            "CACHED ic/web",
             "GET ic/web",
-            "READ ic/web",
             "GET pod/web-immortalpod",
             "POST pod/web-immortalpod"
         ]
@@ -2342,7 +2345,7 @@ fn after_a_failover_a_copy_older_than_the_last_count_is_read_before_a_deleted_ev
     assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
-        ["GET ic/web", "READ ic/web", "POST pod/web-immortalpod"]
+        ["CACHED ic/web", "GET ic/web", "POST pod/web-immortalpod"]
     );
     run_elsewhere(&f, Some(&added(&f))).unwrap();
     assert_eq!(status(&f).start_times, Some(3));
@@ -2370,7 +2373,7 @@ fn the_deleted_event_of_a_pod_another_process_replaced_is_checked_and_changes_no
     assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
-        ["GET ic/web", "READ ic/web", "GET pod/web-immortalpod"]
+        ["CACHED ic/web", "GET ic/web", "GET pod/web-immortalpod"]
     );
     assert_eq!(pod_uid(&f), replacement);
     assert_eq!(status(&f).start_times, Some(2));
@@ -2392,17 +2395,17 @@ fn a_count_refused_for_a_stale_copy_reads_the_object_so_the_retry_counts_once() 
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "GET pod/web-immortalpod",
             "PATCH ic/web/status",
-            "READ ic/web"
+            "GET ic/web"
         ]
     );
     // The retry counts from what the API server holds, without waiting for the watch: the
     // pod is counted already, nothing to write.
     f.clear();
     assert_eq!(run_elsewhere(&f, None).unwrap(), Next::Done);
-    assert_eq!(f.calls(), ["GET ic/web", "GET pod/web-immortalpod"]);
+    assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
     assert_eq!(status(&f).start_times, Some(2));
 }
 
@@ -2431,21 +2434,21 @@ fn only_a_pod_being_deleted_has_a_bound_the_failure_budget_must_not_delay() {
 fn a_pod_made_here_is_let_go_within_the_bound_whatever_waits_before_it() {
     let (f, now) = fake_with_clock(ic("web", "nginx"));
     run(&f, "ns/web").unwrap();
-    assert!(f.memory.overdue().is_empty());
+    assert!(f.journal.overdue().is_empty());
     // A backlog's creates kept its count from coming; its bound comes: it is due, once.
     *now.lock().unwrap() += counting::LET_GO_WITHIN - super::OVERDUE_EVERY;
-    assert_eq!(f.memory.overdue(), ["ns/web"]);
-    assert!(f.memory.overdue().is_empty(), "answered once a bound");
+    assert_eq!(f.journal.overdue(), ["ns/web"]);
+    assert!(f.journal.overdue().is_empty(), "answered once a bound");
     // Handed out ahead of the backlog, its reconcile counts it and lets it go at once.
     f.clear();
     assert_eq!(run_with(&f, &added(&f)).unwrap(), Next::Done);
     assert_eq!(
         f.calls(),
         [
-            "GET ic/web",
+            "CACHED ic/web",
             "PATCH ic/web/status",
             "PATCH pod/web-immortalpod release"
         ]
     );
-    assert!(f.memory.made_here("ns/web").is_none());
+    assert!(f.journal.made_here("ns/web").is_none());
 }

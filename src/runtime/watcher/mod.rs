@@ -8,10 +8,10 @@
 
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
-use crate::runtime::shutdown;
 use crate::runtime::liveness::{self, Watch};
 use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
+use crate::runtime::shutdown;
 use crate::runtime::store::Store;
 use crate::util;
 use crossbeam_channel::{Receiver, Sender};

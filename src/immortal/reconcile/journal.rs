@@ -1,19 +1,19 @@
-//! What the reconcile workers keep between reconciles.
+//! The journal: what this process did and learned that the API server does not hold, kept
+//! between reconciles and lost on a restart (nothing the count depends on).
 
-use crate::immortal::counting::Counting;
-use crate::immortal::counting::LET_GO_WITHIN;
+use crate::immortal::counting::{Counting, LET_GO_WITHIN};
 use crate::immortal::restarts::Restarts;
 use crate::kube::types::Uid;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Replacements whose old pod's DELETED event is awaited, at most (see [`Memory`]): about
+/// Replacements whose old pod's DELETED event is awaited, at most (see [`Journal`]): about
 /// half a megabyte. Each is held only until that event comes, normally milliseconds.
 const REPLACED_AT_MOST: usize = 4096;
 
 /// Pods this process let go that are remembered at once, in each of two generations (see
-/// [`Memory::released`]): about 160 kB at most. An entry is needed only while an event from
+/// [`Journal::released`]): about 160 kB at most. An entry is needed only while an event from
 /// before the release may still wait in the queue, normally milliseconds.
 const RELEASED_AT_MOST: usize = 2048;
 
@@ -22,13 +22,14 @@ const RELEASED_AT_MOST: usize = 2048;
 /// release, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 16;
 
-/// How often [`Memory::overdue`] is asked.
+/// How often [`Journal::overdue`] is asked.
 pub const OVERDUE_EVERY: Duration = Duration::from_secs(1);
 
-/// What the reconcile workers keep between reconciles, shared by all of them: the restart
-/// back-off, what the installed CRD keeps of the status we write, and the clock (virtual in the
-/// exactly-once fault-injection tests).
-pub struct Memory {
+/// What this process did and learned, shared by the reconcile workers: the restart back-off,
+/// what the installed CRD keeps of the status we write, the pods it made, replaced and let go
+/// whose watch events may still be on their way (as client-go controllers' expectations), and
+/// the clock (virtual in the exactly-once fault-injection tests).
+pub struct Journal {
     pub restarts: Restarts,
     pub counting: Counting,
     /// Pods (uid, by key) this process saw removed and then replaced, until their DELETED
@@ -44,13 +45,13 @@ pub struct Memory {
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
 }
 
-impl Memory {
-    pub fn new() -> Memory {
-        Memory::with_clock(Instant::now)
+impl Journal {
+    pub fn new() -> Journal {
+        Journal::with_clock(Instant::now)
     }
 
-    pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Memory {
-        Memory {
+    pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Journal {
+        Journal {
             restarts: Restarts::new(),
             counting: Counting::new(),
             replaced: Mutex::default(),
@@ -85,7 +86,7 @@ impl Memory {
         yes
     }
 
-    /// This process created the pod `uid` of `key` (see [`Memory::made_here`]).
+    /// This process created the pod `uid` of `key` (see [`Journal::made_here`]).
     pub(super) fn made(&self, key: &str, uid: &str) {
         let now = self.now();
         let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
@@ -107,12 +108,12 @@ impl Memory {
     }
 
     /// Whether a pod made at `at` is due to be let go at `now`: its bound comes within the next
-    /// look for overdue pods ([`Memory::overdue`]).
+    /// look for overdue pods ([`Journal::overdue`]).
     pub(super) fn is_overdue(&self, at: Instant, now: Instant) -> bool {
         now.saturating_duration_since(at) + OVERDUE_EVERY >= LET_GO_WITHIN
     }
 
-    /// The keys of pods this process made whose release is due (see [`Memory::is_overdue`]):
+    /// The keys of pods this process made whose release is due (see [`Journal::is_overdue`]):
     /// the caller has each handed out ahead of any backlog. Asked every [`OVERDUE_EVERY`]; a
     /// key is answered once a bound, so a pod whose release keeps failing is not retried
     /// faster than its own back-off.
@@ -139,7 +140,7 @@ impl Memory {
     }
 
     /// This process let the pod `uid` go; the API server answered the release with version
-    /// `rv` (see [`Memory::released_after`]).
+    /// `rv` (see [`Journal::released_after`]).
     pub(super) fn released(&self, uid: &str, rv: &str) {
         let Ok(rv) = rv.parse::<u64>() else {
             return;
@@ -174,7 +175,7 @@ impl Memory {
 struct Made {
     uid: Uid,
     at: Instant,
-    /// When [`Memory::overdue`] last answered it.
+    /// When [`Journal::overdue`] last answered it.
     told: Option<Instant>,
 }
 
@@ -185,8 +186,8 @@ struct Released {
     before: HashMap<Uid, u64>,
 }
 
-impl Default for Memory {
+impl Default for Journal {
     fn default() -> Self {
-        Memory::new()
+        Journal::new()
     }
 }
