@@ -92,11 +92,56 @@ enum Look<'h> {
     DeleteTerminated(String),
 }
 
-/// What one round found.
-enum Found<'h> {
-    Absent,
-    Read(Box<Pod>),
-    Seen(&'h SeenPod),
+/// What one round decided.
+enum Step<'h> {
+    /// Look at the name again, this way.
+    Again(Look<'h>),
+    Done(Next),
+}
+
+/// What the rounds of one reconcile carry from one to the next.
+#[derive(Default)]
+struct Rounds {
+    /// Why the pod about to be made replaces another, when a round removed that one.
+    cause: Option<Cause>,
+    /// A create refused while the name was only assumed free: it stands once a look finds
+    /// the name free.
+    refused: Option<client::Error>,
+}
+
+/// Our pod as a round found it, read or seen in a watch event.
+struct OurPod {
+    uid: String,
+    /// Why it is not made from the object's spec any more, if it is not.
+    change: Option<String>,
+    view: PodView,
+    /// It still holds our finalizer.
+    holds: bool,
+    ending: Option<Ending>,
+}
+
+impl OurPod {
+    fn read(pod: &Pod, ic: &ImmortalContainer) -> OurPod {
+        OurPod {
+            uid: pod.metadata.uid.clone(),
+            change: spec_change(created_for(pod), recorded_hash(pod), ic),
+            view: PodView::of(pod),
+            holds: counting::holds(&pod.metadata.finalizers),
+            ending: Ending::of(pod),
+        }
+    }
+
+    fn seen(p: &SeenPod, ic: &ImmortalContainer, journal: &Journal) -> OurPod {
+        OurPod {
+            uid: p.uid.to_string(),
+            change: spec_change(&p.created_for, p.spec_hash.as_deref(), ic),
+            view: p.view.clone(),
+            // An event from before our own release still shows our finalizer. Releasing again
+            // on it would cost a write per pod for nothing.
+            holds: p.holds_count && !journal.released_after(&p.uid, p.rv),
+            ending: p.ending,
+        }
+    }
 }
 
 /// One reconcile. Holds what it has decided about the object's status so far.
@@ -306,7 +351,42 @@ fn object_gone<A: Api>(
 }
 
 impl<A: Api> Run<'_, A> {
+    /// The decisions of one reconcile, a round at a time: each round learns about the pod (as
+    /// `first_look` says, then by reading it) and acts, or says how to look again.
     fn sync(&mut self, hint: Option<&PodHint>) -> Result<Next, Error> {
+        if let Some(next) = self.invalid_spec() {
+            return Ok(next);
+        }
+        let mut look = self.first_look(hint);
+        let mut rounds = Rounds::default();
+        // Normally two rounds at most (create, or look and act, then create). A world that keeps
+        // changing under us (a name taken, freed and retaken between our calls) gets the
+        // queue's backoff instead of a spin inside one reconcile.
+        for _ in 0..MAX_ROUNDS {
+            let step = match look {
+                Look::DeleteTerminated(uid) => {
+                    Step::Again(self.delete_terminated(&uid, &mut rounds)?)
+                }
+                Look::AssumeAbsent => self.absent(true, &mut rounds)?,
+                Look::Seen(p) => self.ours(OurPod::seen(p, self.ic, self.journal), &mut rounds)?,
+                Look::Get => match self.api.get_pod(self.ns, &self.pod_name) {
+                    Ok(pod) => self.read(&pod, &mut rounds)?,
+                    Err(e) if e.is_not_found() => self.absent(false, &mut rounds)?,
+                    Err(e) => return Err(Error::from_api("get pod", e)),
+                },
+            };
+            match step {
+                Step::Again(next) => look = next,
+                Step::Done(next) => return Ok(next),
+            }
+        }
+        Err(Error::Unsettled {
+            pod: self.pod_name.clone(),
+        })
+    }
+
+    /// What no retry can fix: a name too long for its pod's, an empty image.
+    fn invalid_spec(&mut self) -> Option<Next> {
         if self.pod_name.len() > MAX_NAME_LEN {
             let msg = format!(
                 "pod name {}… would be {} characters, over the Kubernetes limit of {MAX_NAME_LEN}; \
@@ -316,219 +396,179 @@ impl<A: Api> Run<'_, A> {
                 MAX_NAME_LEN - ic::POD_SUFFIX.len()
             );
             self.fail_permanently("PodNameTooLong", "InvalidSpec", msg);
-            return Ok(Next::Done);
+            return Some(Next::Done);
         }
         if self.ic.spec.image.trim().is_empty() {
-            self.fail_permanently(
-                "InvalidSpec",
-                "InvalidSpec",
-                "spec.image is empty".to_string(),
-            );
-            return Ok(Next::Done);
+            let msg = "spec.image is empty".to_string();
+            self.fail_permanently("InvalidSpec", "InvalidSpec", msg);
+            return Some(Next::Done);
         }
+        None
+    }
 
-        let mut look = self.first_look(hint);
-        let mut cause = None;
-        let mut refused: Option<client::Error> = None;
-        // Normally two rounds at most (create, or look and act, then create). A world that keeps
-        // changing under us (a name taken, freed and retaken between our calls) gets the
-        // queue's backoff instead of a spin inside one reconcile.
-        for _ in 0..MAX_ROUNDS {
-            let found = match look {
-                Look::AssumeAbsent => Found::Absent,
-                Look::Seen(p) => Found::Seen(p),
-                Look::Get => match self.api.get_pod(self.ns, &self.pod_name) {
-                    Ok(p) => Found::Read(Box::new(p)),
-                    Err(e) if e.is_not_found() => Found::Absent,
-                    Err(e) => return Err(Error::from_api("get pod", e)),
-                },
-                Look::DeleteTerminated(ref uid) => {
-                    let uid = uid.clone();
-                    match self.delete(&uid, "it terminated")? {
-                        Deleted::Removed { existed } => {
-                            // It existed until now under our name, so no pod after it was
-                            // started there: counting it is the decision a read of it would
-                            // have led to. (Not on 404: by then a later pod may have come and
-                            // gone.)
-                            if existed {
-                                self.count(&uid);
-                            }
-                            cause = Some(Cause::Terminated);
-                            look = Look::AssumeAbsent;
-                        }
-                        Deleted::Pending => {
-                            self.count(&uid);
-                            look = Look::Get;
-                        }
-                        Deleted::OtherPod => look = Look::Get,
-                    }
-                    continue;
+    /// A watch event showed our pod `uid` terminal: delete it without reading it.
+    fn delete_terminated(
+        &mut self,
+        uid: &str,
+        rounds: &mut Rounds,
+    ) -> Result<Look<'static>, Error> {
+        Ok(match self.delete(uid, "it terminated")? {
+            Deleted::Removed { existed } => {
+                // It existed until now under our name, so no pod after it was started there:
+                // counting it is the decision a read of it would have led to. (Not on 404: by
+                // then a later pod may have come and gone.)
+                if existed {
+                    self.count(uid);
                 }
-            };
-            let found = match found {
-                Found::Absent => {
-                    if let Some(e) = refused.take() {
-                        // Looked: the name is free, the refusal stands.
-                        return self.refused(e);
-                    }
-                    let cause = cause.unwrap_or_else(|| self.absent_cause());
-                    if cause.is_restart() {
-                        if let Some(wait) = self
-                            .journal
-                            .restarts
-                            .wait(self.trace.key, self.journal.now())
-                        {
-                            self.back_off(wait);
-                            return Ok(Next::RequeueAfter(wait.remaining));
-                        }
-                    }
-                    match self.create(cause)? {
-                        Created::Yes => {
-                            if let Some(old) = self.removed.take() {
-                                self.journal.replaced(self.trace.key, &old);
-                            }
-                            if cause.is_restart() {
-                                self.journal
-                                    .restarts
-                                    .replaced(self.trace.key, self.journal.now());
-                            } else {
-                                self.journal.restarts.created(self.trace.key);
-                            }
-                            // Counted by its ADDED event's reconcile, and let go within
-                            // `counting::LET_GO_WITHIN` whatever comes in between (see
-                            // `Journal::overdue`).
-                            return Ok(Next::Done);
-                        }
-                        Created::NameTaken if matches!(look, Look::AssumeAbsent) => {
-                            look = Look::Get;
-                            continue;
-                        }
-                        // Taken although we just saw it free: whoever took it shows up on the
-                        // next look. Let the queue's backoff pace that look.
-                        Created::NameTaken => return Err(self.appeared()),
-                        // Refused while we only assumed the name free: a pod of ours may hold
-                        // it (created just before a crash, its answer lost) and must not go
-                        // unnoticed behind the refusal. Look first; a second refusal stands.
-                        Created::Refused(e)
-                            if matches!(look, Look::AssumeAbsent) && refused.is_none() =>
-                        {
-                            refused = Some(e);
-                            look = Look::Get;
-                            continue;
-                        }
-                        Created::Refused(e) => return self.refused(e),
-                    }
-                }
-                Found::Read(pod) => {
-                    if !controlled_by(&pod, self.ic) {
-                        return self.conflict(&pod);
-                    }
-                    match self.restore_labels(&pod) {
-                        Ok(Relabeled::Kept) => {}
-                        // It was ours and started, so it counts; where it went, only a look
-                        // can say (a Terminating pod's end would otherwise go unnoticed).
-                        Ok(Relabeled::Moved) => {
-                            self.count(&pod.metadata.uid);
-                            look = Look::Get;
-                            continue;
-                        }
-                        // Retried after, not before, the count and the release below.
-                        Err(e) => self.relabel = Some(e),
-                    }
-                    let view = PodView::of(&pod);
-                    let change = spec_change(created_for(&pod), recorded_hash(&pod), self.ic);
-                    let holds = counting::holds(&pod.metadata.finalizers);
-                    (
-                        pod.metadata.uid.clone(),
-                        change,
-                        view,
-                        holds,
-                        Ending::of(&pod),
-                    )
-                }
-                Found::Seen(p) => (
-                    p.uid.to_string(),
-                    spec_change(&p.created_for, p.spec_hash.as_deref(), self.ic),
-                    p.view.clone(),
-                    // An event from before our own release still shows our finalizer.
-                    // Releasing again on it would cost a write per pod for nothing.
-                    p.holds_count && !self.journal.released_after(&p.uid, p.rv),
-                    p.ending,
-                ),
-            };
-            let (uid, change, view, holds, ending) = found;
-
-            // Ours: it was started, so it counts, once.
-            self.count(&uid);
-            if let Some(e) = ending {
-                self.ended(&uid, e);
+                rounds.cause = Some(Cause::Terminated);
+                Look::AssumeAbsent
             }
-            if holds {
-                // Still held for its count (a status write failed, or the operator died, after
-                // its create): it goes once the status write that ends this reconcile counts
-                // it, so that whoever deletes it does not wait on us for long.
-                self.release = Some(Held {
-                    uid: uid.clone(),
-                    deleting: view.phase == Phase::Terminating,
-                });
+            Deleted::Pending => {
+                self.count(uid);
+                Look::Get
             }
-            if view.phase == Phase::Terminating {
-                // Its DELETED event brings us back; creating now would only earn AlreadyExists.
-                if let Some(why) = &change {
-                    self.replacing(why);
-                } else {
-                    self.report(&view);
-                }
-                return Ok(Next::Done);
-            }
-            if view.phase.is_terminal() {
-                // A pod in a terminal phase holds no running container: the API server deletes
-                // it at once whatever grace period we ask (its pod strategy), then we replace it.
-                let why = format!("it ended in phase {}", view.phase.as_str());
-                match self.delete(&uid, &why)? {
-                    Deleted::Removed { .. } => {
-                        cause = Some(Cause::Terminated);
-                        look = Look::AssumeAbsent;
-                    }
-                    // Held by someone's finalizer: its DELETED event brings us back.
-                    Deleted::Pending => {
-                        self.report(&view);
-                        return Ok(Next::Done);
-                    }
-                    Deleted::OtherPod => look = Look::Get,
-                }
-                continue;
-            }
-            // Compared on what the pod records it was made from (our annotations), not on what
-            // it runs: an admission webhook may rewrite images (a registry mirror, a digest
-            // pin) or add a sidecar, and replacing such a pod would only bring back another
-            // rewritten one, forever.
-            if let Some(why) = change {
-                // Graceful: the container may be running. Its DELETED event brings us back to
-                // create the replacement, unless the server removed it at once (a pod not yet
-                // scheduled), in which case the name is free now.
-                match self.delete(&uid, &why)? {
-                    Deleted::Removed { .. } => {
-                        cause = Some(Cause::SpecChanged);
-                        look = Look::AssumeAbsent;
-                        continue;
-                    }
-                    Deleted::Pending => {
-                        self.replacing(&why);
-                        return Ok(Next::Done);
-                    }
-                    Deleted::OtherPod => {
-                        look = Look::Get;
-                        continue;
-                    }
-                }
-            }
-            self.report(&view);
-            return Ok(Next::Done);
-        }
-        Err(Error::Unsettled {
-            pod: self.pod_name.clone(),
+            Deleted::OtherPod => Look::Get,
         })
+    }
+
+    /// No pod holds the name (or we assume so, `assumed`): make one, unless the back-off says
+    /// wait or the server refuses it.
+    fn absent(&mut self, assumed: bool, rounds: &mut Rounds) -> Result<Step<'static>, Error> {
+        if let Some(e) = rounds.refused.take() {
+            // Looked: the name is free, the refusal stands.
+            return self.refused(e).map(Step::Done);
+        }
+        let cause = rounds.cause.unwrap_or_else(|| self.absent_cause());
+        if cause.is_restart() {
+            if let Some(wait) = self
+                .journal
+                .restarts
+                .wait(self.trace.key, self.journal.now())
+            {
+                self.back_off(wait);
+                return Ok(Step::Done(Next::RequeueAfter(wait.remaining)));
+            }
+        }
+        match self.create(cause)? {
+            Created::Yes => {
+                if let Some(old) = self.removed.take() {
+                    self.journal.replaced(self.trace.key, &old);
+                }
+                if cause.is_restart() {
+                    self.journal
+                        .restarts
+                        .replaced(self.trace.key, self.journal.now());
+                } else {
+                    self.journal.restarts.created(self.trace.key);
+                }
+                // Counted by its ADDED event's reconcile, and let go within
+                // `counting::LET_GO_WITHIN` whatever comes in between (see `Journal::overdue`).
+                Ok(Step::Done(Next::Done))
+            }
+            Created::NameTaken if assumed => Ok(Step::Again(Look::Get)),
+            // Taken although we just saw it free: whoever took it shows up on the next look.
+            // Let the queue's backoff pace that look.
+            Created::NameTaken => Err(self.appeared()),
+            // Refused while we only assumed the name free: a pod of ours may hold it (created
+            // just before a crash, its answer lost) and must not go unnoticed behind the
+            // refusal. Look first; a second refusal stands.
+            Created::Refused(e) if assumed && rounds.refused.is_none() => {
+                rounds.refused = Some(e);
+                Ok(Step::Again(Look::Get))
+            }
+            Created::Refused(e) => self.refused(e).map(Step::Done),
+        }
+    }
+
+    /// A pod holds the name, as read: not ours is left alone; ours gets our labels back.
+    fn read(&mut self, pod: &Pod, rounds: &mut Rounds) -> Result<Step<'static>, Error> {
+        if !controlled_by(pod, self.ic) {
+            return self.conflict(pod).map(Step::Done);
+        }
+        match self.restore_labels(pod) {
+            Ok(Relabeled::Kept) => {}
+            // It was ours and started, so it counts; where it went, only a look can say (a
+            // Terminating pod's end would otherwise go unnoticed).
+            Ok(Relabeled::Moved) => {
+                self.count(&pod.metadata.uid);
+                return Ok(Step::Again(Look::Get));
+            }
+            // Retried after, not before, the count and the release below.
+            Err(e) => self.relabel = Some(e),
+        }
+        self.ours(OurPod::read(pod, self.ic), rounds)
+    }
+
+    /// Our pod, read or seen in an event: count it, let it go once counted, and replace it if
+    /// it ended or its spec changed; else report what it does.
+    fn ours(&mut self, pod: OurPod, rounds: &mut Rounds) -> Result<Step<'static>, Error> {
+        let OurPod {
+            uid,
+            change,
+            view,
+            holds,
+            ending,
+        } = pod;
+        // Ours: it was started, so it counts, once.
+        self.count(&uid);
+        if let Some(e) = ending {
+            self.ended(&uid, e);
+        }
+        if holds {
+            // Still held for its count: it goes once the status write that ends this
+            // reconcile counts it (see `reconcile`).
+            self.release = Some(Held {
+                uid: uid.clone(),
+                deleting: view.phase == Phase::Terminating,
+            });
+        }
+        if view.phase == Phase::Terminating {
+            // Its DELETED event brings us back; creating now would only earn AlreadyExists.
+            match &change {
+                Some(why) => self.replacing(why),
+                None => self.report(&view),
+            }
+            return Ok(Step::Done(Next::Done));
+        }
+        if view.phase.is_terminal() {
+            // A pod in a terminal phase holds no running container: the API server deletes it
+            // at once whatever grace period we ask (its pod strategy), then we replace it.
+            let why = format!("it ended in phase {}", view.phase.as_str());
+            return Ok(match self.delete(&uid, &why)? {
+                Deleted::Removed { .. } => {
+                    rounds.cause = Some(Cause::Terminated);
+                    Step::Again(Look::AssumeAbsent)
+                }
+                // Held by someone's finalizer: its DELETED event brings us back.
+                Deleted::Pending => {
+                    self.report(&view);
+                    Step::Done(Next::Done)
+                }
+                Deleted::OtherPod => Step::Again(Look::Get),
+            });
+        }
+        // Compared on what the pod records it was made from (our annotations), not on what it
+        // runs: an admission webhook may rewrite images (a registry mirror, a digest pin) or
+        // add a sidecar, and replacing such a pod would only bring back another rewritten one,
+        // forever.
+        if let Some(why) = change {
+            // Graceful: the container may be running. Its DELETED event brings us back to
+            // create the replacement, unless the server removed it at once (a pod not yet
+            // scheduled), in which case the name is free now.
+            return Ok(match self.delete(&uid, &why)? {
+                Deleted::Removed { .. } => {
+                    rounds.cause = Some(Cause::SpecChanged);
+                    Step::Again(Look::AssumeAbsent)
+                }
+                Deleted::Pending => {
+                    self.replacing(&why);
+                    Step::Done(Next::Done)
+                }
+                Deleted::OtherPod => Step::Again(Look::Get),
+            });
+        }
+        self.report(&view);
+        Ok(Step::Done(Next::Done))
     }
 
     /// What the trigger lets the first round skip. A hint is only for this object's own pod
