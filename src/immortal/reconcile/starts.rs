@@ -113,6 +113,7 @@ impl<A: Api> Run<'_, A> {
             "it is being deleted and its start cannot be counted",
         )?;
         self.journal.counting.let_go(uid);
+        self.journal.not_held(self.trace.key);
         let msg = format!(
             "pod {} (uid {uid}) was deleted before its start could be counted: writing status failed for {}s ({why}); \
              it was let go uncounted, so status.startTimes misses one start",
