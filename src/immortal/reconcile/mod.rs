@@ -534,18 +534,9 @@ impl<A: Api> Run<'_, A> {
             // A pod in a terminal phase holds no running container: the API server deletes it
             // at once whatever grace period we ask (its pod strategy), then we replace it.
             let why = format!("it ended in phase {}", view.phase.as_str());
-            return Ok(match self.delete(&uid, &why)? {
-                Deleted::Removed { .. } => {
-                    rounds.cause = Some(Cause::Terminated);
-                    Step::Again(Look::AssumeAbsent)
-                }
-                // Held by someone's finalizer: its DELETED event brings us back.
-                Deleted::Pending => {
-                    self.report(&view);
-                    Step::Done(Next::Done)
-                }
-                Deleted::OtherPod => Step::Again(Look::Get),
-            });
+            // Held by someone's finalizer, it stays: its DELETED event brings us back.
+            let pending = |run: &mut Self| run.report(&view);
+            return self.replace(&uid, &why, Cause::Terminated, rounds, pending);
         }
         // Compared on what the pod records it was made from (our annotations), not on what it
         // runs: an admission webhook may rewrite images (a registry mirror, a digest pin) or
@@ -555,20 +546,34 @@ impl<A: Api> Run<'_, A> {
             // Graceful: the container may be running. Its DELETED event brings us back to
             // create the replacement, unless the server removed it at once (a pod not yet
             // scheduled), in which case the name is free now.
-            return Ok(match self.delete(&uid, &why)? {
-                Deleted::Removed { .. } => {
-                    rounds.cause = Some(Cause::SpecChanged);
-                    Step::Again(Look::AssumeAbsent)
-                }
-                Deleted::Pending => {
-                    self.replacing(&why);
-                    Step::Done(Next::Done)
-                }
-                Deleted::OtherPod => Step::Again(Look::Get),
-            });
+            let pending = |run: &mut Self| run.replacing(&why);
+            return self.replace(&uid, &why, Cause::SpecChanged, rounds, pending);
         }
         self.report(&view);
         Ok(Step::Done(Next::Done))
+    }
+
+    /// Deletes our pod `uid` to replace it (`why`, `cause`): the name is free now, or the
+    /// deletion is `pending` (its DELETED event brings us back), or another pod holds it.
+    fn replace(
+        &mut self,
+        uid: &str,
+        why: &str,
+        cause: Cause,
+        rounds: &mut Rounds,
+        pending: impl FnOnce(&mut Self),
+    ) -> Result<Step<'static>, Error> {
+        Ok(match self.delete(uid, why)? {
+            Deleted::Removed { .. } => {
+                rounds.cause = Some(cause);
+                Step::Again(Look::AssumeAbsent)
+            }
+            Deleted::Pending => {
+                pending(self);
+                Step::Done(Next::Done)
+            }
+            Deleted::OtherPod => Step::Again(Look::Get),
+        })
     }
 
     /// What the trigger lets the first round skip. A hint is only for this object's own pod

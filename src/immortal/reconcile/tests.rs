@@ -446,6 +446,13 @@ fn start_pod(f: &Fake) {
     });
 }
 
+/// The kubelet says the pod's containers are ready, or not.
+fn set_pod_ready(f: &Fake, ready: bool) {
+    let mut slot = f.pod.borrow_mut();
+    let st = slot.as_mut().unwrap().status.as_mut().unwrap();
+    st.conditions[0].status = if ready { "True" } else { "False" }.into();
+}
+
 /// The pod ends on its own, its container having run 65 s.
 fn fail_pod(f: &Fake) {
     f.pod.borrow_mut().as_mut().unwrap().status = Some(PodStatus {
@@ -562,15 +569,7 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
     assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
     assert_eq!(message(&f), "pod web-immortalpod runs nginx");
     // Running and let go: the next change of it costs the status write alone.
-    f.pod
-        .borrow_mut()
-        .as_mut()
-        .unwrap()
-        .status
-        .as_mut()
-        .unwrap()
-        .conditions[0]
-        .status = "False".into();
+    set_pod_ready(&f, false);
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
     assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
@@ -2168,15 +2167,7 @@ fn a_replaced_object_never_gets_the_old_ones_status() {
     recreate_behind_the_copy(&f);
     // The old pod turns not ready: its status refresh, computed from the old copy, must not
     // land on the new object, whose own pod does not exist yet.
-    f.pod
-        .borrow_mut()
-        .as_mut()
-        .unwrap()
-        .status
-        .as_mut()
-        .unwrap()
-        .conditions[0]
-        .status = "False".into();
+    set_pod_ready(&f, false);
     assert_eq!(
         run_with(&f, &seen(&f)).unwrap(),
         Next::RequeueAfter(Duration::ZERO)
