@@ -174,9 +174,11 @@ impl<H: Hint> Trigger<H> {
     /// This trigger followed by `later`, both waiting for one reconcile: two watch events'
     /// hints tell what they tell together ([`Hint::and`]); a trigger without a hint (an
     /// object's own event, a list, a retry) asks for a look at everything, and stays, so that
-    /// the reconcile's log says why it looked.
+    /// the reconcile's log says why it looked. A scheduled look (a timer of our own) adds
+    /// nothing to a watch event already queued, which stays with its hint.
     fn then(self, later: Trigger<H>) -> Trigger<H> {
         match (self, later) {
+            (earlier @ Trigger::Watch { hint: Some(_), .. }, Trigger::Scheduled) => earlier,
             (
                 Trigger::Watch { hint: Some(a), .. },
                 Trigger::Watch {
@@ -836,6 +838,33 @@ mod tests {
         q.add("ns/c".into(), deleted(8, "seen"), Priority::Routine);
         q.add("ns/c".into(), deleted(9, "gone"), Priority::Routine);
         assert_eq!(q.get().unwrap().1.to_string(), "pod DELETED rv=9");
+    }
+
+    #[test]
+    fn a_timer_of_our_own_keeps_the_hint_of_a_watch_event_already_queued() {
+        let q = Q::new();
+        let seen = Trigger::Watch {
+            resource: "pod",
+            event: "ADDED",
+            rv: 7,
+            hint: Some("seen".to_string()),
+        };
+        q.add("ns/a".into(), seen, Priority::Urgent);
+        q.add("ns/a".into(), Trigger::Scheduled, Priority::Urgent);
+        assert_eq!(q.get().unwrap().1.to_string(), "pod ADDED rv=7 seen");
+        // A retry is another matter: something failed, so it looks at everything.
+        q.add("ns/b".into(), Trigger::Retry, Priority::Urgent);
+        q.add(
+            "ns/b".into(),
+            Trigger::Watch {
+                resource: "pod",
+                event: "MODIFIED",
+                rv: 8,
+                hint: Some("seen".to_string()),
+            },
+            Priority::Urgent,
+        );
+        assert_eq!(q.get().unwrap().1.to_string(), "retry after error");
     }
 
     #[test]
