@@ -1,72 +1,19 @@
 //! Counting every pod started exactly once: the invariant, and what the installed CRD lets us
 //! keep of it.
 //!
-//! `status.startTimes` is the number of pods the API server accepted for the object (POSTs
-//! answered 201, whether or not the answer reached us). It is derived only from state the API
-//! server holds:
-//!
-//! **Durable.** `status.startTimes` (S) and `status.lastCountedPodUID` (L), always written
-//! together, in one status patch carrying the resourceVersion it was computed from; and the
-//! finalizer [`COUNT_FINALIZER`] (F) that every pod is created with: the API server does not
-//! remove a pod that still carries a finalizer, whoever deletes it.
+//! `status.startTimes` (S) is the number of pods the API server accepted for the object (POSTs
+//! answered 201, whether or not the answer reached us). `status.lastCountedPodUID` (L) names
+//! the pod counted last; S and L are always written together, in one status patch carrying the
+//! resourceVersion they were computed from. Every pod is created with the finalizer
+//! [`COUNT_FINALIZER`] (F): the API server does not remove a pod that still carries it.
 //!
 //! **Invariant.** Every pod the API server accepted for the object is counted in S, or still
-//! exists and carries F. (A pod loses F only once S counts it.)
+//! exists and carries F: F comes off only once S counts the pod. A start is given up rather
+//! than a pod held only when no object can count it any more, or when status writes are
+//! refused for [`HOLD_AT_MOST`] while the pod is being deleted (a `StartsNotCounted` Event).
 //!
-//! **Why each step keeps it, and is safe to repeat.**
-//! - *Create*: the pod is born carrying F. If the answer is lost, or the operator dies before it
-//!   writes status, or someone deletes the pod meanwhile, the pod stays (deleting it only marks
-//!   it Terminating) until it is counted.
-//! - *Count*: a pod of ours whose uid is not L has not been counted: pods of one object are made
-//!   one after the other under one name, and none can vanish uncounted, so it is newer than the
-//!   pod L names. It is counted S+1, L=uid in one patch with the resourceVersion precondition:
-//!   if anything wrote the object since, the patch is refused (409) and redone from a fresh
-//!   read. Once it landed, L = uid makes a repeat a no-op; if it did not (409, 5xx, an answer
-//!   lost, a crash), S and L are unchanged and the next reconcile counts again.
-//! - *Release*: F is taken off (a strategic merge patch deleting it from the list, naming the
-//!   pod's uid, as the Job controller releases its tracking finalizer) only when the status the
-//!   API server answered says L = uid. Releasing twice changes nothing; a name that holds
-//!   another pod by then refuses our uid (422), and the pod we meant is gone: done. A watch
-//!   event older than a release this process made (by resourceVersion) still shows F, and is
-//!   not taken to hold it; a later one, or one that cannot be compared, is.
-//! - *Delete*: by uid, never a pod we did not look at; a delete never removes a pod carrying F.
-//!
-//! **In memory only**: nothing the count depends on. A restarted operator reads S, L and the pod
-//! and goes on; the restart back-off ([`crate::immortal::restarts`]) is the only thing it forgets.
-//!
-//! **What it costs**: one PATCH per pod, the release, once the status patch that counts it is
-//! answered: in the same reconcile for a pod found held, and for a pod this process made, as
-//! routine work after its count, within [`LET_GO_WITHIN`] (so that a backlog's creates and
-//! counts go first; docs/design.md, "Pods first"). Without F, a pod created (its answer lost,
-//! or the operator killed) and deleted before the operator looks again leaves no trace:
-//! "created then deleted" and "never created" look the same, so a start would be lost. The
-//! finalizer is the trace.
-//!
-//! **Never at a pod's expense.** A pod someone deletes waits on our finalizer until its start is
-//! counted, normally milliseconds (its deletion queues the release urgent). When status cannot
-//! be written (an edited ClusterRole, an operator upgraded without its RBAC, a fail-closed
-//! webhook on `*/status`), such a pod is held at most [`HOLD_AT_MOST`] from when the operator
-//! first saw it being deleted, then let go uncounted, which a WARN line and a `StartsNotCounted` Warning Event say: `kubectl delete
-//! pod` and `kubectl drain` wait a minute at worst, never for a person to fix the cluster. A pod
-//! nobody deletes keeps its finalizer meanwhile (it costs nothing, and it is counted once
-//! status can be written again). Whenever no object can count a pod any more (the object is
-//! deleted, even in the middle of counting; the pod orphaned; found by the start-up sweep
-//! after losing our label), the finalizer is taken off without a count.
-//!
-//! **When it cannot hold**: a CRD older than the operator (Helm and GitOps setups often never
-//! upgrade CRDs) prunes fields it does not know from every status write. Without L the count
-//! cannot be made idempotent: every reconcile would count the running pod again. So when L does
-//! not stick, counting stops (S stays as it is, pods get no F), said once in an ERROR line and
-//! once per object in a Warning Event: apply `config/crd`. Other pruned fields are only not
-//! written any more (so their absence does not make every reconcile write again).
-//!
-//! **Resuming.** While anything is pruned, the operator reads its CRD again every
-//! [`RECHECK`]; once the schema keeps L, counting resumes by itself (an INFO line), and every
-//! object is reconciled. A status written while L was pruned names a pod but no L: that pod
-//! may have been counted before L was lost, or started meanwhile, which cannot be told apart.
-//! So it is *adopted*: L is set to it and S left as it is, with a `CountingResumed` Event.
-//! `startTimes` then counts every start while counting was on, never one twice, and misses the
-//! starts while it was off, as the Event says.
+//! Why each step keeps it and is safe to repeat, what it costs, and what an older CRD that
+//! prunes L changes: docs/design.md, "Counting".
 
 use crate::immortal::types::COUNT_FINALIZER;
 use serde_json::{json, Value};

@@ -1,6 +1,6 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it,
 //! so that of several replicas exactly one writes, and a [`Fence`] that keeps a deposed leader
-//! from writing whatever the API server does (docs/operating.md, "Leader election").
+//! from writing whatever the API server does (docs/design.md, "Leader election").
 //!
 //! Expiry is judged by the local clock from when we last saw the Lease change, never by
 //! comparing our clock with the holder's `renewTime` (clocks of different nodes disagree). A

@@ -3,7 +3,8 @@
 //! pods and nodes through the store's tap (keys and versions, never objects), keeps its timers
 //! in a heap, and writes as a client would, without HTTP: the scheduler's and kubelets'
 //! decisions are made outside the store lock and committed under the write lock only if the
-//! pod is still as read. No thread per pod: 10,000 pods cost one map entry and a timer each.
+//! pod is still as read. No thread per pod: 10,000 pods cost one map entry and a timer each,
+//! a few hundred bytes of kubelet state a pod.
 
 use crate::kubelet::{KubeletOptions, Placement, PodRun, Write};
 use crate::lifecycle::{self, ZoneState};

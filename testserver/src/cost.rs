@@ -2,7 +2,8 @@
 //! event, commits that concurrent writes share), and the requests in flight at the server.
 //!
 //! Off by default: every field of [`CostModel`] zero, nothing waits. The bench turns it on to
-//! rank designs as a CPU-bound v1.28 control plane does (testserver/README.md, "Cost model").
+//! rank designs as a CPU-bound v1.28 control plane does (testserver/README.md, "Cost model";
+//! its calibration is beside `MODEL` in bench/src/lib.rs).
 
 use std::sync::{Mutex, MutexGuard};
 use std::thread;

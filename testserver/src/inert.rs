@@ -2,9 +2,9 @@
 //! Deployment, NetworkPolicy, Role, ClusterRole, RoleBinding and ClusterRoleBinding, what
 //! `config/default` deploys. Their server defaults and validation are kube-apiserver's for the
 //! fields kubectl sends; nothing else happens: no ReplicaSet or pod for a Deployment, no
-//! cluster IP, endpoints or node port for a Service, no token for a ServiceAccount, and the
-//! RBAC objects do not change who may do what here (the rules of `TestServer::add_user` and
-//! `set_rules` decide that).
+//! cluster IP, endpoints or node port for a Service, no token for a ServiceAccount; the RBAC
+//! objects act only through the authorizer (`rbac.rs`), with no aggregation, bootstrap roles
+//! or escalation check.
 //!
 //! Where a message quotes an object, it prints it as Go's `%#v` does (`v1.LabelSelector{...}`),
 //! since that is what a real server's `field.Invalid` writes.

@@ -1,8 +1,9 @@
 //! The order the test server's modules are layered in, top-down, and the test that keeps it:
-//! a module imports only modules below it, so no two import each other (README's "Layout").
+//! a module imports only modules below it, so no two import each other and the folder reads
+//! top-down, handlers first, plain types last. A new file gets its place here.
 
-/// Every module but `lib.rs`, top-down, in the groups of the README's layout table. A module
-/// may name (`crate::m`) only modules listed after it.
+/// Every module but `lib.rs`, top-down, in groups. A module may name (`crate::m`) only modules
+/// listed after it: those of the groups below, and those after it in its own.
 const LAYERS: &[&[&str]] = &[
     // Serving requests: connections, routing and verbs, then one kind of request each.
     &["server", "api", "review", "token", "watch"],
