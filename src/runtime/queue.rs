@@ -29,7 +29,7 @@ pub const URGENT_RESERVE: f64 = 25.0;
 pub const SHARE: u32 = 64;
 
 /// Routine reconciles in flight at most: a wave of status refreshes (every pod made not ready
-/// at once) must not fill a pool grown to 64 workers, each with a PATCH in flight ahead of the
+/// at once) must not fill a pool grown for a backlog, each with a PATCH in flight ahead of the
 /// urgent POST of a replacement on a busy API server. Measured: docs/benchmark.md
 /// ("Recovery under load").
 pub const ROUTINE_IN_FLIGHT: usize = 8;
