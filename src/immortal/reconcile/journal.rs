@@ -17,10 +17,10 @@ const REPLACED_AT_MOST: usize = 4096;
 /// before the release may still wait in the queue, normally milliseconds.
 const RELEASED_AT_MOST: usize = 2048;
 
-/// Pods this process created and has not let go yet that are remembered, at most: about 5 MB
-/// at 65,536 (a backlog creates ahead of its counts). Forgetting one costs a read and an early
-/// release, never a wrong count.
-const MADE_AT_MOST: usize = 1 << 16;
+/// Pods this process created and has not let go yet that are remembered, at most: about
+/// 120 bytes each, as many as a backlog creates ahead of its counts. Forgetting them costs a
+/// read and an early release each, never a wrong count.
+const MADE_AT_MOST: usize = 1 << 18;
 
 /// How often [`Journal::overdue`] is asked.
 pub const OVERDUE_EVERY: Duration = Duration::from_secs(1);

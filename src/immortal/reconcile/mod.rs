@@ -609,10 +609,16 @@ impl<A: Api> Run<'_, A> {
                     return Look::DeleteTerminated(uid);
                 }
                 // Counted already, or the pod this process made and has not let go: it
-                // exists, and nothing after it was counted.
+                // exists, and nothing after it was counted. Or still held by our finalizer
+                // while status says no pod was ever counted: uncounted, so it cannot have
+                // gone, and a copy older than the object is refused at the count's write.
                 let made = self.journal.made_here(self.trace.key);
+                let first = self.status.last_counted_pod_uid.is_none()
+                    && self.status.current_pod.is_none()
+                    && p.holds_count;
                 if self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str())
                     || made.is_some_and(|(m, _)| m == p.uid)
+                    || first
                 {
                     return Look::Seen(p);
                 }

@@ -2443,3 +2443,23 @@ fn a_pod_made_here_is_let_go_within_the_bound_whatever_waits_before_it() {
     );
     assert!(f.journal.made_here("ns/web").is_none());
 }
+
+#[test]
+fn a_held_pod_of_an_object_never_counted_is_counted_from_its_event_by_any_process() {
+    // Made by a process that stopped before counting it (or forgot it): its event alone says
+    // enough, since a pod held by our finalizer cannot have gone uncounted, and nothing was
+    // ever counted for the object (a stale copy's count would be refused at its write).
+    let f = fake(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    f.clear();
+    assert_eq!(run_elsewhere(&f, Some(&added(&f))).unwrap(), Next::Done);
+    assert_eq!(
+        f.calls(),
+        [
+            "CACHED ic/web",
+            "PATCH ic/web/status",
+            "PATCH pod/web-immortalpod release"
+        ]
+    );
+    assert_eq!(status(&f).start_times, Some(1));
+}
