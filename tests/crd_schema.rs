@@ -5,7 +5,7 @@
 //! What a structural CRD schema cannot hold is turned into what it can, as controller-gen does
 //! from the Go types: `$ref`s and their `allOf` wrappers inlined (the field's own description
 //! kept), int-or-string and quantities as `x-kubernetes-int-or-string` (quantities with their
-//! pattern, so `journal: lots` is refused at admission), embedded metadata reduced to labels and
+//! pattern, so `memory: lots` is refused at admission), embedded metadata reduced to labels and
 //! annotations, defaults and strategic-merge hints dropped (a CRD has neither), list-map keys
 //! kept where each key is required or has a default, as the API server requires.
 

@@ -1,4 +1,4 @@
-//! End-to-end scenarios: the operator binary against a fresh in-journal API server per test, or
+//! End-to-end scenarios: the operator binary against a fresh in-memory API server per test, or
 //! against a real cluster when `IMMORTAL_E2E_KUBECONFIG` names one (see `common`).
 
 mod common;

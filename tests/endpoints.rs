@@ -173,7 +173,7 @@ fn by_default_metrics_are_https_and_only_for_callers_allowed_to_get_them() {
 
 /// The attack: 200 MiB without a newline took the operator from 6 to 213 MiB (its
 /// limit is 64 MiB) and kept its thread busy. Against the plain-HTTP port, where the bytes
-/// reach the request parser: the sender is cut off, resident journal stays where it was, and
+/// reach the request parser: the sender is cut off, resident memory stays where it was, and
 /// /healthz answers throughout.
 #[test]
 fn a_200_mib_line_is_cut_off_without_growing_memory_while_healthz_answers() {
@@ -236,7 +236,7 @@ fn a_200_mib_line_is_cut_off_without_growing_memory_while_healthz_answers() {
         sent / 1024
     );
     // Generous: what a few connection threads cost, nowhere near the 200 MiB of before.
-    assert!(grown < 8 * 1024, "resident journal grew by {grown} KiB");
+    assert!(grown < 8 * 1024, "resident memory grew by {grown} KiB");
     assert!(!answers.is_empty());
     for a in &answers {
         assert!(a.starts_with("HTTP/1.1 200"), "/healthz answered {a:?}");

@@ -60,7 +60,7 @@ const SECOND_FAULT_WINDOW: usize = 6;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
-    /// The process dies before the call is sent; it restarts with empty journal.
+    /// The process dies before the call is sent; it restarts with empty memory.
     CrashBefore,
     /// The call is applied, the process dies before it reads the answer.
     CrashAfter,

@@ -12,7 +12,7 @@
 //! operator's first lists, then every request of their namespace answered with an error for a
 //! few seconds; the operator's requests per second while it lasts, and the time to converge
 //! after). Correctness is checked after each operator phase by listing everything; CPU and
-//! journal are read from the operator's /proc, never the bench's (the test server runs in the
+//! memory are read from the operator's /proc, never the bench's (the test server runs in the
 //! bench's process).
 
 pub mod cluster;

@@ -1,4 +1,4 @@
-//! The operator under test as a child process: spawn, readiness, its CPU and journal read from
+//! The operator under test as a child process: spawn, readiness, its CPU and memory read from
 //! /proc (never the bench's own), its request counts from its /metrics, and a SIGTERM stop.
 
 use crate::Error;
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// How long the operator gets to exit after SIGTERM before it is killed (and the run fails).
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
-/// CPU time and journal of a process at one moment.
+/// CPU time and memory of a process at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Usage {
     /// utime + stime.
@@ -133,7 +133,7 @@ impl Operator {
         }
     }
 
-    /// Its CPU time and journal now, from /proc.
+    /// Its CPU time and memory now, from /proc.
     pub fn usage(&self) -> Result<Usage, Error> {
         read_usage(self.pid)
     }
@@ -289,7 +289,7 @@ fn clk_tck() -> f64 {
     })
 }
 
-/// CPU time and journal of `pid`, from /proc/PID/stat and /proc/PID/status.
+/// CPU time and memory of `pid`, from /proc/PID/stat and /proc/PID/status.
 pub fn read_usage(pid: u32) -> Result<Usage, Error> {
     let read = |f: &str| {
         fs::read_to_string(format!("/proc/{pid}/{f}"))

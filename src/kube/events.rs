@@ -213,7 +213,7 @@ impl Book {
         self.written.remove(&dedup_key(p));
     }
 
-    /// Forgets what left the window, so journal follows recent activity, not the object count.
+    /// Forgets what left the window, so memory follows recent activity, not the object count.
     fn prune(&mut self, now: Instant) {
         if self
             .last_prune

@@ -194,7 +194,7 @@ impl Pod {
 
 /// An object's uid, in 16 bytes when it is a UUID as the API server makes them (`8-4-4-4-12`
 /// lowercase hex), else as written: what the operator keeps of a uid for every pod and object
-/// it knows, where 36-byte strings would be most of the journal.
+/// it knows, where 36-byte strings would be most of the memory.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Uid {
     Uuid([u8; 16]),

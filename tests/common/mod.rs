@@ -1,4 +1,4 @@
-//! End-to-end harness: a cluster per test (the in-journal test server, or a real one named by
+//! End-to-end harness: a cluster per test (the in-memory test server, or a real one named by
 //! `IMMORTAL_E2E_KUBECONFIG`), a raw JSON client of its own, the operator as a child process,
 //! and bounded polling with the convergence checks every scenario shares.
 //!
@@ -291,7 +291,7 @@ fn decode(a: Answer) -> Result<Value, Error> {
 
 /// Which API server a test talks to.
 enum Backend {
-    /// A fresh in-journal server, owned by the test (shared with its [`Cluster::sibling`]s);
+    /// A fresh in-memory server, owned by the test (shared with its [`Cluster::sibling`]s);
     /// fault injection available.
     TestServer(Arc<TestServer>),
     /// A real cluster shared by every test of the run.

@@ -172,7 +172,7 @@ impl Client {
         })?;
         let deadline = self.cut(Instant::now() + timeout);
         // One TLS record's worth: the reader below hands over at most a record's plaintext per
-        // read, so a larger buffer only adds resident journal to every watch.
+        // read, so a larger buffer only adds resident memory to every watch.
         Ok(Box::new(BufReader::with_capacity(
             16 * 1024,
             WatchBody {

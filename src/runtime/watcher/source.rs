@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use std::io::BufRead;
 use std::time::Duration;
 
-/// Page size of a relist: bounds the journal a relist of 10,000 objects takes.
+/// Page size of a relist: bounds the memory a relist of 10,000 objects takes.
 const LIST_PAGE: u32 = 500;
 
 /// Where one watched resource lives.
