@@ -1,17 +1,17 @@
 //! A per-thread cache of freed small blocks in front of the system allocator.
 //!
 //! Why: the static musl build's allocator takes a process-wide lock on every malloc and free and
-//! hands freed journal straight back to the kernel, and each API request allocates and frees a few
+//! hands freed memory straight back to the kernel, and each API request allocates and frees a few
 //! dozen blocks; served from a thread-local free list instead, with no lock and no syscall, the
 //! operator runs at glibc's CPU, idle in 1 to 2 MiB less than with jemalloc, mimalloc or glibc's
 //! malloc (docs/benchmark.md, "Allocators").
 //!
 //! Classes are 16, 32, 48 and 64 bytes, then four to each doubling up to 64 KiB (80, 96, 112,
 //! 128, 160, ...), so a block is at most a quarter larger than asked for; a thread keeps at most
-//! [`CLASS_BYTES`] per class (or [`MIN_BLOCKS`] blocks). Blocks are never split or merged: one of
-//! class `c` is always a 16-aligned system allocation of [`class_size`]`(c)` bytes, so any thread
-//! can reuse it. Only threads that ask ([`cache_this_thread`]), the long-lived busy ones, cache;
-//! their guard hands the blocks back when the thread ends, so no thread's exit strands journal.
+//! [`CLASS_BYTES`] per class, so blocks over 4 KiB are never kept. Blocks are never split or
+//! merged: one of class `c` is always a 16-aligned system allocation of [`class_size`]`(c)`
+//! bytes, so any thread can reuse it. Only threads that ask ([`cache_this_thread`]), the long-lived busy ones, cache;
+//! their guard hands the blocks back when the thread ends, so no thread's exit strands memory.
 
 // The crate's one exception to `deny(unsafe_code)` (src/lib.rs): a global allocator is unsafe by
 // definition. Every unsafe block says why it holds.
@@ -26,10 +26,10 @@ const MAX_SHIFT: u32 = 16; // 64 KiB: a watch buffer; larger blocks are rare
 /// 16..=64 in steps of 16, then four classes to each doubling from 64 to 64 KiB.
 const CLASSES: usize = 4 + 4 * (MAX_SHIFT as usize - 6);
 const ALIGN: usize = 1 << MIN_SHIFT;
-/// Bytes a thread keeps per class before frees go back to the system.
-pub const CLASS_BYTES: usize = 32 * 1024;
-/// Blocks a thread keeps per class even when that exceeds [`CLASS_BYTES`].
-pub const MIN_BLOCKS: usize = 1;
+/// Bytes a thread keeps per class before frees go back to the system. 4 KiB, not 32 with one
+/// block of every larger class kept: the 32 workers' caches then held about 1.5 MiB at the peak
+/// of 1,000 objects, for no CPU the bench could tell (docs/benchmark.md, "Pods first").
+pub const CLASS_BYTES: usize = 4 * 1024;
 
 /// The allocator; `main.rs` installs it with `#[global_allocator]`.
 pub struct Cached;
@@ -129,7 +129,7 @@ fn class_layout(class: usize) -> Layout {
 /// The most blocks a thread keeps of `class`.
 #[inline]
 fn class_limit(class: usize) -> u32 {
-    (CLASS_BYTES / class_size(class)).max(MIN_BLOCKS) as u32
+    (CLASS_BYTES / class_size(class)) as u32
 }
 
 #[inline]
@@ -327,18 +327,18 @@ mod tests {
     #[test]
     fn dropping_the_guard_returns_every_cached_block() {
         std::thread::spawn(|| unsafe {
-            let class = class_for_size(2000).unwrap();
+            let class = class_for_size(200).unwrap();
             let cache = cache_this_thread();
-            let blocks: Vec<_> = (0..5).map(|_| Cached.alloc(layout(2000))).collect();
+            let blocks: Vec<_> = (0..5).map(|_| Cached.alloc(layout(200))).collect();
             for &b in &blocks {
-                Cached.dealloc(b, layout(2000));
+                Cached.dealloc(b, layout(200));
             }
             assert_eq!(cached_blocks(class), 5);
             drop(cache);
             assert_eq!(cached_blocks(class), 0);
             // Off again: a free goes to the system.
-            let p = Cached.alloc(layout(2000));
-            Cached.dealloc(p, layout(2000));
+            let p = Cached.alloc(layout(200));
+            Cached.dealloc(p, layout(200));
             assert_eq!(cached_blocks(class), 0);
         })
         .join()
@@ -359,8 +359,12 @@ mod tests {
                 Cached.dealloc(b, layout(1024));
             }
             assert_eq!(cached_blocks(class) as usize, limit);
-            // The largest class keeps MIN_BLOCKS even though they exceed CLASS_BYTES.
-            assert_eq!(class_limit(CLASSES - 1) as usize, MIN_BLOCKS);
+            // A class larger than CLASS_BYTES is never kept: a thread's cache stays small.
+            assert_eq!(class_limit(class_for_size(CLASS_BYTES).unwrap()), 1);
+            assert_eq!(class_limit(class_for_size(CLASS_BYTES + 1).unwrap()), 0);
+            let big = Cached.alloc(layout(CLASS_BYTES + 1));
+            Cached.dealloc(big, layout(CLASS_BYTES + 1));
+            assert_eq!(cached_blocks(class_for_size(CLASS_BYTES + 1).unwrap()), 0);
         })
         .join()
         .unwrap();
