@@ -6,12 +6,37 @@ use super::{invalid, ConfigError};
 use std::fmt;
 use std::net::IpAddr;
 
-/// The proxy variables of the environment, empty ones counted as unset.
-#[derive(Debug, Clone, Default)]
+/// The proxy variables of the environment, empty ones counted as unset. Its `Debug` leaves out
+/// the credentials a proxy URL may hold.
+#[derive(Clone, Default)]
 pub struct ProxyEnv {
     pub https_proxy: Option<String>,
     pub http_proxy: Option<String>,
     pub no_proxy: Option<String>,
+}
+
+impl fmt::Debug for ProxyEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |v: &Option<String>| v.as_deref().map(without_credentials);
+        f.debug_struct("ProxyEnv")
+            .field("https_proxy", &shown(&self.https_proxy))
+            .field("http_proxy", &shown(&self.http_proxy))
+            .field("no_proxy", &self.no_proxy)
+            .finish()
+    }
+}
+
+/// `url` with any `user:password@` cut out of its authority, for `Debug`.
+fn without_credentials(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}{host}{}", &rest[end..]),
+        None => url.to_string(),
+    }
 }
 
 impl ProxyEnv {
@@ -111,14 +136,46 @@ fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
     if host.is_empty() {
         return Err("no proxy host".into());
     }
-    let ureq = ureq::Proxy::new(format!("http://{authority}"))
+    // ureq 2 wants `user:password@`, a password even if empty.
+    let userinfo_for_ureq = match userinfo {
+        Some(u) if !u.contains(':') => format!("{u}:@"),
+        Some(u) => format!("{u}@"),
+        None => String::new(),
+    };
+    let ureq = ureq::Proxy::new(format!("http://{userinfo_for_ureq}{host_port}"))
         .map_err(|_| "not a valid proxy URL (want http://[USER:PASSWORD@]HOST[:PORT])")?;
+    let authorization = match userinfo {
+        Some(userinfo) => Some(basic_authorization(userinfo)?),
+        None => None,
+    };
     Ok(Proxy {
         ureq,
         address: format!("{host}:{port}"),
-        authorization: userinfo.map(|u| format!("Basic {}", super::base64_encode(u.as_bytes()))),
+        authorization,
         shown: format!("http://{host}:{port}"),
     })
+}
+
+/// The `Proxy-Authorization` value for `user[:password]`, as Go's transport sends it: both
+/// percent-decoded (`url.Parse`), then `Basic base64(user:password)`, the colon there even
+/// without a password.
+fn basic_authorization(userinfo: &str) -> Result<String, String> {
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let decode = |part: &str| -> Result<Vec<u8>, String> {
+        // Go's url.Parse refuses a `%` not followed by two hex digits; so do we.
+        let bytes = part.as_bytes();
+        for (i, _) in part.match_indices('%') {
+            let hex = bytes.get(i + 1..i + 3).unwrap_or_default();
+            if hex.len() != 2 || !hex.iter().all(u8::is_ascii_hexdigit) {
+                return Err("the proxy's user or password has a `%` that is no percent-escape (write %25 for a `%`)".into());
+            }
+        }
+        Ok(percent_encoding::percent_decode_str(part).collect())
+    };
+    let mut pair = decode(user)?;
+    pair.push(b':');
+    pair.extend(decode(password)?);
+    Ok(format!("Basic {}", super::base64_encode(&pair)))
 }
 
 /// The host (without brackets) and port of `https://host:port/...`.
@@ -143,7 +200,8 @@ fn is_loopback(host: &str) -> bool {
 /// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*` is every host;
 /// an IP address or CIDR matches addresses; `example.com` matches it and its subdomains,
 /// `.example.com` (or `*.example.com`) only its subdomains; `:PORT` after any of them limits
-/// it to that port.
+/// it to that port. Only a leading `*.` is a wildcard: `*foo.com` is a name as written, as
+/// in Go (which matches it, literally, against `*foo.com` and `x.*foo.com`).
 fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
     let ip = host.parse::<IpAddr>().ok();
     no_proxy
@@ -162,13 +220,14 @@ fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
                 };
             }
             let (name, want_port) = split_port(&entry);
-            if want_port.is_some_and(|p| p != port) {
+            // Compared as text, as Go does: `host:abc` names no port and matches none.
+            if want_port.is_some_and(|p| p != port.to_string()) {
                 return false;
             }
             if let Ok(addr) = name.parse::<IpAddr>() {
                 return ip == Some(addr);
             }
-            let name = name.strip_prefix('*').unwrap_or(name);
+            let name = name.strip_prefix("*.").map_or(name, |_| &name[1..]);
             match name.strip_prefix('.') {
                 Some(_) => host.ends_with(name),
                 None => host == name || host.ends_with(&format!(".{name}")),
@@ -177,15 +236,16 @@ fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
 }
 
 /// `host:port`, `[v6]:port`, or a bare host or address (an IPv6 one has colons of its own).
-fn split_port(entry: &str) -> (&str, Option<u16>) {
+fn split_port(entry: &str) -> (&str, Option<&str>) {
     if let Some(rest) = entry.strip_prefix('[') {
         return match rest.split_once(']') {
-            Some((addr, port)) => (addr, port.strip_prefix(':').and_then(|p| p.parse().ok())),
+            Some((addr, port)) => (addr, port.strip_prefix(':')),
             None => (entry, None),
         };
     }
     match entry.split_once(':') {
-        Some((h, p)) if !p.contains(':') => (h, p.parse().ok()),
+        // `host:` names no port, and matches any (Go's SplitHostPort gives "").
+        Some((h, p)) if !p.contains(':') => (h, Some(p).filter(|p| !p.is_empty())),
         _ => (entry, None),
     }
 }
@@ -274,6 +334,61 @@ mod tests {
             "api.example.com:6443"
         ));
         assert!(!proxied("https://API.Example.com", "api.example.COM"));
+        assert!(!proxied("https://api.example.com:6443", "api.example.com:"));
+        assert!(proxied(
+            "https://api.example.com:6443",
+            "api.example.com:abc"
+        ));
+    }
+
+    #[test]
+    fn a_star_without_a_dot_is_no_wildcard_in_no_proxy_as_in_go() {
+        let proxied = |server: &str, no: &str| {
+            chosen(server, &env(Some("http://p:3128"), None, Some(no))).is_some()
+        };
+        // Go's httpproxy strips only a leading `*.`; `*foo.com` is a name as written.
+        assert!(proxied("https://foo.com", "*foo.com"));
+        assert!(proxied("https://a.foo.com", "*foo.com"));
+        assert!(proxied("https://barfoo.com", "*foo.com"));
+        assert!(!proxied("https://a.*foo.com", "*foo.com"));
+        // `*.foo.com` is `.foo.com`: subdomains only.
+        assert!(!proxied("https://a.foo.com", "*.foo.com"));
+        assert!(proxied("https://foo.com", "*.foo.com"));
+    }
+
+    #[test]
+    fn proxy_credentials_are_percent_decoded_as_gos_url_parse_does() {
+        let p = from_kubeconfig("http://user:p%40ss@proxy:3128", "kubeconfig k").unwrap();
+        // base64("user:p@ss")
+        assert_eq!(p.authorization.as_deref(), Some("Basic dXNlcjpwQHNz"));
+        let p = from_kubeconfig("http://us%65r@proxy:3128", "kubeconfig k").unwrap();
+        // base64("user:"): Go sends the colon without a password too.
+        assert_eq!(p.authorization.as_deref(), Some("Basic dXNlcjo="));
+        let e = from_kubeconfig("http://user:s3cret%zz@proxy:3128", "kubeconfig k")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("percent-escape") && e.contains("proxy-url"),
+            "{e}"
+        );
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn no_debug_output_of_the_proxy_settings_shows_a_password() {
+        let e = env(
+            Some("http://user:s3cret@secure:3128"),
+            Some("user:s3cret@plain:8080/x"),
+            Some("example.com"),
+        );
+        let shown = format!("{e:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("http://secure:3128") && shown.contains("plain:8080/x"),
+            "{shown}"
+        );
+        let p = from_env("https://api:6443", &e).unwrap().unwrap();
+        assert!(!format!("{p:?}").contains("s3cret"));
     }
 
     #[test]

@@ -961,3 +961,29 @@ fn a_socks_proxy_url_is_refused_naming_the_field() {
         "{err}"
     );
 }
+
+#[test]
+fn no_debug_output_of_a_configuration_with_proxies_shows_their_passwords() {
+    let dir = TempDir::new("proxy-debug");
+    let mut env = empty_env(&dir);
+    env.proxies.https_proxy = Some("http://envuser:env-s3cret@from-env:3128".into());
+    env.proxies.http_proxy = Some("envuser:env-s3cret@plain:8080".into());
+    let with = dir.write(
+        "with",
+        kubeconfig(
+            "https://10.0.0.1:6443",
+            "    proxy-url: http://op:kc-s3cret@from-kubeconfig:8080",
+            "    {}",
+        ),
+    );
+    let without = dir.write("without", kubeconfig("https://10.0.0.1:6443", "", "    {}"));
+    let shown = [
+        format!("{env:?}"),
+        format!("{:?}", env.proxies),
+        format!("{:?}", load_with_env(&with_file(&with), &env).unwrap()),
+        format!("{:?}", load_with_env(&with_file(&without), &env).unwrap()),
+    ];
+    for shown in shown {
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+}
