@@ -62,6 +62,28 @@ fn a_malformed_server_url_ends_the_operator_naming_the_field() {
     );
 }
 
+#[test]
+fn a_server_without_its_scheme_separator_ends_the_operator_at_once_naming_the_field() {
+    // client-go reads `htps//HOST` as host `htps` with a path, and refuses it; we used to try
+    // https://htps//... for 30 s as an unreachable server.
+    let c = Cluster::new("no-scheme-server");
+    let kubeconfig = c.edited_kubeconfig("no-scheme.kubeconfig", |cluster| {
+        cluster.insert("server".into(), "htps//127.0.0.1:6443".into());
+    });
+    let started = std::time::Instant::now();
+    let (code, log) = exit_of(&c, &kubeconfig);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        started.elapsed() < c.timeout(Duration::from_secs(5)),
+        "{log}"
+    );
+    assert!(
+        log.contains("no-scheme.kubeconfig")
+            && log.contains("server \"htps//127.0.0.1:6443\" is not a valid URL"),
+        "{log}"
+    );
+}
+
 /// What a [`ConnectProxy`] saw of one tunnel: its target and its `Proxy-Authorization`.
 #[derive(Clone, Debug)]
 struct Tunnel {
