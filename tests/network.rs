@@ -192,7 +192,8 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
         None => c.kubeconfig().to_path_buf(),
     };
     let kubeconfig = c.edited_copy(&base, "proxied.kubeconfig", |cluster| {
-        let url = format!("http://op:s3cret-pw@{}", proxy.addr);
+        // Percent-encoded, as a URL's password must be: the proxy gets `s3cret@pw`.
+        let url = format!("http://op:s3cret%40pw@{}", proxy.addr);
         cluster.insert("proxy-url".into(), url.into());
     });
     let op = Operator::start_as(&c, &kubeconfig, &[], "operator.log");
@@ -214,10 +215,10 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
     assert!(tunnels.len() >= 3, "{tunnels:?}");
     for t in &tunnels {
         assert_eq!(t.target, server, "{tunnels:?}");
-        // base64("op:s3cret-pw")
+        // base64("op:s3cret@pw")
         assert_eq!(
             t.authorization.as_deref().map(|a| a.to_ascii_lowercase()),
-            Some("basic b3a6cznjcmv0lxb3".to_string()),
+            Some("basic b3a6cznjcmv0qhb3".to_string()),
             "{tunnels:?}"
         );
     }
@@ -226,7 +227,7 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
         "{}",
         op.log_tail(20)
     );
-    for secret in ["s3cret", "b3A6czNjcmV0LXB3"] {
+    for secret in ["s3cret", "b3A6czNjcmV0QHB3"] {
         assert!(!op.log_says(secret), "{}", op.log_tail(20));
     }
     if let Some(server) = c.test_server() {

@@ -538,14 +538,23 @@ fn normalize_server(server: &str) -> Result<String, String> {
             "server {server:?} is not a valid URL: want https://HOST[:PORT][/PATH] or HOST[:PORT]"
         ));
     }
-    // Parsed now, by the parser every request's URL goes through, so that a typo is a
-    // configuration error at start rather than a request error retried as unreachable.
-    let parsed = ureq::AgentBuilder::new()
-        .build()
-        .request("GET", &url)
-        .request_url();
-    if let Err(e) = parsed {
-        let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+    // Parsed now, by the parser every request's URL goes through (ureq's http::Uri), so that a
+    // typo is a configuration error at start rather than a request error retried as
+    // unreachable.
+    let parsed = url.parse::<ureq::http::Uri>();
+    // http::Uri takes any digits as a port (and then has none).
+    let port = authority
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| !p.ends_with(']'));
+    let why = match &parsed {
+        Err(e) => Some(e.to_string()),
+        Ok(_) if port.is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_err()) => {
+            Some("invalid port".to_string())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = why {
         return Err(format!("server {server:?} is not a valid URL: {why}"));
     }
     Ok(url.trim_end_matches('/').to_string())

@@ -1,6 +1,8 @@
 //! Which HTTP proxy, if any, carries the connections to the API server, as client-go decides:
 //! the cluster's `proxy-url`, else Go's `http.ProxyFromEnvironment`. Only `http://` proxies
-//! (HTTP CONNECT): ureq 2 takes SOCKS only with a feature of its own, and no proxy over TLS.
+//! (HTTP CONNECT): ureq takes SOCKS only with a feature of its own, and a proxy over TLS only
+//! with its own TLS connector, not ours. ureq is given the proxy only when this module says
+//! so: its NO_PROXY reading is not Go's.
 
 use super::{invalid, ConfigError};
 use std::fmt;
@@ -59,18 +61,15 @@ impl ProxyEnv {
 /// credentials, and only [`Proxy::shown`] (without them) may reach a log line.
 #[derive(Clone)]
 pub struct Proxy {
-    /// For ureq (an `http://` server); credentials included.
+    /// For ureq, which sends the `Proxy-Authorization` of its (decoded) credentials.
     pub(crate) ureq: ureq::Proxy,
-    /// `host:port` of the proxy, to connect to.
-    pub(crate) address: String,
-    /// The `Proxy-Authorization` value for a CONNECT (`Basic ...`), if the URL has credentials.
-    pub(crate) authorization: Option<String>,
     /// `http://host:port`; for logs and messages.
     pub shown: String,
 }
 
 impl Proxy {
-    /// The proxy as ureq takes it, for a client other than ours (the e2e harness's).
+    /// The proxy as ureq takes it, for a client other than ours (the e2e harness's); its
+    /// `Debug` shows the password.
     pub fn to_ureq(&self) -> ureq::Proxy {
         self.ureq.clone()
     }
@@ -136,32 +135,28 @@ fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
     if host.is_empty() {
         return Err("no proxy host".into());
     }
-    // ureq 2 wants `user:password@`, a password even if empty.
-    let userinfo_for_ureq = match userinfo {
-        Some(u) if !u.contains(':') => format!("{u}:@"),
-        Some(u) => format!("{u}@"),
-        None => String::new(),
-    };
-    let ureq = ureq::Proxy::new(format!("http://{userinfo_for_ureq}{host_port}"))
+    let mut ureq = ureq::Proxy::builder(ureq::ProxyProtocol::Http)
+        .host(host)
+        .port(port);
+    if let Some(userinfo) = userinfo {
+        let (user, password) = credentials(userinfo)?;
+        ureq = ureq.username(&user).password(&password);
+    }
+    let ureq = ureq
+        .build()
         .map_err(|_| "not a valid proxy URL (want http://[USER:PASSWORD@]HOST[:PORT])")?;
-    let authorization = match userinfo {
-        Some(userinfo) => Some(basic_authorization(userinfo)?),
-        None => None,
-    };
     Ok(Proxy {
         ureq,
-        address: format!("{host}:{port}"),
-        authorization,
         shown: format!("http://{host}:{port}"),
     })
 }
 
-/// The `Proxy-Authorization` value for `user[:password]`, as Go's transport sends it: both
-/// percent-decoded (`url.Parse`), then `Basic base64(user:password)`, the colon there even
-/// without a password.
-fn basic_authorization(userinfo: &str) -> Result<String, String> {
+/// The user and password of `user[:password]`, percent-decoded as Go's `url.Parse` does; Go's
+/// transport then sends `Basic base64(user:password)`, the colon there even without a password,
+/// as ureq does.
+fn credentials(userinfo: &str) -> Result<(String, String), String> {
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-    let decode = |part: &str| -> Result<Vec<u8>, String> {
+    let decode = |part: &str| -> Result<String, String> {
         // Go's url.Parse refuses a `%` not followed by two hex digits; so do we.
         let bytes = part.as_bytes();
         for (i, _) in part.match_indices('%') {
@@ -170,12 +165,12 @@ fn basic_authorization(userinfo: &str) -> Result<String, String> {
                 return Err("the proxy's user or password has a `%` that is no percent-escape (write %25 for a `%`)".into());
             }
         }
-        Ok(percent_encoding::percent_decode_str(part).collect())
+        let decoded = percent_encoding::percent_decode_str(part).decode_utf8();
+        let decoded =
+            decoded.map_err(|_| "the proxy's user or password is not UTF-8 once decoded")?;
+        Ok(decoded.into_owned())
     };
-    let mut pair = decode(user)?;
-    pair.push(b':');
-    pair.extend(decode(password)?);
-    Ok(format!("Basic {}", super::base64_encode(&pair)))
+    Ok((decode(user)?, decode(password)?))
 }
 
 /// The host (without brackets) and port of `https://host:port/...`.
@@ -359,11 +354,12 @@ mod tests {
     #[test]
     fn proxy_credentials_are_percent_decoded_as_gos_url_parse_does() {
         let p = from_kubeconfig("http://user:p%40ss@proxy:3128", "kubeconfig k").unwrap();
-        // base64("user:p@ss")
-        assert_eq!(p.authorization.as_deref(), Some("Basic dXNlcjpwQHNz"));
+        assert_eq!(p.ureq.username(), Some("user"));
+        assert_eq!(p.ureq.password(), Some("p@ss"));
         let p = from_kubeconfig("http://us%65r@proxy:3128", "kubeconfig k").unwrap();
-        // base64("user:"): Go sends the colon without a password too.
-        assert_eq!(p.authorization.as_deref(), Some("Basic dXNlcjo="));
+        assert_eq!(p.ureq.username(), Some("user"));
+        // ureq sends base64("user:"), the colon without a password too, as Go does.
+        assert_eq!(p.ureq.password().unwrap_or_default(), "");
         let e = from_kubeconfig("http://user:s3cret%zz@proxy:3128", "kubeconfig k")
             .unwrap_err()
             .to_string();
@@ -395,9 +391,9 @@ mod tests {
     fn the_kubeconfigs_proxy_url_is_used_for_any_server() {
         let p = from_kubeconfig("http://user:s3cret@proxy.corp:3128", "kubeconfig k").unwrap();
         assert_eq!(p.shown, "http://proxy.corp:3128");
-        assert_eq!(p.address, "proxy.corp:3128");
-        // base64("user:s3cret")
-        assert_eq!(p.authorization.as_deref(), Some("Basic dXNlcjpzM2NyZXQ="));
+        assert_eq!(p.ureq.host(), "proxy.corp");
+        assert_eq!(p.ureq.port(), 3128);
+        assert_eq!(p.ureq.password(), Some("s3cret"));
         assert!(!format!("{p:?}").contains("s3cret"));
     }
 
