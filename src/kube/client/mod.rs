@@ -243,7 +243,7 @@ impl Client {
                     if timed_out(&e) {
                         self.forget_connections();
                     }
-                    return Err(Error::Transport(e.to_string()));
+                    return Err(self.no_answer(req, &e, started.elapsed()));
                 }
             };
             let wait = retry_after(header(&resp, "Retry-After"));
@@ -281,6 +281,56 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// Why `req` got no answer, after `waited`: the proxy's doing when it was (it could not be
+    /// reached, or refused the CONNECT), else what ureq says, a silence said as such.
+    fn no_answer(&self, req: &Req, e: &ureq::Error, waited: Duration) -> Error {
+        let url = format!("{}{}", self.inner.config.server, req.path);
+        let at = format!("{} {url}", req.method);
+        let secs = waited.as_secs_f64().round();
+        let Some(proxy) = &self.inner.config.proxy else {
+            return match timed_out(e) {
+                true => Error::Transport(format!("{at}: no answer in {secs} s")),
+                false => Error::Transport(format!("{at}: {e}")),
+            };
+        };
+        let shown = &proxy.shown;
+        let message = match e {
+            // ureq says "proxy server responded 407/407", or "proxy server did not respond".
+            ureq::Error::ConnectProxyFailed(m) => {
+                let code = m
+                    .split_once("responded ")
+                    .and_then(|(_, s)| s.split('/').next());
+                match code.and_then(|c| c.parse::<u16>().ok()) {
+                    Some(code) => {
+                        let reason = ureq::http::StatusCode::from_u16(code)
+                            .ok()
+                            .and_then(|c| c.canonical_reason())
+                            .unwrap_or_default();
+                        let message = format!(
+                            "the proxy {shown} answered CONNECT for {url} with {code} {reason}"
+                        );
+                        return Error::Proxy { status: code, message };
+                    }
+                    None => format!("the proxy {shown} closed the connection without answering CONNECT for {url}"),
+                }
+            }
+            // With a proxy, the only connection we open is to the proxy; a TLS handshake with
+            // the server that goes unanswered is said by our connector, as an io::Error.
+            ureq::Error::Timeout(ureq::Timeout::Connect) => {
+                format!(
+                    "the proxy {shown} did not accept our connection or answer CONNECT in {secs} s"
+                )
+            }
+            ureq::Error::HostNotFound => format!("cannot resolve the proxy {shown}"),
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+                format!("cannot connect to the proxy {shown}: {io}")
+            }
+            e if timed_out(e) => return Error::Transport(format!("{at}: no answer in {secs} s")),
+            e => return Error::Transport(format!("{at}: {e}")),
+        };
+        Error::Proxy { status: 0, message }
     }
 
     #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.

@@ -8,6 +8,7 @@ impl Error {
         match self {
             Error::Api(s) => s.code == 429 || s.code >= 500,
             Error::Transport(_) | Error::Tls(_) | Error::Decode(_) | Error::Fenced => true,
+            Error::Proxy { status, .. } => !matches!(status, 401 | 403 | 407),
             Error::Credentials(_) => false,
         }
     }
@@ -515,4 +516,125 @@ fn an_empty_metadata_list_with_null_items_reads_as_empty() {
     .unwrap();
     assert!(page.items.is_empty());
     assert_eq!(page.metadata.resource_version, "7");
+}
+
+/// A client of a test API server whose connections go to `server` (if given) and through a
+/// proxy at 127.0.0.1:`proxy_port` (if given).
+fn client_via(
+    server: Option<String>,
+    proxy_port: Option<u16>,
+) -> (kube_testserver::TestServer, Client) {
+    let test_server = kube_testserver::TestServer::start(Default::default()).unwrap();
+    let opts = crate::kube::config::LoadOptions {
+        kubeconfig: Some(test_server.kubeconfig_path()),
+        context: None,
+    };
+    let mut config = crate::kube::config::load(&opts).unwrap();
+    if let Some(server) = server {
+        config.server = server;
+    }
+    let proxy = proxy_port.map(|p| format!("http://op:pw@127.0.0.1:{p}"));
+    config.proxy = proxy.map(|url| crate::kube::config::proxy_for_test(&url));
+    (test_server, Client::new(config, 2).unwrap())
+}
+
+/// A proxy that answers every CONNECT with `answer`.
+fn proxy_answering(answer: &'static str) -> u16 {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+#[test]
+fn a_connect_answered_with_anything_but_200_is_the_proxys_failure_with_its_status() {
+    for (answer, code, reason) in [
+        (
+            "HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n",
+            407,
+            "Proxy Authentication Required",
+        ),
+        (
+            "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n",
+            403,
+            "Forbidden",
+        ),
+        (
+            "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+            502,
+            "Bad Gateway",
+        ),
+    ] {
+        let port = proxy_answering(answer);
+        let (_server, client) = client_via(None, Some(port));
+        let e = bounded(Duration::from_secs(20), move || {
+            client.get_pod("default", "x")
+        })
+        .unwrap_err();
+        let Error::Proxy { status, message } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(*status, code, "{e}");
+        let want = format!("the proxy http://127.0.0.1:{port} answered CONNECT");
+        assert!(
+            message.contains(&want) && message.contains(&format!("{code} {reason}")),
+            "{e}"
+        );
+        assert!(!message.contains("pw"), "{e}");
+    }
+}
+
+#[test]
+fn a_proxy_that_refuses_connections_is_named_as_the_proxy() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (_server, client) = client_via(None, Some(port));
+    let e = bounded(Duration::from_secs(20), move || {
+        client.get_pod("default", "x")
+    })
+    .unwrap_err();
+    let Error::Proxy { status: 0, message } = &e else {
+        panic!("{e:?}")
+    };
+    let want = format!("cannot connect to the proxy http://127.0.0.1:{port}");
+    assert!(
+        message.contains(&want) && message.contains("refused"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_server_that_accepts_and_never_answers_is_said_to_give_no_answer() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts, and keeps every connection open without a word.
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    let (_server, client) = client_via(Some(format!("https://127.0.0.1:{port}")), None);
+    let started = Instant::now();
+    let client = client.until(Instant::now() + Duration::from_secs(1));
+    let e = bounded(Duration::from_secs(20), move || {
+        client.get_pod("default", "x")
+    })
+    .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "{e}");
+    let Error::Transport(message) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(message.ends_with("no answer in 1 s"), "{e}");
 }

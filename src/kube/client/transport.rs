@@ -139,7 +139,17 @@ impl<In: Transport> Connector<In> for TlsConnector {
         sock.set_timeout(details.timeout);
         let mut stream = rustls::StreamOwned::new(conn, sock);
         while stream.conn.is_handshaking() {
-            stream.conn.complete_io(&mut stream.sock)?;
+            stream.conn.complete_io(&mut stream.sock).map_err(|e| {
+                // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
+                // would read as the proxy's.
+                match ureq::Error::from(e) {
+                    ureq::Error::Timeout(_) => ureq::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer to the TLS handshake from {host}"),
+                    )),
+                    e => e,
+                }
+            })?;
         }
         let buffers = LazyBuffers::new(
             details.config.input_buffer_size(),
