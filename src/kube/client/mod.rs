@@ -51,6 +51,18 @@ pub struct Client {
     on_request: RequestHook,
 }
 
+/// Shows the configuration and the agent, neither with a token or a proxy's password.
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let agent = self.inner.agent.read().unwrap_or_else(|p| p.into_inner());
+        f.debug_struct("Client")
+            .field("config", &self.inner.config)
+            .field("agent", &agent.1)
+            .field("pooled", &self.pooled)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     config: ClusterConfig,
     agent: RwLock<(Arc<rustls::ClientConfig>, ureq::Agent)>,

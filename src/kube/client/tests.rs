@@ -638,3 +638,21 @@ fn a_server_that_accepts_and_never_answers_is_said_to_give_no_answer() {
     };
     assert!(message.ends_with("no answer in 1 s"), "{e}");
 }
+
+#[test]
+fn no_debug_output_of_a_client_shows_its_proxys_password() {
+    let server = kube_testserver::TestServer::start(Default::default()).unwrap();
+    let opts = crate::kube::config::LoadOptions {
+        kubeconfig: Some(server.kubeconfig_path()),
+        context: None,
+    };
+    let mut config = crate::kube::config::load(&opts).unwrap();
+    let url = "http://op:s3cret%40pw@127.0.0.1:3128";
+    config.proxy = Some(crate::kube::config::proxy_for_test(url));
+    let client = Client::new(config, 2).unwrap();
+    let shown = format!("{client:?}");
+    assert!(shown.contains("127.0.0.1:3128"), "{shown}");
+    for secret in ["s3cret", "s3cret%40pw"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+}
