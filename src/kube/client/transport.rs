@@ -21,13 +21,14 @@ use ureq::unversioned::transport::{
     TcpConnector, Transport, TransportAdapter,
 };
 
-/// Each connection's input buffer (the plaintext of answers, read in pieces) and output buffer
-/// (request head, then the body in pieces). ureq's default is 128 KiB each, allocated on a
-/// connection's first use and kept while it is pooled: with one connection per worker and
-/// watcher that was over 8 MiB of resident memory. Our answers' heads are a few hundred bytes
-/// and a body is read through either way, so a TLS record's worth (16 KiB) loses nothing.
-pub const INPUT_BUFFER: usize = 16 * 1024;
-pub const OUTPUT_BUFFER: usize = 16 * 1024;
+/// Each connection's buffers, in and out, kept while it is pooled. ureq's default is 128 KiB
+/// each, and a TLS connection has two pairs: the TCP transport's (TLS records; the `Config`'s
+/// sizes) and ours (plaintext): 512 KiB a connection, 16 MiB at our 32 or so. An answer's head
+/// must fit in one input buffer (the API server's are under 1 KiB) and a request's head in one
+/// output buffer (a bearer token is 1 to 4 KiB); ureq grows the input buffer to 10 KiB to send
+/// a body. Measured with make bench at 1,000 objects (docs/benchmark.md, "ureq 3"): 16 KiB for
+/// each of the four took peak RSS 2.1 MiB over ureq 2's; 8 KiB, 0.9 MiB, idle RSS the same.
+pub const BUFFER: usize = 8 * 1024;
 
 /// How long a connection (TCP, and CONNECT through a proxy) may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,8 +55,8 @@ pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentSco
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .max_idle_connections(pool)
         .max_idle_connections_per_host(pool)
-        .input_buffer_size(INPUT_BUFFER)
-        .output_buffer_size(OUTPUT_BUFFER)
+        .input_buffer_size(BUFFER)
+        .output_buffer_size(BUFFER)
 }
 
 /// An agent on `config` that speaks TLS with `tls`.
