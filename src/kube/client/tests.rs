@@ -656,3 +656,38 @@ fn no_debug_output_of_a_client_shows_its_proxys_password() {
         assert!(!shown.contains(secret), "{shown}");
     }
 }
+
+#[test]
+fn a_server_at_an_ipv6_literal_is_reached() {
+    use std::net::{TcpListener, TcpStream};
+    let Ok(listener) = TcpListener::bind("[::1]:0") else {
+        return; // no IPv6 loopback here
+    };
+    let server = kube_testserver::TestServer::start(Default::default()).unwrap();
+    let (v6, v4) = (listener.local_addr().unwrap().port(), server.port());
+    // [::1]:v6 relayed to the test server, which listens on 127.0.0.1 only.
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(upstream) = TcpStream::connect(("127.0.0.1", v4)) else {
+                return;
+            };
+            let (mut c, mut u) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            std::thread::spawn(move || std::io::copy(&mut u, &mut c));
+            std::thread::spawn(move || std::io::copy(&mut { client }, &mut { upstream }));
+        }
+    });
+    let text = std::fs::read_to_string(server.kubeconfig_path()).unwrap();
+    let mut kubeconfig: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let cluster = &mut kubeconfig["clusters"][0]["cluster"];
+    cluster["server"] = format!("https://[::1]:{v6}").into();
+    // The test server's certificate names 127.0.0.1 and localhost, not ::1.
+    cluster["tls-server-name"] = "localhost".into();
+    let dir = crate::kube::config::tests::TempDir::new("ipv6");
+    let path = dir.write("config", serde_yaml::to_string(&kubeconfig).unwrap());
+    let client = crate::testutil::client_of(&path);
+    assert_eq!(client.config().server, format!("https://[::1]:{v6}"));
+    let e = bounded(Duration::from_secs(20), move || {
+        client.get_pod("default", "x")
+    });
+    assert!(e.unwrap_err().is_not_found());
+}
