@@ -2,7 +2,8 @@
 //! the cluster's `proxy-url`, else Go's `http.ProxyFromEnvironment`. Only `http://` proxies
 //! (HTTP CONNECT): ureq takes SOCKS only with a feature of its own, and a proxy over TLS only
 //! with its own TLS connector, not ours. ureq is given the proxy only when this module says
-//! so: its NO_PROXY reading is not Go's.
+//! so: its NO_PROXY reading is not Go's. Unlike Go, ureq tunnels a plain `http://` server's
+//! requests with CONNECT too, rather than forwarding them to the proxy.
 
 use super::{invalid, ConfigError};
 use std::fmt;
