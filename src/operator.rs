@@ -451,6 +451,15 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
                  (install it with `make install` or `kubectl apply -k config/crd`)"
             ),
             client::Error::Credentials(e) => return Err(format!("cannot get credentials: {e}")),
+            // A proxy that wants other credentials, or will not tunnel to this server.
+            client::Error::Proxy { status: 401 | 403 | 407, message } => {
+                return Err(format!("{message}; check the proxy's credentials and policy (proxy-url, or HTTPS_PROXY)"))
+            }
+            client::Error::Proxy { status: 0, .. } => {
+                let shown = client.config().proxy.as_ref().map_or("", |p| p.shown.as_str());
+                format!("cannot reach the proxy {shown} (for the API server at {server})")
+            }
+            client::Error::Proxy { .. } => format!("the proxy cannot reach the API server at {server}"),
             client::Error::Tls(e) => match client.config().tls_misconfigured(e) {
                 Some(line) => return Err(line),
                 None => format!("cannot reach the API server at {server}"),

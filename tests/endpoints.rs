@@ -97,19 +97,19 @@ fn http_get(addr: SocketAddr, path: &str) -> String {
 /// An HTTPS GET that trusts any certificate, as the ServiceMonitor's insecureSkipVerify does.
 fn https_get(addr: SocketAddr, token: Option<&str>) -> (u16, String) {
     let tls = immortal_operator::kube::tls::client_config(None, true, None, None).unwrap();
-    let agent = ureq::AgentBuilder::new()
-        .tls_config(tls)
-        .timeout(BOUND)
+    let config = immortal_operator::kube::client::transport::config(None, 0)
+        .timeout_global(Some(BOUND))
         .build();
-    let mut req = agent.get(&format!("https://{addr}/metrics"));
+    let agent = immortal_operator::kube::client::transport::agent_with(tls, config);
+    let mut req = ureq::http::Request::builder().uri(format!("https://{addr}/metrics"));
     if let Some(t) = token {
-        req = req.set("Authorization", &format!("Bearer {t}"));
+        req = req.header("Authorization", format!("Bearer {t}"));
     }
-    match req.call() {
-        Ok(r) => (r.status(), r.into_string().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
-        Err(e) => panic!("GET https://{addr}/metrics: {e}"),
-    }
+    let mut resp = agent
+        .run(req.body(()).unwrap())
+        .unwrap_or_else(|e| panic!("GET https://{addr}/metrics: {e}"));
+    let body = resp.body_mut().read_to_string().unwrap();
+    (resp.status().as_u16(), body)
 }
 
 fn rss_kib(pid: u32) -> u64 {

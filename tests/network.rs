@@ -62,6 +62,95 @@ fn a_malformed_server_url_ends_the_operator_naming_the_field() {
     );
 }
 
+#[test]
+fn a_server_without_its_scheme_separator_ends_the_operator_at_once_naming_the_field() {
+    // client-go reads `htps//HOST` as host `htps` with a path, and refuses it; we used to try
+    // https://htps//... for 30 s as an unreachable server.
+    let c = Cluster::new("no-scheme-server");
+    let kubeconfig = c.edited_kubeconfig("no-scheme.kubeconfig", |cluster| {
+        cluster.insert("server".into(), "htps//127.0.0.1:6443".into());
+    });
+    let started = std::time::Instant::now();
+    let (code, log) = exit_of(&c, &kubeconfig);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        started.elapsed() < c.timeout(Duration::from_secs(5)),
+        "{log}"
+    );
+    assert!(
+        log.contains("no-scheme.kubeconfig")
+            && log.contains("server \"htps//127.0.0.1:6443\" is not a valid URL"),
+        "{log}"
+    );
+}
+
+/// A proxy on 127.0.0.1 that answers every CONNECT with `answer`; its port.
+fn proxy_answering(answer: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for mut client in listener.incoming().flatten() {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && client.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = client.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+#[test]
+fn a_proxy_that_wants_credentials_ends_the_operator_at_once_naming_its_answer() {
+    let c = Cluster::new("proxy-407");
+    let port =
+        proxy_answering("HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n");
+    let kubeconfig = c.edited_kubeconfig("proxy-407.kubeconfig", |cluster| {
+        cluster.insert(
+            "proxy-url".into(),
+            format!("http://127.0.0.1:{port}").into(),
+        );
+    });
+    let (code, log) = exit_of(&c, &kubeconfig);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.contains(&format!(
+            "the proxy http://127.0.0.1:{port} answered CONNECT"
+        )) && log.contains("407 Proxy Authentication Required"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_proxy_that_refuses_connections_is_named_as_the_proxy_while_the_server_is_up() {
+    let c = Cluster::new("proxy-down");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let kubeconfig = c.edited_kubeconfig("proxy-down.kubeconfig", |cluster| {
+        cluster.insert(
+            "proxy-url".into(),
+            format!("http://127.0.0.1:{port}").into(),
+        );
+    });
+    let op = Operator::start_as(&c, &kubeconfig, &[], "operator.log");
+    let want = format!("cannot reach the proxy http://127.0.0.1:{port}");
+    wait_until(c.timeout(Duration::from_secs(10)), &want, || {
+        match op.log_says(&want) {
+            true => Ok(()),
+            false => Err(op.log_tail(5)),
+        }
+    });
+    assert!(
+        !op.log_says("cannot reach the API server"),
+        "{}",
+        op.log_tail(5)
+    );
+}
+
 /// What a [`ConnectProxy`] saw of one tunnel: its target and its `Proxy-Authorization`.
 #[derive(Clone, Debug)]
 struct Tunnel {
@@ -170,7 +259,8 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
         None => c.kubeconfig().to_path_buf(),
     };
     let kubeconfig = c.edited_copy(&base, "proxied.kubeconfig", |cluster| {
-        let url = format!("http://op:s3cret-pw@{}", proxy.addr);
+        // Percent-encoded, as a URL's password must be: the proxy gets `s3cret@pw`.
+        let url = format!("http://op:s3cret%40pw@{}", proxy.addr);
         cluster.insert("proxy-url".into(), url.into());
     });
     let op = Operator::start_as(&c, &kubeconfig, &[], "operator.log");
@@ -192,10 +282,10 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
     assert!(tunnels.len() >= 3, "{tunnels:?}");
     for t in &tunnels {
         assert_eq!(t.target, server, "{tunnels:?}");
-        // base64("op:s3cret-pw")
+        // base64("op:s3cret@pw")
         assert_eq!(
             t.authorization.as_deref().map(|a| a.to_ascii_lowercase()),
-            Some("basic b3a6cznjcmv0lxb3".to_string()),
+            Some("basic b3a6cznjcmv0qhb3".to_string()),
             "{tunnels:?}"
         );
     }
@@ -204,7 +294,7 @@ fn through_a_kubeconfig_proxy_url_the_operator_converges_and_keeps_the_password_
         "{}",
         op.log_tail(20)
     );
-    for secret in ["s3cret", "b3A6czNjcmV0LXB3"] {
+    for secret in ["s3cret", "b3A6czNjcmV0QHB3"] {
         assert!(!op.log_says(secret), "{}", op.log_tail(20));
     }
     if let Some(server) = c.test_server() {

@@ -212,41 +212,44 @@ impl Api {
         let tls = cfg
             .tls_config()
             .map_err(|e| Error::Setup(format!("cluster tls: {e}")))?;
-        let agent = ureq::AgentBuilder::new()
-            .tls_config(tls)
-            .timeout(client::REQUEST_TIMEOUT)
-            .redirects(0)
+        let config = client::transport::config(None, 0)
+            .timeout_global(Some(client::REQUEST_TIMEOUT))
             .build();
-        let mut req = agent
-            .request(method, &format!("{}{path}", cfg.server))
-            .set("Accept", "application/json");
+        let agent = client::transport::agent_with(tls, config);
+        let mut req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", cfg.server))
+            .header("Accept", "application/json");
         match cfg.credentials.authorization() {
-            Ok(Some(auth)) => req = req.set("Authorization", &auth),
+            Ok(Some(auth)) => req = req.header("Authorization", auth),
             Ok(None) => {}
             Err(e) => return Err(Error::Setup(format!("credentials: {e}"))),
         }
         let answer = match body {
             Some(b) => req
-                .set("Content-Type", "application/json")
-                .send_string(&b.to_string()),
-            None => req.call(),
+                .header("Content-Type", "application/json")
+                .body(b.to_string())
+                .map(|r| agent.run(r)),
+            None => req.body(()).map(|r| agent.run(r)),
         };
         let action = format!("{} {path}", method.to_lowercase());
-        match answer {
-            Ok(_) => Ok(()),
-            Err(ureq::Error::Status(code, resp)) => {
-                let text = resp.into_string().unwrap_or_default();
-                let status = client::parse_status(code, &text);
-                Err(Error::Api {
-                    action,
-                    source: client::Error::Api(Box::new(status)),
-                })
-            }
-            Err(ureq::Error::Transport(t)) => Err(Error::Api {
-                action,
-                source: client::Error::Transport(t.to_string()),
-            }),
+        let transport = |e: String| Error::Api {
+            action: action.clone(),
+            source: client::Error::Transport(e),
+        };
+        let mut resp = answer
+            .map_err(|e| transport(e.to_string()))?
+            .map_err(|e| transport(e.to_string()))?;
+        let code = resp.status().as_u16();
+        if code < 400 {
+            return Ok(());
         }
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        let status = client::parse_status(code, &text);
+        Err(Error::Api {
+            action,
+            source: client::Error::Api(Box::new(status)),
+        })
     }
 }
 

@@ -511,13 +511,14 @@ mod tests {
         let tls =
             crate::kube::tls::client_config(Some(server.ca_pem().as_bytes()), false, None, None)
                 .unwrap();
-        ureq::AgentBuilder::new()
-            .tls_config(tls)
-            .build()
-            .delete(&format!("{}{events}/{name}", server.url()))
-            .set("Authorization", &format!("Bearer {}", server.admin_token()))
-            .call()
+        let request = ureq::http::Request::delete(format!("{}{events}/{name}", server.url()))
+            .header("Authorization", format!("Bearer {}", server.admin_token()))
+            .body(())
+            .unwrap();
+        let answer = crate::kube::client::transport::agent(tls, None, 0)
+            .run(request)
             .expect("the Event deleted");
+        assert_eq!(answer.status(), 200);
         tx.send(pending("u", "PodCreated", "m")).unwrap();
         wait_for("the Event written again, counting both", &|l| {
             l.len() == 1 && l[0]["count"] == 2

@@ -318,15 +318,18 @@ pub(crate) mod tests {
 
     /// GETs https://{host}:{port}/ with an agent built on `config`; bounded by a 5 s timeout.
     pub(crate) fn get(config: Arc<ClientConfig>, host: &str, port: u16) -> Result<String, String> {
-        let agent = ureq::AgentBuilder::new()
-            .tls_config(config)
-            .timeout(Duration::from_secs(5))
+        let agent_config = crate::kube::client::transport::config(None, 0)
+            .timeout_global(Some(Duration::from_secs(5)))
             .build();
-        let response = agent
-            .get(&format!("https://{host}:{port}/"))
-            .call()
+        let agent = crate::kube::client::transport::agent_with(config, agent_config);
+        let request = ureq::http::Request::get(format!("https://{host}:{port}/"));
+        let mut response = agent
+            .run(request.body(()).map_err(|e| e.to_string())?)
             .map_err(|e| e.to_string())?;
-        response.into_string().map_err(|e| e.to_string())
+        response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| e.to_string())
     }
 
     fn server_outcome(rx: &mpsc::Receiver<ServerOutcome>) -> ServerOutcome {

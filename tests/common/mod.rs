@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 use immortal_operator::kube::auth::Credentials;
+use immortal_operator::kube::client::transport;
 use immortal_operator::kube::config::{self, LoadOptions};
 use kube_testserver::{Options, TestServer};
 use serde_json::{json, Value};
@@ -150,17 +151,13 @@ impl Api {
         let tls = config
             .tls_config()
             .unwrap_or_else(|e| panic!("cannot build tls config: {e}"));
-        let mut agent = ureq::AgentBuilder::new()
-            .tls_config(tls)
-            .timeout_connect(Duration::from_secs(10))
-            // A watch is never made here, so no request legitimately takes long.
-            .timeout(Duration::from_secs(30))
-            .redirects(0);
         // A cluster reached through a proxy is reached through it by the harness too.
-        if let Some(proxy) = &config.proxy {
-            agent = agent.proxy(proxy.to_ureq());
-        }
-        let agent = agent.build();
+        let proxy = config.proxy.as_ref().map(|p| p.to_ureq());
+        // A watch is never made here, so no request legitimately takes long.
+        let agent_config = transport::config(proxy, 4)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build();
+        let agent = transport::agent_with(tls, agent_config);
         Api {
             agent,
             server: config.server.trim_end_matches('/').to_string(),
@@ -214,34 +211,36 @@ impl Api {
         content_type: &str,
         body: Option<&Value>,
     ) -> Result<Answer, Error> {
-        let mut req = self
-            .agent
-            .request(method, &format!("{}{path}", self.server))
-            .set("Accept", "application/json");
+        let mut req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.server))
+            .header("Accept", "application/json");
         let auth = self
             .credentials
             .authorization()
             .map_err(|e| Error::Credentials(e.to_string()))?;
         if let Some(a) = auth {
-            req = req.set("Authorization", &a);
+            req = req.header("Authorization", a);
         }
         let sent = match body {
             Some(b) => req
-                .set("Content-Type", content_type)
-                .send_string(&b.to_string()),
-            None => req.call(),
+                .header("Content-Type", content_type)
+                .body(b.to_string())
+                .map(|r| self.agent.run(r)),
+            None => req.body(()).map(|r| self.agent.run(r)),
         };
-        let resp = match sent {
-            Ok(r) => r,
-            Err(ureq::Error::Status(_, r)) => r,
-            Err(ureq::Error::Transport(t)) => return Err(Error::Transport(t.to_string())),
-        };
-        let code = resp.status();
+        let transport = |e: String| Error::Transport(e);
+        let resp = sent.map_err(|e| transport(e.to_string()))?;
+        let resp = resp.map_err(|e| transport(e.to_string()))?;
+        let code = resp.status().as_u16();
         let retry_after = resp
-            .header("Retry-After")
+            .headers()
+            .get("Retry-After")
+            .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse().ok());
         let mut body = String::new();
-        resp.into_reader()
+        resp.into_body()
+            .into_reader()
             .take(64 << 20)
             .read_to_string(&mut body)
             .map_err(|e| Error::Transport(format!("reading body: {e}")))?;

@@ -38,6 +38,7 @@ pub fn generate() -> io::Result<Certs> {
         KeyUsagePurpose::DigitalSignature,
     ];
     let ca = ca_params.self_signed(&ca_key).map_err(other)?;
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
 
     let key = KeyPair::generate().map_err(other)?;
     let mut params = CertificateParams::new(vec!["localhost".to_string()]).map_err(other)?;
@@ -52,7 +53,7 @@ pub fn generate() -> io::Result<Certs> {
         KeyUsagePurpose::KeyEncipherment,
     ];
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &ca, &ca_key).map_err(other)?;
+    let cert = params.signed_by(&key, &issuer).map_err(other)?;
 
     let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
     let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));

@@ -10,8 +10,13 @@ pub enum Error {
     /// code when the body was not one). Callers decide from the code: 404/409/410/422 are
     /// answers, 429/5xx are transient, 401/403 need a person.
     Api(Box<Status>),
-    /// No HTTP answer: DNS, connect, TLS handshake, timeout, connection reset. Transient.
+    /// No HTTP answer: DNS, connect, TLS handshake, timeout ("no answer in N s"), connection
+    /// reset. Transient.
     Transport(String),
+    /// The HTTP proxy between us and the API server failed us: it could not be reached
+    /// (`status` 0), or it answered our CONNECT with `status`. A 401/403/407 needs a person (a
+    /// proxy's credentials or policy); the others are retried like a transport error.
+    Proxy { status: u16, message: String },
     /// The TLS handshake failed: a server certificate that did not verify, or ours refused.
     /// [`ClusterConfig::tls_misconfigured`] says whether only a change of configuration can fix
     /// it (start-up exits on those); otherwise retried like a transport error.
@@ -93,6 +98,7 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Error::Transport(m) => write!(f, "transport error: {m}"),
+            Error::Proxy { message, .. } => write!(f, "proxy error: {message}"),
             Error::Tls(e) => write!(f, "tls handshake failed: {e}"),
             Error::Decode(m) => write!(f, "decode error: {m}"),
             Error::Credentials(e) => write!(f, "credentials: {e}"),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 mod error;
 mod request;
-mod tunnel;
+pub mod transport;
 mod verbs;
 
 pub use error::Error;
@@ -51,39 +51,29 @@ pub struct Client {
     on_request: RequestHook,
 }
 
+/// Shows the configuration and the agent, neither with a token or a proxy's password.
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let agent = self.inner.agent.read().unwrap_or_else(|p| p.into_inner());
+        f.debug_struct("Client")
+            .field("config", &self.inner.config)
+            .field("agent", &agent.1)
+            .field("pooled", &self.pooled)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     config: ClusterConfig,
     agent: RwLock<(Arc<rustls::ClientConfig>, ureq::Agent)>,
     max_idle_per_host: usize,
 }
 
-/// An agent that keeps up to `pool` idle connections (through a proxy, tunnels) for reuse.
-/// With `idle` (a watch, see "The API client" in docs/design.md), every read and write waits
-/// at most that long.
-fn build_agent(
-    config: &ClusterConfig,
-    tls: Arc<rustls::ClientConfig>,
-    pool: usize,
-    idle: Option<Duration>,
-) -> ureq::Agent {
-    let mut b = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(10))
-        // Kubernetes never redirects API calls; a redirect would strip our Authorization.
-        .redirects(0)
-        .max_idle_connections_per_host(pool)
-        .max_idle_connections(pool);
-    if let Some(idle) = idle {
-        b = b.timeout_read(idle).timeout_write(idle);
-    }
-    match &config.proxy {
-        Some(p) if config.server.starts_with("https://") => {
-            tunnel::through(b, tls, p, &config.server)
-        }
-        // A plain-http server through a proxy: ureq's own forwarding, unpooled (see `tunnel`).
-        Some(p) => b.tls_config(tls).proxy(p.ureq.clone()),
-        None => b.tls_config(tls),
-    }
-    .build()
+/// An agent that keeps up to `pool` idle connections for reuse, through the cluster's proxy
+/// if it has one (a CONNECT tunnel, pooled like any connection).
+fn build_agent(config: &ClusterConfig, tls: Arc<rustls::ClientConfig>, pool: usize) -> ureq::Agent {
+    let proxy = config.proxy.as_ref().map(|p| p.ureq.clone());
+    transport::agent(tls, proxy, pool)
 }
 
 struct Req<'a> {
@@ -93,7 +83,7 @@ struct Req<'a> {
     accept: &'static str,
     body: Option<(&'static str, &'a [u8])>,
     timeout: Duration,
-    /// A watch: no overall timeout, but every read waits at most this long.
+    /// A watch: no overall timeout, but every read and write waits at most this long.
     idle: Option<Duration>,
 }
 
@@ -124,7 +114,7 @@ impl Client {
     pub fn new(config: ClusterConfig, connections: usize) -> Result<Client, ConfigError> {
         let tls = config.tls_config()?;
         let max_idle_per_host = connections.max(2);
-        let agent = build_agent(&config, tls.clone(), max_idle_per_host, None);
+        let agent = build_agent(&config, tls.clone(), max_idle_per_host);
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
@@ -206,15 +196,16 @@ impl Client {
     }
 
     fn pooled_agent(&self, tls: Arc<rustls::ClientConfig>) -> ureq::Agent {
-        build_agent(&self.inner.config, tls, self.inner.max_idle_per_host, None)
+        build_agent(&self.inner.config, tls, self.inner.max_idle_per_host)
     }
 
-    /// With `idle` (a watch) or unpooled, an agent of the request's own; else the pooled one,
-    /// rebuilt when an exec plugin handed out a new client certificate.
-    fn agent(&self, idle: Option<Duration>) -> Result<ureq::Agent, Error> {
+    /// Unpooled, an agent of the request's own; else the pooled one (a watch's too: its
+    /// timeouts are the request's), rebuilt when an exec plugin handed out a new client
+    /// certificate.
+    fn agent(&self) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
-        if idle.is_some() || !self.pooled {
-            return Ok(build_agent(&self.inner.config, tls, 0, idle));
+        if !self.pooled {
+            return Ok(build_agent(&self.inner.config, tls, 0));
         }
         {
             let cur = self.inner.agent.read().unwrap_or_else(|p| p.into_inner());
@@ -228,7 +219,7 @@ impl Client {
     }
 
     /// Sends one request, retrying as the module says; reports each attempt to the hook.
-    fn send(&self, req: &Req) -> Result<ureq::Response, Error> {
+    fn send(&self, req: &Req) -> Result<Response, Error> {
         let mut refreshed = false;
         let mut attempt = 0;
         loop {
@@ -244,9 +235,8 @@ impl Client {
             let result = self.send_once(req, deadline);
             drop(in_flight);
             let code = match &result {
-                Ok(r) => r.status(),
-                Err(ureq::Error::Status(c, _)) => *c,
-                Err(ureq::Error::Transport(_)) => 0,
+                Ok(r) => r.status().as_u16(),
+                Err(_) => 0,
             };
             (self.on_request)(req.method, code);
             log::trace!(
@@ -255,21 +245,27 @@ impl Client {
                 elapsed_ms = started.elapsed().as_millis() as u64;
                 "request"
             );
-            let (code, resp) = match result {
-                Ok(resp) => return Ok(resp),
-                Err(ureq::Error::Status(code, resp)) => (code, resp),
-                Err(ureq::Error::Transport(t)) => {
-                    if let Some(e) = tls_failure(&t) {
+            let mut resp = match result {
+                Ok(resp) if code < 400 => return Ok(resp),
+                Ok(resp) => resp,
+                Err(e) => {
+                    if let Some(e) = tls_failure(&e) {
                         return Err(Error::Tls(e));
                     }
-                    if timed_out(&t) {
+                    if timed_out(&e) {
                         self.forget_connections();
                     }
-                    return Err(Error::Transport(t.to_string()));
+                    return Err(self.no_answer(req, &e, started.elapsed()));
                 }
             };
-            let wait = retry_after(resp.header("Retry-After"));
-            let body = resp.into_string().unwrap_or_default();
+            let wait = retry_after(header(&resp, "Retry-After"));
+            // An error's body is a Status; 1 MiB is far more than any.
+            let body = resp
+                .body_mut()
+                .with_config()
+                .limit(1 << 20)
+                .read_to_string();
+            let body = body.unwrap_or_default();
             let attempts = self.until.map_or(THROTTLE_ATTEMPTS, |_| 1);
             match after_failure(code, attempt, attempts, refreshed, wait) {
                 Again::Refreshed => {
@@ -299,17 +295,68 @@ impl Client {
         }
     }
 
-    #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.
-    fn send_once(&self, req: &Req, deadline: Instant) -> Result<ureq::Response, ureq::Error> {
+    /// Why `req` got no answer, after `waited`: the proxy's doing when it was (it could not be
+    /// reached, or refused the CONNECT), else what ureq says, a silence said as such.
+    fn no_answer(&self, req: &Req, e: &ureq::Error, waited: Duration) -> Error {
         let url = format!("{}{}", self.inner.config.server, req.path);
-        let agent = self.agent(req.idle).map_err(transport_error)?;
-        let mut r = agent
-            .request(req.method, &url)
-            .set("Accept", req.accept)
-            .set("User-Agent", USER_AGENT);
+        let at = format!("{} {url}", req.method);
+        let secs = waited.as_secs_f64().round();
+        let Some(proxy) = &self.inner.config.proxy else {
+            return match timed_out(e) {
+                true => Error::Transport(format!("{at}: no answer in {secs} s")),
+                false => Error::Transport(format!("{at}: {e}")),
+            };
+        };
+        let shown = &proxy.shown;
+        let message = match e {
+            // ureq says "proxy server responded 407/407", or "proxy server did not respond".
+            ureq::Error::ConnectProxyFailed(m) => {
+                let code = m
+                    .split_once("responded ")
+                    .and_then(|(_, s)| s.split('/').next());
+                match code.and_then(|c| c.parse::<u16>().ok()) {
+                    Some(code) => {
+                        let reason = ureq::http::StatusCode::from_u16(code)
+                            .ok()
+                            .and_then(|c| c.canonical_reason())
+                            .unwrap_or_default();
+                        let message = format!(
+                            "the proxy {shown} answered CONNECT for {url} with {code} {reason}"
+                        );
+                        return Error::Proxy { status: code, message };
+                    }
+                    None => format!("the proxy {shown} closed the connection without answering CONNECT for {url}"),
+                }
+            }
+            // With a proxy, the only connection we open is to the proxy; a TLS handshake with
+            // the server that goes unanswered is said by our connector, as an io::Error.
+            ureq::Error::Timeout(ureq::Timeout::Connect) => {
+                format!(
+                    "the proxy {shown} did not accept our connection or answer CONNECT in {secs} s"
+                )
+            }
+            ureq::Error::HostNotFound => format!("cannot resolve the proxy {shown}"),
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+                format!("cannot connect to the proxy {shown}: {io}")
+            }
+            e if timed_out(e) => return Error::Transport(format!("{at}: no answer in {secs} s")),
+            e => return Error::Transport(format!("{at}: {e}")),
+        };
+        Error::Proxy { status: 0, message }
+    }
+
+    #[allow(clippy::result_large_err)] // ureq's own error type; converted at once by `send`.
+    fn send_once(&self, req: &Req, deadline: Instant) -> Result<Response, ureq::Error> {
+        let url = format!("{}{}", self.inner.config.server, req.path);
+        let agent = self.agent().map_err(transport_error)?;
+        let mut r = ureq::http::Request::builder()
+            .method(req.method)
+            .uri(&url)
+            .header("Accept", req.accept)
+            .header("User-Agent", USER_AGENT);
         let auth = self.inner.config.credentials.authorization();
         if let Some(auth) = auth.map_err(transport_error)? {
-            r = r.set("Authorization", &auth);
+            r = r.header("Authorization", &auth);
         }
         // Measured after the credentials, which may have taken a while (an exec plugin): the
         // whole request, answer body included, must be over by the deadline.
@@ -317,12 +364,9 @@ impl Client {
         if left.is_zero() {
             return Err(transport_error(req.no_time_left()));
         }
-        if req.idle.is_none() {
-            r = r.timeout(left);
-        }
         match req.body {
-            Some((ct, body)) => r.set("Content-Type", ct).send_bytes(body),
-            None => r.call(),
+            Some((ct, body)) => run(&agent, r.header("Content-Type", ct).body(body)?, req, left),
+            None => run(&agent, r.body(())?, req, left),
         }
     }
 
@@ -330,20 +374,22 @@ impl Client {
         let resp = self.send(req)?;
         // Read the body whole, then parse the slice: serde_json's reader-based parser goes
         // byte by byte through io::Read and costs several times more CPU than parsing a slice.
-        let len = resp
-            .header("Content-Length")
-            .and_then(|l| l.parse::<usize>().ok())
-            .unwrap_or(4096);
+        // Through a reader: ureq's read_to_vec stops at 10 MB, and a list page of thousands of
+        // objects is more.
+        let len = resp.body().content_length().unwrap_or(4096) as usize;
         let mut body = Vec::with_capacity(len.min(1 << 20));
-        resp.into_reader().read_to_end(&mut body).map_err(|e| {
-            if is_timeout(&e) {
-                self.forget_connections();
-            }
-            Error::Transport(format!(
-                "{} {}: reading the answer: {e}",
-                req.method, req.path
-            ))
-        })?;
+        resp.into_body()
+            .into_reader()
+            .read_to_end(&mut body)
+            .map_err(|e| {
+                if is_timeout(&e) {
+                    self.forget_connections();
+                }
+                Error::Transport(format!(
+                    "{} {}: reading the answer: {e}",
+                    req.method, req.path
+                ))
+            })?;
         serde_json::from_slice(&body)
             .map_err(|e| Error::Decode(format!("{} {}: {e}", req.method, req.path)))
     }
@@ -354,41 +400,76 @@ fn is_write(method: &str) -> bool {
     method != "GET"
 }
 
-/// Whether an I/O error is a socket timeout (which Unix reports as `WouldBlock`).
+/// An answer, whatever its status.
+type Response = ureq::http::Response<ureq::Body>;
+
+/// Sends `request` on `agent`: a watch (`req.idle`) with a limit on every read and write and
+/// none overall (its reader keeps its deadline), any other request within `left`.
+#[allow(clippy::result_large_err)]
+fn run(
+    agent: &ureq::Agent,
+    request: ureq::http::Request<impl ureq::AsSendBody>,
+    req: &Req,
+    left: Duration,
+) -> Result<Response, ureq::Error> {
+    let config = agent.configure_request(request);
+    let config = match req.idle {
+        Some(idle) => config
+            .timeout_per_read(Some(idle))
+            .timeout_per_write(Some(idle)),
+        None => config.timeout_global(Some(left)),
+    };
+    agent.run(config.build())
+}
+
+/// A header's value, if it is text.
+fn header<'a>(resp: &'a Response, name: &str) -> Option<&'a str> {
+    resp.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Whether an I/O error is a timeout: the socket's (which Unix reports as `WouldBlock`), or
+/// one of ureq's, which it hands on inside an `io::Error`.
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-    )
-}
-
-fn causes(t: &ureq::Transport) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
-    std::iter::successors(std::error::Error::source(t), |e| e.source())
+    ) || e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+        .is_some_and(timed_out)
 }
 
 /// Whether a request failed because the server said nothing for its whole timeout (as opposed
 /// to refusing or resetting the connection, which a new connection would meet as well).
-fn timed_out(t: &ureq::Transport) -> bool {
-    causes(t)
-        .find_map(|e| e.downcast_ref::<std::io::Error>())
-        .is_some_and(is_timeout)
+fn timed_out(e: &ureq::Error) -> bool {
+    match e {
+        ureq::Error::Timeout(_) => true,
+        ureq::Error::Io(io) => is_timeout(io),
+        _ => false,
+    }
 }
 
-/// The TLS error a request failed with, if the handshake failed. ureq hands it on inside an
-/// `io::Error`, whose own `source` skips it.
-fn tls_failure(t: &ureq::Transport) -> Option<rustls::Error> {
-    causes(t).find_map(|e| {
-        let inner = match e.downcast_ref::<std::io::Error>() {
-            Some(io) => io.get_ref()? as &(dyn std::error::Error + 'static),
-            None => e,
+/// The TLS error a request failed with, if the handshake failed. It comes inside an
+/// `io::Error` (rustls's own way, and ours in `transport`), whose `source` skips it.
+fn tls_failure(e: &ureq::Error) -> Option<rustls::Error> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(tls.clone());
+        }
+        cur = match (err.downcast_ref::<std::io::Error>(), err.downcast_ref()) {
+            (Some(io), _) => io.get_ref().map(|e| e as _),
+            (_, Some(ureq::Error::Io(io))) => Some(io),
+            (_, Some(ureq::Error::Rustls(tls))) => return Some(tls.clone()),
+            _ => err.source(),
         };
-        inner.downcast_ref::<rustls::Error>().cloned()
-    })
+    }
+    None
 }
 
-/// A transport error of ours (ureq 2 has no public constructor; an io::Error converts).
+/// A transport error of ours.
 fn transport_error(msg: impl fmt::Display) -> ureq::Error {
-    std::io::Error::other(msg.to_string()).into()
+    ureq::Error::Io(std::io::Error::other(msg.to_string()))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ impl Error {
         match self {
             Error::Api(s) => s.code == 429 || s.code >= 500,
             Error::Transport(_) | Error::Tls(_) | Error::Decode(_) | Error::Fenced => true,
+            Error::Proxy { status, .. } => !matches!(status, 401 | 403 | 407),
             Error::Credentials(_) => false,
         }
     }
@@ -515,4 +516,178 @@ fn an_empty_metadata_list_with_null_items_reads_as_empty() {
     .unwrap();
     assert!(page.items.is_empty());
     assert_eq!(page.metadata.resource_version, "7");
+}
+
+/// A client of a test API server whose connections go to `server` (if given) and through a
+/// proxy at 127.0.0.1:`proxy_port` (if given).
+fn client_via(
+    server: Option<String>,
+    proxy_port: Option<u16>,
+) -> (kube_testserver::TestServer, Client) {
+    let test_server = kube_testserver::TestServer::start(Default::default()).unwrap();
+    let opts = crate::kube::config::LoadOptions {
+        kubeconfig: Some(test_server.kubeconfig_path()),
+        context: None,
+    };
+    let mut config = crate::kube::config::load(&opts).unwrap();
+    if let Some(server) = server {
+        config.server = server;
+    }
+    let proxy = proxy_port.map(|p| format!("http://op:pw@127.0.0.1:{p}"));
+    config.proxy = proxy.map(|url| crate::kube::config::proxy_for_test(&url));
+    (test_server, Client::new(config, 2).unwrap())
+}
+
+/// A proxy that answers every CONNECT with `answer`.
+fn proxy_answering(answer: &'static str) -> u16 {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+#[test]
+fn a_connect_answered_with_anything_but_200_is_the_proxys_failure_with_its_status() {
+    for (answer, code, reason) in [
+        (
+            "HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n",
+            407,
+            "Proxy Authentication Required",
+        ),
+        (
+            "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n",
+            403,
+            "Forbidden",
+        ),
+        (
+            "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+            502,
+            "Bad Gateway",
+        ),
+    ] {
+        let port = proxy_answering(answer);
+        let (_server, client) = client_via(None, Some(port));
+        let e = bounded(Duration::from_secs(20), move || {
+            client.get_pod("default", "x")
+        })
+        .unwrap_err();
+        let Error::Proxy { status, message } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(*status, code, "{e}");
+        let want = format!("the proxy http://127.0.0.1:{port} answered CONNECT");
+        assert!(
+            message.contains(&want) && message.contains(&format!("{code} {reason}")),
+            "{e}"
+        );
+        assert!(!message.contains("pw"), "{e}");
+    }
+}
+
+#[test]
+fn a_proxy_that_refuses_connections_is_named_as_the_proxy() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (_server, client) = client_via(None, Some(port));
+    let e = bounded(Duration::from_secs(20), move || {
+        client.get_pod("default", "x")
+    })
+    .unwrap_err();
+    let Error::Proxy { status: 0, message } = &e else {
+        panic!("{e:?}")
+    };
+    let want = format!("cannot connect to the proxy http://127.0.0.1:{port}");
+    assert!(
+        message.contains(&want) && message.contains("refused"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_server_that_accepts_and_never_answers_is_said_to_give_no_answer() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts, and keeps every connection open without a word.
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    let (_server, client) = client_via(Some(format!("https://127.0.0.1:{port}")), None);
+    let started = Instant::now();
+    let client = client.until(Instant::now() + Duration::from_secs(1));
+    let e = bounded(Duration::from_secs(20), move || {
+        client.get_pod("default", "x")
+    })
+    .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "{e}");
+    let Error::Transport(message) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(message.ends_with("no answer in 1 s"), "{e}");
+}
+
+#[test]
+fn no_debug_output_of_a_client_shows_its_proxys_password() {
+    let server = kube_testserver::TestServer::start(Default::default()).unwrap();
+    let opts = crate::kube::config::LoadOptions {
+        kubeconfig: Some(server.kubeconfig_path()),
+        context: None,
+    };
+    let mut config = crate::kube::config::load(&opts).unwrap();
+    let url = "http://op:s3cret%40pw@127.0.0.1:3128";
+    config.proxy = Some(crate::kube::config::proxy_for_test(url));
+    let client = Client::new(config, 2).unwrap();
+    let shown = format!("{client:?}");
+    assert!(shown.contains("127.0.0.1:3128"), "{shown}");
+    for secret in ["s3cret", "s3cret%40pw"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+}
+
+#[test]
+fn a_server_at_an_ipv6_literal_is_reached() {
+    use std::net::{TcpListener, TcpStream};
+    let Ok(listener) = TcpListener::bind("[::1]:0") else {
+        return; // no IPv6 loopback here
+    };
+    let server = kube_testserver::TestServer::start(Default::default()).unwrap();
+    let (v6, v4) = (listener.local_addr().unwrap().port(), server.port());
+    // [::1]:v6 relayed to the test server, which listens on 127.0.0.1 only.
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(upstream) = TcpStream::connect(("127.0.0.1", v4)) else {
+                return;
+            };
+            let (mut c, mut u) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+            std::thread::spawn(move || std::io::copy(&mut u, &mut c));
+            std::thread::spawn(move || std::io::copy(&mut { client }, &mut { upstream }));
+        }
+    });
+    let text = std::fs::read_to_string(server.kubeconfig_path()).unwrap();
+    let mut kubeconfig: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let cluster = &mut kubeconfig["clusters"][0]["cluster"];
+    cluster["server"] = format!("https://[::1]:{v6}").into();
+    // The test server's certificate names 127.0.0.1 and localhost, not ::1.
+    cluster["tls-server-name"] = "localhost".into();
+    let dir = crate::kube::config::tests::TempDir::new("ipv6");
+    let path = dir.write("config", serde_yaml::to_string(&kubeconfig).unwrap());
+    let client = crate::testutil::client_of(&path);
+    assert_eq!(client.config().server, format!("https://[::1]:{v6}"));
+    let e = bounded(Duration::from_secs(20), move || {
+        client.get_pod("default", "x")
+    });
+    assert!(e.unwrap_err().is_not_found());
 }

@@ -176,7 +176,7 @@ impl Client {
         Ok(Box::new(BufReader::with_capacity(
             16 * 1024,
             WatchBody {
-                inner: resp.into_reader(),
+                inner: Box::new(resp.into_body().into_reader()),
                 deadline,
                 idle,
             },
@@ -184,7 +184,7 @@ impl Client {
     }
 }
 
-/// A watch's body: each read waits at most `idle` (the agent's socket timeout), reported as
+/// A watch's body: each read waits at most `idle` (the request's per-read timeout), reported as
 /// `TimedOut`, and none starts after `deadline`.
 pub(super) struct WatchBody {
     pub(super) inner: Box<dyn Read + Send + Sync>,

@@ -496,28 +496,65 @@ fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
     kubeconfig.parent().unwrap_or(Path::new("")).join(relative)
 }
 
-/// `https://host:port[/prefix]` without a trailing slash. A bare `host:port` means https, as in
-/// client-go's `DefaultServerURL`.
+/// `https://host:port[/prefix]` without a trailing slash, read as client-go's
+/// `rest.DefaultServerURL` reads it: a value with no `scheme://` or no host is taken as a bare
+/// `host[:port]` for https, and then may have no path (`htps//127.0.0.1:6443` is refused, not
+/// read as host `htps`). A scheme other than http or https, which client-go's transport refuses
+/// at every request, is refused here, at start.
 fn normalize_server(server: &str) -> Result<String, String> {
     let server = server.trim();
-    let url = if server.contains("://") {
-        server.to_string()
-    } else {
-        format!("https://{server}")
+    // A scheme as Go's url.Parse reads one: a letter, then letters, digits, `+`, `-`, `.`.
+    let scheme_end = server.find("://").filter(|&i| {
+        let s = &server.as_bytes()[..i];
+        s.first().is_some_and(u8::is_ascii_alphabetic)
+            && s.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c))
+    });
+    let with_scheme = scheme_end.filter(|&i| {
+        let rest = &server[i + 3..];
+        !rest.starts_with(['/', '?', '#']) && !rest.is_empty()
+    });
+    let (url, bare) = match with_scheme {
+        Some(_) => (server.to_string(), false),
+        None => (format!("https://{server}"), true),
     };
-    if !(url.starts_with("https://") || url.starts_with("http://")) {
+    let (scheme, rest) = url.split_once("://").unwrap_or_default();
+    // Go's url.Parse lowercases the scheme.
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "https" && scheme != "http" {
         return Err(format!(
             "server {server:?} is not an http:// or https:// URL"
         ));
     }
-    // Parsed now, by the parser every request's URL goes through, so that a typo is a
-    // configuration error at start rather than a request error retried as unreachable.
-    let parsed = ureq::AgentBuilder::new()
-        .build()
-        .request("GET", &url)
-        .request_url();
-    if let Err(e) = parsed {
-        let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+    let url = format!("{scheme}://{rest}");
+    let rest = &url[scheme.len() + 3..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.is_empty() || authority.starts_with(':') {
+        return Err(format!("server {server:?} is not a valid URL: no host"));
+    }
+    if bare && !(path.is_empty() || path == "/") {
+        return Err(format!(
+            "server {server:?} is not a valid URL: want https://HOST[:PORT][/PATH] or HOST[:PORT]"
+        ));
+    }
+    // Parsed now, by the parser every request's URL goes through (ureq's http::Uri), so that a
+    // typo is a configuration error at start rather than a request error retried as
+    // unreachable.
+    let parsed = url.parse::<ureq::http::Uri>();
+    // http::Uri takes any digits as a port (and then has none).
+    let port = authority
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| !p.ends_with(']'));
+    let why = match &parsed {
+        Err(e) => Some(e.to_string()),
+        Ok(_) if port.is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_err()) => {
+            Some("invalid port".to_string())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = why {
         return Err(format!("server {server:?} is not a valid URL: {why}"));
     }
     Ok(url.trim_end_matches('/').to_string())

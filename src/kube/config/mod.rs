@@ -368,5 +368,11 @@ pub(crate) fn base64_encode(input: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(input)
 }
 
+/// A proxy of `url`, as a kubeconfig's `proxy-url` gives it.
+#[cfg(test)]
+pub(crate) fn proxy_for_test(url: &str) -> Proxy {
+    proxy::from_kubeconfig(url, "test").unwrap()
+}
+
 #[cfg(test)]
 pub(crate) mod tests;

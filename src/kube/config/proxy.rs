@@ -1,17 +1,45 @@
 //! Which HTTP proxy, if any, carries the connections to the API server, as client-go decides:
 //! the cluster's `proxy-url`, else Go's `http.ProxyFromEnvironment`. Only `http://` proxies
-//! (HTTP CONNECT): ureq 2 takes SOCKS only with a feature of its own, and no proxy over TLS.
+//! (HTTP CONNECT): ureq takes SOCKS only with a feature of its own, and a proxy over TLS only
+//! with its own TLS connector, not ours. ureq is given the proxy only when this module says
+//! so: its NO_PROXY reading is not Go's. Unlike Go, ureq tunnels a plain `http://` server's
+//! requests with CONNECT too, rather than forwarding them to the proxy.
 
 use super::{invalid, ConfigError};
 use std::fmt;
 use std::net::IpAddr;
 
-/// The proxy variables of the environment, empty ones counted as unset.
-#[derive(Debug, Clone, Default)]
+/// The proxy variables of the environment, empty ones counted as unset. Its `Debug` leaves out
+/// the credentials a proxy URL may hold.
+#[derive(Clone, Default)]
 pub struct ProxyEnv {
     pub https_proxy: Option<String>,
     pub http_proxy: Option<String>,
     pub no_proxy: Option<String>,
+}
+
+impl fmt::Debug for ProxyEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |v: &Option<String>| v.as_deref().map(without_credentials);
+        f.debug_struct("ProxyEnv")
+            .field("https_proxy", &shown(&self.https_proxy))
+            .field("http_proxy", &shown(&self.http_proxy))
+            .field("no_proxy", &self.no_proxy)
+            .finish()
+    }
+}
+
+/// `url` with any `user:password@` cut out of its authority, for `Debug`.
+fn without_credentials(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let end = rest.find('/').unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}{host}{}", &rest[end..]),
+        None => url.to_string(),
+    }
 }
 
 impl ProxyEnv {
@@ -34,18 +62,15 @@ impl ProxyEnv {
 /// credentials, and only [`Proxy::shown`] (without them) may reach a log line.
 #[derive(Clone)]
 pub struct Proxy {
-    /// For ureq (an `http://` server); credentials included.
+    /// For ureq, which sends the `Proxy-Authorization` of its (decoded) credentials.
     pub(crate) ureq: ureq::Proxy,
-    /// `host:port` of the proxy, to connect to.
-    pub(crate) address: String,
-    /// The `Proxy-Authorization` value for a CONNECT (`Basic ...`), if the URL has credentials.
-    pub(crate) authorization: Option<String>,
     /// `http://host:port`; for logs and messages.
     pub shown: String,
 }
 
 impl Proxy {
-    /// The proxy as ureq takes it, for a client other than ours (the e2e harness's).
+    /// The proxy as ureq takes it, for a client other than ours (the e2e harness's); its
+    /// `Debug` shows the password.
     pub fn to_ureq(&self) -> ureq::Proxy {
         self.ureq.clone()
     }
@@ -111,14 +136,42 @@ fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
     if host.is_empty() {
         return Err("no proxy host".into());
     }
-    let ureq = ureq::Proxy::new(format!("http://{authority}"))
+    let mut ureq = ureq::Proxy::builder(ureq::ProxyProtocol::Http)
+        .host(host)
+        .port(port);
+    if let Some(userinfo) = userinfo {
+        let (user, password) = credentials(userinfo)?;
+        ureq = ureq.username(&user).password(&password);
+    }
+    let ureq = ureq
+        .build()
         .map_err(|_| "not a valid proxy URL (want http://[USER:PASSWORD@]HOST[:PORT])")?;
     Ok(Proxy {
         ureq,
-        address: format!("{host}:{port}"),
-        authorization: userinfo.map(|u| format!("Basic {}", super::base64_encode(u.as_bytes()))),
         shown: format!("http://{host}:{port}"),
     })
+}
+
+/// The user and password of `user[:password]`, percent-decoded as Go's `url.Parse` does; Go's
+/// transport then sends `Basic base64(user:password)`, the colon there even without a password,
+/// as ureq does.
+fn credentials(userinfo: &str) -> Result<(String, String), String> {
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let decode = |part: &str| -> Result<String, String> {
+        // Go's url.Parse refuses a `%` not followed by two hex digits; so do we.
+        let bytes = part.as_bytes();
+        for (i, _) in part.match_indices('%') {
+            let hex = bytes.get(i + 1..i + 3).unwrap_or_default();
+            if hex.len() != 2 || !hex.iter().all(u8::is_ascii_hexdigit) {
+                return Err("the proxy's user or password has a `%` that is no percent-escape (write %25 for a `%`)".into());
+            }
+        }
+        let decoded = percent_encoding::percent_decode_str(part).decode_utf8();
+        let decoded =
+            decoded.map_err(|_| "the proxy's user or password is not UTF-8 once decoded")?;
+        Ok(decoded.into_owned())
+    };
+    Ok((decode(user)?, decode(password)?))
 }
 
 /// The host (without brackets) and port of `https://host:port/...`.
@@ -143,7 +196,8 @@ fn is_loopback(host: &str) -> bool {
 /// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*` is every host;
 /// an IP address or CIDR matches addresses; `example.com` matches it and its subdomains,
 /// `.example.com` (or `*.example.com`) only its subdomains; `:PORT` after any of them limits
-/// it to that port.
+/// it to that port. Only a leading `*.` is a wildcard: `*foo.com` is a name as written, as
+/// in Go (which matches it, literally, against `*foo.com` and `x.*foo.com`).
 fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
     let ip = host.parse::<IpAddr>().ok();
     no_proxy
@@ -162,13 +216,14 @@ fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
                 };
             }
             let (name, want_port) = split_port(&entry);
-            if want_port.is_some_and(|p| p != port) {
+            // Compared as text, as Go does: `host:abc` names no port and matches none.
+            if want_port.is_some_and(|p| p != port.to_string()) {
                 return false;
             }
             if let Ok(addr) = name.parse::<IpAddr>() {
                 return ip == Some(addr);
             }
-            let name = name.strip_prefix('*').unwrap_or(name);
+            let name = name.strip_prefix("*.").map_or(name, |_| &name[1..]);
             match name.strip_prefix('.') {
                 Some(_) => host.ends_with(name),
                 None => host == name || host.ends_with(&format!(".{name}")),
@@ -177,15 +232,16 @@ fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
 }
 
 /// `host:port`, `[v6]:port`, or a bare host or address (an IPv6 one has colons of its own).
-fn split_port(entry: &str) -> (&str, Option<u16>) {
+fn split_port(entry: &str) -> (&str, Option<&str>) {
     if let Some(rest) = entry.strip_prefix('[') {
         return match rest.split_once(']') {
-            Some((addr, port)) => (addr, port.strip_prefix(':').and_then(|p| p.parse().ok())),
+            Some((addr, port)) => (addr, port.strip_prefix(':')),
             None => (entry, None),
         };
     }
     match entry.split_once(':') {
-        Some((h, p)) if !p.contains(':') => (h, p.parse().ok()),
+        // `host:` names no port, and matches any (Go's SplitHostPort gives "").
+        Some((h, p)) if !p.contains(':') => (h, Some(p).filter(|p| !p.is_empty())),
         _ => (entry, None),
     }
 }
@@ -274,15 +330,71 @@ mod tests {
             "api.example.com:6443"
         ));
         assert!(!proxied("https://API.Example.com", "api.example.COM"));
+        assert!(!proxied("https://api.example.com:6443", "api.example.com:"));
+        assert!(proxied(
+            "https://api.example.com:6443",
+            "api.example.com:abc"
+        ));
+    }
+
+    #[test]
+    fn a_star_without_a_dot_is_no_wildcard_in_no_proxy_as_in_go() {
+        let proxied = |server: &str, no: &str| {
+            chosen(server, &env(Some("http://p:3128"), None, Some(no))).is_some()
+        };
+        // Go's httpproxy strips only a leading `*.`; `*foo.com` is a name as written.
+        assert!(proxied("https://foo.com", "*foo.com"));
+        assert!(proxied("https://a.foo.com", "*foo.com"));
+        assert!(proxied("https://barfoo.com", "*foo.com"));
+        assert!(!proxied("https://a.*foo.com", "*foo.com"));
+        // `*.foo.com` is `.foo.com`: subdomains only.
+        assert!(!proxied("https://a.foo.com", "*.foo.com"));
+        assert!(proxied("https://foo.com", "*.foo.com"));
+    }
+
+    #[test]
+    fn proxy_credentials_are_percent_decoded_as_gos_url_parse_does() {
+        let p = from_kubeconfig("http://user:p%40ss@proxy:3128", "kubeconfig k").unwrap();
+        assert_eq!(p.ureq.username(), Some("user"));
+        assert_eq!(p.ureq.password(), Some("p@ss"));
+        let p = from_kubeconfig("http://us%65r@proxy:3128", "kubeconfig k").unwrap();
+        assert_eq!(p.ureq.username(), Some("user"));
+        // ureq sends base64("user:"), the colon without a password too, as Go does.
+        assert_eq!(p.ureq.password().unwrap_or_default(), "");
+        let e = from_kubeconfig("http://user:s3cret%zz@proxy:3128", "kubeconfig k")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("percent-escape") && e.contains("proxy-url"),
+            "{e}"
+        );
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn no_debug_output_of_the_proxy_settings_shows_a_password() {
+        let e = env(
+            Some("http://user:s3cret@secure:3128"),
+            Some("user:s3cret@plain:8080/x"),
+            Some("example.com"),
+        );
+        let shown = format!("{e:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("http://secure:3128") && shown.contains("plain:8080/x"),
+            "{shown}"
+        );
+        let p = from_env("https://api:6443", &e).unwrap().unwrap();
+        assert!(!format!("{p:?}").contains("s3cret"));
     }
 
     #[test]
     fn the_kubeconfigs_proxy_url_is_used_for_any_server() {
         let p = from_kubeconfig("http://user:s3cret@proxy.corp:3128", "kubeconfig k").unwrap();
         assert_eq!(p.shown, "http://proxy.corp:3128");
-        assert_eq!(p.address, "proxy.corp:3128");
-        // base64("user:s3cret")
-        assert_eq!(p.authorization.as_deref(), Some("Basic dXNlcjpzM2NyZXQ="));
+        assert_eq!(p.ureq.host(), "proxy.corp");
+        assert_eq!(p.ureq.port(), 3128);
+        assert_eq!(p.ureq.password(), Some("s3cret"));
         assert!(!format!("{p:?}").contains("s3cret"));
     }
 

@@ -302,13 +302,51 @@ fn a_malformed_server_url_is_refused_at_load_naming_the_server_field() {
         "https://127.0.0.1:99999",
         "https://exa mple.com:6443",
         "https://:6443",
+        // No `://`: a bare host[:port] for client-go, which may have no path.
+        "htps//127.0.0.1:6443",
+        "https:/127.0.0.1:6443",
+        "/api/v1",
+        "127.0.0.1:6443/prefix",
+        "https://",
+        "https:///prefix",
     ] {
         let path = dir.write("config", kubeconfig(bad, "", "    {}"));
         let err = load_file(&path).unwrap_err().to_string();
+        let file = path.display().to_string();
         assert!(
-            err.contains("cluster \"test-cluster\": server") && err.contains("not a valid URL"),
+            err.contains(&format!("kubeconfig {file}"))
+                && err.contains("cluster \"test-cluster\": server")
+                && err.contains("not a valid URL"),
             "{bad}: {err}"
         );
+    }
+    for bad in ["htps://127.0.0.1:6443", "ftp://api:6443"] {
+        let path = dir.write("config", kubeconfig(bad, "", "    {}"));
+        let err = load_file(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("server") && err.contains("not an http:// or https:// URL"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_server_is_a_url_or_a_bare_host_and_port_as_client_go_reads_it() {
+    let dir = TempDir::new("good-url");
+    for (given, want) in [
+        ("127.0.0.1:6443", "https://127.0.0.1:6443"),
+        ("api.corp", "https://api.corp"),
+        ("api.corp:6443/", "https://api.corp:6443"),
+        ("http://api.corp:8080", "http://api.corp:8080"),
+        (
+            "https://api.corp/k8s/clusters/c-1/",
+            "https://api.corp/k8s/clusters/c-1",
+        ),
+        ("https://[fd00::1]:6443", "https://[fd00::1]:6443"),
+    ] {
+        let path = dir.write("config", kubeconfig(given, "", "    {}"));
+        let config = load_file(&path).unwrap_or_else(|e| panic!("{given}: {e}"));
+        assert_eq!(config.server, want);
     }
 }
 
@@ -960,4 +998,30 @@ fn a_socks_proxy_url_is_refused_naming_the_field() {
         err.contains("cluster \"test-cluster\", proxy-url: a socks5:// proxy is not supported"),
         "{err}"
     );
+}
+
+#[test]
+fn no_debug_output_of_a_configuration_with_proxies_shows_their_passwords() {
+    let dir = TempDir::new("proxy-debug");
+    let mut env = empty_env(&dir);
+    env.proxies.https_proxy = Some("http://envuser:env-s3cret@from-env:3128".into());
+    env.proxies.http_proxy = Some("envuser:env-s3cret@plain:8080".into());
+    let with = dir.write(
+        "with",
+        kubeconfig(
+            "https://10.0.0.1:6443",
+            "    proxy-url: http://op:kc-s3cret@from-kubeconfig:8080",
+            "    {}",
+        ),
+    );
+    let without = dir.write("without", kubeconfig("https://10.0.0.1:6443", "", "    {}"));
+    let shown = [
+        format!("{env:?}"),
+        format!("{:?}", env.proxies),
+        format!("{:?}", load_with_env(&with_file(&with), &env).unwrap()),
+        format!("{:?}", load_with_env(&with_file(&without), &env).unwrap()),
+    ];
+    for shown in shown {
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
 }

@@ -354,19 +354,22 @@ fn secure_metrics() -> (TestServer, SocketAddr) {
 
 /// GET over HTTPS, trusting any certificate (as the ServiceMonitor's insecureSkipVerify).
 fn https_get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let agent = ureq::AgentBuilder::new()
-        .tls_config(crate::kube::tls::client_config(None, true, None, None).unwrap())
-        .timeout(READ_BOUND)
+    let config = crate::kube::client::transport::config(None, 0)
+        .timeout_global(Some(READ_BOUND))
         .build();
-    let mut req = agent.get(&format!("https://{addr}{path}"));
+    let agent = crate::kube::client::transport::agent_with(
+        crate::kube::tls::client_config(None, true, None, None).unwrap(),
+        config,
+    );
+    let mut req = ureq::http::Request::builder().uri(format!("https://{addr}{path}"));
     if let Some(t) = token {
-        req = req.set("Authorization", &format!("Bearer {t}"));
+        req = req.header("Authorization", format!("Bearer {t}"));
     }
-    match req.call() {
-        Ok(r) => (r.status(), r.into_string().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
-        Err(e) => panic!("{e}"),
-    }
+    let mut resp = agent
+        .run(req.body(()).unwrap())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let body = resp.body_mut().read_to_string().unwrap();
+    (resp.status().as_u16(), body)
 }
 
 #[test]

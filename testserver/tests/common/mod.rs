@@ -68,12 +68,25 @@ pub fn tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
 
 impl Client {
     pub fn new(server: &TestServer, token: &str) -> Client {
-        let agent = ureq::AgentBuilder::new()
-            .tls_config(tls_config(&server.ca_pem()))
-            .timeout_connect(Duration::from_secs(5))
-            .timeout_read(Duration::from_secs(10))
-            .timeout_write(Duration::from_secs(10))
+        use ureq::tls::{Certificate, RootCerts, TlsConfig};
+        let ca = server.ca_pem();
+        let roots = CertificateDer::pem_slice_iter(ca.as_bytes())
+            .map(|c| Certificate::from_der(c.expect("ca pem").as_ref()).to_owned())
+            .collect::<Vec<_>>();
+        let tls = TlsConfig::builder()
+            .root_certs(RootCerts::new_with_certs(&roots))
+            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .build();
+        let agent = ureq::Agent::config_builder()
+            .tls_config(tls)
+            // Every status is an answer; the proxy of the environment is not the tests'.
+            .http_status_as_error(false)
+            .proxy(None)
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .timeout_per_read(Some(Duration::from_secs(10)))
+            .timeout_per_write(Some(Duration::from_secs(10)))
+            .build()
+            .new_agent();
         Client {
             agent,
             base: server.url(),
@@ -85,15 +98,28 @@ impl Client {
         Client::new(server, &server.admin_token())
     }
 
-    fn req(&self, method: &str, path: &str) -> ureq::Request {
-        let r = self
-            .agent
-            .request(method, &format!("{}{}", self.base, path));
+    fn req(&self, method: &str, path: &str) -> ureq::http::request::Builder {
+        let r = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.base, path));
         if self.token.is_empty() {
             r
         } else {
-            r.set("Authorization", &format!("Bearer {}", self.token))
+            r.header("Authorization", format!("Bearer {}", self.token))
         }
+    }
+
+    /// Sends `r` with `body`, if any.
+    fn run(
+        &self,
+        r: ureq::http::request::Builder,
+        body: Option<&str>,
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let sent = match body {
+            Some(b) => r.body(b.to_string()).map(|r| self.agent.run(r)),
+            None => r.body(()).map(|r| self.agent.run(r)),
+        };
+        sent.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
     }
 
     /// Sends a request; transport errors are returned as `Err`.
@@ -118,25 +144,29 @@ impl Client {
     ) -> Result<Resp, String> {
         let mut r = self.req(method, path);
         if let Some(a) = accept {
-            r = r.set("Accept", a);
+            r = r.header("Accept", a);
         }
         if let Some(ct) = content_type {
-            r = r.set("Content-Type", ct);
+            r = r.header("Content-Type", ct);
         }
-        let result = match body {
-            Some(b) => r.send_string(b),
-            None => r.call(),
-        };
-        let resp = match result {
-            Ok(resp) => resp,
-            Err(ureq::Error::Status(_, resp)) => resp,
-            Err(e) => return Err(e.to_string()),
-        };
-        let code = resp.status();
-        let content_type = resp.header("content-type").unwrap_or("").to_string();
-        let retry_after = resp.header("retry-after").map(String::from);
-        let warnings = resp.all("warning").into_iter().map(String::from).collect();
-        let text = resp.into_string().map_err(|e| e.to_string())?;
+        let mut resp = self.run(r, body)?;
+        let code = resp.status().as_u16();
+        let content_type = header(&resp, "content-type");
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .map(|_| header(&resp, "retry-after"));
+        let warnings = resp.headers().get_all("warning").iter();
+        let warnings = warnings
+            .map(|v| v.to_str().unwrap_or("").to_string())
+            .collect();
+        // Lists of many objects are more than ureq's default limit of 10 MB.
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_string();
+        let text = text.map_err(|e| e.to_string())?;
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Ok(Resp {
             code,
@@ -216,19 +246,25 @@ impl Client {
 
     /// Opens a watch with an `Accept` header; panics unless it answers 200.
     pub fn watch_accepting(&self, path: &str, accept: &str) -> Watch {
-        let resp = match self.req("GET", path).set("Accept", accept).call() {
+        let resp = match self.run(self.req("GET", path).header("Accept", accept), None) {
             Ok(r) => r,
             Err(e) => panic!("watch {path}: {e}"),
         };
         assert_eq!(resp.status(), 200, "watch {path}");
-        let chunked = resp.header("transfer-encoding").unwrap_or("").to_string();
-        let content_type = resp.header("content-type").unwrap_or("").to_string();
+        let chunked = header(&resp, "transfer-encoding");
+        let content_type = header(&resp, "content-type");
         Watch {
-            reader: BufReader::new(resp.into_reader()),
+            reader: BufReader::new(Box::new(resp.into_body().into_reader())),
             chunked,
             content_type,
         }
     }
+}
+
+/// A header's value, or empty.
+fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> String {
+    let value = resp.headers().get(name).and_then(|v| v.to_str().ok());
+    value.unwrap_or("").to_string()
 }
 
 /// An open watch stream.

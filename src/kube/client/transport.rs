@@ -1,0 +1,202 @@
+//! The ureq agent every request goes through: ureq's TCP and CONNECT-proxy connectors, then TLS
+//! with our rustls config (the server-certificate verifier of `kube::tls`, a client certificate
+//! from the kubeconfig or an exec plugin), which ureq's own rustls connector cannot take; and
+//! names resolved on the calling thread.
+//!
+//! `ureq::unversioned` is outside ureq's semver promise: Cargo.toml pins ureq's minor version.
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use ureq::config::{Config, ConfigBuilder};
+use ureq::http::Uri;
+use ureq::typestate::AgentScope;
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{
+    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout,
+    TcpConnector, Transport, TransportAdapter,
+};
+
+/// Each connection's buffers, in and out, kept while it is pooled. ureq's default is 128 KiB
+/// each, and a TLS connection has two pairs: the TCP transport's (TLS records; the `Config`'s
+/// sizes) and ours (plaintext): 512 KiB a connection, 16 MiB at our 32 or so. An answer's head
+/// must fit in one input buffer (the API server's are under 1 KiB) and a request's head in one
+/// output buffer (a bearer token is 1 to 4 KiB); ureq grows the input buffer to 10 KiB to send
+/// a body. Measured with make bench at 1,000 objects (docs/benchmark.md, "ureq 3"): 16 KiB for
+/// each of the four took peak RSS 2.1 MiB over ureq 2's; 8 KiB, 0.9 MiB, idle RSS the same.
+pub const BUFFER: usize = 8 * 1024;
+
+/// How long a connection (TCP, and CONNECT through a proxy) may take to open.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An agent that speaks TLS with `tls`, through `proxy` when given (and never through one
+/// ureq would find in the environment: the caller decided), keeping up to `pool` idle
+/// connections. Every status is an answer (`http_status_as_error(false)`), no redirect is
+/// followed (one would strip our Authorization), and no timeout is set but the connect one:
+/// each request sets its own.
+pub fn agent(
+    tls: Arc<rustls::ClientConfig>,
+    proxy: Option<ureq::Proxy>,
+    pool: usize,
+) -> ureq::Agent {
+    agent_with(tls, config(proxy, pool).build())
+}
+
+/// The configuration [`agent`] builds on, for a caller that adds to it (a timeout of its own).
+pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentScope> {
+    Config::builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(proxy)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .max_idle_connections(pool)
+        .max_idle_connections_per_host(pool)
+        .input_buffer_size(BUFFER)
+        .output_buffer_size(BUFFER)
+}
+
+/// An agent on `config` that speaks TLS with `tls`.
+pub fn agent_with(tls: Arc<rustls::ClientConfig>, config: Config) -> ureq::Agent {
+    let connector =
+        ().chain(ConnectProxyConnector::default())
+            .chain(TcpConnector::default())
+            .chain(TlsConnector(tls));
+    ureq::Agent::with_parts(config, connector, HereResolver)
+}
+
+/// Resolves a name on the calling thread. ureq's resolver, given a timeout, spawns a thread
+/// for every lookup so as to give up on a slow one; ours are an IP address or a name the
+/// system resolves in milliseconds, and the request's own timeout still bounds the rest.
+#[derive(Debug)]
+struct HereResolver;
+
+impl Resolver for HereResolver {
+    fn resolve(
+        &self,
+        uri: &Uri,
+        _config: &Config,
+        _timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let bad = || ureq::Error::BadUri(uri.to_string());
+        let authority = uri.authority().ok_or_else(bad)?;
+        let default = if uri.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        };
+        let port = authority.port_u16().unwrap_or(default);
+        // `(host, port)` takes an IPv6 address without the brackets the URL has.
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let mut addrs = self.empty();
+        for addr in (host, port).to_socket_addrs()?.take(16) {
+            addrs.push(addr);
+        }
+        if addrs.is_empty() {
+            return Err(ureq::Error::HostNotFound);
+        }
+        Ok(addrs)
+    }
+}
+
+/// Wraps an https connection in TLS with our config. The server name is the URL's host (an IP
+/// address sends no SNI); `tls-server-name` is checked by the verifier in its place.
+struct TlsConnector(Arc<rustls::ClientConfig>);
+
+impl fmt::Debug for TlsConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TlsConnector")
+    }
+}
+
+impl<In: Transport> Connector<In> for TlsConnector {
+    type Out = Either<In, TlsTransport>;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        let Some(transport) = chained else {
+            return Ok(None);
+        };
+        if !details.needs_tls() || transport.is_tls() {
+            return Ok(Some(Either::A(transport)));
+        }
+        let host = details.uri.host().unwrap_or_default();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
+        // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).
+        let conn = rustls::ClientConnection::new(self.0.clone(), name)
+            .map_err(|e| ureq::Error::Io(std::io::Error::other(e)))?;
+        let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
+        sock.set_timeout(details.timeout);
+        let mut stream = rustls::StreamOwned::new(conn, sock);
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock).map_err(|e| {
+                // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
+                // would read as the proxy's.
+                match ureq::Error::from(e) {
+                    ureq::Error::Timeout(_) => ureq::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer to the TLS handshake from {host}"),
+                    )),
+                    e => e,
+                }
+            })?;
+        }
+        let buffers = LazyBuffers::new(
+            details.config.input_buffer_size(),
+            details.config.output_buffer_size(),
+        );
+        Ok(Some(Either::B(TlsTransport { buffers, stream })))
+    }
+}
+
+pub struct TlsTransport {
+    buffers: LazyBuffers,
+    stream: rustls::StreamOwned<rustls::ClientConnection, TransportAdapter>,
+}
+
+impl fmt::Debug for TlsTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsTransport").finish_non_exhaustive()
+    }
+}
+
+impl Transport for TlsTransport {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        &mut self.buffers
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        self.stream.get_mut().set_timeout(timeout);
+        let output = &self.buffers.output()[..amount];
+        self.stream.write_all(output)?;
+        self.stream.flush()?;
+        Ok(())
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.stream.get_mut().set_timeout(timeout);
+        let input = self.buffers.input_append_buf();
+        let amount = self.stream.read(input)?;
+        self.buffers.input_appended(amount);
+        Ok(amount > 0)
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.stream.get_mut().get_mut().is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        true
+    }
+}
