@@ -441,7 +441,7 @@ fn is_timeout(e: &std::io::Error) -> bool {
 
 /// Whether a request failed because the server said nothing for its whole timeout (as opposed
 /// to refusing or resetting the connection, which a new connection would meet as well).
-fn timed_out(e: &ureq::Error) -> bool {
+pub(super) fn timed_out(e: &ureq::Error) -> bool {
     match e {
         ureq::Error::Timeout(_) => true,
         ureq::Error::Io(io) => is_timeout(io),

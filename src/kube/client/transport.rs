@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::ToSocketAddrs;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +22,9 @@ use ureq::unversioned::transport::{
 };
 
 /// Each connection's buffers, in and out, kept while it is pooled. ureq's default is 128 KiB
-/// each, and a TLS connection has two pairs: the TCP transport's (TLS records; the `Config`'s
-/// sizes) and ours (plaintext): 512 KiB a connection, 16 MiB at our 32 or so. An answer's head
+/// each, and a TLS connection through a proxy has two pairs: the TCP transport's (TLS records;
+/// the `Config`'s sizes) and ours (plaintext); one not through a proxy has ours only
+/// ([`DirectTls`]). 128 KiB would be 16 MiB or more at our 32 connections or so. An answer's head
 /// must fit in one input buffer (the API server's are under 1 KiB) and a request's head in one
 /// output buffer (a bearer token is 1 to 4 KiB); ureq grows the input buffer to 10 KiB to send
 /// a body. Measured with make bench at 1,000 objects (docs/benchmark.md, "ureq 3"): 16 KiB for
@@ -63,6 +64,7 @@ pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentSco
 pub fn agent_with(tls: Arc<rustls::ClientConfig>, config: Config) -> ureq::Agent {
     let connector =
         ().chain(ConnectProxyConnector::default())
+            .chain(DirectTls(tls.clone()))
             .chain(TcpConnector::default())
             .chain(TlsConnector(tls));
     ureq::Agent::with_parts(config, connector, HereResolver)
@@ -116,7 +118,7 @@ impl fmt::Debug for TlsConnector {
 }
 
 impl<In: Transport> Connector<In> for TlsConnector {
-    type Out = Either<In, TlsTransport>;
+    type Out = Either<In, TlsTransport<TransportAdapter>>;
 
     fn connect(
         &self,
@@ -129,55 +131,173 @@ impl<In: Transport> Connector<In> for TlsConnector {
         if !details.needs_tls() || transport.is_tls() {
             return Ok(Some(Either::A(transport)));
         }
-        let host = details.uri.host().unwrap_or_default();
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let name = ServerName::try_from(host.to_string())
-            .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
-        // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).
-        let conn = rustls::ClientConnection::new(self.0.clone(), name)
-            .map_err(|e| ureq::Error::Io(std::io::Error::other(e)))?;
         let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
         sock.set_timeout(details.timeout);
-        let mut stream = rustls::StreamOwned::new(conn, sock);
-        while stream.conn.is_handshaking() {
-            stream.conn.complete_io(&mut stream.sock).map_err(|e| {
-                // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
-                // would read as the proxy's.
-                match ureq::Error::from(e) {
-                    ureq::Error::Timeout(_) => ureq::Error::Io(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no answer to the TLS handshake from {host}"),
-                    )),
-                    e => e,
-                }
-            })?;
-        }
-        let buffers = LazyBuffers::new(
-            details.config.input_buffer_size(),
-            details.config.output_buffer_size(),
-        );
-        Ok(Some(Either::B(TlsTransport { buffers, stream })))
+        Ok(Some(Either::B(handshake(&self.0, details, sock)?)))
     }
 }
 
-pub struct TlsTransport {
-    buffers: LazyBuffers,
-    stream: rustls::StreamOwned<rustls::ClientConnection, TransportAdapter>,
+/// An https connection through no proxy: TCP, then TLS with rustls reading and writing the
+/// socket itself. Under [`TlsConnector`] ureq's TCP transport would hold a pair of buffers of
+/// its own below TLS, 16 KiB a connection (docs/benchmark.md, "ureq 3"); a proxy's tunnel
+/// still goes that way, since ureq's CONNECT opens it.
+struct DirectTls(Arc<rustls::ClientConfig>);
+
+impl fmt::Debug for DirectTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DirectTls")
+    }
 }
 
-impl fmt::Debug for TlsTransport {
+impl<In: Transport> Connector<In> for DirectTls {
+    type Out = Either<In, TlsTransport<Socket>>;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        if chained.is_some() || !details.needs_tls() {
+            return Ok(chained.map(Either::A));
+        }
+        let connect = details.timeout.not_zero().map(|t| *t);
+        let mut last = None;
+        for addr in &details.addrs {
+            let tcp = match connect {
+                Some(t) => TcpStream::connect_timeout(addr, t),
+                None => TcpStream::connect(addr),
+            };
+            match tcp {
+                Ok(tcp) => {
+                    tcp.set_nodelay(true)?;
+                    let mut sock = Socket { tcp, timeout: None };
+                    sock.set_timeout(details.timeout)?;
+                    return Ok(Some(Either::B(handshake(&self.0, details, sock)?)));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.map_or(ureq::Error::HostNotFound, ureq::Error::Io))
+    }
+}
+
+/// The TLS handshake over `sock`, for the request's host.
+fn handshake<S: Lower>(
+    tls: &Arc<rustls::ClientConfig>,
+    details: &ConnectionDetails,
+    sock: S,
+) -> Result<TlsTransport<S>, ureq::Error> {
+    let host = details.uri.host().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
+    // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).
+    let conn = rustls::ClientConnection::new(tls.clone(), name)
+        .map_err(|e| ureq::Error::Io(std::io::Error::other(e)))?;
+    let mut stream = rustls::StreamOwned::new(conn, sock);
+    while stream.conn.is_handshaking() {
+        stream.conn.complete_io(&mut stream.sock).map_err(|e| {
+            // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
+            // would read as the proxy's.
+            match ureq::Error::from(e) {
+                e if super::timed_out(&e) => ureq::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer to the TLS handshake from {host}"),
+                )),
+                e => e,
+            }
+        })?;
+    }
+    let buffers = LazyBuffers::new(
+        details.config.input_buffer_size(),
+        details.config.output_buffer_size(),
+    );
+    Ok(TlsTransport { buffers, stream })
+}
+
+/// What TLS runs over: a socket of ours, or ureq's transport (a proxy's tunnel).
+pub trait Lower: Read + Write + Send + Sync + 'static {
+    /// Every read and write from now on ends by `timeout`.
+    fn set_timeout(&mut self, timeout: NextTimeout) -> Result<(), ureq::Error>;
+    /// Whether a pooled connection can still be used.
+    fn is_open(&mut self) -> bool;
+}
+
+impl Lower for TransportAdapter {
+    fn set_timeout(&mut self, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        TransportAdapter::set_timeout(self, timeout);
+        Ok(())
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.get_mut().is_open()
+    }
+}
+
+/// A TCP socket whose timeouts are set only when they change (a syscall each).
+pub struct Socket {
+    tcp: TcpStream,
+    timeout: Option<std::time::Duration>,
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tcp.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+impl Lower for Socket {
+    fn set_timeout(&mut self, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        // Reads and writes alike: rustls may write while it reads, and the other way round.
+        let timeout = timeout.for_read().for_write();
+        if timeout.after.is_zero() {
+            return Err(ureq::Error::Timeout(timeout.reason));
+        }
+        let after = timeout.not_zero().map(|t| *t);
+        if after != self.timeout {
+            self.tcp.set_read_timeout(after)?;
+            self.tcp.set_write_timeout(after)?;
+            self.timeout = after;
+        }
+        Ok(())
+    }
+
+    /// As ureq's TCP transport asks: nothing waiting to be read, and not closed.
+    fn is_open(&mut self) -> bool {
+        let mut byte = [0];
+        let open = self.tcp.set_nonblocking(true).is_ok()
+            && matches!(self.tcp.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        open && self.tcp.set_nonblocking(false).is_ok()
+    }
+}
+
+pub struct TlsTransport<S: Lower> {
+    buffers: LazyBuffers,
+    stream: rustls::StreamOwned<rustls::ClientConnection, S>,
+}
+
+impl<S: Lower> fmt::Debug for TlsTransport<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsTransport").finish_non_exhaustive()
     }
 }
 
-impl Transport for TlsTransport {
+impl<S: Lower> Transport for TlsTransport<S> {
     fn buffers(&mut self) -> &mut dyn Buffers {
         &mut self.buffers
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.stream.get_mut().set_timeout(timeout);
+        self.stream.get_mut().set_timeout(timeout)?;
         let output = &self.buffers.output()[..amount];
         self.stream.write_all(output)?;
         self.stream.flush()?;
@@ -185,7 +305,7 @@ impl Transport for TlsTransport {
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.stream.get_mut().set_timeout(timeout);
+        self.stream.get_mut().set_timeout(timeout)?;
         let input = self.buffers.input_append_buf();
         let amount = self.stream.read(input)?;
         self.buffers.input_appended(amount);
@@ -193,7 +313,7 @@ impl Transport for TlsTransport {
     }
 
     fn is_open(&mut self) -> bool {
-        self.stream.get_mut().get_mut().is_open()
+        self.stream.get_mut().is_open()
     }
 
     fn is_tls(&self) -> bool {
