@@ -60,13 +60,13 @@ pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentSco
         .output_buffer_size(BUFFER)
 }
 
-/// An agent on `config` that speaks TLS with `tls`.
+/// An agent on `config` that speaks TLS with `tls`. Plain http (the test server) goes over
+/// ureq's TCP connector, which [`Tls`] leaves to it.
 pub fn agent_with(tls: Arc<rustls::ClientConfig>, config: Config) -> ureq::Agent {
     let connector =
         ().chain(ConnectProxyConnector::default())
-            .chain(DirectTls(tls.clone()))
-            .chain(TcpConnector::default())
-            .chain(TlsConnector(tls));
+            .chain(Tls(tls))
+            .chain(TcpConnector::default());
     ureq::Agent::with_parts(config, connector, HereResolver)
 }
 
@@ -91,13 +91,8 @@ impl Resolver for HereResolver {
             443
         };
         let port = authority.port_u16().unwrap_or(default);
-        // `(host, port)` takes an IPv6 address without the brackets the URL has.
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']');
         let mut addrs = self.empty();
-        for addr in (host, port).to_socket_addrs()?.take(16) {
+        for addr in (bare_host(uri), port).to_socket_addrs()?.take(16) {
             addrs.push(addr);
         }
         if addrs.is_empty() {
@@ -107,88 +102,55 @@ impl Resolver for HereResolver {
     }
 }
 
-/// Wraps an https connection in TLS with our config. The server name is the URL's host (an IP
-/// address sends no SNI); `tls-server-name` is checked by the verifier in its place.
-struct TlsConnector(Arc<rustls::ClientConfig>);
+/// The URL's host, an IPv6 address without the brackets a URL puts around it.
+fn bare_host(uri: &Uri) -> &str {
+    let host = uri.host().unwrap_or_default();
+    host.trim_start_matches('[').trim_end_matches(']')
+}
 
-impl fmt::Debug for TlsConnector {
+/// Wraps an https connection in TLS with our config: a proxy's tunnel, opened by ureq's
+/// CONNECT, or else a socket of ours that rustls reads and writes itself. (Over ureq's TCP
+/// transport a second pair of buffers would hold TLS records only to hand them on, 16 KiB a
+/// connection: docs/benchmark.md, "ureq 3".) The server name is the URL's host (an IP address
+/// sends no SNI); `tls-server-name` is checked by the verifier in its place.
+struct Tls(Arc<rustls::ClientConfig>);
+
+impl fmt::Debug for Tls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TlsConnector")
+        f.write_str("Tls")
     }
 }
 
-impl<In: Transport> Connector<In> for TlsConnector {
-    type Out = Either<In, TlsTransport<TransportAdapter>>;
+impl<In: Transport> Connector<In> for Tls {
+    type Out = Either<In, TlsTransport>;
 
     fn connect(
         &self,
         details: &ConnectionDetails,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
-        let Some(transport) = chained else {
-            return Ok(None);
-        };
-        if !details.needs_tls() || transport.is_tls() {
-            return Ok(Some(Either::A(transport)));
+        if !details.needs_tls() || chained.as_ref().is_some_and(|t| t.is_tls()) {
+            return Ok(chained.map(Either::A));
         }
-        let mut sock = TransportAdapter::new(transport.boxed(), details.current_time.clone());
-        sock.set_timeout(details.timeout);
+        let sock: Box<dyn Lower> = match chained {
+            Some(tunnel) => {
+                let mut sock = TransportAdapter::new(tunnel.boxed(), details.current_time.clone());
+                sock.set_timeout(details.timeout);
+                Box::new(sock)
+            }
+            None => Box::new(Socket::connect(details)?),
+        };
         Ok(Some(Either::B(handshake(&self.0, details, sock)?)))
     }
 }
 
-/// An https connection through no proxy: TCP, then TLS with rustls reading and writing the
-/// socket itself. Under [`TlsConnector`] ureq's TCP transport would hold a pair of buffers of
-/// its own below TLS, 16 KiB a connection (docs/benchmark.md, "ureq 3"); a proxy's tunnel
-/// still goes that way, since ureq's CONNECT opens it.
-struct DirectTls(Arc<rustls::ClientConfig>);
-
-impl fmt::Debug for DirectTls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("DirectTls")
-    }
-}
-
-impl<In: Transport> Connector<In> for DirectTls {
-    type Out = Either<In, TlsTransport<Socket>>;
-
-    fn connect(
-        &self,
-        details: &ConnectionDetails,
-        chained: Option<In>,
-    ) -> Result<Option<Self::Out>, ureq::Error> {
-        if chained.is_some() || !details.needs_tls() {
-            return Ok(chained.map(Either::A));
-        }
-        let connect = details.timeout.not_zero().map(|t| *t);
-        let mut last = None;
-        for addr in &details.addrs {
-            let tcp = match connect {
-                Some(t) => TcpStream::connect_timeout(addr, t),
-                None => TcpStream::connect(addr),
-            };
-            match tcp {
-                Ok(tcp) => {
-                    tcp.set_nodelay(true)?;
-                    let mut sock = Socket { tcp, timeout: None };
-                    sock.set_timeout(details.timeout)?;
-                    return Ok(Some(Either::B(handshake(&self.0, details, sock)?)));
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.map_or(ureq::Error::HostNotFound, ureq::Error::Io))
-    }
-}
-
 /// The TLS handshake over `sock`, for the request's host.
-fn handshake<S: Lower>(
+fn handshake(
     tls: &Arc<rustls::ClientConfig>,
     details: &ConnectionDetails,
-    sock: S,
-) -> Result<TlsTransport<S>, ureq::Error> {
-    let host = details.uri.host().unwrap_or_default();
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    sock: Box<dyn Lower>,
+) -> Result<TlsTransport, ureq::Error> {
+    let host = bare_host(&details.uri);
     let name = ServerName::try_from(host.to_string())
         .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
     // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).
@@ -216,7 +178,7 @@ fn handshake<S: Lower>(
 }
 
 /// What TLS runs over: a socket of ours, or ureq's transport (a proxy's tunnel).
-pub trait Lower: Read + Write + Send + Sync + 'static {
+trait Lower: Read + Write + Send + Sync + 'static {
     /// Every read and write from now on ends by `timeout`.
     fn set_timeout(&mut self, timeout: NextTimeout) -> Result<(), ureq::Error>;
     /// Whether a pooled connection can still be used.
@@ -235,9 +197,33 @@ impl Lower for TransportAdapter {
 }
 
 /// A TCP socket whose timeouts are set only when they change (a syscall each).
-pub struct Socket {
+struct Socket {
     tcp: TcpStream,
     timeout: Option<std::time::Duration>,
+}
+
+impl Socket {
+    /// A connection to the first of the request's addresses that takes one.
+    fn connect(details: &ConnectionDetails) -> Result<Socket, ureq::Error> {
+        let connect = details.timeout.not_zero().map(|t| *t);
+        let mut last = None;
+        for addr in &details.addrs {
+            let tcp = match connect {
+                Some(t) => TcpStream::connect_timeout(addr, t),
+                None => TcpStream::connect(addr),
+            };
+            match tcp {
+                Ok(tcp) => {
+                    tcp.set_nodelay(true)?;
+                    let mut sock = Socket { tcp, timeout: None };
+                    sock.set_timeout(details.timeout)?;
+                    return Ok(sock);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.map_or(ureq::Error::HostNotFound, ureq::Error::Io))
+    }
 }
 
 impl Read for Socket {
@@ -280,18 +266,18 @@ impl Lower for Socket {
     }
 }
 
-pub struct TlsTransport<S: Lower> {
+pub struct TlsTransport {
     buffers: LazyBuffers,
-    stream: rustls::StreamOwned<rustls::ClientConnection, S>,
+    stream: rustls::StreamOwned<rustls::ClientConnection, Box<dyn Lower>>,
 }
 
-impl<S: Lower> fmt::Debug for TlsTransport<S> {
+impl fmt::Debug for TlsTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsTransport").finish_non_exhaustive()
     }
 }
 
-impl<S: Lower> Transport for TlsTransport<S> {
+impl Transport for TlsTransport {
     fn buffers(&mut self) -> &mut dyn Buffers {
         &mut self.buffers
     }
