@@ -6,12 +6,9 @@
 //! operator runs at glibc's CPU, idle in 1 to 2 MiB less than with jemalloc, mimalloc or glibc's
 //! malloc (docs/benchmark.md, "Allocators").
 //!
-//! Classes are 16, 32, 48 and 64 bytes, then four to each doubling up to 64 KiB (80, 96, 112,
-//! 128, 160, ...), so a block is at most a quarter larger than asked for; a thread keeps at most
-//! [`CLASS_BYTES`] per class, so blocks over 4 KiB are never kept. Blocks are never split or
-//! merged: one of class `c` is always a 16-aligned system allocation of [`class_size`]`(c)`
-//! bytes, so any thread can reuse it. Only threads that ask ([`cache_this_thread`]), the long-lived busy ones, cache;
-//! their guard hands the blocks back when the thread ends, so no thread's exit strands memory.
+//! Blocks are never split or merged: one of class `c` is always a 16-aligned system allocation
+//! of [`class_size`]`(c)` bytes, so any thread can reuse it. Only the long-lived busy threads
+//! that ask ([`cache_this_thread`]) cache, at most [`CLASS_BYTES`] a class.
 
 // The crate's one exception to `deny(unsafe_code)` (src/lib.rs): a global allocator is unsafe by
 // definition. Every unsafe block says why it holds.
@@ -23,7 +20,8 @@ use std::ptr;
 
 const MIN_SHIFT: u32 = 4; // 16 B, the system allocator's own alignment
 const MAX_SHIFT: u32 = 16; // 64 KiB: a watch buffer; larger blocks are rare
-/// 16..=64 in steps of 16, then four classes to each doubling from 64 to 64 KiB.
+/// 16..=64 in steps of 16, then four classes to each doubling from 64 to 64 KiB: a block is at
+/// most a quarter larger than asked for.
 const CLASSES: usize = 4 + 4 * (MAX_SHIFT as usize - 6);
 const ALIGN: usize = 1 << MIN_SHIFT;
 /// Bytes a thread keeps per class before frees go back to the system. 4 KiB, not 32 with one

@@ -90,9 +90,7 @@ where
 
 /// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
 /// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
-/// Taking a key while others still wait, it has `grow` start one worker more if the `pool`
-/// allows (`grow` answers whether it could); idle for [`pool::IDLE_EXIT`] beyond the pool's
-/// minimum, it ends.
+/// The `pool` grows (`grow`: whether a worker started) and shrinks as `runtime::pool` says.
 pub fn work<H, E, R, G>(queue: &Queue<H>, run_id: u16, pool: &Pool, grow: G, reconcile: R)
 where
     H: Hint + fmt::Display,
@@ -142,15 +140,21 @@ where
         let queued_ms = (waited.as_secs_f64() * 10_000.0).round() / 10.0;
         let band = priority.as_str();
         match result {
-            Ok(Next::Done) => {
+            Ok(next @ (Next::Done | Next::Routine)) => {
                 queue.forget(&key);
-                // It saw everything and holds nothing: a look asked for before is moot.
-                queue.cancel(&key);
+                let outcome = if next == Next::Done {
+                    // It saw everything and holds nothing: a look asked for before is moot.
+                    queue.cancel(&key);
+                    "success"
+                } else {
+                    queue.add_again(key.clone(), trigger.clone(), Priority::Routine);
+                    "routine_left"
+                };
                 metrics::record_reconcile("success", elapsed);
                 log::info!(
                     target: "reconcile",
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "success", elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
+                    result = outcome, elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconciled"
                 );
             }
@@ -165,17 +169,6 @@ where
                     reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
                     result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms,
                     queued_ms = queued_ms, priority = band;
-                    "reconciled"
-                );
-            }
-            Ok(Next::Routine) => {
-                queue.forget(&key);
-                queue.add_again(key.clone(), trigger.clone(), Priority::Routine);
-                metrics::record_reconcile("success", elapsed);
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
-                    result = "routine_left", elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconciled"
                 );
             }

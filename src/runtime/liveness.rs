@@ -2,10 +2,11 @@
 //! the server; `/readyz` and the metrics read it. A watch is one resource in one namespace, or
 //! in all of them: serving a set of namespaces takes a watch of each resource per namespace.
 
+use crate::util;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// One watch and its moments, in Unix milliseconds.
 #[derive(Debug)]
@@ -27,7 +28,7 @@ static WATCHES: Mutex<BTreeMap<(&'static str, Option<&'static str>), &'static Wa
 /// for. One leaked allocation per watch (two per served namespace), so that updates afterwards
 /// take no lock.
 pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch {
-    let mut w = WATCHES.lock().unwrap_or_else(|p| p.into_inner());
+    let mut w = util::lock(&WATCHES);
     if let Some(found) = w.get(&(resource, namespace)) {
         return found;
     }
@@ -44,8 +45,7 @@ pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch 
 
 /// Every watch a watcher or the probes asked for, in order of resource and namespace.
 pub fn watches() -> Vec<&'static Watch> {
-    let w = WATCHES.lock().unwrap_or_else(|p| p.into_inner());
-    w.values().copied().collect()
+    util::lock(&WATCHES).values().copied().collect()
 }
 
 impl Watch {
@@ -100,10 +100,7 @@ impl std::fmt::Display for Watch {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    UNIX_EPOCH.elapsed().map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

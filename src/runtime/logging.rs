@@ -23,10 +23,8 @@ pub fn init(format: Format) {
     let mut b = env_logger::Builder::new();
     b.filter_level(log::LevelFilter::Info)
         .filter_module("ureq", log::LevelFilter::Warn)
-        .filter_module("rustls", log::LevelFilter::Warn);
-    if let Ok(spec) = std::env::var("RUST_LOG") {
-        b.parse_filters(&spec);
-    }
+        .filter_module("rustls", log::LevelFilter::Warn)
+        .parse_default_env();
     b.format(move |buf, record| {
         let line = render(format, SystemTime::now(), record);
         buf.write_all(line.as_bytes())
@@ -92,9 +90,7 @@ struct JsonFields<'a>(&'a mut String);
 impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), KvError> {
         let _ = write!(self.0, ",{}:", json_str(key.as_str()));
-        if let Some(n) = value.to_u64() {
-            let _ = write!(self.0, "{n}");
-        } else if let Some(n) = value.to_i64() {
+        if let Some(n) = value.to_i128() {
             let _ = write!(self.0, "{n}");
         } else if let Some(n) = value.to_f64().filter(|n| n.is_finite()) {
             // Rust prints a finite f64 without an exponent: always a JSON number.

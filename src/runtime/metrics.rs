@@ -214,41 +214,36 @@ impl prometheus_client::collector::Collector for Scrape {
             &ctl,
             &m.reconcile_time,
         )?;
-        write_family(
-            &mut e,
-            "workqueue_depth",
-            "Current depth of workqueue",
-            &queue,
-            &m.queue_depth,
-        )?;
-        write_family(
-            &mut e,
-            "workqueue_adds",
-            "Total number of adds handled by workqueue",
-            &queue,
-            &m.queue_adds,
-        )?;
-        write_family(
-            &mut e,
-            "workqueue_retries",
-            "Total number of retries handled by workqueue",
-            &queue,
-            &m.queue_retries,
-        )?;
-        write_family(
-            &mut e,
-            "workqueue_queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested",
-            &queue,
-            &m.queue_wait,
-        )?;
-        write_family(
-            &mut e,
-            "workqueue_work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes",
-            &queue,
-            &m.queue_work,
-        )?;
+        let queue_families: [(&str, &str, &dyn EncodeMetric); 5] = [
+            (
+                "workqueue_depth",
+                "Current depth of workqueue",
+                &m.queue_depth,
+            ),
+            (
+                "workqueue_adds",
+                "Total number of adds handled by workqueue",
+                &m.queue_adds,
+            ),
+            (
+                "workqueue_retries",
+                "Total number of retries handled by workqueue",
+                &m.queue_retries,
+            ),
+            (
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                &m.queue_wait,
+            ),
+            (
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes",
+                &m.queue_work,
+            ),
+        ];
+        for (name, help, metric) in queue_families {
+            write_family(&mut e, name, help, &queue, metric)?;
+        }
 
         let requests = m.requests.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut r = e.encode_descriptor(
@@ -336,7 +331,7 @@ fn write_family(
     name: &str,
     help: &str,
     labels: &[(&str, &str)],
-    metric: &impl EncodeMetric,
+    metric: &dyn EncodeMetric,
 ) -> fmt::Result {
     let mut family = e.encode_descriptor(name, help, None, metric.metric_type())?;
     match labels {

@@ -150,7 +150,7 @@ fn handshake(
     details: &ConnectionDetails,
     sock: Box<dyn Lower>,
 ) -> Result<TlsTransport, ureq::Error> {
-    let host = bare_host(&details.uri);
+    let host = bare_host(details.uri);
     let name = ServerName::try_from(host.to_string())
         .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
     // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).

@@ -460,17 +460,10 @@ impl Response {
 
     /// Head and body in one write: one TLS record, one TCP segment for the small answers.
     fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        let reason = match self.code {
-            200 => "OK",
-            400 => "Bad Request",
-            401 => "Unauthorized",
-            403 => "Forbidden",
-            404 => "Not Found",
-            405 => "Method Not Allowed",
-            431 => "Request Header Fields Too Large",
-            500 => "Internal Server Error",
-            _ => "Service Unavailable",
-        };
+        let reason = ureq::http::StatusCode::from_u16(self.code)
+            .ok()
+            .and_then(|c| c.canonical_reason())
+            .unwrap_or_default();
         let (code, content_type, body, len) =
             (self.code, self.content_type, &self.body, self.body.len());
         let out = format!("HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}");

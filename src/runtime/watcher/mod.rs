@@ -326,13 +326,8 @@ where
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(), error = error.as_str(); "watch failed; resuming after a backoff");
             }
         }
-        self.sleep(backoff.next_delay());
+        let _ = self.quit.recv_timeout(backoff.next_delay());
         State::Watch { rv }
-    }
-
-    /// Waits `d` unless shutdown comes first.
-    fn sleep(&self, d: Duration) {
-        let _ = self.quit.recv_timeout(d);
     }
 
     /// Logs a failed list or watch request, then waits out the backoff (or the server's
@@ -358,8 +353,8 @@ where
         } else {
             log::debug!(target: "watcher", resource = self.name(), namespace = self.ns(), error = error.as_str(); "{what} failed, backing off");
         }
-        let delay = backoff.next_delay();
-        self.sleep(delay.max(e.retry_after().unwrap_or_default()))
+        let (delay, retry_after) = (backoff.next_delay(), e.retry_after().unwrap_or_default());
+        let _ = self.quit.recv_timeout(delay.max(retry_after));
     }
 
     /// A list or watch was answered: says so at INFO if its failing was said at WARN.
