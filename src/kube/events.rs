@@ -515,7 +515,8 @@ mod tests {
             .header("Authorization", format!("Bearer {}", server.admin_token()))
             .body(())
             .unwrap();
-        let answer = crate::kube::client::transport::agent(tls, None, 0)
+        let config = crate::kube::client::transport::config(None, 0).build();
+        let answer = crate::kube::client::transport::agent_with(tls, config)
             .run(request)
             .expect("the Event deleted");
         assert_eq!(answer.status(), 200);

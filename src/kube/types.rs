@@ -254,14 +254,9 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
 
 /// A UUID's 16 bytes as Kubernetes writes them.
 pub fn format_uuid(u: &[u8; 16]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(36);
-    for (i, byte) in u.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            s.push('-');
-        }
-        s.push(char::from(HEX[usize::from(byte >> 4)]));
-        s.push(char::from(HEX[usize::from(byte & 15)]));
+    let mut s = format!("{:032x}", u128::from_be_bytes(*u));
+    for at in [20, 16, 12, 8] {
+        s.insert(at, '-');
     }
     s
 }

@@ -152,7 +152,7 @@ impl Api {
             .tls_config()
             .unwrap_or_else(|e| panic!("cannot build tls config: {e}"));
         // A cluster reached through a proxy is reached through it by the harness too.
-        let proxy = config.proxy.as_ref().map(|p| p.to_ureq());
+        let proxy = config.proxy.as_ref().map(|p| p.ureq.clone());
         // A watch is never made here, so no request legitimately takes long.
         let agent_config = transport::config(proxy, 4)
             .timeout_global(Some(Duration::from_secs(30)))

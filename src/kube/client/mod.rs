@@ -73,7 +73,7 @@ struct Inner {
 /// if it has one (a CONNECT tunnel, pooled like any connection).
 fn build_agent(config: &ClusterConfig, tls: Arc<rustls::ClientConfig>, pool: usize) -> ureq::Agent {
     let proxy = config.proxy.as_ref().map(|p| p.ureq.clone());
-    transport::agent(tls, proxy, pool)
+    transport::agent_with(tls, transport::config(proxy, pool).build())
 }
 
 struct Req<'a> {
@@ -173,7 +173,7 @@ impl Client {
     fn deadline(&self, req: &Req) -> Result<Instant, Error> {
         let now = Instant::now();
         let mut deadline = self.cut(now + req.timeout);
-        if let (Some(fence), true) = (&self.fence, is_write(req.method)) {
+        if let (Some(fence), true) = (&self.fence, req.method != "GET") {
             deadline = deadline.min(fence.deadline().ok_or(Error::Fenced)?);
         }
         if deadline <= now {
@@ -227,17 +227,14 @@ impl Client {
             // Counted in flight before the fence is read: a release that closes the fence and
             // then finds no write in flight cannot have missed one about to be sent.
             let in_flight = match &self.fence {
-                Some(f) if is_write(req.method) => Some(f.write_started()),
+                Some(f) if req.method != "GET" => Some(f.write_started()),
                 _ => None,
             };
             let deadline = self.deadline(req)?;
             let started = Instant::now();
             let result = self.send_once(req, deadline);
             drop(in_flight);
-            let code = match &result {
-                Ok(r) => r.status().as_u16(),
-                Err(_) => 0,
-            };
+            let code = result.as_ref().map_or(0, |r| r.status().as_u16());
             (self.on_request)(req.method, code);
             log::trace!(
                 target: "client",
@@ -258,7 +255,8 @@ impl Client {
                     return Err(self.no_answer(req, &e, started.elapsed()));
                 }
             };
-            let wait = retry_after(header(&resp, "Retry-After"));
+            let retry = resp.headers().get("Retry-After");
+            let wait = retry_after(retry.and_then(|v| v.to_str().ok()));
             // An error's body is a Status; 1 MiB is far more than any.
             let body = resp
                 .body_mut()
@@ -395,11 +393,6 @@ impl Client {
     }
 }
 
-/// Whether a request of this method may change something, and so is fenced.
-fn is_write(method: &str) -> bool {
-    method != "GET"
-}
-
 /// An answer, whatever its status.
 type Response = ureq::http::Response<ureq::Body>;
 
@@ -420,11 +413,6 @@ fn run(
         None => config.timeout_global(Some(left)),
     };
     agent.run(config.build())
-}
-
-/// A header's value, if it is text.
-fn header<'a>(resp: &'a Response, name: &str) -> Option<&'a str> {
-    resp.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Whether an I/O error is a timeout: the socket's (which Unix reports as `WouldBlock`), or

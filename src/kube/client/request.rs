@@ -143,9 +143,7 @@ pub fn delete_body(uid: &str, grace_period_seconds: Option<u32>) -> String {
 pub fn parse_status(code: u16, body: &str) -> Status {
     match serde_json::from_str::<Status>(body) {
         Ok(mut s) if !s.reason.is_empty() || s.code != 0 => {
-            if s.code == 0 {
-                s.code = code;
-            }
+            s.code = if s.code == 0 { code } else { s.code };
             s
         }
         _ => {

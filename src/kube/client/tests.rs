@@ -534,7 +534,7 @@ fn client_via(
         config.server = server;
     }
     let proxy = proxy_port.map(|p| format!("http://op:pw@127.0.0.1:{p}"));
-    config.proxy = proxy.map(|url| crate::kube::config::proxy_for_test(&url));
+    config.proxy = proxy.map(|url| crate::kube::config::tests::proxy_for_test(&url));
     (test_server, Client::new(config, 2).unwrap())
 }
 
@@ -648,7 +648,7 @@ fn no_debug_output_of_a_client_shows_its_proxys_password() {
     };
     let mut config = crate::kube::config::load(&opts).unwrap();
     let url = "http://op:s3cret%40pw@127.0.0.1:3128";
-    config.proxy = Some(crate::kube::config::proxy_for_test(url));
+    config.proxy = Some(crate::kube::config::tests::proxy_for_test(url));
     let client = Client::new(config, 2).unwrap();
     let shown = format!("{client:?}");
     assert!(shown.contains("127.0.0.1:3128"), "{shown}");

@@ -11,6 +11,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::kube::config::host_and_port;
 use rustls::pki_types::ServerName;
 use ureq::config::{Config, ConfigBuilder};
 use ureq::http::Uri;
@@ -21,33 +22,21 @@ use ureq::unversioned::transport::{
     TcpConnector, Transport, TransportAdapter,
 };
 
-/// Each connection's buffers, in and out, kept while it is pooled. ureq's default is 128 KiB
-/// each, and a TLS connection through a proxy has two pairs: the TCP transport's (TLS records;
-/// the `Config`'s sizes) and ours (plaintext); one not through a proxy has ours only
-/// ([`DirectTls`]). 128 KiB would be 16 MiB or more at our 32 connections or so. An answer's head
-/// must fit in one input buffer (the API server's are under 1 KiB) and a request's head in one
-/// output buffer (a bearer token is 1 to 4 KiB); ureq grows the input buffer to 10 KiB to send
-/// a body. Measured with make bench at 1,000 objects (docs/benchmark.md, "ureq 3"): 16 KiB for
-/// each of the four took peak RSS 2.1 MiB over ureq 2's; 8 KiB, 0.9 MiB, idle RSS the same.
+/// Each connection's buffers, in and out, kept while it is pooled: 8 KiB, not ureq's 128 KiB
+/// (16 MiB or more at our 32 connections or so; a proxy's tunnel adds the TCP transport's pair
+/// below TLS). A head must fit in one: the API server's are under 1 KiB, a request's with its
+/// bearer token 1 to 4 KiB; ureq grows the input buffer to 10 KiB to send a body. At 1,000
+/// objects 8 KiB took peak RSS 0.9 MiB over ureq 2's, 16 KiB 2.1 (docs/benchmark.md, "ureq 3").
 pub const BUFFER: usize = 8 * 1024;
 
 /// How long a connection (TCP, and CONNECT through a proxy) may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// An agent that speaks TLS with `tls`, through `proxy` when given (and never through one
+/// The configuration of an agent that goes through `proxy` when given (and never through one
 /// ureq would find in the environment: the caller decided), keeping up to `pool` idle
 /// connections. Every status is an answer (`http_status_as_error(false)`), no redirect is
 /// followed (one would strip our Authorization), and no timeout is set but the connect one:
-/// each request sets its own.
-pub fn agent(
-    tls: Arc<rustls::ClientConfig>,
-    proxy: Option<ureq::Proxy>,
-    pool: usize,
-) -> ureq::Agent {
-    agent_with(tls, config(proxy, pool).build())
-}
-
-/// The configuration [`agent`] builds on, for a caller that adds to it (a timeout of its own).
+/// each request sets its own (a caller may add one of its own).
 pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentScope> {
     Config::builder()
         .http_status_as_error(false)
@@ -83,16 +72,10 @@ impl Resolver for HereResolver {
         _config: &Config,
         _timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let bad = || ureq::Error::BadUri(uri.to_string());
-        let authority = uri.authority().ok_or_else(bad)?;
-        let default = if uri.scheme_str() == Some("http") {
-            80
-        } else {
-            443
-        };
-        let port = authority.port_u16().unwrap_or(default);
+        uri.authority()
+            .ok_or_else(|| ureq::Error::BadUri(uri.to_string()))?;
         let mut addrs = self.empty();
-        for addr in (bare_host(uri), port).to_socket_addrs()?.take(16) {
+        for addr in host_and_port(uri).to_socket_addrs()?.take(16) {
             addrs.push(addr);
         }
         if addrs.is_empty() {
@@ -100,12 +83,6 @@ impl Resolver for HereResolver {
         }
         Ok(addrs)
     }
-}
-
-/// The URL's host, an IPv6 address without the brackets a URL puts around it.
-fn bare_host(uri: &Uri) -> &str {
-    let host = uri.host().unwrap_or_default();
-    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// Wraps an https connection in TLS with our config: a proxy's tunnel, opened by ureq's
@@ -150,7 +127,7 @@ fn handshake(
     details: &ConnectionDetails,
     sock: Box<dyn Lower>,
 ) -> Result<TlsTransport, ureq::Error> {
-    let host = bare_host(details.uri);
+    let (host, _) = host_and_port(details.uri);
     let name = ServerName::try_from(host.to_string())
         .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
     // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).

@@ -51,12 +51,8 @@ impl Client {
     /// name (see [`Error::is_uid_changed`]).
     pub fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<Pod, Error> {
         let path = object_path(Resource::PODS, ns, name);
-        self.send_json(
-            "PATCH",
-            &path,
-            "application/strategic-merge-patch+json",
-            patch,
-        )
+        let strategic = "application/strategic-merge-patch+json";
+        self.send_json("PATCH", &path, strategic, patch)
     }
 
     /// JSON merge patch of an object's `/status`: custom resources do not take strategic
@@ -128,11 +124,7 @@ impl Client {
         ns: Option<&str>,
         params: &ListParams,
     ) -> Result<ListPage<T>, Error> {
-        self.get_path(&format!(
-            "{}{}",
-            collection_path(res, ns),
-            list_query(params)
-        ))
+        self.get_path(&(collection_path(res, ns) + &list_query(params)))
     }
 
     /// One page of a LIST of the objects' metadata only: a fraction of the bytes of whole
@@ -143,7 +135,7 @@ impl Client {
         ns: Option<&str>,
         params: &ListParams,
     ) -> Result<ListPage<crate::kube::types::PartialObjectMetadata>, Error> {
-        let path = format!("{}{}", collection_path(res, ns), list_query(params));
+        let path = collection_path(res, ns) + &list_query(params);
         self.json(&Req {
             accept: METADATA_LIST,
             ..Req::new("GET", &path, None)
@@ -159,7 +151,7 @@ impl Client {
         ns: Option<&str>,
         params: &WatchParams,
     ) -> Result<Box<dyn BufRead + Send>, Error> {
-        let path = format!("{}{}", collection_path(res, ns), watch_query(params));
+        let path = collection_path(res, ns) + &watch_query(params);
         let timeout = Duration::from_secs(params.timeout_seconds as u64) + WATCH_GRACE;
         let idle = match params.idle_timeout {
             d if d.is_zero() => timeout,

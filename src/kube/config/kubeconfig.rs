@@ -122,15 +122,12 @@ pub(super) fn merge_files(paths: &[PathBuf], must_exist: bool) -> Result<Merged,
     let mut merged = Merged::default();
     for path in paths {
         let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound && !must_exist => continue,
-            Err(error) => {
-                return Err(ConfigError::Read {
-                    what: "kubeconfig".into(),
-                    path: path.clone(),
-                    error,
-                })
-            }
+            text => text.map_err(|error| ConfigError::Read {
+                what: "kubeconfig".into(),
+                path: path.clone(),
+                error,
+            })?,
         };
         let raw = parse_kubeconfig(&text).map_err(|error| ConfigError::Parse {
             path: path.clone(),
@@ -503,31 +500,27 @@ fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
 /// at every request, is refused here, at start.
 fn normalize_server(server: &str) -> Result<String, String> {
     let server = server.trim();
-    // A scheme as Go's url.Parse reads one: a letter, then letters, digits, `+`, `-`, `.`.
+    // A scheme as Go's url.Parse reads one (a letter, then letters, digits, `+`, `-`, `.`),
+    // followed by a host.
     let scheme_end = server.find("://").filter(|&i| {
-        let s = &server.as_bytes()[..i];
+        let (s, rest) = (&server.as_bytes()[..i], &server[i + 3..]);
         s.first().is_some_and(u8::is_ascii_alphabetic)
             && s.iter()
                 .all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c))
+            && !rest.starts_with(['/', '?', '#'])
+            && !rest.is_empty()
     });
-    let with_scheme = scheme_end.filter(|&i| {
-        let rest = &server[i + 3..];
-        !rest.starts_with(['/', '?', '#']) && !rest.is_empty()
-    });
-    let (url, bare) = match with_scheme {
-        Some(_) => (server.to_string(), false),
-        None => (format!("https://{server}"), true),
+    let (scheme, rest, bare) = match scheme_end {
+        // Go's url.Parse lowercases the scheme.
+        Some(i) => (server[..i].to_ascii_lowercase(), &server[i + 3..], false),
+        None => ("https".to_string(), server, true),
     };
-    let (scheme, rest) = url.split_once("://").unwrap_or_default();
-    // Go's url.Parse lowercases the scheme.
-    let scheme = scheme.to_ascii_lowercase();
     if scheme != "https" && scheme != "http" {
         return Err(format!(
             "server {server:?} is not an http:// or https:// URL"
         ));
     }
     let url = format!("{scheme}://{rest}");
-    let rest = &url[scheme.len() + 3..];
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
     if authority.is_empty() || authority.starts_with(':') {
@@ -538,24 +531,17 @@ fn normalize_server(server: &str) -> Result<String, String> {
             "server {server:?} is not a valid URL: want https://HOST[:PORT][/PATH] or HOST[:PORT]"
         ));
     }
+    // http::Uri takes any digits as a port (and then has none); a colon inside brackets is
+    // an IPv6 address's.
+    let port = authority.rsplit_once(':').map_or("", |(_, p)| p);
+    let bad_port = !port.is_empty() && !port.ends_with(']') && port.parse::<u16>().is_err();
     // Parsed now, by the parser every request's URL goes through (ureq's http::Uri), so that a
     // typo is a configuration error at start rather than a request error retried as
     // unreachable.
-    let parsed = url.parse::<ureq::http::Uri>();
-    // http::Uri takes any digits as a port (and then has none).
-    let port = authority
-        .rsplit_once(':')
-        .map(|(_, p)| p)
-        .filter(|p| !p.ends_with(']'));
-    let why = match &parsed {
-        Err(e) => Some(e.to_string()),
-        Ok(_) if port.is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_err()) => {
-            Some("invalid port".to_string())
-        }
-        Ok(_) => None,
+    let why = match url.parse::<ureq::http::Uri>() {
+        Err(e) => e.to_string(),
+        Ok(_) if bad_port => "invalid port".to_string(),
+        Ok(_) => return Ok(url.trim_end_matches('/').to_string()),
     };
-    if let Some(why) = why {
-        return Err(format!("server {server:?} is not a valid URL: {why}"));
-    }
-    Ok(url.trim_end_matches('/').to_string())
+    Err(format!("server {server:?} is not a valid URL: {why}"))
 }

@@ -20,6 +20,7 @@ mod proxy;
 
 use in_cluster::*;
 use kubeconfig::*;
+pub(crate) use proxy::host_and_port;
 pub use proxy::{Proxy, ProxyEnv};
 
 /// Where the service account is mounted in every pod (token, ca.crt, namespace); the path
@@ -366,12 +367,6 @@ impl TlsSettings {
 /// Standard base64 with padding (certificate data handed to exec plugins, proxy credentials).
 pub(crate) fn base64_encode(input: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(input)
-}
-
-/// A proxy of `url`, as a kubeconfig's `proxy-url` gives it.
-#[cfg(test)]
-pub(crate) fn proxy_for_test(url: &str) -> Proxy {
-    proxy::from_kubeconfig(url, "test").unwrap()
 }
 
 #[cfg(test)]

@@ -62,18 +62,11 @@ impl ProxyEnv {
 /// credentials, and only [`Proxy::shown`] (without them) may reach a log line.
 #[derive(Clone)]
 pub struct Proxy {
-    /// For ureq, which sends the `Proxy-Authorization` of its (decoded) credentials.
-    pub(crate) ureq: ureq::Proxy,
+    /// For ureq, which sends the `Proxy-Authorization` of its (decoded) credentials; also for a
+    /// client other than ours (the e2e harness's). Its `Debug` shows the password.
+    pub ureq: ureq::Proxy,
     /// `http://host:port`; for logs and messages.
     pub shown: String,
-}
-
-impl Proxy {
-    /// The proxy as ureq takes it, for a client other than ours (the e2e harness's); its
-    /// `Debug` shows the password.
-    pub fn to_ureq(&self) -> ureq::Proxy {
-        self.ureq.clone()
-    }
 }
 
 impl fmt::Debug for Proxy {
@@ -99,7 +92,9 @@ pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, Co
     let Some(value) = value else {
         return Ok(None);
     };
-    let (host, port) = host_and_port(server);
+    let uri = server.parse().unwrap_or_default();
+    let (host, port) = host_and_port(&uri);
+    let host = host.to_ascii_lowercase();
     if is_loopback(&host) || no_proxy_matches(env.no_proxy.as_deref(), &host, port) {
         return Ok(None);
     }
@@ -174,18 +169,12 @@ fn credentials(userinfo: &str) -> Result<(String, String), String> {
     Ok((decode(user)?, decode(password)?))
 }
 
-/// The host (without brackets) and port of `https://host:port/...`.
-fn host_and_port(server: &str) -> (String, u16) {
-    let (scheme, rest) = server.split_once("://").unwrap_or(("https", server));
-    let authority = rest.split('/').next().unwrap_or_default();
-    let default = if scheme == "http" { 80 } else { 443 };
-    let (host, port) = match authority.rsplit_once(':') {
-        // A colon inside brackets belongs to an IPv6 address, not a port.
-        Some((h, p)) if !p.ends_with(']') => (h, p.parse().unwrap_or(default)),
-        _ => (authority, default),
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    (host.to_ascii_lowercase(), port)
+/// The URL's host, an IPv6 address without the brackets a URL puts around it, and its port.
+pub(crate) fn host_and_port(uri: &ureq::http::Uri) -> (&str, u16) {
+    let host = uri.host().unwrap_or_default();
+    let http = uri.scheme_str() == Some("http");
+    let port = uri.port_u16().unwrap_or(if http { 80 } else { 443 });
+    (host.trim_start_matches('[').trim_end_matches(']'), port)
 }
 
 /// Go's `useProxy`: never for `localhost` or a loopback address.

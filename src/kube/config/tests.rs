@@ -55,6 +55,11 @@ pub(crate) fn with_file(path: &Path) -> LoadOptions {
     }
 }
 
+/// A proxy of `url`, as a kubeconfig's `proxy-url` gives it.
+pub(crate) fn proxy_for_test(url: &str) -> Proxy {
+    proxy::from_kubeconfig(url, "test").unwrap()
+}
+
 pub(crate) fn b64_fixture(name: &str) -> String {
     base64_encode(&fixture(name))
 }
