@@ -70,7 +70,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     }
     // Known before the first count, an older CRD keeps that count from being a wrong one (see
     // `counting`); when the CRD cannot be read (RBAC), the first status write tells instead.
-    let journal = Arc::new(Journal::new());
+    let journal = Arc::new(Journal::default());
     if let Some(missing) = read_crd_schema(&once) {
         journal
             .counting
@@ -267,13 +267,10 @@ impl Stages {
         let me = self.clone();
         spawn("crd", move || {
             while wait(&me.quit, counting::RECHECK) {
-                if !me.journal.counting.any_pruned() {
-                    continue;
-                }
-                if let Some(missing) = read_crd_schema(&me.once) {
-                    if me.journal.counting.relearn(&missing) {
-                        resync.ask();
-                    }
+                if me.journal.counting.any_pruned()
+                    && read_crd_schema(&me.once).is_some_and(|m| me.journal.counting.relearn(&m))
+                {
+                    resync.ask();
                 }
             }
         })
@@ -512,12 +509,11 @@ fn wait(quit: &Receiver<()>, d: Duration) -> bool {
 
 /// Starts the thread `name`; not being able to ends the process.
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), ExitCode> {
-    if let Err(e) = thread::Builder::new().name(name.into()).spawn(f) {
-        return Err(fail_running(&format!(
-            "cannot start the {name} thread: {e}"
-        )));
-    }
-    Ok(())
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| fail_running(&format!("cannot start the {name} thread: {e}")))
 }
 
 fn fail_at_start(msg: &str) -> ExitCode {

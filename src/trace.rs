@@ -125,10 +125,9 @@ fn timeline(input: impl BufRead, object: &str) -> Timeline {
             continue;
         };
         let i = open.iter().position(|p| p.id == id).unwrap_or_else(|| {
-            let started = ts;
             open.push(Pending {
                 id,
-                started,
+                started: ts,
                 ..Default::default()
             });
             open.len() - 1

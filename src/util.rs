@@ -72,14 +72,8 @@ pub fn intern(s: &str) -> Arc<str> {
 /// whenever the set has doubled since it was last swept, so it holds at most twice those in use.
 pub struct SharedSet<T: ?Sized>(Mutex<(BTreeSet<Arc<T>>, usize)>);
 
-impl<T: Ord + ?Sized> Default for SharedSet<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl<T: Ord + ?Sized> SharedSet<T> {
-    pub const fn new() -> SharedSet<T> {
+    pub(crate) const fn new() -> SharedSet<T> {
         SharedSet(Mutex::new((BTreeSet::new(), 64)))
     }
 

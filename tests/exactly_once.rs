@@ -33,7 +33,7 @@ use immortal_operator::kube::events::Note;
 use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };
-use immortal_operator::runtime::controller::{LogContext, Next};
+use immortal_operator::runtime::controller::{Failure, LogContext, Next};
 use immortal_operator::runtime::queue::Hint;
 use immortal_operator::runtime::watcher::{Reaction, Watched};
 use serde_json::Value;

@@ -16,6 +16,7 @@
 //! prunes L changes: docs/design.md, "Counting".
 
 use crate::immortal::types::COUNT_FINALIZER;
+use crate::util::lock;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,14 +60,10 @@ pub struct Counting {
 }
 
 impl Counting {
-    pub fn new() -> Counting {
-        Counting::default()
-    }
-
     /// The pod `uid`, being deleted, waits on a count that could not be written: since `now`,
     /// unless it was noted before.
     pub fn note_held(&self, uid: &str, now: Instant) {
-        let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holding = lock(&self.holding);
         if holding.len() >= 1024 {
             // Pods that went some other way: long past any hold.
             holding.retain(|_, since| now.saturating_duration_since(*since) < HOLD_AT_MOST * 10);
@@ -77,7 +74,7 @@ impl Counting {
     /// How long the pod `uid` has waited on its count since it was first noted held (zero if
     /// it never was).
     pub fn held_for(&self, uid: &str, now: Instant) -> Duration {
-        let holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+        let holding = lock(&self.holding);
         holding.get(uid).map_or(Duration::ZERO, |since| {
             now.saturating_duration_since(*since)
         })
@@ -85,10 +82,7 @@ impl Counting {
 
     /// The pod `uid` was let go: it waits on nothing any more.
     pub fn let_go(&self, uid: &str) {
-        self.holding
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
+        lock(&self.holding).remove(uid);
     }
 
     /// Whether starts are counted (L sticks).
@@ -103,31 +97,20 @@ impl Counting {
 
     /// Whether any field we write is pruned (so the CRD is worth reading again).
     pub fn any_pruned(&self) -> bool {
-        !self
-            .pruned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
+        !lock(&self.pruned).is_empty()
     }
 
     /// What the installed CRD's schema lacks, read again (see [`Counting::missing_in_crd`]):
     /// fields it keeps now are written again, newly missing ones are learned as at start, and
     /// counting resumes once L is kept. Returns whether it resumed.
     pub fn relearn(&self, missing: &[&'static str]) -> bool {
-        {
-            let mut pruned = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
-            let kept: Vec<&'static str> = pruned
-                .iter()
-                .copied()
-                .filter(|f| !missing.contains(f))
-                .collect();
-            for f in kept {
-                pruned.remove(f);
-                if f != "lastCountedPodUID" {
-                    log::info!(target: "reconcile", field = f; "the installed ImmortalContainer CRD keeps status.{f} now: it is written again");
-                }
+        lock(&self.pruned).retain(|&f| {
+            let kept_now = !missing.contains(&f);
+            if kept_now && f != "lastCountedPodUID" {
+                log::info!(target: "reconcile", field = f; "the installed ImmortalContainer CRD keeps status.{f} now: it is written again");
             }
-        }
+            !kept_now
+        });
         self.learn_pruned(missing, "the installed CRD's schema lacks it");
         let resume = !missing.contains(&"lastCountedPodUID")
             && self.suspended.swap(false, Ordering::Relaxed);
@@ -145,16 +128,13 @@ impl Counting {
 
     /// Whether the API server prunes the status field `field`.
     pub fn prunes(&self, field: &str) -> bool {
-        self.pruned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(field)
+        lock(&self.pruned).contains(field)
     }
 
     /// Records that the API server prunes `fields` (the CRD is older than the operator); returns
     /// those not known before, each of which is said once (ERROR when it stops the counting).
     pub fn learn_pruned(&self, fields: &[&'static str], how: &str) -> Vec<&'static str> {
-        let mut pruned = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pruned = lock(&self.pruned);
         let new: Vec<&'static str> = fields
             .iter()
             .copied()
@@ -192,10 +172,7 @@ impl Counting {
         NEWER_FIELDS
             .iter()
             .copied()
-            .filter(|f| {
-                let s = &sent[*f];
-                !s.is_null() && answered[*f].is_null()
-            })
+            .filter(|f| !sent[*f].is_null() && answered[*f].is_null())
             .collect()
     }
 
@@ -247,7 +224,7 @@ mod tests {
         let answered = json!({"startTimes": 2, "podPhase": "Running"});
         let pruned = Counting::not_kept(&sent, &answered);
         assert_eq!(pruned, ["lastCountedPodUID"]);
-        let c = Counting::new();
+        let c = Counting::default();
         assert!(c.active());
         assert_eq!(c.learn_pruned(&pruned, "test"), ["lastCountedPodUID"]);
         assert!(!c.active(), "counting stops without L");
@@ -257,7 +234,7 @@ mod tests {
 
     #[test]
     fn counting_resumes_once_the_crd_keeps_the_last_counted_uid() {
-        let c = Counting::new();
+        let c = Counting::default();
         c.learn_pruned(&NEWER_FIELDS, "test");
         assert!(!c.active() && c.any_pruned());
         // Upgraded part way: podPhase still pruned, L kept.

@@ -91,10 +91,6 @@ pub struct Wait {
 }
 
 impl Restarts {
-    pub fn new() -> Restarts {
-        Restarts::default()
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         crate::util::lock(&self.entries)
     }
@@ -205,7 +201,7 @@ mod tests {
 
     #[test]
     fn quick_endings_back_off_doubling_up_to_five_minutes() {
-        let r = Restarts::new();
+        let r = Restarts::default();
         let t0 = Instant::now();
         let ending = deleted_after(1);
         let quick = Some(ending);
@@ -230,7 +226,7 @@ mod tests {
 
     #[test]
     fn a_pod_that_ran_is_replaced_at_once_whatever_came_before() {
-        let r = Restarts::new();
+        let r = Restarts::default();
         let t0 = Instant::now();
         let mut t = t0;
         for _ in 0..9 {
@@ -253,7 +249,7 @@ mod tests {
 
     #[test]
     fn an_ending_not_seen_counts_as_quick() {
-        let r = Restarts::new();
+        let r = Restarts::default();
         let t0 = Instant::now();
         assert_eq!(end(&r, "ns/a", None, t0), None);
         assert!(r.wait("ns/a", t0).is_some());
@@ -261,7 +257,7 @@ mod tests {
 
     #[test]
     fn refusals_back_off_doubling_and_a_create_clears_them() {
-        let r = Restarts::new();
+        let r = Restarts::default();
         let t0 = Instant::now();
         assert_eq!(r.refused("ns/a", t0), (BASE, 1));
         assert_eq!(r.refused("ns/a", t0 + S), (BASE * 2, 2));
@@ -272,7 +268,7 @@ mod tests {
 
     #[test]
     fn expired_entries_are_swept_so_the_book_stays_small() {
-        let r = Restarts::new();
+        let r = Restarts::default();
         let t0 = Instant::now();
         for i in 0..SWEEP_AT {
             r.replaced(&format!("ns/{i}"), t0);

@@ -144,7 +144,9 @@ fn an_eviction_says_why_the_pod_is_going_and_queues_the_owner_when_it_is_gone() 
     );
     let events = recorded("07-watch-eviction");
     assert_eq!(
-        PodView::of(&events[1].1).message(&events[1].1.metadata.name),
+        PodView::of(&events[1].1)
+            .message
+            .text(&events[1].1.metadata.name),
         "pod evicted is being deleted (EvictionByEvictionAPI: Eviction API: evicting)"
     );
 }
@@ -157,7 +159,7 @@ fn a_pod_the_kubelet_failed_is_reported_not_ready_then_terminal() {
     );
     let events = recorded("09-watch-kubelet-fails-pod-deadline-exceeded");
     assert_eq!(
-        PodView::of(&events[2].1).message(&events[2].1.metadata.name),
+        PodView::of(&events[2].1).message.text(&events[2].1.metadata.name),
         "pod deadline ended in phase Failed: DeadlineExceeded: Pod was active on the node longer than the specified deadline"
     );
 }
@@ -178,7 +180,7 @@ fn an_unschedulable_pod_is_reported_with_the_schedulers_words() {
     );
     let events = recorded("11-watch-unschedulable-node-cordoned");
     let view = PodView::of(&events[1].1);
-    let message = view.message(&events[1].1.metadata.name);
+    let message = view.message.text(&events[1].1.metadata.name);
     assert!(!view.ready);
     assert!(
         message
@@ -210,7 +212,10 @@ fn ready_is_true_only_for_a_running_pod_whose_own_ready_condition_is_true() {
     let running = PodView::of(&pod("Running", ready.clone()));
     assert!(running.ready);
     assert_eq!(
-        (running.reason, running.message("web-immortalpod").as_str()),
+        (
+            running.reason,
+            running.message.text("web-immortalpod").as_str()
+        ),
         ("PodRunning", "pod web-immortalpod runs nginx")
     );
     // The recorded fake kubelet says Ready while still Pending: not running, not ready.
@@ -224,7 +229,7 @@ fn ready_is_true_only_for_a_running_pod_whose_own_ready_condition_is_true() {
             "reason": "ContainersNotReady", "message": "containers with unready status: [acontainer]"}]}),
     ));
     assert_eq!(
-        (not_ready.ready, not_ready.reason, not_ready.message("web-immortalpod").as_str()),
+        (not_ready.ready, not_ready.reason, not_ready.message.text("web-immortalpod").as_str()),
         (
             false,
             "PodNotReady",
@@ -241,7 +246,7 @@ fn a_failing_image_pull_and_a_crash_loop_are_named_with_the_kubelets_words() {
             "reason": "ImagePullBackOff", "message": "Back-off pulling image \"nope\""}}}]}),
     ));
     assert_eq!(
-        (pull.reason, pull.message("web-immortalpod").as_str()),
+        (pull.reason, pull.message.text("web-immortalpod").as_str()),
         (
             "ImagePullFailed",
             "pod web-immortalpod cannot pull its image: ImagePullBackOff: Back-off pulling image \"nope\""
@@ -255,7 +260,7 @@ fn a_failing_image_pull_and_a_crash_loop_are_named_with_the_kubelets_words() {
             "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
     ));
     assert_eq!(
-        (crash.reason, crash.message("web-immortalpod").as_str()),
+        (crash.reason, crash.message.text("web-immortalpod").as_str()),
         (
             "PodCrashLooping",
             "container of pod web-immortalpod keeps exiting: back-off 40s restarting failed container=acontainer; it last exited with code 1 (Error)"

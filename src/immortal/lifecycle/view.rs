@@ -4,7 +4,7 @@ use crate::immortal::types::{self as ic, ImmortalPod};
 use crate::kube::types::{self, Pod, PodStatus};
 use crate::util;
 use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::Arc;
 
 /// The condition type the operator maintains.
@@ -212,16 +212,9 @@ impl PodView {
         }
     }
 
-    /// The condition's message, for the pod called `pod`.
-    pub fn message(&self, pod: &str) -> String {
-        self.message.text(pod)
-    }
-
     /// A digest of the view, remembered by the watcher to tell a change from a repeat.
     pub(super) fn digest(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        self.hash(&mut h);
-        h.finish()
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(self)
     }
 }
 

@@ -40,15 +40,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// How long the server asked us to wait before retrying, if it did.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Error::Transient { source, .. } | Error::Denied { source, .. } => source.retry_after(),
-            Error::Unsettled { .. } => None,
-            Error::Holding { source, within, .. } => source.retry_after().map(|d| d.min(*within)),
-        }
-    }
-
     pub(super) fn from_api(action: &'static str, source: client::Error) -> Error {
         if source.is_forbidden() || source.is_unauthorized() {
             Error::Denied { action, source }
@@ -97,7 +88,11 @@ impl std::error::Error for Error {}
 
 impl Failure for Error {
     fn retry_after(&self) -> Option<Duration> {
-        Error::retry_after(self)
+        match self {
+            Error::Transient { source, .. } | Error::Denied { source, .. } => source.retry_after(),
+            Error::Unsettled { .. } => None,
+            Error::Holding { source, within, .. } => source.retry_after().map(|d| d.min(*within)),
+        }
     }
     fn retry_within(&self) -> Option<Duration> {
         match self {

@@ -4,6 +4,7 @@
 use crate::immortal::counting::{Counting, LET_GO_WITHIN};
 use crate::immortal::restarts::Restarts;
 use crate::kube::types::Uid;
+use crate::util::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -46,14 +47,10 @@ pub struct Journal {
 }
 
 impl Journal {
-    pub fn new() -> Journal {
-        Journal::with_clock(Instant::now)
-    }
-
     pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Journal {
         Journal {
-            restarts: Restarts::new(),
-            counting: Counting::new(),
+            restarts: Restarts::default(),
+            counting: Counting::default(),
             replaced: Mutex::default(),
             released: Mutex::default(),
             made: Mutex::default(),
@@ -67,7 +64,7 @@ impl Journal {
 
     /// This process saw the pod `uid` of `key` removed, then created its replacement.
     pub(super) fn replaced(&self, key: &str, uid: &str) {
-        let mut replaced = self.replaced.lock().unwrap_or_else(|p| p.into_inner());
+        let mut replaced = lock(&self.replaced);
         if replaced.len() >= REPLACED_AT_MOST {
             // Events that never came (a relist took their place): forgetting one costs a
             // read when it does come, never a wrong answer.
@@ -78,18 +75,14 @@ impl Journal {
 
     /// Whether the pod `uid` of `key` is one this process replaced (forgotten once asked).
     pub(super) fn was_replaced(&self, key: &str, uid: &str) -> bool {
-        let mut replaced = self.replaced.lock().unwrap_or_else(|p| p.into_inner());
-        let yes = replaced.get(key).is_some_and(|u| u == uid);
-        if yes {
-            replaced.remove(key);
-        }
-        yes
+        let mut replaced = lock(&self.replaced);
+        replaced.get(key).is_some_and(|u| u == uid) && replaced.remove(key).is_some()
     }
 
     /// This process created the pod `uid` of `key` (see [`Journal::made_here`]).
     pub(super) fn made(&self, key: &str, uid: &str) {
         let now = self.now();
-        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        let mut made = lock(&self.made);
         if made.len() >= MADE_AT_MOST {
             made.clear();
         }
@@ -103,8 +96,7 @@ impl Journal {
 
     /// The pod of `key` this process created and has not let go, and when.
     pub(super) fn made_here(&self, key: &str) -> Option<(Uid, Instant)> {
-        let made = self.made.lock().unwrap_or_else(|p| p.into_inner());
-        made.get(key).map(|m| (m.uid.clone(), m.at))
+        lock(&self.made).get(key).map(|m| (m.uid.clone(), m.at))
     }
 
     /// Whether a pod made at `at` is due to be let go at `now`: its bound comes within the next
@@ -119,7 +111,7 @@ impl Journal {
     /// faster than its own back-off.
     pub fn overdue(&self) -> Vec<String> {
         let now = self.now();
-        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        let mut made = lock(&self.made);
         let mut due = Vec::new();
         for (key, m) in made.iter_mut() {
             let told_long_ago = m.told.is_none_or(|t| self.is_overdue(t, now));
@@ -133,10 +125,7 @@ impl Journal {
 
     /// The pod of `key` was let go, or the object is gone: nothing of it is held any more.
     pub(super) fn not_held(&self, key: &str) {
-        self.made
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        lock(&self.made).remove(key);
     }
 
     /// This process let the pod `uid` go; the API server answered the release with version
@@ -145,7 +134,7 @@ impl Journal {
         let Ok(rv) = rv.parse::<u64>() else {
             return;
         };
-        let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        let mut released = lock(&self.released);
         if released.now.len() >= RELEASED_AT_MOST {
             // The older generation goes: releases long past any event still queued. Forgetting
             // one costs a repeated release at worst, never a missed one.
@@ -162,7 +151,7 @@ impl Journal {
         if rv == 0 {
             return false;
         }
-        let released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        let released = lock(&self.released);
         released
             .now
             .get(uid)
@@ -188,6 +177,6 @@ struct Released {
 
 impl Default for Journal {
     fn default() -> Self {
-        Journal::new()
+        Journal::with_clock(Instant::now)
     }
 }

@@ -34,7 +34,7 @@ mod pod;
 mod starts;
 mod status;
 
-use starts::{release_orphan, release_pod};
+use starts::release_orphan;
 
 pub use api::{Api, LiveApi};
 pub use error::Error;
@@ -270,14 +270,7 @@ pub fn reconcile<A: Api>(
         journal.restarts.forget(trace.key);
         journal.not_held(trace.key);
         if let Some(held) = run.release.take() {
-            release_pod(
-                api,
-                trace,
-                ns,
-                &run.pod_name,
-                &held.uid,
-                "its ImmortalContainer is gone",
-            )?;
+            run.release_ours(&held.uid, "its ImmortalContainer is gone")?;
         }
         // The object that took its name was read into the store, so its own event may be
         // ignored as nothing new: look at it now.
@@ -287,34 +280,27 @@ pub fn reconcile<A: Api>(
         });
     }
     if let Err(e) = written {
-        match run.release.take() {
+        if let Some(held) = run.release.take() {
             // A pod someone is deleting waits on our count, and the count cannot be written:
             // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
-            Some(held) if held.deleting => {
+            // One nobody waits on yet is tried again soon enough that it is let go soon after
+            // status can be written again, whatever the key's back-off has grown to.
+            let within = if held.deleting {
                 let now = journal.now();
                 journal.counting.note_held(&held.uid, now);
-                let waited = journal.counting.held_for(&held.uid, now);
-                if waited < counting::HOLD_AT_MOST {
-                    return Err(Error::Holding {
-                        pod: run.pod_name,
-                        deleting: true,
-                        within: counting::HOLD_AT_MOST - waited,
-                        source: Box::new(e),
-                    });
-                }
-                run.let_go_uncounted(&held.uid, &e)?;
-            }
-            // Held, and nobody waits on it yet: try again soon enough that it is let go soon
-            // after status can be written again, whatever the key's back-off has grown to.
-            Some(_) => {
+                counting::HOLD_AT_MOST.saturating_sub(journal.counting.held_for(&held.uid, now))
+            } else {
+                counting::RECOUNT_AT_MOST
+            };
+            if !within.is_zero() {
                 return Err(Error::Holding {
                     pod: run.pod_name,
-                    deleting: false,
-                    within: counting::RECOUNT_AT_MOST,
+                    deleting: held.deleting,
+                    within,
                     source: Box::new(e),
-                })
+                });
             }
-            None => {}
+            run.let_go_uncounted(&held.uid, &e)?;
         }
         synced?;
         return Err(e);
@@ -399,8 +385,7 @@ impl<A: Api> Run<'_, A> {
             return Some(Next::Done);
         }
         if self.ic.spec.image.trim().is_empty() {
-            let msg = "spec.image is empty".to_string();
-            self.fail_permanently("InvalidSpec", "InvalidSpec", msg);
+            self.fail_permanently("InvalidSpec", "InvalidSpec", "spec.image is empty".into());
             return Some(Next::Done);
         }
         None
@@ -661,13 +646,10 @@ impl<A: Api> Run<'_, A> {
         }
     }
 
-    /// The API server refused our pod, and no pod holds its name: say why on the object, and
-    /// try again after the object's back-off (see `restarts`). A refusal is the cluster's
-    /// policy speaking (a ValidatingAdmissionPolicy or a webhook: 422; PodSecurity, a
-    /// ResourceQuota, RBAC: 403), and a person may lift it at any time without touching the
-    /// object, so every refusal is retried, as the ReplicaSet controller retries a failed
-    /// create. The condition keeps the server's words, unchanged from one try to the next so
-    /// that a retry refused again writes nothing.
+    /// The API server refused our pod, and no pod holds its name: say why on the object in the
+    /// server's words (a retry refused again writes nothing), and try again after the object's
+    /// back-off, since a person may lift the policy at any time (docs/design.md, "Restarts and
+    /// refusals").
     fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
         let (wait, _) = self
             .journal
@@ -714,14 +696,7 @@ impl<A: Api> Run<'_, A> {
         // it now (an earlier object of the same name, deleted in the moment between its pod's
         // create and its count, or nobody after an orphaning delete), our finalizer goes.
         if counting::holds(&pod.metadata.finalizers) {
-            release_pod(
-                self.api,
-                self.trace,
-                self.ns,
-                &self.pod_name,
-                &pod.metadata.uid,
-                "no ImmortalContainer counts it",
-            )?;
+            self.release_ours(&pod.metadata.uid, "no ImmortalContainer counts it")?;
         }
         let msg = format!(
             "pod {} already exists and is not controlled by this ImmortalContainer: {}; it is left untouched",

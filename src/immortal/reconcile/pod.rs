@@ -32,43 +32,30 @@ impl<A: Api> Run<'_, A> {
                     self.count(&created.metadata.uid);
                     self.report(&PodView::of(&created));
                 }
+                let (pod, image) = (&self.pod_name, &self.ic.spec.image);
                 let (reason, message) = match cause {
                     Cause::New => (
                         "PodCreated",
-                        format!(
-                            "Created pod {} with image {}",
-                            self.pod_name, self.ic.spec.image
-                        ),
+                        format!("Created pod {pod} with image {image}"),
                     ),
-                    Cause::Deleted | Cause::Terminated => (
-                        "PodReplaced",
-                        match self.journal.restarts.ending(self.trace.key) {
-                            Some(e) => {
-                                format!("Created pod {}: the previous one {e}", self.pod_name)
-                            }
-                            None if cause == Cause::Deleted => format!(
-                                "Created pod {}: the previous one was deleted",
-                                self.pod_name
-                            ),
-                            None => format!(
-                                "Created pod {}: the previous one terminated",
-                                self.pod_name
-                            ),
-                        },
-                    ),
-                    Cause::SpecChanged => (
-                        "PodReplaced",
-                        format!(
-                            "Created pod {} with image {}: the {} changed",
-                            self.pod_name,
-                            self.ic.spec.image,
-                            if self.ic.spec.template.is_some() {
-                                "image or template"
-                            } else {
-                                "image"
-                            }
-                        ),
-                    ),
+                    Cause::Deleted | Cause::Terminated => {
+                        let previous = match self.journal.restarts.ending(self.trace.key) {
+                            Some(e) => e.to_string(),
+                            None if cause == Cause::Deleted => "was deleted".to_string(),
+                            None => "terminated".to_string(),
+                        };
+                        let message = format!("Created pod {pod}: the previous one {previous}");
+                        ("PodReplaced", message)
+                    }
+                    Cause::SpecChanged => {
+                        let what = match self.ic.spec.template {
+                            Some(_) => "image or template",
+                            None => "image",
+                        };
+                        let message =
+                            format!("Created pod {pod} with image {image}: the {what} changed");
+                        ("PodReplaced", message)
+                    }
                 };
                 self.note(false, reason, message);
                 Ok(Created::Yes)
@@ -83,7 +70,12 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn delete(&mut self, uid: &str, why: &str) -> Result<Deleted, Error> {
         match self.api.delete_pod(self.ns, &self.pod_name, uid, None) {
             Ok(left) => {
-                self.log_deleted(uid, why);
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
+                    pod = self.pod_name.as_str(), uid = uid, reason = why;
+                    "deleted pod"
+                );
                 if left.is_removed() {
                     self.removed = Some(uid.to_string());
                     Ok(Deleted::Removed { existed: true })
@@ -100,15 +92,6 @@ impl<A: Api> Run<'_, A> {
             Err(e) if e.is_conflict() => Ok(Deleted::OtherPod),
             Err(e) => Err(Error::from_api("delete pod", e)),
         }
-    }
-
-    pub(super) fn log_deleted(&self, uid: &str, why: &str) {
-        log::info!(
-            target: "reconcile",
-            reconcile_id = self.trace.id, object = self.trace.key, action = "delete_pod",
-            pod = self.pod_name.as_str(), uid = uid, reason = why;
-            "deleted pod"
-        );
     }
 
     /// Puts back the labels of ours that someone removed from the pod: without the first, our

@@ -69,14 +69,7 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn release(&self, uid: &str) -> Result<(), Error> {
         let counted = self.have.last_counted_pod_uid.as_deref() == Some(uid);
         if counted || !self.journal.counting.active() {
-            let answered = release_pod(
-                self.api,
-                self.trace,
-                self.ns,
-                &self.pod_name,
-                uid,
-                "its start is counted",
-            )?;
+            let answered = self.release_ours(uid, "its start is counted")?;
             if let Some(rv) = answered {
                 self.journal.released(uid, &rv);
             }
@@ -84,6 +77,11 @@ impl<A: Api> Run<'_, A> {
             self.journal.not_held(self.trace.key);
         }
         Ok(())
+    }
+
+    /// [`release_pod`] of the pod of our name with `uid`.
+    pub(super) fn release_ours(&self, uid: &str, why: &str) -> Result<Option<String>, Error> {
+        release_pod(self.api, self.trace, self.ns, &self.pod_name, uid, why)
     }
 
     /// Whether the release of `held`, counted by this reconcile, may wait: a pod this process
@@ -104,14 +102,7 @@ impl<A: Api> Run<'_, A> {
     /// with `why` for as long as a pod being deleted may wait on us), and says so: a pod is
     /// never kept from going for a count.
     pub(super) fn let_go_uncounted(&self, uid: &str, why: &Error) -> Result<(), Error> {
-        release_pod(
-            self.api,
-            self.trace,
-            self.ns,
-            &self.pod_name,
-            uid,
-            "it is being deleted and its start cannot be counted",
-        )?;
+        self.release_ours(uid, "it is being deleted and its start cannot be counted")?;
         self.journal.counting.let_go(uid);
         self.journal.not_held(self.trace.key);
         let msg = format!(

@@ -8,7 +8,7 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn report(&mut self, view: &PodView) {
         self.status.current_pod = Some(self.pod_name.clone());
         self.status.pod_phase = Some(view.phase.as_str().to_string());
-        let message = view.message(&self.pod_name);
+        let message = view.message.text(&self.pod_name);
         self.set_ready(view.ready, view.reason, &message);
     }
 
@@ -28,10 +28,7 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn back_off(&mut self, wait: crate::immortal::restarts::Wait) {
         use crate::immortal::restarts::{MAX, MIN_RUN};
         let at = util::rfc3339_after(wait.remaining);
-        let how = match wait.ending {
-            Some(e) => e.to_string(),
-            None => "ended".to_string(),
-        };
+        let how = wait.ending.map_or("ended".to_string(), |e| e.to_string());
         let msg = format!(
             "pod {} {how}: {} pods in a row ended within {}s of starting; the next one is created at {at} \
              (back-off {}s, doubling to {}s; a pod that runs {}s or more is replaced at once)",
@@ -67,31 +64,27 @@ impl<A: Api> Run<'_, A> {
     /// an Event). `lastTransitionTime` moves only when the status flips, per the API conventions.
     pub(super) fn set_ready(&mut self, ready: bool, reason: &str, message: &str) -> bool {
         let status = if ready { "True" } else { "False" };
-        let generation = self.ic.metadata.generation;
-        match self.status.conditions.iter_mut().find(|c| c.type_ == READY) {
-            Some(c) => {
-                let changed = c.status != status || c.reason != reason;
-                if c.status != status {
-                    c.last_transition_time = util::now_rfc3339();
-                }
-                c.status = status.into();
-                c.reason = reason.into();
-                c.message = message.into();
-                c.observed_generation = generation;
-                changed
-            }
+        let conditions = &mut self.status.conditions;
+        let c = match conditions.iter().position(|c| c.type_ == READY) {
+            Some(i) => &mut conditions[i],
+            // A new condition: its status "" flips, so it is a change with a transition time.
             None => {
-                self.status.conditions.push(Condition {
+                conditions.push(Condition {
                     type_: READY.into(),
-                    status: status.into(),
-                    observed_generation: generation,
-                    last_transition_time: util::now_rfc3339(),
-                    reason: reason.into(),
-                    message: message.into(),
+                    ..Default::default()
                 });
-                true
+                conditions.last_mut().expect("just pushed")
             }
+        };
+        let changed = c.status != status || c.reason != reason;
+        if c.status != status {
+            c.last_transition_time = util::now_rfc3339();
         }
+        c.status = status.into();
+        c.reason = reason.into();
+        c.message = message.into();
+        c.observed_generation = self.ic.metadata.generation;
+        changed
     }
 
     /// A problem retrying cannot fix: a condition, a Warning Event when it is new, a WARN line
@@ -217,28 +210,20 @@ pub fn status_patch(
     pruned: impl Fn(&str) -> bool,
 ) -> Option<Value> {
     let mut st = Map::new();
-    if want.current_pod != have.current_pod {
-        st.insert("currentPod".into(), json!(want.current_pod));
+    macro_rules! changed {
+        ($key:literal, $field:ident) => {
+            if want.$field != have.$field && !pruned($key) {
+                st.insert($key.into(), json!(want.$field));
+            }
+        };
     }
-    if want.start_times != have.start_times {
-        st.insert("startTimes".into(), json!(want.start_times));
-    }
-    if want.last_counted_pod_uid != have.last_counted_pod_uid && !pruned("lastCountedPodUID") {
-        st.insert("lastCountedPodUID".into(), json!(want.last_counted_pod_uid));
-    }
-    if want.observed_generation != have.observed_generation && !pruned("observedGeneration") {
-        st.insert("observedGeneration".into(), json!(want.observed_generation));
-    }
-    if want.pod_phase != have.pod_phase && !pruned("podPhase") {
-        st.insert("podPhase".into(), json!(want.pod_phase));
-    }
-    if want.conditions != have.conditions {
-        // Merge patch replaces lists whole: send them all.
-        st.insert(
-            "conditions".into(),
-            serde_json::to_value(&want.conditions).unwrap_or(Value::Null),
-        );
-    }
+    changed!("currentPod", current_pod);
+    changed!("startTimes", start_times);
+    changed!("lastCountedPodUID", last_counted_pod_uid);
+    changed!("observedGeneration", observed_generation);
+    changed!("podPhase", pod_phase);
+    // Merge patch replaces lists whole: send them all.
+    changed!("conditions", conditions);
     if st.is_empty() {
         return None;
     }

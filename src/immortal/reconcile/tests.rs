@@ -1,3 +1,4 @@
+use super::starts::release_pod;
 use super::*;
 use crate::immortal::desired::desired_pod;
 use crate::immortal::lifecycle::PodEvents;
@@ -2241,7 +2242,7 @@ fn pod_uid(f: &Fake) -> String {
 fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
     reconcile(
         f,
-        &Journal::new(),
+        &Journal::default(),
         &LogContext {
             id: "3",
             key: "ns/web",
