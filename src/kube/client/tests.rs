@@ -691,3 +691,88 @@ fn a_server_at_an_ipv6_literal_is_reached() {
     });
     assert!(e.unwrap_err().is_not_found());
 }
+
+/// Serves one HTTPS request on 127.0.0.1, answering with a head of at least `head_bytes`
+/// (Warning headers, as admission webhooks' warnings make one) and a body saying how many body
+/// bytes the request carried.
+fn long_head_server(head_bytes: usize) -> u16 {
+    use crate::kube::tls::tests::fixture;
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+    use std::io::Write;
+    let pem = fixture("server.crt");
+    let chain = CertificateDer::pem_slice_iter(&pem)
+        .map(|c| c.unwrap())
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(&fixture("server.key")).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let (mut got, mut buf) = (Vec::new(), [0u8; 4096]);
+        let body_len = loop {
+            let n = tls.read(&mut buf).unwrap();
+            assert!(n > 0, "the client closed before its request was whole");
+            got.extend_from_slice(&buf[..n]);
+            let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "));
+            let len: usize = len.map_or(0, |v| v.trim().parse().unwrap());
+            if got.len() >= end + 4 + len {
+                break len;
+            }
+        };
+        let mut answer = String::from("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n");
+        while answer.len() < head_bytes {
+            let words = "a webhook has something to say about this pod; ".repeat(6);
+            answer.push_str(&format!("Warning: 299 - \"{words}\"\r\n"));
+        }
+        let body = format!(r#"{{"kind":"Status","code":200,"message":"{body_len}"}}"#);
+        let len = body.len();
+        answer.push_str(&format!(
+            "Content-Length: {len}\r\nConnection: close\r\n\r\n{body}"
+        ));
+        tls.write_all(answer.as_bytes()).unwrap();
+        tls.conn.send_close_notify();
+        tls.flush().unwrap();
+    });
+    port
+}
+
+#[test]
+fn an_answer_whose_head_is_long_is_read_and_a_body_longer_than_a_buffer_is_sent_whole() {
+    let port = long_head_server(16 * 1024);
+    let ca = crate::kube::tls::tests::fixture("ca.crt");
+    let tls = crate::kube::tls::client_config(Some(&ca), false, None, None).unwrap();
+    let config = transport::config(None, 1)
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build();
+    let agent = transport::agent_with(tls, config);
+    let body = vec![b'x'; 3 * transport::BUFFER + 100];
+    let request = ureq::http::Request::post(format!("https://127.0.0.1:{port}/api/v1/pods"))
+        .header("Content-Type", "application/json")
+        .body(&body[..])
+        .unwrap();
+    let mut answer = agent.run(request).expect("the answer is read");
+    let warnings = answer.headers().get_all("Warning").iter().count();
+    assert!(warnings > 50, "every warning is read: {warnings}");
+    let status: Status =
+        serde_json::from_str(&answer.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(
+        status.message,
+        body.len().to_string(),
+        "the server got the body whole"
+    );
+}

@@ -8,26 +8,29 @@
 use std::fmt;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::kube::config::host_and_port;
+use crate::util::lock;
 use rustls::pki_types::ServerName;
 use ureq::config::{Config, ConfigBuilder};
 use ureq::http::Uri;
 use ureq::typestate::AgentScope;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
-    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout,
+    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, Either, NextTimeout,
     TcpConnector, Transport, TransportAdapter,
 };
 
-/// Each connection's buffers, in and out, kept while it is pooled: 8 KiB, not ureq's 128 KiB
-/// (16 MiB or more at our 32 connections or so; a proxy's tunnel adds the TCP transport's pair
-/// below TLS). A head must fit in one: the API server's are under 1 KiB, a request's with its
-/// bearer token 1 to 4 KiB; ureq grows the input buffer to 10 KiB to send a body. At 1,000
-/// objects 8 KiB took peak RSS 0.9 MiB over ureq 2's, 16 KiB 2.1 (docs/benchmark.md, "ureq 3").
+/// The output buffer, which must hold a request's head (with its bearer token, 1 to 4 KiB), and
+/// the buffers of a proxy's tunnel below TLS: 8 KiB, not ureq's 128 KiB, which would be 16 MiB
+/// or more at our 32 connections or so (docs/benchmark.md, "ureq 3").
 pub const BUFFER: usize = 8 * 1024;
+
+/// How much room the input buffer gets for each read; an answer's head may span several (ureq
+/// bounds it by its `max_response_header_size`).
+const READ: usize = 4 * 1024;
 
 /// How long a connection (TCP, and CONNECT through a proxy) may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -147,10 +150,7 @@ fn handshake(
             }
         })?;
     }
-    let buffers = LazyBuffers::new(
-        details.config.input_buffer_size(),
-        details.config.output_buffer_size(),
-    );
+    let buffers = Lean::default();
     Ok(TlsTransport { buffers, stream })
 }
 
@@ -243,8 +243,81 @@ impl Lower for Socket {
     }
 }
 
+/// ureq's buffers of one connection: an input of [`READ`] (ureq's own grows to 10 KiB for any
+/// body sent), and an output held only from a request's writing to its sending. A connection
+/// waiting for its answer, or pooled, holds 4 KiB where ureq's held 18 (docs/benchmark.md,
+/// "ureq 3").
+#[derive(Default)]
+struct Lean {
+    output: Vec<u8>,
+    input: Vec<u8>,
+    filled: usize,
+    consumed: usize,
+    /// Whether the last consume took anything (see [`Buffers::can_use_input`]).
+    progress: bool,
+}
+
+impl Buffers for Lean {
+    fn output(&mut self) -> &mut [u8] {
+        if self.output.is_empty() {
+            self.output = lock(&SPARE).pop().unwrap_or_else(|| vec![0; BUFFER]);
+        }
+        &mut self.output
+    }
+
+    fn input(&self) -> &[u8] {
+        &self.input[self.consumed..self.filled]
+    }
+
+    fn input_append_buf(&mut self) -> &mut [u8] {
+        if self.consumed > 0 {
+            self.input.copy_within(self.consumed..self.filled, 0);
+            self.filled -= self.consumed;
+            self.consumed = 0;
+        }
+        if self.input.len() - self.filled < READ / 2 {
+            self.input.resize(self.filled + READ, 0);
+        }
+        &mut self.input[self.filled..]
+    }
+
+    fn input_appended(&mut self, amount: usize) {
+        self.filled += amount;
+    }
+
+    fn input_consume(&mut self, amount: usize) {
+        self.progress = amount > 0;
+        self.consumed += amount;
+        if self.consumed == self.filled {
+            (self.consumed, self.filled) = (0, 0);
+            // Grown for a long head: back to one read's room.
+            if self.input.len() > READ {
+                self.input = vec![0; READ];
+            }
+        }
+    }
+
+    /// Our bodies have a length, which ureq writes straight to the output: `tmp` is used only
+    /// for a chunked one.
+    fn tmp_and_output(&mut self) -> (&mut [u8], &mut [u8]) {
+        self.output();
+        self.input_append_buf();
+        (&mut self.input[self.filled..], &mut self.output)
+    }
+
+    fn can_use_input(&self) -> bool {
+        self.consumed < self.filled && self.progress
+    }
+}
+
+/// Output buffers between requests, shared by every connection: few are being written at any
+/// moment. Reused rather than handed back to the system allocator each time, which cost the
+/// backlog of 1,000 objects a quarter more CPU.
+static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+const SPARES: usize = 8;
+
 pub struct TlsTransport {
-    buffers: LazyBuffers,
+    buffers: Lean,
     stream: rustls::StreamOwned<rustls::ClientConnection, Box<dyn Lower>>,
 }
 
@@ -261,8 +334,14 @@ impl Transport for TlsTransport {
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
         self.stream.get_mut().set_timeout(timeout)?;
-        let output = &self.buffers.output()[..amount];
-        self.stream.write_all(output)?;
+        let output = std::mem::take(&mut self.buffers.output);
+        let sent = self.stream.write_all(&output[..amount]);
+        let mut spare = lock(&SPARE);
+        if spare.len() < SPARES {
+            spare.push(output);
+        }
+        drop(spare);
+        sent?;
         self.stream.flush()?;
         Ok(())
     }
