@@ -1,0 +1,85 @@
+//! Why a key is queued: the [`Trigger`] a reconcile's log names, and the [`Hint`] a watch
+//! event gives it, merged when one reconcile serves several.
+
+use std::fmt;
+
+/// What a watch event tells reconcile beyond the key, as the queue keeps it.
+pub trait Hint: Clone {
+    /// What this hint and a `later` one of the same key, both queued before one reconcile
+    /// serves them, tell that reconcile together: `None` (look at everything) unless one of
+    /// them says all that the other did. Never just the later one: the first may have been
+    /// the reason there is work to do (a spec change), which the later cannot show.
+    fn and(&self, later: &Self) -> Option<Self>;
+}
+
+/// Why a key was queued, logged with the reconcile it causes. `H` is what a watch event tells
+/// reconcile beyond the key (the policy's hint: see `lifecycle::PodHint`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger<H> {
+    /// A watch event: resource short name, event type, the object's resourceVersion (0 where
+    /// the server's was not a number), and what the event said that reconcile may use.
+    Watch {
+        resource: &'static str,
+        event: &'static str,
+        rv: u64,
+        hint: Option<H>,
+    },
+    /// A (re)list enqueued every known key.
+    Relist { resource: &'static str },
+    /// A one-off scan outside the watch found the key (`immortal::sweep`).
+    Sweep { resource: &'static str },
+    /// Requeued after a failed reconcile.
+    Retry,
+    /// Requeued on purpose after a delay the reconcile asked for.
+    Scheduled,
+}
+
+impl<H: fmt::Display> fmt::Display for Trigger<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Trigger::Watch {
+                resource,
+                event,
+                rv,
+                hint,
+            } => {
+                write!(f, "{resource} {event} rv={rv}")?;
+                hint.as_ref().map_or(Ok(()), |h| write!(f, " {h}"))
+            }
+            Trigger::Relist { resource } => write!(f, "{resource} relist"),
+            Trigger::Sweep { resource } => write!(f, "{resource} sweep"),
+            Trigger::Retry => f.write_str("retry after error"),
+            Trigger::Scheduled => f.write_str("scheduled requeue"),
+        }
+    }
+}
+
+impl<H: Hint> Trigger<H> {
+    /// This trigger followed by `later`, both waiting for one reconcile: two watch events'
+    /// hints tell what they tell together ([`Hint::and`]); a trigger without a hint (an
+    /// object's own event, a list, a retry) asks for a look at everything, and stays, so that
+    /// the reconcile's log says why it looked. A scheduled look (a timer of our own) adds
+    /// nothing to a watch event already queued, which stays with its hint.
+    pub(super) fn then(self, later: Trigger<H>) -> Trigger<H> {
+        match (self, later) {
+            (earlier @ Trigger::Watch { hint: Some(_), .. }, Trigger::Scheduled) => earlier,
+            (
+                Trigger::Watch { hint: Some(a), .. },
+                Trigger::Watch {
+                    resource,
+                    event,
+                    rv,
+                    hint: Some(b),
+                },
+            ) => Trigger::Watch {
+                resource,
+                event,
+                rv,
+                hint: a.and(&b),
+            },
+            (Trigger::Watch { hint: Some(_), .. }, later) => later,
+            (earlier, Trigger::Watch { hint: Some(_), .. }) => earlier,
+            (_, later) => later,
+        }
+    }
+}
