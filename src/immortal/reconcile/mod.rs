@@ -7,11 +7,11 @@
 //! changed. Why every pod started is counted exactly once: `counting`.
 //!
 //! Here: the decisions (`sync`, this file), the API they call (`api.rs`), the pod writes
-//! (`pod.rs`), the counting steps (`starts.rs`), the status, conditions and Events they report
-//! (`status.rs`), what reconciles remember between them (`journal.rs`), and their errors
-//! (`error.rs`). Not here: the desired pod (`desired`),
-//! what a watch event means (`lifecycle`), or the worker that calls [`reconcile`]
-//! (`runtime::controller`).
+//! (`pod.rs`), the counting steps (`starts.rs`), what it does when the pod cannot be
+//! (`problems.rs`), the status, conditions and Events they report (`status.rs`), what
+//! reconciles remember between them (`journal.rs`), and their errors (`error.rs`). Not here:
+//! the desired pod (`desired`), what a watch event means (`lifecycle`), or the worker that
+//! calls [`reconcile`] (`runtime::controller`).
 
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::desired::{controlled_by, created_for, holder, recorded_hash, spec_change};
@@ -31,6 +31,7 @@ mod api;
 mod error;
 mod journal;
 mod pod;
+mod problems;
 mod starts;
 mod status;
 
@@ -371,26 +372,6 @@ impl<A: Api> Run<'_, A> {
         })
     }
 
-    /// What no retry can fix: a name too long for its pod's, an empty image.
-    fn invalid_spec(&mut self) -> Option<Next> {
-        if self.pod_name.len() > MAX_NAME_LEN {
-            let msg = format!(
-                "pod name {}… would be {} characters, over the Kubernetes limit of {MAX_NAME_LEN}; \
-                 rename the ImmortalContainer to at most {} characters",
-                &self.pod_name[..40],
-                self.pod_name.len(),
-                MAX_NAME_LEN - ic::POD_SUFFIX.len()
-            );
-            self.fail_permanently("PodNameTooLong", "InvalidSpec", msg);
-            return Some(Next::Done);
-        }
-        if self.ic.spec.image.trim().is_empty() {
-            self.fail_permanently("InvalidSpec", "InvalidSpec", "spec.image is empty".into());
-            return Some(Next::Done);
-        }
-        None
-    }
-
     /// A watch event showed our pod `uid` terminal: delete it without reading it.
     fn delete_terminated(
         &mut self,
@@ -644,71 +625,6 @@ impl<A: Api> Run<'_, A> {
         } else {
             Cause::Deleted
         }
-    }
-
-    /// The API server refused our pod, and no pod holds its name: say why on the object in the
-    /// server's words (a retry refused again writes nothing), and try again after the object's
-    /// back-off, since a person may lift the policy at any time (docs/design.md, "Restarts and
-    /// refusals").
-    fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
-        let (wait, _) = self
-            .journal
-            .restarts
-            .refused(self.trace.key, self.journal.now());
-        // A bare pod cannot meet a namespace's Pod Security level: only a template can set
-        // the securityContext that PodSecurity's message asks for. Said in fields, not by a
-        // file of this repository, which someone who installed the one-file installer lacks.
-        let refusal = e.to_string();
-        let hint = match self.ic.spec.template {
-            None if refusal.contains("violates PodSecurity \"restricted") => {
-                "; give the object a spec.template that sets what the message lists: \
-                 template.spec.securityContext {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}} \
-                 and, in template.spec.containers, for the container named acontainer, \
-                 securityContext {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}, \
-                 with an image that runs as a non-root user (the operator's docs: Pod templates)"
-            }
-            None if refusal.contains("violates PodSecurity") => {
-                "; give the object a spec.template whose pod sets what the message lists \
-                 (the operator's docs: Pod templates)"
-            }
-            _ => "",
-        };
-        let msg = format!(
-            "the API server refused pod {}: {e}{hint}; the operator tries again after {}s, doubling to {}s",
-            self.pod_name,
-            crate::immortal::restarts::BASE.as_secs(),
-            crate::immortal::restarts::MAX.as_secs()
-        );
-        self.status.current_pod = None;
-        self.status.pod_phase = None;
-        if self.set_ready(false, "PodCreateFailed", &msg) {
-            log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodCreateFailed"; "{msg}");
-            self.note(true, "PodCreateFailed", msg);
-        }
-        Ok(Next::RequeueAfter(wait))
-    }
-
-    /// The pod name is held by a pod we do not control: report it and leave it alone. A pod of
-    /// an earlier object of the same name goes with it; if it still carries our finalizer (that
-    /// object was deleted in the moment between its pod's create and its count), let it go.
-    fn conflict(&mut self, pod: &Pod) -> Result<Next, Error> {
-        // Not ours to count, and no other object can count a pod under our name: whoever holds
-        // it now (an earlier object of the same name, deleted in the moment between its pod's
-        // create and its count, or nobody after an orphaning delete), our finalizer goes.
-        if counting::holds(&pod.metadata.finalizers) {
-            self.release_ours(&pod.metadata.uid, "no ImmortalContainer counts it")?;
-        }
-        let msg = format!(
-            "pod {} already exists and is not controlled by this ImmortalContainer: {}; it is left untouched",
-            self.pod_name,
-            holder(pod, self.ic)
-        );
-        self.status.pod_phase = None;
-        if self.set_ready(false, "PodNameConflict", &msg) {
-            log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodNameConflict"; "{msg}");
-            self.note(true, "PodNameConflict", msg);
-        }
-        Ok(Next::RequeueAfter(CONFLICT_RETRY))
     }
 }
 

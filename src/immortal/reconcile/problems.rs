@@ -1,0 +1,92 @@
+//! What a reconcile does when its pod cannot be: a spec no retry can fix, a create the API
+//! server refuses, a pod not ours on the pod's name. Each is said on the object, in its Ready
+//! condition and an Event.
+
+use super::*;
+
+impl<A: Api> Run<'_, A> {
+    /// What no retry can fix: a name too long for its pod's, an empty image.
+    pub(super) fn invalid_spec(&mut self) -> Option<Next> {
+        if self.pod_name.len() > MAX_NAME_LEN {
+            let msg = format!(
+                "pod name {}… would be {} characters, over the Kubernetes limit of {MAX_NAME_LEN}; \
+                 rename the ImmortalContainer to at most {} characters",
+                &self.pod_name[..40],
+                self.pod_name.len(),
+                MAX_NAME_LEN - ic::POD_SUFFIX.len()
+            );
+            self.fail_permanently("PodNameTooLong", "InvalidSpec", msg);
+            return Some(Next::Done);
+        }
+        if self.ic.spec.image.trim().is_empty() {
+            self.fail_permanently("InvalidSpec", "InvalidSpec", "spec.image is empty".into());
+            return Some(Next::Done);
+        }
+        None
+    }
+
+    /// The API server refused our pod, and no pod holds its name: say why on the object in the
+    /// server's words (a retry refused again writes nothing), and try again after the object's
+    /// back-off, since a person may lift the policy at any time (docs/design.md, "Restarts and
+    /// refusals").
+    pub(super) fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
+        let (wait, _) = self
+            .journal
+            .restarts
+            .refused(self.trace.key, self.journal.now());
+        // A bare pod cannot meet a namespace's Pod Security level: only a template can set
+        // the securityContext that PodSecurity's message asks for. Said in fields, not by a
+        // file of this repository, which someone who installed the one-file installer lacks.
+        let refusal = e.to_string();
+        let hint = match self.ic.spec.template {
+            None if refusal.contains("violates PodSecurity \"restricted") => {
+                "; give the object a spec.template that sets what the message lists: \
+                 template.spec.securityContext {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}} \
+                 and, in template.spec.containers, for the container named acontainer, \
+                 securityContext {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}, \
+                 with an image that runs as a non-root user (the operator's docs: Pod templates)"
+            }
+            None if refusal.contains("violates PodSecurity") => {
+                "; give the object a spec.template whose pod sets what the message lists \
+                 (the operator's docs: Pod templates)"
+            }
+            _ => "",
+        };
+        let msg = format!(
+            "the API server refused pod {}: {e}{hint}; the operator tries again after {}s, doubling to {}s",
+            self.pod_name,
+            crate::immortal::restarts::BASE.as_secs(),
+            crate::immortal::restarts::MAX.as_secs()
+        );
+        self.status.current_pod = None;
+        self.status.pod_phase = None;
+        if self.set_ready(false, "PodCreateFailed", &msg) {
+            log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodCreateFailed"; "{msg}");
+            self.note(true, "PodCreateFailed", msg);
+        }
+        Ok(Next::RequeueAfter(wait))
+    }
+
+    /// The pod name is held by a pod we do not control: report it and leave it alone. A pod of
+    /// an earlier object of the same name goes with it; if it still carries our finalizer (that
+    /// object was deleted in the moment between its pod's create and its count), let it go.
+    pub(super) fn conflict(&mut self, pod: &Pod) -> Result<Next, Error> {
+        // Not ours to count, and no other object can count a pod under our name: whoever holds
+        // it now (an earlier object of the same name, deleted in the moment between its pod's
+        // create and its count, or nobody after an orphaning delete), our finalizer goes.
+        if counting::holds(&pod.metadata.finalizers) {
+            self.release_ours(&pod.metadata.uid, "no ImmortalContainer counts it")?;
+        }
+        let msg = format!(
+            "pod {} already exists and is not controlled by this ImmortalContainer: {}; it is left untouched",
+            self.pod_name,
+            holder(pod, self.ic)
+        );
+        self.status.pod_phase = None;
+        if self.set_ready(false, "PodNameConflict", &msg) {
+            log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodNameConflict"; "{msg}");
+            self.note(true, "PodNameConflict", msg);
+        }
+        Ok(Next::RequeueAfter(CONFLICT_RETRY))
+    }
+}
