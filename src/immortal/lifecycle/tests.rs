@@ -1,3 +1,5 @@
+//! Tests of what watch events mean: recorded pods and events in, keys, hints and priorities out.
+
 use super::*;
 use crate::immortal::ic_state::IcState;
 use crate::immortal::types::{self as ic, ImmortalContainer};

@@ -1,3 +1,5 @@
+//! Tests of reconcile against a fake API: every decision, the calls it makes, the status it writes.
+
 use super::starts::release_pod;
 use super::*;
 use crate::immortal::desired::desired_pod;

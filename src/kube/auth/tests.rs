@@ -1,3 +1,5 @@
+//! Tests of credentials: tokens, token files, exec plugins and client certificates.
+
 use super::*;
 use crate::kube::config::tests::{b64_fixture, empty_env, kubeconfig, with_file, TempDir};
 use crate::kube::config::{load_with_env, ClusterConfig, LoadOptions};

@@ -1,3 +1,6 @@
+//! Tests of the API client: paths and queries, errors as the server words them, retries, timeouts,
+//! proxies and connections.
+
 use super::verbs::WatchBody;
 use super::*;
 use crate::testutil::fixture;

@@ -1,3 +1,5 @@
+//! Tests of loading a cluster's configuration: kubeconfig files, in-cluster, proxies, servers.
+
 use super::*;
 use crate::kube::tls::tests::{fixture, get, one_shot_server};
 use std::sync::atomic::{AtomicUsize, Ordering};

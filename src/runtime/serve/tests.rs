@@ -1,3 +1,5 @@
+//! Tests of the probe and metrics server: what it answers, to whom, and what a client may cost it.
+
 use super::*;
 use kube_testserver::TestServer;
 

@@ -1,3 +1,5 @@
+//! Tests of the list/watch state machine, driven by scripted list pages and watch streams.
+
 use super::script::{gone, page, pods, run, run_resyncing, ByOwner, Script};
 use super::*;
 use crate::testutil::fixture_events;
