@@ -1,7 +1,8 @@
 //! The ureq agent every request goes through: ureq's TCP and CONNECT-proxy connectors, then TLS
 //! with our rustls config (the server-certificate verifier of `kube::tls`, a client certificate
-//! from the kubeconfig or an exec plugin), which ureq's own rustls connector cannot take; and
-//! names resolved on the calling thread.
+//! from the kubeconfig or an exec plugin), which ureq's own rustls connector cannot take; a
+//! TLS connection's buffers, held only while a request needs them; and names resolved on the
+//! calling thread.
 //!
 //! `ureq::unversioned` is outside ureq's semver promise: Cargo.toml pins ureq's minor version.
 
