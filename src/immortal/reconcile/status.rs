@@ -64,27 +64,31 @@ impl<A: Api> Run<'_, A> {
     /// an Event). `lastTransitionTime` moves only when the status flips, per the API conventions.
     pub(super) fn set_ready(&mut self, ready: bool, reason: &str, message: &str) -> bool {
         let status = if ready { "True" } else { "False" };
-        let conditions = &mut self.status.conditions;
-        let c = match conditions.iter().position(|c| c.type_ == READY) {
-            Some(i) => &mut conditions[i],
-            // A new condition: its status "" flips, so it is a change with a transition time.
-            None => {
-                conditions.push(Condition {
-                    type_: READY.into(),
-                    ..Default::default()
-                });
-                conditions.last_mut().expect("just pushed")
+        let generation = self.ic.metadata.generation;
+        match self.status.conditions.iter_mut().find(|c| c.type_ == READY) {
+            Some(c) => {
+                let changed = c.status != status || c.reason != reason;
+                if c.status != status {
+                    c.last_transition_time = util::now_rfc3339();
+                }
+                c.status = status.into();
+                c.reason = reason.into();
+                c.message = message.into();
+                c.observed_generation = generation;
+                changed
             }
-        };
-        let changed = c.status != status || c.reason != reason;
-        if c.status != status {
-            c.last_transition_time = util::now_rfc3339();
+            None => {
+                self.status.conditions.push(Condition {
+                    type_: READY.into(),
+                    status: status.into(),
+                    observed_generation: generation,
+                    last_transition_time: util::now_rfc3339(),
+                    reason: reason.into(),
+                    message: message.into(),
+                });
+                true
+            }
         }
-        c.status = status.into();
-        c.reason = reason.into();
-        c.message = message.into();
-        c.observed_generation = self.ic.metadata.generation;
-        changed
     }
 
     /// A problem retrying cannot fix: a condition, a Warning Event when it is new, a WARN line
