@@ -173,7 +173,7 @@ impl Client {
     fn deadline(&self, req: &Req) -> Result<Instant, Error> {
         let now = Instant::now();
         let mut deadline = self.cut(now + req.timeout);
-        if let (Some(fence), true) = (&self.fence, req.method != "GET") {
+        if let (Some(fence), true) = (&self.fence, is_write(req.method)) {
             deadline = deadline.min(fence.deadline().ok_or(Error::Fenced)?);
         }
         if deadline <= now {
@@ -227,7 +227,7 @@ impl Client {
             // Counted in flight before the fence is read: a release that closes the fence and
             // then finds no write in flight cannot have missed one about to be sent.
             let in_flight = match &self.fence {
-                Some(f) if req.method != "GET" => Some(f.write_started()),
+                Some(f) if is_write(req.method) => Some(f.write_started()),
                 _ => None,
             };
             let deadline = self.deadline(req)?;
@@ -391,6 +391,11 @@ impl Client {
         serde_json::from_slice(&body)
             .map_err(|e| Error::Decode(format!("{} {}: {e}", req.method, req.path)))
     }
+}
+
+/// Whether a request of this method may change something, and so is fenced.
+fn is_write(method: &str) -> bool {
+    method != "GET"
 }
 
 /// An answer, whatever its status.
