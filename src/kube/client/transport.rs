@@ -337,8 +337,9 @@ impl Transport for TlsTransport {
         self.stream.get_mut().set_timeout(timeout)?;
         let output = std::mem::take(&mut self.buffers.output);
         let sent = self.stream.write_all(&output[..amount]);
+        // Only a whole buffer goes back: an empty one would be handed out as if it were.
         let mut spare = lock(&SPARE);
-        if spare.len() < SPARES {
+        if output.len() == BUFFER && spare.len() < SPARES {
             spare.push(output);
         }
         drop(spare);
