@@ -817,7 +817,7 @@ impl Controller {
             return;
         }
         for (event, ic) in std::mem::take(&mut w.ic_events) {
-            let verdict = self
+            let (verdict, _) = self
                 .ics
                 .entry(KEY, |memo| IcEvents.on_event(event, &ic, memo));
             if let Reaction::Queue(h, _) = verdict {
@@ -876,7 +876,9 @@ impl Controller {
                     })
                 });
             }
-            None => self.ics.entry(KEY, |memo| *memo = None),
+            None => {
+                self.ics.entry(KEY, |memo| *memo = None);
+            }
         }
         self.list_pods(w);
         self.queue(None);
@@ -951,7 +953,8 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
             continue;
         }
         if let Some(hint) = ctl.queued.take() {
-            let trace = LogContext { id: "x", key: KEY };
+            let key = KEY.into();
+            let trace = LogContext { id: "x", key: &key };
             let journal = &ctl.journal;
             let result = panic::catch_unwind(AssertUnwindSafe(|| {
                 reconcile::reconcile(&api, journal, &trace, hint.as_ref())

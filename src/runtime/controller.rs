@@ -6,7 +6,7 @@ use crate::kube::client::Client;
 use crate::runtime::allocator;
 use crate::runtime::metrics;
 use crate::runtime::pool::{self, Pool};
-use crate::runtime::queue::{Got, Hint, Latest, Priority, Queue, Trigger};
+use crate::runtime::queue::{Got, Hint, Key, Latest, Priority, Queue, Trigger};
 use crate::runtime::serve::Health;
 use crate::runtime::watcher::{Watched, Watcher};
 use crossbeam_channel::Sender;
@@ -49,7 +49,8 @@ pub trait Failure: fmt::Display {
 /// Fields every log line of one reconcile carries.
 pub struct LogContext<'a> {
     pub id: &'a str,
-    pub key: &'a str,
+    /// The queue's own copy of the key, for what reconcile keeps of it.
+    pub key: &'a Key,
 }
 
 /// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic.
@@ -130,7 +131,7 @@ where
             Trigger::Watch { hint, .. } => hint.as_ref(),
             _ => None,
         };
-        log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(); "reconciling");
+        log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(); "reconciling");
         let result = reconcile(&LogContext { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
         // Numbers in JSON, as on every other line that carries them, in tenths of a millisecond:
@@ -153,7 +154,7 @@ where
                 metrics::record_reconcile("success", elapsed);
                 log::info!(
                     target: "reconcile",
-                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
                     result = outcome, elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconciled"
                 );
@@ -166,7 +167,7 @@ where
                 metrics::record_reconcile("requeue_after", elapsed);
                 log::info!(
                     target: "reconcile",
-                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
                     result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms,
                     queued_ms = queued_ms, priority = band;
                     "reconciled"
@@ -189,7 +190,7 @@ where
                 };
                 log::log!(
                     target: "reconcile", level,
-                    reconcile_id = id.as_str(), object = key.as_str(), trigger = trigger_s.as_str(),
+                    reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
                     result = "error", error = e.to_string().as_str(), requeue_after_ms = after.as_millis() as u64,
                     elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
                     "reconcile failed"
@@ -270,7 +271,7 @@ mod tests {
         });
         for i in 0..200 {
             crew.queue
-                .add(format!("ns/o{i}"), Trigger::Scheduled, Priority::Routine);
+                .add(format!("ns/o{i}").into(), Trigger::Scheduled, Priority::Routine);
         }
         assert!(crew.pool.start());
         start(&crew);

@@ -6,6 +6,7 @@
 //! docs/design.md. Only keys and [`Trigger`]s are stored.
 
 use crate::runtime::metrics;
+pub use crate::runtime::store::Key;
 pub use crate::runtime::trigger::{Hint, Trigger};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -128,7 +129,7 @@ pub enum Latest {
 #[derive(Debug)]
 pub enum Got<H> {
     /// A key, what queued it, its band, and how long it waited in that band.
-    Key(String, Trigger<H>, Priority, Duration),
+    Key(Key, Trigger<H>, Priority, Duration),
     /// No key to hand out for the whole wait.
     Idle,
     ShutDown,
@@ -140,12 +141,33 @@ struct Dirty<H> {
     /// ([`Trigger::then`]).
     trigger: Trigger<H>,
     /// When it was first added (for the queue-duration metric).
-    added: Instant,
+    added: Stamp,
     /// When it joined its band: later than `added` for a key moved up, which is what a
     /// reconcile's `queued_ms` reports.
-    in_band: Instant,
+    in_band: Stamp,
     /// The highest priority it was queued with.
     priority: Priority,
+}
+
+/// A moment a queued key is timed from, in 100 µs ticks of the queue's own clock, wrapping: 4
+/// bytes where an `Instant` takes 16, in an entry every queued key has (at 10,000 objects
+/// queued at once, a table of 16,384 of them). Right for waits under five days; a key waits
+/// at most seconds, since routine ones go at least once a [`ROUTINE_FLOOR`].
+#[derive(Clone, Copy)]
+struct Stamp(u32);
+
+const TICK_MICROS: u128 = 100;
+
+impl Stamp {
+    fn now(epoch: Instant) -> Stamp {
+        // Truncated on purpose: only differences of stamps are read.
+        Stamp((epoch.elapsed().as_micros() / TICK_MICROS) as u32)
+    }
+
+    fn elapsed(self, epoch: Instant) -> Duration {
+        let ticks = Stamp::now(epoch).0.wrapping_sub(self.0);
+        Duration::from_micros(u64::from(ticks) * TICK_MICROS as u64)
+    }
 }
 
 /// A key queued for later.
@@ -157,9 +179,6 @@ struct Waiting<H> {
     bound: bool,
 }
 
-/// A queued key, stored once and shared by every map and deque that holds it: with 100,000
-/// objects queued at once, a copy per place was megabytes.
-type Key = std::sync::Arc<str>;
 
 struct State<H> {
     /// Keys ready to hand out, in order, one deque per band (indexed by `Priority as usize`). A
@@ -167,6 +186,8 @@ struct State<H> {
     /// another band, or it is not dirty any more).
     ready: [VecDeque<Key>; 2],
     dirty: HashMap<Key, Dirty<H>>,
+    /// What the [`Stamp`]s count from.
+    epoch: Instant,
     /// Urgent keys handed out in a row while routine ones waited.
     urgent_streak: u32,
     /// Keys a worker holds now, with the band each was handed out from.
@@ -202,6 +223,7 @@ impl<H> Default for Queue<H> {
         let state = State {
             ready: Default::default(),
             dirty: HashMap::new(),
+            epoch: Instant::now(),
             urgent_streak: 0,
             processing: HashMap::new(),
             routine_in_flight: 0,
@@ -233,18 +255,19 @@ impl<H: Hint> Queue<H> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn add(&self, key: String, trigger: Trigger<H>, priority: Priority) {
+    /// Queues `key`; pass the store's own copy of it (see [`Key`]) where there is one.
+    pub fn add(&self, key: Key, trigger: Trigger<H>, priority: Priority) {
         let mut st = self.lock();
-        if Self::insert(&mut st, key.into(), trigger, priority, false) {
+        if Self::insert(&mut st, key, trigger, priority, false) {
             self.cond.notify_one();
         }
     }
 
     /// Queues `key`, being reconciled, again with the trigger that reconcile had: whatever
     /// was queued for it meanwhile came later, and stays the later ([`Trigger::then`]).
-    pub fn add_again(&self, key: String, trigger: Trigger<H>, priority: Priority) {
+    pub fn add_again(&self, key: Key, trigger: Trigger<H>, priority: Priority) {
         let mut st = self.lock();
-        if Self::insert(&mut st, key.into(), trigger, priority, true) {
+        if Self::insert(&mut st, key, trigger, priority, true) {
             self.cond.notify_one();
         }
     }
@@ -273,11 +296,11 @@ impl<H: Hint> Queue<H> {
             }
             // Moved up: a copy in the urgent band; the routine copy is skipped when it comes.
             d.priority = priority;
-            d.in_band = Instant::now();
+            d.in_band = Stamp::now(st.epoch);
         } else {
             // Counted as client-go counts it: a key already queued is not added again.
             metrics::queue_add();
-            let now = Instant::now();
+            let now = Stamp::now(st.epoch);
             let dirty = Dirty {
                 trigger,
                 added: now,
@@ -313,7 +336,7 @@ impl<H: Hint> Queue<H> {
     }
 
     /// Queues `key` after `delay`; an earlier pending deadline for the same key wins.
-    pub fn add_after(&self, key: String, delay: Duration, trigger: Trigger<H>, priority: Priority) {
+    pub fn add_after(&self, key: Key, delay: Duration, trigger: Trigger<H>, priority: Priority) {
         if delay.is_zero() {
             return self.add(key, trigger, priority);
         }
@@ -325,13 +348,13 @@ impl<H: Hint> Queue<H> {
     /// holds, a pod our finalizer keeps, must be let go by then). An earlier pending deadline
     /// for the same key wins; a successful reconcile that asks for nothing more
     /// ([`Queue::cancel`]) drops it.
-    pub fn add_within(&self, key: String, within: Duration) {
+    pub fn add_within(&self, key: Key, within: Duration) {
         self.schedule(key, within, Trigger::Scheduled, Priority::Urgent, true);
     }
 
     fn schedule(
         &self,
-        key: String,
+        key: Key,
         delay: Duration,
         trigger: Trigger<H>,
         priority: Priority,
@@ -343,11 +366,10 @@ impl<H: Hint> Queue<H> {
             return;
         }
         // The earlier deadline stands, and goes ahead of the budget if either is a bound.
-        if let Some(sooner) = st.waiting.get_mut(key.as_str()).filter(|w| w.at <= at) {
+        if let Some(sooner) = st.waiting.get_mut(&key).filter(|w| w.at <= at) {
             sooner.bound |= bound;
             return;
         }
-        let key: Key = key.into();
         let waiting = Waiting {
             at,
             trigger,
@@ -373,7 +395,7 @@ impl<H: Hint> Queue<H> {
     /// failed in; returns the delay chosen. The failure also spends the overall budget.
     pub fn add_rate_limited(
         &self,
-        key: String,
+        key: Key,
         at_least: Duration,
         latest: Latest,
         priority: Priority,
@@ -381,7 +403,7 @@ impl<H: Hint> Queue<H> {
         let (delay, bound) = {
             let mut st = self.lock();
             st.budget.spend(Instant::now());
-            let n = st.failures.entry(key.as_str().into()).or_insert(0);
+            let n = st.failures.entry(key.clone()).or_insert(0);
             let wanted = backoff(*n).max(at_least);
             *n = n.saturating_add(1);
             match latest {
@@ -533,8 +555,8 @@ impl<H: Hint> Queue<H> {
         st.bounded.remove(&key);
         let (trigger, priority, waited) = match st.dirty.remove(&key) {
             Some(d) => {
-                metrics::queue_wait(d.added.elapsed());
-                (d.trigger, d.priority, d.in_band.elapsed())
+                metrics::queue_wait(d.added.elapsed(st.epoch));
+                (d.trigger, d.priority, d.in_band.elapsed(st.epoch))
             }
             None => (Trigger::Scheduled, Priority::Routine, Duration::ZERO),
         };
@@ -543,7 +565,7 @@ impl<H: Hint> Queue<H> {
             st.routine_due = Some(Instant::now() + ROUTINE_FLOOR);
         }
         st.processing.insert(key.clone(), priority);
-        Got::Key(key.to_string(), trigger, priority, waited)
+        Got::Key(key, trigger, priority, waited)
     }
 
     /// Pops the stale copies at the front of each band (keys moved up, or handed out).
@@ -647,7 +669,7 @@ mod tests {
         /// [`Queue::get_within`] without an idle limit.
         pub(super) fn get(&self) -> Option<(String, Trigger<H>, Priority, Duration)> {
             match self.get_within(None) {
-                Got::Key(k, t, p, w) => Some((k, t, p, w)),
+                Got::Key(k, t, p, w) => Some((k.to_string(), t, p, w)),
                 Got::Idle | Got::ShutDown => None,
             }
         }
@@ -715,7 +737,7 @@ mod tests {
         q.add("ns/b".into(), t(), Priority::Routine);
         assert!(q.has_waiting());
         assert!(
-            matches!(q.get_within(Some(Duration::from_secs(5))), Got::Key(k, ..) if k == "ns/a")
+            matches!(q.get_within(Some(Duration::from_secs(5))), Got::Key(k, ..) if &*k == "ns/a")
         );
         // ns/b still waits: a worker more would have work.
         assert!(q.has_waiting());
@@ -796,8 +818,8 @@ mod tests {
         let (k, t, ..) = q.get().unwrap();
         // The pod changes while the key is reconciled; then the reconcile queues its key again
         // with the trigger it had: the later event is the one that stays.
-        q.add(k.clone(), watch(9, "seen"), Priority::Routine);
-        q.add_again(k.clone(), t, Priority::Routine);
+        q.add(k.clone().into(), watch(9, "seen"), Priority::Routine);
+        q.add_again(k.clone().into(), t, Priority::Routine);
         q.done(&k);
         assert_eq!(q.get().unwrap().1.to_string(), "pod MODIFIED rv=9 seen");
     }
@@ -858,7 +880,7 @@ mod tests {
             })
             .collect();
         for i in 0..2000 {
-            q.add(format!("ns/{}", i % 7), t(), Priority::Routine);
+            q.add(format!("ns/{}", i % 7).into(), t(), Priority::Routine);
         }
         // Let the workers drain, bounded in time.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -1071,7 +1093,7 @@ mod tests {
     fn keys_that_keep_failing_are_handed_out_at_most_a_hundred_then_ten_a_second() {
         let q = Q::new();
         for i in 0..1000 {
-            q.add(format!("ns/{i}"), t(), Priority::Routine);
+            q.add(format!("ns/{i}").into(), t(), Priority::Routine);
         }
         let start = Instant::now();
         let window = Duration::from_millis(1500);
@@ -1081,7 +1103,7 @@ mod tests {
             let (k, _, _, _) = q.get().expect("not shut down");
             handed_out += 1;
             q.add_rate_limited(
-                k.clone(),
+                k.clone().into(),
                 Duration::ZERO,
                 Latest::Backoff,
                 Priority::Routine,
@@ -1144,7 +1166,7 @@ mod tests {
     fn fail_many(q: &Q, n: usize, priority: Priority) {
         for i in 0..n {
             let key = format!("ns/failing-{i}");
-            q.add_rate_limited(key, Duration::from_secs(3600), Latest::Backoff, priority);
+            q.add_rate_limited(key.into(), Duration::from_secs(3600), Latest::Backoff, priority);
         }
     }
 
@@ -1152,7 +1174,7 @@ mod tests {
     fn an_urgent_key_is_not_held_by_routine_failures() {
         let q = Arc::new(Q::new());
         for i in 0..200 {
-            q.add(format!("ns/routine-{i}"), t(), Priority::Routine);
+            q.add(format!("ns/routine-{i}").into(), t(), Priority::Routine);
         }
         // Routine reconciles fail (status writes refused, say), as many at a time as may be
         // in flight, until routine keys are held.
@@ -1172,7 +1194,7 @@ mod tests {
             }
             for k in in_flight {
                 q.add_rate_limited(
-                    k.clone(),
+                    k.clone().into(),
                     Duration::from_secs(3600),
                     Latest::Backoff,
                     Priority::Routine,
@@ -1345,7 +1367,7 @@ mod band_tests {
         // Routine failures keep the budget below the urgent reserve: routine keys are held.
         for i in 0..80 {
             q.add_rate_limited(
-                format!("ns/failing-{i}"),
+                format!("ns/failing-{i}").into(),
                 Duration::from_secs(3600),
                 Latest::Backoff,
                 Priority::Routine,
@@ -1359,7 +1381,7 @@ mod band_tests {
         add(&q, "ns/refresh", Priority::Routine);
         // Handed out all the same, once the floor has come.
         match q.get_within(Some(ROUTINE_FLOOR * 3)) {
-            Got::Key(k, ..) => assert_eq!(k, "ns/refresh"),
+            Got::Key(k, ..) => assert_eq!(&*k, "ns/refresh"),
             other => panic!("not handed out: {other:?}"),
         }
     }
@@ -1408,7 +1430,7 @@ mod band_tests {
         let q = Q::new();
         add(&q, "ns/a", Priority::Urgent);
         let (k, _, p, _) = q.get().unwrap();
-        q.add_rate_limited(k.clone(), Duration::ZERO, Latest::Backoff, p);
+        q.add_rate_limited(k.clone().into(), Duration::ZERO, Latest::Backoff, p);
         q.done(&k);
         add(&q, "ns/b", Priority::Routine);
         std::thread::sleep(Duration::from_millis(20));
@@ -1423,7 +1445,7 @@ mod band_tests {
     fn hold_all(q: &Q) -> Vec<(String, Priority)> {
         let mut held = Vec::new();
         while let Got::Key(k, _, p, _) = q.get_within(Some(Duration::from_millis(20))) {
-            held.push((k, p));
+            held.push((k.to_string(), p));
         }
         held
     }

@@ -4,11 +4,16 @@
 //! carries a precondition: see `immortal::reconcile`).
 
 use std::collections::HashMap;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// A `namespace/name` key, stored once and shared by the store that knows it, the queue that
+/// holds it and what reconcile remembers of it: with 10,000 objects queued at once, a copy per
+/// place was megabytes.
+pub type Key = Arc<str>;
 
 /// The keys a watcher knows, each with its memo.
 pub struct Store<M> {
-    map: RwLock<HashMap<String, M>>,
+    map: RwLock<HashMap<Key, M>>,
 }
 
 impl<M> Default for Store<M> {
@@ -38,23 +43,27 @@ impl<M: Clone> Store<M> {
     }
 
     /// Lets `f` see and change what is known of `key` (`None`: nothing; left `None`: the key
-    /// is forgotten), as a watcher does for each event of it.
-    pub fn entry<R>(&self, key: &str, f: impl FnOnce(&mut Option<M>) -> R) -> R {
+    /// is forgotten), as a watcher does for each event of it. Answers with the store's copy of
+    /// the key too, to be queued (a new one if the store did not know it).
+    pub fn entry<R>(&self, key: &str, f: impl FnOnce(&mut Option<M>) -> R) -> (R, Key) {
         let mut map = self.write();
-        let mut memo = map.remove(key);
+        let (key, mut memo) = match map.remove_entry(key) {
+            Some((k, m)) => (k, Some(m)),
+            None => (Key::from(key), None),
+        };
         let r = f(&mut memo);
         if let Some(m) = memo {
-            map.insert(key.to_string(), m);
+            map.insert(key.clone(), m);
         }
-        r
+        (r, key)
     }
 
-    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<String, M>> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<Key, M>> {
         // Every write below leaves the map whole before anything that could panic.
         self.map.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, M>> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, HashMap<Key, M>> {
         self.map.write().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -5,7 +5,7 @@ use crate::immortal::ic_state::{IcState, IcStore};
 use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
 use crate::kube::types;
 use crate::runtime::queue::{Priority, Queue, Trigger};
-use crate::runtime::store::Store;
+use crate::runtime::store::{Key, Store};
 use crate::runtime::watcher::{Reaction, Watched};
 use std::sync::Arc;
 
@@ -96,7 +96,7 @@ pub fn queue_objects_without_a_pod(
     pods: &Store<PodMemo>,
     queue: &Queue<PodHint>,
 ) -> usize {
-    let missing: Vec<String> = {
+    let missing: Vec<Key> = {
         let pods = pods.read();
         ics.read()
             .keys()

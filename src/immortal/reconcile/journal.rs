@@ -4,6 +4,7 @@
 use crate::immortal::counting::{Counting, LET_GO_WITHIN};
 use crate::immortal::restarts::Restarts;
 use crate::kube::types::Uid;
+use crate::runtime::store::Key;
 use crate::util::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,7 +20,7 @@ const REPLACED_AT_MOST: usize = 4096;
 const RELEASED_AT_MOST: usize = 2048;
 
 /// Pods this process created and has not let go yet that are remembered, at most: about
-/// 120 bytes each, as many as a backlog creates ahead of its counts. Forgetting them costs a
+/// 70 bytes each (the key is the queue's), as many as a backlog creates ahead of its counts. Forgetting them costs a
 /// read and an early release each, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 18;
 
@@ -42,7 +43,7 @@ pub struct Journal {
     /// The pod (by key) this process created last and has not let go: it exists and nothing
     /// after it was counted, so a watch event showing it is counted without a read; and its
     /// release may wait while other objects get their pods and statuses, within a bound.
-    made: Mutex<HashMap<String, Made>>,
+    made: Mutex<HashMap<Key, Made>>,
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
 }
 
@@ -80,7 +81,7 @@ impl Journal {
     }
 
     /// This process created the pod `uid` of `key` (see [`Journal::made_here`]).
-    pub(super) fn made(&self, key: &str, uid: &str) {
+    pub(super) fn made(&self, key: &Key, uid: &str) {
         let now = self.now();
         let mut made = lock(&self.made);
         if made.len() >= MADE_AT_MOST {
@@ -91,7 +92,7 @@ impl Journal {
             at: now,
             told: None,
         };
-        made.insert(key.to_string(), pod);
+        made.insert(key.clone(), pod);
     }
 
     /// The pod of `key` this process created and has not let go, and when.
@@ -109,7 +110,7 @@ impl Journal {
     /// the caller has each handed out ahead of any backlog. Asked every [`OVERDUE_EVERY`]; a
     /// key is answered once a bound, so a pod whose release keeps failing is not retried
     /// faster than its own back-off.
-    pub fn overdue(&self) -> Vec<String> {
+    pub fn overdue(&self) -> Vec<Key> {
         let now = self.now();
         let mut made = lock(&self.made);
         let mut due = Vec::new();

@@ -311,7 +311,8 @@ fn fake(ic: ImmortalContainer) -> Fake {
 }
 
 fn run(f: &Fake, key: &str) -> Result<Next, Error> {
-    reconcile(f, &f.journal, &LogContext { id: "1", key }, None)
+    let key = key.into();
+    reconcile(f, &f.journal, &LogContext { id: "1", key: &key }, None)
 }
 
 fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
@@ -320,7 +321,7 @@ fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
         &f.journal,
         &LogContext {
             id: "2",
-            key: "ns/web",
+            key: &"ns/web".into(),
         },
         Some(hint),
     )
@@ -2104,7 +2105,7 @@ fn releasing_a_pod_whose_name_holds_another_is_done() {
     *f.pod.borrow_mut() = Some(other);
     let trace = LogContext {
         id: "1",
-        key: "ns/web",
+        key: &"ns/web".into(),
     };
     release_pod(&f, &trace, "ns", "web-immortalpod", "pod-uid-old", "test").unwrap();
     assert_eq!(f.calls(), ["PATCH pod/web-immortalpod release"]);
@@ -2247,7 +2248,7 @@ fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
         &Journal::default(),
         &LogContext {
             id: "3",
-            key: "ns/web",
+            key: &"ns/web".into(),
         },
         hint,
     )
@@ -2431,7 +2432,7 @@ fn a_pod_made_here_is_let_go_within_the_bound_whatever_waits_before_it() {
     assert!(f.journal.overdue().is_empty());
     // A backlog's creates kept its count from coming; its bound comes: it is due, once.
     *now.lock().unwrap() += counting::LET_GO_WITHIN - super::OVERDUE_EVERY;
-    assert_eq!(f.journal.overdue(), ["ns/web"]);
+    assert_eq!(f.journal.overdue(), ["ns/web".into()]);
     assert!(f.journal.overdue().is_empty(), "answered once a bound");
     // Handed out ahead of the backlog, its reconcile counts it and lets it go at once.
     f.clear();

@@ -12,7 +12,7 @@ use crate::runtime::liveness::{self, Watch};
 use crate::runtime::metrics::{self, Restart};
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::shutdown;
-use crate::runtime::store::Store;
+use crate::runtime::store::{Key, Store};
 use crate::util;
 use crossbeam_channel::{Receiver, Sender};
 use serde::Deserialize;
@@ -374,12 +374,12 @@ where
         // What was asked before this list is answered by it.
         let asks = self.resync.asked();
         let (listed, rv) = self.list_pages()?;
-        let mut listed_keys: Vec<(String, Priority)> = Vec::with_capacity(listed.len());
+        let mut listed_keys: Vec<(Key, Priority)> = Vec::with_capacity(listed.len());
         // What the list shows replaces what was known, and what is left of that vanished; then
         // the keys are queued, the store's lock released.
-        let vanished: Vec<String> = {
+        let vanished: Vec<Key> = {
             let mut known = self.known.write();
-            let mut before: HashMap<String, W::Memo> = match &self.kind.namespace {
+            let mut before: HashMap<Key, W::Memo> = match &self.kind.namespace {
                 None => std::mem::replace(&mut *known, HashMap::with_capacity(listed.len())),
                 // The other namespaces' keys are their watchers' to keep.
                 Some(ns) => known
@@ -387,9 +387,9 @@ where
                     .collect(),
             };
             for (key, new) in listed {
-                let memo = match before.remove(&key) {
-                    Some(old) => self.policy.relisted(old, new),
-                    None => new,
+                let (key, memo) = match before.remove_entry(key.as_str()) {
+                    Some((key, old)) => (key, self.policy.relisted(old, new)),
+                    None => (Key::from(key), new),
                 };
                 listed_keys.push((key.clone(), self.policy.relist_priority(&memo)));
                 known.insert(key, memo);
@@ -515,13 +515,13 @@ where
         let Some(key) = self.policy.key_of(&o) else {
             return Ok(());
         };
-        let verdict = self
+        let (verdict, key) = self
             .known
             .entry(&key, |memo| self.policy.on_event(event, &o, memo));
         let queued = matches!(verdict, Reaction::Queue(..));
         log::trace!(
             target: "watcher",
-            resource = self.name(), event = event, object = key.as_str(), rv = rv.as_str(), enqueue = queued;
+            resource = self.name(), event = event, object = &*key, rv = rv.as_str(), enqueue = queued;
             "event"
         );
         if let Reaction::Queue(hint, priority) = verdict {
@@ -575,7 +575,7 @@ where
             return Err(StreamEnd::Unreadable);
         };
         self.queue
-            .add(key, self.trigger(event, rv, None), Priority::Urgent);
+            .add(key.into(), self.trigger(event, rv, None), Priority::Urgent);
         Ok(())
     }
 }

@@ -386,7 +386,7 @@ fn a_watcher_of_one_namespace_relists_only_its_keys_of_a_shared_store() {
     std::thread::scope(|sc| sc.spawn(move || w.run()).join()).unwrap();
     let watch = synced.try_recv().expect("its first list is reported");
     assert_eq!((watch.resource, watch.namespace), ("pod", Some("a")));
-    let mut keys: Vec<String> = store.read().keys().cloned().collect();
+    let mut keys: Vec<String> = store.read().keys().map(|k| k.to_string()).collect();
     keys.sort();
     assert_eq!(keys, ["a/y", "b/x"]);
     assert_eq!(store.get("b/x"), Some(7));
