@@ -6,9 +6,14 @@
 //! operator runs at glibc's CPU, idle in 1 to 2 MiB less than with jemalloc, mimalloc or glibc's
 //! malloc (docs/benchmark.md, "Allocators").
 //!
-//! Blocks are never split or merged: one of class `c` is always a 16-aligned system allocation
-//! of [`class_size`]`(c)` bytes, so any thread can reuse it. Only the long-lived busy threads
-//! that ask ([`cache_this_thread`]) cache, at most [`CLASS_BYTES`] a class.
+//! Blocks are never split or merged: one of class `c` is always a system allocation of
+//! [`class_size`]`(c)` bytes, so any thread can reuse it. Only the long-lived busy threads that
+//! ask ([`cache_this_thread`]) cache, at most [`CLASS_BYTES`] a class.
+//!
+//! The classes are musl's own (its mallocng's size classes), so that the static build's
+//! allocator rounds no block up a second time: a block of 16 · n − 4 bytes fills a slot of
+//! 16 · n exactly, where the round sizes this cache used before (160, 192, 4096 bytes) took
+//! the next slot up (192, 240, 4672: 20 % more). On glibc a block costs what it did.
 
 // The crate's one exception to `deny(unsafe_code)` (src/lib.rs): a global allocator is unsafe by
 // definition. Every unsafe block says why it holds.
@@ -18,12 +23,19 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ptr;
 
-const MIN_SHIFT: u32 = 4; // 16 B, the system allocator's own alignment
-const MAX_SHIFT: u32 = 16; // 64 KiB: a watch buffer; larger blocks are rare
-/// 16..=64 in steps of 16, then four classes to each doubling from 64 to 64 KiB: a block is at
-/// most a quarter larger than asked for.
-const CLASSES: usize = 4 + 4 * (MAX_SHIFT as usize - 6);
-const ALIGN: usize = 1 << MIN_SHIFT;
+/// musl's size classes in 16-byte units (`size_classes` in src/malloc/mallocng/malloc.c), up to
+/// 64 KiB: a watch buffer; larger blocks are rare. About four classes to each doubling, so a
+/// block is at most 26 % larger than asked for (or 15 bytes, below 64).
+const UNITS: [u16; 44] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 18, 20, 25, 31, 36, 42, 50, 63, 72, 84, 102, 127, 146,
+    170, 204, 255, 292, 340, 409, 511, 584, 682, 818, 1023, 1169, 1364, 1637, 2047, 2340, 2730,
+    3276, 4095,
+];
+const CLASSES: usize = UNITS.len();
+/// The bytes of each musl slot that its header takes.
+const HEADER: usize = 4;
+/// The system allocator's own alignment: every block has it.
+const ALIGN: usize = 16;
 /// Bytes a thread keeps per class before frees go back to the system. 4 KiB, not 32 with one
 /// block of every larger class kept: the 32 workers' caches then held about 1.5 MiB at the peak
 /// of 1,000 objects, for no CPU the bench could tell (docs/benchmark.md, "Pods first").
@@ -91,37 +103,43 @@ impl Drop for ThreadCache {
     }
 }
 
-/// The class serving `layout`, or None for what goes straight to the system.
+/// The class serving `layout`, or None for what goes straight to the system: musl's
+/// `size_to_class`, so that the class is the slot musl would have given the request.
 #[inline]
 fn class_of(layout: &Layout) -> Option<usize> {
-    if layout.align() > ALIGN || layout.size() > 1 << MAX_SHIFT {
+    // A block is aligned to 16 when it holds 16 bytes or more, to 8 below (see `class_layout`).
+    let size = layout.size().max(layout.align()).max(1);
+    if layout.align() > ALIGN || size > class_size(CLASSES - 1) {
         return None;
     }
-    let size = layout.size().max(1);
-    if size <= 64 {
-        return Some((size - 1) >> MIN_SHIFT);
+    let n = (size + HEADER - 1) >> 4;
+    if n < 10 {
+        return Some(n);
     }
-    // n in [2^k, 2^(k+1)), k >= 6: the class is k's band and the quarter of it n falls in.
-    let n = size - 1;
-    let k = (usize::BITS - 1 - n.leading_zeros()) as usize;
-    Some(4 + 4 * (k - 6) + ((n >> (k - 2)) & 3))
+    let n = n + 1;
+    let mut i = (28 - (n as u32).leading_zeros() as usize) * 4 + 8;
+    if n > UNITS[i + 1] as usize {
+        i += 2;
+    }
+    if n > UNITS[i] as usize {
+        i += 1;
+    }
+    Some(i)
 }
 
-/// The size of every block of `class`.
+/// The size of every block of `class`: its musl slot, less the slot's header.
 #[inline]
 const fn class_size(class: usize) -> usize {
-    if class < 4 {
-        ALIGN * (class + 1)
-    } else {
-        let k = (class - 4) / 4 + 6;
-        (5 + (class - 4) % 4) << (k - 2)
-    }
+    UNITS[class] as usize * 16 - HEADER
 }
 
 #[inline]
 fn class_layout(class: usize) -> Layout {
-    // Multiples of 16 up to 64 KiB with alignment 16: always a valid layout.
-    unsafe { Layout::from_size_align_unchecked(class_size(class), ALIGN) }
+    // Asked of the system with an alignment no larger than the size, so that it is a plain
+    // malloc (Rust's System takes posix_memalign otherwise); malloc aligns to 16 anyway.
+    let size = class_size(class);
+    // SAFETY: a size under 64 KiB with a power-of-two alignment: always a valid layout.
+    unsafe { Layout::from_size_align_unchecked(size, if size < ALIGN { 8 } else { ALIGN }) }
 }
 
 /// The most blocks a thread keeps of `class`.
@@ -156,7 +174,7 @@ fn push(class: usize, block: *mut u8) -> bool {
                 return false;
             }
             let node = block as *mut Free;
-            // SAFETY: the block is at least 16 bytes, 16-aligned and no longer in use.
+            // SAFETY: the block is at least 12 bytes, 8-aligned and no longer in use.
             unsafe {
                 node.write(Free {
                     next: c.heads[class].get(),
@@ -248,22 +266,24 @@ mod tests {
     }
 
     #[test]
-    fn classes_run_from_16_bytes_to_64_kib_each_at_most_a_quarter_above_what_it_serves() {
+    fn classes_are_musls_slots_from_12_bytes_to_64_kib_each_at_most_26_percent_above_what_it_serves() {
         assert_eq!(class_for_size(1), Some(0));
-        assert_eq!(class_for_size(16), Some(0));
-        assert_eq!(class_for_size(17), Some(1));
-        assert_eq!(class_for_size(64), Some(3));
-        assert_eq!(class_size(class_for_size(65).unwrap()), 80);
-        assert_eq!(class_size(class_for_size(168).unwrap()), 192);
-        assert_eq!(class_size(class_for_size(4096).unwrap()), 4096);
-        assert_eq!(class_size(class_for_size(4097).unwrap()), 5120);
-        assert_eq!(class_for_size(64 * 1024), Some(CLASSES - 1));
-        assert_eq!(class_size(CLASSES - 1), 64 * 1024);
-        assert_eq!(class_for_size(64 * 1024 + 1), None);
-        // Every size gets the smallest class that holds it, and wastes at most a quarter
-        // (or 15 bytes below 64).
+        assert_eq!(class_size(0), 12);
+        assert_eq!(class_for_size(13), Some(1));
+        // The sizes measured on the static build (docs/benchmark.md): what used to be rounded
+        // up to 160, 192 and 4096 bytes now fills a slot of musl's exactly.
+        assert_eq!(class_size(class_for_size(160).unwrap()), 188);
+        assert_eq!(class_size(class_for_size(168).unwrap()), 188);
+        assert_eq!(class_size(class_for_size(192).unwrap()), 236);
+        assert_eq!(class_size(class_for_size(4076).unwrap()), 4076);
+        assert_eq!(class_size(class_for_size(4077).unwrap()), 4668);
+        assert_eq!(class_size(CLASSES - 1), 65516);
+        assert_eq!(class_for_size(65516), Some(CLASSES - 1));
+        assert_eq!(class_for_size(65517), None);
+        // Every size gets the smallest class that holds it, and wastes at most 26 % (or 15
+        // bytes below 64).
         let mut prev = 0;
-        for size in 1..=64 * 1024 {
+        for size in 1..=65516 {
             let c = class_for_size(size).unwrap();
             assert!(c == prev || c == prev + 1, "{size}: class {c} after {prev}");
             assert!(class_size(c) >= size, "{size} in class {c}");
@@ -272,14 +292,18 @@ mod tests {
                 "{size} fits class {}",
                 c - 1
             );
-            assert!(class_size(c).is_multiple_of(ALIGN));
+            assert_eq!((class_size(c) + HEADER) % 16, 0);
             assert!(
-                class_size(c) - size <= (size / 4).max(15),
+                class_size(c) - size <= (size * 26 / 100).max(15),
                 "{size} in {}",
                 class_size(c)
             );
             prev = c;
         }
+        // A 16-aligned request gets a block of 16 bytes or more, which the system aligns so.
+        assert_eq!(class_of(&Layout::from_size_align(4, 16).unwrap()), Some(1));
+        assert_eq!(class_layout(0).align(), 8);
+        assert_eq!(class_layout(1).align(), 16);
         // Over-aligned requests bypass the cache: its blocks are only 16-aligned.
         assert_eq!(class_of(&Layout::from_size_align(64, 64).unwrap()), None);
     }
@@ -295,12 +319,12 @@ mod tests {
             let before = cached_blocks(class);
             Cached.dealloc(a, layout(100));
             assert_eq!(cached_blocks(class), before + 1);
-            // Any size of the same class (97..=112 bytes) gets the same block back.
-            let b = Cached.alloc(layout(112));
+            // Any size of the same class (93..=108 bytes) gets the same block back.
+            let b = Cached.alloc(layout(108));
             assert_eq!(b, a);
             assert_eq!(cached_blocks(class), before);
             // alloc_zeroed must clear a reused block.
-            Cached.dealloc(b, layout(112));
+            Cached.dealloc(b, layout(108));
             let z = Cached.alloc_zeroed(layout(105));
             assert_eq!(z, a);
             assert!(std::slice::from_raw_parts(z, 105).iter().all(|&x| x == 0));
@@ -349,7 +373,7 @@ mod tests {
             let _cache = cache_this_thread();
             let class = class_for_size(1024).unwrap();
             let limit = class_limit(class) as usize;
-            assert_eq!(limit, CLASS_BYTES / 1024);
+            assert_eq!(limit, CLASS_BYTES / class_size(class));
             let blocks: Vec<_> = (0..limit + 10)
                 .map(|_| Cached.alloc(layout(1024)))
                 .collect();
@@ -358,11 +382,11 @@ mod tests {
             }
             assert_eq!(cached_blocks(class) as usize, limit);
             // A class larger than CLASS_BYTES is never kept: a thread's cache stays small.
-            assert_eq!(class_limit(class_for_size(CLASS_BYTES).unwrap()), 1);
-            assert_eq!(class_limit(class_for_size(CLASS_BYTES + 1).unwrap()), 0);
-            let big = Cached.alloc(layout(CLASS_BYTES + 1));
-            Cached.dealloc(big, layout(CLASS_BYTES + 1));
-            assert_eq!(cached_blocks(class_for_size(CLASS_BYTES + 1).unwrap()), 0);
+            assert_eq!(class_limit(class_for_size(4076).unwrap()), 1);
+            assert_eq!(class_limit(class_for_size(4077).unwrap()), 0);
+            let big = Cached.alloc(layout(4077));
+            Cached.dealloc(big, layout(4077));
+            assert_eq!(cached_blocks(class_for_size(4077).unwrap()), 0);
         })
         .join()
         .unwrap();
@@ -376,11 +400,11 @@ mod tests {
             for i in 0..40 {
                 *p.add(i) = i as u8;
             }
-            // 40 and 48 bytes share the 48-byte class: no move.
-            let q = Cached.realloc(p, layout(40), 48);
+            // 40 and 44 bytes share the 44-byte class: no move.
+            let q = Cached.realloc(p, layout(40), 44);
             assert_eq!(q, p);
             // Up a class, then past the largest class, then back down: contents survive.
-            let r = Cached.realloc(q, layout(48), 3000);
+            let r = Cached.realloc(q, layout(44), 3000);
             let s = Cached.realloc(r, layout(3000), 200_000);
             let t = Cached.realloc(s, layout(200_000), 300_000);
             let u = Cached.realloc(t, layout(300_000), 40);
