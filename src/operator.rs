@@ -229,10 +229,12 @@ impl Stages {
             let ics = ics.resyncing(ic_resync.clone()).sharing(self.ics.clone());
             spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
             // Every pod watcher keeps its namespace's pods in the one store the first lists are
-            // joined with (see `queue_objects_without_a_pod`).
+            // joined with (see `queue_objects_without_a_pod`), under the objects' own keys.
+            let objects = self.ics.clone();
             let pods = pods
                 .resyncing(Resync::every(self.config.resync_period))
-                .sharing(self.pods.clone());
+                .sharing(self.pods.clone())
+                .keys_from(Box::new(move |key| objects.key(key)));
             spawn_watcher(pods, self.sentinel("watcher")).map_err(failed)?;
         }
         drop(synced_tx);

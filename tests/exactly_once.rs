@@ -819,7 +819,7 @@ impl Controller {
         for (event, ic) in std::mem::take(&mut w.ic_events) {
             let (verdict, _) = self
                 .ics
-                .entry(KEY, |memo| IcEvents.on_event(event, &ic, memo));
+                .entry(KEY.into(), |memo| IcEvents.on_event(event, &ic, memo));
             if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
@@ -835,7 +835,7 @@ impl Controller {
         // The first list fills the new store.
         if let Some(ic) = &w.ic {
             self.ics
-                .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));
+                .entry(KEY.into(), |memo| *memo = Some(Arc::new(IcState::of(ic))));
         }
         self.list_pods(w);
     }
@@ -851,7 +851,7 @@ impl Controller {
         let copy = if bare { &w.created } else { &w.standby };
         if let Some(ic) = copy {
             self.ics
-                .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));
+                .entry(KEY.into(), |memo| *memo = Some(Arc::new(IcState::of(ic))));
         }
         match (&w.ic, copy) {
             (Some(ic), _) => w.ic_events.push(("MODIFIED", ic.clone())),
@@ -869,7 +869,7 @@ impl Controller {
         match &w.ic {
             Some(ic) => {
                 let listed = IcEvents.memo(ic);
-                self.ics.entry(KEY, |memo| {
+                self.ics.entry(KEY.into(), |memo| {
                     *memo = Some(match memo.take() {
                         Some(old) => IcEvents.relisted(old, listed),
                         None => listed,
@@ -877,7 +877,7 @@ impl Controller {
                 });
             }
             None => {
-                self.ics.entry(KEY, |memo| *memo = None);
+                self.ics.entry(KEY.into(), |memo| *memo = None);
             }
         }
         self.list_pods(w);
@@ -1173,7 +1173,7 @@ impl Scenario {
         w.standby = Some(ic.clone());
         // The watcher knows the converged object.
         ctl.ics
-            .entry(KEY, |memo| *memo = Some(Arc::new(IcState::of(ic))));
+            .entry(KEY.into(), |memo| *memo = Some(Arc::new(IcState::of(ic))));
         w.pods.insert(
             POD.into(),
             ModelPod {

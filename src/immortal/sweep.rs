@@ -103,7 +103,11 @@ pub fn sweep<H: Hint>(
                 );
                 swept.found += 1;
                 // A pod someone may be waiting on to go: urgent.
-                queue.add(key.into(), Trigger::Sweep { resource: "pod" }, Priority::Urgent);
+                queue.add(
+                    key.into(),
+                    Trigger::Sweep { resource: "pod" },
+                    Priority::Urgent,
+                );
             }
         }
         match page.metadata.continue_token.filter(|t| !t.is_empty()) {

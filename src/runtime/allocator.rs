@@ -266,7 +266,8 @@ mod tests {
     }
 
     #[test]
-    fn classes_are_musls_slots_from_12_bytes_to_64_kib_each_at_most_26_percent_above_what_it_serves() {
+    fn classes_are_musls_slots_from_12_bytes_to_64_kib_each_at_most_26_percent_above_what_it_serves(
+    ) {
         assert_eq!(class_for_size(1), Some(0));
         assert_eq!(class_size(0), 12);
         assert_eq!(class_for_size(13), Some(1));

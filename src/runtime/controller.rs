@@ -270,8 +270,11 @@ mod tests {
             threads: Mutex::default(),
         });
         for i in 0..200 {
-            crew.queue
-                .add(format!("ns/o{i}").into(), Trigger::Scheduled, Priority::Routine);
+            crew.queue.add(
+                format!("ns/o{i}").into(),
+                Trigger::Scheduled,
+                Priority::Routine,
+            );
         }
         assert!(crew.pool.start());
         start(&crew);

@@ -179,7 +179,6 @@ struct Waiting<H> {
     bound: bool,
 }
 
-
 struct State<H> {
     /// Keys ready to hand out, in order, one deque per band (indexed by `Priority as usize`). A
     /// key moved up leaves a stale copy behind, skipped when it comes up (its `Dirty` says
@@ -1166,7 +1165,12 @@ mod tests {
     fn fail_many(q: &Q, n: usize, priority: Priority) {
         for i in 0..n {
             let key = format!("ns/failing-{i}");
-            q.add_rate_limited(key.into(), Duration::from_secs(3600), Latest::Backoff, priority);
+            q.add_rate_limited(
+                key.into(),
+                Duration::from_secs(3600),
+                Latest::Backoff,
+                priority,
+            );
         }
     }
 

@@ -42,14 +42,19 @@ impl<M: Clone> Store<M> {
         }
     }
 
+    /// The store's copy of `key`, if it knows it, for another store to share.
+    pub fn key(&self, key: &str) -> Option<Key> {
+        self.read().get_key_value(key).map(|(k, _)| k.clone())
+    }
+
     /// Lets `f` see and change what is known of `key` (`None`: nothing; left `None`: the key
     /// is forgotten), as a watcher does for each event of it. Answers with the store's copy of
-    /// the key too, to be queued (a new one if the store did not know it).
-    pub fn entry<R>(&self, key: &str, f: impl FnOnce(&mut Option<M>) -> R) -> (R, Key) {
+    /// the key, to be queued: the one it holds, else `key`.
+    pub fn entry<R>(&self, key: Key, f: impl FnOnce(&mut Option<M>) -> R) -> (R, Key) {
         let mut map = self.write();
-        let (key, mut memo) = match map.remove_entry(key) {
+        let (key, mut memo) = match map.remove_entry(&*key) {
             Some((k, m)) => (k, Some(m)),
-            None => (Key::from(key), None),
+            None => (key, None),
         };
         let r = f(&mut memo);
         if let Some(m) = memo {

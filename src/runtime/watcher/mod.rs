@@ -164,7 +164,12 @@ pub struct Watcher<S: Source, W: Watched> {
     missing: bool,
     /// Events skipped since the last one that decoded (see [`Watcher::skip_undecodable`]).
     skipped: u64,
+    /// Another store's copy of a key, for this one to share (see [`Watcher::keys_from`]).
+    shared_key: Option<SharedKey>,
 }
+
+/// Finds another store's copy of a key.
+pub type SharedKey = Box<dyn Fn(&str) -> Option<Key> + Send>;
 
 impl<S: Source, W: Watched> Watcher<S, W>
 where
@@ -195,6 +200,22 @@ where
             warned: false,
             missing: false,
             skipped: 0,
+            shared_key: None,
+        }
+    }
+
+    /// The same watcher, storing a key new to its store as the copy `shared` finds where there
+    /// is one: the pod watcher shares the object store's keys, one copy where there were two.
+    pub fn keys_from(mut self, shared: SharedKey) -> Self {
+        self.shared_key = Some(shared);
+        self
+    }
+
+    /// `key` as the store and the queue keep it: another store's copy where there is one.
+    fn key_for(&self, key: String) -> Key {
+        match &self.shared_key {
+            Some(find) => find(&key).unwrap_or_else(|| key.into()),
+            None => key.into(),
         }
     }
 
@@ -389,7 +410,7 @@ where
             for (key, new) in listed {
                 let (key, memo) = match before.remove_entry(key.as_str()) {
                     Some((key, old)) => (key, self.policy.relisted(old, new)),
-                    None => (Key::from(key), new),
+                    None => (self.key_for(key), new),
                 };
                 listed_keys.push((key.clone(), self.policy.relist_priority(&memo)));
                 known.insert(key, memo);
@@ -515,9 +536,9 @@ where
         let Some(key) = self.policy.key_of(&o) else {
             return Ok(());
         };
-        let (verdict, key) = self
-            .known
-            .entry(&key, |memo| self.policy.on_event(event, &o, memo));
+        let (verdict, key) = self.known.entry(self.key_for(key), |memo| {
+            self.policy.on_event(event, &o, memo)
+        });
         let queued = matches!(verdict, Reaction::Queue(..));
         log::trace!(
             target: "watcher",

@@ -395,3 +395,43 @@ fn a_watcher_of_one_namespace_relists_only_its_keys_of_a_shared_store() {
     queued.sort();
     assert_eq!(queued, ["a/gone", "a/y"]);
 }
+
+#[test]
+fn a_watcher_sharing_another_stores_keys_keeps_their_copy_and_makes_one_only_for_the_rest() {
+    // The pod watcher keeps its keys as the object store's copies: one allocation per object
+    // where there were two (docs/benchmark.md, "One copy of each key").
+    let objects: Arc<Store<u64>> = Arc::new(Store::new());
+    objects.write().insert("ns/a".into(), 1);
+    let theirs = objects.key("ns/a").unwrap();
+    let s = Script::default();
+    s.lists
+        .lock()
+        .unwrap()
+        .push_back(Ok(page("5", &[("ns", "a"), ("ns", "c")], None)));
+    let store: Arc<Store<u64>> = Arc::new(Store::new());
+    let queue = Arc::new(Queue::new());
+    let (quit_tx, quit) = crossbeam_channel::bounded(0);
+    *s.quit_tx.lock().unwrap() = Some(quit_tx);
+    let (synced_tx, _synced) = crossbeam_channel::unbounded();
+    let shared = objects.clone();
+    let w = Watcher::new(
+        &s,
+        pods(),
+        ByOwner,
+        queue.clone(),
+        quit,
+        synced_tx,
+        DEFAULT_IDLE_TIMEOUT,
+    )
+    .sharing(store.clone())
+    .keys_from(Box::new(move |key| shared.key(key)));
+    std::thread::scope(|sc| sc.spawn(move || w.run()).join()).unwrap();
+    let ours = store.key("ns/a").expect("listed");
+    assert!(Arc::ptr_eq(&ours, &theirs), "the object store's copy");
+    assert_eq!(
+        store.key("ns/c").as_deref(),
+        Some("ns/c"),
+        "a key of its own"
+    );
+    queue.shutdown();
+}
