@@ -182,7 +182,7 @@ impl Compact {
                 message: [Message::Runs(spec.image.clone()), Message::Pending]
                     .into_iter()
                     .find(|derived| derived.text(&pod) == c.message)
-                    .unwrap_or_else(|| Message::Text(intern(&c.message))),
+                    .unwrap_or_else(|| Message::of_text(&c.message, &pod)),
                 observed_generation: c.observed_generation.unwrap_or(NONE),
                 last_transition: util::parse_rfc3339(&c.last_transition_time)
                     .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -406,9 +406,34 @@ mod tests {
                     panic!("no Ready condition")
                 };
                 match (&ra.message, &rb.message) {
-                    (Message::Text(x), Message::Text(y)) => {
+                    (Message::Text(x, _), Message::Text(y, _)) => {
                         assert!(Arc::ptr_eq(x, y))
                     }
+                    other => panic!("{other:?}"),
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+        // Objects whose pods are not ready for one reason share the words, each message
+        // naming its own pod (the kubelet's words, the same for every pod).
+        let naming = |name: &str| {
+            let mut ic = not_ready();
+            ic.metadata.name = name.into();
+            ic.status.current_pod = Some(format!("{name}-immortalpod"));
+            ic.status.conditions[0].message =
+                format!("pod {name}-immortalpod is running but not ready (ContainersNotReady)");
+            ic
+        };
+        let (web, api) = (IcState::of(&naming("web")), IcState::of(&naming("api")));
+        assert_eq!(web.to_object("ns", "web"), naming("web"));
+        assert_eq!(api.to_object("ns", "api"), naming("api"));
+        match (web, api) {
+            (IcState::Compact(w), IcState::Compact(a)) => {
+                match (
+                    &w.ready.as_ref().unwrap().message,
+                    &a.ready.as_ref().unwrap().message,
+                ) {
+                    (Message::Text(x, _), Message::Text(y, _)) => assert!(Arc::ptr_eq(x, y)),
                     other => panic!("{other:?}"),
                 }
             }

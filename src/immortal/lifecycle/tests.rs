@@ -536,3 +536,23 @@ fn recorded_stream_moves_the_version_through_bookmarks_and_rewatches_after_a_cle
         )]
     );
 }
+
+#[test]
+fn a_message_is_kept_without_its_pods_name_and_read_back_for_it() {
+    let a = Message::of_text("pod a-immortalpod is pending: Blocked", "a-immortalpod");
+    let b = Message::of_text("pod b-immortalpod is pending: Blocked", "b-immortalpod");
+    assert_eq!(a, b, "one text for both pods");
+    assert_eq!(
+        a.text("a-immortalpod"),
+        "pod a-immortalpod is pending: Blocked"
+    );
+    assert_eq!(
+        b.text("b-immortalpod"),
+        "pod b-immortalpod is pending: Blocked"
+    );
+    // A text that names no pod, or the pod at its very start, reads back as it was.
+    let none = Message::of_text("the node stopped reporting", "a-immortalpod");
+    assert_eq!(none.text("a-immortalpod"), "the node stopped reporting");
+    let first = Message::of_text("a-immortalpod: gone", "a-immortalpod");
+    assert_eq!(first.text("a-immortalpod"), "a-immortalpod: gone");
+}

@@ -76,8 +76,14 @@ pub struct PodView {
 pub enum Message {
     Runs(Arc<str>),
     Pending,
-    Text(Arc<str>),
+    /// Any other text, with the pod's name cut out where it is at (`NAMELESS`: it did not name
+    /// the pod) and shared: the pods made not ready for one reason (10,000 of them in the
+    /// bench's recovery under load) then share one copy, where each had its own.
+    Text(Arc<str>, u32),
 }
+
+/// A [`Message::Text`] that does not name the pod.
+const NAMELESS: u32 = u32::MAX;
 
 impl Message {
     /// The text, for the pod called `pod`.
@@ -85,7 +91,25 @@ impl Message {
         match self {
             Message::Runs(image) => format!("pod {pod} runs {image}"),
             Message::Pending => format!("pod {pod} is pending"),
-            Message::Text(t) => t.to_string(),
+            Message::Text(t, NAMELESS) => t.to_string(),
+            Message::Text(t, at) => {
+                let (before, after) = t.split_at(*at as usize);
+                format!("{before}{pod}{after}")
+            }
+        }
+    }
+
+    /// `text`, about the pod called `pod`, as it is kept.
+    pub fn of_text(text: &str, pod: &str) -> Message {
+        match text
+            .find(pod)
+            .and_then(|at| Some((at, u32::try_from(at).ok()?)))
+        {
+            Some((at, at32)) if at32 != NAMELESS && !pod.is_empty() => {
+                let nameless = [&text[..at], &text[at + pod.len()..]].concat();
+                Message::Text(util::intern(&nameless), at32)
+            }
+            _ => Message::Text(util::intern(text), NAMELESS),
         }
     }
 }
@@ -107,7 +131,7 @@ impl PodView {
             phase,
             ready: false,
             reason,
-            message: Message::Text(message.into()),
+            message: Message::of_text(&message, name),
         };
         match phase {
             Phase::Terminating => {
