@@ -20,7 +20,7 @@ const REPLACED_AT_MOST: usize = 4096;
 const RELEASED_AT_MOST: usize = 2048;
 
 /// Pods this process created and has not let go yet that are remembered, at most: about
-/// 70 bytes each (the key is the queue's), as many as a backlog creates ahead of its counts. Forgetting them costs a
+/// 50 bytes each (the key is the queue's), as many as a backlog creates ahead of its counts. Forgetting them costs a
 /// read and an early release each, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 18;
 
@@ -45,11 +45,15 @@ pub struct Journal {
     /// release may wait while other objects get their pods and statuses, within a bound.
     made: Mutex<HashMap<Key, Made>>,
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
+    /// What [`Made`]'s times count from.
+    epoch: Instant,
 }
 
 impl Journal {
     pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Journal {
+        let epoch = clock();
         Journal {
+            epoch,
             restarts: Restarts::default(),
             counting: Counting::default(),
             replaced: Mutex::default(),
@@ -89,21 +93,30 @@ impl Journal {
         }
         let pod = Made {
             uid: Uid::new(uid),
-            at: now,
-            told: None,
+            at: self.stamp(now),
+            told: NEVER,
         };
         made.insert(key.clone(), pod);
     }
 
-    /// The pod of `key` this process created and has not let go, and when.
-    pub(super) fn made_here(&self, key: &str) -> Option<(Uid, Instant)> {
-        lock(&self.made).get(key).map(|m| (m.uid.clone(), m.at))
+    /// The pod of `key` this process created and has not let go, and how long ago.
+    pub(super) fn made_here(&self, key: &str) -> Option<(Uid, Duration)> {
+        let now = self.stamp(self.now());
+        lock(&self.made)
+            .get(key)
+            .map(|m| (m.uid.clone(), since(m.at, now)))
     }
 
-    /// Whether a pod made at `at` is due to be let go at `now`: its bound comes within the next
-    /// look for overdue pods ([`Journal::overdue`]).
-    pub(super) fn is_overdue(&self, at: Instant, now: Instant) -> bool {
-        now.saturating_duration_since(at) + OVERDUE_EVERY >= LET_GO_WITHIN
+    /// Whether a pod made `ago` is due to be let go: its bound comes within the next look for
+    /// overdue pods ([`Journal::overdue`]).
+    pub(super) fn is_overdue(ago: Duration) -> bool {
+        ago + OVERDUE_EVERY >= LET_GO_WITHIN
+    }
+
+    /// `t` as [`Made`] keeps it.
+    fn stamp(&self, t: Instant) -> u32 {
+        // Truncated on purpose: only differences of stamps are read.
+        t.saturating_duration_since(self.epoch).as_millis() as u32
     }
 
     /// The keys of pods this process made whose release is due (see [`Journal::is_overdue`]):
@@ -111,13 +124,13 @@ impl Journal {
     /// key is answered once a bound, so a pod whose release keeps failing is not retried
     /// faster than its own back-off.
     pub fn overdue(&self) -> Vec<Key> {
-        let now = self.now();
+        let now = self.stamp(self.now());
         let mut made = lock(&self.made);
         let mut due = Vec::new();
         for (key, m) in made.iter_mut() {
-            let told_long_ago = m.told.is_none_or(|t| self.is_overdue(t, now));
-            if self.is_overdue(m.at, now) && told_long_ago {
-                m.told = Some(now);
+            let told_long_ago = m.told == NEVER || Self::is_overdue(since(m.told, now));
+            if Self::is_overdue(since(m.at, now)) && told_long_ago {
+                m.told = now;
                 due.push(key.clone());
             }
         }
@@ -161,12 +174,22 @@ impl Journal {
     }
 }
 
-/// A pod this process made and has not let go.
+/// A pod this process made and has not let go: 32 bytes, one for every object of a backlog.
 struct Made {
     uid: Uid,
-    at: Instant,
-    /// When [`Journal::overdue`] last answered it.
-    told: Option<Instant>,
+    /// When it was made, and when [`Journal::overdue`] last answered it ([`NEVER`]): in
+    /// milliseconds of the journal's clock, wrapping every 49 days, since only ages of seconds
+    /// matter (an `Instant` takes 16 bytes).
+    at: u32,
+    told: u32,
+}
+
+/// A [`Made`] that [`Journal::overdue`] has not answered.
+const NEVER: u32 = u32::MAX;
+
+/// The time from stamp `then` to stamp `now`.
+fn since(then: u32, now: u32) -> Duration {
+    Duration::from_millis(u64::from(now.wrapping_sub(then)))
 }
 
 /// Pods let go, in two generations, so that the latest ones are always remembered.

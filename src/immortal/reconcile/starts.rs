@@ -92,10 +92,9 @@ impl<A: Api> Run<'_, A> {
         if held.deleting || self.counting_now.as_deref() != Some(held.uid.as_str()) {
             return false;
         }
-        let now = self.journal.now();
         self.journal
             .made_here(self.trace.key)
-            .is_some_and(|(uid, at)| uid == held.uid && !self.journal.is_overdue(at, now))
+            .is_some_and(|(uid, ago)| uid == held.uid && !Journal::is_overdue(ago))
     }
 
     /// Lets our pod `uid` go although its start could not be counted (writing status failed
