@@ -54,7 +54,7 @@ fn verdicts_of(events: &[(&'static str, Pod)], seed: Option<usize>) -> Vec<Strin
                     let what = match hint {
                         Some(PodHint::Left(_)) => "gone".to_string(),
                         Some(PodHint::Seen(p)) => {
-                            format!("{} {}", p.view.phase.as_str(), p.view.reason)
+                            format!("{} {}", p.view.phase.as_str(), p.view.reason.as_str())
                         }
                         None => "queue".to_string(),
                     };
@@ -215,7 +215,7 @@ fn ready_is_true_only_for_a_running_pod_whose_own_ready_condition_is_true() {
     assert!(running.ready);
     assert_eq!(
         (
-            running.reason,
+            running.reason.as_str(),
             running.message.text("web-immortalpod").as_str()
         ),
         ("PodRunning", "pod web-immortalpod runs nginx")
@@ -231,7 +231,7 @@ fn ready_is_true_only_for_a_running_pod_whose_own_ready_condition_is_true() {
             "reason": "ContainersNotReady", "message": "containers with unready status: [acontainer]"}]}),
     ));
     assert_eq!(
-        (not_ready.ready, not_ready.reason, not_ready.message.text("web-immortalpod").as_str()),
+        (not_ready.ready, not_ready.reason.as_str(), not_ready.message.text("web-immortalpod").as_str()),
         (
             false,
             "PodNotReady",
@@ -248,7 +248,7 @@ fn a_failing_image_pull_and_a_crash_loop_are_named_with_the_kubelets_words() {
             "reason": "ImagePullBackOff", "message": "Back-off pulling image \"nope\""}}}]}),
     ));
     assert_eq!(
-        (pull.reason, pull.message.text("web-immortalpod").as_str()),
+        (pull.reason.as_str(), pull.message.text("web-immortalpod").as_str()),
         (
             "ImagePullFailed",
             "pod web-immortalpod cannot pull its image: ImagePullBackOff: Back-off pulling image \"nope\""
@@ -262,7 +262,7 @@ fn a_failing_image_pull_and_a_crash_loop_are_named_with_the_kubelets_words() {
             "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
     ));
     assert_eq!(
-        (crash.reason, crash.message.text("web-immortalpod").as_str()),
+        (crash.reason.as_str(), crash.message.text("web-immortalpod").as_str()),
         (
             "PodCrashLooping",
             "container of pod web-immortalpod keeps exiting: back-off 40s restarting failed container=acontainer; it last exited with code 1 (Error)"

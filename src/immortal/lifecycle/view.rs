@@ -59,6 +59,37 @@ const PULL_FAILURES: [&str; 6] = [
 /// for nothing a user acts on.
 const STARTING: [&str; 3] = ["", "ContainerCreating", "PodInitializing"];
 
+/// Why a pod is ready or not, as the Ready condition's reason says it: a byte in a view, which
+/// rides with every queued key (a `&str` took 16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    Running,
+    Pending,
+    NotReady,
+    Terminating,
+    Terminated,
+    Unschedulable,
+    ImagePullFailed,
+    CrashLooping,
+    Unknown,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Running => "PodRunning",
+            Reason::Pending => "PodPending",
+            Reason::NotReady => "PodNotReady",
+            Reason::Terminating => "PodTerminating",
+            Reason::Terminated => "PodTerminated",
+            Reason::Unschedulable => "PodUnschedulable",
+            Reason::ImagePullFailed => "ImagePullFailed",
+            Reason::CrashLooping => "PodCrashLooping",
+            Reason::Unknown => "PodUnknown",
+        }
+    }
+}
+
 /// What the object's status says about its pod, built from the pod alone, the same way for a
 /// watch event and for a pod reconcile read, so that the watcher can tell when it changes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -66,7 +97,7 @@ pub struct PodView {
     pub phase: Phase,
     /// True only when the pod runs and its own Ready condition is True.
     pub ready: bool,
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: Message,
 }
 
@@ -139,7 +170,7 @@ impl PodView {
                     .filter(|c| c.status == "True")
                     .map_or(String::new(), |c| format!(" ({}: {})", c.reason, c.message));
                 not_ready(
-                    "PodTerminating",
+                    Reason::Terminating,
                     format!("pod {name} is being deleted{why}"),
                 )
             }
@@ -152,7 +183,7 @@ impl PodView {
                     (reason, _) => format!(": {reason}: {}", st.message),
                 };
                 not_ready(
-                    "PodTerminated",
+                    Reason::Terminated,
                     format!("pod {name} ended in phase {}{how}", phase.as_str()),
                 )
             }
@@ -161,11 +192,11 @@ impl PodView {
                     .filter(|c| c.status == "False" && c.reason == "Unschedulable");
                 match (unschedulable, waiting(&st)) {
                     (Some(c), _) => not_ready(
-                        "PodUnschedulable",
+                        Reason::Unschedulable,
                         format!("pod {name} cannot be scheduled: {}", c.message),
                     ),
                     (None, Some(w)) if PULL_FAILURES.contains(&w.reason.as_str()) => not_ready(
-                        "ImagePullFailed",
+                        Reason::ImagePullFailed,
                         format!(
                             "pod {name} cannot pull its image: {}: {}",
                             w.reason, w.message
@@ -176,7 +207,7 @@ impl PodView {
                             "" => w.reason.clone(),
                             m => format!("{}: {m}", w.reason),
                         };
-                        not_ready("PodPending", format!("pod {name} is pending: {msg}"))
+                        not_ready(Reason::Pending, format!("pod {name} is pending: {msg}"))
                     }
                     _ => PodView::pending(),
                 }
@@ -186,7 +217,7 @@ impl PodView {
                     return PodView {
                         phase,
                         ready: true,
-                        reason: "PodRunning",
+                        reason: Reason::Running,
                         message: Message::Runs(util::intern(pod.container_image().unwrap_or(""))),
                     };
                 }
@@ -201,7 +232,7 @@ impl PodView {
                             }
                         });
                     return not_ready(
-                        "PodCrashLooping",
+                        Reason::CrashLooping,
                         format!("container of pod {name} keeps exiting: {}{last}", w.message),
                     );
                 }
@@ -214,13 +245,13 @@ impl PodView {
                     }
                 });
                 not_ready(
-                    "PodNotReady",
+                    Reason::NotReady,
                     format!("pod {name} is running but not ready{why}"),
                 )
             }
             // Its node stopped reporting.
             Phase::Unknown => not_ready(
-                "PodUnknown",
+                Reason::Unknown,
                 format!("the node of pod {name} stopped reporting its state"),
             ),
         }
@@ -231,7 +262,7 @@ impl PodView {
         PodView {
             phase: Phase::Pending,
             ready: false,
-            reason: "PodPending",
+            reason: Reason::Pending,
             message: Message::Pending,
         }
     }

@@ -9,7 +9,7 @@ impl<A: Api> Run<'_, A> {
         self.status.current_pod = Some(self.pod_name.clone());
         self.status.pod_phase = Some(view.phase.as_str().to_string());
         let message = view.message.text(&self.pod_name);
-        self.set_ready(view.ready, view.reason, &message);
+        self.set_ready(view.ready, view.reason.as_str(), &message);
     }
 
     /// Our pod is being deleted to make way for one made from the new spec (`why` says what changed).
