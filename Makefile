@@ -451,7 +451,7 @@ bench: ## Benchmark the operator (BENCH_ARGS="--objects 10000" or "--kubeconfig 
 
 # 100,000 objects: a benchmark, never a test. The herd phase queues another 100,000, so the run
 # creates about 400,000 objects in the test server (which holds them in the bench's memory).
-bench-large: ## Benchmark 100,000 objects (about 8 minutes on 2 cores; results in bench-results-100k.json)
+bench-large: ## Benchmark 100,000 objects (about 20 minutes on 2 cores; results in bench-results-100k.json)
 	$(MAKE) bench BENCH_ARGS="--objects 100000 --timeout 7200 --json bench-results-100k.json $(BENCH_ARGS)"
 
 # The CRD's spec.template schema is generated from the v1.28 API server's PodTemplateSpec
