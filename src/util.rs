@@ -5,8 +5,9 @@ use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A random u64, for jitter and identities, not for secrets: SipHash under the per-thread random
 /// keys std seeds from the OS, which every new `RandomState` steps on by one.
@@ -142,10 +143,34 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A moment in 4 bytes where an `Instant` takes 16 (and in 4 as an `Option` too), for what is
+/// kept per object (a queued key, a pod made and not let go): 100 µs ticks since an `epoch` its
+/// owner keeps, wrapping every five days, since only ages of seconds or minutes are read of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(NonZeroU32);
+
+const TICK_MICROS: u128 = 100;
+
+impl Stamp {
+    /// `t`, counted from `epoch`.
+    pub fn of(t: Instant, epoch: Instant) -> Stamp {
+        // Truncated on purpose: only differences of stamps are read. Counted from 1, so that
+        // 0 is free for `None`; the last tick before each wrap (once every five days) reads as
+        // the first, 100 µs off.
+        let ticks = (t.saturating_duration_since(epoch).as_micros() / TICK_MICROS) as u32;
+        Stamp(NonZeroU32::new(ticks.wrapping_add(1)).unwrap_or(NonZeroU32::MIN))
+    }
+
+    /// The time from this stamp to `now`.
+    pub fn until(self, now: Stamp) -> Duration {
+        let ticks = now.0.get().wrapping_sub(self.0.get());
+        Duration::from_micros(u64::from(ticks) * TICK_MICROS as u64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn formats_and_parses_rfc3339_round_trip() {
@@ -172,6 +197,25 @@ mod tests {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
         assert!(parse_rfc3339("2026-01-31T23:59:59Z").is_some());
+    }
+
+    #[test]
+    fn a_stamp_reads_ages_to_a_tenth_of_a_millisecond_in_four_bytes_across_its_wrap() {
+        let epoch = Instant::now();
+        let t = epoch + Duration::from_millis(1500);
+        let later = Stamp::of(t + Duration::from_micros(2_300), epoch);
+        assert_eq!(
+            Stamp::of(t, epoch).until(later),
+            Duration::from_micros(2_300)
+        );
+        // Five days in, past the wrap of its 32 bits (4.97 days), an age still reads right.
+        let late = epoch + Duration::from_secs(5 * 86_400);
+        let nine_on = Stamp::of(late + Duration::from_secs(9), epoch);
+        assert_eq!(
+            Stamp::of(late, epoch).until(nine_on),
+            Duration::from_secs(9)
+        );
+        assert_eq!(std::mem::size_of::<Option<Stamp>>(), 4);
     }
 
     #[test]

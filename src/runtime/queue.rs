@@ -8,6 +8,7 @@
 use crate::runtime::metrics;
 pub use crate::runtime::store::Key;
 pub use crate::runtime::trigger::{Hint, Trigger};
+use crate::util::Stamp;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -149,27 +150,6 @@ struct Dirty<H> {
     priority: Priority,
 }
 
-/// A moment a queued key is timed from, in 100 µs ticks of the queue's own clock, wrapping: 4
-/// bytes where an `Instant` takes 16, in an entry every queued key has (at 10,000 objects
-/// queued at once, a table of 16,384 of them). Right for waits under five days; a key waits
-/// at most seconds, since routine ones go at least once a [`ROUTINE_FLOOR`].
-#[derive(Clone, Copy)]
-struct Stamp(u32);
-
-const TICK_MICROS: u128 = 100;
-
-impl Stamp {
-    fn now(epoch: Instant) -> Stamp {
-        // Truncated on purpose: only differences of stamps are read.
-        Stamp((epoch.elapsed().as_micros() / TICK_MICROS) as u32)
-    }
-
-    fn elapsed(self, epoch: Instant) -> Duration {
-        let ticks = Stamp::now(epoch).0.wrapping_sub(self.0);
-        Duration::from_micros(u64::from(ticks) * TICK_MICROS as u64)
-    }
-}
-
 /// A key queued for later.
 struct Waiting<H> {
     at: Instant,
@@ -185,7 +165,8 @@ struct State<H> {
     /// another band, or it is not dirty any more).
     ready: [VecDeque<Key>; 2],
     dirty: HashMap<Key, Dirty<H>>,
-    /// What the [`Stamp`]s count from.
+    /// What the [`Stamp`]s count from: 4 bytes in an entry every queued key has (at 10,000
+    /// objects queued at once, a table of 16,384 of them), where an `Instant` took 16.
     epoch: Instant,
     /// Urgent keys handed out in a row while routine ones waited.
     urgent_streak: u32,
@@ -295,11 +276,11 @@ impl<H: Hint> Queue<H> {
             }
             // Moved up: a copy in the urgent band; the routine copy is skipped when it comes.
             d.priority = priority;
-            d.in_band = Stamp::now(st.epoch);
+            d.in_band = Stamp::of(Instant::now(), st.epoch);
         } else {
             // Counted as client-go counts it: a key already queued is not added again.
             metrics::queue_add();
-            let now = Stamp::now(st.epoch);
+            let now = Stamp::of(Instant::now(), st.epoch);
             let dirty = Dirty {
                 trigger,
                 added: now,
@@ -554,8 +535,9 @@ impl<H: Hint> Queue<H> {
         st.bounded.remove(&key);
         let (trigger, priority, waited) = match st.dirty.remove(&key) {
             Some(d) => {
-                metrics::queue_wait(d.added.elapsed(st.epoch));
-                (d.trigger, d.priority, d.in_band.elapsed(st.epoch))
+                let now = Stamp::of(Instant::now(), st.epoch);
+                metrics::queue_wait(d.added.until(now));
+                (d.trigger, d.priority, d.in_band.until(now))
             }
             None => (Trigger::Scheduled, Priority::Routine, Duration::ZERO),
         };

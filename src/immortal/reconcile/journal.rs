@@ -5,7 +5,7 @@ use crate::immortal::counting::{Counting, LET_GO_WITHIN};
 use crate::immortal::restarts::Restarts;
 use crate::kube::types::Uid;
 use crate::runtime::store::Key;
-use crate::util::lock;
+use crate::util::{lock, Stamp};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,9 +19,9 @@ const REPLACED_AT_MOST: usize = 4096;
 /// before the release may still wait in the queue, normally milliseconds.
 const RELEASED_AT_MOST: usize = 2048;
 
-/// Pods this process created and has not let go yet that are remembered, at most: about
-/// 50 bytes each (the key is the queue's), as many as a backlog creates ahead of its counts. Forgetting them costs a
-/// read and an early release each, never a wrong count.
+/// Pods this process created and has not let go yet that are remembered, at most: about 50
+/// bytes each (the key is the queue's), as many as a backlog creates ahead of its counts.
+/// Forgetting them costs a read and an early release each, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 18;
 
 /// How often [`Journal::overdue`] is asked.
@@ -94,7 +94,7 @@ impl Journal {
         let pod = Made {
             uid: Uid::new(uid),
             at: self.stamp(now),
-            told: NEVER,
+            told: None,
         };
         made.insert(key.clone(), pod);
     }
@@ -104,7 +104,7 @@ impl Journal {
         let now = self.stamp(self.now());
         lock(&self.made)
             .get(key)
-            .map(|m| (m.uid.clone(), since(m.at, now)))
+            .map(|m| (m.uid.clone(), m.at.until(now)))
     }
 
     /// Whether a pod made `ago` is due to be let go: its bound comes within the next look for
@@ -114,9 +114,8 @@ impl Journal {
     }
 
     /// `t` as [`Made`] keeps it.
-    fn stamp(&self, t: Instant) -> u32 {
-        // Truncated on purpose: only differences of stamps are read.
-        t.saturating_duration_since(self.epoch).as_millis() as u32
+    fn stamp(&self, t: Instant) -> Stamp {
+        Stamp::of(t, self.epoch)
     }
 
     /// The keys of pods this process made whose release is due (see [`Journal::is_overdue`]):
@@ -128,9 +127,9 @@ impl Journal {
         let mut made = lock(&self.made);
         let mut due = Vec::new();
         for (key, m) in made.iter_mut() {
-            let told_long_ago = m.told == NEVER || Self::is_overdue(since(m.told, now));
-            if Self::is_overdue(since(m.at, now)) && told_long_ago {
-                m.told = now;
+            let told_long_ago = m.told.is_none_or(|t| Self::is_overdue(t.until(now)));
+            if Self::is_overdue(m.at.until(now)) && told_long_ago {
+                m.told = Some(now);
                 due.push(key.clone());
             }
         }
@@ -177,19 +176,10 @@ impl Journal {
 /// A pod this process made and has not let go: 32 bytes, one for every object of a backlog.
 struct Made {
     uid: Uid,
-    /// When it was made, and when [`Journal::overdue`] last answered it ([`NEVER`]): in
-    /// milliseconds of the journal's clock, wrapping every 49 days, since only ages of seconds
-    /// matter (an `Instant` takes 16 bytes).
-    at: u32,
-    told: u32,
-}
-
-/// A [`Made`] that [`Journal::overdue`] has not answered.
-const NEVER: u32 = u32::MAX;
-
-/// The time from stamp `then` to stamp `now`.
-fn since(then: u32, now: u32) -> Duration {
-    Duration::from_millis(u64::from(now.wrapping_sub(then)))
+    /// When it was made.
+    at: Stamp,
+    /// When [`Journal::overdue`] last answered it.
+    told: Option<Stamp>,
 }
 
 /// Pods let go, in two generations, so that the latest ones are always remembered.
