@@ -134,13 +134,13 @@ impl Message {
     pub fn of_text(text: &str, pod: &str) -> Message {
         match text
             .find(pod)
-            .and_then(|at| Some((at, u32::try_from(at).ok()?)))
+            .filter(|&at| !pod.is_empty() && at < NAMELESS as usize)
         {
-            Some((at, at32)) if at32 != NAMELESS && !pod.is_empty() => {
+            Some(at) => {
                 let nameless = [&text[..at], &text[at + pod.len()..]].concat();
-                Message::Text(util::intern(&nameless), at32)
+                Message::Text(util::intern(&nameless), at as u32)
             }
-            _ => Message::Text(util::intern(text), NAMELESS),
+            None => Message::Text(util::intern(text), NAMELESS),
         }
     }
 }
