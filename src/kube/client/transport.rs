@@ -125,19 +125,50 @@ impl<In: Transport> Connector<In> for Tls {
     }
 }
 
-/// The TLS handshake over `sock`, for the request's host.
+/// The TLS handshake over `sock`, for the request's host, on a thread of its own that ends
+/// with it. Why: building a ClientHello and checking the server's certificate reach about 20
+/// KiB deeper into a stack than any request does, and a thread keeps every stack page it has
+/// touched for as long as it lives: the 40 workers a backlog grows would each hold them, 0.8
+/// MiB in all, for one handshake each (docs/benchmark.md, "Handshakes off the workers"). A
+/// thread costs tens of microseconds; a handshake, a round trip to the server.
 fn handshake(
     tls: &Arc<rustls::ClientConfig>,
     details: &ConnectionDetails,
     sock: Box<dyn Lower>,
 ) -> Result<TlsTransport, ureq::Error> {
     let (host, _) = host_and_port(details.uri);
+    let (tls, host) = (tls.clone(), host.to_string());
+    let shaker = std::thread::Builder::new()
+        .name("tls-handshake".into())
+        .spawn(move || shake(tls, &host, sock))
+        .map_err(|e| {
+            ureq::Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot start a thread for the TLS handshake: {e}"),
+            ))
+        })?;
+    // A panic aborts the process (Cargo.toml), so a join error cannot be seen; said all the same.
+    shaker.join().unwrap_or_else(|_| {
+        Err(ureq::Error::Io(std::io::Error::other(
+            "the TLS handshake's thread ended early",
+        )))
+    })
+}
+
+/// The handshake itself, for `host`.
+fn shake(
+    tls: Arc<rustls::ClientConfig>,
+    host: &str,
+    sock: Box<dyn Lower>,
+) -> Result<TlsTransport, ureq::Error> {
     let name = ServerName::try_from(host.to_string())
         .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
     // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).
-    let conn = rustls::ClientConnection::new(tls.clone(), name)
+    let conn = rustls::ClientConnection::new(tls, name)
         .map_err(|e| ureq::Error::Io(std::io::Error::other(e)))?;
-    let mut stream = rustls::StreamOwned::new(conn, sock);
+    // Boxed: moved back up ureq's chain of connectors, the connection's state (over a
+    // kilobyte) took stack in each of their frames.
+    let mut stream = Box::new(rustls::StreamOwned::new(conn, sock));
     while stream.conn.is_handshaking() {
         stream.conn.complete_io(&mut stream.sock).map_err(|e| {
             // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
@@ -319,7 +350,7 @@ const SPARES: usize = 8;
 
 pub struct TlsTransport {
     buffers: Lean,
-    stream: rustls::StreamOwned<rustls::ClientConnection, Box<dyn Lower>>,
+    stream: Box<rustls::StreamOwned<rustls::ClientConnection, Box<dyn Lower>>>,
 }
 
 impl fmt::Debug for TlsTransport {
