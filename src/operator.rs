@@ -339,10 +339,15 @@ impl Stages {
             kind: KIND,
         });
         let (events_client, events_finished) = (writer.clone(), finished.clone());
+        let queue = self.queue.clone();
+        let hold = events::Hold {
+            busy: Box::new(move || queue.urgent_waiting()),
+            at_most: events::HOLD_MAX,
+        };
         spawn("events", move || {
             let _finished = events_finished;
             let _cache = allocator::cache_this_thread();
-            events::run(events_client, event_rx, "immortal-operator", identity)
+            events::run(events_client, event_rx, "immortal-operator", identity, hold)
         })?;
         let workers = Arc::new(Workers {
             stages: self.clone(),

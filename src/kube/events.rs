@@ -29,6 +29,11 @@ const REFILL_EVERY: Duration = Duration::from_secs(300);
 pub const MAX_REMEMBERED: usize = 4096;
 /// Events waiting to be written; beyond this they are dropped (the reconcile never waits).
 pub const BACKLOG: usize = 1024;
+/// The longest an Event is held back while pods are being made ([`Hold`]): a backlog of
+/// 30,000 objects has its pods within it, and a longer one still gets its Events.
+pub const HOLD_MAX: Duration = Duration::from_secs(10);
+/// How often a held Event asks again whether it may go.
+const HOLD_POLL: Duration = Duration::from_millis(20);
 
 /// An Event to record: Normal or Warning, a CamelCase reason, a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +58,26 @@ pub struct Pending {
     pub name: String,
     pub uid: String,
     pub note: Note,
+    /// When it was recorded: how long it may still be held.
+    pub at: Instant,
+}
+
+/// When the writer holds Events back: while `busy` says so (urgent keys wait: pods to make or
+/// count), and for at most `at_most` after each was recorded. An Event costs the API server
+/// what a status write does, and in a backlog the writer, one request at a time, would spend
+/// 2 % of a CPU-bound control plane's time on them (docs/benchmark.md, "Events held").
+pub struct Hold {
+    pub busy: Box<dyn Fn() -> bool + Send>,
+    pub at_most: Duration,
+}
+
+impl Hold {
+    /// Waits while `p` is to be held.
+    fn wait(&self, p: &Pending) {
+        while p.at.elapsed() < self.at_most && (self.busy)() {
+            std::thread::sleep(HOLD_POLL);
+        }
+    }
 }
 
 /// Called with the running total each time an Event is dropped because the queue is full.
@@ -119,6 +144,7 @@ impl Recorder {
             name: meta.name.clone(),
             uid: meta.uid.clone(),
             note,
+            at: Instant::now(),
         });
     }
 }
@@ -260,8 +286,14 @@ pub fn event_name(object: &str) -> String {
 }
 
 /// Drains `rx` until every sender is gone, writing events through `client` as `component`
-/// (`source.component` and `reportingComponent`) from `instance`.
-pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, instance: String) {
+/// (`source.component` and `reportingComponent`) from `instance`, each once `hold` lets it.
+pub fn run(
+    client: Client,
+    rx: Receiver<Pending>,
+    component: &'static str,
+    instance: String,
+    hold: Hold,
+) {
     let mut writer = Writer {
         client,
         component,
@@ -269,6 +301,7 @@ pub fn run(client: Client, rx: Receiver<Pending>, component: &'static str, insta
         book: Book::default(),
     };
     for p in rx {
+        hold.wait(&p);
         writer.write(&p);
     }
 }
@@ -377,6 +410,14 @@ impl Writer {
 mod tests {
     use super::*;
 
+    /// A writer that holds nothing back.
+    fn never() -> Hold {
+        Hold {
+            busy: Box::new(|| false),
+            at_most: Duration::ZERO,
+        }
+    }
+
     fn pending(uid: &str, reason: &'static str, message: &str) -> Pending {
         Pending {
             kind: Kind {
@@ -391,7 +432,40 @@ mod tests {
                 reason,
                 message: message.into(),
             },
+            at: Instant::now(),
         }
+    }
+
+    #[test]
+    fn an_event_is_held_while_pods_wait_and_goes_once_they_are_made() {
+        let busy = Arc::new(AtomicBool::new(true));
+        let flag = busy.clone();
+        let hold = Hold {
+            busy: Box::new(move || flag.load(Ordering::Relaxed)),
+            at_most: Duration::from_secs(60),
+        };
+        let held = std::thread::spawn(move || hold.wait(&pending("u1", "Created", "made")));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!held.is_finished(), "held while urgent keys wait");
+        busy.store(false, Ordering::Relaxed);
+        held.join().unwrap();
+    }
+
+    #[test]
+    fn an_event_is_held_no_longer_than_its_bound_however_long_pods_wait() {
+        let hold = Hold {
+            busy: Box::new(|| true),
+            at_most: Duration::from_millis(50),
+        };
+        let mut p = pending("u1", "Created", "made");
+        let started = Instant::now();
+        hold.wait(&p);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        // One recorded longer ago than the bound goes at once.
+        p.at = Instant::now() - Duration::from_secs(1);
+        let started = Instant::now();
+        hold.wait(&p);
+        assert!(started.elapsed() < Duration::from_millis(50));
     }
 
     /// Decides, and when that is a create, records that it succeeded, as `run` does.
@@ -484,7 +558,7 @@ mod tests {
             kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
         let client = crate::testutil::client_of(&server.kubeconfig_path());
         let (tx, rx) = crossbeam_channel::unbounded();
-        let writer = std::thread::spawn(move || run(client, rx, "test", "here".into()));
+        let writer = std::thread::spawn(move || run(client, rx, "test", "here".into(), never()));
         let events = "/api/v1/namespaces/default/events";
         let listed = || -> Vec<serde_json::Value> {
             let list = server.get_json(events).expect("events listed");
@@ -541,7 +615,7 @@ mod tests {
             path_contains: Some("/events".into()),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
-        let writer = std::thread::spawn(move || run(client, rx, "test", "here".into()));
+        let writer = std::thread::spawn(move || run(client, rx, "test", "here".into(), never()));
         tx.send(pending("u", "PodCreated", "m")).unwrap();
         tx.send(pending("u", "PodCreated", "m")).unwrap();
         drop(tx);

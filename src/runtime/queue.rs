@@ -511,6 +511,14 @@ impl<H: Hint> Queue<H> {
             && (!st.ready[Priority::Urgent as usize].is_empty() || Self::routine_may_go(&st))
     }
 
+    /// Whether urgent keys wait for a worker (a copy left behind by a key moved up may count
+    /// for a moment): the Event writer holds its writes meanwhile (`events::Hold`), so that a
+    /// backlog's creates and counts have the API server to themselves. Never once shut down.
+    pub fn urgent_waiting(&self) -> bool {
+        let st = self.lock();
+        !st.shutting_down && !st.ready[Priority::Urgent as usize].is_empty()
+    }
+
     /// Whether a routine key is ready and the bound on routine reconciles in flight lets it go.
     fn routine_may_go(st: &State<H>) -> bool {
         !st.ready[Priority::Routine as usize].is_empty() && st.routine_in_flight < ROUTINE_IN_FLIGHT
@@ -730,6 +738,20 @@ mod tests {
             q.get_within(Some(Duration::from_secs(5))),
             Got::ShutDown
         ));
+    }
+
+    #[test]
+    fn urgent_keys_waiting_are_told_and_routine_ones_or_a_shut_down_queue_are_not() {
+        let q = Q::new();
+        q.add("ns/refresh".into(), t(), Priority::Routine);
+        assert!(!q.urgent_waiting(), "routine keys alone hold no Event back");
+        q.add("ns/create".into(), t(), Priority::Urgent);
+        assert!(q.urgent_waiting());
+        assert_eq!(q.get().unwrap().0, "ns/create");
+        assert!(!q.urgent_waiting(), "taken by a worker: no longer waiting");
+        q.add("ns/count".into(), t(), Priority::Urgent);
+        q.shutdown();
+        assert!(!q.urgent_waiting(), "nothing is held through a shutdown");
     }
 
     #[test]
