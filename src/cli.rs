@@ -59,7 +59,7 @@ pub struct Args {
     pub workers: usize,
 
     /// Reconcile threads at most: more start while objects wait for one, and end after 10s
-    /// idle [default: 32, or --workers if more].
+    /// idle [default: 40, or --workers if more].
     #[arg(long, value_name = "N")]
     pub max_workers: Option<usize>,
 
@@ -217,7 +217,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Reconcile threads by default: at rest, and at most while a backlog lasts (docs/benchmark.md,
 /// "Workers"). A reconcile mostly waits on the API server.
 pub const DEFAULT_WORKERS: usize = 16;
-pub const DEFAULT_MAX_WORKERS: usize = 32;
+pub const DEFAULT_MAX_WORKERS: usize = 40;
 
 /// The namespaces the operator serves.
 #[derive(Debug, Clone, PartialEq)]
@@ -616,9 +616,9 @@ mod tests {
     }
 
     #[test]
-    fn workers_grow_to_64_by_default_and_never_below_what_was_asked() {
+    fn workers_grow_to_40_by_default_and_never_below_what_was_asked() {
         let c = parse(&[]).unwrap();
-        assert_eq!((c.workers, c.max_workers), (16, 32));
+        assert_eq!((c.workers, c.max_workers), (16, 40));
         assert_eq!(parse(&["--workers", "100"]).unwrap().max_workers, 100);
         assert_eq!(parse(&["--max-workers", "16"]).unwrap().max_workers, 16);
         assert!(parse(&["--workers", "8", "--max-workers", "4"])

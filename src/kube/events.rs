@@ -65,7 +65,8 @@ pub struct Pending {
 /// When the writer holds Events back: while `busy` says so (urgent keys wait: pods to make or
 /// count), and for at most `at_most` after each was recorded. An Event costs the API server
 /// what a status write does, and in a backlog the writer, one request at a time, would spend
-/// 2 % of a CPU-bound control plane's time on them (docs/benchmark.md, "Events held").
+/// 2 % of a CPU-bound control plane's time on them (docs/benchmark.md, "Handshakes off the
+/// workers").
 pub struct Hold {
     pub busy: Box<dyn Fn() -> bool + Send>,
     pub at_most: Duration,
