@@ -511,11 +511,12 @@ impl<H: Hint> Queue<H> {
             && (!st.ready[Priority::Urgent as usize].is_empty() || Self::routine_may_go(&st))
     }
 
-    /// Whether urgent keys wait for a worker (a copy left behind by a key moved up may count
-    /// for a moment): the Event writer holds its writes meanwhile (`events::Hold`), so that a
-    /// backlog's creates and counts have the API server to themselves. Never once shut down.
+    /// Whether urgent keys wait for a worker: the Event writer holds its writes meanwhile
+    /// (`events::Hold`), so that a backlog's creates and counts have the API server to
+    /// themselves. Never once shut down.
     pub fn urgent_waiting(&self) -> bool {
-        let st = self.lock();
+        let mut st = self.lock();
+        Self::drop_stale(&mut st);
         !st.shutting_down && !st.ready[Priority::Urgent as usize].is_empty()
     }
 
