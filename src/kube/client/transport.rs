@@ -137,10 +137,12 @@ fn handshake(
     sock: Box<dyn Lower>,
 ) -> Result<TlsTransport, ureq::Error> {
     let (host, _) = host_and_port(details.uri);
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
     let (tls, host) = (tls.clone(), host.to_string());
     let shaker = std::thread::Builder::new()
         .name("tls-handshake".into())
-        .spawn(move || shake(tls, &host, sock))
+        .spawn(move || shake(tls, name, &host, sock))
         .map_err(|e| {
             ureq::Error::Io(std::io::Error::new(
                 e.kind(),
@@ -155,14 +157,13 @@ fn handshake(
     })
 }
 
-/// The handshake itself, for `host`.
+/// The handshake itself, with the server called `name` at `host`.
 fn shake(
     tls: Arc<rustls::ClientConfig>,
+    name: ServerName<'static>,
     host: &str,
     sock: Box<dyn Lower>,
 ) -> Result<TlsTransport, ureq::Error> {
-    let name = ServerName::try_from(host.to_string())
-        .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
     // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).
     let conn = rustls::ClientConnection::new(tls, name)
         .map_err(|e| ureq::Error::Io(std::io::Error::other(e)))?;
