@@ -48,6 +48,7 @@ mod shared;
 mod status;
 mod store;
 mod strategy;
+mod structural;
 mod table;
 mod taints;
 mod tls;

@@ -455,20 +455,31 @@ pub fn from_crd(crd: &Value) -> Result<ResourceDef, Vec<Cause>> {
             "must have exactly one version marked as storage version",
         ));
     }
-    for v in listed {
+    // The API server validates its internal form, where a schema every version shares is
+    // `spec.validation`'s (fixture 27), and the causes name it so.
+    let shared = listed.windows(2).all(|w| w[0]["schema"] == w[1]["schema"]);
+    for (i, v) in listed.iter().enumerate() {
         let vname = str_at(v, &["name"]).to_string();
+        let field = if shared {
+            "spec.validation.openAPIV3Schema".to_string()
+        } else {
+            format!("spec.versions[{i}].schema.openAPIV3Schema")
+        };
+        let schema = &v["schema"]["openAPIV3Schema"];
+        if schema.is_object() && (i == 0 || !shared) {
+            crate::structural::check(schema, &field, &mut causes);
+        }
         if v["served"].as_bool() != Some(true) {
             continue;
         }
         let storage = v["storage"].as_bool() == Some(true);
-        if !v["schema"]["openAPIV3Schema"].is_object() {
+        if !schema.is_object() {
             causes.push(Cause::required(
-                &format!("spec.versions[{}].schema.openAPIV3Schema", versions.len()),
+                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
                 "schemas are required",
             ));
         }
-        let field = format!("spec.versions[{}].schema.openAPIV3Schema", versions.len());
-        crate::cel::compile_rules(&v["schema"]["openAPIV3Schema"], &field, &mut causes);
+        crate::cel::compile_rules(schema, &field, &mut causes);
         schemas.push((vname.clone(), v["schema"]["openAPIV3Schema"].clone()));
         if storage {
             versions.insert(0, vname);

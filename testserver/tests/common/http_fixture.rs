@@ -14,6 +14,8 @@ pub struct Fixture {
     pub content_type: Option<String>,
     pub body: String,
     pub status: u16,
+    /// The response's `Warning` headers, in order.
+    pub warnings: Vec<String>,
     pub response: String,
 }
 
@@ -56,7 +58,7 @@ pub fn parse(name: &str, text: &str) -> Fixture {
     let response = &response[response.find('\n').map_or(response.len(), |i| i + 1)..];
     let (line, headers, body) = split_section(request.trim_start_matches('\n'));
     let (method, path) = line.split_once(' ').expect("request line");
-    let (status_line, _, response_body) = split_section(response);
+    let (status_line, response_headers, response_body) = split_section(response);
     let status = status_line
         .split(' ')
         .nth(1)
@@ -73,6 +75,11 @@ pub fn parse(name: &str, text: &str) -> Fixture {
             .map(|(_, v)| v.clone()),
         body,
         status,
+        warnings: response_headers
+            .into_iter()
+            .filter(|(k, _)| k == "warning")
+            .map(|(_, v)| v)
+            .collect(),
         response: response_body,
     }
 }
