@@ -36,7 +36,7 @@ SAMPLE := config/samples/immortalcontainer.yaml
 ALIVE = alive() { s=$$(ps -o stat= -p "$$1" 2>/dev/null); [ -n "$$s" ] && [ "$${s\#Z}" = "$$s" ]; };
 
 .DEFAULT_GOAL := help
-.PHONY: help build build-static test run demo demo-stop install uninstall render deploy undeploy \
+.PHONY: help build build-static test test-real run demo demo-stop install uninstall render deploy undeploy \
 	undeploy-operator load-image deploy-local \
 	build-installer docker-build docker-buildx fmt lint generate bench bench-large lines
 
@@ -71,15 +71,32 @@ build-static: ## Build the static (musl) release binary the image ships
 	fi
 	$(CARGO) build --release --target $(MUSL_TARGET) -p immortal-operator
 
-test: ## Run the whole test suite (cargo-nextest if installed, else cargo test)
-	@# nextest does not run doctests, so they get their own cargo test --doc pass.
-	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+test: ## Run the whole test suite (cargo-nextest if installed), then the real-cluster tier (KUBE_ASSETS)
+	@# nextest does not run doctests, so they get their own cargo test --doc pass. The real
+	@# tier runs whatever the first part says, and the target fails if either did.
+	@status=0; if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		echo '$(CARGO) nextest run --workspace && $(CARGO) test --workspace --doc'; \
-		$(CARGO) nextest run --workspace && $(CARGO) test --workspace --doc; \
+		$(CARGO) nextest run --workspace && $(CARGO) test --workspace --doc || status=1; \
 	else \
 		echo '$(CARGO) test --workspace'; \
-		$(CARGO) test --workspace; \
-	fi
+		$(CARGO) test --workspace || status=1; \
+	fi; \
+	$(MAKE) --no-print-directory test-real || status=1; \
+	exit $$status
+
+# The real-cluster tier: a Kubernetes control plane with one node from the binaries in
+# KUBE_ASSETS (kube-apiserver, kube-controller-manager, kube-scheduler and kubemark, as envtest
+# takes KUBEBUILDER_ASSETS; etcd on PATH), on which the CRD, the RBAC, the installer, deploy and
+# undeploy are applied and the end-to-end suite E2E_TESTS runs (docs/testing.md).
+KUBE_ASSETS ?=
+E2E_TESTS := e2e endings day2 production leader template network watch_stall
+test-real: ## Run deploy, undeploy and the end-to-end suite on a real control plane from KUBE_ASSETS
+	@if [ -z '$(KUBE_ASSETS)' ]; then \
+		echo 'make test: the real-cluster tier is skipped: KUBE_ASSETS names no directory of kube-apiserver, kube-controller-manager, kube-scheduler and kubemark (docs/testing.md)'; \
+		exit 0; \
+	fi; \
+	KUBE_ASSETS='$(KUBE_ASSETS)' E2E_TESTS='$(E2E_TESTS)' CARGO='$(CARGO)' KUBECTL='$(KUBECTL)' \
+		tests/real-cluster.sh tier
 
 run: ## Run the operator locally with $KUBECONFIG or ~/.kube/config (none: make demo)
 	@flags=; \

@@ -309,7 +309,9 @@ impl<'c> Policy<'c> {
         probe: impl Fn() -> bool,
     ) -> Option<Policy<'c>> {
         let Some(v) = Policy::version(c) else {
-            eprintln!("SKIPPED: the cluster serves no ValidatingAdmissionPolicy ({what})");
+            common::skipped(&format!(
+                "the cluster serves no ValidatingAdmissionPolicy ({what})"
+            ));
             return None;
         };
         let name = format!("{}-{what}", c.ns);

@@ -129,6 +129,7 @@ fn runs_another_tool(code: &str) -> bool {
         "kind load",
         "k3d ",
         "minikube ",
+        "kubemark ",
     ]
     .iter()
     .any(|tool| code.contains(tool))

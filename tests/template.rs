@@ -296,7 +296,7 @@ fn a_restricted_namespace_runs_a_compliant_template_and_reports_pod_securitys_re
     let c = Cluster::new("template-restricted");
     c.label_namespace("pod-security.kubernetes.io/enforce", Some("restricted"));
     if !restricted_is_enforced(&c) {
-        eprintln!("SKIPPED: this API server does not enforce the restricted Pod Security level");
+        common::skipped("this API server does not enforce the restricted Pod Security level");
         return;
     }
     let _op = Operator::start(&c);

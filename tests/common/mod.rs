@@ -40,6 +40,28 @@ const CRD_PATH: &str = concat!(
     "/config/crd/immortalcontainers.yaml"
 );
 
+/// Environment variable naming a file to which every skipped scenario appends a line (the
+/// real-cluster tier lists them at its end).
+pub const SKIPS_ENV: &str = "IMMORTAL_E2E_SKIPS";
+
+/// Says that the running scenario is skipped here, and why: `SKIPPED test_name: why` on
+/// stderr, and a line in `$IMMORTAL_E2E_SKIPS` when set. The caller then returns.
+pub fn skipped(why: &str) {
+    let thread = std::thread::current();
+    let line = format!("SKIPPED {}: {why}", thread.name().unwrap_or("a scenario"));
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os(SKIPS_ENV).filter(|p| !p.is_empty()) {
+        let written = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = written {
+            panic!("cannot append to {}: {e}", Path::new(&path).display());
+        }
+    }
+}
+
 /// Environment variable naming a real cluster's kubeconfig; unset: the test server.
 pub const KUBECONFIG_ENV: &str = "IMMORTAL_E2E_KUBECONFIG";
 /// When set, scratch directories (operator logs) are kept also for passing tests.
@@ -451,10 +473,38 @@ impl Cluster {
         match &self.backend {
             Backend::TestServer(s) => Some(&**s),
             Backend::Real => {
-                eprintln!("SKIPPED: needs the test server ({scenario} injects faults)");
+                skipped(&format!("needs the test server ({scenario})"));
                 None
             }
         }
+    }
+
+    /// Whether the cluster's nodes run containers for real. kubemark's hollow node (the real
+    /// kubelet over a fake runtime, `fakeRuntime://`) pulls every image and never lets a
+    /// container exit: `false` there, after printing why the scenario is skipped.
+    pub fn real_containers_or_skip(&self, scenario: &str) -> bool {
+        if !self.is_real() {
+            return true;
+        }
+        let nodes = self
+            .api
+            .get("/api/v1/nodes")
+            .unwrap_or_else(|e| panic!("cannot list nodes: {e}"));
+        let fake = nodes["items"].as_array().is_some_and(|ns| {
+            !ns.is_empty()
+                && ns.iter().all(|n| {
+                    n["status"]["nodeInfo"]["containerRuntimeVersion"]
+                        .as_str()
+                        .is_some_and(|v| v.starts_with("fakeRuntime://"))
+                })
+        });
+        if fake {
+            skipped(&format!(
+                "the cluster's nodes run a fake container runtime (kubemark's hollow node), \
+                 where every image pulls and no container exits ({scenario})"
+            ));
+        }
+        !fake
     }
 
     /// The test server when there is one, without printing anything.
@@ -542,16 +592,27 @@ impl Cluster {
         match self.api.post(CRDS, crd) {
             Ok(_) => {}
             Err(e) if e.code() == Some(409) => {
+                // Each test process of the suite installs it, so another may update it between
+                // the read and the write: read again, as a controller would.
                 let path = format!("{CRDS}/{CRD_NAME}");
-                let have = self
-                    .api
-                    .get(&path)
-                    .unwrap_or_else(|e| panic!("cannot read the installed CRD: {e}"));
-                let mut want = crd.clone();
-                want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"].clone();
-                self.api
-                    .request("PUT", &path, "application/json", Some(&want))
-                    .unwrap_or_else(|e| panic!("cannot update the installed CRD: {e}"));
+                let mut conflicts = 0;
+                loop {
+                    let have = self
+                        .api
+                        .get(&path)
+                        .unwrap_or_else(|e| panic!("cannot read the installed CRD: {e}"));
+                    let mut want = crd.clone();
+                    want["metadata"]["resourceVersion"] =
+                        have["metadata"]["resourceVersion"].clone();
+                    match self
+                        .api
+                        .request("PUT", &path, "application/json", Some(&want))
+                    {
+                        Ok(_) => break,
+                        Err(e) if e.code() == Some(409) && conflicts < 20 => conflicts += 1,
+                        Err(e) => panic!("cannot update the installed CRD: {e}"),
+                    }
+                }
             }
             Err(e) => panic!("cannot create the CRD: {e}"),
         }
