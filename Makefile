@@ -297,17 +297,18 @@ deploy: ## Deploy CRD, RBAC and the operator (image IMG; NAMESPACES=a,b: those o
 # without YES=1 nothing is deleted). kubebuilder's targets delete without a word.
 YES ?=
 CRD := immortalcontainers.immortalcontainer.flugel.it
-# `confirm QUESTION`: true once told to go on.
+# `confirm QUESTION`: returns once told to go on; a person's no ends the recipe with success,
+# and no terminal to ask on (a script without YES=1) with failure, since what it asked for
+# was not done.
 CONFIRM = confirm() { \
 	[ '$(YES)' != 1 ] || return 0; \
 	if [ -t 0 ]; then \
 		printf '%s [y/N] ' "$$1"; read -r answer || answer=; \
 		case "$$answer" in [yY]|[yY][eE][sS]) return 0 ;; esac; \
-		echo 'nothing deleted'; \
-	else \
-		echo 'nothing deleted: no terminal to ask on; YES=1 deletes without asking' >&2; \
+		echo 'nothing deleted'; exit 0; \
 	fi; \
-	return 1; };
+	echo 'nothing deleted: no terminal to ask on; YES=1 deletes without asking' >&2; \
+	exit 1; };
 # `say_ics`: how many ImmortalContainers there are, and the first 20 of them.
 SAY_ICS = say_ics() { \
 	n=$$($(KUBECTL) get $(CRD) -A --no-headers 2>/dev/null | wc -l | tr -d ' '); \
@@ -325,6 +326,12 @@ SAY_RENDER = say_render() { \
 		-o custom-columns='KIND:.kind,NS:.metadata.namespace,NAME:.metadata.name' 2>/dev/null | \
 		awk '{ print "    " tolower($$1) "/" $$3 " in " $$2 }' || true; };
 
+# `delete_served_rbac`: those Roles and RoleBindings, when there are any (a delete by selector
+# that finds none says "No resources found", which is no news after an undeploy).
+DELETE_SERVED_RBAC = delete_served_rbac() { \
+	[ -z "$$($(KUBECTL) get $(SERVED_RBAC) -o name 2>/dev/null)" ] || \
+		$(KUBECTL) delete $(SERVED_RBAC) --ignore-not-found; };
+
 # In two steps, so that no pod or namespace is left stuck. First every ImmortalContainer, while
 # the operator still runs: the garbage collector removes their pods, and the operator takes its
 # counting finalizer off any pod that still holds it (a pod created a moment before, or while
@@ -336,7 +343,7 @@ UNDEPLOY_TIMEOUT ?= 120
 COUNT_FINALIZER := immortalcontainer.flugel.it/count-start
 MANAGED_PODS := -l app.kubernetes.io/managed-by=immortal-operator --all-namespaces
 undeploy: ## Say what goes, then remove every ImmortalContainer and its pod, then all deploy made (YES=1: no question)
-	@set -e; $(CONFIRM) $(SAY_ICS) $(SAY_RENDER) \
+	@set -e; $(CONFIRM) $(SAY_ICS) $(SAY_RENDER) $(DELETE_SERVED_RBAC) \
 	out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	$(MAKE) --no-print-directory -s render > "$$out"; \
 	crd=; if $(KUBECTL) get crd $(CRD) >/dev/null 2>&1; then crd=1; fi; \
@@ -365,7 +372,7 @@ undeploy: ## Say what goes, then remove every ImmortalContainer and its pod, the
 		done; \
 	fi; \
 	$(KUBECTL) delete -f "$$out" --ignore-not-found; \
-	$(KUBECTL) delete $(SERVED_RBAC) --ignore-not-found
+	delete_served_rbac
 
 # The operator only: its namespace (Deployment, ServiceAccount, Lease), its ClusterRoles and
 # bindings and the served namespaces' Roles; the CRD, the roles that let people use the kind
@@ -375,14 +382,15 @@ undeploy: ## Say what goes, then remove every ImmortalContainer and its pod, the
 KEEP_KIND := awk 'function flush() { if (doc != "" && !keep) printf "%s---\n", doc; doc = ""; keep = 0 } \
 	/^---$$/ { flush(); next } /^kind: CustomResourceDefinition$$/ { keep = 1 } \
 	/^  name: immortalcontainer-(editor|viewer)$$/ { keep = 1 } { doc = doc $$0 "\n" } END { flush() }'
-undeploy-operator: ## Remove only the operator and its RBAC; the CRD, every ImmortalContainer and pod stay
-	@set -e; $(SAY_RENDER) out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
+undeploy-operator: ## Say what goes, then remove only the operator and its RBAC; the CRD, every object and pod stay (YES=1: no question)
+	@set -e; $(CONFIRM) $(SAY_RENDER) $(DELETE_SERVED_RBAC) out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
 	$(MAKE) --no-print-directory -s render | $(KEEP_KIND) > "$$out"; \
 	echo "make undeploy-operator deletes, from the cluster of context '$$($(KUBECTL) config current-context 2>/dev/null)':"; \
 	say_render "$$out"; \
 	echo 'and keeps the CRD, every ImmortalContainer and its pod (no ended pod is replaced until an operator runs)'; \
+	confirm 'Delete all of this?'; \
 	$(KUBECTL) delete -f "$$out" --ignore-not-found; \
-	$(KUBECTL) delete $(SERVED_RBAC) --ignore-not-found
+	delete_served_rbac
 
 # The one-file install (kubebuilder's convention): exactly what deploy applies, image IMG
 # included, for `kubectl apply -f dist/install.yaml` on a machine without this repository.

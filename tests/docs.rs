@@ -747,3 +747,35 @@ fn the_commands_that_remove_only_the_operator_name_its_cluster_wide_objects() {
         }
     }
 }
+
+/// `make run` serves what the operator serves with no `--namespace`, every namespace; the
+/// README says so where it shows `make run`, and how to narrow it.
+#[test]
+fn the_readme_says_make_run_serves_every_namespace_and_how_to_narrow_it() {
+    let help = Command::new(env!("CARGO_BIN_EXE_immortal-operator"))
+        .arg("--help")
+        .output()
+        .expect("immortal-operator --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let namespace = help
+        .split("--namespace")
+        .nth(1)
+        .expect("--namespace in --help");
+    assert!(
+        namespace
+            .lines()
+            .take(3)
+            .any(|l| l.contains("default: all namespaces")),
+        "--help no longer says --namespace defaults to every namespace:\n{namespace}"
+    );
+    let readme = read("README.md");
+    let run = readme
+        .split("make run\n```")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a make run block in README.md");
+    assert!(
+        run.contains("every namespace") && run.contains("make run ARGS=\"--namespace "),
+        "README's make run does not say it serves every namespace and how to narrow it:\n{run}"
+    );
+}

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_yaml::Value;
 use std::collections::BTreeSet;
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1153,19 +1154,27 @@ fn recording_kubectl(dir: &Path) -> (String, PathBuf) {
 
 #[test]
 fn undeploy_and_uninstall_say_what_goes_and_delete_only_when_told() {
-    for target in ["undeploy", "uninstall"] {
+    for target in ["undeploy", "uninstall", "undeploy-operator"] {
         let dir = make_dir();
         let (kubectl, calls) = recording_kubectl(&dir);
         let kubectl_arg = format!("KUBECTL={kubectl}");
         // No terminal (the test's stdin is /dev/null) and no YES=1: nothing is deleted.
         let (ok, out, err) = make_in(&dir, &[target, &kubectl_arg], &[]);
         assert!(!ok, "make {target} went on unasked:\n{out}{err}");
-        assert!(
-            out.contains("every ImmortalContainer in every namespace (2)")
-                && out.contains("default b")
-                && out.contains("context 'test'"),
-            "make {target} did not say what goes:\n{out}"
-        );
+        assert!(out.contains("context 'test'"), "{out}");
+        if target == "undeploy-operator" {
+            assert!(
+                out.contains("namespace/immortalcontainers-operator")
+                    && out.contains("keeps the CRD, every ImmortalContainer"),
+                "make {target} did not say what goes and what stays:\n{out}"
+            );
+        } else {
+            assert!(
+                out.contains("every ImmortalContainer in every namespace (2)")
+                    && out.contains("default b"),
+                "make {target} did not say what goes:\n{out}"
+            );
+        }
         assert!(
             err.contains("nothing deleted") && err.contains("YES=1"),
             "{err}"
@@ -1183,6 +1192,49 @@ fn undeploy_and_uninstall_say_what_goes_and_delete_only_when_told() {
             made.contains("delete"),
             "make {target} YES=1 deleted nothing:\n{made}"
         );
+        // No served namespace's Role was found, so none is deleted by selector: that would
+        // end a successful undeploy with kubectl's "No resources found".
+        assert!(
+            !made.contains("delete roles,rolebindings"),
+            "make {target} deleted the served namespaces' RBAC that is not there:\n{made}"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+/// A person who answers no on a terminal is told so, and make ends without an error of its
+/// own (`script` gives the recipe a terminal).
+#[test]
+fn answering_no_at_the_undeploy_prompt_deletes_nothing_and_is_no_error() {
+    for target in ["undeploy", "uninstall", "undeploy-operator"] {
+        let dir = make_dir();
+        let (kubectl, calls) = recording_kubectl(&dir);
+        let make = format!(
+            "make --no-print-directory -C '{}' {target} 'KUBECTL={kubectl}'",
+            dir.display()
+        );
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &make, "/dev/null"])
+            .env_remove("MAKEFLAGS")
+            .env_remove("MFLAGS")
+            .env_remove("MAKELEVEL")
+            .stdin(Stdio::piped());
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot run script (util-linux)");
+        child.stdin.take().unwrap().write_all(b"n\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "make {target}, answered n:\n{text}");
+        assert!(
+            text.contains("[y/N]") && text.contains("nothing deleted"),
+            "{text}"
+        );
+        assert!(!text.contains("Error"), "{text}");
+        let made = fs::read_to_string(&calls).unwrap_or_default();
+        assert!(!made.contains("delete"), "make {target} deleted:\n{made}");
         let _ = fs::remove_dir_all(&dir);
     }
 }
@@ -1197,6 +1249,7 @@ fn undeploy_operator_keeps_the_crd_the_objects_and_the_roles_people_use_them_wit
         "case \"$1\" in\n\
          kustomize) exec {real} \"$@\" ;;\n\
          delete) [ \"$2\" = -f ] && cp \"$3\" '{kept}'; echo \"delete $*\" >> '{calls}' ;;\n\
+         get) case \"$*\" in *roles,rolebindings*'-o name'*) echo role.rbac.authorization.k8s.io/immortal-operator ;; esac ;;\n\
          esac",
         kept = kept.display(),
         calls = dir.join("calls").display(),
@@ -1204,7 +1257,7 @@ fn undeploy_operator_keeps_the_crd_the_objects_and_the_roles_people_use_them_wit
     let kubectl = fake_program(&dir, "kubectl", &body);
     let (ok, out, err) = make_in(
         &dir,
-        &["undeploy-operator", &format!("KUBECTL={kubectl}")],
+        &["undeploy-operator", &format!("KUBECTL={kubectl}"), "YES=1"],
         &[],
     );
     assert!(ok, "make undeploy-operator:\n{out}{err}");
