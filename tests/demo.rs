@@ -1,6 +1,7 @@
 //! The README's demo, run as a newcomer runs it: every command of its demo block, in order,
 //! as written (in a directory of the test's own instead of `.demo/`), each checked to do what
-//! the README says; then `make run` without a kubeconfig, which the README says runs the demo.
+//! the README says; `make run` after it, which builds nothing more; then `make run` without a
+//! kubeconfig, which the README says runs the demo.
 //!
 //! It builds the release binaries (`make demo` does), so it is slow the first time; every
 //! command is bounded, so a demo that hangs fails the test instead. Whatever it started is
@@ -251,6 +252,19 @@ fn the_readme_s_demo_commands_do_what_it_says_and_make_run_without_a_kubeconfig_
     let (ok, out) = run(&mut sh(&demo.command(README_DEMO[0])), BUILD_BOUND);
     assert!(ok, "make demo failed:\n{out}");
     assert!(out.contains("The demo is running"), "{out}");
+    // make run, against the demo's cluster, builds nothing make demo has not built.
+    let (ran, run_out) = run(
+        &mut sh(&format!(
+            "make run ARGS='--kubeconfig {} --version'",
+            demo.dir.join("kubeconfig").display()
+        )),
+        BUILD_BOUND,
+    );
+    assert!(ran, "make run failed:\n{run_out}");
+    assert!(
+        run_out.contains("immortal-operator ") && !run_out.contains("Compiling"),
+        "make run rebuilt what make demo built:\n{run_out}"
+    );
     // A demo outside .demo is stopped with its own DEMO_DIR, and says so.
     assert!(
         out.contains(&format!(
