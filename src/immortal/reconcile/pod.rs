@@ -61,7 +61,18 @@ impl<A: Api> Run<'_, A> {
                 Ok(Created::Yes)
             }
             Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
-            Err(e) if e.is_invalid() || e.is_forbidden() => Ok(Created::Refused(e)),
+            Err(e) if e.is_invalid() || e.is_forbidden() => {
+                // One line per try, so that each retry of a refused create says what it sent
+                // and what the server answered (the condition is written only when it changes).
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = self.trace.id, object = self.trace.key, action = "create_pod",
+                    pod = self.pod_name.as_str(), image = self.ic.spec.image.as_str(),
+                    cause = cause.label(), result = "refused", error = e.to_string().as_str();
+                    "create refused"
+                );
+                Ok(Created::Refused(e))
+            }
             Err(e) => Err(Error::from_api("create pod", e)),
         }
     }
