@@ -65,7 +65,7 @@ impl fmt::Display for Ending {
             How::Ended => "ended",
         };
         match self.ran {
-            Some(d) => write!(f, "{verb} {} s after it started", d.as_secs()),
+            Some(d) => write!(f, "{verb} {} after it started", util::human_duration(d)),
             None => write!(f, "{verb} before it started"),
         }
     }

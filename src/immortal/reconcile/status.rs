@@ -29,15 +29,11 @@ impl<A: Api> Run<'_, A> {
         use crate::immortal::restarts::{MAX, MIN_RUN};
         let at = util::rfc3339_after(wait.remaining);
         let how = wait.ending.map_or("ended".to_string(), |e| e.to_string());
+        let [min_run, backoff, max] = [MIN_RUN, wait.backoff, MAX].map(util::human_duration);
         let msg = format!(
-            "pod {} {how}: {} pods in a row ended within {}s of starting; the next one is created at {at} \
-             (back-off {}s, doubling to {}s; a pod that runs {}s or more is replaced at once)",
-            self.pod_name,
-            wait.streak,
-            MIN_RUN.as_secs(),
-            wait.backoff.as_secs(),
-            MAX.as_secs(),
-            MIN_RUN.as_secs(),
+            "pod {} {how}: {} pods in a row ended within {min_run} of starting; the next one is created at {at} \
+             (back-off {backoff}, doubling to {max}; a pod that runs {min_run} or more is replaced at once)",
+            self.pod_name, wait.streak,
         );
         self.status.current_pod = None;
         self.status.pod_phase = None;

@@ -768,7 +768,7 @@ fn a_graceful_deletion_is_reported_terminating_and_waited_for_without_polling() 
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(
         f.notes.borrow().last().unwrap().message,
-        "Created pod web-immortalpod: the previous one was deleted 60 s after it started"
+        "Created pod web-immortalpod: the previous one was deleted 1 min after it started"
     );
 }
 
@@ -789,7 +789,7 @@ fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(
         f.notes.borrow().last().unwrap().message,
-        "Created pod web-immortalpod: the previous one ended 65 s after it started"
+        "Created pod web-immortalpod: the previous one ended 1 min 5 s after it started"
     );
 }
 
@@ -1123,7 +1123,13 @@ fn pods_that_keep_ending_back_off_and_say_so() {
     assert_eq!(status(&f).pod_phase, None);
     let msg = message(&f);
     assert!(
-        msg.contains("was deleted 0 s after it started: 2 pods in a row ended within 10s"),
+        msg.contains("was deleted 0 s after it started: 2 pods in a row ended within 10 s"),
+        "{msg}"
+    );
+    assert!(
+        msg.ends_with(
+            "(back-off 1 s, doubling to 5 min; a pod that runs 10 s or more is replaced at once)"
+        ),
         "{msg}"
     );
     let note = f.notes.borrow().last().unwrap().clone();
@@ -1391,6 +1397,10 @@ fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
         assert!(msg.contains(field), "{field}: {msg}");
     }
     assert!(!msg.contains("config/samples"), "{msg}");
+    assert!(
+        msg.ends_with("; the operator tries again after 1 s, doubling to 5 min"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -1645,7 +1655,7 @@ fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() 
     assert_eq!(status(&f).start_times, Some(3));
     assert_eq!(
         f.notes.borrow().last().unwrap().message,
-        "Created pod web-immortalpod: the previous one was deleted 60 s after it started"
+        "Created pod web-immortalpod: the previous one was deleted 1 min after it started"
     );
     // And the streak before it is forgotten: the next quick ending is the first of a row.
     start_pod(&f);
