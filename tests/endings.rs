@@ -88,6 +88,15 @@ fn evicted_is_replaced() {
     let first = c.wait_converged("web", 1, |_| Ok(()));
     c.evict_pod(name(&first));
     replaced(&c, "web", &first, 2);
+    // Said after the fact: an eviction, not a person's delete.
+    let said = c.wait_event("PodReplaced", |m| {
+        m.contains("the previous one was deleted")
+    });
+    assert!(
+        said.contains("was deleted (EvictionByEvictionAPI) ")
+            && said.ends_with(" after it started"),
+        "{said}"
+    );
     c.assert_stays_converged(&one("web", 2), Duration::from_secs(1));
 }
 
@@ -135,6 +144,8 @@ fn failed_by_the_kubelet_is_replaced() {
     // (phase Failed, reason DeadlineExceeded) and the pod stays until someone deletes it.
     c.patch_pod(name(&first), &json!({"spec": {"activeDeadlineSeconds": 1}}));
     replaced(&c, "web", &first, 2);
+    let said = c.wait_event("PodReplaced", |m| m.contains("the previous one"));
+    assert!(said.contains("ended (DeadlineExceeded) "), "{said}");
     c.assert_stays_converged(&one("web", 2), Duration::from_secs(1));
 }
 
@@ -354,5 +365,8 @@ fn a_node_lost_with_its_pod_is_replaced_on_another_node() {
     assert!(server.lose_node(&node), "no node {node}");
     let second = replaced(&c, "web", &first, 2);
     assert_ne!(second["spec"]["nodeName"], node.as_str());
+    // Said after the fact: the node's removal, by the pod garbage collector.
+    let said = c.wait_event("PodReplaced", |m| m.contains("the previous one"));
+    assert!(said.contains(" (DeletionByPodGC) "), "{said}");
     c.assert_stays_converged(&one("web", 2), Duration::from_secs(1));
 }

@@ -140,7 +140,7 @@ impl OurPod {
             // An event from before our own release still shows our finalizer. Releasing again
             // on it would cost a write per pod for nothing.
             holds: p.holds_count && !journal.released_after(&p.uid, p.rv),
-            ending: p.ending,
+            ending: p.ending.clone(),
         }
     }
 }
@@ -411,8 +411,9 @@ impl<A: Api> Run<'_, A> {
                 .restarts
                 .wait(self.trace.key, self.journal.now())
             {
+                let remaining = wait.remaining;
                 self.back_off(wait);
-                return Ok(Step::Done(Next::RequeueAfter(wait.remaining)));
+                return Ok(Step::Done(Next::RequeueAfter(remaining)));
             }
         }
         match self.create(cause)? {
@@ -478,7 +479,7 @@ impl<A: Api> Run<'_, A> {
         // Ours: it was started, so it counts, once.
         self.count(&uid);
         if let Some(e) = ending {
-            self.ended(&uid, e);
+            self.ended(&uid, &e);
         }
         if holds {
             // Still held for its count: it goes once the status write that ends this
@@ -555,7 +556,7 @@ impl<A: Api> Run<'_, A> {
         };
         match hint {
             Some(PodHint::Left(g)) => {
-                if let Some(e) = g.ending {
+                if let Some(e) = &g.ending {
                     self.ended(&g.uid.to_string(), e);
                 }
                 // The pod counted last left, or none was counted: its name is probably free.
@@ -569,7 +570,7 @@ impl<A: Api> Run<'_, A> {
             Some(PodHint::Seen(p)) if ours(p) => {
                 let uid = p.uid.to_string();
                 if p.view.phase.is_terminal() {
-                    if let Some(e) = p.ending {
+                    if let Some(e) = &p.ending {
                         self.ended(&uid, e);
                     }
                     return Look::DeleteTerminated(uid);
@@ -605,10 +606,10 @@ impl<A: Api> Run<'_, A> {
 
     /// Records how our pod `uid` ended, for the back-off of its replacement: unless a later
     /// pod of ours was counted already (the event is about an older one).
-    fn ended(&self, uid: &str, ending: Ending) {
+    fn ended(&self, uid: &str, ending: &Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
         if last.is_none_or(|l| l == uid) {
-            self.journal.restarts.ended(self.trace.key, ending);
+            self.journal.restarts.ended(self.trace.key, ending.clone());
         }
     }
 

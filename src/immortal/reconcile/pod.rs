@@ -2,7 +2,7 @@
 
 use super::{Api, Cause, Error, Run};
 use crate::immortal::desired::{desired_labels, desired_pod};
-use crate::immortal::lifecycle::PodView;
+use crate::immortal::lifecycle::{Ending, PodView};
 use crate::kube::client;
 use crate::kube::types::{self, Pod};
 use serde_json::{json, Map, Value};
@@ -13,11 +13,18 @@ impl<A: Api> Run<'_, A> {
         let pod = desired_pod(self.ic, counted);
         match self.api.create_pod(self.ns, &pod) {
             Ok(created) => {
+                // How the pod it replaces ended, if that was seen: whether a person deleted it,
+                // an eviction or a node's removal, said after the fact.
+                let ending = match cause.is_restart() {
+                    true => self.journal.restarts.ending(self.trace.key),
+                    false => None,
+                };
                 log::info!(
                     target: "reconcile",
                     reconcile_id = self.trace.id, object = self.trace.key, action = "create_pod",
                     pod = created.metadata.name.as_str(), uid = created.metadata.uid.as_str(),
-                    image = self.ic.spec.image.as_str(), cause = cause.label();
+                    image = self.ic.spec.image.as_str(), cause = cause.label(),
+                    reason = ending.as_ref().and_then(Ending::reason);
                     "created pod"
                 );
                 crate::runtime::metrics::record_pod_created(cause.label());
@@ -39,7 +46,7 @@ impl<A: Api> Run<'_, A> {
                         format!("Created pod {pod} with image {image}"),
                     ),
                     Cause::Deleted | Cause::Terminated => {
-                        let previous = match self.journal.restarts.ending(self.trace.key) {
+                        let previous = match ending {
                             Some(e) => e.to_string(),
                             None if cause == Cause::Deleted => "was deleted".to_string(),
                             None => "terminated".to_string(),

@@ -773,6 +773,36 @@ fn a_graceful_deletion_is_reported_terminating_and_waited_for_without_polling() 
 }
 
 #[test]
+fn the_replacement_s_event_says_who_ended_the_pod_and_how_long_it_ran() {
+    let f = running("nginx");
+    // Its node was deleted: the pod garbage collector marks it and deletes it at once.
+    f.pod
+        .borrow_mut()
+        .as_mut()
+        .unwrap()
+        .status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .push(PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: "DeletionByPodGC".into(),
+            message: "PodGC: node no longer exists".into(),
+        });
+    let hint = delete_after_running(&f, 1502);
+    run_with(&f, &hint).unwrap();
+    assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
+    let note = f.notes.borrow().last().unwrap().clone();
+    assert_eq!(
+        (note.reason, note.message.as_str()),
+        (
+            "PodReplaced",
+            "Created pod web-immortalpod: the previous one was deleted (DeletionByPodGC) 25 min after it started"
+        )
+    );
+}
+
+#[test]
 fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
     let f = running("nginx");
     fail_pod(&f);
