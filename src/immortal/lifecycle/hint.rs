@@ -1,6 +1,6 @@
 //! What a pod event tells reconcile beyond the key.
 
-use super::{Ending, PodView};
+use super::{Ending, PodView, Waiting};
 use crate::kube::types::Uid;
 use crate::runtime::queue::Hint;
 use std::fmt;
@@ -47,6 +47,8 @@ pub struct SeenPod {
     pub view: PodView,
     /// How it ended, once it is terminal or being deleted.
     pub ending: Option<Ending>,
+    /// Since when it waits on its node, being deleted or pending.
+    pub waiting: Option<Waiting>,
 }
 
 /// An object's pods follow one another under one name, and one watch brings their events in

@@ -1,6 +1,6 @@
 //! The pod watcher's policy: which pod events are worth a reconcile, and what each tells it.
 
-use super::{Ending, LeftPod, PodHint, PodView, SeenPod};
+use super::{Ending, LeftPod, PodHint, PodView, SeenPod, Waiting};
 use crate::immortal::counting::holds;
 use crate::immortal::desired::recorded_hash;
 use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
@@ -135,6 +135,7 @@ impl Watched for PodEvents {
             holds_count,
             rv: m.resource_version.parse().unwrap_or(0),
             ending: Ending::of(o),
+            waiting: Waiting::of(o, &view),
             view,
         }));
         Reaction::Queue(Some(hint), priority)

@@ -2,7 +2,7 @@
 
 use super::{Api, Cause, Error, Run};
 use crate::immortal::desired::{desired_labels, desired_pod};
-use crate::immortal::lifecycle::{Ending, PodView};
+use crate::immortal::lifecycle::{Ending, PodView, Waiting};
 use crate::kube::client;
 use crate::kube::types::{self, Pod};
 use serde_json::{json, Map, Value};
@@ -37,7 +37,9 @@ impl<A: Api> Run<'_, A> {
                     self.made = true;
                 } else {
                     self.count(&created.metadata.uid);
-                    self.report(&PodView::of(&created));
+                    let view = PodView::of(&created);
+                    self.report(&view);
+                    self.waits(Waiting::of(&created, &view), Some(&created));
                 }
                 let (pod, image) = (&self.pod_name, &self.ic.spec.image);
                 let (reason, message) = match cause {

@@ -12,6 +12,22 @@ impl<A: Api> Run<'_, A> {
         self.set_ready(view.ready, view.reason.as_str(), &message);
     }
 
+    /// Our pod waits on its node: once it has waited past a step, the Ready message just set
+    /// says how long and where to look (read from the pod `read`, which `first_look` makes sure
+    /// of); either way, the next step is looked at when it comes.
+    pub(super) fn waits(&mut self, waiting: Option<Waiting>, read: Option<&Pod>) {
+        let Some(w) = waiting else {
+            return;
+        };
+        if let (Some(over), Some(pod)) = (w.overdue(self.now), read) {
+            let ready = self.status.conditions.iter().find(|c| c.type_ == READY);
+            if let Some(c) = ready.cloned() {
+                self.set_ready(false, &c.reason, &w.says(pod, &c.message, over));
+            }
+        }
+        self.refresh = w.next_change(self.now);
+    }
+
     /// Our pod is being deleted to make way for one made from the new spec (`why` says what changed).
     pub(super) fn replacing(&mut self, why: &str) {
         self.status.current_pod = Some(self.pod_name.clone());
