@@ -134,7 +134,7 @@ impl Watched for PodEvents {
             spec_hash: recorded_hash(o).map(util::intern),
             holds_count,
             rv: m.resource_version.parse().unwrap_or(0),
-            ending: Ending::of(o),
+            ending: Ending::of(o).map(Box::new),
             waiting: Waiting::of(o, &view),
             view,
         }));

@@ -147,7 +147,7 @@ impl<'p> OurPod<'p> {
             // An event from before our own release still shows our finalizer. Releasing again
             // on it would cost a write per pod for nothing.
             holds: p.holds_count && !journal.released_after(&p.uid, p.rv),
-            ending: p.ending.clone(),
+            ending: p.ending.as_deref().cloned(),
             waiting: p.waiting,
             read: None,
         }
