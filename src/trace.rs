@@ -155,7 +155,15 @@ fn timeline(input: impl BufRead, object: &str) -> Timeline {
             }
             msg => {
                 let action = action.as_deref().unwrap_or(msg);
-                let _ = writeln!(open[i].steps, "    {action}:{}", show(&f));
+                // A request answered otherwise than asked (a create refused): what was sent,
+                // then what the server said.
+                let answer = match (f.remove("result"), f.remove("error")) {
+                    (Some(result), Some(error)) => format!(" → {result}: {error}"),
+                    (Some(result), None) => format!(" → {result}"),
+                    (None, Some(error)) => format!(" → {error}"),
+                    (None, None) => String::new(),
+                };
+                let _ = writeln!(open[i].steps, "    {action}:{}{answer}", show(&f));
             }
         }
     }
@@ -358,6 +366,40 @@ immortal-operator: a line that is not a log line
         let reconcile = text.find("reconcile 1-4").expect("the reconcile");
         let event = text.find("recorded event").expect("the event");
         assert!(reconcile < event, "{text}");
+    }
+
+    #[test]
+    fn each_retry_of_a_refused_create_says_what_it_sent_and_what_the_server_answered() {
+        let refused = |id: &str, ts: &str, trigger: &str, next: u32| {
+            format!(
+                "{ts}1Z INFO  reconcile: create refused reconcile_id={id} object=ns/web action=create_pod pod=web-immortalpod image=nginx:1.27 cause=deleted result=refused error=\"api error 403 Forbidden: pods \\\"web-immortalpod\\\" is forbidden: violates PodSecurity\"\n\
+                 {ts}2Z INFO  reconcile: reconciled reconcile_id={id} object=ns/web trigger=\"{trigger}\" result=requeue_after requeue_after_ms={next} elapsed_ms=0.8\n"
+            )
+        };
+        let log = [
+            refused(
+                "1-1",
+                "2026-11-22T03:12:00.00",
+                "pod DELETED rv=9 left uid=u1",
+                1000,
+            ),
+            refused("1-2", "2026-11-22T03:12:01.00", "scheduled requeue", 2000),
+        ]
+        .concat();
+        let t = timeline(log.as_bytes(), "ns/web");
+        let step = "    create_pod: cause=deleted image=nginx:1.27 pod=web-immortalpod → refused: \
+                    api error 403 Forbidden: pods \"web-immortalpod\" is forbidden: violates PodSecurity\n";
+        assert_eq!(
+            t.text,
+            format!(
+                "2026-11-22T03:12:00.001Z  reconcile 1-1  triggered by: pod DELETED rv=9 left uid=u1\n\
+                 {step}\
+                 \x20   → requeue_after; next look in 1000 ms (0.8 ms)\n\
+                 2026-11-22T03:12:01.001Z  reconcile 1-2  triggered by: scheduled requeue\n\
+                 {step}\
+                 \x20   → requeue_after; next look in 2000 ms (0.8 ms)\n"
+            )
+        );
     }
 
     #[test]

@@ -62,6 +62,30 @@ pub fn rfc3339_after(d: std::time::Duration) -> String {
     rfc3339(SystemTime::now() + std::time::Duration::from_secs(secs))
 }
 
+/// `d` as a person says it, cut to what a reader needs, as kubectl's AGE is: two units while
+/// the larger is under 10 ("4 min 30 s", "2 h 5 min"), one after ("25 min", "14 h", "12 days").
+/// Cut, never rounded up, so that "over 25 min" stays true.
+pub fn human_duration(d: Duration) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400, "day"), (3_600, "h"), (60, "min"), (1, "s")];
+    let say = |n: u64, unit: &str| match (n, unit) {
+        (1, "day") => "1 day".to_string(),
+        (n, "day") => format!("{n} days"),
+        (n, unit) => format!("{n} {unit}"),
+    };
+    let secs = d.as_secs();
+    let Some(i) = UNITS.iter().position(|&(size, _)| secs >= size) else {
+        return "0 s".into();
+    };
+    let (size, unit) = UNITS[i];
+    let (n, rest) = (secs / size, secs % size);
+    match UNITS.get(i + 1) {
+        Some(&(small, next)) if n < 10 && rest >= small => {
+            format!("{} {}", say(n, unit), say(rest / small, next))
+        }
+        _ => say(n, unit),
+    }
+}
+
 /// One shared copy of `s`, for strings many values repeat (the image most objects of a cluster
 /// run).
 pub fn intern(s: &str) -> Arc<str> {
@@ -184,6 +208,29 @@ mod tests {
         );
         assert_eq!(parse_rfc3339("not a time"), None);
         assert_eq!(parse_rfc3339("2026-13-01T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        let s = Duration::from_secs;
+        for (d, said) in [
+            (Duration::from_millis(300), "0 s"),
+            (s(2), "2 s"),
+            (s(59), "59 s"),
+            (s(60), "1 min"),
+            (s(90), "1 min 30 s"),
+            (s(270), "4 min 30 s"),
+            (s(300), "5 min"),
+            (s(1502), "25 min"),
+            (s(3_599), "59 min"),
+            (s(3_600 + 5 * 60 + 9), "1 h 5 min"),
+            (s(14 * 3_600 + 59 * 60), "14 h"),
+            (s(86_400 + 3 * 3_600), "1 day 3 h"),
+            (s(2 * 86_400), "2 days"),
+            (s(12 * 86_400 + 3_600), "12 days"),
+        ] {
+            assert_eq!(human_duration(d), said, "{d:?}");
+        }
     }
 
     #[test]

@@ -436,7 +436,7 @@ fn two_hundred_objects_created_at_once_all_converge() {
 }
 
 #[test]
-fn sigterm_makes_the_operator_exit_zero_within_5_seconds() {
+fn sigterm_is_logged_then_the_operator_drains_and_exits_zero_within_5_seconds() {
     let c = Cluster::new("sigterm");
     let mut op = Operator::start(&c);
     c.create_ic("web", &image());
@@ -455,6 +455,16 @@ fn sigterm_makes_the_operator_exit_zero_within_5_seconds() {
         status.success(),
         "exited with {status} after {:?}",
         sent.elapsed()
+    );
+    // The log tells the shutdown in the order it happened: the signal, then the drain.
+    let log = std::fs::read_to_string(op.log_path()).expect("the operator's log");
+    let signal = log.find("signal received").expect("the signal is logged");
+    let drain = log
+        .find("finishing in-flight reconciles")
+        .expect("the drain is logged");
+    assert!(
+        signal < drain,
+        "the drain is logged before the signal:\n{log}"
     );
 }
 

@@ -88,6 +88,15 @@ fn evicted_is_replaced() {
     let first = c.wait_converged("web", 1, |_| Ok(()));
     c.evict_pod(name(&first));
     replaced(&c, "web", &first, 2);
+    // Said after the fact: an eviction, not a person's delete.
+    let said = c.wait_event("PodReplaced", |m| {
+        m.contains("the previous one was deleted")
+    });
+    assert!(
+        said.contains("was deleted (EvictionByEvictionAPI) ")
+            && said.ends_with(" after it started"),
+        "{said}"
+    );
     c.assert_stays_converged(&one("web", 2), Duration::from_secs(1));
 }
 
@@ -135,6 +144,8 @@ fn failed_by_the_kubelet_is_replaced() {
     // (phase Failed, reason DeadlineExceeded) and the pod stays until someone deletes it.
     c.patch_pod(name(&first), &json!({"spec": {"activeDeadlineSeconds": 1}}));
     replaced(&c, "web", &first, 2);
+    let said = c.wait_event("PodReplaced", |m| m.contains("the previous one"));
+    assert!(said.contains("ended (DeadlineExceeded) "), "{said}");
     c.assert_stays_converged(&one("web", 2), Duration::from_secs(1));
 }
 
@@ -165,6 +176,58 @@ fn a_terminating_pod_is_waited_for_without_polling() {
         common::acting_requests(&diff) <= 2,
         "requests while waiting: {diff:?}"
     );
+    replaced(&c, "web", &first, 2);
+}
+
+#[test]
+fn a_pod_its_node_never_confirms_deleted_says_so_past_its_grace_period_and_where_to_look() {
+    let c = Cluster::new("unconfirmed");
+    let Some(server) = c.test_server_or_skip("unconfirmed partitions a node") else {
+        return;
+    };
+    let _op = Operator::start(&c);
+    c.create_ic("web", &image());
+    let first = c.wait_converged("web", 1, |_| Ok(()));
+    let node = first["spec"]["nodeName"]
+        .as_str()
+        .expect("scheduled")
+        .to_string();
+    // Its kubelet gone (the only node: nothing is evicted), the deletion is never confirmed.
+    assert!(server.partition_node(&node), "no node {node}");
+    assert!(c.delete_pod_with_grace(name(&first), uid(&first), Some(1)));
+    c.wait_ready("web", "False", "PodTerminating");
+    let before = server.request_counts();
+    // 10 s past its 1 s grace period the message says so, once, from one look asked for then.
+    let ic = wait_until(
+        c.timeout(Duration::from_secs(30)),
+        "the message to say the node has not confirmed",
+        || {
+            let ic = c.ic("web");
+            match reason_message(&ic) {
+                m if m.contains("has not confirmed") => Ok(ic),
+                m => Err(m),
+            }
+        },
+    );
+    let msg = reason_message(&ic);
+    assert!(
+        msg.contains("its 1 s grace period ended over 10 s ago")
+            && msg.contains(&format!(
+                "node {node} has not confirmed that the pod stopped"
+            ))
+            && msg.contains("kubectl describe pod web-immortalpod")
+            && msg.contains("node.kubernetes.io/out-of-service"),
+        "{msg}"
+    );
+    let diff = common::counts_diff(&before, &server.request_counts());
+    eprintln!("requests while the pod waited on its node: {diff:?}");
+    let reads = diff.get(&("get".to_string(), "pods".to_string()));
+    assert!(
+        reads.is_some_and(|&n| n <= 2),
+        "requests while it waited: {diff:?}"
+    );
+    // The kubelet back, the deletion finishes and the pod is replaced.
+    assert!(server.heal_node(&node));
     replaced(&c, "web", &first, 2);
 }
 
@@ -354,5 +417,8 @@ fn a_node_lost_with_its_pod_is_replaced_on_another_node() {
     assert!(server.lose_node(&node), "no node {node}");
     let second = replaced(&c, "web", &first, 2);
     assert_ne!(second["spec"]["nodeName"], node.as_str());
+    // Said after the fact: the node's removal, by the pod garbage collector.
+    let said = c.wait_event("PodReplaced", |m| m.contains("the previous one"));
+    assert!(said.contains(" (DeletionByPodGC) "), "{said}");
     c.assert_stays_converged(&one("web", 2), Duration::from_secs(1));
 }

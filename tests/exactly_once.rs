@@ -970,7 +970,7 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                     ctl.failures = 0;
                     ctl.queue_again(hint.clone());
                 }
-                Ok(Ok(Next::RequeueAfter(d))) => {
+                Ok(Ok(Next::RequeueAfter(d) | Next::RefreshAfter(d))) => {
                     ctl.failures = 0;
                     ctl.after(d);
                 }

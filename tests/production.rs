@@ -216,6 +216,55 @@ fn trace_tells_an_objects_history_from_the_logs_the_operator_wrote() {
 }
 
 #[test]
+fn trace_says_what_each_retry_of_a_refused_create_sent_and_what_the_server_answered() {
+    let cluster = Cluster::new("trace-refused");
+    let mut op = Operator::start(&cluster);
+    cluster.create_ic("web", &common::image());
+    let first = cluster.wait_converged("web", 1, |_| Ok(()));
+    // PodSecurity "restricted" refuses the plain pod (403); the operator retries after 1 s.
+    cluster.label_namespace("pod-security.kubernetes.io/enforce", Some("restricted"));
+    assert!(cluster.delete_pod_with_grace(common::name(&first), uid(&first), Some(0)));
+    cluster.wait_ready("web", "False", "PodCreateFailed");
+    let object = format!("{}/web", cluster.ns);
+    let trace = || {
+        let out = Command::new(common::operator_binary())
+            .args(["trace", &object, "--log"])
+            .arg(op.log_path())
+            .output()
+            .expect("trace runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let refused = "create_pod: cause=deleted image=";
+    let text = wait_until(
+        cluster.timeout(Duration::from_secs(20)),
+        "a retry of the refused create in the trace",
+        || {
+            let text = trace();
+            let retry = text.find("triggered by: scheduled requeue");
+            match retry.and_then(|at| text[at..].find(refused)) {
+                Some(_) => Ok(text),
+                None => Err(text),
+            }
+        },
+    );
+    // The first try and each retry: the pod it sent, and the server's answer.
+    let tries: Vec<&str> = text.lines().filter(|l| l.contains(refused)).collect();
+    assert!(tries.len() >= 2, "{text}");
+    for line in tries {
+        assert!(
+            line.contains("pod=web-immortalpod → refused: api error 403 Forbidden:")
+                && line.contains("violates PodSecurity"),
+            "{line}"
+        );
+    }
+    cluster.label_namespace("pod-security.kubernetes.io/enforce", None);
+    cluster.wait_converged("web", 2, |_| Ok(()));
+    op.sigterm();
+    op.wait_exit(Duration::from_secs(5))
+        .expect("operator exits");
+}
+
+#[test]
 fn trace_of_a_log_that_cannot_be_read_exits_3_not_the_bad_flags_code() {
     let missing =
         std::env::temp_dir().join(format!("immortal-trace-missing-{}.log", std::process::id()));

@@ -150,8 +150,8 @@ impl Counting {
                     "the installed ImmortalContainer CRD is older than this operator: it prunes status.{f} ({how}); \
                      without it starts cannot be counted exactly once, so status.startTimes is no longer counted. \
                      Apply the CRD of this version: kubectl apply -k config/crd (make install); counting resumes by itself \
-                     once it is installed (the CRD is read again every {}s)",
-                    RECHECK.as_secs()
+                     once it is installed (the CRD is read again every {})",
+                    crate::util::human_duration(RECHECK)
                 );
             } else {
                 log::warn!(

@@ -78,7 +78,7 @@ pub struct Restarts {
 }
 
 /// A replacement that has to wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wait {
     /// How long until it may go ahead.
     pub remaining: Duration,
@@ -102,7 +102,7 @@ impl Restarts {
 
     /// How the last pod of `key` ended, if that was seen.
     pub fn ending(&self, key: &str) -> Option<Ending> {
-        self.lock().get(key)?.ending
+        self.lock().get(key)?.ending.clone()
     }
 
     /// The pod of `key` ended and a replacement is due at `now`: `None` when it may be created
@@ -110,7 +110,7 @@ impl Restarts {
     pub fn wait(&self, key: &str, now: Instant) -> Option<Wait> {
         let mut entries = self.lock();
         let e = entries.get_mut(key)?;
-        if e.ending.is_some_and(|e| !e.quick()) {
+        if e.ending.as_ref().is_some_and(|e| !e.quick()) {
             e.quick = None;
             return None;
         }
@@ -119,7 +119,7 @@ impl Restarts {
             remaining,
             backoff: s.backoff,
             streak: s.count + 1,
-            ending: e.ending,
+            ending: e.ending.clone(),
         })
     }
 
@@ -182,6 +182,7 @@ mod tests {
         Ending {
             how: How::Deleted,
             ran: Some(Duration::from_secs(secs)),
+            reason: None,
         }
     }
 
@@ -204,20 +205,20 @@ mod tests {
         let r = Restarts::default();
         let t0 = Instant::now();
         let ending = deleted_after(1);
-        let quick = Some(ending);
-        assert_eq!(end(&r, "ns/a", quick, t0), None, "the first goes ahead");
+        let quick = || Some(ending.clone());
+        assert_eq!(end(&r, "ns/a", quick(), t0), None, "the first goes ahead");
         // Ended again half a second later: wait the rest of the first second.
-        r.ended("ns/a", ending);
+        r.ended("ns/a", ending.clone());
         let w = r.wait("ns/a", t0 + S / 2).expect("in back-off");
         assert_eq!((w.remaining, w.streak), (S / 2, 2));
-        assert_eq!(w.ending, quick);
+        assert_eq!(w.ending, quick());
         // Once it has passed, go ahead, and the back-off doubles.
-        assert_eq!(end(&r, "ns/a", quick, t0 + S), None);
+        assert_eq!(end(&r, "ns/a", quick(), t0 + S), None);
         assert_eq!(r.wait("ns/a", t0 + S + S).map(|w| w.remaining), Some(S));
         let mut t = t0 + S;
         for _ in 0..20 {
             t += MAX;
-            assert_eq!(end(&r, "ns/a", quick, t), None);
+            assert_eq!(end(&r, "ns/a", quick(), t), None);
         }
         assert_eq!(r.wait("ns/a", t).map(|w| w.remaining), Some(MAX), "capped");
         // Other objects are not affected.

@@ -101,6 +101,9 @@ pub struct PodSpec {
     /// ones. Never filled on decode: a pod read back keeps only what we compare.
     #[serde(flatten, skip_deserializing)]
     pub rest: serde_json::Map<String, serde_json::Value>,
+    /// The node the scheduler bound it to (`spec.nodeName`): read, never sent.
+    #[serde(default, skip_serializing)]
+    pub node_name: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

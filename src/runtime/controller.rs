@@ -23,6 +23,9 @@ pub enum Next {
     Done,
     /// Look again after this long (a pod name held by someone else; a replacement backing off).
     RequeueAfter(Duration),
+    /// Look again after this long, as routine work: what status says changes then with time
+    /// alone (a pod past its grace period), and nothing is to be made.
+    RefreshAfter(Duration),
     /// What is left is routine work (a pod to let go): queue the key again behind urgent
     /// work, with what its trigger said.
     Routine,
@@ -159,11 +162,16 @@ where
                     "reconciled"
                 );
             }
-            Ok(Next::RequeueAfter(after)) => {
+            Ok(next @ (Next::RequeueAfter(after) | Next::RefreshAfter(after))) => {
                 queue.forget(&key);
                 // Asked for by a reconcile that waits to make a pod (a back-off, a refusal)
-                // or to look at a name another pod holds: urgent when it comes.
-                queue.add_after(key.clone(), after, Trigger::Scheduled, Priority::Urgent);
+                // or to look at a name another pod holds: urgent when it comes. A refresh only
+                // changes what status says: routine.
+                let then = match next {
+                    Next::RefreshAfter(_) => Priority::Routine,
+                    _ => Priority::Urgent,
+                };
+                queue.add_after(key.clone(), after, Trigger::Scheduled, then);
                 metrics::record_reconcile("requeue_after", elapsed);
                 log::info!(
                     target: "reconcile",

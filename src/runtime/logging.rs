@@ -4,7 +4,7 @@
 //! `requeue_after_ms`, `elapsed_ms`, `error`, and never a header (so never a token).
 
 use crate::util;
-use log::kv::{Error as KvError, Key, Value, VisitSource};
+use log::kv::{Error as KvError, Key, Value, VisitSource, VisitValue};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::time::SystemTime;
@@ -70,10 +70,31 @@ fn short_target(t: &str) -> &str {
     t.rsplit("::").next().unwrap_or(t)
 }
 
+/// A field given as `None` (`reason = ending.reason()`) is left out of the line: a field
+/// that some lines of a kind have and others do not reads better absent than as `None`.
+fn is_none(value: &Value) -> bool {
+    struct Null(bool);
+    impl VisitValue<'_> for Null {
+        fn visit_any(&mut self, _: Value) -> Result<(), KvError> {
+            Ok(())
+        }
+        fn visit_null(&mut self) -> Result<(), KvError> {
+            self.0 = true;
+            Ok(())
+        }
+    }
+    let mut null = Null(false);
+    let _ = value.visit(&mut null);
+    null.0
+}
+
 struct TextFields<'a>(&'a mut String);
 
 impl<'kvs> VisitSource<'kvs> for TextFields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), KvError> {
+        if is_none(&value) {
+            return Ok(());
+        }
         let v = value.to_string();
         // Quote values a reader (or `cut`) would otherwise split.
         if v.is_empty() || v.contains([' ', '"', '=']) {
@@ -89,6 +110,9 @@ struct JsonFields<'a>(&'a mut String);
 
 impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), KvError> {
+        if is_none(&value) {
+            return Ok(());
+        }
         let _ = write!(self.0, ",{}:", json_str(key.as_str()));
         if let Some(n) = value.to_i128() {
             let _ = write!(self.0, "{n}");
@@ -185,6 +209,31 @@ mod tests {
             text.ends_with(" elapsed_ms=3.1 requeue_after_ms=5000\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_field_given_as_none_is_left_out_of_both_formats() {
+        let (some, none): (Option<&str>, Option<&str>) = (Some("EvictionByEvictionAPI"), None);
+        let kvs: [(&str, Value); 3] = [
+            ("cause", Value::from("deleted")),
+            ("reason", log::kv::ToValue::to_value(&some)),
+            ("other", log::kv::ToValue::to_value(&none)),
+        ];
+        let record = log::Record::builder()
+            .args(format_args!("created pod"))
+            .level(log::Level::Info)
+            .target("reconcile")
+            .key_values(&kvs)
+            .build();
+        let text = render(Format::Text, UNIX_EPOCH, &record);
+        assert!(
+            text.ends_with("created pod cause=deleted reason=EvictionByEvictionAPI\n"),
+            "{text}"
+        );
+        let json = render(Format::Json, UNIX_EPOCH, &record);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["reason"], "EvictionByEvictionAPI");
+        assert!(v.get("other").is_none(), "{json}");
     }
 
     #[test]

@@ -19,8 +19,10 @@ pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
     thread::Builder::new().name("signals".into()).spawn(move || {
         let mut quit_tx = Some(quit_tx);
         for sig in signals.forever() {
-            if quit_tx.take().is_some() {
-                log::info!(target: "controller", signal = sig; "signal received; shutting down (send again to exit at once)");
+            if let Some(tx) = quit_tx.take() {
+                quit_once_said(tx, || {
+                    log::info!(target: "controller", signal = sig; "signal received; shutting down (send again to exit at once)");
+                });
             } else {
                 log::warn!(target: "controller", signal = sig; "second signal; exiting now");
                 log::logger().flush();
@@ -29,4 +31,25 @@ pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
         }
     })?;
     Ok(())
+}
+
+/// Says why the process quits, then drops `quit_tx`: dropping it wakes every loop at once,
+/// and the main thread's shutdown lines would otherwise come before the reason for them.
+fn quit_once_said(quit_tx: Sender<()>, say: impl FnOnce()) {
+    say();
+    drop(quit_tx);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signal_is_said_before_anything_wakes_to_shut_down() {
+        let (tx, quit) = crossbeam_channel::bounded::<()>(0);
+        let mut quitting_when_said = None;
+        quit_once_said(tx, || quitting_when_said = Some(is_quitting(&quit)));
+        assert_eq!(quitting_when_said, Some(false));
+        assert!(is_quitting(&quit));
+    }
 }

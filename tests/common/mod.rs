@@ -784,6 +784,28 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("cannot label namespace {}: {e}", self.ns));
     }
 
+    /// Waits for an Event of the test's namespace with `reason` whose message `says`; answers
+    /// its message. Events are recorded on a thread of their own, a moment after their cause.
+    pub fn wait_event(&self, reason: &str, says: impl Fn(&str) -> bool) -> String {
+        let path = format!("/api/v1/namespaces/{}/events", self.ns);
+        wait_until(
+            self.timeout(Duration::from_secs(10)),
+            &format!("a {reason} Event"),
+            || {
+                let events = items(self.api.get(&path).map_err(|e| e.to_string())?);
+                let messages: Vec<&str> = events
+                    .iter()
+                    .filter(|e| e["reason"] == reason)
+                    .filter_map(|e| e["message"].as_str())
+                    .collect();
+                match messages.iter().find(|m| says(m)) {
+                    Some(m) => Ok(m.to_string()),
+                    None => Err(format!("{reason} Events so far: {messages:?}")),
+                }
+            },
+        )
+    }
+
     /// Names of the cluster's nodes that accept pods (not cordoned).
     pub fn schedulable_nodes(&self) -> Vec<String> {
         let nodes = items(

@@ -1,19 +1,26 @@
 //! How a pod of ours ended, read from the pod's own clocks, for the restart back-off.
 
-use super::view::container;
+use super::view::{condition, container};
 use crate::kube::types::Pod;
 use crate::util;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// How a pod of ours ended and how long its container had run by then. The deletion was asked
-/// for at `deletionTimestamp - deletionGracePeriodSeconds`, a difference the API server's
+/// How a pod of ours ended, why, and how long its container had run by then. The deletion was
+/// asked for at `deletionTimestamp - deletionGracePeriodSeconds`, a difference the API server's
 /// `BeforeDelete` keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Ending {
     pub how: How,
     /// How long the container had run by then; `None` when it never started (or no clock says).
     pub ran: Option<Duration>,
+    /// Who ended it, in Kubernetes' word, when the pod says: the reason of its DisruptionTarget
+    /// condition (`EvictionByEvictionAPI`, `DeletionByTaintManager`, `DeletionByPodGC`,
+    /// `TerminationByKubelet`, `PreemptionByScheduler`), or, for a pod that ended on its own,
+    /// the kubelet's (`DeadlineExceeded`, `Evicted`). A person's `kubectl delete` leaves none.
+    /// Shared: a drain ends many pods for one reason.
+    pub reason: Option<Arc<str>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,7 +61,25 @@ impl Ending {
         let ran = started
             .zip(end)
             .map(|(s, e)| e.duration_since(s).unwrap_or_default());
-        Some(Ending { how, ran })
+        let st = pod.status.as_ref();
+        let disruption = st
+            .and_then(|st| condition(st, "DisruptionTarget"))
+            .filter(|c| c.status == "True")
+            .map(|c| c.reason.as_str());
+        let own = st.map(|st| st.reason.as_str());
+        // A pod that ended on its own says best why itself (a node-pressure eviction's
+        // DisruptionTarget only says the kubelet did it; its own reason says `Evicted`).
+        let reason = match how {
+            How::Deleted => disruption.or(own),
+            How::Ended => own.filter(|r| !r.is_empty()).or(disruption),
+        };
+        let reason = reason.filter(|r| !r.is_empty()).map(util::intern);
+        Some(Ending { how, ran, reason })
+    }
+
+    /// Who ended it, if the pod said.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
     }
 }
 
@@ -64,9 +89,13 @@ impl fmt::Display for Ending {
             How::Deleted => "was deleted",
             How::Ended => "ended",
         };
+        f.write_str(verb)?;
+        if let Some(reason) = self.reason() {
+            write!(f, " ({reason})")?;
+        }
         match self.ran {
-            Some(d) => write!(f, "{verb} {} s after it started", d.as_secs()),
-            None => write!(f, "{verb} before it started"),
+            Some(d) => write!(f, " {} after it started", util::human_duration(d)),
+            None => f.write_str(" before it started"),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What a pod event tells reconcile beyond the key.
 
-use super::{Ending, PodView};
+use super::{Ending, PodView, Waiting};
 use crate::kube::types::Uid;
 use crate::runtime::queue::Hint;
 use std::fmt;
@@ -45,8 +45,11 @@ pub struct SeenPod {
     /// before our own release of the pod, which it cannot show.
     pub rv: u64,
     pub view: PodView,
-    /// How it ended, once it is terminal or being deleted.
-    pub ending: Option<Ending>,
+    /// How it ended, once it is terminal or being deleted. Boxed: most events queued are of
+    /// pods that did not end.
+    pub ending: Option<Box<Ending>>,
+    /// Since when it waits on its node, being deleted or pending.
+    pub waiting: Option<Waiting>,
 }
 
 /// An object's pods follow one another under one name, and one watch brings their events in

@@ -9,12 +9,14 @@ mod hint;
 mod ic_events;
 mod pod_events;
 mod view;
+mod waiting;
 
 pub use ending::{Ending, How};
 pub use hint::{LeftPod, PodHint, SeenPod};
 pub use ic_events::{immortal_containers_kind, queue_objects_without_a_pod, IcEvents};
 pub use pod_events::{pods_kind, PodEvents, PodMemo};
 pub use view::{Message, Phase, PodView, PHASES, READY};
+pub use waiting::Waiting;
 
 #[cfg(test)]
 mod tests;

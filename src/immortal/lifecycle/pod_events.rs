@@ -1,6 +1,6 @@
 //! The pod watcher's policy: which pod events are worth a reconcile, and what each tells it.
 
-use super::{Ending, LeftPod, PodHint, PodView, SeenPod};
+use super::{Ending, LeftPod, PodHint, PodView, SeenPod, Waiting};
 use crate::immortal::counting::holds;
 use crate::immortal::desired::recorded_hash;
 use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
@@ -134,7 +134,8 @@ impl Watched for PodEvents {
             spec_hash: recorded_hash(o).map(util::intern),
             holds_count,
             rv: m.resource_version.parse().unwrap_or(0),
-            ending: Ending::of(o),
+            ending: Ending::of(o).map(Box::new),
+            waiting: Waiting::of(o, &view),
             view,
         }));
         Reaction::Queue(Some(hint), priority)

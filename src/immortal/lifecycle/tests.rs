@@ -154,6 +154,35 @@ fn an_eviction_says_why_the_pod_is_going_and_queues_the_owner_when_it_is_gone() 
 }
 
 #[test]
+fn how_a_pod_ended_keeps_who_ended_it_an_eviction_the_kubelet_or_nobody_said() {
+    let last = |name: &str| Ending::of(&recorded(name).last().unwrap().1).expect("it ended");
+    let evicted = last("07-watch-eviction");
+    assert_eq!(
+        (evicted.how, evicted.reason()),
+        (How::Deleted, Some("EvictionByEvictionAPI"))
+    );
+    let failed = last("09-watch-kubelet-fails-pod-deadline-exceeded");
+    assert_eq!(
+        (failed.how, failed.reason()),
+        (How::Ended, Some("DeadlineExceeded"))
+    );
+    // `kubectl delete pod`: no condition, no reason.
+    let deleted = last("04-watch-graceful-delete-default-grace");
+    assert_eq!((deleted.how, deleted.reason()), (How::Deleted, None));
+    for (ending, said) in [
+        (&evicted, "was deleted (EvictionByEvictionAPI) "),
+        (&failed, "ended (DeadlineExceeded) "),
+        (&deleted, "was deleted "),
+    ] {
+        let text = ending.to_string();
+        assert!(
+            text.starts_with(said) && text.ends_with(" after it started"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
 fn a_pod_the_kubelet_failed_is_reported_not_ready_then_terminal() {
     assert_eq!(
         verdicts("09-watch-kubelet-fails-pod-deadline-exceeded", Some(0)),

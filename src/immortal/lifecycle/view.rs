@@ -273,7 +273,7 @@ impl PodView {
     }
 }
 
-fn condition<'a>(st: &'a PodStatus, type_: &str) -> Option<&'a types::PodCondition> {
+pub(super) fn condition<'a>(st: &'a PodStatus, type_: &str) -> Option<&'a types::PodCondition> {
     st.conditions.iter().find(|c| c.type_ == type_)
 }
 

@@ -3,6 +3,7 @@
 use super::MAX_ROUNDS;
 use crate::kube::client;
 use crate::runtime::controller::Failure;
+use crate::util;
 use std::fmt;
 use std::time::Duration;
 
@@ -67,8 +68,8 @@ impl fmt::Display for Error {
                 source,
             } => write!(
                 f,
-                "{source}; pod {pod} is being deleted and waits on its count: it is let go uncounted in {}s",
-                within.as_secs()
+                "{source}; pod {pod} is being deleted and waits on its count: it is let go uncounted in {}",
+                util::human_duration(*within)
             ),
             Error::Holding {
                 pod,
@@ -77,8 +78,8 @@ impl fmt::Display for Error {
                 source,
             } => write!(
                 f,
-                "{source}; pod {pod} holds our finalizer until it is counted: retried within {}s",
-                within.as_secs()
+                "{source}; pod {pod} holds our finalizer until it is counted: retried within {}",
+                util::human_duration(*within)
             ),
         }
     }

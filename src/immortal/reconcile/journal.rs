@@ -8,7 +8,7 @@ use crate::runtime::store::Key;
 use crate::util::{lock, Stamp};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Replacements whose old pod's DELETED event is awaited, at most (see [`Journal`]): about
 /// half a megabyte. Each is held only until that event comes, normally milliseconds.
@@ -47,6 +47,8 @@ pub struct Journal {
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
     /// What [`Made`]'s times count from.
     epoch: Instant,
+    /// The time of day, read against the API server's timestamps (a grace period's end).
+    wall: Box<dyn Fn() -> SystemTime + Send + Sync>,
 }
 
 impl Journal {
@@ -60,11 +62,26 @@ impl Journal {
             released: Mutex::default(),
             made: Mutex::default(),
             clock: Box::new(clock),
+            wall: Box::new(SystemTime::now),
+        }
+    }
+
+    /// The journal, its time of day told by `wall` instead of the system's.
+    #[cfg(test)]
+    pub fn with_wall_clock(self, wall: impl Fn() -> SystemTime + Send + Sync + 'static) -> Journal {
+        Journal {
+            wall: Box::new(wall),
+            ..self
         }
     }
 
     pub fn now(&self) -> Instant {
         (self.clock)()
+    }
+
+    /// The time of day, for comparing with the API server's timestamps.
+    pub fn wall_now(&self) -> SystemTime {
+        (self.wall)()
     }
 
     /// This process saw the pod `uid` of `key` removed, then created its replacement.

@@ -15,7 +15,7 @@
 
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::desired::{controlled_by, created_for, holder, recorded_hash, spec_change};
-use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, READY};
+use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, Waiting, READY};
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner,
 };
@@ -25,7 +25,7 @@ use crate::kube::types::{self, Condition, Pod, MAX_NAME_LEN};
 use crate::runtime::controller::{LogContext, Next};
 use crate::util;
 use serde_json::{json, Map, Value};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 mod api;
 mod error;
@@ -111,7 +111,7 @@ struct Rounds {
 }
 
 /// Our pod as a round found it, read or seen in a watch event.
-struct OurPod {
+struct OurPod<'p> {
     uid: String,
     /// Why it is not made from the object's spec any more, if it is not.
     change: Option<String>,
@@ -119,20 +119,27 @@ struct OurPod {
     /// It still holds our finalizer.
     holds: bool,
     ending: Option<Ending>,
+    waiting: Option<Waiting>,
+    /// The pod as read, when it was: what a message about its node needs, which no hint
+    /// carries (see `first_look`).
+    read: Option<&'p Pod>,
 }
 
-impl OurPod {
-    fn read(pod: &Pod, ic: &ImmortalContainer) -> OurPod {
+impl<'p> OurPod<'p> {
+    fn read(pod: &'p Pod, ic: &ImmortalContainer) -> OurPod<'p> {
+        let view = PodView::of(pod);
         OurPod {
             uid: pod.metadata.uid.clone(),
             change: spec_change(created_for(pod), recorded_hash(pod), ic),
-            view: PodView::of(pod),
             holds: counting::holds(&pod.metadata.finalizers),
             ending: Ending::of(pod),
+            waiting: Waiting::of(pod, &view),
+            view,
+            read: Some(pod),
         }
     }
 
-    fn seen(p: &SeenPod, ic: &ImmortalContainer, journal: &Journal) -> OurPod {
+    fn seen(p: &SeenPod, ic: &ImmortalContainer, journal: &Journal) -> OurPod<'static> {
         OurPod {
             uid: p.uid.to_string(),
             change: spec_change(&p.created_for, p.spec_hash.as_deref(), ic),
@@ -140,7 +147,9 @@ impl OurPod {
             // An event from before our own release still shows our finalizer. Releasing again
             // on it would cost a write per pod for nothing.
             holds: p.holds_count && !journal.released_after(&p.uid, p.rv),
-            ending: p.ending,
+            ending: p.ending.as_deref().cloned(),
+            waiting: p.waiting,
+            read: None,
         }
     }
 }
@@ -174,6 +183,10 @@ struct Run<'a, A: Api> {
     made: bool,
     /// The pod it counts (`startTimes` + 1), if any.
     counting_now: Option<String>,
+    /// The time of day it works at, for how long our pod has waited on its node.
+    now: SystemTime,
+    /// When what status says of our pod changes with time alone (see `lifecycle::Waiting`).
+    refresh: Option<Duration>,
 }
 
 /// A pod of ours still holding our finalizer.
@@ -247,6 +260,8 @@ pub fn reconcile<A: Api>(
         removed: None,
         made: false,
         counting_now: None,
+        now: journal.wall_now(),
+        refresh: None,
     };
     run.status.observed_generation = ic.metadata.generation;
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
@@ -317,6 +332,11 @@ pub fn reconcile<A: Api>(
     }
     if let Some(e) = run.relabel.take() {
         return Err(e);
+    }
+    // Nothing to do until what status says of the pod waiting on its node changes: look again
+    // then, as routine work.
+    if let (Next::Done, Some(after)) = (next, run.refresh) {
+        next = Next::RefreshAfter(after);
     }
     Ok(next)
 }
@@ -411,8 +431,9 @@ impl<A: Api> Run<'_, A> {
                 .restarts
                 .wait(self.trace.key, self.journal.now())
             {
+                let remaining = wait.remaining;
                 self.back_off(wait);
-                return Ok(Step::Done(Next::RequeueAfter(wait.remaining)));
+                return Ok(Step::Done(Next::RequeueAfter(remaining)));
             }
         }
         match self.create(cause)? {
@@ -474,11 +495,13 @@ impl<A: Api> Run<'_, A> {
             view,
             holds,
             ending,
+            waiting,
+            read,
         } = pod;
         // Ours: it was started, so it counts, once.
         self.count(&uid);
         if let Some(e) = ending {
-            self.ended(&uid, e);
+            self.ended(&uid, &e);
         }
         if holds {
             // Still held for its count: it goes once the status write that ends this
@@ -494,6 +517,7 @@ impl<A: Api> Run<'_, A> {
                 Some(why) => self.replacing(why),
                 None => self.report(&view),
             }
+            self.waits(waiting, read);
             return Ok(Step::Done(Next::Done));
         }
         if view.phase.is_terminal() {
@@ -516,6 +540,7 @@ impl<A: Api> Run<'_, A> {
             return self.replace(&uid, &why, Cause::SpecChanged, rounds, pending);
         }
         self.report(&view);
+        self.waits(waiting, read);
         Ok(Step::Done(Next::Done))
     }
 
@@ -555,7 +580,7 @@ impl<A: Api> Run<'_, A> {
         };
         match hint {
             Some(PodHint::Left(g)) => {
-                if let Some(e) = g.ending {
+                if let Some(e) = &g.ending {
                     self.ended(&g.uid.to_string(), e);
                 }
                 // The pod counted last left, or none was counted: its name is probably free.
@@ -569,7 +594,7 @@ impl<A: Api> Run<'_, A> {
             Some(PodHint::Seen(p)) if ours(p) => {
                 let uid = p.uid.to_string();
                 if p.view.phase.is_terminal() {
-                    if let Some(e) = p.ending {
+                    if let Some(e) = &p.ending {
                         self.ended(&uid, e);
                     }
                     return Look::DeleteTerminated(uid);
@@ -582,9 +607,13 @@ impl<A: Api> Run<'_, A> {
                 let first = self.status.last_counted_pod_uid.is_none()
                     && self.status.current_pod.is_none()
                     && p.holds_count;
-                if self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str())
+                // A pod overdue on its node is read: what status says of it then names its node
+                // and what it shows, which the hint does not carry.
+                let overdue = p.waiting.is_some_and(|w| w.overdue(self.now).is_some());
+                if (self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str())
                     || made.is_some_and(|(m, _)| m == p.uid)
-                    || first
+                    || first)
+                    && !overdue
                 {
                     return Look::Seen(p);
                 }
@@ -605,10 +634,10 @@ impl<A: Api> Run<'_, A> {
 
     /// Records how our pod `uid` ended, for the back-off of its replacement: unless a later
     /// pod of ours was counted already (the event is about an older one).
-    fn ended(&self, uid: &str, ending: Ending) {
+    fn ended(&self, uid: &str, ending: &Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
         if last.is_none_or(|l| l == uid) {
-            self.journal.restarts.ended(self.trace.key, ending);
+            self.journal.restarts.ended(self.trace.key, ending.clone());
         }
     }
 

@@ -2,7 +2,7 @@
 
 use super::{Api, Cause, Error, Run};
 use crate::immortal::desired::{desired_labels, desired_pod};
-use crate::immortal::lifecycle::PodView;
+use crate::immortal::lifecycle::{Ending, PodView, Waiting};
 use crate::kube::client;
 use crate::kube::types::{self, Pod};
 use serde_json::{json, Map, Value};
@@ -13,11 +13,18 @@ impl<A: Api> Run<'_, A> {
         let pod = desired_pod(self.ic, counted);
         match self.api.create_pod(self.ns, &pod) {
             Ok(created) => {
+                // How the pod it replaces ended, if that was seen: whether a person deleted it,
+                // an eviction or a node's removal, said after the fact.
+                let ending = match cause.is_restart() {
+                    true => self.journal.restarts.ending(self.trace.key),
+                    false => None,
+                };
                 log::info!(
                     target: "reconcile",
                     reconcile_id = self.trace.id, object = self.trace.key, action = "create_pod",
                     pod = created.metadata.name.as_str(), uid = created.metadata.uid.as_str(),
-                    image = self.ic.spec.image.as_str(), cause = cause.label();
+                    image = self.ic.spec.image.as_str(), cause = cause.label(),
+                    reason = ending.as_ref().and_then(Ending::reason);
                     "created pod"
                 );
                 crate::runtime::metrics::record_pod_created(cause.label());
@@ -30,7 +37,9 @@ impl<A: Api> Run<'_, A> {
                     self.made = true;
                 } else {
                     self.count(&created.metadata.uid);
-                    self.report(&PodView::of(&created));
+                    let view = PodView::of(&created);
+                    self.report(&view);
+                    self.waits(Waiting::of(&created, &view), Some(&created));
                 }
                 let (pod, image) = (&self.pod_name, &self.ic.spec.image);
                 let (reason, message) = match cause {
@@ -39,7 +48,7 @@ impl<A: Api> Run<'_, A> {
                         format!("Created pod {pod} with image {image}"),
                     ),
                     Cause::Deleted | Cause::Terminated => {
-                        let previous = match self.journal.restarts.ending(self.trace.key) {
+                        let previous = match ending {
                             Some(e) => e.to_string(),
                             None if cause == Cause::Deleted => "was deleted".to_string(),
                             None => "terminated".to_string(),
@@ -61,7 +70,18 @@ impl<A: Api> Run<'_, A> {
                 Ok(Created::Yes)
             }
             Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
-            Err(e) if e.is_invalid() || e.is_forbidden() => Ok(Created::Refused(e)),
+            Err(e) if e.is_invalid() || e.is_forbidden() => {
+                // One line per try, so that each retry of a refused create says what it sent
+                // and what the server answered (the condition is written only when it changes).
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = self.trace.id, object = self.trace.key, action = "create_pod",
+                    pod = self.pod_name.as_str(), image = self.ic.spec.image.as_str(),
+                    cause = cause.label(), result = "refused", error = e.to_string().as_str();
+                    "create refused"
+                );
+                Ok(Created::Refused(e))
+            }
             Err(e) => Err(Error::from_api("create pod", e)),
         }
     }

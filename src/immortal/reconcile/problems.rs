@@ -53,10 +53,10 @@ impl<A: Api> Run<'_, A> {
             _ => "",
         };
         let msg = format!(
-            "the API server refused pod {}: {e}{hint}; the operator tries again after {}s, doubling to {}s",
+            "the API server refused pod {}: {e}{hint}; the operator tries again after {}, doubling to {}",
             self.pod_name,
-            crate::immortal::restarts::BASE.as_secs(),
-            crate::immortal::restarts::MAX.as_secs()
+            util::human_duration(crate::immortal::restarts::BASE),
+            util::human_duration(crate::immortal::restarts::MAX)
         );
         self.status.current_pod = None;
         self.status.pod_phase = None;

@@ -105,10 +105,10 @@ impl<A: Api> Run<'_, A> {
         self.journal.counting.let_go(uid);
         self.journal.not_held(self.trace.key);
         let msg = format!(
-            "pod {} (uid {uid}) was deleted before its start could be counted: writing status failed for {}s ({why}); \
+            "pod {} (uid {uid}) was deleted before its start could be counted: writing status failed for {} ({why}); \
              it was let go uncounted, so status.startTimes misses one start",
             self.pod_name,
-            counting::HOLD_AT_MOST.as_secs()
+            util::human_duration(counting::HOLD_AT_MOST)
         );
         log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "StartsNotCounted"; "{msg}");
         self.note(true, "StartsNotCounted", msg);

@@ -12,6 +12,22 @@ impl<A: Api> Run<'_, A> {
         self.set_ready(view.ready, view.reason.as_str(), &message);
     }
 
+    /// Our pod waits on its node: once it has waited past a step, the Ready message just set
+    /// says how long and where to look (read from the pod `read`, which `first_look` makes sure
+    /// of); either way, the next step is looked at when it comes.
+    pub(super) fn waits(&mut self, waiting: Option<Waiting>, read: Option<&Pod>) {
+        let Some(w) = waiting else {
+            return;
+        };
+        if let (Some(over), Some(pod)) = (w.overdue(self.now), read) {
+            let ready = self.status.conditions.iter().find(|c| c.type_ == READY);
+            if let Some(c) = ready.cloned() {
+                self.set_ready(false, &c.reason, &w.says(pod, &c.message, over));
+            }
+        }
+        self.refresh = w.next_change(self.now);
+    }
+
     /// Our pod is being deleted to make way for one made from the new spec (`why` says what changed).
     pub(super) fn replacing(&mut self, why: &str) {
         self.status.current_pod = Some(self.pod_name.clone());
@@ -29,15 +45,11 @@ impl<A: Api> Run<'_, A> {
         use crate::immortal::restarts::{MAX, MIN_RUN};
         let at = util::rfc3339_after(wait.remaining);
         let how = wait.ending.map_or("ended".to_string(), |e| e.to_string());
+        let [min_run, backoff, max] = [MIN_RUN, wait.backoff, MAX].map(util::human_duration);
         let msg = format!(
-            "pod {} {how}: {} pods in a row ended within {}s of starting; the next one is created at {at} \
-             (back-off {}s, doubling to {}s; a pod that runs {}s or more is replaced at once)",
-            self.pod_name,
-            wait.streak,
-            MIN_RUN.as_secs(),
-            wait.backoff.as_secs(),
-            MAX.as_secs(),
-            MIN_RUN.as_secs(),
+            "pod {} {how}: {} pods in a row ended within {min_run} of starting; the next one is created at {at} \
+             (back-off {backoff}, doubling to {max}; a pod that runs {min_run} or more is replaced at once)",
+            self.pod_name, wait.streak,
         );
         self.status.current_pod = None;
         self.status.pod_phase = None;

@@ -12,7 +12,7 @@ use crate::runtime::controller::Failure;
 use crate::runtime::queue::Priority;
 use crate::runtime::watcher::{Reaction, Watched};
 use std::cell::RefCell;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 /// A fake API holding one object and one pod, recording every call as "VERB what". It
 /// deletes a pod as the API server's pod strategy does: gracefully (deletionTimestamp, the
@@ -304,8 +304,32 @@ fn ic(name: &str, image: &str) -> ImmortalContainer {
     }
 }
 
+thread_local! {
+    /// The time of day the operator reads in these tests: the moment the fake API server
+    /// stamps its deletions with, until a test moves it.
+    static WALL: std::cell::Cell<SystemTime> =
+        std::cell::Cell::new(crate::util::parse_rfc3339("2026-01-01T00:00:00Z").unwrap());
+}
+
+fn wall() -> SystemTime {
+    WALL.with(std::cell::Cell::get)
+}
+
+/// Moves the time of day the operator reads by `d`.
+fn pass(d: Duration) {
+    WALL.with(|w| w.set(w.get() + d));
+}
+
+/// A journal that reads the time of day from [`WALL`].
+fn journal(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Journal {
+    Journal::with_clock(clock).with_wall_clock(wall)
+}
+
 fn fake(ic: ImmortalContainer) -> Fake {
-    let f = Fake::default();
+    let f = Fake {
+        journal: journal(Instant::now),
+        ..Default::default()
+    };
     *f.ic.borrow_mut() = Some(ic);
     f
 }
@@ -768,8 +792,149 @@ fn a_graceful_deletion_is_reported_terminating_and_waited_for_without_polling() 
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(
         f.notes.borrow().last().unwrap().message,
-        "Created pod web-immortalpod: the previous one was deleted 60 s after it started"
+        "Created pod web-immortalpod: the previous one was deleted 1 min after it started"
     );
+}
+
+#[test]
+fn the_replacement_s_event_says_who_ended_the_pod_and_how_long_it_ran() {
+    let f = running("nginx");
+    // Its node was deleted: the pod garbage collector marks it and deletes it at once.
+    f.pod
+        .borrow_mut()
+        .as_mut()
+        .unwrap()
+        .status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .push(PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: "DeletionByPodGC".into(),
+            message: "PodGC: node no longer exists".into(),
+        });
+    let hint = delete_after_running(&f, 1502);
+    run_with(&f, &hint).unwrap();
+    assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
+    let note = f.notes.borrow().last().unwrap().clone();
+    assert_eq!(
+        (note.reason, note.message.as_str()),
+        (
+            "PodReplaced",
+            "Created pod web-immortalpod: the previous one was deleted (DeletionByPodGC) 25 min after it started"
+        )
+    );
+}
+
+#[test]
+fn a_pod_its_node_has_not_confirmed_deleted_says_so_once_a_step_and_looks_again_at_the_next() {
+    let f = running("nginx");
+    f.pod.borrow_mut().as_mut().unwrap().spec.node_name = "node-1".into();
+    // Deleted now with a 30 s grace period, on a node that will never confirm it.
+    start_deleting(&f);
+    assert_eq!(
+        run_with(&f, &seen(&f)).unwrap(),
+        Next::RefreshAfter(Duration::from_secs(40))
+    );
+    assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
+    assert_eq!(message(&f), "pod web-immortalpod is being deleted");
+    // 10 s past the grace period: said once, with where to look.
+    pass(Duration::from_secs(40));
+    f.clear();
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RefreshAfter(Duration::from_secs(50))
+    );
+    assert_eq!(
+        f.calls(),
+        [
+            "CACHED ic/web",
+            "GET pod/web-immortalpod",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert_eq!(ready(&f), ("False".into(), "PodTerminating".into()));
+    assert_eq!(
+        message(&f),
+        "pod web-immortalpod is being deleted; its 30 s grace period ended over 10 s ago and node node-1 has not \
+         confirmed that the pod stopped: see kubectl describe pod web-immortalpod and the node's status \
+         (kubectl describe node node-1); a node that is lost keeps its pods until the Node is deleted or tainted \
+         node.kubernetes.io/out-of-service (the operator's docs: Known limits)"
+    );
+    // Anything that queues it before the next step writes nothing; an event's pod is read,
+    // since the message names what only the pod shows.
+    f.clear();
+    run_with(&f, &seen(&f)).unwrap();
+    assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
+    // 4 min 30 s past it: "over 1 min", until 10 min.
+    pass(Duration::from_secs(260));
+    f.clear();
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RefreshAfter(Duration::from_secs(330))
+    );
+    assert!(
+        message(&f).contains("grace period ended over 1 min ago"),
+        "{}",
+        message(&f)
+    );
+    // Gone at last: replaced, and no look asked for.
+    let hint = gone(&f);
+    *f.pod.borrow_mut() = None;
+    f.clear();
+    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
+}
+
+#[test]
+fn a_replacement_pending_past_a_minute_says_how_long_and_where_to_look() {
+    let f = fake(ic("web", "nginx"));
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    // The scheduler binds it to a node whose kubelet never reports on it.
+    {
+        let mut slot = f.pod.borrow_mut();
+        let p = slot.as_mut().unwrap();
+        p.metadata.creation_timestamp = Some(crate::util::rfc3339(wall()));
+        p.spec.node_name = "node-1".into();
+    }
+    count_made(&f);
+    // Its release, routine: then nothing to do until it has been pending a minute.
+    assert_eq!(
+        run_with(&f, &added(&f)).unwrap(),
+        Next::RefreshAfter(Duration::from_secs(60))
+    );
+    assert_eq!(message(&f), "pod web-immortalpod is pending");
+    pass(Duration::from_secs(90));
+    f.clear();
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RefreshAfter(Duration::from_secs(510))
+    );
+    assert_eq!(
+        f.calls(),
+        [
+            "CACHED ic/web",
+            "GET pod/web-immortalpod",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
+    assert_eq!(
+        message(&f),
+        "pod web-immortalpod has been pending for over 1 min on node node-1, whose kubelet has not reported \
+         starting it: see kubectl describe pod web-immortalpod and the node's status (kubectl describe node \
+         node-1); a node that is lost keeps its pods until the Node is deleted or tainted \
+         node.kubernetes.io/out-of-service (the operator's docs: Known limits)"
+    );
+    // Looked at again before the next step: nothing new to write.
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
+    // It runs at last: ready, and no look asked for.
+    start_pod(&f);
+    f.clear();
+    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
+    assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
 }
 
 #[test]
@@ -789,7 +954,7 @@ fn a_pod_seen_terminated_is_deleted_by_uid_without_reading_it() {
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(
         f.notes.borrow().last().unwrap().message,
-        "Created pod web-immortalpod: the previous one ended 65 s after it started"
+        "Created pod web-immortalpod: the previous one ended 1 min 5 s after it started"
     );
 }
 
@@ -1123,7 +1288,13 @@ fn pods_that_keep_ending_back_off_and_say_so() {
     assert_eq!(status(&f).pod_phase, None);
     let msg = message(&f);
     assert!(
-        msg.contains("was deleted 0 s after it started: 2 pods in a row ended within 10s"),
+        msg.contains("was deleted 0 s after it started: 2 pods in a row ended within 10 s"),
+        "{msg}"
+    );
+    assert!(
+        msg.ends_with(
+            "(back-off 1 s, doubling to 5 min; a pod that runs 10 s or more is replaced at once)"
+        ),
         "{msg}"
     );
     let note = f.notes.borrow().last().unwrap().clone();
@@ -1391,6 +1562,10 @@ fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
         assert!(msg.contains(field), "{field}: {msg}");
     }
     assert!(!msg.contains("config/samples"), "{msg}");
+    assert!(
+        msg.ends_with("; the operator tries again after 1 s, doubling to 5 min"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -1645,7 +1820,7 @@ fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() 
     assert_eq!(status(&f).start_times, Some(3));
     assert_eq!(
         f.notes.borrow().last().unwrap().message,
-        "Created pod web-immortalpod: the previous one was deleted 60 s after it started"
+        "Created pod web-immortalpod: the previous one was deleted 1 min after it started"
     );
     // And the streak before it is forgotten: the next quick ending is the first of a row.
     start_pod(&f);
@@ -1820,7 +1995,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: Journal::with_clock(move || *clock.lock().unwrap()),
+        journal: journal(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -2060,7 +2235,7 @@ fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: Journal::with_clock(move || *clock.lock().unwrap()),
+        journal: journal(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -2229,7 +2404,7 @@ fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mu
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: Journal::with_clock(move || *clock.lock().unwrap()),
+        journal: journal(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
@@ -2245,7 +2420,7 @@ fn pod_uid(f: &Fake) -> String {
 fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
     reconcile(
         f,
-        &Journal::default(),
+        &journal(Instant::now),
         &LogContext {
             id: "3",
             key: &"ns/web".into(),
