@@ -185,9 +185,26 @@ fn malformed_templates_and_a_second_image_for_acontainer_are_refused_at_admissio
                 "resources": {"limits": {"memory": "lots"}}}]}}),
             "spec.template.spec.containers[0].resources.limits.memory",
         ),
+        // A list map's key once (Kubernetes 1.37's markers): a pod would be refused at every
+        // create.
         (
-            json!({"spec": {"containers": [{"name": "acontainer", "imagePullPolicy": "Sometimes"}]}}),
-            "spec.template.spec.containers[0].imagePullPolicy",
+            json!({"spec": {"containers": [{"name": "side", "image": "busybox"},
+                                           {"name": "side", "image": "busybox"}]}}),
+            "spec.template.spec.containers[1]: Duplicate value",
+        ),
+        (
+            json!({"spec": {"containers": [{"name": "acontainer",
+                "env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}]}}),
+            "spec.template.spec.containers[0].env[1]: Duplicate value",
+        ),
+        // The operator's fields, with the reason.
+        (
+            json!({"spec": {"restartPolicy": "Never"}}),
+            "spec.template.spec.restartPolicy: Forbidden: the operator keeps the pod's restartPolicy Always",
+        ),
+        (
+            json!({"spec": {"nodeName": "node-1"}}),
+            "spec.template.spec.nodeName: Forbidden: the scheduler places the pod",
         ),
         (
             json!({"spec": {"containers": [{"name": "acontainer", "image": "nginx:0.1"}]}}),
