@@ -665,8 +665,10 @@ fn validation_causes(def: &ResourceDef, version: &str, obj: &Value) -> Vec<Cause
 /// quantities do not parse cannot be decoded (400); fields its type does not know (a pod's Go
 /// type, a custom resource's structural schema) are dropped, each with a warning
 /// (`fieldValidation` Warn, the default since 1.27), silently (Ignore), or refuse the request
-/// (Strict, which kubectl sends). Returns the warnings.
+/// (Strict, which kubectl sends); an init container's `restartPolicy` is dropped unless
+/// `sidecars` (the SidecarContainers gate). Returns the warnings.
 fn prune(
+    sidecars: bool,
     req: &Request,
     def: &ResourceDef,
     version: &str,
@@ -683,11 +685,14 @@ fn prune(
         if let Some(why) = podspec::quantity_error(&obj["spec"]) {
             return Err(decode_error(why));
         }
-        // 1.28 drops an init container's `restartPolicy` (native sidecars are alpha there, and
-        // off): such a container runs as any init container, to completion.
-        if let Some(Value::Array(init)) = obj["spec"].get_mut("initContainers") {
-            for c in init.iter_mut().filter_map(Value::as_object_mut) {
-                c.remove("restartPolicy");
+        // Without the SidecarContainers gate (1.28's default) an init container's
+        // `restartPolicy` is dropped, with no warning (`dropDisabledFields`): such a container
+        // runs as any init container, to completion.
+        if !sidecars {
+            if let Some(Value::Array(init)) = obj["spec"].get_mut("initContainers") {
+                for c in init.iter_mut().filter_map(Value::as_object_mut) {
+                    c.remove("restartPolicy");
+                }
             }
         }
         openapi::prune_pod(obj)
@@ -801,7 +806,7 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     strategy::prepare_create(&def, &mut obj, &now);
     strategy::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
-    let decode_warnings = prune(req, &def, &t.version, &mut obj)?;
+    let decode_warnings = prune(shared.sidecar_containers, req, &def, &t.version, &mut obj)?;
     if def.class == Class::Pod {
         // Mutating admission: after defaulting, before validation and validating admission.
         let mutations = shared
@@ -1123,8 +1128,10 @@ fn prepare_update(
     let mut new = Value::Object(new);
     // An update's unknown-field warnings are not sent (only its admission warnings are). A
     // pod's status write keeps the stored spec, so there is nothing of it to decode again.
+    // Disabled fields are dropped on create only: an update keeps those the stored pod has
+    // (`dropDisabledFields`), and a pod's spec may not change anyway.
     if !(status_write && def.class == Class::Pod) {
-        prune(req, def, &t.version, &mut new)?;
+        prune(true, req, def, &t.version, &mut new)?;
     }
     // kube-apiserver checks the uid twice, with the fields every kind shares and again in the
     // kind's own update validation: the cause comes twice, the message says it once.

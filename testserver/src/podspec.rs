@@ -125,13 +125,27 @@ pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
         } else if !name.is_empty() {
             names.insert(name);
         }
+        // A sidecar (KEP-753) may have what a container has; any other policy is refused.
+        let sidecar = match &c["restartPolicy"] {
+            Value::Null => false,
+            Value::String(p) if p == "Always" => true,
+            other => {
+                let shown = other.as_str().map_or(other.to_string(), quote);
+                causes.push(Cause::not_supported(
+                    &format!("{at}.restartPolicy"),
+                    &shown,
+                    "\"Always\"",
+                ));
+                false
+            }
+        };
         for field in [
             "lifecycle",
             "livenessProbe",
             "readinessProbe",
             "startupProbe",
         ] {
-            if !c[field].is_null() {
+            if !sidecar && !c[field].is_null() {
                 causes.push(Cause::forbidden(
                     &format!("{at}.{field}"),
                     "may not be set for init containers",
