@@ -238,6 +238,27 @@ fn validate_container(c: &Value, at: &str, volumes: &BTreeSet<&str>, causes: &mu
         }
     }
     validate_resources(&c["resources"], &format!("{at}.resources"), causes);
+    validate_lifecycle(&c["lifecycle"], &format!("{at}.lifecycle"), causes);
+}
+
+/// `validateLifecycle`: each hook says exactly one of v1.28's handlers. A `sleep` action it
+/// does not know is dropped before, leaving none (fixture 51).
+fn validate_lifecycle(lifecycle: &Value, at: &str, causes: &mut Vec<Cause>) {
+    for hook in ["postStart", "preStop"] {
+        let Some(h) = lifecycle[hook].as_object() else {
+            continue;
+        };
+        let handlers = ["exec", "httpGet", "tcpSocket"]
+            .iter()
+            .filter(|k| h.get(**k).is_some_and(|v| !v.is_null()))
+            .count();
+        let path = format!("{at}.{hook}");
+        match handlers {
+            0 => causes.push(Cause::required(&path, "must specify a handler type")),
+            1 => {}
+            _ => causes.push(Cause::forbidden(&path, "may not specify more than 1 handler type")),
+        }
+    }
 }
 
 /// `IsValidPortName`: at most 15 characters of `[-a-z0-9]`, a letter, no `--`, no hyphen at
