@@ -317,6 +317,10 @@ pub struct Status {
     pub reason: String,
     pub code: u16,
     pub details: Option<StatusDetails>,
+    /// The texts of the answer's `Warning` headers, beside the body: a pod refused for what
+    /// is left once the fields the server does not know were dropped says so only there.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -7,8 +7,11 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::Arc;
 
-/// The condition type the operator maintains.
+/// The condition type saying whether the pod runs, always there.
 pub const READY: &str = "Ready";
+/// The condition type saying what the API server did not keep of the template in the pod the
+/// operator made (fields newer than the cluster), there only while the pod lacks some.
+pub const FIELDS_DROPPED: &str = "FieldsDropped";
 
 /// A pod's phase as the object's status reports it (`status.podPhase`, the PHASE column): the
 /// pod's own, except `Terminating` once it has a `deletionTimestamp`, as `kubectl get pod` shows

@@ -15,7 +15,7 @@
 
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::desired::{controlled_by, created_for, holder, recorded_hash, spec_change};
-use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, READY};
+use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, FIELDS_DROPPED, READY};
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner,
 };

@@ -1,7 +1,7 @@
 //! The pod writes reconcile makes (create, delete, relabel), and what each answer means.
 
 use super::{Api, Cause, Error, Run};
-use crate::immortal::desired::{desired_labels, desired_pod};
+use crate::immortal::desired::{desired_labels, desired_pod, dropped};
 use crate::immortal::lifecycle::PodView;
 use crate::kube::client;
 use crate::kube::types::{self, Pod};
@@ -12,7 +12,10 @@ impl<A: Api> Run<'_, A> {
         let counted = self.journal.counting.active();
         let pod = desired_pod(self.ic, counted);
         match self.api.create_pod(self.ns, &pod) {
-            Ok(created) => {
+            Ok(client::CreatedPod {
+                pod: created,
+                spec: stored,
+            }) => {
                 log::info!(
                     target: "reconcile",
                     reconcile_id = self.trace.id, object = self.trace.key, action = "create_pod",
@@ -21,6 +24,18 @@ impl<A: Api> Run<'_, A> {
                     "created pod"
                 );
                 crate::runtime::metrics::record_pod_created(cause.label());
+                let uid = &created.metadata.uid;
+                let lost = dropped(&pod, &stored);
+                let lost = (!lost.is_empty()).then(|| self.dropped_message(&lost));
+                if let Some(msg) = &lost {
+                    log::warn!(
+                        target: "reconcile",
+                        reconcile_id = self.trace.id, object = self.trace.key, pod = self.pod_name.as_str(), uid = uid.as_str();
+                        "{msg}"
+                    );
+                    self.note(true, "FieldsDropped", msg.clone());
+                }
+                self.journal.dropped(self.trace.key, uid, lost);
                 if counted {
                     // Pods first: its count and the status naming it are the work of the
                     // reconcile its ADDED event queues, so that this worker goes on to the next
@@ -30,6 +45,7 @@ impl<A: Api> Run<'_, A> {
                     self.made = true;
                 } else {
                     self.count(&created.metadata.uid);
+                    self.report_dropped(&created.metadata.uid);
                     self.report(&PodView::of(&created));
                 }
                 let (pod, image) = (&self.pod_name, &self.ic.spec.image);
