@@ -124,6 +124,8 @@ pub struct PodStatus {
     pub message: String,
     pub conditions: Vec<PodCondition>,
     pub container_statuses: Vec<ContainerStatus>,
+    /// The init containers', native sidecars (`restartPolicy: Always`) among them.
+    pub init_container_statuses: Vec<ContainerStatus>,
 }
 
 /// One of a pod's conditions (`PodScheduled`, `Initialized`, `ContainersReady`, `Ready`,
