@@ -1472,7 +1472,9 @@ mod tests {
             cond(&first, "Initialized")["message"],
             "containers with incomplete status: [log setup]"
         );
-        let st = until(&mut s, |st| init_names(st, "initContainerStatuses")[0] == "running");
+        let st = until(&mut s, |st| {
+            init_names(st, "initContainerStatuses")[0] == "running"
+        });
         assert_eq!(
             cond(&st, "Initialized")["message"],
             "containers with incomplete status: [setup]",
@@ -1486,7 +1488,10 @@ mod tests {
         );
         assert_eq!(init_names(&st, "containerStatuses"), ["running"]);
         let sidecar = &st["initContainerStatuses"][0];
-        assert_eq!((&sidecar["ready"], &sidecar["started"]), (&json!(true), &json!(true)));
+        assert_eq!(
+            (&sidecar["ready"], &sidecar["started"]),
+            (&json!(true), &json!(true))
+        );
         assert_eq!(cond(&st, "Initialized")["status"], "True");
 
         // It exits: restarted, the pod not ready meanwhile, the containers left running.
@@ -1520,9 +1525,9 @@ mod tests {
         assert_eq!(cond(&st, "Ready")["status"], "False");
         let waiting = &st["initContainerStatuses"][0]["state"]["waiting"];
         assert!(
-            waiting["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("back-off 10s restarting failed container=log pod=p_ns(u-1)")),
+            waiting["message"].as_str().is_some_and(
+                |m| m.starts_with("back-off 10s restarting failed container=log pod=p_ns(u-1)")
+            ),
             "{waiting}"
         );
     }
@@ -1530,8 +1535,7 @@ mod tests {
     #[test]
     fn a_never_pod_ends_with_its_containers_and_its_sidecar_is_stopped() {
         let mut p = pod("busybox:1.36", "Never");
-        p["spec"]["initContainers"] =
-            json!([{"name": "log", "image": "registry.k8s.io/pause:3.9", "restartPolicy": "Always"}]);
+        p["spec"]["initContainers"] = json!([{"name": "log", "image": "registry.k8s.io/pause:3.9", "restartPolicy": "Always"}]);
         let mut s = Sim::new(p);
         s.sync();
         let st = until(&mut s, |st| {

@@ -256,7 +256,10 @@ fn validate_lifecycle(lifecycle: &Value, at: &str, causes: &mut Vec<Cause>) {
         match handlers {
             0 => causes.push(Cause::required(&path, "must specify a handler type")),
             1 => {}
-            _ => causes.push(Cause::forbidden(&path, "may not specify more than 1 handler type")),
+            _ => causes.push(Cause::forbidden(
+                &path,
+                "may not specify more than 1 handler type",
+            )),
         }
     }
 }

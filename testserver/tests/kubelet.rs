@@ -923,7 +923,10 @@ fn a_native_sidecar_runs_beside_the_containers_only_with_the_gate() {
     sidecar(&mut body);
     let r = admin.post(PODS, &body);
     assert_eq!(r.code, 201, "{}", r.body);
-    assert_eq!(r.body["spec"]["initContainers"][0]["restartPolicy"], "Always");
+    assert_eq!(
+        r.body["spec"]["initContainers"][0]["restartPolicy"],
+        "Always"
+    );
     let path = format!("{PODS}/side");
     let up = wait_for(
         10,
@@ -953,7 +956,10 @@ fn a_native_sidecar_runs_beside_the_containers_only_with_the_gate() {
     sidecar(&mut body);
     let r = admin.post(PODS, &body);
     assert_eq!(r.code, 201, "{}", r.body);
-    assert!(r.body["spec"]["initContainers"][0]["restartPolicy"].is_null(), "dropped");
+    assert!(
+        r.body["spec"]["initContainers"][0]["restartPolicy"].is_null(),
+        "dropped"
+    );
     assert!(r.warnings.is_empty(), "in silence: {:?}", r.warnings);
     let waiting = wait_for(
         10,
@@ -961,7 +967,11 @@ fn a_native_sidecar_runs_beside_the_containers_only_with_the_gate() {
         || admin.get(&path).body,
         |p| p["status"]["initContainerStatuses"][0]["state"]["running"].is_object(),
     );
-    assert_eq!(phase(&waiting), "Pending", "it holds the pod in its init phase");
+    assert_eq!(
+        phase(&waiting),
+        "Pending",
+        "it holds the pod in its init phase"
+    );
 }
 
 #[test]

@@ -804,7 +804,8 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                         status
                     };
                     let mut want = f.clone();
-                    want.response = by_field(serde_json::from_str(&f.response).expect("json")).to_string();
+                    want.response =
+                        by_field(serde_json::from_str(&f.response).expect("json")).to_string();
                     let mut got = r.send(f, Some(&f.body));
                     got.body = by_field(got.body);
                     compare_status(&want, &got)
@@ -818,7 +819,10 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                     let mut d = compare_warnings(f, &got);
                     let policy = &got.body["spec"]["initContainers"][0]["restartPolicy"];
                     if got.code != 201 || policy != "Always" {
-                        d.push(format!("expected 201 keeping restartPolicy Always, got {} ({policy})", got.code));
+                        d.push(format!(
+                            "expected 201 keeping restartPolicy Always, got {} ({policy})",
+                            got.code
+                        ));
                     }
                     d
                 }

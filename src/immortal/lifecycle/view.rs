@@ -331,16 +331,13 @@ pub(super) fn container(st: &PodStatus) -> Option<&types::ContainerStatus> {
 
 /// How `c` last exited, as a crash-loop message ends: `; it last exited with code 1 (Error)`.
 fn last_exit(c: &types::ContainerStatus) -> String {
-    c.last_state
-        .terminated
-        .as_ref()
-        .map_or(String::new(), |t| {
-            let code = t.exit_code.unwrap_or(0);
-            match t.reason.as_str() {
-                "" => format!("; it last exited with code {code}"),
-                r => format!("; it last exited with code {code} ({r})"),
-            }
-        })
+    c.last_state.terminated.as_ref().map_or(String::new(), |t| {
+        let code = t.exit_code.unwrap_or(0);
+        match t.reason.as_str() {
+            "" => format!("; it last exited with code {code}"),
+            r => format!("; it last exited with code {code} ({r})"),
+        }
+    })
 }
 
 fn waiting(st: &PodStatus) -> Option<&types::StateDetail> {

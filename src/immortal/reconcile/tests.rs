@@ -160,7 +160,10 @@ impl Api for Fake {
         let mut spec = serde_json::to_value(&p.spec).unwrap();
         for path in self.drops.borrow().iter() {
             let (parent, field) = path.rsplit_once('.').unwrap_or(("", path));
-            let node = parent.split('.').filter(|k| !k.is_empty()).fold(&mut spec, |n, k| &mut n[k]);
+            let node = parent
+                .split('.')
+                .filter(|k| !k.is_empty())
+                .fold(&mut spec, |n, k| &mut n[k]);
             if let Some(o) = node.as_object_mut() {
                 o.remove(field);
             }
@@ -984,8 +987,16 @@ fn fields_the_api_server_dropped_from_the_pod_are_reported_and_the_pod_is_kept()
     let want = "the API server did not keep spec.securityContext.appArmorProfile of pod web-immortalpod, \
                 which runs without them: they are newer than Kubernetes v1.28.7, or behind a feature gate \
                 it has off (the operator's docs: Pod templates)";
-    let note = f.notes.borrow().iter().find(|n| n.reason == "FieldsDropped").cloned();
-    assert_eq!(note.map(|n| (n.warning, n.message)), Some((true, want.to_string())));
+    let note = f
+        .notes
+        .borrow()
+        .iter()
+        .find(|n| n.reason == "FieldsDropped")
+        .cloned();
+    assert_eq!(
+        note.map(|n| (n.warning, n.message)),
+        Some((true, want.to_string()))
+    );
     let c = fields_dropped(&f).expect("a FieldsDropped condition");
     assert_eq!(
         (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
@@ -1431,7 +1442,8 @@ fn a_create_refused_for_what_was_dropped_names_the_fields_the_server_did_not_kno
     let name = "51-pod-create-sleep-pre-stop-dropped-leaves-no-handler-invalid";
     let (code, body) = crate::testutil::kubelet_fixture(name);
     let mut status = client::parse_status(code, &body);
-    let text = std::fs::read_to_string(format!("tests/fixtures/kube-1.28-kubelet/{name}.http")).unwrap();
+    let text =
+        std::fs::read_to_string(format!("tests/fixtures/kube-1.28-kubelet/{name}.http")).unwrap();
     status.warnings = text
         .lines()
         .filter_map(|l| l.strip_prefix("Warning: "))

@@ -7,9 +7,9 @@ use crate::kube::fence::Fence;
 use crate::kube::types::{Pod, Status};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 

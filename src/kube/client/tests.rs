@@ -184,11 +184,16 @@ fn reads_the_texts_of_warning_headers() {
     );
     // Joined into one, with a date, or not a warning at all.
     assert_eq!(
-        warning_texts(r#"299 - "a, b", 299 kube-apiserver "c" "Sat, 01 Jan 2026 00:00:00 GMT", 299 - "d""#),
+        warning_texts(
+            r#"299 - "a, b", 299 kube-apiserver "c" "Sat, 01 Jan 2026 00:00:00 GMT", 299 - "d""#
+        ),
         ["a, b", "c", "d"]
     );
     assert_eq!(warning_texts("nonsense"), Vec::<String>::new());
-    assert_eq!(warning_texts(r#"299 - "unterminated"#), Vec::<String>::new());
+    assert_eq!(
+        warning_texts(r#"299 - "unterminated"#),
+        Vec::<String>::new()
+    );
 }
 
 /// A pod field the server does not know is dropped with a warning (fixture 25): the stored
@@ -198,13 +203,23 @@ fn reads_the_texts_of_warning_headers() {
 fn a_warning_is_logged_once_and_the_stored_spec_shows_what_was_dropped() {
     let (_server, client) = against_test_server();
     let mut pod = a_pod("p");
-    pod.spec.rest.insert("schedulingGroup".into(), serde_json::json!({"podGroupName": "g"}));
+    pod.spec.rest.insert(
+        "schedulingGroup".into(),
+        serde_json::json!({"podGroupName": "g"}),
+    );
     let created = client.create_pod_stored("default", &pod).unwrap();
     assert_eq!(created.pod.metadata.name, "p");
     assert_eq!(created.spec["containers"][0]["name"], "c");
-    assert!(created.spec.get("schedulingGroup").is_none(), "{}", created.spec);
+    assert!(
+        created.spec.get("schedulingGroup").is_none(),
+        "{}",
+        created.spec
+    );
     let text = r#"unknown field "spec.schedulingGroup""#;
-    assert!(!client.unpooled().first_warning(text), "logged with the create");
+    assert!(
+        !client.unpooled().first_warning(text),
+        "logged with the create"
+    );
     for i in 0..WARNED_AT_MOST {
         client.first_warning(&format!("text {i}"));
     }
