@@ -127,8 +127,9 @@ impl<A: Api> Run<'_, A> {
                 c.observed_generation = generation;
                 changed
             }
+            // First, before any other: the condition every object has.
             None => {
-                self.status.conditions.push(Condition {
+                self.status.conditions.insert(0, Condition {
                     type_: READY.into(),
                     status: status.into(),
                     observed_generation: generation,
