@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// Pod spec fields a template may not set, because the operator's promise depends on them
-/// (docs/templates.md says why each): dropped from the template if a client still sends them.
+/// (docs/templates.md says why each): refused at admission by the CRD's rules, and dropped
+/// from a template stored before them.
 pub const OPERATOR_FIELDS: [&str; 3] = ["restartPolicy", "nodeName", "ephemeralContainers"];
 
 /// The pod we want for `ic`, carrying [`COUNT_FINALIZER`] while starts are counted.

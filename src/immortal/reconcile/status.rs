@@ -129,14 +129,17 @@ impl<A: Api> Run<'_, A> {
             }
             // First, before any other: the condition every object has.
             None => {
-                self.status.conditions.insert(0, Condition {
-                    type_: READY.into(),
-                    status: status.into(),
-                    observed_generation: generation,
-                    last_transition_time: util::now_rfc3339(),
-                    reason: reason.into(),
-                    message: message.into(),
-                });
+                self.status.conditions.insert(
+                    0,
+                    Condition {
+                        type_: READY.into(),
+                        status: status.into(),
+                        observed_generation: generation,
+                        last_transition_time: util::now_rfc3339(),
+                        reason: reason.into(),
+                        message: message.into(),
+                    },
+                );
                 true
             }
         }
