@@ -6,17 +6,16 @@ use crate::resources::{Class, ResourceDef};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// `/version`: the release whose pods it serves (their schema, what it drops of a newer one's:
-/// `openapi`), as the recorded server says it (fixture kube-1.28-kubelet/01).
+/// `/version`: a plausible recent release, so kubectl prints no version-skew warning.
 pub fn version() -> Value {
     json!({
         "major": "1",
-        "minor": "28",
-        "gitVersion": "v1.28.7+kube-testserver",
+        "minor": "31",
+        "gitVersion": "v1.31.0+kube-testserver",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
-        "buildDate": "2024-02-14T00:00:00Z",
-        "goVersion": "go1.21.7",
+        "buildDate": "2024-08-13T00:00:00Z",
+        "goVersion": "go1.22.5",
         "compiler": "gc",
         "platform": "linux/amd64"
     })
@@ -242,7 +241,7 @@ pub fn openapi_group_version(
     }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.28.7"},
+        "info": {"title": "Kubernetes", "version": "v1.31.0"},
         "paths": paths,
         "components": {"schemas": schemas}
     }))
