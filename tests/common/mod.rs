@@ -559,16 +559,16 @@ impl Cluster {
         Some(creates.count())
     }
 
-    /// The API server's Kubernetes minor version (`/version`).
-    pub fn minor_version(&self) -> u32 {
-        let v = self
+    /// Whether the API server's own pod schema (`/openapi/v3/api/v1`) has `field` in the
+    /// core/v1 type `kind` (`PodSecurityContext`): what it keeps of a pod.
+    pub fn knows_pod_field(&self, kind: &str, field: &str) -> bool {
+        let doc = self
             .api
-            .get("/version")
-            .unwrap_or_else(|e| panic!("cannot read /version: {e}"));
-        v["minor"]
-            .as_str()
-            .and_then(|m| m.trim_end_matches('+').parse().ok())
-            .unwrap_or_else(|| panic!("no minor version in {v}"))
+            .get("/openapi/v3/api/v1")
+            .unwrap_or_else(|e| panic!("cannot read the core/v1 OpenAPI: {e}"));
+        let schema = &doc["components"]["schemas"][format!("io.k8s.api.core.v1.{kind}")];
+        assert!(schema.is_object(), "no {kind} in the core/v1 OpenAPI");
+        !schema["properties"][field].is_null()
     }
 
     /// The test server when there is one, without printing anything.
