@@ -482,8 +482,8 @@ bench: ## Benchmark the operator (BENCH_ARGS="--objects 10000" or "--kubeconfig 
 bench-large: ## Benchmark 100,000 objects (about 20 minutes on 2 cores; results in bench-results-100k.json)
 	$(MAKE) bench BENCH_ARGS="--objects 100000 --timeout 7200 --json bench-results-100k.json $(BENCH_ARGS)"
 
-# The CRD's spec.template schema is generated from the v1.28 API server's PodTemplateSpec
-# (tests/fixtures/kube-1.28-kubelet/openapi/); the same test fails when the CRD drifts from it.
+# The CRD's spec.template schema is generated from Kubernetes 1.37's PodTemplateSpec
+# (tests/fixtures/openapi-1.37/); the same test fails when the CRD drifts from it.
 generate: ## Regenerate the spec.template schema in config/crd/immortalcontainers.yaml
 	IMMORTAL_REGENERATE_CRD=1 $(CARGO) test -p immortal-operator --test crd_schema
 

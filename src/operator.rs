@@ -76,6 +76,11 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
             .counting
             .learn_pruned(&missing, "the installed CRD's schema lacks it");
     }
+    // Named when the API server does not keep a field of a pod (docs/templates.md).
+    if let Some(version) = read_version(&once) {
+        log::info!(target: "controller", server = client.config().server.as_str(); "the API server runs Kubernetes {version}");
+        let _ = journal.version.set(version);
+    }
 
     // Two watches per served namespace (or two of every namespace): all must be live.
     let watches = config
@@ -504,6 +509,19 @@ fn read_crd_schema(client: &Client) -> Option<Vec<&'static str>> {
         Ok(crd) => Counting::missing_in_crd(&crd, VERSION),
         Err(e) => {
             log::debug!(target: "controller", error = e.to_string().as_str(); "cannot read the CRD; an older schema shows on status writes");
+            None
+        }
+    }
+}
+
+/// The API server's Kubernetes version (`/version`'s `gitVersion`, open to every authenticated
+/// user), or `None` when it does not answer. Bounded like every start-up check.
+fn read_version(client: &Client) -> Option<String> {
+    let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
+    match attempt.get_path::<serde_json::Value>("/version") {
+        Ok(v) => v["gitVersion"].as_str().map(str::to_string),
+        Err(e) => {
+            log::debug!(target: "controller", error = e.to_string().as_str(); "cannot read the API server's version");
             None
         }
     }

@@ -1,19 +1,20 @@
-//! Generates the CRD's schema of `spec.template` from the v1.28 API server's own OpenAPI
-//! schema of PodTemplateSpec, and fails when config/crd/immortalcontainers.yaml has drifted
-//! from it. `make generate` (IMMORTAL_REGENERATE_CRD=1) writes it instead.
+//! Generates the CRD's schema of `spec.template` from Kubernetes 1.37's PodTemplateSpec (JSON
+//! Schema, tests/fixtures/openapi-1.37/), and fails when config/crd/immortalcontainers.yaml has
+//! drifted from it. `make generate` (IMMORTAL_REGENERATE_CRD=1) writes it instead.
 //!
 //! What a structural CRD schema cannot hold is turned into what it can, as controller-gen does
-//! from the Go types: `$ref`s and their `allOf` wrappers inlined (the field's own description
-//! kept), int-or-string and quantities as `x-kubernetes-int-or-string` (quantities with their
-//! pattern, so `memory: lots` is refused at admission), embedded metadata reduced to labels and
-//! annotations, defaults and strategic-merge hints dropped (a CRD has neither), list-map keys
-//! kept where each key is required or has a default, as the API server requires.
+//! from the Go types: `$ref`s inlined (the field's own description kept), `["object", "null"]`
+//! types as their one type, int-or-string and quantities as `x-kubernetes-int-or-string`
+//! (quantities with their pattern, so `memory: lots` is refused at admission), embedded
+//! metadata reduced to labels and annotations, strategic-merge hints and unions dropped (a CRD
+//! has neither), list-map keys kept where each key is required or has a default, as the API
+//! server requires. The fields the operator keeps are declared only to be refused with a reason.
 
 use immortal_operator::immortal::desired::OPERATOR_FIELDS;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 
-const OPENAPI: &str = "tests/fixtures/kube-1.28-kubelet/openapi/core-v1-podtemplatespec.json";
+const SCHEMA: &str = "tests/fixtures/openapi-1.37/podtemplatespec.json";
 const CRD: &str = "config/crd/immortalcontainers.yaml";
 const BEGIN: &str = "# BEGIN generated spec.template";
 const END: &str = "# END generated spec.template";
@@ -25,6 +26,13 @@ const MAX_CONTAINERS: u64 = 64;
 /// Client-side `kubectl apply` keeps the whole object in an annotation, and annotations stop
 /// at 256 KiB altogether; the CRD must stay well under that.
 const APPLY_LIMIT: usize = 256 * 1024;
+/// The longest description the template's schema keeps from Kubernetes' (controller-gen's
+/// `maxDescLen`): longer ones are cut to the whole sentences that fit, and end with [`CUT`].
+/// 1.37's descriptions whole would take the CRD past [`APPLY_LIMIT`]; at 400 it keeps a tenth
+/// of it free for the fields later releases add.
+const MAX_DESC: usize = 400;
+/// What ends a description [`shorten`] cut.
+const CUT: &str = " …";
 
 /// kube-openapi's pattern for a `resource.Quantity`, as controller-gen writes it.
 const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
@@ -35,15 +43,16 @@ fn root() -> PathBuf {
 
 /// The schema of `spec.template`.
 fn generate() -> Value {
-    let openapi: Value =
-        serde_json::from_str(&std::fs::read_to_string(root().join(OPENAPI)).unwrap()).unwrap();
-    let schemas = openapi["components"]["schemas"].as_object().unwrap();
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join(SCHEMA)).unwrap()).unwrap();
+    let defs = doc["$defs"].as_object().unwrap();
     let mut t = resolve(
-        &json!({"$ref": "#/components/schemas/io.k8s.api.core.v1.PodTemplateSpec"}),
-        schemas,
+        &json!({"$ref": "#/$defs/io.k8s.api.core.v1.PodTemplateSpec"}),
+        defs,
     );
-    strip_defaults(&mut t, false);
+    list_maps(&mut t, "template");
     reword(&mut t);
+    shorten(&mut t);
     t["description"] = json!(
         "The pod to run, as a Deployment's pod template: its labels, annotations and spec. The \
          container named acontainer runs spec.image (added first if the template does not name \
@@ -56,25 +65,34 @@ fn generate() -> Value {
     );
     t["properties"]["spec"]["description"] = json!(
         "The pod's spec, as a pod's but for restartPolicy, nodeName and ephemeralContainers. Any \
-         field may change: the pod is then replaced."
+         field may change: the pod is then replaced. Fields newer than the cluster are dropped \
+         from the pod by its API server, which the object's FieldsDropped condition reports."
     );
-    // The one field the v1.28 schema leaves undescribed.
+    // The one field the schema leaves undescribed.
     let option = &mut t["properties"]["spec"]["properties"]["dnsConfig"]["properties"]["options"];
     option["items"]["properties"]["value"]["description"] =
         json!("The option's value, for an option that takes one (ndots: \"2\").");
     t["properties"]["spec"]["properties"]["containers"]["description"] = json!(
-        "The pod's containers. The one named acontainer runs spec.image, and is added first when \
-         it is not named here; every other one needs its image. Containers may be added, removed \
-         or changed: the pod is then replaced."
+        "The pod's containers, each name once. The one named acontainer runs spec.image, and is \
+         added first when it is not named here; every other one needs its image. Containers may \
+         be added, removed or changed: the pod is then replaced."
     );
-    let spec = t["properties"]["spec"]["properties"]
-        .as_object_mut()
-        .unwrap();
+    let pod_spec = &mut t["properties"]["spec"];
     for f in OPERATOR_FIELDS {
-        assert!(spec.remove(f).is_some(), "{f} is no PodSpec field");
+        let (schema, why) = operator_field(f);
+        let field = &mut pod_spec["properties"][f];
+        assert!(field.is_object(), "{f} is no PodSpec field");
+        *field = schema;
+        field["description"] = json!(format!("Not in a template: {why}."));
+        // On the field itself, which is checked only when it is set: rules with a fieldPath
+        // on one node have their paths run together on v1.28 when several fail (fixture 46).
+        field["x-kubernetes-validations"] = json!([{
+            "rule": "false",
+            "reason": "FieldValueForbidden",
+            "message": why,
+        }]);
     }
     // A template may leave the containers out: acontainer is added.
-    let pod_spec = &mut t["properties"]["spec"];
     pod_spec.as_object_mut().unwrap().remove("required");
     pod_spec["properties"]["containers"]["maxItems"] = json!(MAX_CONTAINERS);
     // Every container but acontainer needs its image; acontainer's is spec.image. Bounded as
@@ -88,6 +106,72 @@ fn generate() -> Value {
         "message": "every container but acontainer needs an image (acontainer runs spec.image)"
     }]);
     t
+}
+
+/// What the template declares of a field the operator keeps (see [`OPERATOR_FIELDS`]), and
+/// why a template may not set it: declared so that a template setting it is refused with that
+/// reason, not as a field the schema does not know.
+fn operator_field(f: &str) -> (Value, &'static str) {
+    let string = json!({"type": "string"});
+    match f {
+        "restartPolicy" => (
+            string,
+            "the operator keeps the pod's restartPolicy Always, so that the kubelet restarts an \
+             exiting container in its pod; Never or OnFailure would end the pod at every exit, \
+             and each exit would be a replacement and a count",
+        ),
+        "nodeName" => (
+            string,
+            "the scheduler places the pod, so that a replacement is not bound to the node its \
+             predecessor was lost with; nodeSelector or affinity say the same through the \
+             scheduler",
+        ),
+        // Any items: whatever an item holds, the field is refused.
+        "ephemeralContainers" => (
+            json!({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}),
+            "ephemeral containers are added to a running pod (kubectl debug), and the API \
+             server refuses them in a pod it creates",
+        ),
+        _ => panic!("{f}: say why a template may not set it"),
+    }
+}
+
+/// Every description of `node` and below cut to [`MAX_DESC`] (see there).
+fn shorten(node: &mut Value) {
+    let Some(o) = node.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::String(d)) = o.get_mut("description") {
+        if d.len() > MAX_DESC {
+            let end = sentences_within(d, MAX_DESC);
+            d.truncate(end);
+            d.push_str(CUT);
+        }
+    }
+    for (_, child) in o.iter_mut() {
+        match child {
+            Value::Object(_) => shorten(child),
+            Value::Array(items) => items.iter_mut().for_each(shorten),
+            _ => {}
+        }
+    }
+}
+
+/// Where `d` ends when cut to the whole sentences within `max` bytes: after the last full stop
+/// that a space and a capital, a quote or a backquote follow (so not in "e.g. the"), or else at
+/// the last space.
+fn sentences_within(d: &str, max: usize) -> usize {
+    let max = (0..=max).rev().find(|&i| d.is_char_boundary(i)).unwrap();
+    let b = d.as_bytes();
+    let sentence = (1..max.min(b.len().saturating_sub(2))).rev().find(|&i| {
+        b[i] == b'.'
+            && b[i + 1].is_ascii_whitespace()
+            && (b[i + 2].is_ascii_uppercase() || b"`\"'(".contains(&b[i + 2]))
+    });
+    match sentence {
+        Some(i) => i + 1,
+        None => d[..max].rfind(' ').unwrap_or(max),
+    }
 }
 
 /// What a pod's schema says of updating a live pod, untrue of a template (a change to it
@@ -134,39 +218,36 @@ fn reword(node: &mut Value) {
 }
 
 /// `node` with every `$ref` inlined and only what a CRD schema may hold.
-fn resolve(node: &Value, schemas: &Map<String, Value>) -> Value {
-    let reference = node["$ref"]
-        .as_str()
-        .or_else(|| node["allOf"][0]["$ref"].as_str());
-    let mut out = match reference {
-        Some(r) => {
-            let name = r.trim_start_matches("#/components/schemas/");
-            let mut inlined = special(name).unwrap_or_else(|| resolve(&schemas[name], schemas));
-            // The field's own description says more than its type's.
-            if let Some(d) = node.get("description") {
-                inlined["description"] = d.clone();
-            }
-            return inlined;
+fn resolve(node: &Value, defs: &Map<String, Value>) -> Value {
+    if let Some(r) = node["$ref"].as_str() {
+        let name = r.trim_start_matches("#/$defs/");
+        let mut inlined = special(name).unwrap_or_else(|| resolve(&defs[name], defs));
+        // The field's own description says more than its type's.
+        if let Some(d) = node.get("description") {
+            inlined["description"] = d.clone();
         }
-        None => Map::new(),
-    };
+        return inlined;
+    }
+    let mut out = Map::new();
     for (k, v) in node.as_object().unwrap() {
         let kept = match k.as_str() {
-            "type"
-            | "format"
+            // JSON Schema's `["string", "null"]`: a CRD's type is one, and null is pruned.
+            "type" => match v {
+                Value::Array(types) => types.iter().find(|t| *t != "null").unwrap().clone(),
+                one => one.clone(),
+            },
+            "format"
             | "description"
             | "required"
-            | "enum"
             | "x-kubernetes-list-type"
             | "x-kubernetes-list-map-keys"
-            | "x-kubernetes-map-type"
-            | "default" => v.clone(),
-            "items" | "additionalProperties" if v.is_object() => resolve(v, schemas),
+            | "x-kubernetes-map-type" => v.clone(),
+            "items" | "additionalProperties" if v.is_object() => resolve(v, defs),
             "properties" => Value::Object(
                 v.as_object()
                     .unwrap()
                     .iter()
-                    .map(|(p, s)| (p.clone(), resolve(s, schemas)))
+                    .map(|(p, s)| (p.clone(), resolve(s, defs)))
                     .collect(),
             ),
             // Strategic-merge hints, unions: nothing a CRD schema knows.
@@ -206,66 +287,57 @@ fn special(name: &str) -> Option<Value> {
     }
 }
 
-/// Drops every `default` (a CRD would apply them, where the API server leaves a pod field
-/// unset), but those of list-map keys that are not required: the API server refuses a list
-/// type `map` whose keys are neither. A list whose keys have neither stays atomic.
-fn strip_defaults(node: &mut Value, keep_default: bool) {
+/// List-map keys that are not required and that Kubernetes defaults, as (list, key, default):
+/// a port's protocol is TCP (`SetDefaults_ContainerPort`). 1.37's JSON Schema has no defaults,
+/// and a CRD's list-map key must be required or defaulted; a default here is applied to the
+/// stored object, as the API server applies it to a pod.
+const KEY_DEFAULTS: [(&str, &str, &str); 1] = [("ports", "protocol", "TCP")];
+
+/// Keeps a list's `x-kubernetes-list-type: map` where the API server allows it on a CRD, each
+/// key required or defaulted (with [`KEY_DEFAULTS`]), and makes any other list atomic, as
+/// before: duplicates of a kept one's keys are refused at admission, where a pod would be
+/// refused at every create. `at` is the node's property name.
+fn list_maps(node: &mut Value, at: &str) {
     let o = node.as_object_mut().unwrap();
-    if !keep_default {
-        o.remove("default");
-    }
-    let mut keys: Vec<String> = Vec::new();
     if o.get("x-kubernetes-list-type") == Some(&json!("map")) {
-        keys = o["x-kubernetes-list-map-keys"]
+        let keys: Vec<String> = o["x-kubernetes-list-map-keys"]
             .as_array()
             .unwrap()
             .iter()
             .map(|k| k.as_str().unwrap().to_string())
             .collect();
-        let items = &o["items"];
-        let usable = keys.iter().all(|k| {
-            items["required"]
+        let items = o.get_mut("items").unwrap();
+        let mut usable = true;
+        for k in &keys {
+            let required = items["required"]
                 .as_array()
-                .is_some_and(|r| r.contains(&json!(k)))
-                || items["properties"][k].get("default").is_some()
-        });
+                .is_some_and(|r| r.contains(&json!(k)));
+            let default = KEY_DEFAULTS
+                .iter()
+                .find(|(list, key, _)| *list == at && key == k);
+            match (required, default) {
+                (true, _) => {}
+                (false, Some((_, _, d))) => items["properties"][k]["default"] = json!(d),
+                (false, None) => usable = false,
+            }
+        }
         if !usable {
             o.remove("x-kubernetes-list-type");
             o.remove("x-kubernetes-list-map-keys");
-            keys.clear();
         }
     }
-    if let Some(items) = o.get_mut("items") {
-        let io = items.as_object_mut().unwrap();
-        io.remove("default");
-        let required = io.get("required").cloned().unwrap_or(json!([]));
-        for (p, s) in io
-            .get_mut("properties")
-            .and_then(Value::as_object_mut)
-            .into_iter()
-            .flatten()
-        {
-            strip_defaults(
-                s,
-                keys.contains(p) && !required.as_array().unwrap().contains(&json!(p)),
-            );
-        }
-        for k in ["items", "additionalProperties"] {
-            if let Some(s) = io.get_mut(k).filter(|s| s.is_object()) {
-                strip_defaults(s, false);
-            }
-        }
-    }
-    for (_, s) in o
+    for (p, s) in o
         .get_mut("properties")
         .and_then(Value::as_object_mut)
         .into_iter()
         .flatten()
     {
-        strip_defaults(s, false);
+        list_maps(s, p);
     }
-    if let Some(s) = o.get_mut("additionalProperties").filter(|s| s.is_object()) {
-        strip_defaults(s, false);
+    for k in ["items", "additionalProperties"] {
+        if let Some(s) = o.get_mut(k).filter(|s| s.is_object()) {
+            list_maps(s, at);
+        }
     }
 }
 
@@ -320,7 +392,7 @@ fn the_crds_template_schema_is_the_one_generated_from_the_api_servers() {
     }
     assert!(
         crd == want,
-        "{CRD} has drifted from the schema generated from {OPENAPI}: run `make generate`"
+        "{CRD} has drifted from the schema generated from {SCHEMA}: run `make generate`"
     );
 }
 
@@ -440,6 +512,29 @@ fn every_property_of_the_crd_has_a_description_and_none_says_it_cannot_be_update
     }
     assert!(checked > 500, "only {checked} properties found");
     assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// The template's descriptions are Kubernetes' own, cut as controller-gen's `maxDescLen` cuts
+/// them where they are long: a cut one keeps its first whole sentences and says it was cut.
+#[test]
+fn long_descriptions_in_the_template_are_cut_to_whole_sentences_and_marked() {
+    let t = generate();
+    let mut all = vec![(String::from("template"), &t)];
+    properties(&t, "template", &mut all);
+    let mut cut = 0;
+    for (path, node) in all {
+        let d = node["description"].as_str().unwrap_or("");
+        assert!(d.len() <= MAX_DESC + CUT.len(), "{path}: {} bytes", d.len());
+        if let Some(kept) = d.strip_suffix(CUT) {
+            cut += 1;
+            assert!(kept.ends_with('.') || !kept.ends_with(' '), "{path}: {d}");
+        }
+    }
+    assert!(cut > 50, "only {cut} cut: is MAX_DESC still needed?");
+    assert_eq!(
+        sentences_within("One. Two, e.g. three. Four.", 24),
+        "One. Two, e.g. three.".len()
+    );
 }
 
 /// The Ready condition's reasons the CRD lists are the README's, the table users read.

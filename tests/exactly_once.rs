@@ -601,7 +601,7 @@ impl Api for ModelApi {
         })
     }
 
-    fn create_pod(&self, _: &str, pod: &Pod) -> Result<Pod, client::Error> {
+    fn create_pod(&self, _: &str, pod: &Pod) -> Result<client::CreatedPod, client::Error> {
         let e = self.call(format!("POST pod/{}", pod.metadata.name));
         self.with(e, |w| {
             if w.pods.contains_key(&pod.metadata.name) {
@@ -628,7 +628,8 @@ impl Api for ModelApi {
                 },
             );
             w.emit("ADDED", &p.metadata.name);
-            Ok(p)
+            let spec = serde_json::to_value(&p.spec).unwrap_or_default();
+            Ok(client::CreatedPod { pod: p, spec })
         })
     }
 

@@ -13,8 +13,9 @@
 # Environment:
 #   KUBE_ASSETS      kube-apiserver, kube-controller-manager, kube-scheduler, kubemark (a build
 #                    with --kubelet-root-dir, --kubelet-address and --feature-gates); etcd on PATH
-#   REAL_KUBE_DIR    state: certificates, kubeconfigs, pid files, logs (default
-#                    ${TMPDIR:-/tmp}/immortal-real-kube)
+#   REAL_KUBE_DIR    state: certificates, kubeconfigs, pid files, logs, and audit.log, the API
+#                    server's record of every pod create, which the end-to-end suite counts
+#                    pods against (default ${TMPDIR:-/tmp}/immortal-real-kube)
 #   REAL_KUBE_PORT   kube-apiserver (16443); etcd 16379 and 16380, controller-manager 16257,
 #                    scheduler 16259, kubelet 16250: REAL_KUBE_{ETCD,KCM,SCHED,KUBELET}_PORT
 #   REAL_KUBE_FEATURE_GATES  for every component (SidecarContainers=true: native sidecars,
@@ -160,6 +161,10 @@ start() {
   launched=1
   mkdir -p "$DIR"
   certificates
+  # Pod creates only, answered: what a count of starts is checked against.
+  printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
+    'rules:' '- level: Metadata' '  verbs: [create]' '  resources: [{group: "", resources: [pods]}]' \
+    '- level: None' > "$DIR/pki/audit-policy.yaml"
   local gates=${GATES:+--feature-gates=$GATES}
   run etcd etcd --name real-cluster --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -174,6 +179,7 @@ start() {
     --service-account-signing-key-file pki/sa.key --service-cluster-ip-range 10.0.0.0/24 \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=true \
     --endpoint-reconciler-type none --enable-priority-and-fairness=false \
+    --audit-policy-file pki/audit-policy.yaml --audit-log-path audit.log \
     --feature-gates "ValidatingAdmissionPolicy=true${GATES:+,$GATES}" \
     --runtime-config admissionregistration.k8s.io/v1beta1=true
   wait_for kube-apiserver 60 kc get --raw /readyz
@@ -234,6 +240,7 @@ tier() {
   step "the operator's namespace is gone" kc wait --for=delete namespace/immortalcontainers-operator --timeout=120s
   for t in $E2E_TESTS; do tests="$tests --test $t"; done
   export IMMORTAL_E2E_KUBECONFIG=$KUBECONFIG IMMORTAL_E2E_SKIPS=$DIR/skipped
+  export IMMORTAL_E2E_AUDIT_LOG=$DIR/audit.log
   : > "$IMMORTAL_E2E_SKIPS"
   if "$CARGO" nextest --version >/dev/null 2>&1; then
     step "the end-to-end suite" "$CARGO" nextest run -p immortal-operator $tests --no-fail-fast -j 4

@@ -185,9 +185,26 @@ fn malformed_templates_and_a_second_image_for_acontainer_are_refused_at_admissio
                 "resources": {"limits": {"memory": "lots"}}}]}}),
             "spec.template.spec.containers[0].resources.limits.memory",
         ),
+        // A list map's key once (Kubernetes 1.37's markers): a pod would be refused at every
+        // create.
         (
-            json!({"spec": {"containers": [{"name": "acontainer", "imagePullPolicy": "Sometimes"}]}}),
-            "spec.template.spec.containers[0].imagePullPolicy",
+            json!({"spec": {"containers": [{"name": "side", "image": "busybox"},
+                                           {"name": "side", "image": "busybox"}]}}),
+            "spec.template.spec.containers[1]: Duplicate value",
+        ),
+        (
+            json!({"spec": {"containers": [{"name": "acontainer",
+                "env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}]}}),
+            "spec.template.spec.containers[0].env[1]: Duplicate value",
+        ),
+        // The operator's fields, with the reason.
+        (
+            json!({"spec": {"restartPolicy": "Never"}}),
+            "spec.template.spec.restartPolicy: Forbidden: the operator keeps the pod's restartPolicy Always",
+        ),
+        (
+            json!({"spec": {"nodeName": "node-1"}}),
+            "spec.template.spec.nodeName: Forbidden: the scheduler places the pod",
         ),
         (
             json!({"spec": {"containers": [{"name": "acontainer", "image": "nginx:0.1"}]}}),
@@ -307,4 +324,186 @@ fn a_restricted_namespace_runs_a_compliant_template_and_reports_pod_securitys_re
     let msg = reason_message(&refused);
     assert!(msg.contains("violates PodSecurity \"restricted"), "{msg}");
     assert!(msg.contains("give the object a spec.template"), "{msg}");
+}
+
+/// A template's native sidecar: an init container with `restartPolicy: Always`, named `log`.
+fn with_sidecar(image: &str) -> Value {
+    json!({"spec": {"initContainers": [{"name": "log", "image": image, "restartPolicy": "Always"}]}})
+}
+
+/// Waits until `name`'s pod exists, scheduled, carrying the template's sidecar, and the
+/// object counts it once; returns the pod. Ready is not asked for: see the callers.
+fn wait_counted_with_sidecar(c: &Cluster, name: &str) -> Value {
+    let what = format!(
+        "{}/{name}'s pod scheduled with its sidecar and counted",
+        c.ns
+    );
+    wait_until(c.timeout(Duration::from_secs(30)), &what, || {
+        let ic = c
+            .get_ic(name)
+            .map_err(|e| e.to_string())?
+            .ok_or("object gone")?;
+        let pod = c
+            .get_pod(&pod_name(name))
+            .map_err(|e| e.to_string())?
+            .ok_or("no pod yet")?;
+        let sidecar = &pod["spec"]["initContainers"][0];
+        if sidecar["name"] != "log" || sidecar["restartPolicy"] != "Always" {
+            return Err(format!(
+                "the pod's init containers: {}",
+                pod["spec"]["initContainers"]
+            ));
+        }
+        if pod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
+            return Err("not scheduled yet".into());
+        }
+        let st = &ic["status"];
+        if st["startTimes"] != 1 || st["lastCountedPodUID"] != uid(&pod) {
+            return Err(format!("status {st}"));
+        }
+        Ok(pod)
+    })
+}
+
+/// The pod stays the one counted, and the count stays, for `hold`: a sidecar's restarts, or a
+/// pod lacking fields the cluster dropped, never make another.
+fn assert_stays_counted_once(c: &Cluster, name: &str, pod: &Value, hold: Duration) {
+    let end = std::time::Instant::now() + hold;
+    while std::time::Instant::now() < end {
+        let ic = c.ic(name);
+        let now = c.get_pod(&pod_name(name)).ok().flatten();
+        assert_eq!(ic["status"]["startTimes"], 1, "{}", ic["status"]);
+        assert_eq!(
+            now.as_ref().map(uid),
+            Some(uid(pod)),
+            "the pod was replaced"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if let Some(creates) = c.accepted_pod_creates() {
+        assert_eq!(creates, 1, "pod creates the API server accepted");
+    }
+}
+
+/// Native sidecars (KEP-753: on by default since 1.29; `tests/real-cluster.sh` gives v1.28
+/// the gate): the sidecar reaches the pod, which is scheduled and counted once, and is Ready
+/// as Kubernetes counts it with its sidecar.
+#[test]
+fn a_native_sidecar_reaches_the_pod_which_is_counted_once_and_ready_with_it() {
+    let c = Cluster::new("template-sidecar");
+    c.record_pod_creates();
+    let _op = Operator::start(&c);
+    create(&c, "web", with_sidecar(&image()));
+    let pod = wait_counted_with_sidecar(&c, "web");
+    // kubemark's hollow node never reports a sidecar started, so its pod is never Ready there.
+    if c.real_containers_or_skip("a pod's Ready with its sidecar started") {
+        c.wait_converged("web", 1, |_| Ok(()));
+    }
+    assert_stays_counted_once(&c, "web", &pod, c.timeout(Duration::from_secs(2)));
+}
+
+/// A sidecar that exits again and again (busybox, with no terminal): reported as a crash-looping
+/// acontainer is, its restarts its own, the pod never replaced or counted again.
+#[test]
+fn a_sidecar_that_keeps_exiting_is_crash_looping_and_its_restarts_count_no_start() {
+    let c = Cluster::new("template-sidecar-loop");
+    if !c.real_containers_or_skip("a sidecar that exits") {
+        return;
+    }
+    c.record_pod_creates();
+    let _op = Operator::start(&c);
+    create(&c, "web", with_sidecar("busybox:1.36"));
+    let pod = wait_counted_with_sidecar(&c, "web");
+    let looping = c.wait_ready("web", "False", "PodCrashLooping");
+    let msg = reason_message(&looping);
+    assert!(msg.starts_with("sidecar log of pod "), "{msg}");
+    assert!(msg.contains("keeps exiting: back-off"), "{msg}");
+    let restarts = c.get_pod(&pod_name("web")).unwrap().unwrap()["status"]["initContainerStatuses"]
+        [0]["restartCount"]
+        .as_i64()
+        .unwrap_or(0);
+    assert!(restarts >= 1, "the sidecar restarted");
+    assert_stays_counted_once(&c, "web", &pod, c.timeout(Duration::from_secs(2)));
+}
+
+/// What a template written for a newer Kubernetes asks of one older than the fields: the
+/// object keeps every field (the CRD's schema is 1.37's), the pod is made once without those
+/// the cluster does not know, and the object says which (FieldsDropped, an Event, and
+/// `kubectl describe ic`); a hook left without a handler is the cluster's refusal, naming the
+/// field it dropped first.
+#[test]
+fn fields_an_older_cluster_does_not_know_are_reported_dropped_and_the_pod_made_once() {
+    let c = Cluster::new("template-dropped");
+    if c.knows_pod_field("PodSecurityContext", "appArmorProfile") {
+        common::skipped(
+            "the cluster knows appArmorProfile (1.30+): nothing of the template is dropped",
+        );
+        return;
+    }
+    c.record_pod_creates();
+    let _op = Operator::start(&c);
+    let mut t = with_sidecar(&image());
+    t["spec"]["securityContext"] = json!({"appArmorProfile": {"type": "RuntimeDefault"}});
+    t["spec"]["resources"] = json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
+    t["spec"]["containers"] = json!([{"name": "acontainer",
+        "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}]);
+    let stored = create(&c, "modern", t.clone());
+    assert_eq!(
+        stored["spec"]["template"], t,
+        "the object keeps every field"
+    );
+    let pod = wait_counted_with_sidecar(&c, "modern");
+    for gone in ["appArmorProfile", "resources"] {
+        let kept = if gone == "resources" {
+            &pod["spec"]["resources"]
+        } else {
+            &pod["spec"]["securityContext"][gone]
+        };
+        assert!(kept.is_null(), "{gone} reached the pod: {kept}");
+    }
+    let ic = wait_until(c.timeout(Duration::from_secs(10)), "FieldsDropped", || {
+        let ic = c.ic("modern");
+        condition(&ic, "FieldsDropped")
+            .is_some()
+            .then_some(ic)
+            .ok_or("no FieldsDropped condition".to_string())
+    });
+    let dropped = condition(&ic, "FieldsDropped").unwrap();
+    let msg = dropped["message"].as_str().unwrap_or("");
+    assert_eq!(
+        (&dropped["status"], &dropped["reason"]),
+        (&json!("True"), &json!("DroppedByAPIServer"))
+    );
+    for field in [
+        "spec.securityContext.appArmorProfile",
+        "spec.resources",
+        "spec.containers[0].restartPolicyRules",
+    ] {
+        assert!(msg.contains(field), "{field} not named: {msg}");
+    }
+    assert!(msg.contains("newer than Kubernetes v1."), "{msg}");
+    let events = c
+        .api
+        .get(&format!("/api/v1/namespaces/{}/events", c.ns))
+        .unwrap();
+    let said = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "FieldsDropped" && e["involvedObject"]["name"] == "modern");
+    assert_eq!(said.count(), 1, "one FieldsDropped Event");
+    assert_stays_counted_once(&c, "modern", &pod, c.timeout(Duration::from_secs(3)));
+
+    // The sleep action is 1.29's (alpha there, kept only with its gate): the schema says.
+    if !c.knows_pod_field("LifecycleHandler", "sleep") {
+        let sleepy = json!({"spec": {"containers": [{"name": "acontainer",
+            "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]}});
+        create(&c, "sleepy", sleepy);
+        let refused = c.wait_ready("sleepy", "False", "PodCreateFailed");
+        let msg = reason_message(&refused);
+        assert!(msg.contains("must specify a handler type"), "{msg}");
+        let named =
+            "it dropped first what it does not know, spec.containers[0].lifecycle.preStop.sleep";
+        assert!(msg.contains(named), "{msg}");
+    }
 }

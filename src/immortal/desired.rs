@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// Pod spec fields a template may not set, because the operator's promise depends on them
-/// (docs/templates.md says why each): dropped from the template if a client still sends them.
+/// (docs/templates.md says why each): refused at admission by the CRD's rules, and dropped
+/// from a template stored before them.
 pub const OPERATOR_FIELDS: [&str; 3] = ["restartPolicy", "nodeName", "ephemeralContainers"];
 
 /// The pod we want for `ic`, carrying [`COUNT_FINALIZER`] while starts are counted.
@@ -148,6 +149,62 @@ pub fn recorded_hash(pod: &Pod) -> Option<&str> {
         .annotations
         .get(SPEC_HASH_ANNOTATION)
         .map(String::as_str)
+}
+
+/// The fields of `sent`'s spec the API server did not keep, as paths such as
+/// `spec.securityContext.appArmorProfile` or `spec.containers[1].restartPolicyRules`
+/// (`stored`: the spec it answered the create with): a field newer than the cluster, dropped
+/// with a warning, or one behind a feature gate it has off, dropped in silence (a sidecar's
+/// `restartPolicy` on 1.28). Only the presence of what was sent is looked for: the server adds
+/// defaults and admission may rewrite values (an image, a quantity's form) or add containers.
+/// A zero value (false, 0, "", {}, []) is not looked for: Go's `omitempty` leaves it out.
+pub fn dropped(sent: &Pod, stored: &Value) -> Vec<String> {
+    let sent = serde_json::to_value(&sent.spec).unwrap_or_default();
+    let mut out = Vec::new();
+    missing(&sent, stored, "spec", &mut out);
+    out
+}
+
+/// Adds to `out` what of `sent`, at `at`, `stored` lacks.
+fn missing(sent: &Value, stored: &Value, at: &str, out: &mut Vec<String>) {
+    match (sent, stored) {
+        (Value::Object(sent), Value::Object(kept)) => {
+            for (field, v) in sent.iter().filter(|(_, v)| !is_zero(v)) {
+                let path = format!("{at}.{field}");
+                match kept.get(field).filter(|k| !k.is_null()) {
+                    Some(k) => missing(v, k, &path, out),
+                    None => out.push(path),
+                }
+            }
+        }
+        (Value::Array(sent), Value::Array(kept)) => {
+            for (i, v) in sent.iter().enumerate().filter(|(_, v)| !is_zero(v)) {
+                // A named item (a container, a volume, an env var) by its name: admission
+                // may have added others before it.
+                let k = match v["name"].as_str() {
+                    Some(name) => kept.iter().find(|k| k["name"] == name),
+                    None => kept.get(i),
+                };
+                let path = format!("{at}[{i}]");
+                match k {
+                    Some(k) => missing(v, k, &path, out),
+                    None => out.push(path),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
 }
 
 /// The labels our pods carry: the pod watch selects on the first; the second names the owner.
@@ -395,6 +452,51 @@ mod tests {
         assert_eq!(
             same(&pod, &dropped).as_deref(),
             Some("the template was removed")
+        );
+    }
+
+    /// What fixture 25 shows a v1.28 API server doing with fields it does not know, and what it
+    /// does with a sidecar's restartPolicy without the gate: gone from the stored spec. What it
+    /// adds (defaults, a token volume), rewrites or leaves out as zero is not dropped.
+    #[test]
+    fn dropped_names_what_the_stored_spec_lacks_of_what_was_sent() {
+        let o = templated(
+            "nginx",
+            r#"{"spec": {"securityContext": {"appArmorProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": true},
+                "hostNetwork": false, "volumes": [{"name": "data", "emptyDir": {}}],
+                "initContainers": [{"name": "log", "image": "busybox", "restartPolicy": "Always"}],
+                "containers": [{"name": "acontainer", "restartPolicyRules": [{"action": "Restart"}],
+                                "resources": {"limits": {"cpu": "1000m"}}}]}}"#,
+        );
+        let sent = desired_pod(&o, true);
+        let mut stored = serde_json::to_value(&sent.spec).unwrap();
+        assert_eq!(dropped(&sent, &stored), Vec::<String>::new());
+        stored["securityContext"]
+            .as_object_mut()
+            .unwrap()
+            .remove("appArmorProfile");
+        stored["initContainers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("restartPolicy");
+        let c = &mut stored["containers"][0];
+        c.as_object_mut().unwrap().remove("restartPolicyRules");
+        c["resources"]["limits"]["cpu"] = json!("1");
+        c["terminationMessagePath"] = json!("/dev/termination-log");
+        // An injected container first, and defaults.
+        stored["containers"]
+            .as_array_mut()
+            .unwrap()
+            .insert(0, json!({"name": "istio-proxy", "image": "proxy"}));
+        stored["dnsPolicy"] = json!("ClusterFirst");
+        stored.as_object_mut().unwrap().remove("hostNetwork");
+        assert_eq!(
+            dropped(&sent, &stored),
+            [
+                "spec.containers[0].restartPolicyRules",
+                "spec.initContainers[0].restartPolicy",
+                "spec.securityContext.appArmorProfile"
+            ]
         );
     }
 

@@ -65,7 +65,7 @@ impl SharedSpec {
     }
 }
 
-/// The Ready condition, the only one the operator writes.
+/// The Ready condition, every object's (one that also has `FieldsDropped` keeps a typed copy).
 #[derive(Debug, Clone, PartialEq)]
 struct CompactReady {
     status: bool,

@@ -127,6 +127,8 @@ pub struct PodStatus {
     pub message: String,
     pub conditions: Vec<PodCondition>,
     pub container_statuses: Vec<ContainerStatus>,
+    /// The init containers', native sidecars (`restartPolicy: Always`) among them.
+    pub init_container_statuses: Vec<ContainerStatus>,
 }
 
 /// One of a pod's conditions (`PodScheduled`, `Initialized`, `ContainersReady`, `Ready`,
@@ -320,6 +322,10 @@ pub struct Status {
     pub reason: String,
     pub code: u16,
     pub details: Option<StatusDetails>,
+    /// The texts of the answer's `Warning` headers, beside the body: a pod refused for what
+    /// is left once the fields the server does not know were dropped says so only there.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

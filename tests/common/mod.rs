@@ -71,6 +71,9 @@ pub const TIMEOUT_SCALE_ENV: &str = "IMMORTAL_E2E_TIMEOUT_SCALE";
 /// The operator binary to test; unset: the one cargo built for this test run. Set it to the
 /// shipped static build to test what the image runs.
 pub const OPERATOR_ENV: &str = "IMMORTAL_E2E_OPERATOR";
+/// A real cluster's audit log of pod creates, JSON lines (tests/real-cluster.sh writes one):
+/// what a scenario counts the accepted creates against.
+pub const AUDIT_LOG_ENV: &str = "IMMORTAL_E2E_AUDIT_LOG";
 
 /// The operator binary the scenarios start.
 pub fn operator_binary() -> PathBuf {
@@ -505,6 +508,67 @@ impl Cluster {
             ));
         }
         !fake
+    }
+
+    /// Starts keeping what [`Cluster::accepted_pod_creates`] counts: the test server's request
+    /// log (a real cluster's audit log keeps itself).
+    pub fn record_pod_creates(&self) {
+        if let Some(s) = self.test_server() {
+            s.record_requests();
+        }
+    }
+
+    /// How many pod creates the API server accepted (201) in this namespace, by its own record:
+    /// the test server's request log, or the audit log [`AUDIT_LOG_ENV`] names; `None`, said
+    /// as skipped, on a real cluster without one.
+    pub fn accepted_pod_creates(&self) -> Option<usize> {
+        let pods = format!("/api/v1/namespaces/{}/pods", self.ns);
+        if let Some(s) = self.test_server() {
+            let log = s.request_log();
+            let creates = log.iter().filter(|l| {
+                l.verb == "create"
+                    && l.resource == "pods"
+                    && l.code == 201
+                    && l.target.starts_with(&pods)
+            });
+            return Some(creates.count());
+        }
+        let Some(path) = std::env::var_os(AUDIT_LOG_ENV) else {
+            skipped(&format!(
+                "no audit log to count pod creates against ({AUDIT_LOG_ENV})"
+            ));
+            return None;
+        };
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the audit log {}: {e}",
+                Path::new(&path).display()
+            )
+        });
+        let creates = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| {
+                e["stage"] == "ResponseComplete"
+                    && e["verb"] == "create"
+                    && e["objectRef"]["resource"] == "pods"
+                    && e["objectRef"]["subresource"].is_null()
+                    && e["objectRef"]["namespace"] == self.ns.as_str()
+                    && e["responseStatus"]["code"] == 201
+            });
+        Some(creates.count())
+    }
+
+    /// Whether the API server's own pod schema (`/openapi/v3/api/v1`) has `field` in the
+    /// core/v1 type `kind` (`PodSecurityContext`): what it keeps of a pod.
+    pub fn knows_pod_field(&self, kind: &str, field: &str) -> bool {
+        let doc = self
+            .api
+            .get("/openapi/v3/api/v1")
+            .unwrap_or_else(|e| panic!("cannot read the core/v1 OpenAPI: {e}"));
+        let schema = &doc["components"]["schemas"][format!("io.k8s.api.core.v1.{kind}")];
+        assert!(schema.is_object(), "no {kind} in the core/v1 OpenAPI");
+        !schema["properties"][field].is_null()
     }
 
     /// The test server when there is one, without printing anything.

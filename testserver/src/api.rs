@@ -665,8 +665,10 @@ fn validation_causes(def: &ResourceDef, version: &str, obj: &Value) -> Vec<Cause
 /// quantities do not parse cannot be decoded (400); fields its type does not know (a pod's Go
 /// type, a custom resource's structural schema) are dropped, each with a warning
 /// (`fieldValidation` Warn, the default since 1.27), silently (Ignore), or refuse the request
-/// (Strict, which kubectl sends). Returns the warnings.
+/// (Strict, which kubectl sends); an init container's `restartPolicy` is dropped unless
+/// `sidecars` (the SidecarContainers gate). Returns the warnings.
 fn prune(
+    sidecars: bool,
     req: &Request,
     def: &ResourceDef,
     version: &str,
@@ -683,11 +685,14 @@ fn prune(
         if let Some(why) = podspec::quantity_error(&obj["spec"]) {
             return Err(decode_error(why));
         }
-        // 1.28 drops an init container's `restartPolicy` (native sidecars are alpha there, and
-        // off): such a container runs as any init container, to completion.
-        if let Some(Value::Array(init)) = obj["spec"].get_mut("initContainers") {
-            for c in init.iter_mut().filter_map(Value::as_object_mut) {
-                c.remove("restartPolicy");
+        // Without the SidecarContainers gate (1.28's default) an init container's
+        // `restartPolicy` is dropped, with no warning (`dropDisabledFields`): such a container
+        // runs as any init container, to completion.
+        if !sidecars {
+            if let Some(Value::Array(init)) = obj["spec"].get_mut("initContainers") {
+                for c in init.iter_mut().filter_map(Value::as_object_mut) {
+                    c.remove("restartPolicy");
+                }
             }
         }
         openapi::prune_pod(obj)
@@ -801,98 +806,107 @@ fn create(shared: &Shared, req: &Request, t: &Target, user: &str) -> Result<Repl
     strategy::prepare_create(&def, &mut obj, &now);
     strategy::omit_empty_metadata(&mut obj);
     let mut obj = Value::Object(obj);
-    let decode_warnings = prune(req, &def, &t.version, &mut obj)?;
-    if def.class == Class::Pod {
-        // Mutating admission: after defaulting, before validation and validating admission.
-        let mutations = shared
-            .pod_mutations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        for m in &mutations {
-            patch::strategic_merge(&mut obj, m);
-        }
-        // What a webhook added is defaulted too (a patched object is decoded again), and the
-        // QoS class is the mutated pod's (the strategy's PrepareForCreate runs after admission).
-        if let (false, Some(map)) = (mutations.is_empty(), obj.as_object_mut()) {
-            strategy::apply_defaults(&def, map);
-            strategy::prepare_create(&def, map, &now);
-        }
-    }
-
-    // Admission (namespace lifecycle) comes before validation, as on a real server; it is
-    // checked again when committing, where it counts.
-    check_namespace(&shared.read(), &def, t.namespace.as_deref(), &name)?;
-    let causes = validation_causes(&def, &t.version, &obj);
-    if !causes.is_empty() {
-        return Err(def.invalid(&name, causes));
-    }
-    // Validating admission runs after validation and before storage (so before
-    // AlreadyExists), as in kube-apiserver, its plugins in the order of the default list:
-    // PodSecurity, ValidatingAdmissionPolicy, ResourceQuota. The first two read the store as
-    // kube-apiserver's read their informers' caches, not atomically with the write.
-    let ns = t.namespace.as_deref().unwrap_or("");
-    let warnings = {
-        let store = shared.read();
+    let decode_warnings = prune(shared.sidecar_containers, req, &def, &t.version, &mut obj)?;
+    // What the decoder warned of goes with a refusal too: a pod whose sleep action it did not
+    // know is refused for the handler left missing, with the warning saying why (fixture 51).
+    let refused_with = decode_warnings.clone();
+    let decided = (move || -> Result<Reply, ApiError> {
         if def.class == Class::Pod {
-            admission::pod_security(&store, ns, &name, &obj)?;
+            // Mutating admission: after defaulting, before validation and validating admission.
+            let mutations = shared
+                .pod_mutations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            for m in &mutations {
+                patch::strategic_merge(&mut obj, m);
+            }
+            // What a webhook added is defaulted too (a patched object is decoded again), and the
+            // QoS class is the mutated pod's (the strategy's PrepareForCreate runs after admission).
+            if let (false, Some(map)) = (mutations.is_empty(), obj.as_object_mut()) {
+                strategy::apply_defaults(&def, map);
+                strategy::prepare_create(&def, map, &now);
+            }
         }
-        let mut warnings = decode_warnings;
-        warnings.extend(policy_admission::admit(
-            &store,
-            &Attempt {
-                operation: "CREATE",
-                def: &def,
-                version: &t.version,
-                subresource: None,
-                namespace: ns,
-                name: &name,
-                object: Some(&obj),
-                old: None,
-                user,
-            },
-        )?);
-        warnings
-    };
-    let key = def.key();
-    hold_before_commit(shared, req, "create", user);
-    let stored = {
-        let mut store = shared.write();
-        if !store.serves(&key) {
-            // Its CRD was deleted meanwhile.
-            return Err(not_served());
+
+        // Admission (namespace lifecycle) comes before validation, as on a real server; it is
+        // checked again when committing, where it counts.
+        check_namespace(&shared.read(), &def, t.namespace.as_deref(), &name)?;
+        let causes = validation_causes(&def, &t.version, &obj);
+        if !causes.is_empty() {
+            return Err(def.invalid(&name, causes));
         }
-        check_namespace(&store, &def, t.namespace.as_deref(), &name)?;
-        let quotas = if def.class == Class::Pod {
-            admission::quota(&store, ns, &name)?
-        } else {
-            Vec::new()
+        // Validating admission runs after validation and before storage (so before
+        // AlreadyExists), as in kube-apiserver, its plugins in the order of the default list:
+        // PodSecurity, ValidatingAdmissionPolicy, ResourceQuota. The first two read the store as
+        // kube-apiserver's read their informers' caches, not atomically with the write.
+        let ns = t.namespace.as_deref().unwrap_or("");
+        let warnings = {
+            let store = shared.read();
+            if def.class == Class::Pod {
+                admission::pod_security(&store, ns, &name, &obj)?;
+            }
+            let mut warnings = decode_warnings;
+            warnings.extend(policy_admission::admit(
+                &store,
+                &Attempt {
+                    operation: "CREATE",
+                    def: &def,
+                    version: &t.version,
+                    subresource: None,
+                    namespace: ns,
+                    name: &name,
+                    object: Some(&obj),
+                    old: None,
+                    user,
+                },
+            )?);
+            warnings
         };
-        if store.get(&key, ns, &name).is_some() {
-            return Err(def.already_exists(&name));
-        }
-        if def.class == Class::ResourceQuota {
-            obj = admission::with_usage(&store, &obj);
-        }
-        let stored = store.commit(&key, EventType::Added, obj, None);
-        for q in quotas {
-            // Admission charges the admitted pod to each quota's `status.used`.
-            let next = admission::with_usage(&store, &q);
-            if next != *q {
-                store.update("resourcequotas", next, q);
+        let key = def.key();
+        hold_before_commit(shared, req, "create", user);
+        let stored = {
+            let mut store = shared.write();
+            if !store.serves(&key) {
+                // Its CRD was deleted meanwhile.
+                return Err(not_served());
             }
-        }
-        if def.class == Class::Crd {
-            if let Ok(custom) = resources::from_crd(&stored) {
-                store.serve(custom);
+            check_namespace(&store, &def, t.namespace.as_deref(), &name)?;
+            let quotas = if def.class == Class::Pod {
+                admission::quota(&store, ns, &name)?
+            } else {
+                Vec::new()
+            };
+            if store.get(&key, ns, &name).is_some() {
+                return Err(def.already_exists(&name));
             }
-        }
-        stored
-    };
-    Ok(with_warnings(
-        ok_bytes(201, encode(&def, &t.version, &stored)),
-        warnings,
-    ))
+            if def.class == Class::ResourceQuota {
+                obj = admission::with_usage(&store, &obj);
+            }
+            let stored = store.commit(&key, EventType::Added, obj, None);
+            for q in quotas {
+                // Admission charges the admitted pod to each quota's `status.used`.
+                let next = admission::with_usage(&store, &q);
+                if next != *q {
+                    store.update("resourcequotas", next, q);
+                }
+            }
+            if def.class == Class::Crd {
+                if let Ok(custom) = resources::from_crd(&stored) {
+                    store.serve(custom);
+                }
+            }
+            stored
+        };
+        Ok(with_warnings(
+            ok_bytes(201, encode(&def, &t.version, &stored)),
+            warnings,
+        ))
+    })();
+    match decided {
+        Err(e) if !refused_with.is_empty() => Ok(with_warnings(error(e), refused_with)),
+        other => other,
+    }
 }
 
 /// `Warning: 299 - "text"` headers (`net.NewWarningHeader`), as admission warnings reach
@@ -1123,8 +1137,10 @@ fn prepare_update(
     let mut new = Value::Object(new);
     // An update's unknown-field warnings are not sent (only its admission warnings are). A
     // pod's status write keeps the stored spec, so there is nothing of it to decode again.
+    // Disabled fields are dropped on create only: an update keeps those the stored pod has
+    // (`dropDisabledFields`), and a pod's spec may not change anyway.
     if !(status_write && def.class == Class::Pod) {
-        prune(req, def, &t.version, &mut new)?;
+        prune(true, req, def, &t.version, &mut new)?;
     }
     // kube-apiserver checks the uid twice, with the fields every kind shares and again in the
     // kind's own update validation: the cause comes twice, the message says it once.

@@ -750,6 +750,9 @@ pub fn rule_causes(
         return;
     };
     let type_ = format!("{:?}", schema["type"].as_str().unwrap_or("object"));
+    // v1.28's validator moves the node's path down by each failing rule's fieldPath in turn,
+    // so a later failing rule reports at the paths run together (fixture 46).
+    let mut field = field.to_string();
     for r in rules {
         let rule = r["rule"].as_str().unwrap_or("");
         let message = r["message"]
@@ -763,7 +766,7 @@ pub fn rule_causes(
             Err(e) => {
                 // Not the rule's verdict but a failure to reach one: always Invalid, at the node.
                 causes.push(Cause::invalid(
-                    field,
+                    &field,
                     &type_,
                     &format!("{e} evaluating rule: {rule}"),
                 ));
@@ -773,8 +776,9 @@ pub fn rule_causes(
         let at = match r["fieldPath"].as_str().and_then(|p| field_path(schema, p)) {
             Some(sub) if field == "<nil>" => sub,
             Some(sub) => format!("{field}.{sub}"),
-            None => field.to_string(),
+            None => field.clone(),
         };
+        field.clone_from(&at);
         causes.push(match r["reason"].as_str() {
             Some("FieldValueForbidden") => Cause::forbidden(&at, &detail),
             Some("FieldValueRequired") => Cause::required(&at, &detail),
@@ -1025,9 +1029,10 @@ mod tests {
                     "metadata.name",
                     "Forbidden: too long"
                 ),
+                // Where the failing rule before it moved the path (as v1.28 does: fixture 46).
                 (
                     "FieldValueInvalid",
-                    "<nil>",
+                    "metadata.name",
                     "Invalid value: \"object\": still too long"
                 ),
             ]

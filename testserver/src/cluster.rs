@@ -35,6 +35,8 @@ enum Msg {
     /// `TestServer::exit_container`: answered on `reply` once the exit is written.
     ExitContainer {
         key: Key,
+        /// The container's name; `None`: the first running one.
+        container: Option<String>,
         code: i32,
         reply: Sender<bool>,
     },
@@ -67,9 +69,10 @@ pub struct Handle {
 impl Handle {
     /// Makes the first running container of the pod exit with `code`; `false` when the pod is
     /// unknown to the kubelets or none of its containers runs.
-    pub fn exit_container(&self, ns: &str, name: &str, code: i32) -> bool {
+    pub fn exit_container(&self, ns: &str, name: &str, container: Option<&str>, code: i32) -> bool {
         self.ask(|reply| Msg::ExitContainer {
             key: (ns.to_string(), name.to_string()),
+            container: container.map(str::to_string),
             code,
             reply,
         })
@@ -141,7 +144,7 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
     let mut cluster = Cluster::new(opts);
     let mut dirty: BTreeSet<Key> = BTreeSet::new();
     let mut node_changes: Vec<(String, bool)> = Vec::new();
-    let mut controls: Vec<(Key, i32, Sender<bool>)> = Vec::new();
+    let mut controls: Vec<(Key, Option<String>, i32, Sender<bool>)> = Vec::new();
     let mut partitions: Vec<(String, bool, Sender<bool>)> = Vec::new();
     loop {
         let wait = cluster
@@ -168,7 +171,12 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
                     }
                 }
                 Msg::Node { name, deleted } => node_changes.push((name, deleted)),
-                Msg::ExitContainer { key, code, reply } => controls.push((key, code, reply)),
+                Msg::ExitContainer {
+                    key,
+                    container,
+                    code,
+                    reply,
+                } => controls.push((key, container, code, reply)),
                 Msg::Partition { node, heal, reply } => partitions.push((node, heal, reply)),
             }
         }
@@ -210,7 +218,7 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
                 cluster.evict_if_due(&mut store, &key, Instant::now());
             }
         }
-        for (key, code, reply) in controls.drain(..) {
+        for (key, container, code, reply) in controls.drain(..) {
             let mut store = shared.write();
             let now = Instant::now();
             let partitioned = &cluster.partitioned;
@@ -218,7 +226,7 @@ fn run(weak: Weak<Shared>, rx: Receiver<Msg>, opts: KubeletOptions) {
                 .pods
                 .get_mut(&key)
                 .filter(|run| !partitioned.contains_key(&run.node))
-                .is_some_and(|run| run.exit_container(code, now));
+                .is_some_and(|run| run.exit_container(container.as_deref(), code, now));
             if exited {
                 cluster.sync_pod(&mut store, &key, now);
             }

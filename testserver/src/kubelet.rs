@@ -148,6 +148,9 @@ enum State {
 struct Container {
     name: String,
     image: String,
+    /// An init container with `restartPolicy: Always`: a native sidecar (KEP-753), which runs
+    /// beside the containers, restarted whenever it exits, instead of to completion first.
+    sidecar: bool,
     behaviour: Behaviour,
     state: State,
     restart_count: u32,
@@ -170,6 +173,24 @@ impl Container {
             State::Running { exit, .. } => exit.map(|(t, _)| t),
             State::Exited { restart_at, .. } => *restart_at,
             State::BackOff { until, .. } => Some(*until),
+        }
+    }
+
+    /// Whether it ever ran: a sidecar that did lets the init containers after it start.
+    fn has_started(&self) -> bool {
+        match &self.state {
+            State::Running { .. } | State::BackOff { .. } => true,
+            State::Exited { term, .. } => term.container_id.is_some(),
+            _ => self.restart_count > 0,
+        }
+    }
+
+    /// An init container that has done its work: exited 0, for good; a sidecar once started.
+    fn initialized(&self) -> bool {
+        if self.sidecar {
+            self.has_started()
+        } else {
+            self.succeeded()
         }
     }
 
@@ -289,6 +310,8 @@ impl PodRun {
                     let image = c["image"].as_str().unwrap_or("").to_string();
                     Container {
                         name: c["name"].as_str().unwrap_or("").to_string(),
+                        // Only an init container's is kept by the API server.
+                        sidecar: list == "initContainers" && c["restartPolicy"] == "Always",
                         behaviour: Behaviour::of(&image),
                         image,
                         state: State::Initializing,
@@ -328,11 +351,12 @@ impl PodRun {
         }
     }
 
-    /// Makes the first running container (init containers first) exit with `code` now (a
-    /// crash, or the process ending); `false` when no container of the pod is running.
-    pub fn exit_container(&mut self, code: i32, now: Instant) -> bool {
+    /// Makes the container called `name`, or else the first running one (init containers
+    /// first, sidecars included), exit with `code` now (a crash, or the process ending);
+    /// `false` when that container is not running.
+    pub fn exit_container(&mut self, name: Option<&str>, code: i32, now: Instant) -> bool {
         let mut all = self.init_containers.iter_mut().chain(&mut self.containers);
-        match all.find(|c| c.is_running()) {
+        match all.find(|c| c.is_running() && name.is_none_or(|n| c.name == n)) {
             Some(c) => {
                 if let State::Running { exit, .. } = &mut c.state {
                     *exit = Some((now, code));
@@ -397,9 +421,20 @@ impl PodRun {
             now,
             opts,
         };
-        changed |= advance_init(&mut self.init_containers, &mut self.containers, &ctx);
+        let init_ctx = Ctx {
+            restart: ctx.restart && !self.containers_done(&policy),
+            ..ctx
+        };
+        changed |= advance_init(&mut self.init_containers, &mut self.containers, &init_ctx);
         for c in &mut self.containers {
             changed |= advance(c, &ctx);
+        }
+        // Under Never or OnFailure, once every container has exited for good the kubelet
+        // stops the sidecars (KEP-753); the pod's phase follows its containers alone.
+        let running_sidecar = |c: &Container| c.sidecar && !c.exited_for_good();
+        if self.containers_done(&policy) && self.init_containers.iter().any(running_sidecar) {
+            stop_sidecars(&mut self.init_containers, now, opts);
+            changed = true;
         }
         self.sandbox |= self
             .init_containers
@@ -476,11 +511,20 @@ impl PodRun {
         writes
     }
 
+    /// Every container has exited for good, not stopped by a deletion or a deadline: the
+    /// sidecars are stopped and not restarted.
+    fn containers_done(&self, policy: &str) -> bool {
+        policy != "Always"
+            && self.stop.is_none()
+            && !self.containers.is_empty()
+            && self.containers.iter().all(Container::exited_for_good)
+    }
+
     /// An init container failed for good: the pod can never start (`restartPolicy: Never`).
     fn init_failed(&self) -> bool {
         self.init_containers
             .iter()
-            .any(|c| c.exited_for_good() && !c.succeeded())
+            .any(|c| !c.sidecar && c.exited_for_good() && !c.succeeded())
     }
 
     /// SIGTERM to every running container (each exits after `stop_delay`, or is killed at
@@ -658,12 +702,16 @@ impl PodRun {
         let incomplete: Vec<&str> = self
             .init_containers
             .iter()
-            .filter(|c| !c.succeeded())
+            .filter(|c| !c.initialized())
             .map(|c| c.name.as_str())
             .collect();
+        // A sidecar is ready while it runs (no readiness probe is modelled), and the pod is
+        // ready only with its sidecars ready too, listed first (`GeneratePodReadyCondition`).
         let unready: Vec<&str> = self
-            .containers
+            .init_containers
             .iter()
+            .filter(|c| c.sidecar)
+            .chain(&self.containers)
             .filter(|c| !c.is_running())
             .map(|c| c.name.as_str())
             .collect();
@@ -777,9 +825,10 @@ struct Ctx<'a> {
     opts: &'a KubeletOptions,
 }
 
-/// Runs the init containers in order: each is created once the one before it succeeded;
-/// a failed one is restarted unless `restartPolicy` is Never (init containers never
-/// restart after success). When all have succeeded, the containers are created.
+/// Runs the init containers in order: each is created once the one before it succeeded, or,
+/// for a sidecar, started; a failed one is restarted unless `restartPolicy` is Never (init
+/// containers never restart after success), a sidecar whenever it exits. When all have
+/// done so, the containers are created.
 fn advance_init(init: &mut [Container], containers: &mut [Container], ctx: &Ctx) -> bool {
     let policy = if ctx.policy == "Never" {
         "Never"
@@ -787,6 +836,10 @@ fn advance_init(init: &mut [Container], containers: &mut [Container], ctx: &Ctx)
         "OnFailure"
     };
     let init_ctx = Ctx { policy, ..*ctx };
+    let sidecar_ctx = Ctx {
+        policy: "Always",
+        ..*ctx
+    };
     let mut changed = false;
     for c in init.iter_mut() {
         if c.state == State::Initializing {
@@ -798,8 +851,8 @@ fn advance_init(init: &mut [Container], containers: &mut [Container], ctx: &Ctx)
             };
             changed = true;
         }
-        changed |= advance(c, &init_ctx);
-        if !c.succeeded() {
+        changed |= advance(c, if c.sidecar { &sidecar_ctx } else { &init_ctx });
+        if !c.initialized() {
             return changed;
         }
     }
@@ -814,6 +867,34 @@ fn advance_init(init: &mut [Container], containers: &mut [Container], ctx: &Ctx)
         }
     }
     changed
+}
+
+/// SIGTERM to the sidecars, which exit after `stop_delay` and are not restarted: the pod's
+/// containers have all exited for good.
+fn stop_sidecars(init: &mut [Container], now: Instant, opts: &KubeletOptions) {
+    for c in init.iter_mut().filter(|c| c.sidecar) {
+        match &mut c.state {
+            State::Running { exit, .. } => {
+                let at = now + opts.stop_delay;
+                if exit.is_none_or(|(t, _)| at < t) {
+                    *exit = Some((at, 0));
+                }
+            }
+            State::Exited { restart_at, .. } => *restart_at = None,
+            State::BackOff { term, .. } => {
+                c.state = State::Exited {
+                    term: term.clone(),
+                    restart_at: None,
+                }
+            }
+            _ => {
+                c.state = State::Exited {
+                    term: Term::never_started(now),
+                    restart_at: None,
+                }
+            }
+        }
+    }
 }
 
 /// Moves a container through every transition due by `ctx.now`; whether any happened.
@@ -1019,7 +1100,11 @@ fn container_status(c: &Container, pod_name: &str, has_init: bool, init: bool) -
             started_image(),
         ),
     };
-    let ready = if init { c.succeeded() } else { running };
+    let ready = if init && !c.sidecar {
+        c.succeeded()
+    } else {
+        running
+    };
     let mut s = json!({
         "name": c.name,
         "state": state,
@@ -1337,7 +1422,7 @@ mod tests {
             cond(&last, "Initialized")["message"],
             "containers with incomplete status: [second]"
         );
-        assert!(s.run.exit_container(0, s.t));
+        assert!(s.run.exit_container(None, 0, s.t));
         s.sync();
         while s.run.wake.is_some() {
             if let Some(st) = s.step().pop() {
@@ -1361,6 +1446,105 @@ mod tests {
         assert_eq!(cond(&last, "Ready")["status"], "True");
     }
 
+    /// Steps until `done` holds of the stored status (at most 200 wake-ups); returns it.
+    fn until(s: &mut Sim, done: impl Fn(&Value) -> bool) -> Value {
+        for _ in 0..200 {
+            if done(&s.stored["status"]) {
+                return s.stored["status"].clone();
+            }
+            if s.run.wake.is_none() {
+                break;
+            }
+            s.step();
+        }
+        panic!("never reached: {}", s.stored["status"]);
+    }
+
+    #[test]
+    fn a_native_sidecar_starts_before_the_next_init_container_and_counts_for_ready() {
+        let mut p = pod("registry.k8s.io/pause:3.9", "Always");
+        p["spec"]["initContainers"] = json!([
+            {"name": "log", "image": "registry.k8s.io/pause:3.9", "restartPolicy": "Always"},
+            {"name": "setup", "image": "busybox:1.36"}]);
+        let mut s = Sim::new(p);
+        let first = s.sync().pop().expect("the first status");
+        assert_eq!(
+            cond(&first, "Initialized")["message"],
+            "containers with incomplete status: [log setup]"
+        );
+        let st = until(&mut s, |st| {
+            init_names(st, "initContainerStatuses")[0] == "running"
+        });
+        assert_eq!(
+            cond(&st, "Initialized")["message"],
+            "containers with incomplete status: [setup]",
+            "a sidecar counts as initialized once started"
+        );
+        let st = until(&mut s, |st| cond(st, "Ready")["status"] == "True");
+        assert_eq!(st["phase"], "Running");
+        assert_eq!(
+            init_names(&st, "initContainerStatuses"),
+            ["running", "terminated 0"]
+        );
+        assert_eq!(init_names(&st, "containerStatuses"), ["running"]);
+        let sidecar = &st["initContainerStatuses"][0];
+        assert_eq!(
+            (&sidecar["ready"], &sidecar["started"]),
+            (&json!(true), &json!(true))
+        );
+        assert_eq!(cond(&st, "Initialized")["status"], "True");
+
+        // It exits: restarted, the pod not ready meanwhile, the containers left running.
+        assert!(s.run.exit_container(Some("log"), 1, s.t));
+        s.sync();
+        let st = until(&mut s, |st| cond(st, "Ready")["status"] == "False");
+        assert_eq!(
+            cond(&st, "Ready")["message"],
+            "containers with unready status: [log]"
+        );
+        assert_eq!(st["phase"], "Running");
+        assert_eq!(cond(&st, "Initialized")["status"], "True");
+        let st = until(&mut s, |st| cond(st, "Ready")["status"] == "True");
+        assert_eq!(st["initContainerStatuses"][0]["restartCount"], 1);
+        assert_eq!(st["containerStatuses"][0]["restartCount"], 0);
+    }
+
+    #[test]
+    fn a_sidecar_that_keeps_exiting_crash_loops_beside_running_containers() {
+        let mut p = pod("registry.k8s.io/pause:3.9", "Always");
+        // busybox without a terminal exits at once, again and again.
+        p["spec"]["initContainers"] =
+            json!([{"name": "log", "image": "busybox:1.36", "restartPolicy": "Always"}]);
+        let mut s = Sim::new(p);
+        s.sync();
+        let st = until(&mut s, |st| {
+            init_names(st, "initContainerStatuses")[0] == "waiting CrashLoopBackOff"
+        });
+        assert_eq!(st["phase"], "Running");
+        assert_eq!(init_names(&st, "containerStatuses"), ["running"]);
+        assert_eq!(cond(&st, "Ready")["status"], "False");
+        let waiting = &st["initContainerStatuses"][0]["state"]["waiting"];
+        assert!(
+            waiting["message"].as_str().is_some_and(
+                |m| m.starts_with("back-off 10s restarting failed container=log pod=p_ns(u-1)")
+            ),
+            "{waiting}"
+        );
+    }
+
+    #[test]
+    fn a_never_pod_ends_with_its_containers_and_its_sidecar_is_stopped() {
+        let mut p = pod("busybox:1.36", "Never");
+        p["spec"]["initContainers"] = json!([{"name": "log", "image": "registry.k8s.io/pause:3.9", "restartPolicy": "Always"}]);
+        let mut s = Sim::new(p);
+        s.sync();
+        let st = until(&mut s, |st| {
+            st["phase"] == "Succeeded" && init_names(st, "initContainerStatuses")[0] != "running"
+        });
+        assert_eq!(init_names(&st, "initContainerStatuses"), ["terminated 0"]);
+        assert_eq!(init_names(&st, "containerStatuses"), ["terminated 0"]);
+    }
+
     #[test]
     fn failed_init_container_fails_a_never_pod_and_is_retried_otherwise() {
         let mut p = pod("registry.k8s.io/pause:3.9", "Never");
@@ -1368,7 +1552,7 @@ mod tests {
         let mut s = Sim::new(p.clone());
         s.sync();
         s.step();
-        assert!(s.run.exit_container(3, s.t));
+        assert!(s.run.exit_container(None, 3, s.t));
         let st = s.sync().pop().expect("the terminal status");
         assert_eq!(st["phase"], "Failed");
         assert_eq!(init_names(&st, "initContainerStatuses"), ["terminated 3"]);
@@ -1381,7 +1565,7 @@ mod tests {
         let mut s = Sim::new(p);
         s.sync();
         s.step();
-        assert!(s.run.exit_container(3, s.t));
+        assert!(s.run.exit_container(None, 3, s.t));
         s.sync();
         let mut seen = Vec::new();
         while s.run.wake.is_some() {
@@ -1497,7 +1681,7 @@ mod tests {
             let mut s = Sim::new(pod("registry.k8s.io/pause:3.9", "Never"));
             s.sync();
             s.step();
-            assert!(s.run.exit_container(code, s.t));
+            assert!(s.run.exit_container(None, code, s.t));
             let terminal = s.sync();
             assert_eq!(terminal.len(), 2);
             assert_eq!(terminal[1]["phase"], phase);

@@ -107,6 +107,10 @@ pub struct Options {
     /// runs pods, they stay Pending, and every pod DELETE is immediate (MODIFIED with grace 0,
     /// then DELETED), as on a cluster with no node (the `kube-apiserver` fixtures).
     pub kubelet: Option<KubeletOptions>,
+    /// The `SidecarContainers` feature gate: an init container's `restartPolicy: Always` is
+    /// kept and the kubelet runs it as a native sidecar (KEP-753). On by default, as in every
+    /// Kubernetes since 1.29; `false` drops the field from pods, as v1.28 does by default.
+    pub sidecar_containers: bool,
 }
 
 impl Default for Options {
@@ -120,6 +124,7 @@ impl Default for Options {
             bookmark_interval: Duration::from_secs(1),
             nodes: 1,
             kubelet: Some(KubeletOptions::default()),
+            sidecar_containers: true,
         }
     }
 }
@@ -179,13 +184,15 @@ impl TestServer {
                 grants: auth::Grants::All,
             },
         );
-        let shared = Arc::new(Shared::new(
+        let mut shared = Shared::new(
             store,
             users,
             opts.bookmark_interval,
             port,
             certs.config.clone(),
-        ));
+        );
+        shared.sidecar_containers = opts.sidecar_containers;
+        let shared = Arc::new(shared);
 
         if opts.install_crd {
             let yaml = match &opts.crd_path {
@@ -584,7 +591,15 @@ impl TestServer {
     pub fn exit_container(&self, ns: &str, pod: &str, exit_code: i32) -> bool {
         self.cluster
             .as_ref()
-            .is_some_and(|c| c.exit_container(ns, pod, exit_code))
+            .is_some_and(|c| c.exit_container(ns, pod, None, exit_code))
+    }
+
+    /// As [`TestServer::exit_container`], for the container called `container` (a sidecar
+    /// among them); `false` when it is not running.
+    pub fn exit_named_container(&self, ns: &str, pod: &str, container: &str, code: i32) -> bool {
+        self.cluster
+            .as_ref()
+            .is_some_and(|c| c.exit_container(ns, pod, Some(container), code))
     }
 
     /// The names of the nodes, in order.

@@ -125,13 +125,27 @@ pub fn validate_pod_spec(spec: &Value, path: &str) -> Vec<Cause> {
         } else if !name.is_empty() {
             names.insert(name);
         }
+        // A sidecar (KEP-753) may have what a container has; any other policy is refused.
+        let sidecar = match &c["restartPolicy"] {
+            Value::Null => false,
+            Value::String(p) if p == "Always" => true,
+            other => {
+                let shown = other.as_str().map_or(other.to_string(), quote);
+                causes.push(Cause::not_supported(
+                    &format!("{at}.restartPolicy"),
+                    &shown,
+                    "\"Always\"",
+                ));
+                false
+            }
+        };
         for field in [
             "lifecycle",
             "livenessProbe",
             "readinessProbe",
             "startupProbe",
         ] {
-            if !c[field].is_null() {
+            if !sidecar && !c[field].is_null() {
                 causes.push(Cause::forbidden(
                     &format!("{at}.{field}"),
                     "may not be set for init containers",
@@ -224,6 +238,30 @@ fn validate_container(c: &Value, at: &str, volumes: &BTreeSet<&str>, causes: &mu
         }
     }
     validate_resources(&c["resources"], &format!("{at}.resources"), causes);
+    validate_lifecycle(&c["lifecycle"], &format!("{at}.lifecycle"), causes);
+}
+
+/// `validateLifecycle`: each hook says exactly one of v1.28's handlers. A `sleep` action it
+/// does not know is dropped before, leaving none (fixture 51).
+fn validate_lifecycle(lifecycle: &Value, at: &str, causes: &mut Vec<Cause>) {
+    for hook in ["postStart", "preStop"] {
+        let Some(h) = lifecycle[hook].as_object() else {
+            continue;
+        };
+        let handlers = ["exec", "httpGet", "tcpSocket"]
+            .iter()
+            .filter(|k| h.get(**k).is_some_and(|v| !v.is_null()))
+            .count();
+        let path = format!("{at}.{hook}");
+        match handlers {
+            0 => causes.push(Cause::required(&path, "must specify a handler type")),
+            1 => {}
+            _ => causes.push(Cause::forbidden(
+                &path,
+                "may not specify more than 1 handler type",
+            )),
+        }
+    }
 }
 
 /// `IsValidPortName`: at most 15 characters of `[-a-z0-9]`, a letter, no `--`, no hyphen at

@@ -45,6 +45,8 @@ pub struct Shared {
     /// The modeled control plane's costs (off unless set) and the requests in flight.
     pub costs: Costs,
     pub bookmark_interval: Duration,
+    /// The SidecarContainers feature gate (`Options::sidecar_containers`).
+    pub sidecar_containers: bool,
     pub port: u16,
     pub tls: Arc<rustls::ServerConfig>,
     /// Open connections, so `stop_listening` can close them and `blackhole` silence them; a
@@ -94,6 +96,7 @@ impl Shared {
             pod_mutations: Mutex::new(Vec::new()),
             costs: Costs::default(),
             bookmark_interval,
+            sidecar_containers: true,
             port,
             tls,
             conns: Mutex::new(HashMap::new()),

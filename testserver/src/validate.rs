@@ -396,10 +396,7 @@ fn schema_walk_node(schema: &Value, value: &Value, path: &str, causes: &mut Vec<
                         .map(|k| (k.to_string(), v[*k].clone()))
                         .collect();
                     if seen.contains(&key) {
-                        causes.push(Cause::duplicate(
-                            &format!("{path}[{i}]"),
-                            &Value::Object(key).to_string(),
-                        ));
+                        causes.push(Cause::duplicate(&format!("{path}[{i}]"), &go_map(&key)));
                     } else {
                         seen.push(key);
                     }
@@ -408,6 +405,18 @@ fn schema_walk_node(schema: &Value, value: &Value, path: &str, causes: &mut Vec<
         }
         _ => {}
     }
+}
+
+/// A list-map item's keys as kube-apiserver prints them in a duplicate's message, Go's `%#v`
+/// of a `map[string]interface {}` (keys in order): `map[string]interface {}{"name":"side"}`
+/// (fixture 47); a key the item leaves out is not in it.
+fn go_map(keys: &Map<String, Value>) -> String {
+    let entries: Vec<String> = keys
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| format!("{k:?}:{v}"))
+        .collect();
+    format!("map[string]interface {{}}{{{}}}", entries.join(", "))
 }
 
 /// Drops fields the schema does not know, as structural-schema pruning does on every write

@@ -909,6 +909,71 @@ fn init_containers_complete_in_order_and_every_container_has_a_status() {
     assert_eq!(condition(&up, "Initialized")["status"], "True");
 }
 
+/// KEP-753 with the SidecarContainers gate (the default): the sidecar keeps its
+/// `restartPolicy`, starts before the containers, and a restart of it is its own; without the
+/// gate, as v1.28 by default, the field is dropped and it is an init container like any.
+#[test]
+fn a_native_sidecar_runs_beside_the_containers_only_with_the_gate() {
+    let sidecar = |body: &mut Value| {
+        body["spec"]["initContainers"] =
+            json!([{"name": "log", "image": PAUSE, "restartPolicy": "Always"}]);
+    };
+    let (server, admin) = start();
+    let mut body = pod("side", PAUSE);
+    sidecar(&mut body);
+    let r = admin.post(PODS, &body);
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(
+        r.body["spec"]["initContainers"][0]["restartPolicy"],
+        "Always"
+    );
+    let path = format!("{PODS}/side");
+    let up = wait_for(
+        10,
+        "the pod ready with its sidecar",
+        || admin.get(&path).body,
+        |p| condition(p, "Ready")["status"] == "True",
+    );
+    assert_eq!(phase(&up), "Running");
+    assert_eq!(up["status"]["initContainerStatuses"][0]["ready"], true);
+    assert!(server.exit_named_container("default", "side", "log", 1));
+    let again = wait_for(
+        10,
+        "the sidecar restarted",
+        || admin.get(&path).body,
+        |p| {
+            p["status"]["initContainerStatuses"][0]["restartCount"] == 1
+                && condition(p, "Ready")["status"] == "True"
+        },
+    );
+    assert_eq!(container(&again)["restartCount"], 0, "acontainer ran on");
+
+    let (_server, admin) = start_with(Options {
+        sidecar_containers: false,
+        ..Options::default()
+    });
+    let mut body = pod("side", PAUSE);
+    sidecar(&mut body);
+    let r = admin.post(PODS, &body);
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert!(
+        r.body["spec"]["initContainers"][0]["restartPolicy"].is_null(),
+        "dropped"
+    );
+    assert!(r.warnings.is_empty(), "in silence: {:?}", r.warnings);
+    let waiting = wait_for(
+        10,
+        "the init container running",
+        || admin.get(&path).body,
+        |p| p["status"]["initContainerStatuses"][0]["state"]["running"].is_object(),
+    );
+    assert_eq!(
+        phase(&waiting),
+        "Pending",
+        "it holds the pod in its init phase"
+    );
+}
+
 #[test]
 fn an_image_reference_that_does_not_parse_waits_invalid_image_name() {
     let (_server, admin) = start();

@@ -15,7 +15,7 @@ pub use ending::{Ending, How};
 pub use hint::{LeftPod, PodHint, SeenPod};
 pub use ic_events::{immortal_containers_kind, queue_objects_without_a_pod, IcEvents};
 pub use pod_events::{pods_kind, PodEvents, PodMemo};
-pub use view::{Message, Phase, PodView, PHASES, READY};
+pub use view::{Message, Phase, PodView, FIELDS_DROPPED, PHASES, READY};
 pub use waiting::Waiting;
 
 #[cfg(test)]

@@ -306,6 +306,54 @@ fn a_failing_image_pull_and_a_crash_loop_are_named_with_the_kubelets_words() {
     assert_eq!(creating, PodView::pending());
 }
 
+/// A native sidecar is an init container: its state is in `initContainerStatuses`, it keeps
+/// the pod not ready while it restarts (Kubernetes' own Ready says so), and a crash loop of it
+/// is named as acontainer's is; so is an init container's that holds the pod Pending.
+#[test]
+fn a_crash_looping_sidecar_or_init_container_is_named_as_acontainers_is() {
+    let running = serde_json::json!({"name": "acontainer", "state": {"running": {}}});
+    let looping = |name: &str| {
+        serde_json::json!({"name": name, "restartCount": 4,
+            "state": {"waiting": {"reason": "CrashLoopBackOff",
+                "message": format!("back-off 1m20s restarting failed container={name}")}},
+            "lastState": {"terminated": {"exitCode": 0, "reason": "Completed"}}})
+    };
+    let sidecar = PodView::of(&pod(
+        "Running",
+        serde_json::json!({"conditions": [{"type": "Ready", "status": "False",
+            "reason": "ContainersNotReady", "message": "containers with unready status: [log]"}],
+            "initContainerStatuses": [looping("log")], "containerStatuses": [running]}),
+    ));
+    assert_eq!(
+        (sidecar.ready, sidecar.reason.as_str(), sidecar.message.text("web-immortalpod").as_str()),
+        (
+            false,
+            "PodCrashLooping",
+            "sidecar log of pod web-immortalpod keeps exiting: back-off 1m20s restarting failed container=log; it last exited with code 0 (Completed)"
+        )
+    );
+    let init = PodView::of(&pod(
+        "Pending",
+        serde_json::json!({"initContainerStatuses": [looping("setup")],
+            "containerStatuses": [{"name": "acontainer", "state": {"waiting": {"reason": "PodInitializing"}}}]}),
+    ));
+    assert_eq!(
+        (init.reason.as_str(), init.message.text("web-immortalpod").as_str()),
+        (
+            "PodCrashLooping",
+            "init container setup of pod web-immortalpod keeps exiting: back-off 1m20s restarting failed container=setup; it last exited with code 0 (Completed)"
+        )
+    );
+    // A sidecar running and ready: the pod's own Ready condition says the rest.
+    let ready = PodView::of(&pod(
+        "Running",
+        serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}],
+            "initContainerStatuses": [{"name": "log", "ready": true, "state": {"running": {}}}],
+            "containerStatuses": [running]}),
+    ));
+    assert!(ready.ready);
+}
+
 #[test]
 fn a_changed_view_queues_its_owner_once_and_a_repeat_does_not() {
     let ready = pod(

@@ -7,8 +7,11 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::Arc;
 
-/// The condition type the operator maintains.
+/// The condition type saying whether the pod runs, always there.
 pub const READY: &str = "Ready";
+/// The condition type saying what the API server did not keep of the template in the pod the
+/// operator made (fields newer than the cluster), there only while the pod lacks some.
+pub const FIELDS_DROPPED: &str = "FieldsDropped";
 
 /// A pod's phase as the object's status reports it (`status.podPhase`, the PHASE column): the
 /// pod's own, except `Terminating` once it has a `deletionTimestamp`, as `kubectl get pod` shows
@@ -190,7 +193,15 @@ impl PodView {
             Phase::Pending => {
                 let unschedulable = condition(&st, "PodScheduled")
                     .filter(|c| c.status == "False" && c.reason == "Unschedulable");
-                match (unschedulable, waiting(&st)) {
+                // While acontainer waits for the init containers, theirs is the news.
+                let held = waiting(&st).filter(|w| !STARTING.contains(&w.reason.as_str()));
+                let init = || {
+                    st.init_container_statuses.iter().find_map(|c| {
+                        let w = c.state.waiting.as_ref()?;
+                        (!STARTING.contains(&w.reason.as_str())).then_some((c, w))
+                    })
+                };
+                match (unschedulable, held) {
                     (Some(c), _) => not_ready(
                         Reason::Unschedulable,
                         format!("pod {name} cannot be scheduled: {}", c.message),
@@ -202,14 +213,32 @@ impl PodView {
                             w.reason, w.message
                         ),
                     ),
-                    (None, Some(w)) if !STARTING.contains(&w.reason.as_str()) => {
+                    (None, Some(w)) => {
                         let msg = match w.message.as_str() {
                             "" => w.reason.clone(),
                             m => format!("{}: {m}", w.reason),
                         };
                         not_ready(Reason::Pending, format!("pod {name} is pending: {msg}"))
                     }
-                    _ => PodView::pending(),
+                    (None, None) => match init() {
+                        Some((c, w)) if w.reason == "CrashLoopBackOff" => not_ready(
+                            Reason::CrashLooping,
+                            format!(
+                                "init container {} of pod {name} keeps exiting: {}{}",
+                                c.name,
+                                w.message,
+                                last_exit(c)
+                            ),
+                        ),
+                        Some((c, w)) if PULL_FAILURES.contains(&w.reason.as_str()) => not_ready(
+                            Reason::ImagePullFailed,
+                            format!(
+                                "pod {name} cannot pull the image of init container {}: {}: {}",
+                                c.name, w.reason, w.message
+                            ),
+                        ),
+                        _ => PodView::pending(),
+                    },
                 }
             }
             Phase::Running => {
@@ -222,18 +251,34 @@ impl PodView {
                     };
                 }
                 if let Some(w) = waiting(&st).filter(|w| w.reason == "CrashLoopBackOff") {
-                    let last = container(&st)
-                        .and_then(|c| c.last_state.terminated.as_ref())
-                        .map_or(String::new(), |t| {
-                            let code = t.exit_code.unwrap_or(0);
-                            match t.reason.as_str() {
-                                "" => format!("; it last exited with code {code}"),
-                                r => format!("; it last exited with code {code} ({r})"),
-                            }
-                        });
+                    let last = container(&st).map_or(String::new(), last_exit);
                     return not_ready(
                         Reason::CrashLooping,
                         format!("container of pod {name} keeps exiting: {}{last}", w.message),
+                    );
+                }
+                // Then a sidecar (a restarting init container of a running pod) or another
+                // container: the pod is not ready for it either.
+                let looping = st
+                    .init_container_statuses
+                    .iter()
+                    .map(|c| ("sidecar", c))
+                    .chain(st.container_statuses.iter().map(|c| ("container", c)))
+                    .find(|(_, c)| {
+                        c.state
+                            .waiting
+                            .as_ref()
+                            .is_some_and(|w| w.reason == "CrashLoopBackOff")
+                    });
+                if let Some((what, c)) = looping {
+                    let w = c.state.waiting.as_ref().map_or("", |w| w.message.as_str());
+                    return not_ready(
+                        Reason::CrashLooping,
+                        format!(
+                            "{what} {} of pod {name} keeps exiting: {w}{}",
+                            c.name,
+                            last_exit(c)
+                        ),
                     );
                 }
                 let why = condition(&st, "Ready").map_or(String::new(), |c| {
@@ -282,6 +327,17 @@ pub(super) fn container(st: &PodStatus) -> Option<&types::ContainerStatus> {
     st.container_statuses
         .iter()
         .find(|c| c.name == ic::CONTAINER_NAME)
+}
+
+/// How `c` last exited, as a crash-loop message ends: `; it last exited with code 1 (Error)`.
+fn last_exit(c: &types::ContainerStatus) -> String {
+    c.last_state.terminated.as_ref().map_or(String::new(), |t| {
+        let code = t.exit_code.unwrap_or(0);
+        match t.reason.as_str() {
+            "" => format!("; it last exited with code {code}"),
+            r => format!("; it last exited with code {code} ({r})"),
+        }
+    })
 }
 
 fn waiting(st: &PodStatus) -> Option<&types::StateDetail> {

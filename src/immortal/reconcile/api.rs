@@ -26,7 +26,9 @@ pub trait Api {
         name: &str,
     ) -> Result<ImmortalContainer, client::Error>;
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error>;
-    fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error>;
+    /// Creates the pod; answers it with the spec the API server stored (to tell what of ours
+    /// it dropped: `desired::dropped`).
+    fn create_pod(&self, ns: &str, pod: &Pod) -> Result<client::CreatedPod, client::Error>;
     /// Deletes the pod if it still has `uid`; answers it as the server left it.
     fn delete_pod(
         &self,
@@ -99,8 +101,8 @@ impl Api for LiveApi {
     fn get_pod(&self, ns: &str, name: &str) -> Result<Pod, client::Error> {
         self.client.get_pod(ns, name)
     }
-    fn create_pod(&self, ns: &str, pod: &Pod) -> Result<Pod, client::Error> {
-        self.client.create_pod(ns, pod)
+    fn create_pod(&self, ns: &str, pod: &Pod) -> Result<client::CreatedPod, client::Error> {
+        self.client.create_pod_stored(ns, pod)
     }
     fn delete_pod(
         &self,

@@ -7,7 +7,7 @@ use crate::kube::types::Uid;
 use crate::runtime::store::Key;
 use crate::util::{lock, Stamp};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Replacements whose old pod's DELETED event is awaited, at most (see [`Journal`]): about
@@ -44,6 +44,12 @@ pub struct Journal {
     /// after it was counted, so a watch event showing it is counted without a read; and its
     /// release may wait while other objects get their pods and statuses, within a bound.
     made: Mutex<HashMap<Key, Made>>,
+    /// What the API server did not keep of the pod (uid, by key) this process made, until it
+    /// is let go: the status write that counts it says so (see [`Journal::dropped`]).
+    dropped: Mutex<HashMap<Key, (Uid, Arc<str>)>>,
+    /// The API server's Kubernetes version (`/version`'s `gitVersion`), read at start: named
+    /// where the operator says what the cluster did not keep of a pod.
+    pub version: OnceLock<String>,
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
     /// What [`Made`]'s times count from.
     epoch: Instant,
@@ -61,6 +67,8 @@ impl Journal {
             replaced: Mutex::default(),
             released: Mutex::default(),
             made: Mutex::default(),
+            dropped: Mutex::default(),
+            version: OnceLock::new(),
             clock: Box::new(clock),
             wall: Box::new(SystemTime::now),
         }
@@ -156,6 +164,33 @@ impl Journal {
     /// The pod of `key` was let go, or the object is gone: nothing of it is held any more.
     pub(super) fn not_held(&self, key: &str) {
         lock(&self.made).remove(key);
+        lock(&self.dropped).remove(key);
+    }
+
+    /// This process created the pod `uid` of `key`, and the API server did not keep what
+    /// `message` says (`None`: it kept everything).
+    pub(super) fn dropped(&self, key: &Key, uid: &str, message: Option<String>) {
+        let mut dropped = lock(&self.dropped);
+        match message {
+            Some(m) => {
+                if dropped.len() >= MADE_AT_MOST {
+                    dropped.clear();
+                }
+                dropped.insert(key.clone(), (Uid::new(uid), m.into()));
+            }
+            None => {
+                dropped.remove(key);
+            }
+        }
+    }
+
+    /// What the API server did not keep of the pod `uid` of `key`, if this process made it
+    /// and was told.
+    pub(super) fn dropped_from(&self, key: &str, uid: &str) -> Option<Arc<str>> {
+        lock(&self.dropped)
+            .get(key)
+            .filter(|(u, _)| *u == *uid)
+            .map(|(_, m)| m.clone())
     }
 
     /// This process let the pod `uid` go; the API server answered the release with version

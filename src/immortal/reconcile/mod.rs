@@ -15,7 +15,9 @@
 
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::desired::{controlled_by, created_for, holder, recorded_hash, spec_change};
-use crate::immortal::lifecycle::{Ending, Phase, PodHint, PodView, SeenPod, Waiting, READY};
+use crate::immortal::lifecycle::{
+    Ending, Phase, PodHint, PodView, SeenPod, Waiting, FIELDS_DROPPED, READY,
+};
 use crate::immortal::types::{
     self as ic, ImmortalContainer, ImmortalContainerStatus, ImmortalOwner,
 };

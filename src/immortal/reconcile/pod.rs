@@ -1,7 +1,7 @@
 //! The pod writes reconcile makes (create, delete, relabel), and what each answer means.
 
 use super::{Api, Cause, Error, Run};
-use crate::immortal::desired::{desired_labels, desired_pod};
+use crate::immortal::desired::{desired_labels, desired_pod, dropped};
 use crate::immortal::lifecycle::{Ending, PodView, Waiting};
 use crate::kube::client;
 use crate::kube::types::{self, Pod};
@@ -12,7 +12,10 @@ impl<A: Api> Run<'_, A> {
         let counted = self.journal.counting.active();
         let pod = desired_pod(self.ic, counted);
         match self.api.create_pod(self.ns, &pod) {
-            Ok(created) => {
+            Ok(client::CreatedPod {
+                pod: created,
+                spec: stored,
+            }) => {
                 // How the pod it replaces ended, if that was seen: whether a person deleted it,
                 // an eviction or a node's removal, said after the fact.
                 let ending = match cause.is_restart() {
@@ -28,6 +31,18 @@ impl<A: Api> Run<'_, A> {
                     "created pod"
                 );
                 crate::runtime::metrics::record_pod_created(cause.label());
+                let uid = &created.metadata.uid;
+                let lost = dropped(&pod, &stored);
+                let lost = (!lost.is_empty()).then(|| self.dropped_message(&lost));
+                if let Some(msg) = &lost {
+                    log::warn!(
+                        target: "reconcile",
+                        reconcile_id = self.trace.id, object = self.trace.key, pod = self.pod_name.as_str(), uid = uid.as_str();
+                        "{msg}"
+                    );
+                    self.note(true, "FieldsDropped", msg.clone());
+                }
+                self.journal.dropped(self.trace.key, uid, lost);
                 if counted {
                     // Pods first: its count and the status naming it are the work of the
                     // reconcile its ADDED event queues, so that this worker goes on to the next
@@ -37,6 +52,7 @@ impl<A: Api> Run<'_, A> {
                     self.made = true;
                 } else {
                     self.count(&created.metadata.uid);
+                    self.report_dropped(&created.metadata.uid);
                     let view = PodView::of(&created);
                     self.report(&view);
                     self.waits(Waiting::of(&created, &view), Some(&created));

@@ -52,8 +52,20 @@ impl<A: Api> Run<'_, A> {
             }
             _ => "",
         };
+        // What it dropped first may be what it refused the pod for (a hook whose only
+        // handler it did not know, fixture kube-1.28-kubelet/51): said, as the cause.
+        let unknown = e.unknown_fields();
+        let dropped = match unknown.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; it dropped first what it does not know, {}: newer than {}, or behind a \
+                 feature gate it has off (the operator's docs: Pod templates)",
+                unknown.join(", "),
+                self.cluster()
+            ),
+        };
         let msg = format!(
-            "the API server refused pod {}: {e}{hint}; the operator tries again after {}, doubling to {}",
+            "the API server refused pod {}: {e}{dropped}{hint}; the operator tries again after {}, doubling to {}",
             self.pod_name,
             util::human_duration(crate::immortal::restarts::BASE),
             util::human_duration(crate::immortal::restarts::MAX)

@@ -45,6 +45,14 @@ impl<A: Api> Run<'_, A> {
         *self.status.start_times.get_or_insert(0) += 1;
         self.status.last_counted_pod_uid = Some(uid.to_string());
         self.counting_now = Some(uid.to_string());
+        // The status that counts a pod this process made says what its create answered.
+        if self
+            .journal
+            .made_here(self.trace.key)
+            .is_some_and(|(made, _)| made == *uid)
+        {
+            self.report_dropped(uid);
+        }
     }
 
     /// Whether this reconcile counted a pod that the API server's status does not count yet.

@@ -64,6 +64,56 @@ impl<A: Api> Run<'_, A> {
         }
     }
 
+    /// The `FieldsDropped` condition of the pod `uid` this process made: what the API server
+    /// did not keep of it, or no condition when it kept everything. Only the create's answer
+    /// tells, so a pod made by another process leaves the condition as it is.
+    pub(super) fn report_dropped(&mut self, uid: &str) {
+        let conditions = &mut self.status.conditions;
+        let at = conditions.iter().position(|c| c.type_ == FIELDS_DROPPED);
+        match (self.journal.dropped_from(self.trace.key, uid), at) {
+            (None, None) => {}
+            (None, Some(i)) => {
+                conditions.remove(i);
+            }
+            (Some(msg), Some(i)) => {
+                conditions[i].message = msg.to_string();
+                conditions[i].observed_generation = self.ic.metadata.generation;
+            }
+            (Some(msg), None) => conditions.push(Condition {
+                type_: FIELDS_DROPPED.into(),
+                status: "True".into(),
+                observed_generation: self.ic.metadata.generation,
+                last_transition_time: util::now_rfc3339(),
+                reason: "DroppedByAPIServer".into(),
+                message: msg.to_string(),
+            }),
+        }
+    }
+
+    /// What the Event and the condition say of the `fields` of our pod the API server did
+    /// not keep, with the cluster's version when known.
+    pub(super) fn dropped_message(&self, fields: &[String]) -> String {
+        const SHOWN: usize = 8;
+        let mut named = fields[..fields.len().min(SHOWN)].join(", ");
+        if fields.len() > SHOWN {
+            named.push_str(&format!(" and {} more", fields.len() - SHOWN));
+        }
+        format!(
+            "the API server did not keep {named} of pod {}, which runs without them: they are newer than \
+             {}, or behind a feature gate it has off (the operator's docs: Pod templates)",
+            self.pod_name,
+            self.cluster()
+        )
+    }
+
+    /// The cluster, as messages name it: `Kubernetes v1.28.7` once its version is known.
+    pub(super) fn cluster(&self) -> String {
+        match self.journal.version.get() {
+            Some(v) => format!("Kubernetes {v}"),
+            None => "the cluster's Kubernetes".to_string(),
+        }
+    }
+
     pub(super) fn ready_reason(&self) -> Option<&str> {
         self.status
             .conditions
@@ -89,15 +139,19 @@ impl<A: Api> Run<'_, A> {
                 c.observed_generation = generation;
                 changed
             }
+            // First, before any other: the condition every object has.
             None => {
-                self.status.conditions.push(Condition {
-                    type_: READY.into(),
-                    status: status.into(),
-                    observed_generation: generation,
-                    last_transition_time: util::now_rfc3339(),
-                    reason: reason.into(),
-                    message: message.into(),
-                });
+                self.status.conditions.insert(
+                    0,
+                    Condition {
+                        type_: READY.into(),
+                        status: status.into(),
+                        observed_generation: generation,
+                        last_transition_time: util::now_rfc3339(),
+                        reason: reason.into(),
+                        message: message.into(),
+                    },
+                );
                 true
             }
         }

@@ -39,6 +39,9 @@ struct Fake {
     /// The pod is removed just before the next pod PATCH reaches it (a graceful deletion
     /// ending between our read and our write).
     vanish_before_patch: RefCell<bool>,
+    /// Pod spec fields the "API server" does not keep (`securityContext.appArmorProfile`),
+    /// dropped from what a create stores.
+    drops: RefCell<Vec<&'static str>>,
 }
 
 fn api_err(code: u16, reason: &str) -> client::Error {
@@ -137,7 +140,7 @@ impl Api for Fake {
             .clone()
             .ok_or_else(|| api_err(404, "NotFound"))
     }
-    fn create_pod(&self, _: &str, pod: &Pod) -> Result<Pod, client::Error> {
+    fn create_pod(&self, _: &str, pod: &Pod) -> Result<client::CreatedPod, client::Error> {
         self.call(format!("POST pod/{}", pod.metadata.name));
         if let Some(e) = self.failing("create_pod") {
             return Err(e);
@@ -154,7 +157,18 @@ impl Api for Fake {
             ..Default::default()
         });
         *self.pod.borrow_mut() = Some(p.clone());
-        Ok(p)
+        let mut spec = serde_json::to_value(&p.spec).unwrap();
+        for path in self.drops.borrow().iter() {
+            let (parent, field) = path.rsplit_once('.').unwrap_or(("", path));
+            let node = parent
+                .split('.')
+                .filter(|k| !k.is_empty())
+                .fold(&mut spec, |n, k| &mut n[k]);
+            if let Some(o) = node.as_object_mut() {
+                o.remove(field);
+            }
+        }
+        Ok(client::CreatedPod { pod: p, spec })
     }
     fn delete_pod(
         &self,
@@ -1111,6 +1125,66 @@ fn pod_mode(f: &Fake) -> serde_json::Value {
     pod.as_ref().unwrap().spec.containers[0].rest["env"][0]["value"].clone()
 }
 
+fn fields_dropped(f: &Fake) -> Option<Condition> {
+    status(f)
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == FIELDS_DROPPED)
+}
+
+/// A v1.28 API server drops from the pod what it does not know (fixture 25): the operator
+/// says so once, in an Event and a condition of its own that the count's status write
+/// carries, and never replaces the pod for lacking it; a later pod that keeps everything
+/// takes the condition away.
+#[test]
+fn fields_the_api_server_dropped_from_the_pod_are_reported_and_the_pod_is_kept() {
+    let f = fake(ic("web", "nginx"));
+    f.journal.version.set("v1.28.7".into()).unwrap();
+    f.ic.borrow_mut().as_mut().unwrap().spec.template = Some(
+        serde_json::from_str(
+            r#"{"spec":{"securityContext":{"appArmorProfile":{"type":"RuntimeDefault"}},
+                "containers":[{"name":"acontainer","args":["a"]}]}}"#,
+        )
+        .unwrap(),
+    );
+    f.drops.borrow_mut().push("securityContext.appArmorProfile");
+    made(&f);
+    let want = "the API server did not keep spec.securityContext.appArmorProfile of pod web-immortalpod, \
+                which runs without them: they are newer than Kubernetes v1.28.7, or behind a feature gate \
+                it has off (the operator's docs: Pod templates)";
+    let note = f
+        .notes
+        .borrow()
+        .iter()
+        .find(|n| n.reason == "FieldsDropped")
+        .cloned();
+    assert_eq!(
+        note.map(|n| (n.warning, n.message)),
+        Some((true, want.to_string()))
+    );
+    let c = fields_dropped(&f).expect("a FieldsDropped condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+        ("True", "DroppedByAPIServer", want)
+    );
+    assert_eq!(status(&f).start_times, Some(1));
+    // Running, the pod is the one wanted: left alone, reported as it runs.
+    start_pod(&f);
+    run_with(&f, &seen(&f)).unwrap();
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
+    assert!(fields_dropped(&f).is_some(), "kept while the pod runs");
+    assert_eq!(status(&f).start_times, Some(1));
+    // Replaced by a pod the server keeps whole: the condition goes with the count.
+    f.drops.borrow_mut().clear();
+    let hint = delete_after_running(&f, 60);
+    run_with(&f, &hint).unwrap();
+    count_made(&f);
+    assert_eq!(status(&f).start_times, Some(2));
+    assert_eq!(fields_dropped(&f), None);
+}
+
 #[test]
 fn a_template_change_deletes_the_pod_once_and_the_replacement_runs_the_new_template() {
     let f = running_templated("a");
@@ -1529,6 +1603,41 @@ fn server_errors_are_transient_and_a_refusal_waits_for_the_objects_back_off() {
         Next::RequeueAfter(crate::immortal::restarts::BASE)
     );
     assert_eq!(f.notes.borrow()[0].reason, "PodCreateFailed");
+}
+
+/// v1.28 drops a sleep action it does not know, then refuses the hook for having no handler
+/// (fixture 51): the refusal is reported in the server's words, and the fields it dropped
+/// first, which its warnings name, say why.
+#[test]
+fn a_create_refused_for_what_was_dropped_names_the_fields_the_server_did_not_know() {
+    let name = "51-pod-create-sleep-pre-stop-dropped-leaves-no-handler-invalid";
+    let (code, body) = crate::testutil::kubelet_fixture(name);
+    let mut status = client::parse_status(code, &body);
+    let text =
+        std::fs::read_to_string(format!("tests/fixtures/kube-1.28-kubelet/{name}.http")).unwrap();
+    status.warnings = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("Warning: "))
+        .flat_map(client::warning_texts)
+        .collect();
+    let f = fake(ic("web", "nginx"));
+    f.journal.version.set("v1.28.7".into()).unwrap();
+    f.fail_next("create_pod", client::Error::Api(Box::new(status)));
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RequeueAfter(crate::immortal::restarts::BASE)
+    );
+    assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
+    assert_eq!(
+        message(&f),
+        "the API server refused pod web-immortalpod: api error 422 Invalid: Pod \"sleepy\" is invalid: \
+         spec.containers[0].lifecycle.preStop: Required value: must specify a handler type; \
+         spec.containers[0].lifecycle.preStop: Required value: must specify a handler type; it dropped \
+         first what it does not know, spec.resources, spec.securityContext.appArmorProfile, \
+         spec.containers[0].lifecycle.preStop.sleep: newer than Kubernetes v1.28.7, or behind a feature \
+         gate it has off (the operator's docs: Pod templates); the operator tries again after 1s, \
+         doubling to 300s"
+    );
 }
 
 #[test]

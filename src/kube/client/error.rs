@@ -70,6 +70,16 @@ impl Error {
     pub fn is_invalid(&self) -> bool {
         self.code() == 422
     }
+    /// The fields the API server said it did not know (`unknown field "spec.x"` warnings)
+    /// and dropped before it judged the object, in an error's answer.
+    pub fn unknown_fields(&self) -> Vec<&str> {
+        self.status().map_or(Vec::new(), |s| {
+            s.warnings
+                .iter()
+                .filter_map(|w| w.strip_prefix("unknown field \"")?.strip_suffix('"'))
+                .collect()
+        })
+    }
     /// 422 Invalid with a cause on `metadata.uid`: a PATCH carrying the object's uid met another
     /// object of the name (fixture kube-1.28-kubelet/18), which `ReleasePod` takes as replaced.
     pub fn is_uid_changed(&self) -> bool {

@@ -7,9 +7,10 @@ use crate::kube::fence::Fence;
 use crate::kube::types::{Pod, Status};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 mod error;
@@ -19,6 +20,7 @@ mod verbs;
 
 pub use error::Error;
 pub use request::*;
+pub use verbs::CreatedPod;
 
 /// Deadline for an ordinary (non-watch) request, connect to last byte. client-go has no default,
 /// but a reconcile blocked on a dead connection would stall every key behind it.
@@ -36,6 +38,9 @@ const METADATA_LIST: &str =
 const THROTTLE_ATTEMPTS: u32 = 4;
 /// Longest we honour a `Retry-After` before giving the error back to the caller's own backoff.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
+/// Distinct `Warning` texts logged at WARN, at most; later ones are logged at DEBUG, so that
+/// warnings naming each object (a field dropped from every pod) cannot grow the set for ever.
+const WARNED_AT_MOST: usize = 256;
 
 /// Told of every request a client sent (each attempt of a retried one): its method and the
 /// HTTP status it was answered with (0: no answer at all).
@@ -67,6 +72,8 @@ struct Inner {
     config: ClusterConfig,
     agent: RwLock<(Arc<rustls::ClientConfig>, ureq::Agent)>,
     max_idle_per_host: usize,
+    /// The texts of the `Warning`s logged so far (see [`Client::note_warnings`]).
+    warned: Mutex<HashSet<String>>,
 }
 
 /// An agent that keeps up to `pool` idle connections for reuse, through the cluster's proxy
@@ -120,6 +127,7 @@ impl Client {
                 config,
                 agent: RwLock::new((tls, agent)),
                 max_idle_per_host,
+                warned: Mutex::default(),
             }),
             until: None,
             fence: None,
@@ -236,6 +244,9 @@ impl Client {
             drop(in_flight);
             let code = result.as_ref().map_or(0, |r| r.status().as_u16());
             (self.on_request)(req.method, code);
+            if let Ok(resp) = &result {
+                self.note_warnings(req, resp);
+            }
             log::trace!(
                 target: "client",
                 method = req.method, path = req.path, code = code,
@@ -281,6 +292,12 @@ impl Client {
                 }
                 Again::No => {
                     let mut status = parse_status(code, &body);
+                    status.warnings = resp
+                        .headers()
+                        .get_all("Warning")
+                        .iter()
+                        .flat_map(|v| warning_texts(&String::from_utf8_lossy(v.as_bytes())))
+                        .collect();
                     // Keep the server's wish for whoever retries later (the queue, a
                     // watcher): they must not come back sooner than it asked.
                     if let Some(w) = wait {
@@ -291,6 +308,28 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// Logs the `Warning`s of an answer to `req` (a deprecated API, a field the server does
+    /// not know and dropped, an admission policy's warning): each text once at WARN, as
+    /// client-go's warning handler can deduplicate them, then at DEBUG.
+    fn note_warnings(&self, req: &Req, resp: &Response) {
+        for value in resp.headers().get_all("Warning") {
+            for text in warning_texts(&String::from_utf8_lossy(value.as_bytes())) {
+                if self.first_warning(&text) {
+                    log::warn!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
+                } else {
+                    log::debug!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
+                }
+            }
+        }
+    }
+
+    /// Whether `text` is a `Warning` this client and those made from it have not logged at
+    /// WARN yet, and there is room to remember it ([`WARNED_AT_MOST`]).
+    fn first_warning(&self, text: &str) -> bool {
+        let mut warned = self.inner.warned.lock().unwrap_or_else(|p| p.into_inner());
+        warned.len() < WARNED_AT_MOST && warned.insert(text.to_string())
     }
 
     /// Why `req` got no answer, after `waited`: the proxy's doing when it was (it could not be

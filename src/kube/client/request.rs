@@ -156,7 +156,7 @@ pub fn parse_status(code: u16, body: &str) -> Status {
                 message,
                 reason: reason_for(code).into(),
                 code,
-                details: None,
+                ..Default::default()
             }
         }
     }
@@ -187,6 +187,47 @@ pub(super) fn retry_after(header: Option<&str>) -> Option<Duration> {
     header
         .and_then(|h| h.trim().parse::<u64>().ok())
         .map(Duration::from_secs)
+}
+
+/// The texts of a `Warning` header's values (RFC 7234: `299 - "text"`, several possibly joined
+/// by commas), as the API server sends a deprecation, an unknown field it dropped or an
+/// admission policy's warning: `unknown field "spec.x"`. A value that is not one is skipped.
+pub fn warning_texts(header: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    let mut rest = header;
+    // `CODE AGENT "TEXT" ["DATE"]`, values joined by commas.
+    while let Some(open) = rest.find('"') {
+        let head = rest[..open].trim_start_matches([',', ' ']);
+        let coded = head
+            .split_whitespace()
+            .next()
+            .is_some_and(|c| c.len() == 3 && c.parse::<u16>().is_ok());
+        let Some((text, after)) = quoted(&rest[open..]) else {
+            break;
+        };
+        if coded {
+            texts.push(text);
+        }
+        rest = after.trim_start();
+        if rest.starts_with('"') {
+            rest = quoted(rest).map_or("", |(_, after)| after);
+        }
+    }
+    texts
+}
+
+/// The quoted string `s` starts with, unescaped, and what follows it.
+fn quoted(s: &str) -> Option<(String, &str)> {
+    let mut text = String::new();
+    let mut chars = s.char_indices().skip(1);
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => text.extend(chars.next().map(|(_, c)| c)),
+            '"' => return Some((text, &s[i + 1..])),
+            c => text.push(c),
+        }
+    }
+    None
 }
 
 #[derive(Debug, Deserialize)]

@@ -175,6 +175,57 @@ fn reads_retry_after_seconds() {
 }
 
 /// A client of a fresh test API server.
+#[test]
+fn reads_the_texts_of_warning_headers() {
+    // As fixture 25 sends them, one a header.
+    assert_eq!(
+        warning_texts(r#"299 - "unknown field \"spec.securityContext.appArmorProfile\"""#),
+        [r#"unknown field "spec.securityContext.appArmorProfile""#]
+    );
+    // Joined into one, with a date, or not a warning at all.
+    assert_eq!(
+        warning_texts(
+            r#"299 - "a, b", 299 kube-apiserver "c" "Sat, 01 Jan 2026 00:00:00 GMT", 299 - "d""#
+        ),
+        ["a, b", "c", "d"]
+    );
+    assert_eq!(warning_texts("nonsense"), Vec::<String>::new());
+    assert_eq!(
+        warning_texts(r#"299 - "unterminated"#),
+        Vec::<String>::new()
+    );
+}
+
+/// A pod field the server does not know is dropped with a warning (fixture 25): the stored
+/// spec the create answers lacks it, and the warning is logged at WARN once however often it
+/// comes, for this client and those made from it, within a bound.
+#[test]
+fn a_warning_is_logged_once_and_the_stored_spec_shows_what_was_dropped() {
+    let (_server, client) = against_test_server();
+    let mut pod = a_pod("p");
+    pod.spec.rest.insert(
+        "schedulingGroup".into(),
+        serde_json::json!({"podGroupName": "g"}),
+    );
+    let created = client.create_pod_stored("default", &pod).unwrap();
+    assert_eq!(created.pod.metadata.name, "p");
+    assert_eq!(created.spec["containers"][0]["name"], "c");
+    assert!(
+        created.spec.get("schedulingGroup").is_none(),
+        "{}",
+        created.spec
+    );
+    let text = r#"unknown field "spec.schedulingGroup""#;
+    assert!(
+        !client.unpooled().first_warning(text),
+        "logged with the create"
+    );
+    for i in 0..WARNED_AT_MOST {
+        client.first_warning(&format!("text {i}"));
+    }
+    assert!(!client.first_warning("one more"), "past the bound: DEBUG");
+}
+
 fn against_test_server() -> (kube_testserver::TestServer, Client) {
     against(kube_testserver::Options::default())
 }

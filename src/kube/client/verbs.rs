@@ -29,6 +29,17 @@ impl Client {
         self.create(Resource::PODS, ns, pod)
     }
 
+    /// POST of a pod, answered with the pod and the spec the API server stored, whole (a
+    /// decoded [`Pod`] keeps only what we compare: see `PodSpec::rest`), which tells what of
+    /// the spec sent it did not keep.
+    pub fn create_pod_stored(&self, ns: &str, pod: &Pod) -> Result<CreatedPod, Error> {
+        let answer: serde_json::Value = self.create(Resource::PODS, ns, pod)?;
+        let spec = answer["spec"].clone();
+        let created: Pod = serde_json::from_value(answer)
+            .map_err(|e| Error::Decode(format!("POST pod {}: {e}", pod.metadata.name)))?;
+        Ok(CreatedPod { pod: created, spec })
+    }
+
     /// Deletes a pod only if it still has `uid`, and answers the pod as the server left it (see
     /// [`Pod::is_removed`]); an answer that is not a pod reads as "not known to be removed".
     pub fn delete_pod(
@@ -174,6 +185,13 @@ impl Client {
             },
         )))
     }
+}
+
+/// What [`Client::create_pod_stored`] answers: the pod created, and its spec as stored.
+#[derive(Debug, Clone)]
+pub struct CreatedPod {
+    pub pod: Pod,
+    pub spec: serde_json::Value,
 }
 
 /// A watch's body: each read waits at most `idle` (the request's per-read timeout), reported as
