@@ -1635,8 +1635,8 @@ fn a_create_refused_for_what_was_dropped_names_the_fields_the_server_did_not_kno
          spec.containers[0].lifecycle.preStop: Required value: must specify a handler type; it dropped \
          first what it does not know, spec.resources, spec.securityContext.appArmorProfile, \
          spec.containers[0].lifecycle.preStop.sleep: newer than Kubernetes v1.28.7, or behind a feature \
-         gate it has off (the operator's docs: Pod templates); the operator tries again after 1s, \
-         doubling to 300s"
+         gate it has off (the operator's docs: Pod templates); the operator tries again after 1 s, \
+         doubling to 5 min"
     );
 }
 
