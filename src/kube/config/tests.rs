@@ -355,7 +355,10 @@ fn a_server_url_carrying_a_user_and_password_is_refused_at_load_without_printing
                 && err.contains("users["),
             "{bad}: {err}"
         );
-        assert!(!err.contains("s3cret"), "{bad}: the password is printed: {err}");
+        assert!(
+            !err.contains("s3cret"),
+            "{bad}: the password is printed: {err}"
+        );
         assert!(!err.contains('\n'), "{bad}: {err}");
     }
 }
