@@ -161,7 +161,8 @@ struct Run<'a, A: Api> {
     /// The pod to release once the status that counts it is written.
     release: Option<Held>,
     /// The object was deleted while we worked (the status write answered 404), or replaced
-    /// by another of the same name (it answered 409, and a read showed another uid).
+    /// by another of the same name (it answered 409, or a pod not ours held the name, and a
+    /// read showed another uid).
     gone: bool,
     /// Of those, replaced: the new object was read, so its watch event may bring nothing new.
     replaced: bool,
@@ -259,8 +260,9 @@ pub fn reconcile<A: Api>(
     // them sends. When the write fails too, the first error is the one worth retrying on.
     //
     // A reconcile that made a pod leaves its count, and the status that names the pod, to the
-    // reconcile the pod's ADDED event brings (see `create`).
-    let written = if (synced.is_err() || run.made) && !run.counted() {
+    // reconcile the pod's ADDED event brings (see `create`). One that learned its copy's object
+    // is gone has nothing to write it on.
+    let written = if run.gone || ((synced.is_err() || run.made) && !run.counted()) {
         Ok(())
     } else {
         run.write_status()
