@@ -892,6 +892,7 @@ fn an_image_change_deletes_the_running_pod_then_waits_for_its_deletion() {
         [
             "CACHED ic/web",
             "GET pod/web-immortalpod",
+            "GET ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "PATCH ic/web/status"
         ]
@@ -958,6 +959,7 @@ fn a_template_change_deletes_the_pod_once_and_the_replacement_runs_the_new_templ
         [
             "CACHED ic/web",
             "GET pod/web-immortalpod",
+            "GET ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "PATCH ic/web/status"
         ]
@@ -1037,6 +1039,7 @@ fn an_image_change_replaces_a_pod_not_yet_scheduled_at_once() {
         [
             "CACHED ic/web",
             "GET pod/web-immortalpod",
+            "GET ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "POST pod/web-immortalpod"
         ]
@@ -2274,6 +2277,48 @@ fn a_held_pod_of_an_object_gone_is_let_go_once_a_read_shows_it_gone() {
     run(&f, "ns/web").unwrap();
     assert!(finalizers(&f).is_empty());
     assert!(f.calls().contains(&"GET ic/web".to_string()));
+}
+
+#[test]
+fn a_pod_is_deleted_for_a_spec_change_only_once_a_read_shows_the_change() {
+    // The copy held asks for an image the object no longer does: etcd restored from a
+    // snapshot taken before the change, the list that tells not in yet.
+    let f = running("nginx:1");
+    let mut ahead = f.ic.borrow().clone().unwrap();
+    ahead.spec.image = "nginx:2".into();
+    ahead.metadata.generation = Some(2);
+    ahead.metadata.resource_version = "2279".into();
+    *f.stored.borrow_mut() = Some(ahead);
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RequeueAfter(Duration::ZERO)
+    );
+    assert_eq!(
+        f.calls(),
+        ["CACHED ic/web", "GET pod/web-immortalpod", "GET ic/web"]
+    );
+    // Looked at again, from the object read: its pod is the one it asks for.
+    f.clear();
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert!(
+        !f.calls().iter().any(|c| c.starts_with("DELETE")),
+        "{:?}",
+        f.calls()
+    );
+    // A change the read shows is acted on in the same reconcile.
+    f.ic.borrow_mut().as_mut().unwrap().spec.image = "nginx:2".into();
+    *f.stored.borrow_mut() = f.ic.borrow().clone();
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        f.calls()[..4],
+        [
+            "CACHED ic/web",
+            "GET pod/web-immortalpod",
+            "GET ic/web",
+            "DELETE pod/web-immortalpod uid=pod-uid-1"
+        ]
+    );
 }
 
 #[test]
