@@ -130,6 +130,7 @@ fn runs_another_tool(code: &str) -> bool {
         "k3d ",
         "minikube ",
         "kubemark ",
+        "etcdctl ",
     ]
     .iter()
     .any(|tool| code.contains(tool))

@@ -37,7 +37,7 @@ use immortal_operator::kube::types::{
 };
 use immortal_operator::runtime::controller::{Failure, LogContext, Next};
 use immortal_operator::runtime::queue::Hint;
-use immortal_operator::runtime::watcher::{Reaction, Watched};
+use immortal_operator::runtime::watcher::{Listed, Reaction, Watched};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -910,9 +910,14 @@ impl Controller {
         match &w.ic {
             Some(ic) => {
                 let listed = IcEvents.memo(ic);
+                // Served now: the model's version is the list's.
+                let served = Listed {
+                    version: Some(w.rv),
+                    rewound: false,
+                };
                 self.ics.entry(KEY.into(), |memo| {
                     *memo = Some(match memo.take() {
-                        Some(old) => IcEvents.relisted(old, listed),
+                        Some(old) => IcEvents.relisted(old, listed, &served),
                         None => listed,
                     })
                 });

@@ -277,11 +277,11 @@ fn without_a_period_nothing_resyncs_and_an_ask_is_answered_by_the_next_list() {
     )
     .resyncing(resync.clone());
     let mut w = w;
-    w.relist().unwrap();
+    w.relist(None).unwrap();
     assert!(!w.resync_due());
     resync.ask();
     assert!(w.resync_due());
-    w.relist().unwrap();
+    w.relist(None).unwrap();
     assert!(!w.resync_due());
 }
 
@@ -434,4 +434,73 @@ fn a_watcher_sharing_another_stores_keys_keeps_their_copy_and_makes_one_only_for
         "a key of its own"
     );
     queue.shutdown();
+}
+
+#[test]
+fn a_watch_the_server_accepts_and_never_says_anything_on_lists_again() {
+    // kube-apiserver 1.28 answers a watch from a resourceVersion it has not reached (etcd
+    // restored from a snapshot without `--bump-revision`) with 200 and then nothing, not even a
+    // bookmark, until its timeout (fixtures kube-1.28-kubelet/46, 49): resuming from there
+    // would hear nothing for ever.
+    let s = Script::default();
+    s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
+    s.lists.lock().unwrap().push_back(Ok(page("3", &[], None)));
+    s.watches
+        .lock()
+        .unwrap()
+        .push_back(Ok((String::new(), Some(std::io::ErrorKind::TimedOut))));
+    let (calls, _) = run(&s, ByOwner);
+    assert_eq!(
+        calls,
+        [
+            "list continue=",
+            "watch rv=5",
+            "list continue=",
+            "watch rv=3"
+        ]
+        .map(String::from)
+    );
+}
+
+/// What newer API servers answer a watch from a version they have not reached, and what
+/// client-go's reflector relists on (`isTooLargeResourceVersionError`).
+fn too_large() -> serde_json::Value {
+    serde_json::json!({
+        "kind": "Status", "status": "Failure", "code": 504, "reason": "Timeout",
+        "message": "Too large resource version: 275, current: 220",
+        "details": {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1}
+    })
+}
+
+#[test]
+fn a_watch_refused_for_a_version_too_large_lists_again() {
+    let s = Script::default();
+    s.lists.lock().unwrap().push_back(Ok(page("5", &[], None)));
+    s.lists.lock().unwrap().push_back(Ok(page("3", &[], None)));
+    s.lists.lock().unwrap().push_back(Ok(page("4", &[], None)));
+    s.watches
+        .lock()
+        .unwrap()
+        .push_back(Err(client::Error::Api(Box::new(
+            serde_json::from_value(too_large()).unwrap(),
+        ))));
+    let line = serde_json::json!({"type": "ERROR", "object": too_large()});
+    s.watches
+        .lock()
+        .unwrap()
+        .push_back(Ok((format!("{line}\n"), None)));
+    let (calls, _) = run(&s, ByOwner);
+    assert_eq!(
+        calls,
+        [
+            "list continue=",
+            "watch rv=5",
+            "list continue=",
+            "watch rv=3",
+            "list continue=",
+            "watch rv=4"
+        ]
+        .map(String::from)
+    );
 }
