@@ -96,21 +96,24 @@ impl Watched for IcEvents {
     }
 }
 
-/// Once both first lists are in: every object whose pod the pod list does not hold (deleted
-/// while the operator was away, never made, or a pod not ours on its name) is queued urgent,
-/// ahead of every refresh, as a pod that ended or still holds our finalizer already is (see
-/// `PodEvents::relist_priority`). Either list alone cannot tell: a pod may only be missing
-/// from a list not read yet. Answers how many.
+/// Once both first lists of `namespace` (`None`: every namespace) are in: every object of it
+/// whose pod the pod list does not hold (deleted while the operator was away, never made, or a
+/// pod not ours on its name) is queued urgent, ahead of every refresh, as a pod that ended or
+/// still holds our finalizer already is (see `PodEvents::relist_priority`). Either list alone
+/// cannot tell: a pod may only be missing from a list not read yet. Answers how many.
 pub fn queue_objects_without_a_pod(
     ics: &IcStore,
     pods: &Store<PodMemo>,
     queue: &Queue<PodHint>,
+    namespace: Option<&str>,
 ) -> usize {
+    let within =
+        |k: &Key| namespace.is_none_or(|ns| types::split_key(k).is_some_and(|(n, _)| n == ns));
     let missing: Vec<Key> = {
         let pods = pods.read();
         ics.read()
             .keys()
-            .filter(|k| !pods.contains_key(*k))
+            .filter(|k| within(k) && !pods.contains_key(*k))
             .cloned()
             .collect()
     };

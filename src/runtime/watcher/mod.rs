@@ -155,8 +155,11 @@ pub struct Watcher<S: Source, W: Watched> {
     pub queue: Arc<Queue<W::Hint>>,
     /// Disconnected (its sender dropped) when the process shuts down.
     pub quit: Receiver<()>,
-    /// Told once, after the first complete list.
+    /// Told of this watch's first list: once when it fails (it is tried again), and once when
+    /// one completes.
     pub synced: Option<Sender<&'static Watch>>,
+    /// Whether `synced` was told of a failed first list.
+    told_failure: bool,
     pub idle_timeout: Duration,
     pub resync: Resync,
     /// Every key seen since the last list, with the policy's memo of it. Watchers of several
@@ -203,6 +206,7 @@ where
             queue,
             quit,
             synced: Some(synced),
+            told_failure: false,
             idle_timeout,
             resync: Resync::default(),
             known: Arc::new(Store::new()),
@@ -268,17 +272,23 @@ where
         }
     }
 
-    /// Lists, telling `synced` after the first list.
+    /// Lists, telling `synced` how the first list went.
     fn list(&mut self, after: Option<String>, backoff: &mut Backoff) -> State {
         match self.relist(after.as_deref()) {
             Ok(rv) => {
                 self.working();
+                self.live.listed();
                 if let Some(tx) = self.synced.take() {
                     let _ = tx.send(self.live);
                 }
                 State::Watch { rv }
             }
             Err(e) => {
+                self.live.list_failed(e.to_string());
+                if let (Some(tx), false) = (&self.synced, self.told_failure) {
+                    self.told_failure = true;
+                    let _ = tx.send(self.live);
+                }
                 self.fail_and_wait("list", &e, backoff);
                 State::List { after }
             }
