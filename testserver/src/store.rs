@@ -147,11 +147,14 @@ struct Watcher {
     tx: Sender<Arc<Event>>,
 }
 
+/// One table's objects, by `(namespace, name)`.
+type Objects = BTreeMap<(String, String), Obj>;
+
 /// The store as an etcd snapshot holds it (see [`Store::snapshot`]).
 #[derive(Clone)]
 pub struct Snapshot {
     rv: u64,
-    tables: HashMap<String, (Arc<ResourceDef>, BTreeMap<(String, String), Obj>)>,
+    tables: HashMap<String, (Arc<ResourceDef>, Objects)>,
     routes: HashMap<(String, String, String), String>,
     by_uid: HashMap<String, ObjRef>,
     dependents: HashMap<String, HashSet<ObjRef>>,
@@ -161,7 +164,7 @@ pub struct Snapshot {
 /// reads), its history and its watches.
 struct Table {
     def: Arc<ResourceDef>,
-    objects: BTreeMap<(String, String), Obj>,
+    objects: Objects,
     history: VecDeque<Arc<Event>>,
     /// The oldest version a watch may resume from: every event after it is retained.
     horizon: u64,
