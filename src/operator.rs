@@ -24,6 +24,7 @@ use crate::runtime::shutdown::{is_quitting, listen_for_signals};
 use crate::runtime::store::Store;
 use crate::runtime::watcher::{Backoff, Resync, Watcher};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
+use std::collections::HashSet;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -251,7 +252,7 @@ impl Stages {
         }
         drop(synced_tx);
         let deadline = Instant::now() + SERVE_PATIENCE;
-        let mut answered = std::collections::HashSet::new();
+        let mut answered = HashSet::new();
         loop {
             let served = namespaces.iter().any(|ns| self.listed(*ns));
             let past = Instant::now() >= deadline;
@@ -269,7 +270,7 @@ impl Stages {
             select! {
                 recv(synced) -> r => match r {
                     Ok(watch) => {
-                        answered.insert(watch as *const liveness::Watch);
+                        answered.insert((watch.resource, watch.namespace));
                         if watch.has_listed() {
                             log::info!(
                                 target: "controller",
@@ -285,7 +286,7 @@ impl Stages {
                 recv(self.quit) -> _ => return Err(stopped()),
             }
         }
-        let mut served = std::collections::HashSet::new();
+        let mut served = HashSet::new();
         for ns in &namespaces {
             if self.listed(*ns) {
                 self.now_served(*ns);
@@ -358,7 +359,7 @@ impl Stages {
     fn serve_namespaces(
         &self,
         namespaces: Vec<Option<String>>,
-        mut served: std::collections::HashSet<Option<String>>,
+        mut served: HashSet<Option<String>>,
         synced: Receiver<&'static liveness::Watch>,
     ) {
         let mut synced = Some(synced);
