@@ -160,6 +160,9 @@ pub struct Watcher<S: Source, W: Watched> {
     pub synced: Option<Sender<&'static Watch>>,
     /// Whether `synced` was told of a failed first list.
     told_failure: bool,
+    /// The stream or the server failed since the last watch opened: before the next, the
+    /// server's version is asked (see [`Watcher::behind`]).
+    failed: bool,
     pub idle_timeout: Duration,
     pub resync: Resync,
     /// Every key seen since the last list, with the policy's memo of it. Watchers of several
@@ -207,6 +210,7 @@ where
             quit,
             synced: Some(synced),
             told_failure: false,
+            failed: false,
             idle_timeout,
             resync: Resync::default(),
             known: Arc::new(Store::new()),
@@ -276,6 +280,8 @@ where
     fn list(&mut self, after: Option<String>, backoff: &mut Backoff) -> State {
         match self.relist(after.as_deref()) {
             Ok(rv) => {
+                // The list's version is the server's: nothing to ask before its watch.
+                self.failed = false;
                 self.working();
                 self.live.listed();
                 if let Some(tx) = self.synced.take() {
@@ -295,9 +301,35 @@ where
         }
     }
 
+    /// Whether the server, back after a failure, is at a version below `rv`: etcd restored from
+    /// a snapshot, where a watch from `rv` would hear nothing until etcd passes it (fixture
+    /// kube-1.28-kubelet/49), and never what happened before that. `Err`: it could not say.
+    fn behind(&mut self, rv: &str) -> Result<bool, client::Error> {
+        if !std::mem::take(&mut self.failed) {
+            return Ok(false);
+        }
+        let now = self
+            .source
+            .version(&self.kind)
+            .inspect_err(|_| self.failed = true)?;
+        let below = now.parse::<u64>().ok().zip(rv.parse::<u64>().ok());
+        Ok(below.is_some_and(|(now, rv)| now < rv))
+    }
+
     /// Watches from `rv` until the stream ends.
     fn watch(&mut self, mut rv: String, backoff: &mut Backoff) -> State {
         let (name, ns, started) = (self.name(), self.ns(), Instant::now());
+        match self.behind(&rv) {
+            Ok(true) => {
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "the server is back at a version below the watch's, relisting");
+                return State::List { after: Some(rv) };
+            }
+            Ok(false) => {}
+            Err(e) => {
+                self.fail_and_wait("watch", &e, backoff);
+                return State::Watch { rv };
+            }
+        }
         let secs = util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
         let stream = match self.source.watch(&self.kind, &rv, secs, self.idle_timeout) {
             Ok(stream) => stream,
@@ -311,6 +343,7 @@ where
                     log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch answered that the server has not reached its version, relisting");
                     return State::List { after: Some(rv) };
                 }
+                self.failed = true;
                 self.fail_and_wait("watch", &e, backoff);
                 return State::Watch { rv };
             }
@@ -331,6 +364,7 @@ where
             StreamEnd::Failed(_) | StreamEnd::Unreadable => Restart::Error,
         };
         metrics::watch_restarted(self.live, why);
+        self.failed = matches!(end, StreamEnd::Stalled(_) | StreamEnd::Failed(_));
         let after = Some(rv.clone());
         match end {
             StreamEnd::Expired => {
