@@ -2,9 +2,9 @@
 //! kube-runtime's (`watcher.rs`): list in pages, then watch from the list's resourceVersion,
 //! which every event moves on (BOOKMARK too); a clean end of stream re-watches, a 410 (HTTP or
 //! in-stream ERROR) relists, and so does a version the server has not reached (a 504 "Too large
-//! resource version", or a watch it accepts and never says anything on: etcd restored from a
-//! snapshot); any other failure or a silent stream backs off and re-watches (docs/design.md,
-//! "A watch that goes silent is given up"). What an event means is the policy's ([`Watched`]);
+//! resource version", or, asked after a failure, a server version below the watch's: etcd
+//! restored from a snapshot); any other failure or a silent stream backs off and re-watches
+//! (docs/design.md, "A watch that goes silent is given up"). What an event means is the policy's ([`Watched`]);
 //! a watcher keeps only the last resourceVersion and the policy's memo of each key, in a
 //! [`Store`] others may read.
 
@@ -373,21 +373,6 @@ where
             }
             StreamEnd::TooNew => {
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "the server has not reached the watch's version, relisting");
-                return State::List { after };
-            }
-            StreamEnd::Stalled(_) if !heard => {
-                // A watch the server took and then said nothing on, not even the bookmark it
-                // sends every minute: kube-apiserver's answer to a watch from a version it has
-                // not reached (etcd restored from a snapshot), where resuming hears nothing
-                // for ever (fixture kube-1.28-kubelet/49). Or a connection that died at once.
-                self.warned = true;
-                log::warn!(
-                    target: "watcher",
-                    resource = name, namespace = ns, rv = rv.as_str(), idle_ms = self.idle_timeout.as_millis() as u64;
-                    "watch accepted and said nothing for {}s, not even a bookmark: the server may not have reached its version (etcd restored from a snapshot?); listing again",
-                    self.idle_timeout.as_secs()
-                );
-                self.source.connections_dead();
                 return State::List { after };
             }
             StreamEnd::Unreadable => {
