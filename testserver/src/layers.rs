@@ -39,8 +39,8 @@ const LAYERS: &[&[&str]] = &[
     ],
     // Objects: the store, what a write does, validation, the stored-only kinds, selectors.
     &["store", "strategy", "validate", "inert", "selector"],
-    // The kinds, and the rules of the pod spec and of admission policies.
-    &["resources", "policy", "podspec"],
+    // The kinds, and the rules of the pod spec, of admission policies and of CRD schemas.
+    &["resources", "policy", "podspec", "structural"],
     // Plain helpers.
     &["cel", "names", "regex", "status", "util"],
 ];
