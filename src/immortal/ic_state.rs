@@ -534,7 +534,7 @@ mod tests {
         let read = |s: &IcStore| s.get("ns/a").unwrap().to_object("ns", "web");
         assert_eq!(read(&store).status.start_times, Some(1));
         // An answer is the server's word whatever its version: after etcd is restored from a
-        // snapshot every version is lower than those before (fixtures kube-1.28-kubelet/47-50),
+        // snapshot every version is lower than those before (fixtures kube-1.28-kubelet/53-56),
         // and a copy the answer replaces by mistake costs a 409 and a read at worst.
         store
             .write()

@@ -157,7 +157,7 @@ impl<S: Read + Write> Stream<'_, S> {
 
     fn push_bookmark(&mut self, rv: u64) -> std::io::Result<()> {
         // Nor a bookmark before it: such a watch says nothing at all until the store passes
-        // its version (fixtures kube-1.28-kubelet/46, 49).
+        // its version (fixtures kube-1.28-kubelet/52, 55).
         if rv < self.plan.from {
             return Ok(());
         }

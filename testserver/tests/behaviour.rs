@@ -150,7 +150,7 @@ fn bookmarks_carry_the_current_version_only() {
 
 #[test]
 fn a_watch_from_a_version_not_reached_says_nothing_not_even_a_bookmark() {
-    // What kube-apiserver 1.28 answers (fixtures kube-1.28-kubelet/46, 49): 200, then
+    // What kube-apiserver 1.28 answers (fixtures kube-1.28-kubelet/52, 55): 200, then
     // nothing until its timeout, though objects change meanwhile (below its version).
     bounded(20, || {
         let (_server, admin) = start_without_kubelet();

@@ -30,7 +30,7 @@ const PODS: &str = "/api/v1/namespaces/fixtures/pods";
 /// than the replay's status sync delay, so a late kubelet write would be seen.
 const QUIET: Duration = Duration::from_millis(600);
 
-/// Where the etcd-restore fixtures' object lives (46-50).
+/// Where the etcd-restore fixtures' object lives (52-56).
 const RESTORED: &str =
     "/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/fixtures-restore/immortalcontainers";
 
@@ -444,7 +444,7 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
         );
         let mut failures = Vec::new();
         let mut replayed = 0;
-        // The object's version before etcd was restored (47), for what is asked with it after.
+        // The object's version before etcd was restored (53), for what is asked with it after.
         let mut before_restore: Option<String> = None;
         for f in &fixtures {
             let number = &f.name[..2];
@@ -821,8 +821,8 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                     }
                 }
                 // A watch from a version the server has not reached answers 200 and then
-                // nothing, though the object changes below that version (46).
-                "46" => {
+                // nothing, though the object changes below that version (52).
+                "52" => {
                     let ns = r.admin.post(
                         "/api/v1/namespaces",
                         &json!({"metadata": {"name": "fixtures-restore"}}),
@@ -851,9 +851,9 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                 }
                 // etcd restored from a snapshot taken before the object's count went from 1
                 // to 4 and its image changed: a read answers the snapshot's object, at a
-                // version lower than the one answered before the restore (47), and so does
-                // a list (48).
-                "47" => {
+                // version lower than the one answered before the restore (53), and so does
+                // a list (54).
+                "53" => {
                     let path = format!("{RESTORED}/example");
                     let status = |starts: i64| json!({"status": {"startTimes": starts}});
                     let d = merge_patch(&r, &format!("{path}/status"), status(1), "count 1");
@@ -874,18 +874,18 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                     }
                     d
                 }
-                "48" => {
+                "54" => {
                     let got = r.send(f, None);
                     let item = &got.body["items"][0];
                     restored(f, item, &got.body, before_restore.as_deref())
                 }
                 // A watch from the version answered before the restore: 200, then nothing.
-                "49" => {
+                "55" => {
                     let from = before_restore.as_deref().and_then(|v| v.parse().ok());
                     r.replay_watch(f, |_| from.unwrap_or(0), |_| Vec::new())
                 }
                 // A status write carrying the version answered before the restore: 409.
-                "50" => {
+                "56" => {
                     let recorded = f.body.split('"').nth(5).unwrap_or_default();
                     let body = f
                         .body

@@ -570,7 +570,7 @@ fn after_etcd_is_restored_a_relist_takes_the_servers_copies_though_their_version
     use crate::runtime::watcher::script::{gone, Script};
     // The watch had reached 275 when etcd was restored from a snapshot taken at 220, without
     // `--bump-revision`: every version the server answers from then on is lower than those
-    // before (fixtures kube-1.28-kubelet/47-50). The list is the truth all the same.
+    // before (fixtures kube-1.28-kubelet/53-56). The list is the truth all the same.
     let s = Script::default();
     let mut lists = s.lists.lock().unwrap();
     lists.push_back(Ok(ic_list("275", ic_json("u", "275", "nginx:1.28", 4))));

@@ -303,7 +303,7 @@ where
 
     /// Whether the server, back after a failure, is at a version below `rv`: etcd restored from
     /// a snapshot, where a watch from `rv` would hear nothing until etcd passes it (fixture
-    /// kube-1.28-kubelet/49), and never what happened before that. `Err`: it could not say.
+    /// kube-1.28-kubelet/55), and never what happened before that. `Err`: it could not say.
     fn behind(&mut self, rv: &str) -> Result<bool, client::Error> {
         if !std::mem::take(&mut self.failed) {
             return Ok(false);

@@ -441,7 +441,7 @@ fn a_watcher_sharing_another_stores_keys_keeps_their_copy_and_makes_one_only_for
 fn a_watch_that_never_says_anything_asks_the_servers_version_and_lists_again_if_it_is_below() {
     // kube-apiserver 1.28 answers a watch from a resourceVersion it has not reached (etcd
     // restored from a snapshot without `--bump-revision`) with 200 and then nothing, not even a
-    // bookmark, until its timeout (fixtures kube-1.28-kubelet/46, 49): resuming from there
+    // bookmark, until its timeout (fixtures kube-1.28-kubelet/52, 55): resuming from there
     // would hear nothing for ever.
     let silent = || Ok((String::new(), Some(std::io::ErrorKind::TimedOut)));
     let s = Script::default();
@@ -521,7 +521,7 @@ fn a_watch_refused_for_a_version_too_large_lists_again() {
 fn after_the_server_was_unreachable_a_version_below_the_watchs_lists_again() {
     // The API server came back on etcd restored from a snapshot: its version is below the
     // watch's, whose resuming would hear nothing until etcd passes it (fixture
-    // kube-1.28-kubelet/49), and never what happened before that.
+    // kube-1.28-kubelet/55), and never what happened before that.
     let s = Script::default();
     s.lists
         .lock()
