@@ -24,6 +24,7 @@ use crate::runtime::shutdown::{is_quitting, listen_for_signals};
 use crate::runtime::store::Store;
 use crate::runtime::watcher::{Backoff, Resync, Watcher};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
+use std::collections::HashSet;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,6 +36,16 @@ const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Longest one start-up check may wait: it runs on the thread that answers signals.
 const PREFLIGHT_ATTEMPT: Duration = Duration::from_secs(5);
+
+/// How long start-up waits for one served namespace to be listed (each of its watches' first
+/// list complete) when none is: an operator that can serve nothing (its lists denied
+/// everywhere, say) exits then, so that the kubelet's restarts show it, as controller-runtime's
+/// cache-sync timeout does. One namespace served is enough to start; the others are served
+/// once their lists complete.
+const SERVE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// How often a served namespace that does not exist is looked up again.
+const MISSING_RECHECK: Duration = Duration::from_secs(30);
 
 /// How long a shutdown waits for the reconciles in flight, then for the Lease's release: 7 s,
 /// inside the Deployment's `terminationGracePeriodSeconds: 10`.
@@ -202,9 +213,11 @@ impl Stages {
 
     /// Watchers of ImmortalContainers and our pods, one of each per served namespace (the API
     /// has no watch of a set of namespaces), which fill the queue from their first list on,
-    /// also on a standby, so that a new leader starts warm. Returns once every first list is
-    /// in: before that, a missing pod may only be missing from a list not yet read.
-    fn start_watchers(&self, ic_resync: &Resync) -> Result<(), ExitCode> {
+    /// also on a standby, so that a new leader starts warm. Returns once every watch's first
+    /// list was answered and one namespace's lists are in (see [`SERVE_PATIENCE`]): the
+    /// namespaces listed are served from then on, the others once their lists complete, each
+    /// named with its reason until then (in the log and `/readyz`).
+    fn start_watchers(self: &Arc<Self>, ic_resync: &Resync) -> Result<(), ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
         let idle = self.config.watch_idle_timeout;
         let failed = |e| fail_at_start(&format!("cannot start watcher thread: {e}"));
@@ -243,28 +256,148 @@ impl Stages {
             spawn_watcher(pods, self.sentinel("watcher")).map_err(failed)?;
         }
         drop(synced_tx);
-        for _ in 0..2 * namespaces.len() {
+        let deadline = Instant::now() + SERVE_PATIENCE;
+        let mut answered = HashSet::new();
+        loop {
+            let served = namespaces.iter().any(|ns| self.listed(*ns));
+            let past = Instant::now() >= deadline;
+            if served && (answered.len() == self.health.watches.len() || past) {
+                break;
+            }
+            if past {
+                let why = self.health.ready().err().unwrap_or_default();
+                return Err(fail_running(&format!(
+                    "no served namespace could be listed in {}s: {why}; exiting, for the kubelet to try again \
+                     (check the operator's RBAC: its ClusterRole, or each served namespace's Role)",
+                    SERVE_PATIENCE.as_secs()
+                )));
+            }
             select! {
                 recv(synced) -> r => match r {
                     Ok(watch) => {
-                        self.health.synced.fetch_add(1, Ordering::Relaxed);
-                        log::info!(
-                            target: "controller",
-                            resource = watch.resource, namespace = watch.namespace.unwrap_or("(all)");
-                            "initial list complete"
-                        );
+                        answered.insert((watch.resource, watch.namespace));
+                        if watch.has_listed() {
+                            log::info!(
+                                target: "controller",
+                                resource = watch.resource, namespace = watch.namespace.unwrap_or("(all)");
+                                "initial list complete"
+                            );
+                        }
                     }
                     Err(_) => return Err(fail_running("a watcher stopped before its first list")),
                 },
+                recv(crossbeam_channel::at(deadline)) -> _ => {}
                 recv(self.dead) -> _ => return Err(fail_running("a watcher thread died")),
                 recv(self.quit) -> _ => return Err(stopped()),
             }
         }
-        let missing = lifecycle::queue_objects_without_a_pod(&self.ics, &self.pods, &self.queue);
-        if missing > 0 {
-            log::info!(target: "controller", objects = missing as u64; "objects without a pod go first");
+        let mut served = HashSet::new();
+        for ns in &namespaces {
+            if self.listed(*ns) {
+                self.now_served(*ns);
+                served.insert(ns.map(str::to_string));
+            } else if let Some(why) = self.unserved_reason(*ns) {
+                log::warn!(
+                    target: "controller", namespace = ns.unwrap_or("(all)"), error = why.as_str();
+                    "namespace {} is not served: {why}; the others are, and its lists are tried again with back-off",
+                    ns.unwrap_or("(all)")
+                );
+            }
         }
-        Ok(())
+        let me = self.clone();
+        let namespaces: Vec<Option<String>> =
+            namespaces.iter().map(|ns| ns.map(str::to_string)).collect();
+        spawn("namespaces", move || {
+            me.serve_namespaces(namespaces, served, synced)
+        })
+    }
+
+    /// Whether every watch of `namespace` has listed.
+    fn listed(&self, namespace: Option<&str>) -> bool {
+        self.health
+            .watches
+            .iter()
+            .filter(|w| w.namespace == namespace)
+            .all(|w| w.has_listed())
+    }
+
+    /// Why `namespace` is not served, as its watches' failed lists say.
+    fn unserved_reason(&self, namespace: Option<&str>) -> Option<String> {
+        let reasons: Vec<String> = self
+            .health
+            .watches
+            .iter()
+            .filter(|w| w.namespace == namespace && !w.has_listed())
+            .map(|w| {
+                let failure = w.failure();
+                format!(
+                    "{} list: {}",
+                    w.resource,
+                    failure.as_deref().unwrap_or("not answered yet")
+                )
+            })
+            .collect();
+        (!reasons.is_empty()).then(|| reasons.join("; "))
+    }
+
+    /// `namespace`'s lists are all in: every object of it whose pod its pod list lacks goes
+    /// first (see `queue_objects_without_a_pod`), and a namespace that does not exist is said.
+    fn now_served(&self, namespace: Option<&str>) {
+        let missing =
+            lifecycle::queue_objects_without_a_pod(&self.ics, &self.pods, &self.queue, namespace);
+        if missing > 0 {
+            log::info!(target: "controller", namespace = namespace.unwrap_or("(all)"), objects = missing as u64; "objects without a pod go first");
+        }
+        if let Some(ns) = namespace {
+            if does_not_exist(&self.once, ns) {
+                log::warn!(
+                    target: "controller", namespace = ns;
+                    "served namespace {ns} does not exist: nothing is reconciled there until it is made, and then at once"
+                );
+                crate::util::lock(&self.health.missing).insert(ns.to_string());
+            }
+        }
+    }
+
+    /// Serves each namespace whose lists complete after start, and looks up those that do not
+    /// exist every [`MISSING_RECHECK`] until they do; until shutdown.
+    fn serve_namespaces(
+        &self,
+        namespaces: Vec<Option<String>>,
+        mut served: HashSet<Option<String>>,
+        synced: Receiver<&'static liveness::Watch>,
+    ) {
+        let mut synced = Some(synced);
+        let mut recheck = Instant::now() + MISSING_RECHECK;
+        loop {
+            let listed = synced.clone().unwrap_or_else(crossbeam_channel::never);
+            select! {
+                recv(listed) -> r => {
+                    if r.is_err() {
+                        // Every watcher has listed: nothing more comes.
+                        synced = None;
+                    }
+                    for ns in &namespaces {
+                        if !served.contains(ns) && self.listed(ns.as_deref()) {
+                            log::info!(target: "controller", namespace = ns.as_deref().unwrap_or("(all)"); "namespace served now: its lists are in");
+                            self.now_served(ns.as_deref());
+                            served.insert(ns.clone());
+                        }
+                    }
+                }
+                recv(crossbeam_channel::at(recheck)) -> _ => {
+                    recheck = Instant::now() + MISSING_RECHECK;
+                    let missing: Vec<String> = crate::util::lock(&self.health.missing).iter().cloned().collect();
+                    for ns in missing {
+                        if !does_not_exist(&self.once, &ns) {
+                            log::info!(target: "controller", namespace = ns.as_str(); "served namespace {ns} exists now");
+                            crate::util::lock(&self.health.missing).remove(&ns);
+                        }
+                    }
+                }
+                recv(self.quit) -> _ => return,
+            }
+        }
     }
 
     /// While the CRD prunes something the operator writes, reads it again every
@@ -496,6 +629,21 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
         let left = deadline.saturating_duration_since(Instant::now());
         if !wait(quit, backoff.next_delay().min(left)) {
             return Ok(());
+        }
+    }
+}
+
+/// Whether served namespace `ns` does not exist (404), as far as the operator may read it: a
+/// namespaced Role may not let it (403), and there the lists say it, refused where no Role can
+/// be. Bounded like every start-up check.
+fn does_not_exist(client: &Client, ns: &str) -> bool {
+    let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
+    match attempt.get_path::<serde_json::Value>(&format!("/api/v1/namespaces/{ns}")) {
+        Ok(_) => false,
+        Err(e) if e.is_not_found() => true,
+        Err(e) => {
+            log::debug!(target: "controller", namespace = ns, error = e.to_string().as_str(); "cannot read the namespace; whether it exists is left to its lists");
+            false
         }
     }
 }

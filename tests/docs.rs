@@ -130,6 +130,7 @@ fn runs_another_tool(code: &str) -> bool {
         "k3d ",
         "minikube ",
         "kubemark ",
+        "etcdctl ",
     ]
     .iter()
     .any(|tool| code.contains(tool))
@@ -777,5 +778,56 @@ fn the_readme_says_make_run_serves_every_namespace_and_how_to_narrow_it() {
     assert!(
         run.contains("every namespace") && run.contains("make run ARGS=\"--namespace "),
         "README's make run does not say it serves every namespace and how to narrow it:\n{run}"
+    );
+}
+
+/// The text of `markdown`'s section `heading` (to the next heading of its level), its lines
+/// joined as a reader reads them.
+fn section(markdown: &str, heading: &str) -> String {
+    let start = markdown
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no section {heading:?}"));
+    let level = heading.split(' ').next().unwrap_or("##");
+    let body = &markdown[start + heading.len() + 2..];
+    let end = body.find(&format!("\n{level} ")).unwrap_or(body.len());
+    body[..end].split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn what_the_docs_say_an_operator_that_can_list_nothing_does_is_what_it_does() {
+    // It waits for one served namespace as long as the operator's constant says, then exits
+    // 1 (tests/e2e.rs, `an_operator_that_may_list_nothing_exits_naming_each_namespace_and_why`).
+    let source = read("src/operator.rs");
+    let secs = source
+        .lines()
+        .find(|l| l.contains("const SERVE_PATIENCE"))
+        .and_then(|l| l.split("from_secs(").nth(1))
+        .and_then(|r| r.split(')').next())
+        .expect("SERVE_PATIENCE in src/operator.rs");
+    let ops = read("docs/operating.md");
+    let running = section(&ops, "## Running it");
+    for says in [
+        format!("waits {secs} seconds for one namespace, then exits 1"),
+        "CrashLoopBackOff".to_string(),
+        "a 403 to that check end the program at once".to_string(),
+    ] {
+        assert!(running.contains(&says), "Running it does not say {says:?}");
+    }
+    let served = section(&ops, "## Serving a set of namespaces");
+    for says in [
+        format!(
+            "Only when no served namespace can be listed within {secs} s does the operator exit"
+        ),
+        "never `/livez`".to_string(),
+    ] {
+        assert!(
+            served.contains(&says),
+            "Serving a set of namespaces does not say {says:?}"
+        );
+    }
+    let exits = section(&ops, "## Exit codes");
+    assert!(
+        exits.contains(&format!("no served namespace listed within {secs} s")),
+        "the exit codes do not list it: {exits}"
     );
 }

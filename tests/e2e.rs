@@ -478,20 +478,18 @@ fn rbac_path(kind: &str, namespace: &str) -> String {
     format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}")
 }
 
-/// One operator for a set of namespaces, allowed only what the namespaced RBAC of `make render
-/// NAMESPACES=a,b` grants: it runs as a ServiceAccount of the test's namespace, with that
-/// render's Roles and RoleBindings in a and b (and its Lease's Role, moved to the test's
-/// namespace with the account), on a token from a TokenRequest. Objects in a and b get their
-/// pods and have them replaced; one in a third namespace gets none; nothing the operator
-/// needs is refused. On a real cluster its authorizer decides the same.
-#[test]
-fn one_operator_serves_a_set_of_namespaces_with_only_their_roles() {
-    let c = Cluster::new("namespaces");
-    let (a, b, other) = (c.sibling("a"), c.sibling("b"), c.sibling("c"));
-    let rendered = common::render(&[&a.ns, &b.ns]);
+/// Applies the Roles and RoleBindings `rendered` (by `make render`) grants in the namespaces of
+/// `granted`, and its Lease's Role moved to the test's namespace with the account when
+/// `lease`; answers how many.
+fn apply_roles(
+    c: &Cluster,
+    rendered: &[serde_json::Value],
+    granted: &[&Cluster],
+    lease: bool,
+) -> usize {
     let operator_ns = "immortalcontainers-operator";
     let mut applied = 0;
-    for o in &rendered {
+    for o in rendered {
         let kind = o["kind"].as_str().unwrap_or("");
         if kind.starts_with("Cluster") {
             assert_ne!(
@@ -500,8 +498,8 @@ fn one_operator_serves_a_set_of_namespaces_with_only_their_roles() {
             );
         }
         let ns = o["metadata"]["namespace"].as_str().unwrap_or("");
-        let served = ns == a.ns || ns == b.ns;
-        if !matches!(kind, "Role" | "RoleBinding") || !(served || ns == operator_ns) {
+        let wanted = granted.iter().any(|g| g.ns == ns) || (lease && ns == operator_ns);
+        if !matches!(kind, "Role" | "RoleBinding") || !wanted {
             continue;
         }
         // The account lives in the test's namespace, and so does the Lease.
@@ -519,28 +517,48 @@ fn one_operator_serves_a_set_of_namespaces_with_only_their_roles() {
             .unwrap_or_else(|e| panic!("cannot create {kind} in {target}: {e}"));
         applied += 1;
     }
+    applied
+}
+
+/// Waits until `as_operator` may list ImmortalContainers in `ns`: a real authorizer learns new
+/// bindings from its cache.
+fn wait_for_role(c: &Cluster, as_operator: &common::Api, ns: &str) {
+    let path = format!(
+        "/apis/{}/namespaces/{ns}/immortalcontainers",
+        common::GROUP_VERSION
+    );
+    wait_until(
+        c.timeout(Duration::from_secs(20)),
+        "the Role to count",
+        || {
+            as_operator
+                .try_request("GET", &path, "", None)
+                .map_err(|e| e.to_string())
+        },
+    );
+}
+
+/// One operator for a set of namespaces, allowed only what the namespaced RBAC of `make render
+/// NAMESPACES=a,b` grants: it runs as a ServiceAccount of the test's namespace, with that
+/// render's Roles and RoleBindings in a and b (and its Lease's Role, moved to the test's
+/// namespace with the account), on a token from a TokenRequest. Objects in a and b get their
+/// pods and have them replaced; one in a third namespace gets none; nothing the operator
+/// needs is refused. On a real cluster its authorizer decides the same.
+#[test]
+fn one_operator_serves_a_set_of_namespaces_with_only_their_roles() {
+    let c = Cluster::new("namespaces");
+    let (a, b, other) = (c.sibling("a"), c.sibling("b"), c.sibling("c"));
+    let rendered = common::render(&[&a.ns, &b.ns]);
     assert_eq!(
-        applied, 6,
+        apply_roles(&c, &rendered, &[&a, &b], true),
+        6,
         "a Role and RoleBinding in a, b and for the Lease"
     );
     let token = c.service_account_token("immortal-operator");
     let kubeconfig = c.token_kubeconfig("operator.kubeconfig", &token);
-    // A real authorizer learns new bindings from its cache: wait until they count.
     let as_operator = common::Api::from_kubeconfig(&kubeconfig);
     for ns in [&a.ns, &b.ns] {
-        let path = format!(
-            "/apis/{}/namespaces/{ns}/immortalcontainers",
-            common::GROUP_VERSION
-        );
-        wait_until(
-            c.timeout(Duration::from_secs(20)),
-            "the Role to count",
-            || {
-                as_operator
-                    .try_request("GET", &path, "", None)
-                    .map_err(|e| e.to_string())
-            },
-        );
+        wait_for_role(&c, &as_operator, ns);
     }
     let denied = as_operator.try_request(
         "GET",
@@ -588,4 +606,153 @@ fn one_operator_serves_a_set_of_namespaces_with_only_their_roles() {
         .filter(|l| l.contains("denied") || l.contains("forbidden"))
         .collect();
     assert!(refused.is_empty(), "refused with its Roles: {refused:#?}");
+}
+
+fn free_port() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free local port")
+}
+
+/// A plain HTTP GET of the operator's probes; empty when nothing answers.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// Waits until `/readyz` answers `code` with a text that contains `says`; answers the text.
+fn readyz(c: &Cluster, probes: std::net::SocketAddr, code: u16, says: &str) -> String {
+    wait_until(
+        c.timeout(Duration::from_secs(45)),
+        &format!("/readyz {code} saying {says:?}"),
+        || {
+            let r = http_get(probes, "/readyz");
+            (r.starts_with(&format!("HTTP/1.1 {code}")) && r.contains(says))
+                .then(|| r.clone())
+                .ok_or(r)
+        },
+    )
+}
+
+/// A namespace served with no Role of ours (not applied yet, or deleted with it) is named,
+/// with why, in the log and `/readyz`, and leaves the others served from the start; its Role
+/// applied, it is served too.
+#[test]
+fn a_namespace_without_its_role_is_named_and_leaves_the_others_served_from_the_start() {
+    let c = Cluster::new("ns-unserved");
+    let (a, b) = (c.sibling("a"), c.sibling("b"));
+    let rendered = common::render(&[&a.ns, &b.ns]);
+    apply_roles(&c, &rendered, &[&a], false);
+    let token = c.service_account_token("immortal-operator");
+    let kubeconfig = c.token_kubeconfig("operator.kubeconfig", &token);
+    let as_operator = common::Api::from_kubeconfig(&kubeconfig);
+    wait_for_role(&c, &as_operator, &a.ns);
+    let probes = free_port();
+    let args = [
+        "--health-probe-bind-address".to_string(),
+        probes.to_string(),
+    ];
+    let op = Operator::start_serving(&c, &kubeconfig, &[&a, &b], &args, "operator.log");
+    a.create_ic("web", &image());
+    b.create_ic("web", &image());
+    a.wait_converged("web", 1, |_| Ok(()));
+    let r = readyz(&c, probes, 503, &format!("namespace {} not served", b.ns));
+    assert!(
+        r.contains("403") && !r.contains(&format!("namespace {} ", a.ns)),
+        "{r}"
+    );
+    assert!(
+        op.log_says(&format!("namespace {} is not served", b.ns)),
+        "{}",
+        op.log_tail(20)
+    );
+    // Its Role applied, it is served: its object gets its pod, and the operator is ready.
+    apply_roles(&c, &rendered, &[&b], false);
+    wait_for_role(&c, &as_operator, &b.ns);
+    b.wait_converged("web", 1, |_| Ok(()));
+    readyz(&c, probes, 200, "ok");
+    a.assert_converged("web", 1);
+}
+
+/// A served namespace that does not exist (a typo, or one made later) is said in one WARN line
+/// naming it and in `/readyz`; the others are served; made later, it is served at once.
+#[test]
+fn a_served_namespace_that_does_not_exist_is_said_and_served_once_it_is_made() {
+    let c = Cluster::new("ns-missing");
+    // The name `sibling` gives, before it makes the namespace.
+    let mut later = c.ns.clone();
+    later.truncate(63 - "later".len() - 1);
+    let later = format!("{}-later", later.trim_end_matches('-'));
+    let probes = free_port();
+    let args = [
+        "--namespace".to_string(),
+        later.clone(),
+        "--health-probe-bind-address".to_string(),
+        probes.to_string(),
+    ];
+    let op = Operator::start_with(&c, &args, "operator.log");
+    c.create_ic("web", &image());
+    c.wait_converged("web", 1, |_| Ok(()));
+    readyz(
+        &c,
+        probes,
+        503,
+        &format!("namespace {later} does not exist"),
+    );
+    let warned = std::fs::read_to_string(op.log_path())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.contains("\"level\":\"WARN\"")
+                && l.contains(&format!("served namespace {later} does not exist"))
+        })
+        .count();
+    assert_eq!(warned, 1, "{}", op.log_tail(20));
+    let l = c.sibling("later");
+    assert_eq!(l.ns, later);
+    l.create_ic("web", &image());
+    l.wait_converged("web", 1, |_| Ok(()));
+    readyz(&c, probes, 200, "ok");
+}
+
+/// An operator whose every list is refused (a token the API server takes, no RBAC at all)
+/// serves nothing: it exits 1 after waiting for a list, naming each namespace and why, for
+/// the kubelet to restart it (CrashLoopBackOff).
+#[test]
+fn an_operator_that_may_list_nothing_exits_naming_each_namespace_and_why() {
+    let c = Cluster::new("ns-denied");
+    let token = c.service_account_token("nobody");
+    let kubeconfig = c.token_kubeconfig("nobody.kubeconfig", &token);
+    let started = Instant::now();
+    let mut op = Operator::start_as(&c, &kubeconfig, &[], "operator.log");
+    let status = op
+        .wait_exit(c.timeout(Duration::from_secs(60)))
+        .unwrap_or_else(|| panic!("still running:\n{}", op.log_tail(20)));
+    assert_eq!(status.code(), Some(1), "{}", op.log_tail(20));
+    assert!(
+        started.elapsed() >= Duration::from_secs(25),
+        "{:?}",
+        started.elapsed()
+    );
+    let log = std::fs::read_to_string(op.log_path()).unwrap_or_default();
+    let error = log
+        .lines()
+        .find(|l| l.contains("\"level\":\"ERROR\""))
+        .unwrap_or_else(|| panic!("no ERROR line:\n{}", op.log_tail(20)));
+    assert!(
+        error.contains("no served namespace could be listed in 30s")
+            && error.contains(&format!("namespace {} not served", c.ns))
+            && error.contains("403"),
+        "{error}"
+    );
 }

@@ -12,10 +12,12 @@
 //! one healthy pod of ours exists (none once the object is deleted), nothing of ours holds a
 //! pod, and Ready matches the pod.
 //!
-//! Two faults reach what a restart with a fresh list cannot: a failover to a standby whose
+//! Three faults reach what a restart with a fresh list cannot: a failover to a standby whose
 //! copy of the object is older than the old leader's last writes, its watch of objects
-//! lagging behind everything else; and the object deleted and made again under its name while
-//! the operator's watches are cut, which it learns from the relist after its version expired.
+//! lagging behind everything else; the same with the object made again before it, its new
+//! pod uncounted and force-deleted; and the object deleted and made again under its name
+//! while the operator's watches are cut, which it learns from the relist after its version
+//! expired.
 //!
 //! Interleavings (when the kubelet acts, when watch events arrive) are drawn from a seeded
 //! generator: `IMMORTAL_FAULT_SEED=N` replays another set; a failure prints the seed, the
@@ -35,7 +37,7 @@ use immortal_operator::kube::types::{
 };
 use immortal_operator::runtime::controller::{Failure, LogContext, Next};
 use immortal_operator::runtime::queue::Hint;
-use immortal_operator::runtime::watcher::{Reaction, Watched};
+use immortal_operator::runtime::watcher::{Listed, Reaction, Watched};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -98,9 +100,14 @@ enum Fault {
     /// As `Failover`, but the standby's copy is the object as it was made, with no status
     /// at all (its watch saw only the create): a refused create must not write its count.
     FailoverBare,
+    /// Before the call, a person deletes the object and makes it again under the same name;
+    /// the leader makes the new object's pod, with our finalizer, and stops before counting
+    /// it; the pod is force-deleted. A standby takes over as in `Failover`: its copy is the
+    /// old object, so the pod is not its copy's, yet only the new object can count it.
+    FailoverAfterRecreate,
 }
 
-const FAULTS: [Fault; 17] = [
+const FAULTS: [Fault; 18] = [
     Fault::CrashBefore,
     Fault::CrashAfter,
     Fault::Conflict409,
@@ -118,6 +125,7 @@ const FAULTS: [Fault; 17] = [
     Fault::Recreated,
     Fault::RecreatedLive,
     Fault::FailoverBare,
+    Fault::FailoverAfterRecreate,
 ];
 
 /// Faults to inject: call index → fault.
@@ -264,6 +272,35 @@ impl World {
         self.delete_object();
         self.new_object();
         self.accepted = 0;
+    }
+
+    /// A person deletes the object and makes it again; the old object's pod goes (the garbage
+    /// collector, the kubelet and the leader done with it), the leader makes the new one's,
+    /// and it is force-deleted before its count.
+    fn recreate_with_an_uncounted_pod(&mut self) {
+        if self.ic.is_none() {
+            return;
+        }
+        self.recreate_object(false);
+        if let Some(old) = self.pods.remove(POD) {
+            self.pod_events.push(("DELETED", old.pod));
+        }
+        let ic = self.ic.clone().unwrap();
+        let mut pod = desired::desired_pod(&ic, true);
+        pod.metadata.uid = self.new_uid("pod");
+        pod.metadata.resource_version = self.next_rv();
+        set_phase(&mut pod, "Pending", false);
+        self.accepted += 1;
+        self.pods.insert(
+            POD.into(),
+            ModelPod {
+                pod,
+                scheduled: false,
+                stopping: false,
+            },
+        );
+        self.emit("ADDED", POD);
+        drop(self.delete(POD, None, Some(0)));
     }
 
     fn new_object(&mut self) {
@@ -512,6 +549,10 @@ impl ModelApi {
                 Effect::Apply
             }
             Some(Fault::Failover) => Effect::FailOverAfter { bare: false },
+            Some(Fault::FailoverAfterRecreate) => {
+                self.world.borrow_mut().recreate_with_an_uncounted_pod();
+                panic::panic_any(Failover { bare: false })
+            }
             Some(Fault::FailoverBare) => Effect::FailOverAfter { bare: true },
             Some(f @ (Fault::Recreated | Fault::RecreatedLive)) => {
                 self.world
@@ -870,9 +911,14 @@ impl Controller {
         match &w.ic {
             Some(ic) => {
                 let listed = IcEvents.memo(ic);
+                // Served now: the model's version is the list's.
+                let served = Listed {
+                    version: Some(w.rv),
+                    rewound: false,
+                };
                 self.ics.entry(KEY.into(), |memo| {
                     *memo = Some(match memo.take() {
-                        Some(old) => IcEvents.relisted(old, listed),
+                        Some(old) => IcEvents.relisted(old, listed, &served),
                         None => listed,
                     })
                 });

@@ -3,13 +3,19 @@
 # from the binaries in $KUBE_ASSETS (as envtest takes KUBEBUILDER_ASSETS), and on it the CRD,
 # the RBAC, the installer, make deploy / undeploy and the end-to-end suite (docs/testing.md).
 #
-# usage: tests/real-cluster.sh start|stop|tier
+# usage: tests/real-cluster.sh start|stop|tier|snapshot FILE|restore FILE
 #   start  starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a kubemark
 #          hollow node (the real kubelet over a fake container runtime) and prints the admin
-#          kubeconfig once the node is Ready
+#          kubeconfig once the node is Ready; the API server keeps an audit log of every pod,
+#          ImmortalContainer status and Lease write in $REAL_KUBE_DIR/audit.log
 #   stop   ends the processes start began (by their pid files), nothing else
 #   tier   start, then the checks, then stop whatever the outcome (the state directory, with
 #          every component's log, is kept when something failed, and named)
+#   snapshot FILE  saves etcd's data to FILE (etcdctl snapshot save)
+#   restore FILE   etcd restored from FILE as etcd 3.4 does it (no --bump-revision): every
+#          component stopped, etcd restored into a fresh data directory and started on it, then
+#          the API server, the controllers and the node, as Kubernetes' own procedure asks;
+#          anything else using the API server (an operator) goes on as it is
 # Environment:
 #   KUBE_ASSETS      kube-apiserver, kube-controller-manager, kube-scheduler, kubemark (a build
 #                    with --kubelet-root-dir, --kubelet-address and --feature-gates); etcd on PATH
@@ -154,23 +160,36 @@ run() {
   echo $! > "$DIR/$name.pid"
 }
 
-start() {
-  preflight
-  stop
-  free_ports
-  launched=1
-  mkdir -p "$DIR"
-  certificates
-  # Pod creates only, answered: what a count of starts is checked against.
-  printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' \
-    'rules:' '- level: Metadata' '  verbs: [create]' '  resources: [{group: "", resources: [pods]}]' \
-    '- level: None' > "$DIR/pki/audit-policy.yaml"
-  local gates=${GATES:+--feature-gates=$GATES}
+# What the audit log keeps: the writes behind a count (pods, ImmortalContainer status) and
+# leadership (Leases), so counts can be checked against what the API server accepted.
+audit_policy() {
+  cat > "$DIR/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources: [{group: "", resources: ["pods", "pods/status", "pods/eviction"]}]
+  verbs: ["create", "update", "patch", "delete"]
+- level: Metadata
+  resources: [{group: "immortalcontainer.flugel.it", resources: ["immortalcontainers/status"]}]
+  verbs: ["update", "patch"]
+- level: Metadata
+  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
+  verbs: ["create", "update", "patch", "delete"]
+- level: None
+EOF
+}
+
+start_etcd() {
   run etcd etcd --name real-cluster --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "real-cluster=http://127.0.0.1:$ETCD_PEER_PORT"
   wait_for etcd 20 listening "$ETCD_PORT"
+}
+
+start_apiserver() {
   run apiserver "$ASSETS/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$PORT" \
     --tls-cert-file pki/apiserver.crt --tls-private-key-file pki/apiserver.key \
@@ -179,10 +198,30 @@ start() {
     --service-account-signing-key-file pki/sa.key --service-cluster-ip-range 10.0.0.0/24 \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=true \
     --endpoint-reconciler-type none --enable-priority-and-fairness=false \
-    --audit-policy-file pki/audit-policy.yaml --audit-log-path audit.log \
     --feature-gates "ValidatingAdmissionPolicy=true${GATES:+,$GATES}" \
-    --runtime-config admissionregistration.k8s.io/v1beta1=true
+    --runtime-config admissionregistration.k8s.io/v1beta1=true \
+    --audit-policy-file audit-policy.yaml --audit-log-path audit.log --audit-log-maxsize 500
   wait_for kube-apiserver 60 kc get --raw /readyz
+}
+
+start() {
+  preflight
+  stop
+  free_ports
+  launched=1
+  mkdir -p "$DIR"
+  certificates
+  audit_policy
+  rm -f "$DIR/audit.log"
+  start_etcd
+  start_apiserver
+  start_rest
+  echo "real-cluster: $("$ASSETS/kube-apiserver" --version) up: KUBECONFIG=$DIR/admin.kubeconfig"
+}
+
+# The controllers and the node, once the API server answers.
+start_rest() {
+  local gates=${GATES:+--feature-gates=$GATES}
   run kcm "$ASSETS/kube-controller-manager" --kubeconfig admin.kubeconfig \
     --authentication-kubeconfig admin.kubeconfig --authorization-kubeconfig admin.kubeconfig \
     --service-account-private-key-file pki/sa.key --root-ca-file pki/ca.crt \
@@ -199,7 +238,32 @@ start() {
   # The default ServiceAccount appears once the controller-manager runs.
   wait_for "the default ServiceAccount" 60 kc -n default get serviceaccount default
   wait_for "node $NODE" 60 kc wait --for=condition=Ready "node/$NODE" --timeout=1s
-  echo "real-cluster: $("$ASSETS/kube-apiserver" --version) up: KUBECONFIG=$DIR/admin.kubeconfig"
+}
+
+snapshot() {
+  [ -n "${1:-}" ] || die "snapshot: name the file to save to"
+  alive etcd || die "snapshot: etcd is not running (start first)"
+  ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$ETCD_PORT" snapshot save "$1" >/dev/null \
+    || die "snapshot: etcdctl snapshot save $1 failed"
+  echo "real-cluster: etcd saved to $1"
+}
+
+# A new data directory (a new cluster ID) holding the snapshot's revision: every
+# resourceVersion the API server answers from then on is lower than those it answered before.
+restore() {
+  local file=${1:-} p
+  [ -f "$file" ] || die "restore: no snapshot file ${file:-named}"
+  alive apiserver || die "restore: the cluster is not running (start first)"
+  for p in kubelet scheduler kcm apiserver etcd; do end_proc "$p"; done
+  rm -rf "$DIR/etcd" "$DIR/kubelet"
+  ETCDCTL_API=3 etcdctl snapshot restore "$file" --data-dir "$DIR/etcd" --name real-cluster \
+    --initial-cluster "real-cluster=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" >"$DIR/restore.log" 2>&1 \
+    || die "restore: etcdctl snapshot restore $file failed: $(tail -n 1 "$DIR/restore.log")"
+  start_etcd
+  start_apiserver
+  start_rest
+  echo "real-cluster: etcd restored from $file; the API server, the controllers and the node restarted on it"
 }
 
 # `step WHAT COMMAND...`: runs it, saying what it was when it fails.
@@ -256,5 +320,7 @@ case ${1:-} in
   start) start;;
   stop) stop;;
   tier) tier;;
-  *) echo "usage: $0 start|stop|tier" >&2; exit 2;;
+  snapshot) snapshot "${2:-}";;
+  restore) restore "${2:-}";;
+  *) echo "usage: $0 start|stop|tier|snapshot FILE|restore FILE" >&2; exit 2;;
 esac

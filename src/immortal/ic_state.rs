@@ -2,9 +2,11 @@
 //! version, spec, status), kept by the watcher and by reconcile's own status writes' answers,
 //! so that a reconcile costs no GET of its object. A key the store does not know is read.
 //!
-//! Safe because every write that must not act on stale state carries a precondition, and the
-//! store never steps back to an older copy than one it holds ([`IcState::replaces`]). Most
-//! objects are held in 120 bytes ([`Compact`]), exactly (docs/design.md, "Design").
+//! Safe because every write that must not act on stale state carries a precondition, and a
+//! watch event never steps the store back to an older copy than one it holds
+//! ([`IcState::replaces`]); what the API server answers (a read, a list, a status write) is
+//! taken as it is ([`saw`]). Most objects are held in 120 bytes ([`Compact`]), exactly
+//! (docs/design.md, "Design").
 
 use crate::immortal::lifecycle::{Message, PHASES, READY};
 use crate::immortal::types::{
@@ -142,16 +144,25 @@ impl IcState {
         }
     }
 
+    /// Whether `other` asks for the same pod: the same image and template.
+    pub fn same_spec(&self, other: &IcState) -> bool {
+        match (self, other) {
+            // Shared, one copy for every object with the same: equal at the pointer.
+            (IcState::Compact(a), IcState::Compact(b)) => a.spec == b.spec,
+            _ => self.to_object("", "").spec == other.to_object("", "").spec,
+        }
+    }
+
     pub fn deleting(&self) -> bool {
         matches!(self, IcState::Full(f) if f.metadata.deletion_timestamp.is_some())
     }
 
-    /// Whether this copy, which came after `held`, should replace it: unless `held` is this
-    /// very version or a later one, of this object or of another of the name. ResourceVersions
-    /// are revisions of one etcd, shared by every object of a resource (and never going back,
-    /// even across a restore: etcd's `--bump-revision`), so they compare across uids: a late
-    /// event of an object deleted since never replaces the one made after it. Where either is
-    /// opaque, the copy that came last wins.
+    /// Whether this copy, a watch event's that came after `held`, should replace it: unless
+    /// `held` is this very version or a later one, of this object or of another of the name.
+    /// ResourceVersions are revisions of one etcd, shared by every object of a resource, so
+    /// they compare across uids: a late event of an object deleted since never replaces the one
+    /// made after it. Where either is opaque, the copy that came last wins. (An etcd restored
+    /// from a snapshot goes back in revisions; the list after it replaces the store's copies.)
     pub fn replaces(&self, held: &IcState) -> bool {
         match (self.version(), held.version()) {
             (Some(v), Some(h)) => v > h,
@@ -276,14 +287,15 @@ pub fn gone(store: &IcStore, key: &str) {
     store.write().remove(key);
 }
 
-/// Keeps a copy the API server answered (to a status write or a read), unless a later one is held.
+/// Keeps a copy the API server answered (to a status write or a read) in place of the one held,
+/// whatever their versions: the answer is what the server holds now. Only watch events, which
+/// may come late, are compared ([`IcState::replaces`]); an answer overtaken by a watch event in
+/// flight is one version behind, and that event queued the key again, so the next status write
+/// costs a 409 and a read at worst. Once etcd is restored from a snapshot, every version is
+/// lower than those before, and only this lets the operator write again.
 pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {
-    let state = IcState::of(answered);
-    store.update(key, |held| {
-        if state.replaces(held) {
-            *held = Arc::new(state);
-        }
-    });
+    let state = Arc::new(IcState::of(answered));
+    store.update(key, |held| *held = state);
 }
 
 #[cfg(test)]
@@ -513,7 +525,7 @@ mod tests {
     }
 
     #[test]
-    fn our_answer_replaces_an_older_copy_and_never_a_newer_one() {
+    fn our_answer_replaces_the_copy_whatever_its_version() {
         let store = IcStore::new();
         store
             .write()
@@ -521,12 +533,15 @@ mod tests {
         saw(&store, "ns/a", &ic("12", 1));
         let read = |s: &IcStore| s.get("ns/a").unwrap().to_object("ns", "web");
         assert_eq!(read(&store).status.start_times, Some(1));
-        // An answer that arrives after a later watch event changes nothing.
+        // An answer is the server's word whatever its version: after etcd is restored from a
+        // snapshot every version is lower than those before (fixtures kube-1.28-kubelet/53-56),
+        // and a copy the answer replaces by mistake costs a 409 and a read at worst.
         store
             .write()
-            .insert("ns/a".into(), Arc::new(IcState::of(&ic("15", 2))));
-        saw(&store, "ns/a", &ic("12", 1));
-        assert_eq!(read(&store).metadata.resource_version, "15");
+            .insert("ns/a".into(), Arc::new(IcState::of(&ic("275", 4))));
+        saw(&store, "ns/a", &ic("220", 1));
+        assert_eq!(read(&store).metadata.resource_version, "220");
+        assert_eq!(read(&store).status.start_times, Some(1));
         // And nothing brings a deleted object back.
         store.write().remove("ns/a");
         saw(&store, "ns/a", &ic("20", 3));

@@ -328,6 +328,19 @@ pub struct Status {
     pub warnings: Vec<String>,
 }
 
+impl Status {
+    /// A read or watch from a resourceVersion the server has not reached: 504 Timeout with the
+    /// cause `ResourceVersionTooLarge`, or "Too large resource version" in the words of servers
+    /// before 1.18.6, as client-go's reflector reads it (`isTooLargeResourceVersionError`).
+    pub fn is_resource_version_too_large(&self) -> bool {
+        let mut causes = self.details.iter().flat_map(|d| &d.causes);
+        self.code == 504
+            && (causes.any(|c| {
+                c.reason == "ResourceVersionTooLarge" || c.message == "Too large resource version"
+            }) || self.message.contains("Too large resource version"))
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct StatusDetails {

@@ -1,10 +1,11 @@
-//! Whether each watch is live: the watchers record when a stream opens, closes and hears from
-//! the server; `/readyz` and the metrics read it. A watch is one resource in one namespace, or
-//! in all of them: serving a set of namespaces takes a watch of each resource per namespace.
+//! Whether each watch is live: the watchers record when their first list completes, why their
+//! lists fail until then, and when a stream opens, closes and hears from the server; `/readyz`,
+//! start-up and the metrics read it. A watch is one resource in one namespace, or in all of
+//! them: serving a set of namespaces takes a watch of each resource per namespace.
 
 use crate::util;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -19,6 +20,10 @@ pub struct Watch {
     last_heard_ms: AtomicU64,
     /// Since when no stream has been open; 0 while one is.
     down_since_ms: AtomicU64,
+    /// Its first list completed: its objects are known.
+    listed: AtomicBool,
+    /// Why its last list failed, until one completes.
+    failure: Mutex<Option<String>>,
 }
 
 static WATCHES: Mutex<BTreeMap<(&'static str, Option<&'static str>), &'static Watch>> =
@@ -38,6 +43,8 @@ pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch 
         namespace,
         last_heard_ms: AtomicU64::new(0),
         down_since_ms: AtomicU64::new(0),
+        listed: AtomicBool::new(false),
+        failure: Mutex::new(None),
     }));
     w.insert((resource, namespace), new);
     new
@@ -49,6 +56,27 @@ pub fn watches() -> Vec<&'static Watch> {
 }
 
 impl Watch {
+    /// A list of this watch completed.
+    pub fn listed(&self) {
+        self.listed.store(true, Relaxed);
+        *util::lock(&self.failure) = None;
+    }
+
+    /// Whether a list of this watch has completed.
+    pub fn has_listed(&self) -> bool {
+        self.listed.load(Relaxed)
+    }
+
+    /// A list of this watch failed, `why`.
+    pub fn list_failed(&self, why: String) {
+        *util::lock(&self.failure) = Some(why);
+    }
+
+    /// Why its last list failed, if no list has completed since (`None`: none failed).
+    pub fn failure(&self) -> Option<String> {
+        util::lock(&self.failure).clone()
+    }
+
     /// A stream of this watch was opened.
     pub fn opened(&self) {
         self.down_since_ms.store(0, Relaxed);

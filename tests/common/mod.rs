@@ -1483,13 +1483,19 @@ impl Operator {
                 "--log-format",
                 "json",
             ])
-            // Tests run side by side: the default :8080/:8081 listeners would collide.
-            .args([
-                "--metrics-bind-address",
-                "0",
-                "--health-probe-bind-address",
-                "0",
-            ])
+            // Tests run side by side: the default :8080/:8081 listeners would collide. A
+            // scenario that reads the probes names their address itself.
+            .args(["--metrics-bind-address", "0"])
+            .args(
+                ["--health-probe-bind-address", "0"]
+                    .into_iter()
+                    .filter(|_| {
+                        !self
+                            .extra_args
+                            .iter()
+                            .any(|a| a.starts_with("--health-probe"))
+                    }),
+            )
             .args(&self.extra_args)
             .env("RUST_LOG", "debug")
             .stdin(Stdio::null())

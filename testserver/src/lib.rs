@@ -61,6 +61,7 @@ pub use auth::Rule;
 pub use cost::{CostModel, InFlight};
 pub use faults::{FailRule, Logged, StallRule};
 pub use kubelet::KubeletOptions;
+pub use store::Snapshot;
 
 use server::Listener;
 use shared::Shared;
@@ -336,6 +337,19 @@ impl TestServer {
     /// current one is too old (watches from them get the in-stream 410), and open watches end.
     pub fn expire_all(&self) {
         self.shared.write().expire_all();
+    }
+
+    /// Every object and the resourceVersion as they are now, as `etcdctl snapshot save` keeps
+    /// them, for [`TestServer::restore`].
+    pub fn snapshot(&self) -> Snapshot {
+        self.shared.read().snapshot()
+    }
+
+    /// As etcd restored from `snapshot` without `--bump-revision`, and the API server and the
+    /// cluster's components restarted on it: every object is as it was then, versions start
+    /// again from the snapshot's, lower than those answered since, and open watches end.
+    pub fn restore(&self, snapshot: &Snapshot) {
+        self.shared.write().restore(snapshot);
     }
 
     /// Makes the next matching requests fail (see [`FailRule`]).

@@ -57,6 +57,8 @@ struct Stream<'a, S: Read + Write> {
     conn: &'a mut Conn<S>,
     plan: &'a WatchPlan,
     last_rv: u64,
+    /// Events up to this version are not sent: the watch's own, once its backlog is out.
+    after: u64,
     sent_columns: bool,
     /// Framed chunks not written yet: see [`Stream::flush`].
     out: Vec<u8>,
@@ -72,6 +74,11 @@ impl<S: Read + Write> Stream<'_, S> {
     /// DELETED with the previous content at the new version (the watch cache's
     /// `convertToWatchEvent`).
     fn push(&mut self, ev: &Event) -> std::io::Result<()> {
+        // A watch from a version not reached yet (etcd restored from a snapshot) hears only
+        // what comes after it, as the watch cache's `cacheWatcher` sends it.
+        if ev.rv <= self.after {
+            return Ok(());
+        }
         self.last_rv = self.last_rv.max(ev.rv);
         let cur = self.matches(&ev.object);
         let prev = ev.prev.as_ref().is_some_and(|p| self.matches(p));
@@ -149,6 +156,11 @@ impl<S: Read + Write> Stream<'_, S> {
     }
 
     fn push_bookmark(&mut self, rv: u64) -> std::io::Result<()> {
+        // Nor a bookmark before it: such a watch says nothing at all until the store passes
+        // its version (fixtures kube-1.28-kubelet/52, 55).
+        if rv < self.plan.from {
+            return Ok(());
+        }
         let rv = rv.max(self.last_rv);
         self.last_rv = rv;
         let mut obj = resources::bookmark_object(&self.plan.def, &self.plan.version, rv);
@@ -213,12 +225,14 @@ pub fn serve<S: Read + Write>(
         conn,
         plan: &plan,
         last_rv: plan.from,
+        after: 0,
         sent_columns: false,
         out: Vec::new(),
     };
     if stream.send_all(backlog).is_err() {
         return Ended::Dropped;
     }
+    stream.after = plan.from;
     let mut bookmark_at = if plan.bookmarks {
         next_bookmark(started, shared.bookmark_interval, deadline)
     } else {

@@ -149,6 +149,64 @@ fn bookmarks_carry_the_current_version_only() {
 }
 
 #[test]
+fn a_watch_from_a_version_not_reached_says_nothing_not_even_a_bookmark() {
+    // What kube-apiserver 1.28 answers (fixtures kube-1.28-kubelet/52, 55): 200, then
+    // nothing until its timeout, though objects change meanwhile (below its version).
+    bounded(20, || {
+        let (_server, admin) = start_without_kubelet();
+        let now: u64 = rv_of(&admin.post(PODS, &pod_body("a", None)).body)
+            .parse()
+            .expect("a number");
+        let w = admin.watch(&format!(
+            "{PODS}?watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds=3",
+            now + 1000
+        ));
+        std::thread::sleep(Duration::from_millis(300));
+        admin.post(PODS, &pod_body("b", None));
+        let (events, end) = w.collect();
+        assert_eq!(end, End::Clean);
+        assert!(events.is_empty(), "{events:?}");
+    });
+}
+
+#[test]
+fn after_a_restore_versions_start_again_from_the_snapshots() {
+    bounded(20, || {
+        let (server, admin) = start_without_kubelet();
+        let made = admin.post(PODS, &pod_body("a", None)).body;
+        let snapshot = server.snapshot();
+        admin.post(PODS, &pod_body("b", None));
+        let later = rv_of(&admin.get(PODS).body);
+        server.restore(&snapshot);
+        let listed = admin.get(PODS).body;
+        assert_eq!(rv_of(&listed), rv_of(&made), "the snapshot's version");
+        assert!(rv_of(&listed).parse::<u64>().unwrap() < later.parse::<u64>().unwrap());
+        let names: Vec<_> = listed["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p["metadata"]["name"].clone())
+            .collect();
+        assert_eq!(names, [json!("a")], "b was made after the snapshot");
+        // Nothing from before the snapshot can be watched from; from the snapshot, the next
+        // change comes.
+        let (events, _) = admin
+            .watch(&format!(
+                "{PODS}?watch=true&resourceVersion=1&timeoutSeconds=1"
+            ))
+            .collect();
+        assert_eq!(types(&events), vec!["ERROR"]);
+        let w = admin.watch(&format!(
+            "{PODS}?watch=true&resourceVersion={}&timeoutSeconds=1",
+            rv_of(&made)
+        ));
+        admin.post(PODS, &pod_body("c", None));
+        let (events, _) = w.collect();
+        assert_eq!(types(&events), vec!["ADDED"]);
+    });
+}
+
+#[test]
 fn custom_resource_bookmark_is_kind_apiversion_and_version() {
     bounded(20, || {
         let (_server, admin) = start();

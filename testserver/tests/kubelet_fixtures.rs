@@ -30,6 +30,43 @@ const PODS: &str = "/api/v1/namespaces/fixtures/pods";
 /// than the replay's status sync delay, so a late kubelet write would be seen.
 const QUIET: Duration = Duration::from_millis(600);
 
+/// Where the etcd-restore fixtures' object lives (52-56).
+const RESTORED: &str =
+    "/apis/immortalcontainer.flugel.it/v1alpha1/namespaces/fixtures-restore/immortalcontainers";
+
+/// What a read (`object`, in the answer `answer`) after the restore must show: the recorded
+/// spec and count, at versions below `before`, the one answered before the restore.
+fn restored(f: &Fixture, object: &Value, answer: &Value, before: Option<&str>) -> Vec<String> {
+    let want: Value = serde_json::from_str(&f.response).expect("recorded body is json");
+    let want = want["items"].get(0).unwrap_or(&want);
+    let mut diffs = Vec::new();
+    for field in ["spec", "status"] {
+        let (w, g) = (&want[field], &object[field]);
+        let (w, g) = match field {
+            "status" => (&w["startTimes"], &g["startTimes"]),
+            _ => (w, g),
+        };
+        if w != g {
+            diffs.push(format!("{field}: expected {w}, got {g}"));
+        }
+    }
+    let version = |v: &Value| {
+        v["metadata"]["resourceVersion"]
+            .as_str()?
+            .parse::<u64>()
+            .ok()
+    };
+    let before = before.and_then(|b| b.parse::<u64>().ok());
+    for (what, v) in [("object", version(object)), ("answer", version(answer))] {
+        if v.zip(before).is_none_or(|(v, b)| v >= b) {
+            diffs.push(format!(
+                "the {what}'s resourceVersion {v:?} is not below {before:?}, answered before the restore"
+            ));
+        }
+    }
+    diffs
+}
+
 /// The pod the recording created (fixture 02), under another name.
 fn pod_body(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -401,12 +438,14 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
 
         let fixtures = load("kube-1.28-kubelet");
         assert!(
-            fixtures.len() >= 51,
-            "expected the 51 recorded fixtures, found {}",
+            fixtures.len() >= 56,
+            "expected the 56 recorded fixtures, found {}",
             fixtures.len()
         );
         let mut failures = Vec::new();
         let mut replayed = 0;
+        // The object's version before etcd was restored (53), for what is asked with it after.
+        let mut before_restore: Option<String> = None;
         for f in &fixtures {
             let number = &f.name[..2];
             let diffs = match number {
@@ -848,6 +887,78 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                     }
                     d
                 }
+                // A watch from a version the server has not reached answers 200 and then
+                // nothing, though the object changes below that version (52).
+                "52" => {
+                    let ns = r.admin.post(
+                        "/api/v1/namespaces",
+                        &json!({"metadata": {"name": "fixtures-restore"}}),
+                    );
+                    assert_eq!(ns.code, 201, "namespace: {}", ns.body);
+                    let ic = r.admin.post(
+                        RESTORED,
+                        &json!({"apiVersion": "immortalcontainer.flugel.it/v1alpha1",
+                            "kind": "ImmortalContainer", "metadata": {"name": "example"},
+                            "spec": {"image": "nginx:1.27"}}),
+                    );
+                    assert_eq!(ic.code, 201, "object: {}", ic.body);
+                    let from = r.current_rv() + 1000;
+                    r.replay_watch(
+                        f,
+                        |_| from,
+                        |r| {
+                            merge_patch(
+                                r,
+                                &format!("{RESTORED}/example"),
+                                json!({"metadata": {"annotations": {"touched": "1"}}}),
+                                "annotate",
+                            )
+                        },
+                    )
+                }
+                // etcd restored from a snapshot taken before the object's count went from 1
+                // to 4 and its image changed: a read answers the snapshot's object, at a
+                // version lower than the one answered before the restore (53), and so does
+                // a list (54).
+                "53" => {
+                    let path = format!("{RESTORED}/example");
+                    let status = |starts: i64| json!({"status": {"startTimes": starts}});
+                    let d = merge_patch(&r, &format!("{path}/status"), status(1), "count 1");
+                    assert!(d.is_empty(), "{d:?}");
+                    let snapshot = r.server.snapshot();
+                    let d = merge_patch(&r, &format!("{path}/status"), status(4), "count 4");
+                    assert!(d.is_empty(), "{d:?}");
+                    let image = json!({"spec": {"image": "nginx:1.28"}});
+                    let d = merge_patch(&r, &path, image, "image");
+                    assert!(d.is_empty(), "{d:?}");
+                    let before = r.admin.get(&path).body["metadata"]["resourceVersion"].clone();
+                    r.server.restore(&snapshot);
+                    before_restore = before.as_str().map(String::from);
+                    let got = r.send(f, None);
+                    let mut d = restored(f, &got.body, &got.body, before_restore.as_deref());
+                    if got.code != f.status {
+                        d.push(format!("code: expected {}, got {}", f.status, got.code));
+                    }
+                    d
+                }
+                "54" => {
+                    let got = r.send(f, None);
+                    let item = &got.body["items"][0];
+                    restored(f, item, &got.body, before_restore.as_deref())
+                }
+                // A watch from the version answered before the restore: 200, then nothing.
+                "55" => {
+                    let from = before_restore.as_deref().and_then(|v| v.parse().ok());
+                    r.replay_watch(f, |_| from.unwrap_or(0), |_| Vec::new())
+                }
+                // A status write carrying the version answered before the restore: 409.
+                "56" => {
+                    let recorded = f.body.split('"').nth(5).unwrap_or_default();
+                    let body = f
+                        .body
+                        .replace(recorded, before_restore.as_deref().unwrap_or(""));
+                    compare_status(f, &r.send(f, Some(&body)))
+                }
                 _ => vec!["a fixture this replay does not know".into()],
             };
             replayed += 1;
@@ -860,7 +971,7 @@ fn recorded_v1_28_node_fixtures_replay_with_the_same_events_and_refusals() {
                 failures.push(format!("{}{what}:\n  {}", f.name, diffs.join("\n  ")));
             }
         }
-        assert_eq!(replayed, 51, "every fixture was replayed");
+        assert_eq!(replayed, 56, "every fixture was replayed");
         assert!(
             failures.is_empty(),
             "fixtures that differ:\n{}",

@@ -6,7 +6,7 @@ use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
 use crate::kube::types;
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::store::{Key, Store};
-use crate::runtime::watcher::{Reaction, Watched};
+use crate::runtime::watcher::{Listed, Reaction, Watched};
 use std::sync::Arc;
 
 /// Every object is its own key, and what reconcile needs of it is remembered (see `ic_state`).
@@ -29,13 +29,17 @@ impl Watched for IcEvents {
         Arc::new(IcState::of(o))
     }
 
-    /// What the list shows, unless what is held is a later copy of the same object (see
-    /// `IcState::replaces`): a list served before our own status write's answer must not undo it.
-    fn relisted(&self, old: Arc<IcState>, new: Arc<IcState>) -> Arc<IcState> {
-        if new.replaces(&old) {
-            new
-        } else {
-            old
+    /// What the list shows, unless what is held came after the list was served: our own status
+    /// write's answer, later than the list's version, which the list must not undo. Once etcd's
+    /// history went back (`rewound`), every copy held is from before, and the list wins.
+    fn relisted(&self, old: Arc<IcState>, new: Arc<IcState>, listed: &Listed) -> Arc<IcState> {
+        let later = old
+            .version()
+            .zip(listed.version)
+            .is_some_and(|(held, list)| held > list);
+        match later && !listed.rewound {
+            true => old,
+            false => new,
         }
     }
 
@@ -50,7 +54,9 @@ impl Watched for IcEvents {
 
     /// A new object or a spec change needs a pod (urgent); a deletion needs a look (routine: a
     /// pod held by our finalizer must be let go). A change of status alone is our own write
-    /// coming back (maybe before its answer, so the version cannot tell): nothing to do.
+    /// coming back (maybe before its answer, so the version cannot tell): nothing to do. A
+    /// spec change is told by the spec as well as the generation: etcd restored from a
+    /// snapshot hands out generations the held copy may have had already.
     fn on_event(
         &self,
         event: &'static str,
@@ -73,7 +79,11 @@ impl Watched for IcEvents {
             None => Reaction::Queue(None, Priority::Urgent),
             // A copy we have, or an older one than we have.
             Some(old) if !new.replaces(old) => return Reaction::Ignore,
-            Some(old) if new.uid() != old.uid() || new.generation() != old.generation() => {
+            Some(old)
+                if new.uid() != old.uid()
+                    || new.generation() != old.generation()
+                    || !new.same_spec(old) =>
+            {
                 Reaction::Queue(None, Priority::Urgent)
             }
             Some(old) if new.deleting() != old.deleting() => {
@@ -86,21 +96,24 @@ impl Watched for IcEvents {
     }
 }
 
-/// Once both first lists are in: every object whose pod the pod list does not hold (deleted
-/// while the operator was away, never made, or a pod not ours on its name) is queued urgent,
-/// ahead of every refresh, as a pod that ended or still holds our finalizer already is (see
-/// `PodEvents::relist_priority`). Either list alone cannot tell: a pod may only be missing
-/// from a list not read yet. Answers how many.
+/// Once both first lists of `namespace` (`None`: every namespace) are in: every object of it
+/// whose pod the pod list does not hold (deleted while the operator was away, never made, or a
+/// pod not ours on its name) is queued urgent, ahead of every refresh, as a pod that ended or
+/// still holds our finalizer already is (see `PodEvents::relist_priority`). Either list alone
+/// cannot tell: a pod may only be missing from a list not read yet. Answers how many.
 pub fn queue_objects_without_a_pod(
     ics: &IcStore,
     pods: &Store<PodMemo>,
     queue: &Queue<PodHint>,
+    namespace: Option<&str>,
 ) -> usize {
+    let within =
+        |k: &Key| namespace.is_none_or(|ns| types::split_key(k).is_some_and(|(n, _)| n == ns));
     let missing: Vec<Key> = {
         let pods = pods.read();
         ics.read()
             .keys()
-            .filter(|k| !pods.contains_key(*k))
+            .filter(|k| within(k) && !pods.contains_key(*k))
             .cloned()
             .collect()
     };

@@ -5,7 +5,7 @@ use crate::immortal::ic_state::IcState;
 use crate::immortal::types::{self as ic, ImmortalContainer};
 use crate::kube::types::{self, Pod};
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Reaction, Watched};
+use crate::runtime::watcher::{Listed, Reaction, Watched};
 use crate::testutil::kubelet_events;
 use std::sync::Arc;
 
@@ -536,7 +536,11 @@ fn a_relist_keeps_a_later_copy_of_the_same_object() {
     let listed = Arc::new(IcState::of(
         &serde_json::from_value(ic_json("u", "11", "nginx", 1)).unwrap(),
     ));
-    assert_eq!(IcEvents.relisted(old.clone(), listed), old);
+    let served = Listed {
+        version: Some(11),
+        rewound: false,
+    };
+    assert_eq!(IcEvents.relisted(old.clone(), listed, &served), old);
     // The watcher's own path: the same object listed again, unchanged.
     let s = Script::default();
     let mut lists = s.lists.lock().unwrap();
@@ -581,7 +585,11 @@ fn a_late_event_of_an_object_deleted_since_never_replaces_the_one_made_after_it(
     assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
     // Listed, the same: a list served before the read cannot undo it.
     let listed = Arc::new(IcState::of(&ic("old-uid", "15")));
-    let kept = IcEvents.relisted(memo.clone().unwrap(), listed);
+    let served = Listed {
+        version: Some(15),
+        rewound: false,
+    };
+    let kept = IcEvents.relisted(memo.clone().unwrap(), listed, &served);
     assert_eq!(kept.uid(), "new-uid");
 }
 
@@ -632,4 +640,44 @@ fn a_message_is_kept_without_its_pods_name_and_read_back_for_it() {
     assert_eq!(none.text("a-immortalpod"), "the node stopped reporting");
     let first = Message::of_text("a-immortalpod: gone", "a-immortalpod");
     assert_eq!(first.text("a-immortalpod"), "a-immortalpod: gone");
+}
+
+#[test]
+fn after_etcd_is_restored_a_relist_takes_the_servers_copies_though_their_versions_are_lower() {
+    use crate::runtime::watcher::script::{gone, Script};
+    // The watch had reached 275 when etcd was restored from a snapshot taken at 220, without
+    // `--bump-revision`: every version the server answers from then on is lower than those
+    // before (fixtures kube-1.28-kubelet/53-56). The list is the truth all the same.
+    let s = Script::default();
+    let mut lists = s.lists.lock().unwrap();
+    lists.push_back(Ok(ic_list("275", ic_json("u", "275", "nginx:1.28", 4))));
+    lists.push_back(Ok(ic_list("220", ic_json("u", "220", "nginx:1.27", 1))));
+    drop(lists);
+    s.watches.lock().unwrap().push_back(Err(gone()));
+    let held = watched_ic(&s);
+    assert_eq!(
+        (
+            held.metadata.resource_version.as_str(),
+            held.spec.image.as_str(),
+            held.status.start_times
+        ),
+        ("220", "nginx:1.27", Some(1))
+    );
+}
+
+#[test]
+fn a_spec_change_is_seen_though_the_copy_held_has_its_generation_already() {
+    // Restored from a snapshot, etcd hands out generations again: the held copy, from before
+    // the restore, had its spec changed once (generation 2); the object as restored had not,
+    // and its first change since is generation 2 as well.
+    let ic = |rv: &str, image: &str| -> ImmortalContainer {
+        let mut o: ImmortalContainer = serde_json::from_value(ic_json("u", rv, image, 1)).unwrap();
+        o.metadata.generation = Some(2);
+        o
+    };
+    let mut memo = Some(Arc::new(IcState::of(&ic("275", "nginx:1.28"))));
+    assert_eq!(
+        IcEvents.on_event("MODIFIED", &ic("318", "nginx:1.29"), &mut memo),
+        Reaction::Queue(None, Priority::Urgent)
+    );
 }

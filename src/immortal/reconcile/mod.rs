@@ -172,10 +172,16 @@ struct Run<'a, A: Api> {
     /// The pod to release once the status that counts it is written.
     release: Option<Held>,
     /// The object was deleted while we worked (the status write answered 404), or replaced
-    /// by another of the same name (it answered 409, and a read showed another uid).
+    /// by another of the same name (it answered 409, or a pod not ours held the name, and a
+    /// read showed another uid).
     gone: bool,
     /// Of those, replaced: the new object was read, so its watch event may bring nothing new.
     replaced: bool,
+    /// `ic` was read from the API server in this reconcile, not taken from the store.
+    fresh: bool,
+    /// A read showed `ic` older than the object: the reconcile ends, and the next one starts
+    /// from the copy read (see `confirmed`).
+    stale: bool,
     /// Putting our labels back on the pod failed: returned once the pod is counted and let go,
     /// so that a pod being deleted never waits on a relabel (see `counting::HOLD_AT_MOST`).
     relabel: Option<Error>,
@@ -258,6 +264,8 @@ pub fn reconcile<A: Api>(
         release: None,
         gone: false,
         replaced: false,
+        fresh: doubt,
+        stale: false,
         relabel: None,
         removed: None,
         made: false,
@@ -269,6 +277,12 @@ pub fn reconcile<A: Api>(
     // Written as 0 on the first status write, so `kubectl get` shows STARTS from the start.
     run.status.start_times.get_or_insert(0);
     let synced = run.sync(hint);
+    if run.stale {
+        // Nothing written from a copy older than the object; the next reconcile reads the
+        // store, which holds the object as read.
+        synced?;
+        return Ok(Next::RequeueAfter(Duration::ZERO));
+    }
     // Status says what this reconcile learned even when it then failed: a pod it created or
     // found is counted. A reconcile that failed before it learned anything worth keeping writes
     // nothing: the server that failed it would most likely fail that write too, and a failing
@@ -276,8 +290,9 @@ pub fn reconcile<A: Api>(
     // them sends. When the write fails too, the first error is the one worth retrying on.
     //
     // A reconcile that made a pod leaves its count, and the status that names the pod, to the
-    // reconcile the pod's ADDED event brings (see `create`).
-    let written = if (synced.is_err() || run.made) && !run.counted() {
+    // reconcile the pod's ADDED event brings (see `create`). One that learned its copy's object
+    // is gone has nothing to write it on.
+    let written = if run.gone || ((synced.is_err() || run.made) && !run.counted()) {
         Ok(())
     } else {
         run.write_status()
@@ -535,6 +550,9 @@ impl<A: Api> Run<'_, A> {
         // add a sidecar, and replacing such a pod would only bring back another rewritten one,
         // forever.
         if let Some(why) = change {
+            if !self.confirmed()? {
+                return Ok(Step::Done(Next::RequeueAfter(Duration::ZERO)));
+            }
             // Graceful: the container may be running. Its DELETED event brings us back to
             // create the replacement, unless the server removed it at once (a pod not yet
             // scheduled), in which case the name is free now.
@@ -544,6 +562,36 @@ impl<A: Api> Run<'_, A> {
         self.report(&view);
         self.waits(waiting, read);
         Ok(Step::Done(Next::Done))
+    }
+
+    /// Whether the copy this reconcile works from is the object as the API server holds it,
+    /// read now if it was not. A pod is deleted for a spec change only on the server's word: a
+    /// copy may ask for a spec the object no longer has (etcd restored from a snapshot taken
+    /// before a change, a standby whose watch lags). A copy found older ends the reconcile
+    /// (`stale`), the one read going into the store for the next.
+    fn confirmed(&mut self) -> Result<bool, Error> {
+        if self.fresh {
+            return Ok(true);
+        }
+        let m = &self.ic.metadata;
+        match self.api.get_immortal_container(self.ns, &m.name) {
+            Ok(now)
+                if now.metadata.uid == m.uid
+                    && now.metadata.resource_version == m.resource_version =>
+            {
+                self.fresh = true;
+                Ok(true)
+            }
+            Ok(_) => {
+                self.stale = true;
+                Ok(false)
+            }
+            Err(e) if e.is_not_found() => {
+                self.stale = true;
+                Ok(false)
+            }
+            Err(e) => Err(Error::from_api("get immortalcontainer", e)),
+        }
     }
 
     /// Deletes our pod `uid` to replace it (`why`, `cause`): the name is free now, or the

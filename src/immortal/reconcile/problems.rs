@@ -83,10 +83,12 @@ impl<A: Api> Run<'_, A> {
     /// an earlier object of the same name goes with it; if it still carries our finalizer (that
     /// object was deleted in the moment between its pod's create and its count), let it go.
     pub(super) fn conflict(&mut self, pod: &Pod) -> Result<Next, Error> {
-        // Not ours to count, and no other object can count a pod under our name: whoever holds
-        // it now (an earlier object of the same name, deleted in the moment between its pod's
-        // create and its count, or nobody after an orphaning delete), our finalizer goes.
+        // Not ours to count, and no other object can count a pod under our name once the object
+        // that controls it is gone: then our finalizer goes.
         if counting::holds(&pod.metadata.finalizers) {
+            if self.controller_exists(pod)? {
+                return Ok(Next::Done);
+            }
             self.release_ours(&pod.metadata.uid, "no ImmortalContainer counts it")?;
         }
         let msg = format!(
@@ -100,5 +102,37 @@ impl<A: Api> Run<'_, A> {
             self.note(true, "PodNameConflict", msg);
         }
         Ok(Next::RequeueAfter(CONFLICT_RETRY))
+    }
+
+    /// Whether the object of our name that controls `pod` exists, as a read shows: our copy
+    /// may be older than the object (a lagging watch after a failover), and the pod then
+    /// belongs to the one made after it, which counts it. So it is, and the reconcile ends,
+    /// to look at that object next (the read put it in the store). A pod with no such
+    /// controller, or whose controller the read does not show, no object will count.
+    fn controller_exists(&mut self, pod: &Pod) -> Result<bool, Error> {
+        let Some(controller) = pod
+            .metadata
+            .controller()
+            .filter(|o| o.is_immortal_container() && o.name == self.ic.metadata.name)
+        else {
+            return Ok(false);
+        };
+        let now = match self
+            .api
+            .get_immortal_container(self.ns, &self.ic.metadata.name)
+        {
+            Ok(now) => now,
+            Err(e) if e.is_not_found() => {
+                self.gone = true;
+                return Ok(false);
+            }
+            Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
+        };
+        if now.metadata.uid != controller.uid {
+            return Ok(false);
+        }
+        self.gone = true;
+        self.replaced = true;
+        Ok(true)
     }
 }

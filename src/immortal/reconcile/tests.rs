@@ -1071,6 +1071,7 @@ fn an_image_change_deletes_the_running_pod_then_waits_for_its_deletion() {
         [
             "CACHED ic/web",
             "GET pod/web-immortalpod",
+            "GET ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "PATCH ic/web/status"
         ]
@@ -1197,6 +1198,7 @@ fn a_template_change_deletes_the_pod_once_and_the_replacement_runs_the_new_templ
         [
             "CACHED ic/web",
             "GET pod/web-immortalpod",
+            "GET ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "PATCH ic/web/status"
         ]
@@ -1276,6 +1278,7 @@ fn an_image_change_replaces_a_pod_not_yet_scheduled_at_once() {
         [
             "CACHED ic/web",
             "GET pod/web-immortalpod",
+            "GET ic/web",
             "DELETE pod/web-immortalpod uid=pod-uid-1",
             "POST pod/web-immortalpod"
         ]
@@ -2477,6 +2480,129 @@ fn a_replaced_object_never_gets_the_old_ones_status() {
     count_made(&f);
     assert_eq!(status(&f).start_times, Some(1));
     assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
+}
+
+/// The object made again behind the copy has a pod, made by another leader that died before
+/// counting it: held by our finalizer, and force-deleted since. Answers the hint its event
+/// queues.
+fn uncounted_pod_of_the_new_object_force_deleted(f: &Fake) -> PodHint {
+    recreate_behind_the_copy(f);
+    let new = f.ic.borrow().clone().unwrap();
+    let mut pod = desired_pod(&new, true);
+    pod.metadata.uid = "pod-uid-of-the-new-object".into();
+    pod.metadata.resource_version = f.stamp();
+    pod.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+    pod.metadata.deletion_grace_period_seconds = Some(0);
+    *f.pod.borrow_mut() = Some(pod);
+    seen(f)
+}
+
+#[test]
+fn a_stale_copy_never_lets_go_the_uncounted_pod_of_the_object_made_after_it() {
+    let f = fake(ic("web", "nginx"));
+    let hint = uncounted_pod_of_the_new_object_force_deleted(&f);
+    // From the copy the pod is not ours: before our finalizer goes, a read says whose it is.
+    // The object that controls it exists, so it is the one to count it: looked at next.
+    assert_eq!(
+        run_elsewhere(&f, Some(&hint)).unwrap(),
+        Next::RequeueAfter(Duration::ZERO)
+    );
+    assert_eq!(finalizers(&f), [ic::COUNT_FINALIZER], "let go uncounted");
+    assert_eq!(
+        status(&f),
+        Default::default(),
+        "nothing written from the copy"
+    );
+    assert_eq!(f.calls().last().map(String::as_str), Some("GET ic/web"));
+    // The object read is the one it belongs to: counted, then let go.
+    f.clear();
+    run_elsewhere(&f, Some(&seen(&f))).unwrap();
+    assert_eq!(status(&f).start_times, Some(1));
+    assert_eq!(
+        status(&f).last_counted_pod_uid.as_deref(),
+        Some("pod-uid-of-the-new-object")
+    );
+    assert!(f.pod.borrow().is_none(), "let go once counted, and gone");
+}
+
+#[test]
+fn a_held_pod_of_an_object_gone_is_let_go_once_a_read_shows_it_gone() {
+    // The pod of an earlier object of the name, which went between its pod's create and its
+    // count: the read shows another object (ours), so nothing will count it.
+    let f = fake(ic("web", "nginx"));
+    let mut old = ic("web", "nginx");
+    old.metadata.uid = "ic-uid-earlier".into();
+    let mut pod = desired_pod(&old, true);
+    pod.metadata.uid = "pod-uid-earlier".into();
+    *f.pod.borrow_mut() = Some(pod);
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RequeueAfter(CONFLICT_RETRY)
+    );
+    assert_eq!(
+        f.calls(),
+        [
+            "CACHED ic/web",
+            "POST pod/web-immortalpod",
+            "GET pod/web-immortalpod",
+            "GET ic/web",
+            "PATCH pod/web-immortalpod release",
+            "PATCH ic/web/status"
+        ]
+    );
+    assert!(finalizers(&f).is_empty());
+    assert_eq!(ready(&f), ("False".into(), "PodNameConflict".into()));
+    // No object of the name at all: let go as well.
+    let f = Fake::default();
+    let mut pod = desired_pod(&old, true);
+    pod.metadata.uid = "pod-uid-earlier".into();
+    *f.pod.borrow_mut() = Some(pod);
+    *f.stored.borrow_mut() = Some(ic("web", "nginx"));
+    run(&f, "ns/web").unwrap();
+    assert!(finalizers(&f).is_empty());
+    assert!(f.calls().contains(&"GET ic/web".to_string()));
+}
+
+#[test]
+fn a_pod_is_deleted_for_a_spec_change_only_once_a_read_shows_the_change() {
+    // The copy held asks for an image the object no longer does: etcd restored from a
+    // snapshot taken before the change, the list that tells not in yet.
+    let f = running("nginx:1");
+    let mut ahead = f.ic.borrow().clone().unwrap();
+    ahead.spec.image = "nginx:2".into();
+    ahead.metadata.generation = Some(2);
+    ahead.metadata.resource_version = "2279".into();
+    *f.stored.borrow_mut() = Some(ahead);
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Next::RequeueAfter(Duration::ZERO)
+    );
+    assert_eq!(
+        f.calls(),
+        ["CACHED ic/web", "GET pod/web-immortalpod", "GET ic/web"]
+    );
+    // Looked at again, from the object read: its pod is the one it asks for.
+    f.clear();
+    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert!(
+        !f.calls().iter().any(|c| c.starts_with("DELETE")),
+        "{:?}",
+        f.calls()
+    );
+    // A change the read shows is acted on in the same reconcile.
+    f.ic.borrow_mut().as_mut().unwrap().spec.image = "nginx:2".into();
+    *f.stored.borrow_mut() = f.ic.borrow().clone();
+    f.clear();
+    run(&f, "ns/web").unwrap();
+    assert_eq!(
+        f.calls()[..4],
+        [
+            "CACHED ic/web",
+            "GET pod/web-immortalpod",
+            "GET ic/web",
+            "DELETE pod/web-immortalpod uid=pod-uid-1"
+        ]
+    );
 }
 
 #[test]

@@ -89,6 +89,12 @@ impl Error {
                 .and_then(|s| s.details.as_ref())
                 .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
     }
+    /// A watch or read from a resourceVersion the server has not reached (see
+    /// [`Status::is_resource_version_too_large`]): list again.
+    pub fn is_resource_version_too_large(&self) -> bool {
+        self.status()
+            .is_some_and(Status::is_resource_version_too_large)
+    }
     /// How long the server asked us to wait before trying again (`Retry-After`, or
     /// `details.retryAfterSeconds` of its Status), if it did.
     pub fn retry_after(&self) -> Option<Duration> {

@@ -694,6 +694,42 @@ fn a_server_that_accepts_and_never_answers_is_said_to_give_no_answer() {
 }
 
 #[test]
+fn a_server_that_trickles_its_handshake_a_byte_at_a_time_is_given_up_at_the_requests_deadline() {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Answers a ClientHello with a handshake record of 16 KiB, a byte every 400 ms: each read
+    // is answered well within any per-read limit, and the handshake never ends.
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let record = [0x16, 0x03, 0x03, 0x40, 0x00].into_iter();
+                for byte in record.chain(std::iter::repeat_n(0, 100)) {
+                    std::thread::sleep(Duration::from_millis(400));
+                    if conn.write_all(&[byte]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (_server, client) = client_via(Some(format!("https://127.0.0.1:{port}")), None);
+    let started = Instant::now();
+    let client = client.until(Instant::now() + Duration::from_secs(1));
+    let e = bounded(Duration::from_secs(30), move || {
+        client.get_pod("default", "x")
+    })
+    .unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(2500), "{took:?}: {e}");
+    let Error::Transport(message) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(message.ends_with("no answer in 1 s"), "{e}");
+}
+
+#[test]
 fn no_debug_output_of_a_client_shows_its_proxys_password() {
     let server = kube_testserver::TestServer::start(Default::default()).unwrap();
     let opts = crate::kube::config::LoadOptions {

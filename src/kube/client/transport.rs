@@ -10,7 +10,7 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::kube::config::host_and_port;
 use crate::util::lock;
@@ -32,6 +32,9 @@ pub const BUFFER: usize = 8 * 1024;
 /// How much room the input buffer gets for each read; an answer's head may span several (ureq
 /// bounds it by its `max_response_header_size`).
 const READ: usize = 4 * 1024;
+
+/// How far past its deadline a read or write on our own socket may wait.
+const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 
 /// How long a connection (TCP, and CONNECT through a proxy) may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -206,15 +209,24 @@ impl Lower for TransportAdapter {
     }
 }
 
-/// A TCP socket whose timeouts are set only when they change (a syscall each).
+/// A TCP socket whose every read and write ends by a deadline, as ureq's `TransportAdapter`
+/// bounds a proxy's tunnel: rustls reads and writes many times for one handshake or record, so
+/// a timeout per syscall would let a server that trickles bytes hold a request far past its
+/// deadline.
 struct Socket {
     tcp: TcpStream,
-    timeout: Option<std::time::Duration>,
+    /// When the current read or write must end (`None`: never), and why.
+    deadline: Option<(Instant, ureq::Timeout)>,
+    /// What the socket's read and write timeouts are set to.
+    read: Option<Duration>,
+    write: Option<Duration>,
 }
 
 impl Socket {
-    /// A connection to the first of the request's addresses that takes one.
+    /// A connection to the first of the request's addresses that takes one, its handshake to
+    /// end within what is left of the connect timeout.
     fn connect(details: &ConnectionDetails) -> Result<Socket, ureq::Error> {
+        let started = Instant::now();
         let connect = details.timeout.not_zero().map(|t| *t);
         let mut last = None;
         for addr in &details.addrs {
@@ -225,8 +237,13 @@ impl Socket {
             match tcp {
                 Ok(tcp) => {
                     tcp.set_nodelay(true)?;
-                    let mut sock = Socket { tcp, timeout: None };
-                    sock.set_timeout(details.timeout)?;
+                    let mut sock = Socket {
+                        tcp,
+                        deadline: None,
+                        read: None,
+                        write: None,
+                    };
+                    sock.set_timeout_from(details.timeout, started)?;
                     return Ok(sock);
                 }
                 Err(e) => last = Some(e),
@@ -234,16 +251,71 @@ impl Socket {
         }
         Err(last.map_or(ureq::Error::HostNotFound, ureq::Error::Io))
     }
+
+    /// Every read and write from now on ends within `timeout` of `started`.
+    fn set_timeout_from(
+        &mut self,
+        timeout: NextTimeout,
+        started: Instant,
+    ) -> Result<(), ureq::Error> {
+        // Reads and writes alike: rustls may write while it reads, and the other way round.
+        let timeout = timeout.for_read().for_write();
+        if timeout.after.is_zero() {
+            return Err(ureq::Error::Timeout(timeout.reason));
+        }
+        self.deadline = timeout.not_zero().map(|t| (started + *t, timeout.reason));
+        Ok(())
+    }
+
+    /// What is left before the deadline, for the socket timeout `set` (read's or write's),
+    /// which it updates; a deadline passed is a timeout.
+    fn bound(
+        tcp: &TcpStream,
+        deadline: Option<(Instant, ureq::Timeout)>,
+        set: &mut Option<Duration>,
+        apply: fn(&TcpStream, Option<Duration>) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let left = match deadline {
+            None => None,
+            Some((at, reason)) => match at.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Some(left),
+                _ => return Err(ureq::Error::Timeout(reason).into_io()),
+            },
+        };
+        // A timeout a little longer than what is left stands: one syscall per request, not
+        // one per read.
+        let stands = match (left, *set) {
+            (Some(left), Some(set)) => left <= set && set <= left + DEADLINE_SLACK,
+            (left, set) => left == set,
+        };
+        if !stands {
+            apply(tcp, left)?;
+            *set = left;
+        }
+        Ok(())
+    }
 }
 
 impl Read for Socket {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Socket::bound(
+            &self.tcp,
+            self.deadline,
+            &mut self.read,
+            TcpStream::set_read_timeout,
+        )?;
         self.tcp.read(buf)
     }
 }
 
 impl Write for Socket {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Socket::bound(
+            &self.tcp,
+            self.deadline,
+            &mut self.write,
+            TcpStream::set_write_timeout,
+        )?;
         self.tcp.write(buf)
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -253,18 +325,7 @@ impl Write for Socket {
 
 impl Lower for Socket {
     fn set_timeout(&mut self, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        // Reads and writes alike: rustls may write while it reads, and the other way round.
-        let timeout = timeout.for_read().for_write();
-        if timeout.after.is_zero() {
-            return Err(ureq::Error::Timeout(timeout.reason));
-        }
-        let after = timeout.not_zero().map(|t| *t);
-        if after != self.timeout {
-            self.tcp.set_read_timeout(after)?;
-            self.tcp.set_write_timeout(after)?;
-            self.timeout = after;
-        }
-        Ok(())
+        self.set_timeout_from(timeout, Instant::now())
     }
 
     /// As ureq's TCP transport asks: nothing waiting to be read, and not closed.

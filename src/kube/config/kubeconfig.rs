@@ -497,7 +497,7 @@ fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
 /// `rest.DefaultServerURL` reads it: a value with no `scheme://` or no host is taken as a bare
 /// `host[:port]` for https, and then may have no path (`htps//127.0.0.1:6443` is refused, not
 /// read as host `htps`). A scheme other than http or https, which client-go's transport refuses
-/// at every request, is refused here, at start.
+/// at every request, is refused here, at start, and so is a user name or password in it.
 fn normalize_server(server: &str) -> Result<String, String> {
     let server = server.trim();
     // A scheme as Go's url.Parse reads one (a letter, then letters, digits, `+`, `-`, `.`),
@@ -520,9 +520,17 @@ fn normalize_server(server: &str) -> Result<String, String> {
             "server {server:?} is not an http:// or https:// URL"
         ));
     }
-    let url = format!("{scheme}://{rest}");
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
+    if let Some((_, host)) = authority.rsplit_once('@') {
+        // Go's net/http would send them as Basic auth, which kube-apiserver no longer takes
+        // (1.19); kept, they would be printed wherever the server is named. Said without them.
+        return Err(format!(
+            "server {scheme}://xxxxx@{host}{path} carries a user name or password, which the operator \
+             neither sends nor prints: give the credentials in users[].user"
+        ));
+    }
+    let url = format!("{scheme}://{rest}");
     if authority.is_empty() || authority.starts_with(':') {
         return Err(format!("server {server:?} is not a valid URL: no host"));
     }

@@ -338,6 +338,32 @@ fn a_malformed_server_url_is_refused_at_load_naming_the_server_field() {
 }
 
 #[test]
+fn a_server_url_carrying_a_user_and_password_is_refused_at_load_without_printing_them() {
+    let dir = TempDir::new("userinfo-url");
+    for bad in [
+        "https://admin:s3cret@10.0.0.1:6443",
+        "admin:s3cret@10.0.0.1:6443",
+        "https://admin@10.0.0.1:6443/prefix",
+        // Malformed besides: the user info is still what is said, and never echoed.
+        "https://admin:s3cret@exa mple.com:6443",
+    ] {
+        let path = dir.write("config", kubeconfig(bad, "", "    {}"));
+        let err = load_file(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("cluster \"test-cluster\": server")
+                && err.contains("user name or password")
+                && err.contains("users["),
+            "{bad}: {err}"
+        );
+        assert!(
+            !err.contains("s3cret"),
+            "{bad}: the password is printed: {err}"
+        );
+        assert!(!err.contains('\n'), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn a_server_is_a_url_or_a_bare_host_and_port_as_client_go_reads_it() {
     let dir = TempDir::new("good-url");
     for (given, want) in [

@@ -19,10 +19,11 @@ use crate::kube::client::Client;
 use crate::runtime::{liveness, metrics};
 use auth::{MetricsAuth, Verdict};
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -47,10 +48,10 @@ const LINGER_TIME: Duration = Duration::from_millis(250);
 /// What the probes report on.
 #[derive(Default)]
 pub struct Health {
-    /// Watchers that completed their first list.
-    pub synced: AtomicUsize,
     /// Set when a worker or watcher thread died.
     pub dead: AtomicBool,
+    /// Served namespaces that do not exist (see `operator`), for `/readyz` to name.
+    pub missing: Mutex<BTreeSet<String>>,
     /// Every watch, one watcher each: each resource in each served namespace.
     pub watches: Vec<&'static liveness::Watch>,
     /// `--watch-idle-timeout`: a watch not live for longer than it makes the operator unready.
@@ -74,15 +75,33 @@ impl Health {
         Ok(())
     }
 
-    /// Ready once every first list completed, unless a watch has not been live (open, and heard
-    /// from within the idle limit) for longer than the idle limit. A standby is ready too.
+    /// Ready once every watch's first list completed and every served namespace exists, unless
+    /// a watch has not been live (open, and heard from within the idle limit) for longer than
+    /// the idle limit; otherwise says each namespace not served, and why. A standby is ready too.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
-        let (synced, all) = (self.synced.load(Ordering::Relaxed), self.watches.len());
-        if synced < all {
-            return Err(format!(
-                "{synced} of {all} watches have completed their first list"
-            ));
+        let mut why: Vec<String> = self
+            .watches
+            .iter()
+            .filter(|w| !w.has_listed())
+            .map(|w| {
+                let failure = w.failure();
+                let reason = failure.as_deref().unwrap_or("not answered yet");
+                match w.namespace {
+                    Some(ns) => format!("namespace {ns} not served: {} list: {reason}", w.resource),
+                    None => format!("not served: {} list: {reason}", w.resource),
+                }
+            })
+            .collect();
+        let missing = crate::util::lock(&self.missing);
+        why.extend(
+            missing
+                .iter()
+                .map(|ns| format!("namespace {ns} does not exist")),
+        );
+        drop(missing);
+        if !why.is_empty() {
+            return Err(why.join("; "));
         }
         let idle = self.watch_idle_timeout;
         for w in &self.watches {

@@ -87,10 +87,11 @@ fn probes_turn_ready_after_the_first_lists_and_unlive_when_a_thread_dies() {
     assert!(get(addr, "/healthz").starts_with("HTTP/1.1 200"));
     let r = get(addr, "/readyz");
     assert!(
-        r.starts_with("HTTP/1.1 503") && r.contains("0 of 1 watches"),
+        r.starts_with("HTTP/1.1 503")
+            && r.contains("not served: probe-test-resource list: not answered yet"),
         "{r}"
     );
-    health.synced.fetch_add(1, Ordering::Relaxed);
+    watch.listed();
     watch.heard();
     assert!(get(addr, "/readyz").starts_with("HTTP/1.1 200"));
     health.dead.store(true, Ordering::Relaxed);
@@ -102,7 +103,7 @@ fn probes_turn_ready_after_the_first_lists_and_unlive_when_a_thread_dies() {
 fn readiness_goes_once_a_watch_has_not_been_live_for_longer_than_the_idle_limit() {
     let r = liveness::watch("readiness-test-resource", None);
     let health = Health::new(vec![r], Duration::from_millis(200));
-    health.synced.fetch_add(1, Ordering::Relaxed);
+    r.listed();
     r.opened();
     assert_eq!(health.ready(), Ok(()));
     // The stream ends and cannot be opened again: still ready for one idle limit...
@@ -124,11 +125,23 @@ fn with_a_watch_per_namespace_readiness_waits_for_every_one_and_names_the_one_do
     let health = Health::new(vec![a, b], Duration::from_millis(100));
     a.opened();
     b.opened();
-    health.synced.fetch_add(1, Ordering::Relaxed);
+    a.listed();
+    // The namespace whose list fails is named, with why, until a list completes.
+    b.list_failed("api error 403 Forbidden: pods is forbidden".into());
     let e = health.ready().unwrap_err();
-    assert!(e.contains("1 of 2 watches"), "{e}");
-    health.synced.fetch_add(1, Ordering::Relaxed);
+    assert_eq!(
+        e,
+        format!("namespace b not served: {r} list: api error 403 Forbidden: pods is forbidden")
+    );
+    b.listed();
     assert_eq!(health.ready(), Ok(()));
+    // A served namespace that does not exist is said too.
+    crate::util::lock(&health.missing).insert("nc-typo".into());
+    assert_eq!(
+        health.ready(),
+        Err("namespace nc-typo does not exist".into())
+    );
+    crate::util::lock(&health.missing).clear();
     // One namespace's watch down is enough: its objects would go unseen.
     b.closed();
     thread::sleep(Duration::from_millis(250));

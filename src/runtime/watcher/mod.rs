@@ -1,10 +1,12 @@
 //! Watcher threads, turning a resource's events into queue keys. The state machine is
 //! kube-runtime's (`watcher.rs`): list in pages, then watch from the list's resourceVersion,
 //! which every event moves on (BOOKMARK too); a clean end of stream re-watches, a 410 (HTTP or
-//! in-stream ERROR) relists, any other failure or a silent stream backs off and re-watches
-//! (docs/design.md, "A watch that goes silent is given up"). What an event means is the
-//! policy's ([`Watched`]); a watcher keeps only the last resourceVersion and the policy's memo
-//! of each key, in a [`Store`] others may read.
+//! in-stream ERROR) relists, and so does a version the server has not reached (a 504 "Too large
+//! resource version", or, asked after a failure, a server version below the watch's: etcd
+//! restored from a snapshot); any other failure or a silent stream backs off and re-watches
+//! (docs/design.md, "A watch that goes silent is given up"). What an event means is the policy's ([`Watched`]);
+//! a watcher keeps only the last resourceVersion and the policy's memo of each key, in a
+//! [`Store`] others may read.
 
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
@@ -26,7 +28,7 @@ use std::time::{Duration, Instant};
 mod policy;
 mod source;
 
-pub use policy::{Reaction, Watched};
+pub use policy::{Listed, Reaction, Watched};
 pub use source::{Kind, Source};
 
 /// Watch `timeoutSeconds` is drawn from this range: below the ~4 minute idle timeout of common
@@ -124,6 +126,9 @@ enum StreamEnd {
     Clean,
     /// ERROR 410 in the stream: our version is too old; relist.
     Expired,
+    /// ERROR 504 "Too large resource version" in the stream: the server has not reached our
+    /// version (etcd restored from a snapshot); relist.
+    TooNew,
     /// Nothing heard for the idle limit: the connection is given up; back off, re-watch.
     Stalled(String),
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
@@ -133,8 +138,13 @@ enum StreamEnd {
 }
 
 enum State {
-    List,
-    Watch { rv: String },
+    /// List, after a watch that had reached `after` (`None`: the first list).
+    List {
+        after: Option<String>,
+    },
+    Watch {
+        rv: String,
+    },
 }
 
 /// One watcher thread's state.
@@ -145,8 +155,14 @@ pub struct Watcher<S: Source, W: Watched> {
     pub queue: Arc<Queue<W::Hint>>,
     /// Disconnected (its sender dropped) when the process shuts down.
     pub quit: Receiver<()>,
-    /// Told once, after the first complete list.
+    /// Told of this watch's first list: once when it fails (it is tried again), and once when
+    /// one completes.
     pub synced: Option<Sender<&'static Watch>>,
+    /// Whether `synced` was told of a failed first list.
+    told_failure: bool,
+    /// The stream or the server failed since the last watch opened: before the next, the
+    /// server's version is asked (see [`Watcher::behind`]).
+    failed: bool,
     pub idle_timeout: Duration,
     pub resync: Resync,
     /// Every key seen since the last list, with the policy's memo of it. Watchers of several
@@ -193,6 +209,8 @@ where
             queue,
             quit,
             synced: Some(synced),
+            told_failure: false,
+            failed: false,
             idle_timeout,
             resync: Resync::default(),
             known: Arc::new(Store::new()),
@@ -248,36 +266,70 @@ where
 
     /// Runs until shutdown; every wait ends early when it comes.
     pub fn run(mut self) {
-        let mut state = State::List;
+        let mut state = State::List { after: None };
         let mut backoff = Backoff::new();
         while !shutdown::is_quitting(&self.quit) {
             state = match state {
-                State::List => self.list(&mut backoff),
+                State::List { after } => self.list(after, &mut backoff),
                 State::Watch { rv } => self.watch(rv, &mut backoff),
             };
         }
     }
 
-    /// Lists, telling `synced` after the first list.
-    fn list(&mut self, backoff: &mut Backoff) -> State {
-        match self.relist() {
+    /// Lists, telling `synced` how the first list went.
+    fn list(&mut self, after: Option<String>, backoff: &mut Backoff) -> State {
+        match self.relist(after.as_deref()) {
             Ok(rv) => {
+                // The list's version is the server's: nothing to ask before its watch.
+                self.failed = false;
                 self.working();
+                self.live.listed();
                 if let Some(tx) = self.synced.take() {
                     let _ = tx.send(self.live);
                 }
                 State::Watch { rv }
             }
             Err(e) => {
+                self.live.list_failed(e.to_string());
+                if let (Some(tx), false) = (&self.synced, self.told_failure) {
+                    self.told_failure = true;
+                    let _ = tx.send(self.live);
+                }
                 self.fail_and_wait("list", &e, backoff);
-                State::List
+                State::List { after }
             }
         }
+    }
+
+    /// Whether the server, back after a failure, is at a version below `rv`: etcd restored from
+    /// a snapshot, where a watch from `rv` would hear nothing until etcd passes it (fixture
+    /// kube-1.28-kubelet/55), and never what happened before that. `Err`: it could not say.
+    fn behind(&mut self, rv: &str) -> Result<bool, client::Error> {
+        if !std::mem::take(&mut self.failed) {
+            return Ok(false);
+        }
+        let now = self
+            .source
+            .version(&self.kind)
+            .inspect_err(|_| self.failed = true)?;
+        let below = now.parse::<u64>().ok().zip(rv.parse::<u64>().ok());
+        Ok(below.is_some_and(|(now, rv)| now < rv))
     }
 
     /// Watches from `rv` until the stream ends.
     fn watch(&mut self, mut rv: String, backoff: &mut Backoff) -> State {
         let (name, ns, started) = (self.name(), self.ns(), Instant::now());
+        match self.behind(&rv) {
+            Ok(true) => {
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "the server is back at a version below the watch's, relisting");
+                return State::List { after: Some(rv) };
+            }
+            Ok(false) => {}
+            Err(e) => {
+                self.fail_and_wait("watch", &e, backoff);
+                return State::Watch { rv };
+            }
+        }
         let secs = util::rand_range(WATCH_TIMEOUT_SECS.0, WATCH_TIMEOUT_SECS.1) as u32;
         let stream = match self.source.watch(&self.kind, &rv, secs, self.idle_timeout) {
             Ok(stream) => stream,
@@ -285,8 +337,13 @@ where
                 self.live.closed();
                 if e.is_gone() {
                     log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch answered 410, relisting");
-                    return State::List;
+                    return State::List { after: Some(rv) };
                 }
+                if e.is_resource_version_too_large() {
+                    log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch answered that the server has not reached its version, relisting");
+                    return State::List { after: Some(rv) };
+                }
+                self.failed = true;
                 self.fail_and_wait("watch", &e, backoff);
                 return State::Watch { rv };
             }
@@ -302,22 +359,29 @@ where
         let why = match &end {
             StreamEnd::Clean => Restart::Closed,
             StreamEnd::Expired => Restart::Expired,
+            StreamEnd::TooNew => Restart::Error,
             StreamEnd::Stalled(_) => Restart::Stalled,
             StreamEnd::Failed(_) | StreamEnd::Unreadable => Restart::Error,
         };
         metrics::watch_restarted(self.live, why);
+        self.failed = matches!(end, StreamEnd::Stalled(_) | StreamEnd::Failed(_));
+        let after = Some(rv.clone());
         match end {
             StreamEnd::Expired => {
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "resourceVersion expired, relisting");
-                return State::List;
+                return State::List { after };
+            }
+            StreamEnd::TooNew => {
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "the server has not reached the watch's version, relisting");
+                return State::List { after };
             }
             StreamEnd::Unreadable => {
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "an event's object could not be read, relisting");
-                return State::List;
+                return State::List { after };
             }
             StreamEnd::Clean if self.resync_due() => {
                 log::info!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "resync: listing again, every object is reconciled");
-                return State::List;
+                return State::List { after };
             }
             StreamEnd::Clean if heard || started.elapsed() >= MIN_HEALTHY_STREAM => {
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch ended, re-watching");
@@ -389,12 +453,26 @@ where
 
     /// Lists; queues every listed key (routine, unless the policy says otherwise) and every known
     /// key that is gone (urgent: a pod deleted while the watch was down, say); returns the
-    /// list's resourceVersion.
-    fn relist(&mut self) -> Result<String, client::Error> {
+    /// list's resourceVersion. `after`: the version the watch before it had reached.
+    fn relist(&mut self, after: Option<&str>) -> Result<String, client::Error> {
         metrics::watch_relisted(self.live);
         // What was asked before this list is answered by it.
         let asks = self.resync.asked();
         let (listed, rv) = self.list_pages()?;
+        let version = rv.parse::<u64>().ok();
+        let seen = after.and_then(|a| a.parse::<u64>().ok());
+        // A list reads etcd itself, so its version is never below one a watch answered,
+        // unless etcd's history went back.
+        let rewound = version.zip(seen).is_some_and(|(v, seen)| v < seen);
+        if rewound {
+            log::warn!(
+                target: "watcher",
+                resource = self.name(), namespace = self.ns(), rv = rv.as_str(), after = after.unwrap_or("");
+                "the API server's resourceVersion went back, from {} to {rv}: etcd was restored from a snapshot; what it lists now replaces everything known before",
+                after.unwrap_or("")
+            );
+        }
+        let listed_as = Listed { version, rewound };
         let mut listed_keys: Vec<(Key, Priority)> = Vec::with_capacity(listed.len());
         // What the list shows replaces what was known, and what is left of that vanished; then
         // the keys are queued, the store's lock released.
@@ -409,7 +487,7 @@ where
             };
             for (key, new) in listed {
                 let (key, memo) = match before.remove_entry(key.as_str()) {
-                    Some((key, old)) => (key, self.policy.relisted(old, new)),
+                    Some((key, old)) => (key, self.policy.relisted(old, new, &listed_as)),
                     None => (self.key_for(key), new),
                 };
                 listed_keys.push((key.clone(), self.policy.relist_priority(&memo)));
@@ -500,6 +578,9 @@ where
                 let st: Status = serde_json::from_str(ev.object.get()).map_err(undecodable)?;
                 if st.code == 410 {
                     return Err(StreamEnd::Expired);
+                }
+                if st.is_resource_version_too_large() {
+                    return Err(StreamEnd::TooNew);
                 }
                 let why = format!("watch error {} {}: {}", st.code, st.reason, st.message);
                 return Err(StreamEnd::Failed(why));

@@ -24,10 +24,10 @@ pub trait Watched {
     }
     /// What the watcher remembers of a listed object until its next event.
     fn memo(&self, o: &Self::Object) -> Self::Memo;
-    /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
-    /// policy knows `old` to be more recent (someone else updated the store after the list
-    /// was served).
-    fn relisted(&self, _old: Self::Memo, new: Self::Memo) -> Self::Memo {
+    /// What to keep when a list (`listed`) shows `new` for a key remembered as `old`: `new`,
+    /// unless the policy knows `old` to be more recent (someone else updated the store after
+    /// the list was served).
+    fn relisted(&self, _old: Self::Memo, new: Self::Memo, _listed: &Listed) -> Self::Memo {
         new
     }
     /// The band a listed key is queued in: routine, unless what is known of it says a
@@ -44,6 +44,18 @@ pub trait Watched {
         o: &Self::Object,
         memo: &mut Option<Self::Memo>,
     ) -> Reaction<Self::Hint>;
+}
+
+/// What a list says of the server's history, for [`Watched::relisted`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Listed {
+    /// The list's resourceVersion, where it is a number (kube-apiserver's are: etcd's
+    /// revision).
+    pub version: Option<u64>,
+    /// The list's version is below one the watch before it had reached: etcd's history went
+    /// back (restored from a snapshot without `--bump-revision`), and no version known from
+    /// before means anything now.
+    pub rewound: bool,
 }
 
 /// A policy's answer to one event.

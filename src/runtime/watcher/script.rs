@@ -19,6 +19,8 @@ pub type ScriptedWatch = Result<(String, Option<std::io::ErrorKind>), client::Er
 pub struct Script {
     pub lists: Mutex<VecDeque<Result<serde_json::Value, client::Error>>>,
     pub watches: Mutex<VecDeque<ScriptedWatch>>,
+    /// Answers to [`Source::version`]; none left: a version that cannot be compared.
+    pub versions: Mutex<VecDeque<Result<String, client::Error>>>,
     pub calls: Mutex<Vec<String>>,
     pub quit_tx: Mutex<Option<Sender<()>>>,
 }
@@ -36,6 +38,11 @@ impl Source for &Script {
         let next = self.lists.lock().unwrap().pop_front();
         let page = next.unwrap_or_else(|| Err(client::Error::Transport("no more lists".into())))?;
         Ok(serde_json::from_value(page).expect("a scripted page decodes"))
+    }
+    fn version(&self, _: &Kind) -> Result<String, client::Error> {
+        self.calls.lock().unwrap().push("version".into());
+        let next = self.versions.lock().unwrap().pop_front();
+        next.unwrap_or_else(|| Ok(String::new()))
     }
     fn watch(
         &self,

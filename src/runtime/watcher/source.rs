@@ -27,6 +27,8 @@ pub trait Source {
         kind: &Kind,
         continue_token: Option<&str>,
     ) -> Result<ListPage<T>, client::Error>;
+    /// The server's resourceVersion now, as the list of one object of `kind` answers it.
+    fn version(&self, kind: &Kind) -> Result<String, client::Error>;
     /// A connection to the server was found dead (a watch heard nothing for its idle limit):
     /// drop whatever other connections share its path (see `Client::forget_connections`).
     fn connections_dead(&self) {}
@@ -43,6 +45,17 @@ pub trait Source {
 impl Source for Client {
     fn connections_dead(&self) {
         self.forget_connections();
+    }
+
+    fn version(&self, kind: &Kind) -> Result<String, client::Error> {
+        let params = ListParams {
+            label_selector: kind.label_selector.as_deref(),
+            limit: Some(1),
+            continue_token: None,
+        };
+        let page: ListPage<serde::de::IgnoredAny> =
+            self.list(kind.resource, kind.namespace.as_deref(), &params)?;
+        Ok(page.metadata.resource_version)
     }
 
     fn list_page<T: DeserializeOwned>(
