@@ -472,20 +472,15 @@ impl Stages {
             Some(e) => (self.client.fenced(e.fence()), e.identity().to_string()),
             None => (self.client.clone(), leader::identity()),
         };
-        let (recorder, event_rx) = Recorder::channel(events::Kind {
+        let (recorder, inbox) = Recorder::channel(events::Kind {
             api_version: API_VERSION,
             kind: KIND,
         });
         let (events_client, events_finished) = (writer.clone(), finished.clone());
-        let queue = self.queue.clone();
-        let hold = events::Hold {
-            busy: Box::new(move || queue.urgent_waiting()),
-            at_most: events::HOLD_MAX,
-        };
         spawn("events", move || {
             let _finished = events_finished;
             let _cache = allocator::cache_this_thread();
-            events::run(events_client, event_rx, "immortal-operator", identity, hold)
+            events::run(events_client, inbox, "immortal-operator", identity)
         })?;
         let workers = Arc::new(Workers {
             stages: self.clone(),
@@ -507,16 +502,6 @@ impl Stages {
                 return Err(fail_running(&format!("cannot start worker thread: {e}")));
             }
         }
-        // A pod this process made is let go within `counting::LET_GO_WITHIN` whatever the
-        // backlog: those due go ahead of it.
-        let (journal, queue, quit) = (self.journal.clone(), self.queue.clone(), self.quit.clone());
-        spawn("overdue", move || {
-            while wait(&quit, reconcile::OVERDUE_EVERY) {
-                for key in journal.overdue() {
-                    queue.add_within(key, Duration::ZERO);
-                }
-            }
-        })?;
         log::info!(
             target: "controller", workers = self.config.workers as u64, max_workers = workers.pool.max() as u64;
             "reconciling"

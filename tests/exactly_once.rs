@@ -35,7 +35,7 @@ use immortal_operator::kube::events::Note;
 use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };
-use immortal_operator::runtime::controller::{Failure, LogContext, Next};
+use immortal_operator::runtime::controller::{Failure, LogContext};
 use immortal_operator::runtime::queue::Hint;
 use immortal_operator::runtime::watcher::{Listed, Reaction, Watched};
 use serde_json::Value;
@@ -1007,19 +1007,15 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
                 reconcile::reconcile(&api, journal, &trace, hint.as_ref())
             }));
             match result {
-                Ok(Ok(Next::Done)) => {
-                    // As the queue's `cancel`: a look asked for before is moot.
+                Ok(Ok(action)) => {
                     ctl.failures = 0;
-                    ctl.timer = None;
-                }
-                Ok(Ok(Next::Routine)) => {
-                    // Queued again with its hint, behind what else waits (nothing, here).
-                    ctl.failures = 0;
-                    ctl.queue_again(hint.clone());
-                }
-                Ok(Ok(Next::RequeueAfter(d) | Next::RefreshAfter(d))) => {
-                    ctl.failures = 0;
-                    ctl.after(d);
+                    match action.requeue_after() {
+                        // As the queue's `cancel`: a look asked for before is moot.
+                        None => ctl.timer = None,
+                        // Queued again with its hint, behind what else waits (nothing, here).
+                        Some(Duration::ZERO) => ctl.queue_again(hint.clone()),
+                        Some(d) => ctl.after(d),
+                    }
                 }
                 Ok(Err(e)) => {
                     // client-go's per-key backoff, at least the server's Retry-After.

@@ -101,18 +101,6 @@ impl Failure for Error {
             _ => None,
         }
     }
-    /// Only a pod being deleted has a bound to keep (it is let go uncounted then); one that
-    /// waits to be counted is retried soon, within the budget.
-    fn retry_by(&self) -> Option<Duration> {
-        match self {
-            Error::Holding {
-                deleting: true,
-                within,
-                ..
-            } => Some(*within),
-            _ => None,
-        }
-    }
     fn needs_a_person(&self) -> bool {
         match self {
             Error::Denied { .. } => true,

@@ -24,9 +24,6 @@ const RELEASED_AT_MOST: usize = 2048;
 /// Forgetting them costs a read and an early release each, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 18;
 
-/// How often [`Journal::overdue`] is asked.
-pub const OVERDUE_EVERY: Duration = Duration::from_secs(1);
-
 /// What this process did and learned, shared by the reconcile workers: the restart back-off,
 /// what the installed CRD keeps of the status we write, the pods it made, replaced and let go
 /// whose watch events may still be on their way (as client-go controllers' expectations), and
@@ -119,7 +116,6 @@ impl Journal {
         let pod = Made {
             uid: Uid::new(uid),
             at: self.stamp(now),
-            told: None,
         };
         made.insert(key.clone(), pod);
     }
@@ -132,10 +128,9 @@ impl Journal {
             .map(|m| (m.uid.clone(), m.at.until(now)))
     }
 
-    /// Whether a pod made `ago` is due to be let go: its bound comes within the next look for
-    /// overdue pods ([`Journal::overdue`]).
+    /// Whether a pod made `ago` is due to be let go ([`LET_GO_WITHIN`]).
     pub(super) fn is_overdue(ago: Duration) -> bool {
-        ago + OVERDUE_EVERY >= LET_GO_WITHIN
+        ago >= LET_GO_WITHIN
     }
 
     /// `t` as [`Made`] keeps it.
@@ -143,22 +138,12 @@ impl Journal {
         Stamp::of(t, self.epoch)
     }
 
-    /// The keys of pods this process made whose release is due (see [`Journal::is_overdue`]):
-    /// the caller has each handed out ahead of any backlog. Asked every [`OVERDUE_EVERY`]; a
-    /// key is answered once a bound, so a pod whose release keeps failing is not retried
-    /// faster than its own back-off.
-    pub fn overdue(&self) -> Vec<Key> {
-        let now = self.stamp(self.now());
+    /// The pod `uid` of `key`, made here, holds our finalizer no more.
+    pub(super) fn forget_made(&self, key: &str, uid: &str) {
         let mut made = lock(&self.made);
-        let mut due = Vec::new();
-        for (key, m) in made.iter_mut() {
-            let told_long_ago = m.told.is_none_or(|t| Self::is_overdue(t.until(now)));
-            if Self::is_overdue(m.at.until(now)) && told_long_ago {
-                m.told = Some(now);
-                due.push(key.clone());
-            }
+        if made.get(key).is_some_and(|m| m.uid == *uid) {
+            made.remove(key);
         }
-        due
     }
 
     /// The pod of `key` was let go, or the object is gone: nothing of it is held any more.
@@ -225,13 +210,11 @@ impl Journal {
     }
 }
 
-/// A pod this process made and has not let go: 32 bytes, one for every object of a backlog.
+/// A pod this process made and has not let go.
 struct Made {
     uid: Uid,
     /// When it was made.
     at: Stamp,
-    /// When [`Journal::overdue`] last answered it.
-    told: Option<Stamp>,
 }
 
 /// Pods let go, in two generations, so that the latest ones are always remembered.

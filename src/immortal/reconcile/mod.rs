@@ -24,7 +24,8 @@ use crate::immortal::types::{
 use crate::kube::client;
 use crate::kube::events::Note;
 use crate::kube::types::{self, Condition, Pod, MAX_NAME_LEN};
-use crate::runtime::controller::{LogContext, Next};
+use crate::runtime::controller::{Action, LogContext};
+use crate::runtime::queue::Priority;
 use crate::util;
 use serde_json::{json, Map, Value};
 use std::time::{Duration, SystemTime};
@@ -41,7 +42,7 @@ use starts::release_orphan;
 
 pub use api::{Api, LiveApi};
 pub use error::Error;
-pub use journal::{Journal, OVERDUE_EVERY};
+pub use journal::Journal;
 use pod::{Created, Deleted, Relabeled};
 
 pub use status::status_patch;
@@ -99,7 +100,7 @@ enum Look<'h> {
 enum Step<'h> {
     /// Look at the name again, this way.
     Again(Look<'h>),
-    Done(Next),
+    Done(Action),
 }
 
 /// What the rounds of one reconcile carry from one to the next.
@@ -210,10 +211,10 @@ pub fn reconcile<A: Api>(
     journal: &Journal,
     trace: &LogContext,
     hint: Option<&PodHint>,
-) -> Result<Next, Error> {
+) -> Result<Action, Error> {
     let Some((ns, name)) = types::split_key(trace.key) else {
         log::warn!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "malformed key, dropped");
-        return Ok(Next::Done);
+        return Ok(Action::await_change());
     };
     let ic = match api.cached_immortal_container(ns, name) {
         Ok(ic) => ic,
@@ -227,7 +228,7 @@ pub fn reconcile<A: Api>(
         // free and, after a quick ending, report a back-off for a replacement that exists.
         if !g.holds_count && journal.was_replaced(trace.key, &g.uid.to_string()) {
             log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
-            return Ok(Next::Done);
+            return Ok(Action::await_change());
         }
     }
     // Any other pod that left, not the one our copy counted last: the copy may predate a count
@@ -249,7 +250,7 @@ pub fn reconcile<A: Api>(
     if ic.metadata.deletion_timestamp.is_some() {
         // Foreground deletion waits for the pod (blockOwnerDeletion): let it go.
         release_orphan(api, trace, ns, name, Some(&ic.metadata.uid), hint)?;
-        return Ok(Next::Done);
+        return Ok(Action::await_change());
     }
     let mut run = Run {
         api,
@@ -281,7 +282,7 @@ pub fn reconcile<A: Api>(
         // Nothing written from a copy older than the object; the next reconcile reads the
         // store, which holds the object as read.
         synced?;
-        return Ok(Next::RequeueAfter(Duration::ZERO));
+        return Ok(Action::requeue(Duration::ZERO));
     }
     // Status says what this reconcile learned even when it then failed: a pod it created or
     // found is counted. A reconcile that failed before it learned anything worth keeping writes
@@ -308,8 +309,8 @@ pub fn reconcile<A: Api>(
         // The object that took its name was read into the store, so its own event may be
         // ignored as nothing new: look at it now.
         return Ok(match run.replaced {
-            true => Next::RequeueAfter(Duration::ZERO),
-            false => Next::Done,
+            true => Action::requeue(Duration::ZERO),
+            false => Action::await_change(),
         });
     }
     if let Err(e) = written {
@@ -343,7 +344,9 @@ pub fn reconcile<A: Api>(
     // and just counted, once urgent work queued behind it has had its turn.
     if let Some(held) = run.release.take() {
         match run.release_may_wait(&held) {
-            true if next == Next::Done => next = Next::Routine,
+            true if next == Action::await_change() => {
+                next = Action::requeue(Duration::ZERO).at(Priority::Routine)
+            }
             _ => run.release(&held.uid)?,
         }
     }
@@ -352,8 +355,8 @@ pub fn reconcile<A: Api>(
     }
     // Nothing to do until what status says of the pod waiting on its node changes: look again
     // then, as routine work.
-    if let (Next::Done, Some(after)) = (next, run.refresh) {
-        next = Next::RefreshAfter(after);
+    if let (None, Some(after)) = (next.requeue_after(), run.refresh) {
+        next = Action::requeue(after).at(Priority::Routine);
     }
     Ok(next)
 }
@@ -367,17 +370,17 @@ fn object_gone<A: Api>(
     ns: &str,
     name: &str,
     hint: Option<&PodHint>,
-) -> Result<Next, Error> {
+) -> Result<Action, Error> {
     journal.restarts.forget(trace.key);
     journal.not_held(trace.key);
     release_orphan(api, trace, ns, name, None, hint)?;
-    Ok(Next::Done)
+    Ok(Action::await_change())
 }
 
 impl<A: Api> Run<'_, A> {
     /// The decisions of one reconcile, a round at a time: each round learns about the pod (as
     /// `first_look` says, then by reading it) and acts, or says how to look again.
-    fn sync(&mut self, hint: Option<&PodHint>) -> Result<Next, Error> {
+    fn sync(&mut self, hint: Option<&PodHint>) -> Result<Action, Error> {
         if let Some(next) = self.invalid_spec() {
             return Ok(next);
         }
@@ -450,7 +453,7 @@ impl<A: Api> Run<'_, A> {
             {
                 let remaining = wait.remaining;
                 self.back_off(wait);
-                return Ok(Step::Done(Next::RequeueAfter(remaining)));
+                return Ok(Step::Done(Action::requeue(remaining)));
             }
         }
         match self.create(cause)? {
@@ -465,9 +468,9 @@ impl<A: Api> Run<'_, A> {
                 } else {
                     self.journal.restarts.created(self.trace.key);
                 }
-                // Counted by its ADDED event's reconcile, and let go within
-                // `counting::LET_GO_WITHIN` whatever comes in between (see `Journal::overdue`).
-                Ok(Step::Done(Next::Done))
+                // Counted by its ADDED event's reconcile; this look lets it go if nothing
+                // else did by then.
+                Ok(Step::Done(Action::requeue(counting::LET_GO_WITHIN)))
             }
             Created::NameTaken if assumed => Ok(Step::Again(Look::Get)),
             // Taken although we just saw it free: whoever took it shows up on the next look.
@@ -527,6 +530,9 @@ impl<A: Api> Run<'_, A> {
                 uid: uid.clone(),
                 deleting: view.phase == Phase::Terminating,
             });
+        } else {
+            // Let go by someone else (a person, a mutating policy): nothing to let go by then.
+            self.journal.forget_made(self.trace.key, &uid);
         }
         if view.phase == Phase::Terminating {
             // Its DELETED event brings us back; creating now would only earn AlreadyExists.
@@ -535,7 +541,7 @@ impl<A: Api> Run<'_, A> {
                 None => self.report(&view),
             }
             self.waits(waiting, read);
-            return Ok(Step::Done(Next::Done));
+            return Ok(Step::Done(Action::await_change()));
         }
         if view.phase.is_terminal() {
             // A pod in a terminal phase holds no running container: the API server deletes it
@@ -551,7 +557,7 @@ impl<A: Api> Run<'_, A> {
         // forever.
         if let Some(why) = change {
             if !self.confirmed()? {
-                return Ok(Step::Done(Next::RequeueAfter(Duration::ZERO)));
+                return Ok(Step::Done(Action::requeue(Duration::ZERO)));
             }
             // Graceful: the container may be running. Its DELETED event brings us back to
             // create the replacement, unless the server removed it at once (a pod not yet
@@ -561,7 +567,7 @@ impl<A: Api> Run<'_, A> {
         }
         self.report(&view);
         self.waits(waiting, read);
-        Ok(Step::Done(Next::Done))
+        Ok(Step::Done(Action::await_change()))
     }
 
     /// Whether the copy this reconcile works from is the object as the API server holds it,
@@ -611,7 +617,7 @@ impl<A: Api> Run<'_, A> {
             }
             Deleted::Pending => {
                 pending(self);
-                Step::Done(Next::Done)
+                Step::Done(Action::await_change())
             }
             Deleted::OtherPod => Step::Again(Look::Get),
         })

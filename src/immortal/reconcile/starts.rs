@@ -95,7 +95,7 @@ impl<A: Api> Run<'_, A> {
     /// Whether the release of `held`, counted by this reconcile, may wait: a pod this process
     /// made, which nobody is deleting, goes as routine work, behind the creates and counts of
     /// a backlog, so that other objects' pods and statuses are not held up by releases; within
-    /// [`counting::LET_GO_WITHIN`] of its create all the same (see `Journal::overdue`).
+    /// [`counting::LET_GO_WITHIN`] of its create all the same (the look `create` asks for).
     pub(super) fn release_may_wait(&self, held: &Held) -> bool {
         if held.deleting || self.counting_now.as_deref() != Some(held.uid.as_str()) {
             return false;
