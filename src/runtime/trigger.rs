@@ -6,9 +6,8 @@ use std::fmt;
 /// What a watch event tells reconcile beyond the key, as the queue keeps it.
 pub trait Hint: Clone {
     /// What this hint and a `later` one of the same key, both queued before one reconcile
-    /// serves them, tell that reconcile together: `None` (look at everything) unless one of
-    /// them says all that the other did. Never just the later one: the first may have been
-    /// the reason there is work to do (a spec change), which the later cannot show.
+    /// serves them, tell that reconcile together: `None` (look at everything) unless one says
+    /// all that reconcile needs of both (a pod event's: the later one, see `PodHint`).
     fn and(&self, later: &Self) -> Option<Self>;
 }
 
