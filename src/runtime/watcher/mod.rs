@@ -43,17 +43,17 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// When a watcher lists again although its watch is healthy, queueing every key: every
 /// `period` (each drawn from 90–110 % of it, so replicas do not line up), and whenever asked
-/// ([`Resync::ask`]). Clones share what was asked.
+/// ([`Relist::ask`]). Clones share what was asked.
 #[derive(Clone, Debug, Default)]
-pub struct Resync {
+pub struct Relist {
     period: Option<Duration>,
     asked: Arc<AtomicU64>,
 }
 
-impl Resync {
+impl Relist {
     /// Every `period` (`None`: only when asked).
-    pub fn every(period: Option<Duration>) -> Resync {
-        Resync {
+    pub fn every(period: Option<Duration>) -> Relist {
+        Relist {
             period,
             asked: Arc::default(),
         }
@@ -69,7 +69,7 @@ impl Resync {
         self.asked.load(Ordering::Relaxed)
     }
 
-    /// When the next periodic resync is due after a list at `now`.
+    /// When the next periodic relist is due after a list at `now`.
     fn next_after(&self, now: Instant) -> Option<Instant> {
         self.period
             .map(|p| now + p.mul_f64(0.9 + 0.2 * util::rand_f64()))
@@ -122,7 +122,7 @@ impl Backoff {
 #[derive(Debug, PartialEq)]
 enum StreamEnd {
     /// The server closed it cleanly (its `timeoutSeconds` elapsed), or we stopped reading it
-    /// for shutdown or a resync: re-watch from `rv`, or list again if a resync is due.
+    /// for shutdown or a relist: re-watch from `rv`, or list again if a relist is due.
     Clean,
     /// ERROR 410 in the stream: our version is too old; relist.
     Expired,
@@ -164,15 +164,15 @@ pub struct Watcher<S: Source, W: Watched> {
     /// server's version is asked (see [`Watcher::behind`]).
     failed: bool,
     pub idle_timeout: Duration,
-    pub resync: Resync,
+    pub relists: Relist,
     /// Every key seen since the last list, with the policy's memo of it. Watchers of several
     /// namespaces may share one store: each lists only its own namespace's keys.
     known: Arc<Store<W::Memo>>,
     /// This watch's liveness, for `/readyz` and the metrics.
     live: &'static Watch,
-    /// What of `resync` the last list answered: the asks it saw, and when the next periodic
+    /// What of `relists` the last list answered: the asks it saw, and when the next periodic
     /// one is due.
-    resynced: (u64, Option<Instant>),
+    relisted: (u64, Option<Instant>),
     /// Whether a WARN said this watch was failing since it last worked: then its working
     /// again is said at INFO.
     warned: bool,
@@ -212,9 +212,9 @@ where
             told_failure: false,
             failed: false,
             idle_timeout,
-            resync: Resync::default(),
+            relists: Relist::default(),
             known: Arc::new(Store::new()),
-            resynced: (0, None),
+            relisted: (0, None),
             warned: false,
             missing: false,
             skipped: 0,
@@ -243,16 +243,16 @@ where
         self
     }
 
-    /// The same watcher, listing again as `resync` says.
-    pub fn resyncing(mut self, resync: Resync) -> Self {
-        self.resync = resync;
+    /// The same watcher, listing again as `relists` says.
+    pub fn relisting(mut self, relists: Relist) -> Self {
+        self.relists = relists;
         self
     }
 
-    /// Whether a resync is due: asked for since the last list, or its period is over.
-    fn resync_due(&self) -> bool {
-        let (asks, next) = self.resynced;
-        self.resync.asked() != asks || next.is_some_and(|t| Instant::now() >= t)
+    /// Whether a relist is due: asked for since the last list, or its period is over.
+    fn relist_due(&self) -> bool {
+        let (asks, next) = self.relisted;
+        self.relists.asked() != asks || next.is_some_and(|t| Instant::now() >= t)
     }
 
     fn name(&self) -> &'static str {
@@ -379,8 +379,8 @@ where
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "an event's object could not be read, relisting");
                 return State::List { after };
             }
-            StreamEnd::Clean if self.resync_due() => {
-                log::info!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "resync: listing again, every object is reconciled");
+            StreamEnd::Clean if self.relist_due() => {
+                log::info!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "relist: listing again, every object is reconciled");
                 return State::List { after };
             }
             StreamEnd::Clean if heard || started.elapsed() >= MIN_HEALTHY_STREAM => {
@@ -457,7 +457,7 @@ where
     fn relist(&mut self, after: Option<&str>) -> Result<String, client::Error> {
         metrics::watch_relisted(self.live);
         // What was asked before this list is answered by it.
-        let asks = self.resync.asked();
+        let asks = self.relists.asked();
         let (listed, rv) = self.list_pages()?;
         let version = rv.parse::<u64>().ok();
         let seen = after.and_then(|a| a.parse::<u64>().ok());
@@ -504,7 +504,7 @@ where
             self.queue.add(key, relist.clone(), Priority::Urgent);
         }
         log::debug!(target: "watcher", resource = resource, namespace = self.ns(), rv = rv.as_str(), listed = listed, vanished = count; "listed");
-        self.resynced = (asks, self.resync.next_after(Instant::now()));
+        self.relisted = (asks, self.relists.next_after(Instant::now()));
         self.live.heard();
         Ok(rv)
     }
@@ -562,7 +562,7 @@ where
             if let Err(end) = self.handle_line(&line, rv) {
                 return (end, heard);
             }
-            if shutdown::is_quitting(&self.quit) || self.resync_due() {
+            if shutdown::is_quitting(&self.quit) || self.relist_due() {
                 return (StreamEnd::Clean, heard);
             }
         }

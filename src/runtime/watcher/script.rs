@@ -147,14 +147,14 @@ where
     W: Watched + Send,
     W::Hint: fmt::Display + Clone + Send,
 {
-    run_resyncing(script, policy, Resync::default())
+    run_relisting(script, policy, Relist::default())
 }
 
-/// [`run`], the watcher listing again as `resync` says.
-pub fn run_resyncing<W>(
+/// [`run`], the watcher listing again as `relists` says.
+pub fn run_relisting<W>(
     script: &Script,
     policy: W,
-    resync: Resync,
+    relists: Relist,
 ) -> (Vec<String>, Vec<(String, String)>)
 where
     W: Watched + Send,
@@ -173,7 +173,7 @@ where
         synced_tx,
         DEFAULT_IDLE_TIMEOUT,
     )
-    .resyncing(resync);
+    .relisting(relists);
     let handle = std::thread::scope(|s| s.spawn(move || w.run()).join());
     handle.unwrap();
     assert_eq!(
