@@ -5,7 +5,7 @@
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::ic_state::IcStore;
-use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint, PodMemo};
+use crate::immortal::lifecycle::{self, IcEventHandler, PodEventHandler, PodHint, PodMemo};
 use crate::immortal::reconcile::{self, Journal, LiveApi};
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
@@ -230,7 +230,7 @@ impl Stages {
             let ics = Watcher::new(
                 self.once.clone(),
                 lifecycle::immortal_containers_kind(namespace.clone()),
-                IcEvents,
+                IcEventHandler,
                 self.queue.clone(),
                 self.quit.clone(),
                 synced_tx.clone(),
@@ -239,7 +239,7 @@ impl Stages {
             let pods = Watcher::new(
                 self.once.clone(),
                 lifecycle::pods_kind(namespace),
-                PodEvents,
+                PodEventHandler,
                 self.queue.clone(),
                 self.quit.clone(),
                 synced_tx.clone(),

@@ -3,14 +3,14 @@
 use super::starts::release_pod;
 use super::*;
 use crate::immortal::desired::desired_pod;
-use crate::immortal::lifecycle::PodEvents;
+use crate::immortal::lifecycle::PodEventHandler;
 use crate::immortal::types::{ImmortalPod, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::kube::types::{
     Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status, StatusCause, StatusDetails,
 };
 use crate::runtime::controller::Failure;
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Reaction, Watched};
+use crate::runtime::watcher::{EventHandler, Reaction};
 use std::cell::RefCell;
 use std::time::{Instant, SystemTime};
 
@@ -368,7 +368,7 @@ fn run_with(f: &Fake, hint: &PodHint) -> Result<Action, Error> {
 /// The hint the pod watcher would queue for the pod's DELETED event, as it is now.
 fn gone(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap_or_default();
-    match PodEvents.on_event("DELETED", &pod, &mut None) {
+    match PodEventHandler.on_event("DELETED", &pod, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue a DELETED pod: {other:?}"),
     }
@@ -405,7 +405,7 @@ fn delete_after_running(f: &Fake, ran: u64) -> PodHint {
 /// The hint the pod watcher would queue for the pod as it is now.
 fn seen(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
-    match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+    match PodEventHandler.on_event("MODIFIED", &pod, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue this pod: {other:?}"),
     }
@@ -415,7 +415,7 @@ fn seen(f: &Fake) -> PodHint {
 /// created, still held for its count, comes back to be counted, urgent.
 fn added(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
-    match PodEvents.on_event("ADDED", &pod, &mut None) {
+    match PodEventHandler.on_event("ADDED", &pod, &mut None) {
         Reaction::Queue(Some(h), Priority::Urgent) => h,
         other => panic!("the watcher would not queue the new pod as urgent: {other:?}"),
     }
@@ -1980,7 +1980,7 @@ fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replace
         m.deletion_grace_period_seconds = Some(0);
     }
     let pod = f.pod.borrow().clone().unwrap();
-    let hint = match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+    let hint = match PodEventHandler.on_event("MODIFIED", &pod, &mut None) {
         Reaction::Queue(Some(h), Priority::Urgent) => h,
         other => panic!("a held pod being deleted must be urgent: {other:?}"),
     };
@@ -2051,10 +2051,10 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
     let pod = orphan(&f);
     // Its view did not change when its reference went; it is queued all the same, under the
     // name it was made for.
-    assert_eq!(PodEvents.key_of(&pod).as_deref(), Some("ns/web"));
-    let mut memo = Some(PodEvents.memo(&pod));
+    assert_eq!(PodEventHandler.key_of(&pod).as_deref(), Some("ns/web"));
+    let mut memo = Some(PodEventHandler.memo(&pod));
     let Reaction::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
-        PodEvents.on_event("MODIFIED", &pod, &mut memo)
+        PodEventHandler.on_event("MODIFIED", &pod, &mut memo)
     else {
         panic!("an orphan holding our finalizer was not queued")
     };
@@ -2073,7 +2073,7 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
         .is_empty());
     // Without our finalizer an orphan is none of ours: not even queued.
     let released = f.pod.borrow().clone().unwrap();
-    assert_eq!(PodEvents.key_of(&released), None);
+    assert_eq!(PodEventHandler.key_of(&released), None);
 }
 
 #[test]
@@ -2243,7 +2243,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     assert_ne!(replacement, failed.metadata.uid);
     // Then the failed pod's DELETED event arrives: nothing to do, no request, no back-off
     // reported for a replacement that exists.
-    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+    let hint = match PodEventHandler.on_event("DELETED", &failed, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
@@ -2759,7 +2759,7 @@ fn the_deleted_event_of_a_pod_another_process_replaced_is_checked_and_changes_no
     count_made(&f);
     run_with(&f, &seen(&f)).unwrap();
     let replacement = pod_uid(&f);
-    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+    let hint = match PodEventHandler.on_event("DELETED", &failed, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };

@@ -4,9 +4,9 @@
 //! in-stream ERROR) relists, and so does a version the server has not reached (a 504 "Too large
 //! resource version", or, asked after a failure, a server version below the watch's: etcd
 //! restored from a snapshot); any other failure or a silent stream backs off and re-watches
-//! (docs/design.md, "A watch that goes silent is given up"). What an event means is the policy's ([`Watched`]);
-//! a watcher keeps only the last resourceVersion and the policy's memo of each key, in a
-//! [`Store`] others may read.
+//! (docs/design.md, "A watch that goes silent is given up"). What an event means is its event
+//! handler's ([`EventHandler`]); a watcher keeps only the last resourceVersion and the handler's
+//! memo of each key, in a [`Store`] others may read.
 
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
@@ -25,10 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod policy;
+mod event_handler;
 mod source;
 
-pub use policy::{Listed, Reaction, Watched};
+pub use event_handler::{EventHandler, Listed, Reaction};
 pub use source::{Kind, Source};
 
 /// Watch `timeoutSeconds` is drawn from this range: below the ~4 minute idle timeout of common
@@ -148,10 +148,10 @@ enum State {
 }
 
 /// One watcher thread's state.
-pub struct Watcher<S: Source, W: Watched> {
+pub struct Watcher<S: Source, W: EventHandler> {
     pub source: S,
     pub kind: Kind,
-    pub policy: W,
+    pub handler: W,
     pub queue: Arc<Queue<W::Hint>>,
     /// Disconnected (its sender dropped) when the process shuts down.
     pub quit: Receiver<()>,
@@ -165,7 +165,7 @@ pub struct Watcher<S: Source, W: Watched> {
     failed: bool,
     pub idle_timeout: Duration,
     pub relists: Relist,
-    /// Every key seen since the last list, with the policy's memo of it. Watchers of several
+    /// Every key seen since the last list, with the handler's memo of it. Watchers of several
     /// namespaces may share one store: each lists only its own namespace's keys.
     known: Arc<Store<W::Memo>>,
     /// This watch's liveness, for `/readyz` and the metrics.
@@ -187,14 +187,14 @@ pub struct Watcher<S: Source, W: Watched> {
 /// Finds another store's copy of a key.
 pub type SharedKey = Box<dyn Fn(&str) -> Option<Key> + Send>;
 
-impl<S: Source, W: Watched> Watcher<S, W>
+impl<S: Source, W: EventHandler> Watcher<S, W>
 where
     W::Hint: Clone,
 {
     pub fn new(
         source: S,
         kind: Kind,
-        policy: W,
+        handler: W,
         queue: Arc<Queue<W::Hint>>,
         quit: Receiver<()>,
         synced: Sender<&'static Watch>,
@@ -205,7 +205,7 @@ where
             source,
             live,
             kind,
-            policy,
+            handler,
             queue,
             quit,
             synced: Some(synced),
@@ -451,7 +451,7 @@ where
         self.missing = false;
     }
 
-    /// Lists; queues every listed key (routine, unless the policy says otherwise) and every known
+    /// Lists; queues every listed key (routine, unless the handler says otherwise) and every known
     /// key that is gone (urgent: a pod deleted while the watch was down, say); returns the
     /// list's resourceVersion. `after`: the version the watch before it had reached.
     fn relist(&mut self, after: Option<&str>) -> Result<String, client::Error> {
@@ -487,10 +487,10 @@ where
             };
             for (key, new) in listed {
                 let (key, memo) = match before.remove_entry(key.as_str()) {
-                    Some((key, old)) => (key, self.policy.relisted(old, new, &listed_as)),
+                    Some((key, old)) => (key, self.handler.relisted(old, new, &listed_as)),
                     None => (self.key_for(key), new),
                 };
-                listed_keys.push((key.clone(), self.policy.relist_priority(&memo)));
+                listed_keys.push((key.clone(), self.handler.relist_priority(&memo)));
                 known.insert(key, memo);
             }
             before.into_keys().collect()
@@ -524,8 +524,8 @@ where
                     Err(e) => return Err(e),
                 };
             for o in &page.items {
-                if let Some(key) = self.policy.key_of(o) {
-                    listed.insert(key, self.policy.memo(o));
+                if let Some(key) = self.handler.key_of(o) {
+                    listed.insert(key, self.handler.memo(o));
                 }
             }
             match page.metadata.continue_token.filter(|t| !t.is_empty()) {
@@ -614,11 +614,11 @@ where
         if !meta.resource_version.is_empty() {
             rv.clone_from(&meta.resource_version);
         }
-        let Some(key) = self.policy.key_of(&o) else {
+        let Some(key) = self.handler.key_of(&o) else {
             return Ok(());
         };
         let (verdict, key) = self.known.entry(self.key_for(key), |memo| {
-            self.policy.on_event(event, &o, memo)
+            self.handler.on_event(event, &o, memo)
         });
         let queued = matches!(verdict, Reaction::Queue(..));
         log::trace!(
@@ -661,7 +661,7 @@ where
             *rv = version.to_string();
         }
         let meta = serde_json::from_str::<Bookmark>(raw).map(|b| b.metadata);
-        let key = meta.ok().and_then(|m| self.policy.key_of_meta(&m));
+        let key = meta.ok().and_then(|m| self.handler.key_of_meta(&m));
         let object = key.as_deref().unwrap_or("unknown");
         let error = error.to_string();
         if self.skipped == 1 {

@@ -1,4 +1,4 @@
-//! The pod watcher's policy: which pod events are worth a reconcile, and what each tells it.
+//! The pod watcher's event handler: which pod events are worth a reconcile, and what each tells it.
 
 use super::{Ending, LeftPod, PodHint, PodView, SeenPod, Waiting};
 use crate::immortal::counting::holds;
@@ -7,11 +7,11 @@ use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, Uid};
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Reaction, Watched};
+use crate::runtime::watcher::{EventHandler, Reaction};
 use crate::util;
 
 /// Our pods only (selected by label), each mapped to the ImmortalContainer that controls it.
-pub struct PodEvents;
+pub struct PodEventHandler;
 
 /// What the pod watcher remembers of a key's pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ impl PodMemo {
     }
 }
 
-impl Watched for PodEvents {
+impl EventHandler for PodEventHandler {
     type Object = Pod;
     type Hint = PodHint;
     type Memo = PodMemo;
