@@ -1,7 +1,7 @@
 //! The pod watcher's event handler: which pod events are worth a reconcile, and what each tells it.
 
 use super::{Ending, LeftPod, PodHint, PodView, SeenPod, Waiting};
-use crate::immortal::counting::holds;
+use crate::immortal::counting::is_held;
 use crate::immortal::desired::recorded_hash;
 use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
 use crate::kube::client::Resource;
@@ -26,7 +26,7 @@ impl PodMemo {
     fn of(o: &Pod, view: &PodView) -> PodMemo {
         PodMemo {
             digest: view.digest(),
-            urgent: view.phase.is_terminal() || holds(&o.metadata.finalizers),
+            urgent: view.phase.is_terminal() || is_held(&o.metadata.finalizers),
         }
     }
 }
@@ -45,7 +45,7 @@ impl EventHandler for PodEventHandler {
             Some(owner) => Some(types::key(&meta.namespace, &owner.name)),
             // Orphaned (`kubectl delete ic --cascade=orphan`) yet carrying our finalizer, which
             // nobody else would take off: its name says which object it was made for.
-            None if holds(&meta.finalizers) => meta
+            None if is_held(&meta.finalizers) => meta
                 .name
                 .strip_suffix(ic::POD_SUFFIX)
                 .map(|name| types::key(&meta.namespace, name)),
@@ -73,7 +73,7 @@ impl EventHandler for PodEventHandler {
         memo: &mut Option<PodMemo>,
     ) -> Reaction<PodHint> {
         let m = &o.metadata;
-        let holds_count = holds(&m.finalizers);
+        let held = is_held(&m.finalizers);
         if event == "DELETED" {
             *memo = None;
             // Its owner needs a pod (or its finalizer released): urgent.
@@ -81,7 +81,7 @@ impl EventHandler for PodEventHandler {
                 Some(PodHint::Left(Box::new(LeftPod {
                     uid: Uid::new(&m.uid),
                     ending: Ending::of(o),
-                    holds_count,
+                    held,
                 }))),
                 Priority::Urgent,
             );
@@ -91,17 +91,17 @@ impl EventHandler for PodEventHandler {
         // Orphaned while holding our finalizer: its view may not have changed, but it must be
         // let go (see `key_of`).
         let owner = m.controller().filter(|r| r.is_immortal_container());
-        let orphaned = holds_count && owner.is_none();
+        let orphaned = held && owner.is_none();
         // Compared on the view: our own release of a pod changes nothing a reconcile acts on.
         // A pod our finalizer still holds is worth a look at each event, the view changed or
         // not: its release waits for the reconcile of its next event (see `reconcile`).
         match memo.replace(now) {
-            Some(before) if before.digest == now.digest && !holds_count => return Reaction::Ignore,
+            Some(before) if before.digest == now.digest && !held => return Reaction::Ignore,
             // A new pod plainly pending and let go: reconcile made it and wrote this very view
             // (an older CRD: it holds no finalizer; one someone else made is found by the
             // relist after our restart, or its next change). One still held is counted by the
             // reconcile this event queues (see design.md, "Pods first").
-            None if event == "ADDED" && view == PodView::pending() && !holds_count => {
+            None if event == "ADDED" && view == PodView::pending() && !held => {
                 return Reaction::Ignore
             }
             _ => {}
@@ -109,8 +109,8 @@ impl EventHandler for PodEventHandler {
         // A pod that ended must be replaced, one just made must be counted (so its object's
         // status names it), and one held for nobody, or held while someone deletes it, must
         // be let go: urgent. Any other change only changes what status says: routine.
-        let deleting_held = holds_count && m.deletion_timestamp.is_some();
-        let made = event == "ADDED" && holds_count;
+        let deleting_held = held && m.deletion_timestamp.is_some();
+        let made = event == "ADDED" && held;
         let priority = if view.phase.is_terminal() || orphaned || deleting_held || made {
             Priority::Urgent
         } else {
@@ -132,7 +132,7 @@ impl EventHandler for PodEventHandler {
                     .map_or("", String::as_str),
             ),
             spec_hash: recorded_hash(o).map(util::intern),
-            holds_count,
+            held,
             rv: m.resource_version.parse().unwrap_or(0),
             ending: Ending::of(o).map(Box::new),
             waiting: Waiting::of(o, &view),

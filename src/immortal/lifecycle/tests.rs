@@ -75,7 +75,7 @@ fn a_pod_starting_costs_one_reconcile_when_it_runs() {
 }
 
 #[test]
-fn a_pod_still_held_is_counted_at_once_let_go_with_its_next_event_and_at_once_when_deleted() {
+fn a_pod_still_held_is_counted_at_once_released_with_its_next_event_and_at_once_when_deleted() {
     let held = |name: &str| {
         let mut events = recorded(name);
         for (_, pod) in &mut events {

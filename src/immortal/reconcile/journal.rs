@@ -1,7 +1,7 @@
 //! The journal: what this process did and learned that the API server does not hold, kept
 //! between reconciles and lost on a restart (nothing the count depends on).
 
-use crate::immortal::counting::{Counting, LET_GO_WITHIN};
+use crate::immortal::counting::{Counting, RELEASE_WITHIN};
 use crate::immortal::restarts::Restarts;
 use crate::kube::types::Uid;
 use crate::runtime::store::Key;
@@ -128,9 +128,9 @@ impl Journal {
             .map(|m| (m.uid.clone(), m.at.until(now)))
     }
 
-    /// Whether a pod made `ago` is due to be let go ([`LET_GO_WITHIN`]).
+    /// Whether a pod made `ago` is due for release ([`RELEASE_WITHIN`]).
     pub(super) fn is_overdue(ago: Duration) -> bool {
-        ago >= LET_GO_WITHIN
+        ago >= RELEASE_WITHIN
     }
 
     /// `t` as [`Made`] keeps it.
@@ -146,8 +146,8 @@ impl Journal {
         }
     }
 
-    /// The pod of `key` was let go, or the object is gone: nothing of it is held any more.
-    pub(super) fn not_held(&self, key: &str) {
+    /// The pod of `key` was released, or the object is gone: nothing of it is held any more.
+    pub(super) fn forget_held(&self, key: &str) {
         lock(&self.made).remove(key);
         lock(&self.dropped).remove(key);
     }

@@ -422,7 +422,7 @@ fn added(f: &Fake) -> PodHint {
 }
 
 /// What a reconcile that made a pod answers: a look by the time it is to be let go.
-const MADE: Action = Action::requeue(counting::LET_GO_WITHIN);
+const MADE: Action = Action::requeue(counting::RELEASE_WITHIN);
 
 /// The object's pod made and counted, as the create's reconcile and then the one its ADDED
 /// event queues do: pending, still held by our finalizer.
@@ -580,7 +580,7 @@ fn creates_the_pod_of_a_new_object_then_counts_it_and_reports_it_pending() {
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     // Still held: the reconcile of its next event (the scheduler's, the kubelet's) lets it go
     // as it says so.
-    assert!(counting::holds(&finalizers(&f)));
+    assert!(counting::is_held(&finalizers(&f)));
     start_pod(&f);
     f.clear();
     assert_eq!(run_with(&f, &seen(&f)).unwrap(), Action::await_change());
@@ -740,7 +740,7 @@ fn a_second_reconcile_with_nothing_to_do_writes_nothing() {
 }
 
 #[test]
-fn a_deleted_object_is_done_and_its_pod_is_let_go() {
+fn a_deleted_object_is_done_and_its_pod_is_released() {
     let f = Fake::default();
     // Nothing said about its pod (a relist): one look, in case it still holds our finalizer.
     assert_eq!(run(&f, "ns/gone").unwrap(), Action::await_change());
@@ -753,7 +753,7 @@ fn a_deleted_object_is_done_and_its_pod_is_let_go() {
     run(&f, "ns/web").unwrap();
     f.fail_next("patch_status", api_err(500, "InternalError"));
     assert!(run_with(&f, &added(&f)).is_err());
-    assert!(counting::holds(
+    assert!(counting::is_held(
         &f.pod.borrow().as_ref().unwrap().metadata.finalizers
     ));
     *f.ic.borrow_mut() = None;
@@ -1750,7 +1750,7 @@ fn a_pod_deleted_before_the_failed_status_write_is_retried_is_still_counted() {
         &PodHint::Left(Box::new(crate::immortal::lifecycle::LeftPod {
             uid: first.metadata.uid.as_str().into(),
             ending: None,
-            holds_count: false,
+            held: false,
         })),
     )
     .unwrap();
@@ -1968,7 +1968,7 @@ fn a_pod_that_ended_on_its_own_soon_after_it_started_backs_off_too() {
 }
 
 #[test]
-fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replaced() {
+fn a_pod_deleted_before_its_added_event_was_served_is_released_at_once_and_replaced() {
     let f = fake(ic("web", "nginx"));
     run(&f, "ns/web").unwrap();
     // Someone deletes the new pod while its release still waits in the queue: the API server
@@ -2001,7 +2001,7 @@ fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replace
     let gone = PodHint::Left(Box::new(crate::immortal::lifecycle::LeftPod {
         uid: pod.metadata.uid.as_str().into(),
         ending: None,
-        holds_count: false,
+        held: false,
     }));
     run_with(&f, &gone).unwrap();
     count_made(&f);
@@ -2046,7 +2046,7 @@ fn orphan(f: &Fake) -> Pod {
 }
 
 #[test]
-fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
+fn an_orphaned_pod_held_by_our_finalizer_is_released() {
     let f = Fake::default();
     let pod = orphan(&f);
     // Its view did not change when its reference went; it is queued all the same, under the
@@ -2077,7 +2077,7 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
 }
 
 #[test]
-fn an_orphan_holding_our_finalizer_under_a_new_objects_name_is_let_go_and_left_alone() {
+fn an_orphan_held_by_our_finalizer_under_a_new_objects_name_is_released_and_left_alone() {
     let f = Fake::default();
     orphan(&f);
     let mut new = ic("web", "nginx");
@@ -2174,7 +2174,7 @@ fn a_pod_nobody_deletes_keeps_our_finalizer_while_status_cannot_be_written() {
         1
     );
     // Once status can be written, it is counted, and let go with its next event (within
-    // `counting::LET_GO_WITHIN` of its create at the latest).
+    // `counting::RELEASE_WITHIN` of its create at the latest).
     run(&f, "ns/web").unwrap();
     assert_eq!(status(&f).start_times, Some(1));
     run_with(&f, &seen(&f)).unwrap();
@@ -2260,7 +2260,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
 fn held_unlabelled_and_deleted(f: &Fake) -> String {
     run(f, "ns/web").unwrap();
     // The operator restarts before counting it: it knows nothing of the pod it made.
-    f.journal.not_held("ns/web");
+    f.journal.forget_held("ns/web");
     start_pod(f);
     let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
     f.pod.borrow_mut().as_mut().unwrap().metadata.labels.clear();
@@ -2312,7 +2312,7 @@ fn a_refused_relabel_does_not_keep_a_pod_being_deleted_waiting_on_our_finalizer(
 }
 
 #[test]
-fn a_pod_let_go_unlabelled_that_leaves_before_its_relabel_is_replaced() {
+fn a_pod_released_unlabelled_that_leaves_before_its_relabel_is_replaced() {
     let f = fake(ic("web", "nginx"));
     let uid = held_unlabelled_and_deleted(&f);
     // Counted and let go, the relabel refused: our watch, which lost the pod with its label,
@@ -2523,7 +2523,7 @@ fn a_stale_copy_never_lets_go_the_uncounted_pod_of_the_object_made_after_it() {
 }
 
 #[test]
-fn a_held_pod_of_an_object_gone_is_let_go_once_a_read_shows_it_gone() {
+fn a_held_pod_of_an_object_gone_is_released_once_a_read_shows_it_gone() {
     // The pod of an earlier object of the name, which went between its pod's create and its
     // count: the read shows another object (ours), so nothing will count it.
     let f = fake(ic("web", "nginx"));
@@ -2656,7 +2656,7 @@ fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Action, Error> {
 }
 
 #[test]
-fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
+fn a_pod_released_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
     let (f, now) = fake_with_clock(ic("web", "nginx"));
     made(&f);
     start_pod(&f);
@@ -2809,16 +2809,16 @@ fn a_count_refused_for_a_stale_copy_reads_the_object_so_the_retry_counts_once() 
 }
 
 #[test]
-fn a_pod_made_here_is_let_go_within_the_bound_whatever_waits_before_it() {
+fn a_pod_made_here_is_released_within_the_bound_whatever_waits_before_it() {
     let (f, now) = fake_with_clock(ic("web", "nginx"));
     // The create asks for a look by the bound: a queue deadline like any other.
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Action::requeue(counting::LET_GO_WITHIN)
+        Action::requeue(counting::RELEASE_WITHIN)
     );
     // A backlog's creates kept its count from coming; its bound comes, and the look counts
     // it and lets it go at once.
-    *now.lock().unwrap() += counting::LET_GO_WITHIN;
+    *now.lock().unwrap() += counting::RELEASE_WITHIN;
     f.clear();
     assert_eq!(run_with(&f, &added(&f)).unwrap(), Action::await_change());
     assert_eq!(
@@ -2837,7 +2837,7 @@ fn a_pod_made_here_whose_finalizer_someone_else_took_off_gets_one_look_and_no_mo
     let (f, now) = fake_with_clock(ic("web", "nginx"));
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Action::requeue(counting::LET_GO_WITHIN)
+        Action::requeue(counting::RELEASE_WITHIN)
     );
     // A person unsticking it, or a mutating policy, takes our finalizer off before its count.
     f.pod
@@ -2847,7 +2847,7 @@ fn a_pod_made_here_whose_finalizer_someone_else_took_off_gets_one_look_and_no_mo
         .metadata
         .finalizers
         .clear();
-    *now.lock().unwrap() += counting::LET_GO_WITHIN;
+    *now.lock().unwrap() += counting::RELEASE_WITHIN;
     // The look the create asked for counts it and asks for no other: nothing is held.
     assert_eq!(run(&f, "ns/web").unwrap(), Action::await_change());
     assert!(f.journal.made_here("ns/web").is_none());
