@@ -554,7 +554,7 @@ fn a_pod_deleted_while_status_writes_are_refused_goes_within_a_minute_uncounted_
         },
     );
     eprintln!("let go {:?} after its deletion", deleted.elapsed());
-    // The Event is recorded on a thread of its own, once the pod has been let go.
+    // The Event is recorded on a thread of its own, once the pod has been released.
     wait_until(
         c.timeout(Duration::from_secs(10)),
         "a StartsNotCounted Event naming the pod",
@@ -645,7 +645,7 @@ fn a_held_pod_whose_relabel_is_refused_is_still_counted_and_released_when_delete
     );
     assert!(c.delete_pod_with_grace(name(&pod), uid(&pod), None));
     drop(refused);
-    // Counted and let go within the half minute a held pod is retried in, the relabel
+    // Counted and released within the half minute a held pod is retried in, the relabel
     // refused or not; then replaced.
     wait_until(
         c.timeout(Duration::from_secs(45)),

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 
 /// Longest a pod holding our finalizer waits between two tries at counting it while status
-/// cannot be written, whatever the key's back-off: so it is counted, and let go, within this
+/// cannot be written, whatever the key's back-off: so it is counted, and released, within this
 /// of status writes coming back (an edited ClusterRole fixed), not the up to 1000 s the
 /// back-off of a key that failed for long reaches. One status write per held pod per 30 s.
 pub const RECOUNT_AT_MOST: Duration = Duration::from_secs(30);

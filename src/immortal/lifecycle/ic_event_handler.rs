@@ -53,7 +53,7 @@ impl EventHandler for IcEventHandler {
     }
 
     /// A new object or a spec change needs a pod (urgent); a deletion needs a look (routine: a
-    /// pod held by our finalizer must be let go). A change of status alone is our own write
+    /// pod held by our finalizer must be released). A change of status alone is our own write
     /// coming back (maybe before its answer, so the version cannot tell): nothing to do. A
     /// spec change is told by the spec as well as the generation: etcd restored from a
     /// snapshot hands out generations the held copy may have had already.

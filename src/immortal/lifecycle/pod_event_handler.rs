@@ -58,7 +58,7 @@ impl EventHandler for PodEventHandler {
     }
 
     /// Listed, a pod that ended or that our finalizer still holds (made just before the
-    /// operator stopped) goes before every refresh: a replacement to make, a pod to let go.
+    /// operator stopped) goes before every refresh: a replacement to make, a pod to release.
     fn relist_priority(&self, memo: &PodMemo) -> Priority {
         match memo.urgent {
             true => Priority::Urgent,
@@ -89,7 +89,7 @@ impl EventHandler for PodEventHandler {
         let view = PodView::of(o);
         let now = PodMemo::of(o, &view);
         // Orphaned while holding our finalizer: its view may not have changed, but it must be
-        // let go (see `key_of`).
+        // released (see `key_of`).
         let owner = m.controller().filter(|r| r.is_immortal_container());
         let orphaned = held && owner.is_none();
         // Compared on the view: our own release of a pod changes nothing a reconcile acts on.
@@ -97,7 +97,7 @@ impl EventHandler for PodEventHandler {
         // not: its release waits for the reconcile of its next event (see `reconcile`).
         match memo.replace(now) {
             Some(before) if before.digest == now.digest && !held => return Reaction::Ignore,
-            // A new pod plainly pending and let go: reconcile made it and wrote this very view
+            // A new pod plainly pending and released: reconcile made it and wrote this very view
             // (an older CRD: it holds no finalizer; one someone else made is found by the
             // relist after our restart, or its next change). One still held is counted by the
             // reconcile this event queues (see design.md, "Pods first").
@@ -108,7 +108,7 @@ impl EventHandler for PodEventHandler {
         }
         // A pod that ended must be replaced, one just made must be counted (so its object's
         // status names it), and one held for nobody, or held while someone deletes it, must
-        // be let go: urgent. Any other change only changes what status says: routine.
+        // be released: urgent. Any other change only changes what status says: routine.
         let deleting_held = held && m.deletion_timestamp.is_some();
         let made = event == "ADDED" && held;
         let priority = if view.phase.is_terminal() || orphaned || deleting_held || made {

@@ -183,7 +183,7 @@ struct Run<'a, A: Api> {
     /// A read showed `ic` older than the object: the reconcile ends, and the next one starts
     /// from the copy read (see `confirmed`).
     stale: bool,
-    /// Putting our labels back on the pod failed: returned once the pod is counted and let go,
+    /// Putting our labels back on the pod failed: returned once the pod is counted and released,
     /// so that a pod being deleted never waits on a relabel (see `counting::HOLD_AT_MOST`).
     relabel: Option<Error>,
     /// Our pod (uid) this reconcile saw removed: the pod it creates replaces it.
@@ -232,7 +232,7 @@ pub fn reconcile<A: Api>(
         }
     }
     // Any other pod that left, not the one our copy counted last: the copy may predate a count
-    // (another leader's, before a failover), or the pod was never counted (let go uncounted).
+    // (another leader's, before a failover), or the pod was never counted (released uncounted).
     // The copy cannot tell: read the object, and then the pod if it is still not the one
     // counted (see `first_look`). Controllers are level-triggered: a hint may save a request,
     // never be the only ground for "nothing to do".
@@ -317,7 +317,7 @@ pub fn reconcile<A: Api>(
         if let Some(held) = run.release.take() {
             // A pod someone is deleting waits on our count, and the count cannot be written:
             // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
-            // One nobody waits on yet is tried again soon enough that it is let go soon after
+            // One nobody waits on yet is tried again soon enough that it is released soon after
             // status can be written again, whatever the key's back-off has grown to.
             let within = if held.deleting {
                 let now = journal.now();
@@ -506,7 +506,7 @@ impl<A: Api> Run<'_, A> {
         self.ours(OurPod::read(pod, self.ic), rounds)
     }
 
-    /// Our pod, read or seen in an event: count it, let it go once counted, and replace it if
+    /// Our pod, read or seen in an event: count it, release it once counted, and replace it if
     /// it ended or its spec changed; else report what it does.
     fn ours(&mut self, pod: OurPod, rounds: &mut Rounds) -> Result<Step<'static>, Error> {
         let OurPod {
@@ -531,7 +531,7 @@ impl<A: Api> Run<'_, A> {
                 deleting: view.phase == Phase::Terminating,
             });
         } else {
-            // Let go by someone else (a person, a mutating policy): nothing to let go by then.
+            // Released by someone else (a person, a mutating policy): nothing to release by then.
             self.journal.forget_made(self.trace.key, &uid);
         }
         if view.phase == Phase::Terminating {
@@ -655,7 +655,7 @@ impl<A: Api> Run<'_, A> {
                     }
                     return Look::DeleteTerminated(uid);
                 }
-                // Counted already, or the pod this process made and has not let go: it
+                // Counted already, or the pod this process made and has not released: it
                 // exists, and nothing after it was counted. Or still held by our finalizer
                 // while status says no pod was ever counted: uncounted, so it cannot have
                 // gone, and a copy older than the object is refused at the count's write.

@@ -127,7 +127,7 @@ impl<A: Api> Run<'_, A> {
 /// Lets the pod of a deleted object (or of one being deleted, with `owner_uid`) go: takes our
 /// finalizer off it if it still carries it, so the garbage collector can remove it. Nothing is
 /// left to count for an object that is gone, and no other object can count a pod under its
-/// name: so a pod of that name holding our finalizer is let go whoever controls it now (the
+/// name: so a pod of that name holding our finalizer is released whoever controls it now (the
 /// object that went, or nobody, after `kubectl delete ic --cascade=orphan`), except, while the
 /// object is still being deleted, a pod another object of the name controls. Costs a request
 /// only when the trigger said the pod holds our finalizer, or said nothing (a relist, a

@@ -421,7 +421,7 @@ fn added(f: &Fake) -> PodHint {
     }
 }
 
-/// What a reconcile that made a pod answers: a look by the time it is to be let go.
+/// What a reconcile that made a pod answers: a look by the time it is to be released.
 const MADE: Action = Action::requeue(counting::RELEASE_WITHIN);
 
 /// The object's pod made and counted, as the create's reconcile and then the one its ADDED
@@ -619,7 +619,7 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
     );
     assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
     assert_eq!(message(&f), "pod web-immortalpod runs nginx");
-    // Running and let go: the next change of it costs the status write alone.
+    // Running and released: the next change of it costs the status write alone.
     set_pod_ready(&f, false);
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
@@ -1777,7 +1777,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
         .collect();
     assert_eq!(warned.len(), 1, "{:?}", f.notes.borrow());
     assert!(warned[0].warning && warned[0].message.contains("config/crd"));
-    // The pod is let go all the same, at its next event: nothing can count it any more.
+    // The pod is released all the same, at its next event: nothing can count it any more.
     run_with(&f, &seen(&f)).unwrap();
     assert!(f
         .calls()
@@ -1986,7 +1986,7 @@ fn a_pod_deleted_before_its_added_event_was_served_is_released_at_once_and_repla
     };
     f.clear();
     run_with(&f, &hint).unwrap();
-    // Counted already: let go without a read, and the API server removes it.
+    // Counted already: released without a read, and the API server removes it.
     assert_eq!(
         f.calls(),
         [
@@ -2132,7 +2132,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     f.fail_next("patch_status", denied());
     let err = run(&f, "ns/web").unwrap_err();
     assert_eq!(err.retry_within(), Some(Duration::from_secs(15)), "{err}");
-    // ...then let go uncounted, which is said.
+    // ...then released uncounted, which is said.
     *now.lock().unwrap() += Duration::from_secs(15);
     f.fail_next("patch_status", denied());
     assert!(run(&f, "ns/web").is_err());
@@ -2173,7 +2173,7 @@ fn a_pod_nobody_deletes_keeps_our_finalizer_while_status_cannot_be_written() {
         f.pod.borrow().as_ref().unwrap().metadata.finalizers.len(),
         1
     );
-    // Once status can be written, it is counted, and let go with its next event (within
+    // Once status can be written, it is counted, and released with its next event (within
     // `counting::RELEASE_WITHIN` of its create at the latest).
     run(&f, "ns/web").unwrap();
     assert_eq!(status(&f).start_times, Some(1));
@@ -2315,7 +2315,7 @@ fn a_refused_relabel_does_not_keep_a_pod_being_deleted_waiting_on_our_finalizer(
 fn a_pod_released_unlabelled_that_leaves_before_its_relabel_is_replaced() {
     let f = fake(ic("web", "nginx"));
     let uid = held_unlabelled_and_deleted(&f);
-    // Counted and let go, the relabel refused: our watch, which lost the pod with its label,
+    // Counted and released, the relabel refused: our watch, which lost the pod with its label,
     // will never say it left.
     f.fail_next("patch_pod", api_err(422, "Invalid"));
     assert!(run(&f, "ns/web").is_err());
@@ -2511,7 +2511,7 @@ fn a_stale_copy_never_lets_go_the_uncounted_pod_of_the_object_made_after_it() {
         "nothing written from the copy"
     );
     assert_eq!(f.calls().last().map(String::as_str), Some("GET ic/web"));
-    // The object read is the one it belongs to: counted, then let go.
+    // The object read is the one it belongs to: counted, then released.
     f.clear();
     run_elsewhere(&f, Some(&seen(&f))).unwrap();
     assert_eq!(status(&f).start_times, Some(1));
@@ -2546,7 +2546,7 @@ fn a_held_pod_of_an_object_gone_is_released_once_a_read_shows_it_gone() {
     );
     assert!(finalizers(&f).is_empty());
     assert_eq!(ready(&f), ("False".into(), "PodNameConflict".into()));
-    // No object of the name at all: let go as well.
+    // No object of the name at all: released as well.
     let f = Fake::default();
     let mut pod = desired_pod(&old, true);
     pod.metadata.uid = "pod-uid-earlier".into();
@@ -2677,7 +2677,7 @@ fn a_pod_released_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() 
     ));
     start_pod(&f);
     let second = pod_uid(&f);
-    // A drain deletes it: it waits on our count a minute at most, then is let go uncounted.
+    // A drain deletes it: it waits on our count a minute at most, then is released uncounted.
     f.delete_pod("ns", "web-immortalpod", &second, None)
         .unwrap();
     f.fail_next("patch_status", denied());
@@ -2715,7 +2715,7 @@ fn a_pod_released_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() 
         ]
     );
     count_made(&f);
-    // Three pods started; the one let go is missing from the count, as its Event said.
+    // Three pods started; the one released is missing from the count, as its Event said.
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
 }
