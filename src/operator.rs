@@ -5,7 +5,7 @@
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::ic_state::IcStore;
-use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint, PodMemo};
+use crate::immortal::lifecycle::{self, IcEventHandler, PodEventHandler, PodHint, PodMemo};
 use crate::immortal::reconcile::{self, Journal, LiveApi};
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
@@ -22,7 +22,7 @@ use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
 use crate::runtime::shutdown::{is_quitting, listen_for_signals};
 use crate::runtime::store::Store;
-use crate::runtime::watcher::{Backoff, Resync, Watcher};
+use crate::runtime::watcher::{Backoff, Relist, Watcher};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -57,6 +57,9 @@ const EXIT_CONFIG: u8 = 1;
 
 /// Runs the operator until a signal; returns the process exit code.
 pub fn run(config: Config) -> ExitCode {
+    for said in &config.deprecated {
+        log::warn!(target: "controller", "{said}");
+    }
     // A stage answers `Err(code)` when the process is to exit now: a clear message at start-up,
     // a dead thread, or a signal before reconciling began.
     run_stages(config).unwrap_or_else(|code| code)
@@ -123,9 +126,9 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         ics: Arc::new(IcStore::new()),
         pods: Arc::new(Store::new()),
     });
-    let ic_resync = Resync::every(stages.config.resync_period);
-    stages.start_watchers(&ic_resync)?;
-    stages.recheck_crd(ic_resync)?;
+    let ic_relists = Relist::every(stages.config.relist_period);
+    stages.start_watchers(&ic_relists)?;
+    stages.recheck_crd(ic_relists)?;
     stages.start_sweep()?;
 
     let (stop_renewing_tx, stop_renewing) = crossbeam_channel::bounded::<()>(0);
@@ -217,7 +220,7 @@ impl Stages {
     /// list was answered and one namespace's lists are in (see [`SERVE_PATIENCE`]): the
     /// namespaces listed are served from then on, the others once their lists complete, each
     /// named with its reason until then (in the log and `/readyz`).
-    fn start_watchers(self: &Arc<Self>, ic_resync: &Resync) -> Result<(), ExitCode> {
+    fn start_watchers(self: &Arc<Self>, ic_relists: &Relist) -> Result<(), ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
         let idle = self.config.watch_idle_timeout;
         let failed = |e| fail_at_start(&format!("cannot start watcher thread: {e}"));
@@ -227,7 +230,7 @@ impl Stages {
             let ics = Watcher::new(
                 self.once.clone(),
                 lifecycle::immortal_containers_kind(namespace.clone()),
-                IcEvents,
+                IcEventHandler,
                 self.queue.clone(),
                 self.quit.clone(),
                 synced_tx.clone(),
@@ -236,21 +239,21 @@ impl Stages {
             let pods = Watcher::new(
                 self.once.clone(),
                 lifecycle::pods_kind(namespace),
-                PodEvents,
+                PodEventHandler,
                 self.queue.clone(),
                 self.quit.clone(),
                 synced_tx.clone(),
                 idle,
             );
             // Every ImmortalContainer watcher keeps its namespace's objects in the one store
-            // reconcile reads, and lists again when `ic_resync` is asked.
-            let ics = ics.resyncing(ic_resync.clone()).sharing(self.ics.clone());
+            // reconcile reads, and lists again when `ic_relists` is asked.
+            let ics = ics.relisting(ic_relists.clone()).sharing(self.ics.clone());
             spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
             // Every pod watcher keeps its namespace's pods in the one store the first lists are
             // joined with (see `queue_objects_without_a_pod`), under the objects' own keys.
             let objects = self.ics.clone();
             let pods = pods
-                .resyncing(Resync::every(self.config.resync_period))
+                .relisting(Relist::every(self.config.relist_period))
                 .sharing(self.pods.clone())
                 .keys_from(Box::new(move |key| objects.key(key)));
             spawn_watcher(pods, self.sentinel("watcher")).map_err(failed)?;
@@ -402,15 +405,15 @@ impl Stages {
 
     /// While the CRD prunes something the operator writes, reads it again every
     /// [`counting::RECHECK`], so that an upgraded CRD is taken up without a restart (see
-    /// `counting`, Resuming): `resync` then has every object reconciled.
-    fn recheck_crd(self: &Arc<Self>, resync: Resync) -> Result<(), ExitCode> {
+    /// `counting`, Resuming): `relists` then has every object reconciled.
+    fn recheck_crd(self: &Arc<Self>, relists: Relist) -> Result<(), ExitCode> {
         let me = self.clone();
         spawn("crd", move || {
             while wait(&me.quit, counting::RECHECK) {
                 if me.journal.counting.any_pruned()
                     && read_crd_schema(&me.once).is_some_and(|m| me.journal.counting.relearn(&m))
                 {
-                    resync.ask();
+                    relists.ask();
                 }
             }
         })

@@ -25,7 +25,7 @@
 
 use immortal_operator::immortal::desired;
 use immortal_operator::immortal::ic_state::{self, IcState, IcStore};
-use immortal_operator::immortal::lifecycle::{IcEvents, PodEvents, PodHint, PodMemo};
+use immortal_operator::immortal::lifecycle::{IcEventHandler, PodEventHandler, PodHint, PodMemo};
 use immortal_operator::immortal::reconcile::{self, Api, Journal};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
@@ -37,7 +37,7 @@ use immortal_operator::kube::types::{
 };
 use immortal_operator::runtime::controller::{Failure, LogContext};
 use immortal_operator::runtime::queue::Hint;
-use immortal_operator::runtime::watcher::{Listed, Reaction, Watched};
+use immortal_operator::runtime::watcher::{EventHandler, Listed, Reaction};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -845,11 +845,11 @@ impl Controller {
             return;
         }
         for (event, pod) in std::mem::take(&mut w.pod_events) {
-            if PodEvents.key_of(&pod).as_deref() != Some(KEY) {
+            if PodEventHandler.key_of(&pod).as_deref() != Some(KEY) {
                 continue;
             }
             let mut memo = self.pod_memo;
-            let verdict = PodEvents.on_event(event, &pod, &mut memo);
+            let verdict = PodEventHandler.on_event(event, &pod, &mut memo);
             self.pod_memo = memo;
             if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
@@ -861,7 +861,7 @@ impl Controller {
         for (event, ic) in std::mem::take(&mut w.ic_events) {
             let (verdict, _) = self
                 .ics
-                .entry(KEY.into(), |memo| IcEvents.on_event(event, &ic, memo));
+                .entry(KEY.into(), |memo| IcEventHandler.on_event(event, &ic, memo));
             if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
@@ -910,7 +910,7 @@ impl Controller {
         w.ic_events.clear();
         match &w.ic {
             Some(ic) => {
-                let listed = IcEvents.memo(ic);
+                let listed = IcEventHandler.memo(ic);
                 // Served now: the model's version is the list's.
                 let served = Listed {
                     version: Some(w.rv),
@@ -918,7 +918,7 @@ impl Controller {
                 };
                 self.ics.entry(KEY.into(), |memo| {
                     *memo = Some(match memo.take() {
-                        Some(old) => IcEvents.relisted(old, listed, &served),
+                        Some(old) => IcEventHandler.relisted(old, listed, &served),
                         None => listed,
                     })
                 });
@@ -937,8 +937,8 @@ impl Controller {
         self.pod_memo = None;
         let pod = w.pods.get(POD).map(|mp| mp.pod.clone());
         if let Some(p) = &pod {
-            if PodEvents.key_of(p).as_deref() == Some(KEY) {
-                self.pod_memo = Some(PodEvents.memo(p));
+            if PodEventHandler.key_of(p).as_deref() == Some(KEY) {
+                self.pod_memo = Some(PodEventHandler.memo(p));
             }
         }
         if w.ic.is_some() || pod.is_some() {
@@ -1212,7 +1212,7 @@ impl Scenario {
                 message: format!("pod {POD} runs {IMAGE}"),
             }],
         };
-        ctl.pod_memo = Some(PodEvents.memo(&pod));
+        ctl.pod_memo = Some(PodEventHandler.memo(&pod));
         w.standby = Some(ic.clone());
         // The watcher knows the converged object.
         ctl.ics

@@ -1,6 +1,6 @@
 //! The controller loop, generic over the resource: watcher and worker threads that report
 //! their own death, the worker's contract with the queue, and signals. What one reconcile does
-//! is the caller's (a closure); which events queue a key is the policy's ([`Watched`]).
+//! is the caller's (a closure); which events queue a key is its event handler's ([`EventHandler`]).
 
 use crate::kube::client::Client;
 use crate::runtime::allocator;
@@ -8,7 +8,7 @@ use crate::runtime::metrics;
 use crate::runtime::pool::{self, Pool};
 use crate::runtime::queue::{Hint, Key, Priority, Queue, Trigger, Work};
 use crate::runtime::serve::Health;
-use crate::runtime::watcher::{Watched, Watcher};
+use crate::runtime::watcher::{EventHandler, Watcher};
 use crossbeam_channel::Sender;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +32,7 @@ impl Action {
         }
     }
 
-    /// Look again after `after` (a pod to let go by then, a back-off, a name another pod
+    /// Look again after `after` (a pod to release by then, a back-off, a name another pod
     /// holds), urgent unless [`Action::at`] says otherwise. Requeued at once, the key comes
     /// back with what its trigger said.
     pub const fn requeue(after: Duration) -> Action {
@@ -101,7 +101,7 @@ pub fn spawn_watcher<W>(
     sentinel: Sentinel,
 ) -> std::io::Result<thread::JoinHandle<()>>
 where
-    W: Watched + Send + 'static,
+    W: EventHandler + Send + 'static,
     W::Hint: Clone + Send,
 {
     thread::Builder::new()

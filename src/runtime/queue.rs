@@ -1106,7 +1106,7 @@ mod band_tests {
         let q = Arc::new(Q::new());
         // 150 failures at once: 50 tokens owed, five seconds to pay.
         fail_many(&q, 150, Priority::Urgent);
-        // A pod made here is due to be let go: its look is a deadline like any other.
+        // A pod made here is due to be released: its look is a deadline like any other.
         q.add_after(
             "ns/made".into(),
             Duration::from_millis(10),

@@ -12,7 +12,7 @@ pub trait Hint: Clone {
 }
 
 /// Why a key was queued, logged with the reconcile it causes. `H` is what a watch event tells
-/// reconcile beyond the key (the policy's hint: see `lifecycle::PodHint`).
+/// reconcile beyond the key (the event handler's hint: see `lifecycle::PodHint`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger<H> {
     /// A watch event: resource short name, event type, the object's resourceVersion (0 where

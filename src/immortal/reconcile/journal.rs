@@ -1,7 +1,7 @@
 //! The journal: what this process did and learned that the API server does not hold, kept
 //! between reconciles and lost on a restart (nothing the count depends on).
 
-use crate::immortal::counting::{Counting, LET_GO_WITHIN};
+use crate::immortal::counting::{Counting, RELEASE_WITHIN};
 use crate::immortal::restarts::Restarts;
 use crate::kube::types::Uid;
 use crate::runtime::store::Key;
@@ -14,18 +14,18 @@ use std::time::{Duration, Instant, SystemTime};
 /// half a megabyte. Each is held only until that event comes, normally milliseconds.
 const REPLACED_AT_MOST: usize = 4096;
 
-/// Pods this process let go that are remembered at once, in each of two generations (see
+/// Pods this process released that are remembered at once, in each of two generations (see
 /// [`Journal::released`]): about 160 kB at most. An entry is needed only while an event from
 /// before the release may still wait in the queue, normally milliseconds.
 const RELEASED_AT_MOST: usize = 2048;
 
-/// Pods this process created and has not let go yet that are remembered, at most: about 50
+/// Pods this process created and has not released yet that are remembered, at most: about 50
 /// bytes each (the key is the queue's), as many as a backlog creates ahead of its counts.
 /// Forgetting them costs a read and an early release each, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 18;
 
 /// What this process did and learned, shared by the reconcile workers: the restart back-off,
-/// what the installed CRD keeps of the status we write, the pods it made, replaced and let go
+/// what the installed CRD keeps of the status we write, the pods it made, replaced and released
 /// whose watch events may still be on their way (as client-go controllers' expectations), and
 /// the clock (virtual in the exactly-once fault-injection tests).
 pub struct Journal {
@@ -34,15 +34,15 @@ pub struct Journal {
     /// Pods (uid, by key) this process saw removed and then replaced, until their DELETED
     /// event comes: the only ground on which such an event is "nothing new" without a read.
     replaced: Mutex<HashMap<String, String>>,
-    /// Pods this process let go, with the resourceVersion the release answered: a watch
+    /// Pods this process released, with the resourceVersion the release answered: a watch
     /// event older than that still shows our finalizer, and must not make us release again.
     released: Mutex<Released>,
-    /// The pod (by key) this process created last and has not let go: it exists and nothing
+    /// The pod (by key) this process created last and has not released: it exists and nothing
     /// after it was counted, so a watch event showing it is counted without a read; and its
     /// release may wait while other objects get their pods and statuses, within a bound.
     made: Mutex<HashMap<Key, Made>>,
     /// What the API server did not keep of the pod (uid, by key) this process made, until it
-    /// is let go: the status write that counts it says so (see [`Journal::dropped`]).
+    /// is released: the status write that counts it says so (see [`Journal::dropped`]).
     dropped: Mutex<HashMap<Key, (Uid, Arc<str>)>>,
     /// The API server's Kubernetes version (`/version`'s `gitVersion`), read at start: named
     /// where the operator says what the cluster did not keep of a pod.
@@ -120,7 +120,7 @@ impl Journal {
         made.insert(key.clone(), pod);
     }
 
-    /// The pod of `key` this process created and has not let go, and how long ago.
+    /// The pod of `key` this process created and has not released, and how long ago.
     pub(super) fn made_here(&self, key: &str) -> Option<(Uid, Duration)> {
         let now = self.stamp(self.now());
         lock(&self.made)
@@ -128,9 +128,9 @@ impl Journal {
             .map(|m| (m.uid.clone(), m.at.until(now)))
     }
 
-    /// Whether a pod made `ago` is due to be let go ([`LET_GO_WITHIN`]).
+    /// Whether a pod made `ago` is due for release ([`RELEASE_WITHIN`]).
     pub(super) fn is_overdue(ago: Duration) -> bool {
-        ago >= LET_GO_WITHIN
+        ago >= RELEASE_WITHIN
     }
 
     /// `t` as [`Made`] keeps it.
@@ -146,8 +146,8 @@ impl Journal {
         }
     }
 
-    /// The pod of `key` was let go, or the object is gone: nothing of it is held any more.
-    pub(super) fn not_held(&self, key: &str) {
+    /// The pod of `key` was released, or the object is gone: nothing of it is held any more.
+    pub(super) fn forget_held(&self, key: &str) {
         lock(&self.made).remove(key);
         lock(&self.dropped).remove(key);
     }
@@ -210,14 +210,14 @@ impl Journal {
     }
 }
 
-/// A pod this process made and has not let go.
+/// A pod this process made and has not released.
 struct Made {
     uid: Uid,
     /// When it was made.
     at: Stamp,
 }
 
-/// Pods let go, in two generations, so that the latest ones are always remembered.
+/// Pods released, in two generations, so that the latest ones are always remembered.
 #[derive(Default)]
 struct Released {
     now: HashMap<Uid, u64>,

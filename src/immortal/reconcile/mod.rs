@@ -119,8 +119,8 @@ struct OurPod<'p> {
     /// Why it is not made from the object's spec any more, if it is not.
     change: Option<String>,
     view: PodView,
-    /// It still holds our finalizer.
-    holds: bool,
+    /// It still carries our finalizer: it is held.
+    held: bool,
     ending: Option<Ending>,
     waiting: Option<Waiting>,
     /// The pod as read, when it was: what a message about its node needs, which no hint
@@ -134,7 +134,7 @@ impl<'p> OurPod<'p> {
         OurPod {
             uid: pod.metadata.uid.clone(),
             change: spec_change(created_for(pod), recorded_hash(pod), ic),
-            holds: counting::holds(&pod.metadata.finalizers),
+            held: counting::is_held(&pod.metadata.finalizers),
             ending: Ending::of(pod),
             waiting: Waiting::of(pod, &view),
             view,
@@ -149,7 +149,7 @@ impl<'p> OurPod<'p> {
             view: p.view.clone(),
             // An event from before our own release still shows our finalizer. Releasing again
             // on it would cost a write per pod for nothing.
-            holds: p.holds_count && !journal.released_after(&p.uid, p.rv),
+            held: p.held && !journal.released_after(&p.uid, p.rv),
             ending: p.ending.as_deref().cloned(),
             waiting: p.waiting,
             read: None,
@@ -183,7 +183,7 @@ struct Run<'a, A: Api> {
     /// A read showed `ic` older than the object: the reconcile ends, and the next one starts
     /// from the copy read (see `confirmed`).
     stale: bool,
-    /// Putting our labels back on the pod failed: returned once the pod is counted and let go,
+    /// Putting our labels back on the pod failed: returned once the pod is counted and released,
     /// so that a pod being deleted never waits on a relabel (see `counting::HOLD_AT_MOST`).
     relabel: Option<Error>,
     /// Our pod (uid) this reconcile saw removed: the pod it creates replaces it.
@@ -226,17 +226,17 @@ pub fn reconcile<A: Api>(
         // pod is, the old one's event arriving after the new one was made: nothing is new, and
         // the replacement's own events tell its story. Acting on it would take the name for
         // free and, after a quick ending, report a back-off for a replacement that exists.
-        if !g.holds_count && journal.was_replaced(trace.key, &g.uid.to_string()) {
+        if !g.held && journal.was_replaced(trace.key, &g.uid.to_string()) {
             log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
             return Ok(Action::await_change());
         }
     }
     // Any other pod that left, not the one our copy counted last: the copy may predate a count
-    // (another leader's, before a failover), or the pod was never counted (let go uncounted).
+    // (another leader's, before a failover), or the pod was never counted (released uncounted).
     // The copy cannot tell: read the object, and then the pod if it is still not the one
     // counted (see `first_look`). Controllers are level-triggered: a hint may save a request,
     // never be the only ground for "nothing to do".
-    let doubt = matches!(hint, Some(PodHint::Left(g)) if !g.holds_count
+    let doubt = matches!(hint, Some(PodHint::Left(g)) if !g.held
         && ic.status.last_counted_pod_uid.as_deref().is_some_and(|l| g.uid != *l));
     let ic = if doubt {
         match api.get_immortal_container(ns, name) {
@@ -302,7 +302,7 @@ pub fn reconcile<A: Api>(
         // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
         // collector could never remove it.
         journal.restarts.forget(trace.key);
-        journal.not_held(trace.key);
+        journal.forget_held(trace.key);
         if let Some(held) = run.release.take() {
             run.release_ours(&held.uid, "its ImmortalContainer is gone")?;
         }
@@ -317,7 +317,7 @@ pub fn reconcile<A: Api>(
         if let Some(held) = run.release.take() {
             // A pod someone is deleting waits on our count, and the count cannot be written:
             // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
-            // One nobody waits on yet is tried again soon enough that it is let go soon after
+            // One nobody waits on yet is tried again soon enough that it is released soon after
             // status can be written again, whatever the key's back-off has grown to.
             let within = if held.deleting {
                 let now = journal.now();
@@ -334,7 +334,7 @@ pub fn reconcile<A: Api>(
                     source: Box::new(e),
                 });
             }
-            run.let_go_uncounted(&held.uid, &e)?;
+            run.release_uncounted(&held.uid, &e)?;
         }
         synced?;
         return Err(e);
@@ -372,7 +372,7 @@ fn object_gone<A: Api>(
     hint: Option<&PodHint>,
 ) -> Result<Action, Error> {
     journal.restarts.forget(trace.key);
-    journal.not_held(trace.key);
+    journal.forget_held(trace.key);
     release_orphan(api, trace, ns, name, None, hint)?;
     Ok(Action::await_change())
 }
@@ -470,7 +470,7 @@ impl<A: Api> Run<'_, A> {
                 }
                 // Counted by its ADDED event's reconcile; this look lets it go if nothing
                 // else did by then.
-                Ok(Step::Done(Action::requeue(counting::LET_GO_WITHIN)))
+                Ok(Step::Done(Action::requeue(counting::RELEASE_WITHIN)))
             }
             Created::NameTaken if assumed => Ok(Step::Again(Look::Get)),
             // Taken although we just saw it free: whoever took it shows up on the next look.
@@ -506,14 +506,14 @@ impl<A: Api> Run<'_, A> {
         self.ours(OurPod::read(pod, self.ic), rounds)
     }
 
-    /// Our pod, read or seen in an event: count it, let it go once counted, and replace it if
+    /// Our pod, read or seen in an event: count it, release it once counted, and replace it if
     /// it ended or its spec changed; else report what it does.
     fn ours(&mut self, pod: OurPod, rounds: &mut Rounds) -> Result<Step<'static>, Error> {
         let OurPod {
             uid,
             change,
             view,
-            holds,
+            held,
             ending,
             waiting,
             read,
@@ -523,7 +523,7 @@ impl<A: Api> Run<'_, A> {
         if let Some(e) = ending {
             self.ended(&uid, &e);
         }
-        if holds {
+        if held {
             // Still held for its count: it goes once the status write that ends this
             // reconcile counts it (see `reconcile`).
             self.release = Some(Held {
@@ -531,7 +531,7 @@ impl<A: Api> Run<'_, A> {
                 deleting: view.phase == Phase::Terminating,
             });
         } else {
-            // Let go by someone else (a person, a mutating policy): nothing to let go by then.
+            // Released by someone else (a person, a mutating policy): nothing to release by then.
             self.journal.forget_made(self.trace.key, &uid);
         }
         if view.phase == Phase::Terminating {
@@ -655,14 +655,14 @@ impl<A: Api> Run<'_, A> {
                     }
                     return Look::DeleteTerminated(uid);
                 }
-                // Counted already, or the pod this process made and has not let go: it
+                // Counted already, or the pod this process made and has not released: it
                 // exists, and nothing after it was counted. Or still held by our finalizer
                 // while status says no pod was ever counted: uncounted, so it cannot have
                 // gone, and a copy older than the object is refused at the count's write.
                 let made = self.journal.made_here(self.trace.key);
                 let first = self.status.last_counted_pod_uid.is_none()
                     && self.status.current_pod.is_none()
-                    && p.holds_count;
+                    && p.held;
                 // A pod overdue on its node is read: what status says of it then names its node
                 // and what it shows, which the hint does not carry.
                 let overdue = p.waiting.is_some_and(|w| w.overdue(self.now).is_some());

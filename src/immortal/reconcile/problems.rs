@@ -85,7 +85,7 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn conflict(&mut self, pod: &Pod) -> Result<Action, Error> {
         // Not ours to count, and no other object can count a pod under our name once the object
         // that controls it is gone: then our finalizer goes.
-        if counting::holds(&pod.metadata.finalizers) {
+        if counting::is_held(&pod.metadata.finalizers) {
             if self.controller_exists(pod)? {
                 return Ok(Action::await_change());
             }

@@ -3,14 +3,14 @@
 use super::starts::release_pod;
 use super::*;
 use crate::immortal::desired::desired_pod;
-use crate::immortal::lifecycle::PodEvents;
+use crate::immortal::lifecycle::PodEventHandler;
 use crate::immortal::types::{ImmortalPod, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::kube::types::{
     Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status, StatusCause, StatusDetails,
 };
 use crate::runtime::controller::Failure;
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Reaction, Watched};
+use crate::runtime::watcher::{EventHandler, Reaction};
 use std::cell::RefCell;
 use std::time::{Instant, SystemTime};
 
@@ -368,7 +368,7 @@ fn run_with(f: &Fake, hint: &PodHint) -> Result<Action, Error> {
 /// The hint the pod watcher would queue for the pod's DELETED event, as it is now.
 fn gone(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap_or_default();
-    match PodEvents.on_event("DELETED", &pod, &mut None) {
+    match PodEventHandler.on_event("DELETED", &pod, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue a DELETED pod: {other:?}"),
     }
@@ -405,7 +405,7 @@ fn delete_after_running(f: &Fake, ran: u64) -> PodHint {
 /// The hint the pod watcher would queue for the pod as it is now.
 fn seen(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
-    match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+    match PodEventHandler.on_event("MODIFIED", &pod, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue this pod: {other:?}"),
     }
@@ -415,14 +415,14 @@ fn seen(f: &Fake) -> PodHint {
 /// created, still held for its count, comes back to be counted, urgent.
 fn added(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
-    match PodEvents.on_event("ADDED", &pod, &mut None) {
+    match PodEventHandler.on_event("ADDED", &pod, &mut None) {
         Reaction::Queue(Some(h), Priority::Urgent) => h,
         other => panic!("the watcher would not queue the new pod as urgent: {other:?}"),
     }
 }
 
-/// What a reconcile that made a pod answers: a look by the time it is to be let go.
-const MADE: Action = Action::requeue(counting::LET_GO_WITHIN);
+/// What a reconcile that made a pod answers: a look by the time it is to be released.
+const MADE: Action = Action::requeue(counting::RELEASE_WITHIN);
 
 /// The object's pod made and counted, as the create's reconcile and then the one its ADDED
 /// event queues do: pending, still held by our finalizer.
@@ -580,7 +580,7 @@ fn creates_the_pod_of_a_new_object_then_counts_it_and_reports_it_pending() {
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     // Still held: the reconcile of its next event (the scheduler's, the kubelet's) lets it go
     // as it says so.
-    assert!(counting::holds(&finalizers(&f)));
+    assert!(counting::is_held(&finalizers(&f)));
     start_pod(&f);
     f.clear();
     assert_eq!(run_with(&f, &seen(&f)).unwrap(), Action::await_change());
@@ -619,7 +619,7 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
     );
     assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
     assert_eq!(message(&f), "pod web-immortalpod runs nginx");
-    // Running and let go: the next change of it costs the status write alone.
+    // Running and released: the next change of it costs the status write alone.
     set_pod_ready(&f, false);
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
@@ -740,7 +740,7 @@ fn a_second_reconcile_with_nothing_to_do_writes_nothing() {
 }
 
 #[test]
-fn a_deleted_object_is_done_and_its_pod_is_let_go() {
+fn a_deleted_object_is_done_and_its_pod_is_released() {
     let f = Fake::default();
     // Nothing said about its pod (a relist): one look, in case it still holds our finalizer.
     assert_eq!(run(&f, "ns/gone").unwrap(), Action::await_change());
@@ -753,7 +753,7 @@ fn a_deleted_object_is_done_and_its_pod_is_let_go() {
     run(&f, "ns/web").unwrap();
     f.fail_next("patch_status", api_err(500, "InternalError"));
     assert!(run_with(&f, &added(&f)).is_err());
-    assert!(counting::holds(
+    assert!(counting::is_held(
         &f.pod.borrow().as_ref().unwrap().metadata.finalizers
     ));
     *f.ic.borrow_mut() = None;
@@ -1750,7 +1750,7 @@ fn a_pod_deleted_before_the_failed_status_write_is_retried_is_still_counted() {
         &PodHint::Left(Box::new(crate::immortal::lifecycle::LeftPod {
             uid: first.metadata.uid.as_str().into(),
             ending: None,
-            holds_count: false,
+            held: false,
         })),
     )
     .unwrap();
@@ -1777,7 +1777,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
         .collect();
     assert_eq!(warned.len(), 1, "{:?}", f.notes.borrow());
     assert!(warned[0].warning && warned[0].message.contains("config/crd"));
-    // The pod is let go all the same, at its next event: nothing can count it any more.
+    // The pod is released all the same, at its next event: nothing can count it any more.
     run_with(&f, &seen(&f)).unwrap();
     assert!(f
         .calls()
@@ -1968,7 +1968,7 @@ fn a_pod_that_ended_on_its_own_soon_after_it_started_backs_off_too() {
 }
 
 #[test]
-fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replaced() {
+fn a_pod_deleted_before_its_added_event_was_served_is_released_at_once_and_replaced() {
     let f = fake(ic("web", "nginx"));
     run(&f, "ns/web").unwrap();
     // Someone deletes the new pod while its release still waits in the queue: the API server
@@ -1980,13 +1980,13 @@ fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replace
         m.deletion_grace_period_seconds = Some(0);
     }
     let pod = f.pod.borrow().clone().unwrap();
-    let hint = match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+    let hint = match PodEventHandler.on_event("MODIFIED", &pod, &mut None) {
         Reaction::Queue(Some(h), Priority::Urgent) => h,
         other => panic!("a held pod being deleted must be urgent: {other:?}"),
     };
     f.clear();
     run_with(&f, &hint).unwrap();
-    // Counted already: let go without a read, and the API server removes it.
+    // Counted already: released without a read, and the API server removes it.
     assert_eq!(
         f.calls(),
         [
@@ -2001,7 +2001,7 @@ fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replace
     let gone = PodHint::Left(Box::new(crate::immortal::lifecycle::LeftPod {
         uid: pod.metadata.uid.as_str().into(),
         ending: None,
-        holds_count: false,
+        held: false,
     }));
     run_with(&f, &gone).unwrap();
     count_made(&f);
@@ -2046,15 +2046,15 @@ fn orphan(f: &Fake) -> Pod {
 }
 
 #[test]
-fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
+fn an_orphaned_pod_held_by_our_finalizer_is_released() {
     let f = Fake::default();
     let pod = orphan(&f);
     // Its view did not change when its reference went; it is queued all the same, under the
     // name it was made for.
-    assert_eq!(PodEvents.key_of(&pod).as_deref(), Some("ns/web"));
-    let mut memo = Some(PodEvents.memo(&pod));
+    assert_eq!(PodEventHandler.key_of(&pod).as_deref(), Some("ns/web"));
+    let mut memo = Some(PodEventHandler.memo(&pod));
     let Reaction::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
-        PodEvents.on_event("MODIFIED", &pod, &mut memo)
+        PodEventHandler.on_event("MODIFIED", &pod, &mut memo)
     else {
         panic!("an orphan holding our finalizer was not queued")
     };
@@ -2073,11 +2073,11 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
         .is_empty());
     // Without our finalizer an orphan is none of ours: not even queued.
     let released = f.pod.borrow().clone().unwrap();
-    assert_eq!(PodEvents.key_of(&released), None);
+    assert_eq!(PodEventHandler.key_of(&released), None);
 }
 
 #[test]
-fn an_orphan_holding_our_finalizer_under_a_new_objects_name_is_let_go_and_left_alone() {
+fn an_orphan_held_by_our_finalizer_under_a_new_objects_name_is_released_and_left_alone() {
     let f = Fake::default();
     orphan(&f);
     let mut new = ic("web", "nginx");
@@ -2132,7 +2132,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     f.fail_next("patch_status", denied());
     let err = run(&f, "ns/web").unwrap_err();
     assert_eq!(err.retry_within(), Some(Duration::from_secs(15)), "{err}");
-    // ...then let go uncounted, which is said.
+    // ...then released uncounted, which is said.
     *now.lock().unwrap() += Duration::from_secs(15);
     f.fail_next("patch_status", denied());
     assert!(run(&f, "ns/web").is_err());
@@ -2173,8 +2173,8 @@ fn a_pod_nobody_deletes_keeps_our_finalizer_while_status_cannot_be_written() {
         f.pod.borrow().as_ref().unwrap().metadata.finalizers.len(),
         1
     );
-    // Once status can be written, it is counted, and let go with its next event (within
-    // `counting::LET_GO_WITHIN` of its create at the latest).
+    // Once status can be written, it is counted, and released with its next event (within
+    // `counting::RELEASE_WITHIN` of its create at the latest).
     run(&f, "ns/web").unwrap();
     assert_eq!(status(&f).start_times, Some(1));
     run_with(&f, &seen(&f)).unwrap();
@@ -2202,7 +2202,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     // The CRD is upgraded (make install): the schema read again keeps every field.
     f.prunes.borrow_mut().clear();
     assert!(f.journal.counting.relearn(&[]));
-    // The resync's reconcile adopts the pod status names: it may have been counted, or not.
+    // The relist's reconcile adopts the pod status names: it may have been counted, or not.
     run(&f, "ns/web").unwrap();
     let st = status(&f);
     assert_eq!(st.start_times, Some(1), "not counted twice");
@@ -2243,7 +2243,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     assert_ne!(replacement, failed.metadata.uid);
     // Then the failed pod's DELETED event arrives: nothing to do, no request, no back-off
     // reported for a replacement that exists.
-    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+    let hint = match PodEventHandler.on_event("DELETED", &failed, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
@@ -2260,7 +2260,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
 fn held_unlabelled_and_deleted(f: &Fake) -> String {
     run(f, "ns/web").unwrap();
     // The operator restarts before counting it: it knows nothing of the pod it made.
-    f.journal.not_held("ns/web");
+    f.journal.forget_held("ns/web");
     start_pod(f);
     let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
     f.pod.borrow_mut().as_mut().unwrap().metadata.labels.clear();
@@ -2312,10 +2312,10 @@ fn a_refused_relabel_does_not_keep_a_pod_being_deleted_waiting_on_our_finalizer(
 }
 
 #[test]
-fn a_pod_let_go_unlabelled_that_leaves_before_its_relabel_is_replaced() {
+fn a_pod_released_unlabelled_that_leaves_before_its_relabel_is_replaced() {
     let f = fake(ic("web", "nginx"));
     let uid = held_unlabelled_and_deleted(&f);
-    // Counted and let go, the relabel refused: our watch, which lost the pod with its label,
+    // Counted and released, the relabel refused: our watch, which lost the pod with its label,
     // will never say it left.
     f.fail_next("patch_pod", api_err(422, "Invalid"));
     assert!(run(&f, "ns/web").is_err());
@@ -2511,7 +2511,7 @@ fn a_stale_copy_never_lets_go_the_uncounted_pod_of_the_object_made_after_it() {
         "nothing written from the copy"
     );
     assert_eq!(f.calls().last().map(String::as_str), Some("GET ic/web"));
-    // The object read is the one it belongs to: counted, then let go.
+    // The object read is the one it belongs to: counted, then released.
     f.clear();
     run_elsewhere(&f, Some(&seen(&f))).unwrap();
     assert_eq!(status(&f).start_times, Some(1));
@@ -2523,7 +2523,7 @@ fn a_stale_copy_never_lets_go_the_uncounted_pod_of_the_object_made_after_it() {
 }
 
 #[test]
-fn a_held_pod_of_an_object_gone_is_let_go_once_a_read_shows_it_gone() {
+fn a_held_pod_of_an_object_gone_is_released_once_a_read_shows_it_gone() {
     // The pod of an earlier object of the name, which went between its pod's create and its
     // count: the read shows another object (ours), so nothing will count it.
     let f = fake(ic("web", "nginx"));
@@ -2546,7 +2546,7 @@ fn a_held_pod_of_an_object_gone_is_let_go_once_a_read_shows_it_gone() {
     );
     assert!(finalizers(&f).is_empty());
     assert_eq!(ready(&f), ("False".into(), "PodNameConflict".into()));
-    // No object of the name at all: let go as well.
+    // No object of the name at all: released as well.
     let f = Fake::default();
     let mut pod = desired_pod(&old, true);
     pod.metadata.uid = "pod-uid-earlier".into();
@@ -2656,7 +2656,7 @@ fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Action, Error> {
 }
 
 #[test]
-fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
+fn a_pod_released_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
     let (f, now) = fake_with_clock(ic("web", "nginx"));
     made(&f);
     start_pod(&f);
@@ -2677,7 +2677,7 @@ fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
     ));
     start_pod(&f);
     let second = pod_uid(&f);
-    // A drain deletes it: it waits on our count a minute at most, then is let go uncounted.
+    // A drain deletes it: it waits on our count a minute at most, then is released uncounted.
     f.delete_pod("ns", "web-immortalpod", &second, None)
         .unwrap();
     f.fail_next("patch_status", denied());
@@ -2715,7 +2715,7 @@ fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
         ]
     );
     count_made(&f);
-    // Three pods started; the one let go is missing from the count, as its Event said.
+    // Three pods started; the one released is missing from the count, as its Event said.
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
 }
@@ -2759,7 +2759,7 @@ fn the_deleted_event_of_a_pod_another_process_replaced_is_checked_and_changes_no
     count_made(&f);
     run_with(&f, &seen(&f)).unwrap();
     let replacement = pod_uid(&f);
-    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+    let hint = match PodEventHandler.on_event("DELETED", &failed, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
@@ -2809,16 +2809,16 @@ fn a_count_refused_for_a_stale_copy_reads_the_object_so_the_retry_counts_once() 
 }
 
 #[test]
-fn a_pod_made_here_is_let_go_within_the_bound_whatever_waits_before_it() {
+fn a_pod_made_here_is_released_within_the_bound_whatever_waits_before_it() {
     let (f, now) = fake_with_clock(ic("web", "nginx"));
     // The create asks for a look by the bound: a queue deadline like any other.
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Action::requeue(counting::LET_GO_WITHIN)
+        Action::requeue(counting::RELEASE_WITHIN)
     );
     // A backlog's creates kept its count from coming; its bound comes, and the look counts
     // it and lets it go at once.
-    *now.lock().unwrap() += counting::LET_GO_WITHIN;
+    *now.lock().unwrap() += counting::RELEASE_WITHIN;
     f.clear();
     assert_eq!(run_with(&f, &added(&f)).unwrap(), Action::await_change());
     assert_eq!(
@@ -2837,7 +2837,7 @@ fn a_pod_made_here_whose_finalizer_someone_else_took_off_gets_one_look_and_no_mo
     let (f, now) = fake_with_clock(ic("web", "nginx"));
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Action::requeue(counting::LET_GO_WITHIN)
+        Action::requeue(counting::RELEASE_WITHIN)
     );
     // A person unsticking it, or a mutating policy, takes our finalizer off before its count.
     f.pod
@@ -2847,7 +2847,7 @@ fn a_pod_made_here_whose_finalizer_someone_else_took_off_gets_one_look_and_no_mo
         .metadata
         .finalizers
         .clear();
-    *now.lock().unwrap() += counting::LET_GO_WITHIN;
+    *now.lock().unwrap() += counting::RELEASE_WITHIN;
     // The look the create asked for counts it and asks for no other: nothing is held.
     assert_eq!(run(&f, "ns/web").unwrap(), Action::await_change());
     assert!(f.journal.made_here("ns/web").is_none());
