@@ -6,7 +6,7 @@ use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::ic_state::IcStore;
 use crate::immortal::lifecycle::{self, IcEventHandler, PodEventHandler, PodHint, PodMemo};
-use crate::immortal::reconcile::{self, Journal, LiveApi};
+use crate::immortal::reconcile::{self, Context, LiveApi};
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
 use crate::kube::client::{self, Client};
@@ -84,16 +84,15 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     }
     // Known before the first count, an older CRD keeps that count from being a wrong one (see
     // `counting`); when the CRD cannot be read (RBAC), the first status write tells instead.
-    let journal = Arc::new(Journal::default());
+    let ctx = Arc::new(Context::default());
     if let Some(missing) = read_crd_schema(&once) {
-        journal
-            .counting
+        ctx.counting
             .learn_pruned(&missing, "the installed CRD's schema lacks it");
     }
     // Named when the API server does not keep a field of a pod (docs/templates.md).
     if let Some(version) = read_version(&once) {
         log::info!(target: "controller", server = client.config().server.as_str(); "the API server runs Kubernetes {version}");
-        let _ = journal.version.set(version);
+        let _ = ctx.version.set(version);
     }
 
     // Two watches per served namespace (or two of every namespace): all must be live.
@@ -121,7 +120,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         health,
         dead_tx,
         dead,
-        journal,
+        ctx,
         // What the ImmortalContainer watcher knows, which reconcile reads instead of the API.
         ics: Arc::new(IcStore::new()),
         pods: Arc::new(Store::new()),
@@ -199,7 +198,7 @@ struct Stages {
     /// Where a dying thread's [`Sentinel`] says so.
     dead_tx: Sender<&'static str>,
     dead: Receiver<&'static str>,
-    journal: Arc<Journal>,
+    ctx: Arc<Context>,
     ics: Arc<IcStore>,
     /// What the pod watcher knows of each key's pod.
     pods: Arc<Store<PodMemo>>,
@@ -410,8 +409,8 @@ impl Stages {
         let me = self.clone();
         spawn("crd", move || {
             while wait(&me.quit, counting::RECHECK) {
-                if me.journal.counting.any_pruned()
-                    && read_crd_schema(&me.once).is_some_and(|m| me.journal.counting.relearn(&m))
+                if me.ctx.counting.any_pruned()
+                    && read_crd_schema(&me.once).is_some_and(|m| me.ctx.counting.relearn(&m))
                 {
                     relists.ask();
                 }
@@ -549,7 +548,7 @@ impl Workers {
                             false
                         }
                     },
-                    |trace, hint| reconcile::reconcile(&me.api, &me.stages.journal, trace, hint),
+                    |trace, hint| reconcile::reconcile(&me.api, &me.stages.ctx, trace, hint),
                 )
             })
             .map(drop)

@@ -26,7 +26,7 @@
 use immortal_operator::immortal::desired;
 use immortal_operator::immortal::ic_state::{self, IcState, IcStore};
 use immortal_operator::immortal::lifecycle::{IcEventHandler, PodEventHandler, PodHint, PodMemo};
-use immortal_operator::immortal::reconcile::{self, Api, Journal};
+use immortal_operator::immortal::reconcile::{self, Api, Context};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
 };
@@ -775,7 +775,7 @@ impl Api for ModelApi {
 
 struct Controller {
     clock: Arc<Mutex<Instant>>,
-    journal: Journal,
+    ctx: Context,
     /// What the ImmortalContainer watcher knows (shared with the model API's reads).
     ics: Arc<IcStore>,
     /// The key is queued, with the hint of the latest event that queued it.
@@ -794,7 +794,7 @@ impl Controller {
         let c = clock.clone();
         Controller {
             clock,
-            journal: Journal::with_clock(move || *c.lock().unwrap()),
+            ctx: Context::with_clock(move || *c.lock().unwrap()),
             ics: Arc::new(IcStore::new()),
             queued: None,
             timer: None,
@@ -882,7 +882,7 @@ impl Controller {
         self.list_pods(w);
     }
 
-    /// A failover: the standby's journal, its copy of the object the one it had when the
+    /// A failover: the standby's ctx, its copy of the object the one it had when the
     /// scenario began; its watch of objects has yet to bring the object as it is now.
     fn fail_over(&mut self, w: &mut World, bare: bool) {
         let clock = self.clock.clone();
@@ -1002,9 +1002,9 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
         if let Some(hint) = ctl.queued.take() {
             let key = KEY.into();
             let trace = LogContext { id: "x", key: &key };
-            let journal = &ctl.journal;
+            let ctx = &ctl.ctx;
             let result = panic::catch_unwind(AssertUnwindSafe(|| {
-                reconcile::reconcile(&api, journal, &trace, hint.as_ref())
+                reconcile::reconcile(&api, ctx, &trace, hint.as_ref())
             }));
             match result {
                 Ok(Ok(action)) => {

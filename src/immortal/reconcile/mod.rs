@@ -9,7 +9,7 @@
 //! Here: the decisions (`sync`, this file), the API they call (`api.rs`), the pod writes
 //! (`pod.rs`), the counting steps (`starts.rs`), what it does when the pod cannot be
 //! (`problems.rs`), the status, conditions and Events they report (`status.rs`), what
-//! reconciles remember between them (`journal.rs`), and their errors (`error.rs`). Not here:
+//! reconciles remember between them (`ctx.rs`), and their errors (`error.rs`). Not here:
 //! the desired pod (`desired`), what a watch event means (`lifecycle`), or the worker that
 //! calls [`reconcile`] (`runtime::controller`).
 
@@ -31,8 +31,9 @@ use serde_json::{json, Map, Value};
 use std::time::{Duration, SystemTime};
 
 mod api;
+mod context;
 mod error;
-mod journal;
+mod expectations;
 mod pod;
 mod problems;
 mod starts;
@@ -41,8 +42,8 @@ mod status;
 use starts::release_orphan;
 
 pub use api::{Api, LiveApi};
+pub use context::Context;
 pub use error::Error;
-pub use journal::Journal;
 use pod::{Created, Deleted, Relabeled};
 
 pub use status::status_patch;
@@ -142,14 +143,14 @@ impl<'p> OurPod<'p> {
         }
     }
 
-    fn seen(p: &SeenPod, ic: &ImmortalContainer, journal: &Journal) -> OurPod<'static> {
+    fn seen(p: &SeenPod, ic: &ImmortalContainer, ctx: &Context) -> OurPod<'static> {
         OurPod {
             uid: p.uid.to_string(),
             change: spec_change(&p.created_for, p.spec_hash.as_deref(), ic),
             view: p.view.clone(),
             // An event from before our own release still shows our finalizer. Releasing again
             // on it would cost a write per pod for nothing.
-            held: p.held && !journal.released_after(&p.uid, p.rv),
+            held: p.held && !ctx.expectations.released_after(&p.uid, p.rv),
             ending: p.ending.as_deref().cloned(),
             waiting: p.waiting,
             read: None,
@@ -160,7 +161,7 @@ impl<'p> OurPod<'p> {
 /// One reconcile. Holds what it has decided about the object's status so far.
 struct Run<'a, A: Api> {
     api: &'a A,
-    journal: &'a Journal,
+    ctx: &'a Context,
     trace: &'a LogContext<'a>,
     ic: &'a ImmortalContainer,
     ns: &'a str,
@@ -208,7 +209,7 @@ struct Held {
 /// Reconciles the object called `key`, with what its trigger says about the pod.
 pub fn reconcile<A: Api>(
     api: &A,
-    journal: &Journal,
+    ctx: &Context,
     trace: &LogContext,
     hint: Option<&PodHint>,
 ) -> Result<Action, Error> {
@@ -218,7 +219,7 @@ pub fn reconcile<A: Api>(
     };
     let ic = match api.cached_immortal_container(ns, name) {
         Ok(ic) => ic,
-        Err(e) if e.is_not_found() => return object_gone(api, journal, trace, ns, name, hint),
+        Err(e) if e.is_not_found() => return object_gone(api, ctx, trace, ns, name, hint),
         Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
     };
     if let Some(PodHint::Left(g)) = hint {
@@ -226,7 +227,7 @@ pub fn reconcile<A: Api>(
         // pod is, the old one's event arriving after the new one was made: nothing is new, and
         // the replacement's own events tell its story. Acting on it would take the name for
         // free and, after a quick ending, report a back-off for a replacement that exists.
-        if !g.held && journal.was_replaced(trace.key, &g.uid.to_string()) {
+        if !g.held && ctx.expectations.was_replaced(trace.key, &g.uid.to_string()) {
             log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
             return Ok(Action::await_change());
         }
@@ -241,7 +242,7 @@ pub fn reconcile<A: Api>(
     let ic = if doubt {
         match api.get_immortal_container(ns, name) {
             Ok(ic) => ic,
-            Err(e) if e.is_not_found() => return object_gone(api, journal, trace, ns, name, hint),
+            Err(e) if e.is_not_found() => return object_gone(api, ctx, trace, ns, name, hint),
             Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
         }
     } else {
@@ -254,7 +255,7 @@ pub fn reconcile<A: Api>(
     }
     let mut run = Run {
         api,
-        journal,
+        ctx,
         trace,
         ic: &ic,
         ns,
@@ -271,7 +272,7 @@ pub fn reconcile<A: Api>(
         removed: None,
         made: false,
         counting_now: None,
-        now: journal.wall_now(),
+        now: ctx.wall_now(),
         refresh: None,
     };
     run.status.observed_generation = ic.metadata.generation;
@@ -301,8 +302,8 @@ pub fn reconcile<A: Api>(
     if run.gone {
         // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
         // collector could never remove it.
-        journal.restarts.forget(trace.key);
-        journal.forget_held(trace.key);
+        ctx.restarts.forget(trace.key);
+        ctx.forget_held(trace.key);
         if let Some(held) = run.release.take() {
             run.release_ours(&held.uid, "its ImmortalContainer is gone")?;
         }
@@ -320,9 +321,9 @@ pub fn reconcile<A: Api>(
             // One nobody waits on yet is tried again soon enough that it is released soon after
             // status can be written again, whatever the key's back-off has grown to.
             let within = if held.deleting {
-                let now = journal.now();
-                journal.counting.note_held(&held.uid, now);
-                counting::HOLD_AT_MOST.saturating_sub(journal.counting.held_for(&held.uid, now))
+                let now = ctx.now();
+                ctx.counting.note_held(&held.uid, now);
+                counting::HOLD_AT_MOST.saturating_sub(ctx.counting.held_for(&held.uid, now))
             } else {
                 counting::RECOUNT_AT_MOST
             };
@@ -365,14 +366,14 @@ pub fn reconcile<A: Api>(
 /// ownerReference, once nothing of ours holds it.
 fn object_gone<A: Api>(
     api: &A,
-    journal: &Journal,
+    ctx: &Context,
     trace: &LogContext,
     ns: &str,
     name: &str,
     hint: Option<&PodHint>,
 ) -> Result<Action, Error> {
-    journal.restarts.forget(trace.key);
-    journal.forget_held(trace.key);
+    ctx.restarts.forget(trace.key);
+    ctx.forget_held(trace.key);
     release_orphan(api, trace, ns, name, None, hint)?;
     Ok(Action::await_change())
 }
@@ -395,7 +396,7 @@ impl<A: Api> Run<'_, A> {
                     Step::Again(self.delete_terminated(&uid, &mut rounds)?)
                 }
                 Look::AssumeAbsent => self.absent(true, &mut rounds)?,
-                Look::Seen(p) => self.ours(OurPod::seen(p, self.ic, self.journal), &mut rounds)?,
+                Look::Seen(p) => self.ours(OurPod::seen(p, self.ic, self.ctx), &mut rounds)?,
                 Look::Get => match self.api.get_pod(self.ns, &self.pod_name) {
                     Ok(pod) => self.read(&pod, &mut rounds)?,
                     Err(e) if e.is_not_found() => self.absent(false, &mut rounds)?,
@@ -446,11 +447,7 @@ impl<A: Api> Run<'_, A> {
         }
         let cause = rounds.cause.unwrap_or_else(|| self.absent_cause());
         if cause.is_restart() {
-            if let Some(wait) = self
-                .journal
-                .restarts
-                .wait(self.trace.key, self.journal.now())
-            {
+            if let Some(wait) = self.ctx.restarts.wait(self.trace.key, self.ctx.now()) {
                 let remaining = wait.remaining;
                 self.back_off(wait);
                 return Ok(Step::Done(Action::requeue(remaining)));
@@ -459,14 +456,12 @@ impl<A: Api> Run<'_, A> {
         match self.create(cause)? {
             Created::Yes => {
                 if let Some(old) = self.removed.take() {
-                    self.journal.replaced(self.trace.key, &old);
+                    self.ctx.expectations.replaced(self.trace.key, &old);
                 }
                 if cause.is_restart() {
-                    self.journal
-                        .restarts
-                        .replaced(self.trace.key, self.journal.now());
+                    self.ctx.restarts.replaced(self.trace.key, self.ctx.now());
                 } else {
-                    self.journal.restarts.created(self.trace.key);
+                    self.ctx.restarts.created(self.trace.key);
                 }
                 // Counted by its ADDED event's reconcile; this look lets it go if nothing
                 // else did by then.
@@ -532,7 +527,9 @@ impl<A: Api> Run<'_, A> {
             });
         } else {
             // Released by someone else (a person, a mutating policy): nothing to release by then.
-            self.journal.forget_made(self.trace.key, &uid);
+            self.ctx
+                .expectations
+                .released_elsewhere(self.trace.key, &uid);
         }
         if view.phase == Phase::Terminating {
             // Its DELETED event brings us back; creating now would only earn AlreadyExists.
@@ -659,7 +656,10 @@ impl<A: Api> Run<'_, A> {
                 // exists, and nothing after it was counted. Or still held by our finalizer
                 // while status says no pod was ever counted: uncounted, so it cannot have
                 // gone, and a copy older than the object is refused at the count's write.
-                let made = self.journal.made_here(self.trace.key);
+                let made = self
+                    .ctx
+                    .expectations
+                    .made_here(self.trace.key, self.ctx.now());
                 let first = self.status.last_counted_pod_uid.is_none()
                     && self.status.current_pod.is_none()
                     && p.held;
@@ -680,7 +680,11 @@ impl<A: Api> Run<'_, A> {
         // an older CRD may prune lastCountedPodUID.) Unless this process made one.
         if self.status.last_counted_pod_uid.is_none()
             && self.status.current_pod.is_none()
-            && self.journal.made_here(self.trace.key).is_none()
+            && self
+                .ctx
+                .expectations
+                .made_here(self.trace.key, self.ctx.now())
+                .is_none()
         {
             Look::AssumeAbsent
         } else {
@@ -693,7 +697,7 @@ impl<A: Api> Run<'_, A> {
     fn ended(&self, uid: &str, ending: &Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
         if last.is_none_or(|l| l == uid) {
-            self.journal.restarts.ended(self.trace.key, ending.clone());
+            self.ctx.restarts.ended(self.trace.key, ending.clone());
         }
     }
 

@@ -30,10 +30,7 @@ impl<A: Api> Run<'_, A> {
     /// back-off, since a person may lift the policy at any time (docs/design.md, "Restarts and
     /// refusals").
     pub(super) fn refused(&mut self, e: client::Error) -> Result<Action, Error> {
-        let (wait, _) = self
-            .journal
-            .restarts
-            .refused(self.trace.key, self.journal.now());
+        let (wait, _) = self.ctx.restarts.refused(self.trace.key, self.ctx.now());
         // A bare pod cannot meet a namespace's Pod Security level: only a template can set
         // the securityContext that PodSecurity's message asks for. Said in fields, not by a
         // file of this repository, which someone who installed the one-file installer lacks.

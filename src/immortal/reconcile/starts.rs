@@ -3,6 +3,7 @@
 //! is written down in `counting`; the create that starts a pod and the delete that ends one are
 //! in `pod.rs`.
 
+use super::expectations::Expectations;
 use super::*;
 use crate::kube::types::Uid;
 
@@ -14,7 +15,7 @@ impl<A: Api> Run<'_, A> {
         if self.status.last_counted_pod_uid.as_deref() == Some(uid) {
             return;
         }
-        if !self.journal.counting.active() {
+        if !self.ctx.counting.active() {
             if self.have.current_pod.is_some() && self.status.start_times == self.have.start_times {
                 self.note(
                     true,
@@ -47,8 +48,9 @@ impl<A: Api> Run<'_, A> {
         self.counting_now = Some(uid.to_string());
         // The status that counts a pod this process made says what its create answered.
         if self
-            .journal
-            .made_here(self.trace.key)
+            .ctx
+            .expectations
+            .made_here(self.trace.key, self.ctx.now())
             .is_some_and(|(made, _)| made == *uid)
         {
             self.report_dropped(uid);
@@ -69,20 +71,20 @@ impl<A: Api> Run<'_, A> {
     fn written_while_uncounted(&self) -> bool {
         self.have.last_counted_pod_uid.is_none()
             && self.have.current_pod.is_some()
-            && (self.journal.counting.resumed() || self.have.observed_generation.is_none())
+            && (self.ctx.counting.resumed() || self.have.observed_generation.is_none())
     }
 
     /// Lets our pod with `uid` go (see `counting`: only once the status the API server holds
     /// counts it).
     pub(super) fn release(&self, uid: &str) -> Result<(), Error> {
         let counted = self.have.last_counted_pod_uid.as_deref() == Some(uid);
-        if counted || !self.journal.counting.active() {
+        if counted || !self.ctx.counting.active() {
             let answered = self.release_ours(uid, "its start is counted")?;
             if let Some(rv) = answered {
-                self.journal.released(uid, &rv);
+                self.ctx.expectations.released(uid, &rv);
             }
-            self.journal.counting.note_released(uid);
-            self.journal.forget_held(self.trace.key);
+            self.ctx.counting.note_released(uid);
+            self.ctx.forget_held(self.trace.key);
         }
         Ok(())
     }
@@ -100,9 +102,10 @@ impl<A: Api> Run<'_, A> {
         if held.deleting || self.counting_now.as_deref() != Some(held.uid.as_str()) {
             return false;
         }
-        self.journal
-            .made_here(self.trace.key)
-            .is_some_and(|(uid, ago)| uid == held.uid && !Journal::is_overdue(ago))
+        self.ctx
+            .expectations
+            .made_here(self.trace.key, self.ctx.now())
+            .is_some_and(|(uid, ago)| uid == held.uid && !Expectations::is_overdue(ago))
     }
 
     /// Releases our pod `uid` although its start could not be counted (writing status failed
@@ -110,8 +113,8 @@ impl<A: Api> Run<'_, A> {
     /// never kept from going for a count.
     pub(super) fn release_uncounted(&self, uid: &str, why: &Error) -> Result<(), Error> {
         self.release_ours(uid, "it is being deleted and its start cannot be counted")?;
-        self.journal.counting.note_released(uid);
-        self.journal.forget_held(self.trace.key);
+        self.ctx.counting.note_released(uid);
+        self.ctx.forget_held(self.trace.key);
         let msg = format!(
             "pod {} (uid {uid}) was deleted before its start could be counted: writing status failed for {} ({why}); \
              it was let go uncounted, so status.startTimes misses one start",

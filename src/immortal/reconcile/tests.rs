@@ -33,7 +33,7 @@ struct Fake {
     next_uid: RefCell<u32>,
     /// The resourceVersion of the fake's last pod write.
     pod_rv: RefCell<u64>,
-    journal: Journal,
+    ctx: Context,
     /// Status fields the "installed CRD" does not know, pruned from every write.
     prunes: RefCell<Vec<&'static str>>,
     /// The pod is removed just before the next pod PATCH reaches it (a graceful deletion
@@ -334,14 +334,14 @@ fn pass(d: Duration) {
     WALL.with(|w| w.set(w.get() + d));
 }
 
-/// A journal that reads the time of day from [`WALL`].
-fn journal(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Journal {
-    Journal::with_clock(clock).with_wall_clock(wall)
+/// A ctx that reads the time of day from [`WALL`].
+fn ctx(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Context {
+    Context::with_clock(clock).with_wall_clock(wall)
 }
 
 fn fake(ic: ImmortalContainer) -> Fake {
     let f = Fake {
-        journal: journal(Instant::now),
+        ctx: ctx(Instant::now),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
@@ -350,13 +350,13 @@ fn fake(ic: ImmortalContainer) -> Fake {
 
 fn run(f: &Fake, key: &str) -> Result<Action, Error> {
     let key = key.into();
-    reconcile(f, &f.journal, &LogContext { id: "1", key: &key }, None)
+    reconcile(f, &f.ctx, &LogContext { id: "1", key: &key }, None)
 }
 
 fn run_with(f: &Fake, hint: &PodHint) -> Result<Action, Error> {
     reconcile(
         f,
-        &f.journal,
+        &f.ctx,
         &LogContext {
             id: "2",
             key: &"ns/web".into(),
@@ -1027,7 +1027,7 @@ fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
     // And once no pod holds the name at all, the stale hint only leads to a create (the
     // restart back-off, which the replacement above started, set aside: not under test).
     *f.pod.borrow_mut() = None;
-    f.journal.restarts.forget("ns/web");
+    f.ctx.restarts.forget("ns/web");
     f.clear();
     run_with(&f, &stale).unwrap();
     assert_eq!(
@@ -1149,7 +1149,7 @@ fn fields_dropped(f: &Fake) -> Option<Condition> {
 #[test]
 fn fields_the_api_server_dropped_from_the_pod_are_reported_and_the_pod_is_kept() {
     let f = fake(ic("web", "nginx"));
-    f.journal.version.set("v1.28.7".into()).unwrap();
+    f.ctx.version.set("v1.28.7".into()).unwrap();
     f.ic.borrow_mut().as_mut().unwrap().spec.template = Some(
         serde_json::from_str(
             r#"{"spec":{"securityContext":{"appArmorProfile":{"type":"RuntimeDefault"}},
@@ -1389,8 +1389,8 @@ fn pods_that_keep_ending_back_off_and_say_so() {
         "{note:?}"
     );
     // Its time come (as if the last replacement had been longer ago), the pod is made.
-    f.journal.restarts.forget("ns/web");
-    f.journal.restarts.replaced(
+    f.ctx.restarts.forget("ns/web");
+    f.ctx.restarts.replaced(
         "ns/web",
         Instant::now() - crate::immortal::restarts::BASE * 2,
     );
@@ -1630,7 +1630,7 @@ fn a_create_refused_for_what_was_dropped_names_the_fields_the_server_did_not_kno
         .flat_map(client::warning_texts)
         .collect();
     let f = fake(ic("web", "nginx"));
-    f.journal.version.set("v1.28.7".into()).unwrap();
+    f.ctx.version.set("v1.28.7".into()).unwrap();
     f.fail_next("create_pod", client::Error::Api(Box::new(status)));
     assert_eq!(
         run(&f, "ns/web").unwrap(),
@@ -1767,7 +1767,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
     run_with(&f, &added(&f)).unwrap();
     // The first count went through (startTimes is in every CRD), L did not stick.
     assert_eq!(status(&f).start_times, Some(1));
-    assert!(!f.journal.counting.active());
+    assert!(!f.ctx.counting.active());
     let warned: Vec<Note> = f
         .notes
         .borrow()
@@ -2104,7 +2104,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: journal(move || *clock.lock().unwrap()),
+        ctx: ctx(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -2193,7 +2193,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     let f = fake(ic("web", "nginx"));
     *f.prunes.borrow_mut() = vec!["lastCountedPodUID", "observedGeneration", "podPhase"];
     made(&f);
-    assert!(!f.journal.counting.active());
+    assert!(!f.ctx.counting.active());
     // Replaced while counting is off: not counted.
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
@@ -2201,7 +2201,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     assert_eq!(status(&f).start_times, Some(1));
     // The CRD is upgraded (make install): the schema read again keeps every field.
     f.prunes.borrow_mut().clear();
-    assert!(f.journal.counting.relearn(&[]));
+    assert!(f.ctx.counting.relearn(&[]));
     // The relist's reconcile adopts the pod status names: it may have been counted, or not.
     run(&f, "ns/web").unwrap();
     let st = status(&f);
@@ -2260,7 +2260,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
 fn held_unlabelled_and_deleted(f: &Fake) -> String {
     run(f, "ns/web").unwrap();
     // The operator restarts before counting it: it knows nothing of the pod it made.
-    f.journal.forget_held("ns/web");
+    f.ctx.forget_held("ns/web");
     start_pod(f);
     let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
     f.pod.borrow_mut().as_mut().unwrap().metadata.labels.clear();
@@ -2344,7 +2344,7 @@ fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: journal(move || *clock.lock().unwrap()),
+        ctx: ctx(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -2630,7 +2630,7 @@ fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mu
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: journal(move || *clock.lock().unwrap()),
+        ctx: ctx(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
@@ -2646,7 +2646,7 @@ fn pod_uid(f: &Fake) -> String {
 fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Action, Error> {
     reconcile(
         f,
-        &journal(Instant::now),
+        &ctx(Instant::now),
         &LogContext {
             id: "3",
             key: &"ns/web".into(),
@@ -2829,7 +2829,11 @@ fn a_pod_made_here_is_released_within_the_bound_whatever_waits_before_it() {
             "PATCH pod/web-immortalpod release"
         ]
     );
-    assert!(f.journal.made_here("ns/web").is_none());
+    assert!(f
+        .ctx
+        .expectations
+        .made_here("ns/web", f.ctx.now())
+        .is_none());
 }
 
 #[test]
@@ -2850,7 +2854,11 @@ fn a_pod_made_here_whose_finalizer_someone_else_took_off_gets_one_look_and_no_mo
     *now.lock().unwrap() += counting::RELEASE_WITHIN;
     // The look the create asked for counts it and asks for no other: nothing is held.
     assert_eq!(run(&f, "ns/web").unwrap(), Action::await_change());
-    assert!(f.journal.made_here("ns/web").is_none());
+    assert!(f
+        .ctx
+        .expectations
+        .made_here("ns/web", f.ctx.now())
+        .is_none());
     assert_eq!(status(&f).start_times, Some(1));
 }
 

@@ -1,21 +1,21 @@
-//! The journal: what this process did and learned that the API server does not hold, kept
-//! between reconciles and lost on a restart (nothing the count depends on).
+//! The watch events this process expects, as client-go controllers' expectations: the pods it
+//! made, replaced and released, whose events may still be on their way. Kept between reconciles
+//! and lost on a restart, which costs a read, never a wrong count.
 
-use crate::immortal::counting::{Counting, RELEASE_WITHIN};
-use crate::immortal::restarts::Restarts;
+use crate::immortal::counting::RELEASE_WITHIN;
 use crate::kube::types::Uid;
 use crate::runtime::store::Key;
 use crate::util::{lock, Stamp};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-/// Replacements whose old pod's DELETED event is awaited, at most (see [`Journal`]): about
+/// Replacements whose old pod's DELETED event is awaited, at most : about
 /// half a megabyte. Each is held only until that event comes, normally milliseconds.
 const REPLACED_AT_MOST: usize = 4096;
 
 /// Pods this process released that are remembered at once, in each of two generations (see
-/// [`Journal::released`]): about 160 kB at most. An entry is needed only while an event from
+/// [`Expectations::released`]): about 160 kB at most. An entry is needed only while an event from
 /// before the release may still wait in the queue, normally milliseconds.
 const RELEASED_AT_MOST: usize = 2048;
 
@@ -24,13 +24,8 @@ const RELEASED_AT_MOST: usize = 2048;
 /// Forgetting them costs a read and an early release each, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 18;
 
-/// What this process did and learned, shared by the reconcile workers: the restart back-off,
-/// what the installed CRD keeps of the status we write, the pods it made, replaced and released
-/// whose watch events may still be on their way (as client-go controllers' expectations), and
-/// the clock (virtual in the exactly-once fault-injection tests).
-pub struct Journal {
-    pub restarts: Restarts,
-    pub counting: Counting,
+/// The pods this process made, replaced and released whose watch events it expects.
+pub struct Expectations {
     /// Pods (uid, by key) this process saw removed and then replaced, until their DELETED
     /// event comes: the only ground on which such an event is "nothing new" without a read.
     replaced: Mutex<HashMap<String, String>>,
@@ -41,52 +36,18 @@ pub struct Journal {
     /// after it was counted, so a watch event showing it is counted without a read; and its
     /// release may wait while other objects get their pods and statuses, within a bound.
     made: Mutex<HashMap<Key, Made>>,
-    /// What the API server did not keep of the pod (uid, by key) this process made, until it
-    /// is released: the status write that counts it says so (see [`Journal::dropped`]).
-    dropped: Mutex<HashMap<Key, (Uid, Arc<str>)>>,
-    /// The API server's Kubernetes version (`/version`'s `gitVersion`), read at start: named
-    /// where the operator says what the cluster did not keep of a pod.
-    pub version: OnceLock<String>,
-    clock: Box<dyn Fn() -> Instant + Send + Sync>,
     /// What [`Made`]'s times count from.
     epoch: Instant,
-    /// The time of day, read against the API server's timestamps (a grace period's end).
-    wall: Box<dyn Fn() -> SystemTime + Send + Sync>,
 }
 
-impl Journal {
-    pub fn with_clock(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Journal {
-        let epoch = clock();
-        Journal {
-            epoch,
-            restarts: Restarts::default(),
-            counting: Counting::default(),
+impl Expectations {
+    pub fn new(epoch: Instant) -> Expectations {
+        Expectations {
             replaced: Mutex::default(),
             released: Mutex::default(),
             made: Mutex::default(),
-            dropped: Mutex::default(),
-            version: OnceLock::new(),
-            clock: Box::new(clock),
-            wall: Box::new(SystemTime::now),
+            epoch,
         }
-    }
-
-    /// The journal, its time of day told by `wall` instead of the system's.
-    #[cfg(test)]
-    pub fn with_wall_clock(self, wall: impl Fn() -> SystemTime + Send + Sync + 'static) -> Journal {
-        Journal {
-            wall: Box::new(wall),
-            ..self
-        }
-    }
-
-    pub fn now(&self) -> Instant {
-        (self.clock)()
-    }
-
-    /// The time of day, for comparing with the API server's timestamps.
-    pub fn wall_now(&self) -> SystemTime {
-        (self.wall)()
     }
 
     /// This process saw the pod `uid` of `key` removed, then created its replacement.
@@ -106,9 +67,8 @@ impl Journal {
         replaced.get(key).is_some_and(|u| u == uid) && replaced.remove(key).is_some()
     }
 
-    /// This process created the pod `uid` of `key` (see [`Journal::made_here`]).
-    pub(super) fn made(&self, key: &Key, uid: &str) {
-        let now = self.now();
+    /// This process created the pod `uid` of `key` (see [`Expectations::made_here`]).
+    pub(super) fn made(&self, key: &Key, uid: &str, now: Instant) {
         let mut made = lock(&self.made);
         if made.len() >= MADE_AT_MOST {
             made.clear();
@@ -121,8 +81,8 @@ impl Journal {
     }
 
     /// The pod of `key` this process created and has not released, and how long ago.
-    pub(super) fn made_here(&self, key: &str) -> Option<(Uid, Duration)> {
-        let now = self.stamp(self.now());
+    pub(super) fn made_here(&self, key: &str, now: Instant) -> Option<(Uid, Duration)> {
+        let now = self.stamp(now);
         lock(&self.made)
             .get(key)
             .map(|m| (m.uid.clone(), m.at.until(now)))
@@ -139,47 +99,20 @@ impl Journal {
     }
 
     /// The pod `uid` of `key`, made here, holds our finalizer no more.
-    pub(super) fn forget_made(&self, key: &str, uid: &str) {
+    pub(super) fn released_elsewhere(&self, key: &str, uid: &str) {
         let mut made = lock(&self.made);
         if made.get(key).is_some_and(|m| m.uid == *uid) {
             made.remove(key);
         }
     }
 
-    /// The pod of `key` was released, or the object is gone: nothing of it is held any more.
-    pub(super) fn forget_held(&self, key: &str) {
+    /// Nothing made for `key` is held any more.
+    pub(super) fn forget_made(&self, key: &str) {
         lock(&self.made).remove(key);
-        lock(&self.dropped).remove(key);
-    }
-
-    /// This process created the pod `uid` of `key`, and the API server did not keep what
-    /// `message` says (`None`: it kept everything).
-    pub(super) fn dropped(&self, key: &Key, uid: &str, message: Option<String>) {
-        let mut dropped = lock(&self.dropped);
-        match message {
-            Some(m) => {
-                if dropped.len() >= MADE_AT_MOST {
-                    dropped.clear();
-                }
-                dropped.insert(key.clone(), (Uid::new(uid), m.into()));
-            }
-            None => {
-                dropped.remove(key);
-            }
-        }
-    }
-
-    /// What the API server did not keep of the pod `uid` of `key`, if this process made it
-    /// and was told.
-    pub(super) fn dropped_from(&self, key: &str, uid: &str) -> Option<Arc<str>> {
-        lock(&self.dropped)
-            .get(key)
-            .filter(|(u, _)| *u == *uid)
-            .map(|(_, m)| m.clone())
     }
 
     /// This process let the pod `uid` go; the API server answered the release with version
-    /// `rv` (see [`Journal::released_after`]).
+    /// `rv` (see [`Expectations::released_after`]).
     pub(super) fn released(&self, uid: &str, rv: &str) {
         let Ok(rv) = rv.parse::<u64>() else {
             return;
@@ -222,10 +155,4 @@ struct Made {
 struct Released {
     now: HashMap<Uid, u64>,
     before: HashMap<Uid, u64>,
-}
-
-impl Default for Journal {
-    fn default() -> Self {
-        Journal::with_clock(Instant::now)
-    }
 }
