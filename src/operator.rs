@@ -12,7 +12,6 @@ use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLUR
 use crate::kube::client::{self, Client};
 use crate::kube::config;
 use crate::kube::events::{self, Recorder};
-use crate::runtime::allocator;
 use crate::runtime::controller::{self, spawn_watcher, Sentinel};
 use crate::runtime::leader::{self, Elector};
 use crate::runtime::liveness;
@@ -481,7 +480,6 @@ impl Stages {
         let (events_client, events_finished) = (writer.clone(), finished.clone());
         spawn("events", move || {
             let _finished = events_finished;
-            let _cache = allocator::cache_this_thread();
             events::run(events_client, inbox, "immortal-operator", identity)
         })?;
         let workers = Arc::new(Workers {
@@ -536,7 +534,6 @@ impl Workers {
             .name(format!("reconcile-{i}"))
             .spawn(move || {
                 let _sentinel = sentinel;
-                let _cache = allocator::cache_this_thread();
                 controller::work(
                     &me.stages.queue,
                     me.run_id,

@@ -3,7 +3,6 @@
 //! is the caller's (a closure); which events queue a key is its event handler's ([`EventHandler`]).
 
 use crate::kube::client::Client;
-use crate::runtime::allocator;
 use crate::runtime::metrics;
 use crate::runtime::pool::{self, Pool};
 use crate::runtime::queue::{Hint, Key, Priority, Queue, Trigger, Work};
@@ -108,7 +107,6 @@ where
         .name(format!("watch-{}", w.kind.resource.short()))
         .spawn(move || {
             let _sentinel = sentinel;
-            let _cache = allocator::cache_this_thread();
             w.run()
         })
 }
