@@ -5,8 +5,8 @@
 //! (client-go's spam filter) keeps a hot error from flooding the API server, and a failed write
 //! is logged and dropped, never retried in a loop. Each Event written is an API write, so an
 //! INFO line; a 403 is a WARN, as RBAC is for a person to fix. Warnings have an inbox of their
-//! own, written first: a backlog's Normal Events never crowd one out. The writer keeps a REST
-//! client's pace ([`PACE`]), so that Events take little of a busy API server.
+//! own, written first: a backlog's Normal Events never crowd one out. One request at a time,
+//! the writer takes little of a busy API server.
 
 use crate::kube::client::{Client, Error, Resource};
 use crate::kube::types::{Event, EventSource, ObjectMeta, ObjectReference, MAX_NAME_LEN};
@@ -32,11 +32,6 @@ pub const MAX_REMEMBERED: usize = 4096;
 /// Events of each type waiting to be written; beyond this they are dropped (the reconcile
 /// never waits).
 pub const BACKLOG: usize = 1024;
-/// Events written a second once the burst is spent, and the burst: client-go's default REST
-/// client limits (5 a second, a burst of 10), with the burst of its spam filter.
-pub const PACE: f64 = 5.0;
-const PACE_BURST: f64 = 25.0;
-
 /// An Event to record: Normal or Warning, a CamelCase reason, a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -302,7 +297,7 @@ pub fn event_name(object: &str) -> String {
 }
 
 /// Drains `inbox` until every recorder is gone, writing Events through `client` as
-/// `component` (`source.component` and `reportingComponent`) from `instance`, at [`PACE`].
+/// `component` (`source.component` and `reportingComponent`) from `instance`.
 pub fn run(client: Client, inbox: Inbox, component: &'static str, instance: String) {
     let mut writer = Writer {
         client,
@@ -310,35 +305,8 @@ pub fn run(client: Client, inbox: Inbox, component: &'static str, instance: Stri
         instance,
         book: Book::default(),
     };
-    let mut pace = Pace::new(Instant::now());
     while let Some(p) = inbox.next() {
-        if let Some(wait) = pace.take(Instant::now()) {
-            std::thread::sleep(wait);
-        }
         writer.write(&p);
-    }
-}
-
-/// A token bucket: [`PACE`] a second, up to [`PACE_BURST`].
-struct Pace {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Pace {
-    fn new(now: Instant) -> Pace {
-        Pace {
-            tokens: PACE_BURST,
-            at: now,
-        }
-    }
-
-    /// Takes a token, and says how long to wait for it first, if at all.
-    fn take(&mut self, now: Instant) -> Option<Duration> {
-        let dt = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + dt * PACE).min(PACE_BURST) - 1.0;
-        self.at = self.at.max(now);
-        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / PACE))
     }
 }
 
@@ -461,22 +429,6 @@ mod tests {
                 message: message.into(),
             },
         }
-    }
-
-    #[test]
-    fn the_writer_keeps_an_api_clients_pace_after_its_burst() {
-        let t0 = Instant::now();
-        let mut pace = Pace::new(t0);
-        for i in 0..PACE_BURST as usize {
-            assert_eq!(pace.take(t0), None, "Event {i} is within the burst");
-        }
-        assert_eq!(pace.take(t0), Some(Duration::from_millis(200)));
-        // Idle long enough, the burst is back, and no more.
-        let later = t0 + Duration::from_secs(3600);
-        for _ in 0..PACE_BURST as usize {
-            assert_eq!(pace.take(later), None);
-        }
-        assert!(pace.take(later).is_some());
     }
 
     /// Decides, and when that is a create, records that it succeeded, as `run` does.
