@@ -52,8 +52,7 @@ build: ## Build the release binaries (the operator and the test API server)
 	$(RELEASE_BUILD)
 
 # The static musl binary is what the image ships: it maps no libc, which is 1.5 MiB of resident
-# memory (idle 2.7 instead of 4.25 MiB, make bench 2026-11-23), and with the allocator cache in
-# src/runtime/allocator.rs it costs no more CPU than the glibc build. Needs the musl target
+# memory (idle 2.7 instead of 4.25 MiB, make bench 2026-11-23). Needs the musl target
 # (rustup target add $(MUSL_TARGET)) and musl-gcc (Debian: musl-tools) for ring's C code.
 MUSL_TARGET := $(shell uname -m)-unknown-linux-musl
 # Asked where the installed targets live (its sysroot), with or without rustup.

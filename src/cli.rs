@@ -117,9 +117,14 @@ pub struct Args {
     pub watch_idle_timeout: Duration,
 
     /// List everything again and reconcile every object this often, as a safety net for
-    /// anything no event announced ("0" disables). Each resync is drawn from 90-110 % of it.
+    /// anything no event announced ("0" disables). Each relist is drawn from 90-110 % of it.
     #[arg(long, default_value = "10h", value_parser = parse_duration, value_name = "DURATION")]
-    pub resync_period: Duration,
+    pub relist_period: Duration,
+
+    /// The deprecated name of --relist-period: client-go's resync replays the informer's cache
+    /// with no request, where this lists from the server again.
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    pub resync_period: Option<Duration>,
 
     /// The flags the command line set, as opposed to left at their defaults.
     #[arg(skip)]
@@ -296,7 +301,9 @@ pub struct Config {
     pub endpoints: serve::Settings,
     pub watch_idle_timeout: Duration,
     /// `None` when disabled.
-    pub resync_period: Option<Duration>,
+    pub relist_period: Option<Duration>,
+    /// What the command line asked in words that are going away, for one WARN each at start.
+    pub deprecated: Vec<&'static str>,
 }
 
 /// A flag combination that cannot run.
@@ -369,11 +376,26 @@ impl TryFrom<Args> for Config {
         ensure(idle >= Duration::from_secs(1), || {
             format!("--watch-idle-timeout must be at least 1s, got {idle:?}")
         })?;
-        // Every resync lists every object and reconciles it: more often is a load.
-        let resync = a.resync_period;
+        let given = |flag: &str| a.given.iter().any(|f| f == flag);
         ensure(
-            resync.is_zero() || resync >= Duration::from_secs(60),
-            || format!("--resync-period must be 0 (off) or at least 1m, got {resync:?}"),
+            !(given("--relist-period") && given("--resync-period")),
+            || {
+                "--resync-period is the deprecated name of --relist-period: give only --relist-period"
+                .into()
+            },
+        )?;
+        let (relist, relist_flag, deprecated) = match a.resync_period {
+            Some(p) => (
+                p,
+                "--resync-period",
+                vec!["--resync-period is deprecated: use --relist-period"],
+            ),
+            None => (a.relist_period, "--relist-period", vec![]),
+        };
+        // Every relist lists every object and reconciles it: more often is a load.
+        ensure(
+            relist.is_zero() || relist >= Duration::from_secs(60),
+            || format!("{relist_flag} must be 0 (off) or at least 1m, got {relist:?}"),
         )?;
         // A certificate for a plain-HTTP endpoint is a mistake worth saying, not ignoring.
         ensure(a.metrics_secure || a.metrics_cert_path.is_none(), || {
@@ -396,7 +418,8 @@ impl TryFrom<Args> for Config {
                 cert_dir: a.metrics_cert_path,
             },
             watch_idle_timeout: idle,
-            resync_period: Some(resync).filter(|p| !p.is_zero()),
+            relist_period: Some(relist).filter(|p| !p.is_zero()),
+            deprecated,
         })
     }
 }
@@ -563,21 +586,51 @@ mod tests {
     }
 
     #[test]
-    fn the_resync_period_is_ten_hours_off_at_zero_and_never_a_hot_loop() {
+    fn the_relist_period_is_ten_hours_off_at_zero_and_never_a_hot_loop() {
         assert_eq!(
-            parse(&[]).unwrap().resync_period,
+            parse(&[]).unwrap().relist_period,
             Some(Duration::from_secs(36_000))
         );
         assert_eq!(
-            parse(&["--resync-period", "0"]).unwrap().resync_period,
+            parse(&["--relist-period", "0"]).unwrap().relist_period,
             None
         );
         assert_eq!(
-            parse(&["--resync-period", "30m"]).unwrap().resync_period,
+            parse(&["--relist-period", "30m"]).unwrap().relist_period,
             Some(Duration::from_secs(1800))
         );
+        let e = parse(&["--relist-period", "5s"]).unwrap_err();
+        assert!(e.contains("--relist-period"), "{e}");
+    }
+
+    #[test]
+    fn resync_period_still_sets_the_relist_period_said_deprecated_and_hidden() {
+        let c = parse(&["--resync-period", "30m"]).unwrap();
+        assert_eq!(c.relist_period, Some(Duration::from_secs(1800)));
+        assert_eq!(
+            c.deprecated,
+            ["--resync-period is deprecated: use --relist-period"]
+        );
+        assert_eq!(
+            parse(&["--resync-period", "0"]).unwrap().relist_period,
+            None
+        );
+        assert!(parse(&[]).unwrap().deprecated.is_empty());
+        assert!(parse(&["--relist-period", "1h"])
+            .unwrap()
+            .deprecated
+            .is_empty());
         let e = parse(&["--resync-period", "5s"]).unwrap_err();
         assert!(e.contains("--resync-period"), "{e}");
+        // Both, even with the same value: which one was meant is the user's to say.
+        let e = parse(&["--relist-period", "1h", "--resync-period", "1h"]).unwrap_err();
+        assert!(
+            e.contains("--relist-period") && e.contains("--resync-period"),
+            "{e}"
+        );
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("--relist-period"), "{help}");
+        assert!(!help.contains("--resync-period"), "{help}");
     }
 
     #[test]

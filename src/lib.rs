@@ -5,8 +5,7 @@
 //! On top, [`cli`] and [`operator`] wire them into a running operator; [`trace`] reads its logs
 //! back. Where each part lives: docs/design.md, "The source".
 
-// The one exception, `runtime::allocator`, says why it allows unsafe code.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod immortal;

@@ -2,13 +2,9 @@
 
 #![forbid(unsafe_code)]
 
-use immortal_operator::runtime::{allocator, logging};
+use immortal_operator::runtime::logging;
 use immortal_operator::{cli, operator, trace};
 use std::process::ExitCode;
-
-// Why a cache in front of the system allocator: see runtime/allocator.rs (musl's malloc, measured).
-#[global_allocator]
-static ALLOC: allocator::Cached = allocator::Cached;
 
 fn main() -> ExitCode {
     let args = cli::Args::parse_given();

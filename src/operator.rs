@@ -5,14 +5,13 @@
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::ic_state::IcStore;
-use crate::immortal::lifecycle::{self, IcEvents, PodEvents, PodHint, PodMemo};
-use crate::immortal::reconcile::{self, Journal, LiveApi};
+use crate::immortal::lifecycle::{self, IcEventHandler, PodEventHandler, PodHint, PodMemo};
+use crate::immortal::reconcile::{self, Context, LiveApi};
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
 use crate::kube::client::{self, Client};
 use crate::kube::config;
 use crate::kube::events::{self, Recorder};
-use crate::runtime::allocator;
 use crate::runtime::controller::{self, spawn_watcher, Sentinel};
 use crate::runtime::leader::{self, Elector};
 use crate::runtime::liveness;
@@ -22,7 +21,7 @@ use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
 use crate::runtime::shutdown::{is_quitting, listen_for_signals};
 use crate::runtime::store::Store;
-use crate::runtime::watcher::{Backoff, Resync, Watcher};
+use crate::runtime::watcher::{Backoff, Relist, Watcher};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -57,6 +56,9 @@ const EXIT_CONFIG: u8 = 1;
 
 /// Runs the operator until a signal; returns the process exit code.
 pub fn run(config: Config) -> ExitCode {
+    for said in &config.deprecated {
+        log::warn!(target: "controller", "{said}");
+    }
     // A stage answers `Err(code)` when the process is to exit now: a clear message at start-up,
     // a dead thread, or a signal before reconciling began.
     run_stages(config).unwrap_or_else(|code| code)
@@ -81,16 +83,15 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     }
     // Known before the first count, an older CRD keeps that count from being a wrong one (see
     // `counting`); when the CRD cannot be read (RBAC), the first status write tells instead.
-    let journal = Arc::new(Journal::default());
+    let ctx = Arc::new(Context::default());
     if let Some(missing) = read_crd_schema(&once) {
-        journal
-            .counting
+        ctx.counting
             .learn_pruned(&missing, "the installed CRD's schema lacks it");
     }
     // Named when the API server does not keep a field of a pod (docs/templates.md).
     if let Some(version) = read_version(&once) {
         log::info!(target: "controller", server = client.config().server.as_str(); "the API server runs Kubernetes {version}");
-        let _ = journal.version.set(version);
+        let _ = ctx.version.set(version);
     }
 
     // Two watches per served namespace (or two of every namespace): all must be live.
@@ -118,14 +119,14 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         health,
         dead_tx,
         dead,
-        journal,
+        ctx,
         // What the ImmortalContainer watcher knows, which reconcile reads instead of the API.
         ics: Arc::new(IcStore::new()),
         pods: Arc::new(Store::new()),
     });
-    let ic_resync = Resync::every(stages.config.resync_period);
-    stages.start_watchers(&ic_resync)?;
-    stages.recheck_crd(ic_resync)?;
+    let ic_relists = Relist::every(stages.config.relist_period);
+    stages.start_watchers(&ic_relists)?;
+    stages.recheck_crd(ic_relists)?;
     stages.start_sweep()?;
 
     let (stop_renewing_tx, stop_renewing) = crossbeam_channel::bounded::<()>(0);
@@ -196,7 +197,7 @@ struct Stages {
     /// Where a dying thread's [`Sentinel`] says so.
     dead_tx: Sender<&'static str>,
     dead: Receiver<&'static str>,
-    journal: Arc<Journal>,
+    ctx: Arc<Context>,
     ics: Arc<IcStore>,
     /// What the pod watcher knows of each key's pod.
     pods: Arc<Store<PodMemo>>,
@@ -217,7 +218,7 @@ impl Stages {
     /// list was answered and one namespace's lists are in (see [`SERVE_PATIENCE`]): the
     /// namespaces listed are served from then on, the others once their lists complete, each
     /// named with its reason until then (in the log and `/readyz`).
-    fn start_watchers(self: &Arc<Self>, ic_resync: &Resync) -> Result<(), ExitCode> {
+    fn start_watchers(self: &Arc<Self>, ic_relists: &Relist) -> Result<(), ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
         let idle = self.config.watch_idle_timeout;
         let failed = |e| fail_at_start(&format!("cannot start watcher thread: {e}"));
@@ -227,7 +228,7 @@ impl Stages {
             let ics = Watcher::new(
                 self.once.clone(),
                 lifecycle::immortal_containers_kind(namespace.clone()),
-                IcEvents,
+                IcEventHandler,
                 self.queue.clone(),
                 self.quit.clone(),
                 synced_tx.clone(),
@@ -236,21 +237,21 @@ impl Stages {
             let pods = Watcher::new(
                 self.once.clone(),
                 lifecycle::pods_kind(namespace),
-                PodEvents,
+                PodEventHandler,
                 self.queue.clone(),
                 self.quit.clone(),
                 synced_tx.clone(),
                 idle,
             );
             // Every ImmortalContainer watcher keeps its namespace's objects in the one store
-            // reconcile reads, and lists again when `ic_resync` is asked.
-            let ics = ics.resyncing(ic_resync.clone()).sharing(self.ics.clone());
+            // reconcile reads, and lists again when `ic_relists` is asked.
+            let ics = ics.relisting(ic_relists.clone()).sharing(self.ics.clone());
             spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
             // Every pod watcher keeps its namespace's pods in the one store the first lists are
             // joined with (see `queue_objects_without_a_pod`), under the objects' own keys.
             let objects = self.ics.clone();
             let pods = pods
-                .resyncing(Resync::every(self.config.resync_period))
+                .relisting(Relist::every(self.config.relist_period))
                 .sharing(self.pods.clone())
                 .keys_from(Box::new(move |key| objects.key(key)));
             spawn_watcher(pods, self.sentinel("watcher")).map_err(failed)?;
@@ -402,15 +403,15 @@ impl Stages {
 
     /// While the CRD prunes something the operator writes, reads it again every
     /// [`counting::RECHECK`], so that an upgraded CRD is taken up without a restart (see
-    /// `counting`, Resuming): `resync` then has every object reconciled.
-    fn recheck_crd(self: &Arc<Self>, resync: Resync) -> Result<(), ExitCode> {
+    /// `counting`, Resuming): `relists` then has every object reconciled.
+    fn recheck_crd(self: &Arc<Self>, relists: Relist) -> Result<(), ExitCode> {
         let me = self.clone();
         spawn("crd", move || {
             while wait(&me.quit, counting::RECHECK) {
-                if me.journal.counting.any_pruned()
-                    && read_crd_schema(&me.once).is_some_and(|m| me.journal.counting.relearn(&m))
+                if me.ctx.counting.any_pruned()
+                    && read_crd_schema(&me.once).is_some_and(|m| me.ctx.counting.relearn(&m))
                 {
-                    resync.ask();
+                    relists.ask();
                 }
             }
         })
@@ -472,20 +473,14 @@ impl Stages {
             Some(e) => (self.client.fenced(e.fence()), e.identity().to_string()),
             None => (self.client.clone(), leader::identity()),
         };
-        let (recorder, event_rx) = Recorder::channel(events::Kind {
+        let (recorder, inbox) = Recorder::channel(events::Kind {
             api_version: API_VERSION,
             kind: KIND,
         });
         let (events_client, events_finished) = (writer.clone(), finished.clone());
-        let queue = self.queue.clone();
-        let hold = events::Hold {
-            busy: Box::new(move || queue.urgent_waiting()),
-            at_most: events::HOLD_MAX,
-        };
         spawn("events", move || {
             let _finished = events_finished;
-            let _cache = allocator::cache_this_thread();
-            events::run(events_client, event_rx, "immortal-operator", identity, hold)
+            events::run(events_client, inbox, "immortal-operator", identity)
         })?;
         let workers = Arc::new(Workers {
             stages: self.clone(),
@@ -507,16 +502,6 @@ impl Stages {
                 return Err(fail_running(&format!("cannot start worker thread: {e}")));
             }
         }
-        // A pod this process made is let go within `counting::LET_GO_WITHIN` whatever the
-        // backlog: those due go ahead of it.
-        let (journal, queue, quit) = (self.journal.clone(), self.queue.clone(), self.quit.clone());
-        spawn("overdue", move || {
-            while wait(&quit, reconcile::OVERDUE_EVERY) {
-                for key in journal.overdue() {
-                    queue.add_within(key, Duration::ZERO);
-                }
-            }
-        })?;
         log::info!(
             target: "controller", workers = self.config.workers as u64, max_workers = workers.pool.max() as u64;
             "reconciling"
@@ -549,7 +534,6 @@ impl Workers {
             .name(format!("reconcile-{i}"))
             .spawn(move || {
                 let _sentinel = sentinel;
-                let _cache = allocator::cache_this_thread();
                 controller::work(
                     &me.stages.queue,
                     me.run_id,
@@ -561,7 +545,7 @@ impl Workers {
                             false
                         }
                     },
-                    |trace, hint| reconcile::reconcile(&me.api, &me.stages.journal, trace, hint),
+                    |trace, hint| reconcile::reconcile(&me.api, &me.stages.ctx, trace, hint),
                 )
             })
             .map(drop)

@@ -168,7 +168,7 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A moment in 4 bytes where an `Instant` takes 16 (and in 4 as an `Option` too), for what is
-/// kept per object (a queued key, a pod made and not let go): 100 µs ticks since an `epoch` its
+/// kept per object (a queued key, a pod made and not released): 100 µs ticks since an `epoch` its
 /// owner keeps, wrapping every five days, since only ages of seconds or minutes are read of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp(NonZeroU32);

@@ -421,8 +421,8 @@ fn refuse_status_writes<'c>(c: &'c Cluster) -> Option<Box<dyn Guard + 'c>> {
     Some(Box::new(policy?))
 }
 
-/// Whether the pod (by name, whatever its labels) exists and holds our finalizer.
-fn holds_our_finalizer(c: &Cluster, pod: &str) -> bool {
+/// Whether the pod (by name, whatever its labels) exists and is held by our finalizer.
+fn held_by_our_finalizer(c: &Cluster, pod: &str) -> bool {
     c.get_pod(pod).expect("get pod").is_some_and(|p| {
         p["metadata"]["finalizers"]
             .as_array()
@@ -438,7 +438,7 @@ fn held_pod(c: &Cluster, ic: &str) -> Value {
     wait_until(
         c.timeout(Duration::from_secs(30)),
         "a pod holding our finalizer",
-        || match holds_our_finalizer(c, &pod) {
+        || match held_by_our_finalizer(c, &pod) {
             true => Ok(()),
             false => Err("not yet".into()),
         },
@@ -496,7 +496,7 @@ fn an_orphaning_delete_of_the_object_lets_its_held_pod_go_and_keeps_it() {
         c.timeout(Duration::from_secs(30)),
         "the orphan to be let go",
         || match c.get_pod(name(&pod)).map_err(|e| e.to_string())? {
-            Some(p) if !holds_our_finalizer(&c, name(&p)) => Ok(p),
+            Some(p) if !held_by_our_finalizer(&c, name(&p)) => Ok(p),
             Some(p) => Err(format!("{}", p["metadata"])),
             None => Err("the orphan is gone; it should have been kept".into()),
         },
@@ -508,7 +508,7 @@ fn an_orphaning_delete_of_the_object_lets_its_held_pod_go_and_keeps_it() {
 }
 
 #[test]
-fn a_held_pod_that_lost_our_label_while_the_operator_was_down_is_found_and_let_go() {
+fn a_held_pod_that_lost_our_label_while_the_operator_was_down_is_found_and_released() {
     let c = Cluster::new("label-lost-down");
     let Some(refused) = refuse_status_writes(&c) else {
         return;
@@ -526,7 +526,7 @@ fn a_held_pod_that_lost_our_label_while_the_operator_was_down_is_found_and_let_g
     c.delete_ic("web");
     thread::sleep(Duration::from_millis(500));
     assert!(
-        holds_our_finalizer(&c, name(&pod)),
+        held_by_our_finalizer(&c, name(&pod)),
         "held while we are down"
     );
     op.restart();
@@ -554,7 +554,7 @@ fn a_pod_deleted_while_status_writes_are_refused_goes_within_a_minute_uncounted_
         },
     );
     eprintln!("let go {:?} after its deletion", deleted.elapsed());
-    // The Event is recorded on a thread of its own, once the pod has been let go.
+    // The Event is recorded on a thread of its own, once the pod has been released.
     wait_until(
         c.timeout(Duration::from_secs(10)),
         "a StartsNotCounted Event naming the pod",
@@ -627,7 +627,7 @@ fn refuse_relabels(c: &Cluster) -> Option<Policy<'_>> {
 }
 
 #[test]
-fn a_held_pod_whose_relabel_is_refused_is_still_counted_and_let_go_when_deleted() {
+fn a_held_pod_whose_relabel_is_refused_is_still_counted_and_released_when_deleted() {
     let c = Cluster::new("relabel-refused");
     let Some(refused) = refuse_status_writes(&c) else {
         return;
@@ -645,7 +645,7 @@ fn a_held_pod_whose_relabel_is_refused_is_still_counted_and_let_go_when_deleted(
     );
     assert!(c.delete_pod_with_grace(name(&pod), uid(&pod), None));
     drop(refused);
-    // Counted and let go within the half minute a held pod is retried in, the relabel
+    // Counted and released within the half minute a held pod is retried in, the relabel
     // refused or not; then replaced.
     wait_until(
         c.timeout(Duration::from_secs(45)),

@@ -25,8 +25,8 @@
 
 use immortal_operator::immortal::desired;
 use immortal_operator::immortal::ic_state::{self, IcState, IcStore};
-use immortal_operator::immortal::lifecycle::{IcEvents, PodEvents, PodHint, PodMemo};
-use immortal_operator::immortal::reconcile::{self, Api, Journal};
+use immortal_operator::immortal::lifecycle::{IcEventHandler, PodEventHandler, PodHint, PodMemo};
+use immortal_operator::immortal::reconcile::{self, Api, Context};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
 };
@@ -35,9 +35,9 @@ use immortal_operator::kube::events::Note;
 use immortal_operator::kube::types::{
     Condition, ObjectMeta, Pod, PodCondition, PodStatus, Status, StatusDetails,
 };
-use immortal_operator::runtime::controller::{Failure, LogContext, Next};
+use immortal_operator::runtime::controller::{Failure, LogContext};
 use immortal_operator::runtime::queue::Hint;
-use immortal_operator::runtime::watcher::{Listed, Reaction, Watched};
+use immortal_operator::runtime::watcher::{EventHandler, Listed, Reaction};
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -775,7 +775,7 @@ impl Api for ModelApi {
 
 struct Controller {
     clock: Arc<Mutex<Instant>>,
-    journal: Journal,
+    ctx: Context,
     /// What the ImmortalContainer watcher knows (shared with the model API's reads).
     ics: Arc<IcStore>,
     /// The key is queued, with the hint of the latest event that queued it.
@@ -794,7 +794,7 @@ impl Controller {
         let c = clock.clone();
         Controller {
             clock,
-            journal: Journal::with_clock(move || *c.lock().unwrap()),
+            ctx: Context::with_clock(move || *c.lock().unwrap()),
             ics: Arc::new(IcStore::new()),
             queued: None,
             timer: None,
@@ -845,11 +845,11 @@ impl Controller {
             return;
         }
         for (event, pod) in std::mem::take(&mut w.pod_events) {
-            if PodEvents.key_of(&pod).as_deref() != Some(KEY) {
+            if PodEventHandler.key_of(&pod).as_deref() != Some(KEY) {
                 continue;
             }
             let mut memo = self.pod_memo;
-            let verdict = PodEvents.on_event(event, &pod, &mut memo);
+            let verdict = PodEventHandler.on_event(event, &pod, &mut memo);
             self.pod_memo = memo;
             if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
@@ -861,7 +861,7 @@ impl Controller {
         for (event, ic) in std::mem::take(&mut w.ic_events) {
             let (verdict, _) = self
                 .ics
-                .entry(KEY.into(), |memo| IcEvents.on_event(event, &ic, memo));
+                .entry(KEY.into(), |memo| IcEventHandler.on_event(event, &ic, memo));
             if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
@@ -882,7 +882,7 @@ impl Controller {
         self.list_pods(w);
     }
 
-    /// A failover: the standby's journal, its copy of the object the one it had when the
+    /// A failover: the standby's ctx, its copy of the object the one it had when the
     /// scenario began; its watch of objects has yet to bring the object as it is now.
     fn fail_over(&mut self, w: &mut World, bare: bool) {
         let clock = self.clock.clone();
@@ -910,7 +910,7 @@ impl Controller {
         w.ic_events.clear();
         match &w.ic {
             Some(ic) => {
-                let listed = IcEvents.memo(ic);
+                let listed = IcEventHandler.memo(ic);
                 // Served now: the model's version is the list's.
                 let served = Listed {
                     version: Some(w.rv),
@@ -918,7 +918,7 @@ impl Controller {
                 };
                 self.ics.entry(KEY.into(), |memo| {
                     *memo = Some(match memo.take() {
-                        Some(old) => IcEvents.relisted(old, listed, &served),
+                        Some(old) => IcEventHandler.relisted(old, listed, &served),
                         None => listed,
                     })
                 });
@@ -937,8 +937,8 @@ impl Controller {
         self.pod_memo = None;
         let pod = w.pods.get(POD).map(|mp| mp.pod.clone());
         if let Some(p) = &pod {
-            if PodEvents.key_of(p).as_deref() == Some(KEY) {
-                self.pod_memo = Some(PodEvents.memo(p));
+            if PodEventHandler.key_of(p).as_deref() == Some(KEY) {
+                self.pod_memo = Some(PodEventHandler.memo(p));
             }
         }
         if w.ic.is_some() || pod.is_some() {
@@ -1002,24 +1002,20 @@ fn run(scenario: Scenario, plan: &Plan, seed: u64) -> Result<usize, String> {
         if let Some(hint) = ctl.queued.take() {
             let key = KEY.into();
             let trace = LogContext { id: "x", key: &key };
-            let journal = &ctl.journal;
+            let ctx = &ctl.ctx;
             let result = panic::catch_unwind(AssertUnwindSafe(|| {
-                reconcile::reconcile(&api, journal, &trace, hint.as_ref())
+                reconcile::reconcile(&api, ctx, &trace, hint.as_ref())
             }));
             match result {
-                Ok(Ok(Next::Done)) => {
-                    // As the queue's `cancel`: a look asked for before is moot.
+                Ok(Ok(action)) => {
                     ctl.failures = 0;
-                    ctl.timer = None;
-                }
-                Ok(Ok(Next::Routine)) => {
-                    // Queued again with its hint, behind what else waits (nothing, here).
-                    ctl.failures = 0;
-                    ctl.queue_again(hint.clone());
-                }
-                Ok(Ok(Next::RequeueAfter(d) | Next::RefreshAfter(d))) => {
-                    ctl.failures = 0;
-                    ctl.after(d);
+                    match action.requeue_after() {
+                        // As the queue's `cancel`: a look asked for before is moot.
+                        None => ctl.timer = None,
+                        // Queued again with its hint, behind what else waits (nothing, here).
+                        Some(Duration::ZERO) => ctl.queue_again(hint.clone()),
+                        Some(d) => ctl.after(d),
+                    }
                 }
                 Ok(Err(e)) => {
                     // client-go's per-key backoff, at least the server's Retry-After.
@@ -1216,7 +1212,7 @@ impl Scenario {
                 message: format!("pod {POD} runs {IMAGE}"),
             }],
         };
-        ctl.pod_memo = Some(PodEvents.memo(&pod));
+        ctl.pod_memo = Some(PodEventHandler.memo(&pod));
         w.standby = Some(ic.clone());
         // The watcher knows the converged object.
         ctl.ics

@@ -264,7 +264,7 @@ fn sigterm_while_the_api_server_hangs_every_request_exits_in_time_and_the_releas
         })
     });
     // The object is deleted: its reconcile reads it from the API server (the watch's DELETED
-    // made the operator forget it) to learn whether a pod of it is left to let go. That read
+    // made the operator forget it) to learn whether a pod of it is left to release. That read
     // is the reconcile that now hangs, so the release of the Lease may still be sent (no write
     // is in flight).
     cluster.delete_ic("hung");

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 
 /// Longest a pod holding our finalizer waits between two tries at counting it while status
-/// cannot be written, whatever the key's back-off: so it is counted, and let go, within this
+/// cannot be written, whatever the key's back-off: so it is counted, and released, within this
 /// of status writes coming back (an edited ClusterRole fixed), not the up to 1000 s the
 /// back-off of a key that failed for long reaches. One status write per held pod per 30 s.
 pub const RECOUNT_AT_MOST: Duration = Duration::from_secs(30);
@@ -37,7 +37,7 @@ pub const RECOUNT_AT_MOST: Duration = Duration::from_secs(30);
 /// Longest a pod this process made holds our finalizer when nothing goes wrong, whatever the
 /// backlog: its count and release may wait behind other objects' pods, never longer. An
 /// operator stopped meanwhile leaves it held until it or its standby lists it again.
-pub const LET_GO_WITHIN: Duration = Duration::from_secs(10);
+pub const RELEASE_WITHIN: Duration = Duration::from_secs(10);
 
 /// How often the CRD is read again while it prunes something we write.
 pub const RECHECK: Duration = Duration::from_secs(10);
@@ -80,8 +80,8 @@ impl Counting {
         })
     }
 
-    /// The pod `uid` was let go: it waits on nothing any more.
-    pub fn let_go(&self, uid: &str) {
+    /// The pod `uid` was released: it waits on nothing any more.
+    pub fn note_released(&self, uid: &str) {
         lock(&self.holding).remove(uid);
     }
 
@@ -199,8 +199,8 @@ impl Counting {
     }
 }
 
-/// Whether the pod's metadata carries our finalizer.
-pub fn holds(finalizers: &[String]) -> bool {
+/// Whether the pod's metadata carries our finalizer: the pod is held until we release it.
+pub fn is_held(finalizers: &[String]) -> bool {
     finalizers.iter().any(|f| f == COUNT_FINALIZER)
 }
 
@@ -273,7 +273,7 @@ mod tests {
             p["metadata"]["$deleteFromPrimitiveList/finalizers"],
             json!([COUNT_FINALIZER])
         );
-        assert!(holds(&[COUNT_FINALIZER.to_string()]));
-        assert!(!holds(&["other".to_string()]));
+        assert!(is_held(&[COUNT_FINALIZER.to_string()]));
+        assert!(!is_held(&["other".to_string()]));
     }
 }

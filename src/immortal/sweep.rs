@@ -28,7 +28,7 @@ pub struct Swept {
 /// The key of the object a pod holding our finalizer was made for, when our watch cannot see
 /// it (it lacks our label); `None` for every other pod.
 fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
-    if !counting::holds(&meta.finalizers) || meta.labels.contains_key(MANAGED_BY_LABEL) {
+    if !counting::is_held(&meta.finalizers) || meta.labels.contains_key(MANAGED_BY_LABEL) {
         return None;
     }
     let name = meta.name.strip_suffix(POD_SUFFIX)?;

@@ -4,7 +4,9 @@
 //! [`DEDUP_WINDOW`] bumps the `count` of the Event already written, a per-object token bucket
 //! (client-go's spam filter) keeps a hot error from flooding the API server, and a failed write
 //! is logged and dropped, never retried in a loop. Each Event written is an API write, so an
-//! INFO line; a 403 is a WARN, as RBAC is for a person to fix.
+//! INFO line; a 403 is a WARN, as RBAC is for a person to fix. Warnings have an inbox of their
+//! own, written first: a backlog's Normal Events never crowd one out. One request at a time,
+//! the writer takes little of a busy API server.
 
 use crate::kube::client::{Client, Error, Resource};
 use crate::kube::types::{Event, EventSource, ObjectMeta, ObjectReference, MAX_NAME_LEN};
@@ -27,14 +29,9 @@ const REFILL_EVERY: Duration = Duration::from_secs(300);
 /// Objects the dedupe and rate-limit books remember at most, as client-go's EventCorrelator
 /// (its LRU caches hold 4096), so that memory does not grow with the object count.
 pub const MAX_REMEMBERED: usize = 4096;
-/// Events waiting to be written; beyond this they are dropped (the reconcile never waits).
+/// Events of each type waiting to be written; beyond this they are dropped (the reconcile
+/// never waits).
 pub const BACKLOG: usize = 1024;
-/// The longest an Event is held back while pods are being made ([`Hold`]): a backlog of
-/// 30,000 objects has its pods within it, and a longer one still gets its Events.
-pub const HOLD_MAX: Duration = Duration::from_secs(10);
-/// How often a held Event asks again whether it may go.
-const HOLD_POLL: Duration = Duration::from_millis(20);
-
 /// An Event to record: Normal or Warning, a CamelCase reason, a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -58,25 +55,24 @@ pub struct Pending {
     pub name: String,
     pub uid: String,
     pub note: Note,
-    /// When it was recorded: how long it may still be held.
-    pub at: Instant,
 }
 
-/// When the writer holds Events back: while `busy` says so (urgent keys wait: pods to make or
-/// count), and for at most `at_most` after each was recorded. An Event costs the API server
-/// what a status write does, and in a backlog the writer, one request at a time, would spend
-/// 2 % of a CPU-bound control plane's time on them (docs/benchmark.md, "Handshakes off the
-/// workers").
-pub struct Hold {
-    pub busy: Box<dyn Fn() -> bool + Send>,
-    pub at_most: Duration,
+/// The writer's side of a [`Recorder`]: Warnings, then Normal Events.
+pub struct Inbox {
+    warnings: Receiver<Pending>,
+    normal: Receiver<Pending>,
 }
 
-impl Hold {
-    /// Waits while `p` is to be held.
-    fn wait(&self, p: &Pending) {
-        while p.at.elapsed() < self.at_most && (self.busy)() {
-            std::thread::sleep(HOLD_POLL);
+impl Inbox {
+    /// The next Event to write, a Warning first if one waits; `None` once every recorder is
+    /// gone and nothing is left.
+    fn next(&self) -> Option<Pending> {
+        if let Ok(p) = self.warnings.try_recv() {
+            return Some(p);
+        }
+        crossbeam_channel::select! {
+            recv(self.warnings) -> p => p.ok().or_else(|| self.normal.recv().ok()),
+            recv(self.normal) -> p => p.ok().or_else(|| self.warnings.recv().ok()),
         }
     }
 }
@@ -87,7 +83,8 @@ pub type DropHook = fn(u64);
 /// Cheap handle the reconcile side records through.
 #[derive(Clone)]
 pub struct Recorder {
-    tx: Sender<Pending>,
+    warnings: Sender<Pending>,
+    normal: Sender<Pending>,
     kind: Kind,
     /// Events dropped for a full queue, since start.
     dropped: Arc<AtomicU64>,
@@ -98,19 +95,25 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// A recorder of Events about objects of `kind`, whose events go to `rx`; [`run`] drains it.
-    pub fn channel(kind: Kind) -> (Recorder, Receiver<Pending>) {
-        // Unbounded with a length check, as bounded(BACKLOG) allocates all its slots up front
-        // (130 KiB resident); two workers racing past the check overshoot by one each.
-        let (tx, rx) = crossbeam_channel::unbounded();
+    /// A recorder of Events about objects of `kind`, and the inbox [`run`] drains.
+    pub fn channel(kind: Kind) -> (Recorder, Inbox) {
+        // Unbounded with a length check, as bounded(BACKLOG) allocates all its slots up front;
+        // two workers racing past the check overshoot by one each.
+        let (warnings, warnings_rx) = crossbeam_channel::unbounded();
+        let (normal, normal_rx) = crossbeam_channel::unbounded();
+        let inbox = Inbox {
+            warnings: warnings_rx,
+            normal: normal_rx,
+        };
         let recorder = Recorder {
-            tx,
+            warnings,
+            normal,
             kind,
             dropped: Arc::default(),
             dropping: Arc::default(),
             on_drop: |_| {},
         };
-        (recorder, rx)
+        (recorder, inbox)
     }
 
     /// Calls `hook` (a metrics counter) on every Event dropped for a full queue.
@@ -119,11 +122,16 @@ impl Recorder {
         self
     }
 
-    /// Queues `note` about the object `meta` describes; never waits. [`BACKLOG`] behind, the
-    /// Event is dropped, as client-go's broadcaster drops on a full channel: the first drop of
-    /// an episode is a WARN, each is counted, and the end of the episode says how many.
+    /// Queues `note` about the object `meta` describes; never waits. [`BACKLOG`] Events of its
+    /// type behind, it is dropped, as client-go's broadcaster drops on a full channel: the
+    /// first drop of an episode is a WARN, each is counted, and the end of the episode says
+    /// how many.
     pub fn record(&self, meta: &ObjectMeta, note: Note) {
-        let waiting = self.tx.len();
+        let tx = match note.warning {
+            true => &self.warnings,
+            false => &self.normal,
+        };
+        let waiting = tx.len();
         if waiting >= BACKLOG {
             let object = format!("{}/{}", meta.namespace, meta.name);
             (self.on_drop)(self.dropped.fetch_add(1, Ordering::Relaxed) + 1);
@@ -134,18 +142,20 @@ impl Recorder {
             log::debug!(target: "events", object = object.as_str(), reason = note.reason; "event backlog full, dropped");
             return;
         }
-        if waiting <= BACKLOG / 2 && self.dropping.swap(false, Ordering::Relaxed) {
+        if waiting <= BACKLOG / 2
+            && self.normal.len() <= BACKLOG / 2
+            && self.dropping.swap(false, Ordering::Relaxed)
+        {
             log::info!(target: "events", dropped_total = self.dropped.load(Ordering::Relaxed);
                 "the Event queue has room again; Events are written again");
         }
         // A send fails only once the recorder thread is gone (shutdown): nothing to do then.
-        let _ = self.tx.send(Pending {
+        let _ = tx.send(Pending {
             kind: self.kind,
             namespace: meta.namespace.clone(),
             name: meta.name.clone(),
             uid: meta.uid.clone(),
             note,
-            at: Instant::now(),
         });
     }
 }
@@ -286,23 +296,16 @@ pub fn event_name(object: &str) -> String {
     format!("{base}.{suffix}")
 }
 
-/// Drains `rx` until every sender is gone, writing events through `client` as `component`
-/// (`source.component` and `reportingComponent`) from `instance`, each once `hold` lets it.
-pub fn run(
-    client: Client,
-    rx: Receiver<Pending>,
-    component: &'static str,
-    instance: String,
-    hold: Hold,
-) {
+/// Drains `inbox` until every recorder is gone, writing Events through `client` as
+/// `component` (`source.component` and `reportingComponent`) from `instance`.
+pub fn run(client: Client, inbox: Inbox, component: &'static str, instance: String) {
     let mut writer = Writer {
         client,
         component,
         instance,
         book: Book::default(),
     };
-    for p in rx {
-        hold.wait(&p);
+    while let Some(p) = inbox.next() {
         writer.write(&p);
     }
 }
@@ -411,14 +414,6 @@ impl Writer {
 mod tests {
     use super::*;
 
-    /// A writer that holds nothing back.
-    fn never() -> Hold {
-        Hold {
-            busy: Box::new(|| false),
-            at_most: Duration::ZERO,
-        }
-    }
-
     fn pending(uid: &str, reason: &'static str, message: &str) -> Pending {
         Pending {
             kind: Kind {
@@ -433,40 +428,7 @@ mod tests {
                 reason,
                 message: message.into(),
             },
-            at: Instant::now(),
         }
-    }
-
-    #[test]
-    fn an_event_is_held_while_pods_wait_and_goes_once_they_are_made() {
-        let busy = Arc::new(AtomicBool::new(true));
-        let flag = busy.clone();
-        let hold = Hold {
-            busy: Box::new(move || flag.load(Ordering::Relaxed)),
-            at_most: Duration::from_secs(60),
-        };
-        let held = std::thread::spawn(move || hold.wait(&pending("u1", "Created", "made")));
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(!held.is_finished(), "held while urgent keys wait");
-        busy.store(false, Ordering::Relaxed);
-        held.join().unwrap();
-    }
-
-    #[test]
-    fn an_event_is_held_no_longer_than_its_bound_however_long_pods_wait() {
-        let hold = Hold {
-            busy: Box::new(|| true),
-            at_most: Duration::from_millis(50),
-        };
-        let mut p = pending("u1", "Created", "made");
-        let started = Instant::now();
-        hold.wait(&p);
-        assert!(started.elapsed() >= Duration::from_millis(50));
-        // One recorded longer ago than the bound goes at once.
-        p.at = Instant::now() - Duration::from_secs(1);
-        let started = Instant::now();
-        hold.wait(&p);
-        assert!(started.elapsed() < Duration::from_millis(50));
     }
 
     /// Decides, and when that is a create, records that it succeeded, as `run` does.
@@ -558,8 +520,8 @@ mod tests {
         let server =
             kube_testserver::TestServer::start(kube_testserver::Options::default()).unwrap();
         let client = crate::testutil::client_of(&server.kubeconfig_path());
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let writer = std::thread::spawn(move || run(client, rx, "test", "here".into(), never()));
+        let (recorder, inbox) = Recorder::channel(kind());
+        let writer = std::thread::spawn(move || run(client, inbox, "test", "here".into()));
         let events = "/api/v1/namespaces/default/events";
         let listed = || -> Vec<serde_json::Value> {
             let list = server.get_json(events).expect("events listed");
@@ -576,7 +538,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(10));
             }
         };
-        tx.send(pending("u", "PodCreated", "m")).unwrap();
+        recorder.record(&meta(), note(true));
         wait_for("the first Event", &|l| l.len() == 1);
         // Someone deletes it (or the API server's Event TTL ends it).
         let name = listed()[0]["metadata"]["name"]
@@ -595,11 +557,11 @@ mod tests {
             .run(request)
             .expect("the Event deleted");
         assert_eq!(answer.status(), 200);
-        tx.send(pending("u", "PodCreated", "m")).unwrap();
+        recorder.record(&meta(), note(true));
         wait_for("the Event written again, counting both", &|l| {
             l.len() == 1 && l[0]["count"] == 2
         });
-        drop(tx);
+        drop(recorder);
         writer.join().unwrap();
     }
 
@@ -615,11 +577,11 @@ mod tests {
             verb: Some("create".into()),
             path_contains: Some("/events".into()),
         });
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let writer = std::thread::spawn(move || run(client, rx, "test", "here".into(), never()));
-        tx.send(pending("u", "PodCreated", "m")).unwrap();
-        tx.send(pending("u", "PodCreated", "m")).unwrap();
-        drop(tx);
+        let (recorder, inbox) = Recorder::channel(kind());
+        let writer = std::thread::spawn(move || run(client, inbox, "test", "here".into()));
+        recorder.record(&meta(), note(true));
+        recorder.record(&meta(), note(true));
+        drop(recorder);
         writer.join().unwrap();
         let list = server
             .get_json("/api/v1/namespaces/default/events")
@@ -658,38 +620,68 @@ mod tests {
         assert!(event_name("web").starts_with("web."));
     }
 
-    #[test]
-    fn a_full_queue_drops_and_counts_instead_of_waiting_and_recovers_once_drained() {
-        static SEEN: AtomicU64 = AtomicU64::new(0);
-        let (recorder, rx) = Recorder::channel(Kind {
+    fn kind() -> Kind {
+        Kind {
             api_version: "v1",
             kind: "Pod",
-        });
-        let recorder = recorder.reporting_drops(|total| SEEN.store(total, Ordering::Relaxed));
-        let meta = ObjectMeta {
-            namespace: "ns".into(),
+        }
+    }
+
+    fn meta() -> ObjectMeta {
+        ObjectMeta {
+            namespace: "default".into(),
             name: "web".into(),
             uid: "u".into(),
             ..ObjectMeta::default()
-        };
-        let note = || Note {
-            warning: false,
+        }
+    }
+
+    fn note(warning: bool) -> Note {
+        Note {
+            warning,
             reason: "Created",
             message: "m".into(),
-        };
-        for _ in 0..BACKLOG + 3 {
-            recorder.record(&meta, note());
         }
-        assert_eq!(rx.len(), BACKLOG, "the queue stops at its bound");
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_waiting_and_recovers_once_drained() {
+        static SEEN: AtomicU64 = AtomicU64::new(0);
+        let (recorder, inbox) = Recorder::channel(kind());
+        let recorder = recorder.reporting_drops(|total| SEEN.store(total, Ordering::Relaxed));
+        for _ in 0..BACKLOG + 3 {
+            recorder.record(&meta(), note(false));
+        }
+        assert_eq!(inbox.normal.len(), BACKLOG, "the queue stops at its bound");
         assert_eq!(SEEN.load(Ordering::Relaxed), 3, "each drop is counted");
         assert!(recorder.dropping.load(Ordering::Relaxed));
         // The writer catches up: the next Event is queued and the episode ends.
-        while rx.len() > BACKLOG / 2 {
-            rx.recv().unwrap();
+        while inbox.normal.len() > BACKLOG / 2 {
+            inbox.next().unwrap();
         }
-        recorder.record(&meta, note());
+        recorder.record(&meta(), note(false));
         assert!(!recorder.dropping.load(Ordering::Relaxed));
-        assert_eq!(rx.len(), BACKLOG / 2 + 1);
+        assert_eq!(inbox.normal.len(), BACKLOG / 2 + 1);
         assert_eq!(SEEN.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_warning_is_never_dropped_for_normal_events_and_is_written_first() {
+        let (recorder, inbox) = Recorder::channel(kind());
+        for _ in 0..BACKLOG + 3 {
+            recorder.record(&meta(), note(false));
+        }
+        recorder.record(&meta(), note(true));
+        assert!(inbox.next().unwrap().note.warning, "the Warning goes first");
+        assert!(!inbox.next().unwrap().note.warning);
+        drop(recorder);
+        let mut left = 1;
+        while inbox.next().is_some() {
+            left += 1;
+        }
+        assert_eq!(
+            left, BACKLOG,
+            "what the recorder took is all drained at the end"
+        );
     }
 }

@@ -1,14 +1,13 @@
 //! The controller loop, generic over the resource: watcher and worker threads that report
 //! their own death, the worker's contract with the queue, and signals. What one reconcile does
-//! is the caller's (a closure); which events queue a key is the policy's ([`Watched`]).
+//! is the caller's (a closure); which events queue a key is its event handler's ([`EventHandler`]).
 
 use crate::kube::client::Client;
-use crate::runtime::allocator;
 use crate::runtime::metrics;
 use crate::runtime::pool::{self, Pool};
-use crate::runtime::queue::{Got, Hint, Key, Latest, Priority, Queue, Trigger};
+use crate::runtime::queue::{Hint, Key, Priority, Queue, Trigger, Work};
 use crate::runtime::serve::Health;
-use crate::runtime::watcher::{Watched, Watcher};
+use crate::runtime::watcher::{EventHandler, Watcher};
 use crossbeam_channel::Sender;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,19 +15,45 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// What the worker does with the key after a successful reconcile.
+/// What the worker does with the key after a successful reconcile (kube-runtime's `Action`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// Nothing to do until a watch event says otherwise.
-    Done,
-    /// Look again after this long (a pod name held by someone else; a replacement backing off).
-    RequeueAfter(Duration),
-    /// Look again after this long, as routine work: what status says changes then with time
-    /// alone (a pod past its grace period), and nothing is to be made.
-    RefreshAfter(Duration),
-    /// What is left is routine work (a pod to let go): queue the key again behind urgent
-    /// work, with what its trigger said.
-    Routine,
+pub struct Action {
+    requeue: Option<Duration>,
+    priority: Priority,
+}
+
+impl Action {
+    /// Nothing to do until a watch event says otherwise: a look asked for before is moot.
+    pub const fn await_change() -> Action {
+        Action {
+            requeue: None,
+            priority: Priority::Urgent,
+        }
+    }
+
+    /// Look again after `after` (a pod to release by then, a back-off, a name another pod
+    /// holds), urgent unless [`Action::at`] says otherwise. Requeued at once, the key comes
+    /// back with what its trigger said.
+    pub const fn requeue(after: Duration) -> Action {
+        Action {
+            requeue: Some(after),
+            priority: Priority::Urgent,
+        }
+    }
+
+    /// The same, at `priority`: routine where only what status says changes then.
+    pub const fn at(self, priority: Priority) -> Action {
+        Action { priority, ..self }
+    }
+
+    /// When to look again, if at all.
+    pub fn requeue_after(&self) -> Option<Duration> {
+        self.requeue
+    }
+
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
 }
 
 /// What the worker needs to know of a failed reconcile.
@@ -38,11 +63,6 @@ pub trait Failure: fmt::Display {
     /// The latest the retry may come, whatever the key's back-off, if the reconcile has
     /// something to do by then.
     fn retry_within(&self) -> Option<Duration> {
-        None
-    }
-    /// A bound the retry must keep whatever else is failing (a pod being deleted waits on our
-    /// finalizer until then): the retry comes by then without waiting on the failure budget.
-    fn retry_by(&self) -> Option<Duration> {
         None
     }
     /// Whether only a person can fix it (a refusal), so it is logged as a warning at once.
@@ -80,14 +100,13 @@ pub fn spawn_watcher<W>(
     sentinel: Sentinel,
 ) -> std::io::Result<thread::JoinHandle<()>>
 where
-    W: Watched + Send + 'static,
+    W: EventHandler + Send + 'static,
     W::Hint: Clone + Send,
 {
     thread::Builder::new()
         .name(format!("watch-{}", w.kind.resource.short()))
         .spawn(move || {
             let _sentinel = sentinel;
-            let _cache = allocator::cache_this_thread();
             w.run()
         })
 }
@@ -99,7 +118,7 @@ pub fn work<H, E, R, G>(queue: &Queue<H>, run_id: u16, pool: &Pool, grow: G, rec
 where
     H: Hint + fmt::Display,
     E: Failure,
-    R: Fn(&LogContext, Option<&H>) -> Result<Next, E>,
+    R: Fn(&LogContext, Option<&H>) -> Result<Action, E>,
     G: Fn() -> bool,
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -107,13 +126,13 @@ where
     let mut idle = Some(pool::IDLE_EXIT);
     loop {
         let (key, trigger, priority, waited) = match queue.get_within(idle) {
-            Got::Key(key, trigger, priority, waited) => (key, trigger, priority, waited),
-            Got::ShutDown => return,
-            Got::Idle if pool.stop_idle() => {
+            Work::Key(key, trigger, priority, waited) => (key, trigger, priority, waited),
+            Work::ShutDown => return,
+            Work::Idle if pool.stop_idle() => {
                 log::debug!(target: "controller", workers = pool.live() as u64; "idle worker ended");
                 return;
             }
-            Got::Idle => {
+            Work::Idle => {
                 idle = None;
                 continue;
             }
@@ -144,51 +163,44 @@ where
         let queued_ms = (waited.as_secs_f64() * 10_000.0).round() / 10.0;
         let band = priority.as_str();
         match result {
-            Ok(next @ (Next::Done | Next::Routine)) => {
+            Ok(action) => {
                 queue.forget(&key);
-                let outcome = if next == Next::Done {
-                    // It saw everything and holds nothing: a look asked for before is moot.
-                    queue.cancel(&key);
-                    "success"
-                } else {
-                    queue.add_again(key.clone(), trigger.clone(), Priority::Routine);
-                    "routine_left"
+                let outcome = match action.requeue_after() {
+                    None => {
+                        // It saw everything and holds nothing: a look asked for before is moot.
+                        queue.cancel(&key);
+                        "success"
+                    }
+                    Some(Duration::ZERO) => {
+                        queue.add_again(key.clone(), trigger.clone(), action.priority());
+                        "requeue"
+                    }
+                    Some(after) => {
+                        queue.add_after(key.clone(), after, Trigger::Scheduled, action.priority());
+                        "requeue_after"
+                    }
                 };
-                metrics::record_reconcile("success", elapsed);
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
-                    result = outcome, elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
-                    "reconciled"
-                );
-            }
-            Ok(next @ (Next::RequeueAfter(after) | Next::RefreshAfter(after))) => {
-                queue.forget(&key);
-                // Asked for by a reconcile that waits to make a pod (a back-off, a refusal)
-                // or to look at a name another pod holds: urgent when it comes. A refresh only
-                // changes what status says: routine.
-                let then = match next {
-                    Next::RefreshAfter(_) => Priority::Routine,
-                    _ => Priority::Urgent,
-                };
-                queue.add_after(key.clone(), after, Trigger::Scheduled, then);
-                metrics::record_reconcile("requeue_after", elapsed);
-                log::info!(
-                    target: "reconcile",
-                    reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
-                    result = "requeue_after", requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms,
-                    queued_ms = queued_ms, priority = band;
-                    "reconciled"
-                );
+                metrics::record_reconcile(outcome, elapsed);
+                match action.requeue_after().filter(|d| !d.is_zero()) {
+                    None => log::info!(
+                        target: "reconcile",
+                        reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
+                        result = outcome, elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
+                        "reconciled"
+                    ),
+                    Some(after) => log::info!(
+                        target: "reconcile",
+                        reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
+                        result = outcome, requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms,
+                        queued_ms = queued_ms, priority = band;
+                        "reconciled"
+                    ),
+                }
             }
             Err(e) => {
-                let latest = match (e.retry_by(), e.retry_within()) {
-                    (Some(bound), _) => Latest::Bound(bound),
-                    (None, Some(within)) => Latest::Within(within),
-                    (None, None) => Latest::Backoff,
-                };
                 let at_least = e.retry_after().unwrap_or_default();
-                let after = queue.add_rate_limited(key.clone(), at_least, latest, priority);
+                let after =
+                    queue.add_rate_limited(key.clone(), at_least, e.retry_within(), priority);
                 metrics::record_reconcile("error", elapsed);
                 // A person must act on a refusal, or on an error that keeps coming back.
                 let level = if e.needs_a_person() || queue.num_requeues(&key) > 8 {
@@ -260,7 +272,7 @@ mod tests {
                     thread::sleep(Duration::from_millis(2));
                     me.in_flight.fetch_sub(1, Ordering::SeqCst);
                     me.done.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, Never>(Next::Done)
+                    Ok::<_, Never>(Action::await_change())
                 },
             )
         });

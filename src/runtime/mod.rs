@@ -3,11 +3,9 @@
 //! [`trigger`], and keeps what it knows of each key in a [`store`]; [`controller`] runs the
 //! watcher and worker threads, and [`pool`] says how many workers run; [`leader`] elects one
 //! active replica through a Lease and fences the client's writes; [`liveness`], [`metrics`],
-//! [`serve`] (probes and metrics) and [`logging`] make a running operator observable;
-//! [`allocator`] is the binary's global allocator. Which events matter and what a reconcile
-//! does are a resource's policy's (see `immortal`).
+//! [`serve`] (probes and metrics) and [`logging`] make a running operator observable. Which
+//! events matter and what a reconcile does are a resource's policy's (see `immortal`).
 
-pub mod allocator;
 pub mod controller;
 pub mod leader;
 pub mod liveness;

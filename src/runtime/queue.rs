@@ -1,9 +1,11 @@
 //! Deduplicating work queue of `namespace/name` keys, with client-go's workqueue semantics: a
 //! key is queued at most once and held by one worker at a time (one added meanwhile comes back
 //! after [`Queue::done`]), a delayed add keeps the earliest deadline, and failures back off per
-//! key and spend an overall [`Budget`]. Urgent keys go before routine ones, which still get one
-//! turn in [`SHARE`] ([`Priority`]) and are at most [`ROUTINE_IN_FLIGHT`] at a time; why:
-//! docs/design.md. Only keys and [`Trigger`]s are stored.
+//! key and spend one overall [`Budget`] that holds every key.
+//!
+//! What runs next is decided here and only here: urgent keys before routine ones, which still
+//! get one turn in [`SHARE`] ([`Priority`]); every "later" is a deadline of this queue. Why:
+//! docs/design.md, "What runs next". Only keys and [`Trigger`]s are stored.
 
 use crate::runtime::metrics;
 pub use crate::runtime::store::Key;
@@ -21,32 +23,18 @@ const MAX_DELAY: Duration = Duration::from_secs(1000);
 /// `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
 const BUDGET_RATE: f64 = 10.0;
 const BUDGET_BURST: f64 = 100.0;
-/// Budget tokens routine keys leave to urgent ones: more than the default 16 workers, whose
-/// failures in flight may overdraw the routine share.
-pub const URGENT_RESERVE: f64 = 25.0;
 
-/// While both bands hold keys, one key in this many handed out is routine: seldom enough that
-/// a backlog's releases and Ready writes wait for its creates on a busy API server, and routine
-/// work is never starved. Measured: docs/benchmark.md ("The routine share").
+/// While both priorities have keys ready, one key in this many handed out is routine: a
+/// backlog's bookkeeping waits for its pods, and is never starved.
 pub const SHARE: u32 = 64;
-
-/// Routine reconciles in flight at most: a wave of status refreshes (every pod made not ready
-/// at once) must not fill a pool grown for a backlog, each with a PATCH in flight ahead of the
-/// urgent POST of a replacement on a busy API server. Measured: docs/benchmark.md
-/// ("Recovery under load").
-pub const ROUTINE_IN_FLIGHT: usize = 8;
-
-/// While routine keys wait, one is handed out at least this often, whatever holds the rest
-/// back: urgent keys without end, or failures that keep the budget below the urgent reserve.
-pub const ROUTINE_FLOOR: Duration = Duration::from_secs(1);
 
 /// How soon a queued key should be handed out. A key queued again at a higher priority moves
 /// up; at a lower one it keeps its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Priority {
-    /// Status refreshes, lists, resyncs: what only changes what status says.
+    /// Status refreshes, relists, releases: what only changes what status says.
     Routine,
-    /// Something is missing or ended: a pod to make or replace.
+    /// Something is missing or ended: a pod to make, replace or count.
     Urgent,
 }
 
@@ -60,8 +48,7 @@ impl Priority {
 }
 
 /// How many failing reconciles the queue lets through: client-go's overall bucket, except that
-/// a success refunds a token, a spent budget holds every key (first attempts too), and the last
-/// [`URGENT_RESERVE`] tokens are for urgent keys.
+/// a success refunds a token and a spent budget holds every key, first attempts too.
 #[derive(Debug)]
 struct Budget {
     /// Below zero when several workers fail at once: the debt is paid before the next key.
@@ -83,23 +70,18 @@ impl Budget {
         self.at = self.at.max(now);
     }
 
-    /// `None` when a key of `priority` may be handed out now, with `in_flight` reconciles
-    /// running; otherwise how long until one may. Once the budget is being spent, each
-    /// reconcile in flight may fail too and holds a token meanwhile: a pool grown for a backlog
-    /// cannot overdraw it all at once when the API server starts failing.
-    fn wait(&mut self, now: Instant, priority: Priority, in_flight: usize) -> Option<Duration> {
+    /// `None` when a key may be handed out now, with `in_flight` reconciles running; otherwise
+    /// how long until one may. Once the budget is being spent, each reconcile in flight may
+    /// fail too and holds a token meanwhile, so that a pool grown for a backlog cannot overdraw
+    /// it all at once.
+    fn wait(&mut self, now: Instant, in_flight: usize) -> Option<Duration> {
         self.refill(now);
-        let floor = match priority {
-            Priority::Urgent => 1.0,
-            Priority::Routine => 1.0 + URGENT_RESERVE,
-        };
-        let owed = if self.tokens < BUDGET_BURST {
-            in_flight as f64
-        } else {
-            0.0
+        let owed = match self.tokens < BUDGET_BURST {
+            true => in_flight as f64,
+            false => 0.0,
         };
         let have = self.tokens - owed;
-        (have < floor).then(|| Duration::from_secs_f64((floor - have) / BUDGET_RATE))
+        (have < 1.0).then(|| Duration::from_secs_f64((1.0 - have) / BUDGET_RATE))
     }
 
     fn spend(&mut self, now: Instant) {
@@ -114,22 +96,10 @@ impl Budget {
     }
 }
 
-/// The latest a failed key's retry may come, whatever its backoff.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Latest {
-    /// Its backoff decides.
-    Backoff,
-    /// The reconcile has something to do by then.
-    Within(Duration),
-    /// A bound the reconcile must keep whatever else fails (a pod being deleted waits on our
-    /// finalizer until then): handed out then without waiting on the budget.
-    Bound(Duration),
-}
-
-/// What [`Queue::get_within`] found.
+/// What [`Queue::get_within`] hands a worker.
 #[derive(Debug)]
-pub enum Got<H> {
-    /// A key, what queued it, its band, and how long it waited in that band.
+pub enum Work<H> {
+    /// A key, what queued it, its priority, and how long it waited at that priority.
     Key(Key, Trigger<H>, Priority, Duration),
     /// No key to hand out for the whole wait.
     Idle,
@@ -143,7 +113,7 @@ struct Dirty<H> {
     trigger: Trigger<H>,
     /// When it was first added (for the queue-duration metric).
     added: Stamp,
-    /// When it joined its band: later than `added` for a key moved up, which is what a
+    /// When it got its priority: later than `added` for a key moved up, which is what a
     /// reconcile's `queued_ms` reports.
     in_band: Stamp,
     /// The highest priority it was queued with.
@@ -155,27 +125,20 @@ struct Waiting<H> {
     at: Instant,
     trigger: Trigger<H>,
     priority: Priority,
-    /// At `at` it goes ahead of both bands and the budget: a bound the reconcile must keep.
-    bound: bool,
 }
 
 struct State<H> {
-    /// Keys ready to hand out, in order, one deque per band (indexed by `Priority as usize`). A
-    /// key moved up leaves a stale copy behind, skipped when it comes up (its `Dirty` says
-    /// another band, or it is not dirty any more).
+    /// Keys ready to hand out, in order, one deque per priority (indexed by `Priority as
+    /// usize`). A key moved up leaves a stale copy behind, skipped when it comes up (its
+    /// `Dirty` says another priority, or it is not dirty any more).
     ready: [VecDeque<Key>; 2],
     dirty: HashMap<Key, Dirty<H>>,
-    /// What the [`Stamp`]s count from: 4 bytes in an entry every queued key has (at 10,000
-    /// objects queued at once, a table of 16,384 of them), where an `Instant` took 16.
+    /// What the [`Stamp`]s count from.
     epoch: Instant,
     /// Urgent keys handed out in a row while routine ones waited.
     urgent_streak: u32,
-    /// Keys a worker holds now, with the band each was handed out from.
-    processing: HashMap<Key, Priority>,
-    /// Of them, the routine ones.
-    routine_in_flight: usize,
-    /// While routine keys wait: when the next one goes whatever else waits ([`ROUTINE_FLOOR`]).
-    routine_due: Option<Instant>,
+    /// Keys a worker holds now.
+    processing: HashSet<Key>,
     /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
     /// stale entries (a later add with an earlier deadline leaves the old one in the heap).
     waiting: HashMap<Key, Waiting<H>>,
@@ -183,10 +146,6 @@ struct State<H> {
     /// Consecutive failures per key, for the rate limiter.
     failures: HashMap<Key, u32>,
     budget: Budget,
-    /// Keys whose retry is due at a bound the reconcile must keep ([`Latest::Bound`]):
-    /// handed out without waiting on the budget, from `due`, in the order they came due.
-    bounded: HashSet<Key>,
-    due: VecDeque<Key>,
     /// Whether the last `get` found the budget spent (to log when that changes).
     throttled: bool,
     shutting_down: bool,
@@ -205,15 +164,11 @@ impl<H> Default for Queue<H> {
             dirty: HashMap::new(),
             epoch: Instant::now(),
             urgent_streak: 0,
-            processing: HashMap::new(),
-            routine_in_flight: 0,
-            routine_due: None,
+            processing: HashSet::new(),
             waiting: HashMap::new(),
             timers: BinaryHeap::new(),
             failures: HashMap::new(),
             budget: Budget::new(Instant::now()),
-            bounded: HashSet::new(),
-            due: VecDeque::new(),
             throttled: false,
             shutting_down: false,
         };
@@ -264,7 +219,7 @@ impl<H: Hint> Queue<H> {
         if st.shutting_down {
             return false;
         }
-        let processing = st.processing.contains_key(&key);
+        let processing = st.processing.contains(&key);
         if let Some(d) = st.dirty.get_mut(&key) {
             let queued = std::mem::replace(&mut d.trigger, Trigger::Scheduled);
             d.trigger = match older {
@@ -274,7 +229,7 @@ impl<H: Hint> Queue<H> {
             if priority <= d.priority {
                 return false;
             }
-            // Moved up: a copy in the urgent band; the routine copy is skipped when it comes.
+            // Moved up: a copy among the urgent keys; the routine copy is skipped when it comes.
             d.priority = priority;
             d.in_band = Stamp::of(Instant::now(), st.epoch);
         } else {
@@ -293,21 +248,9 @@ impl<H: Hint> Queue<H> {
             // Handed out again by `done`.
             return false;
         }
-        Self::push_ready(st, key, priority);
-        true
-    }
-
-    /// Makes `key` ready in its band, and ahead of the budget too if its bound has come.
-    fn push_ready(st: &mut State<H>, key: Key, priority: Priority) {
-        if st.bounded.contains(&key) {
-            st.due.push_back(key.clone());
-        }
-        if priority == Priority::Routine {
-            st.routine_due
-                .get_or_insert_with(|| Instant::now() + ROUTINE_FLOOR);
-        }
         st.ready[priority as usize].push_back(key);
         Self::depth(st);
+        true
     }
 
     /// Reports the number of keys ready (stale copies included: they are few).
@@ -315,48 +258,35 @@ impl<H: Hint> Queue<H> {
         metrics::queue_depth(st.ready[0].len() + st.ready[1].len());
     }
 
-    /// Queues `key` after `delay`; an earlier pending deadline for the same key wins.
+    /// Queues `key` after `delay`. Two deadlines pending for one key are one: the earlier,
+    /// at the higher of their priorities.
     pub fn add_after(&self, key: Key, delay: Duration, trigger: Trigger<H>, priority: Priority) {
         if delay.is_zero() {
             return self.add(key, trigger, priority);
         }
-        self.schedule(key, delay, trigger, priority, false);
-    }
-
-    /// Has `key` handed out within `within` at the latest: ahead of both bands and of the
-    /// failure budget once that time comes, whatever the backlog (something the reconcile
-    /// holds, a pod our finalizer keeps, must be let go by then). An earlier pending deadline
-    /// for the same key wins; a successful reconcile that asks for nothing more
-    /// ([`Queue::cancel`]) drops it.
-    pub fn add_within(&self, key: Key, within: Duration) {
-        self.schedule(key, within, Trigger::Scheduled, Priority::Urgent, true);
-    }
-
-    fn schedule(
-        &self,
-        key: Key,
-        delay: Duration,
-        trigger: Trigger<H>,
-        priority: Priority,
-        bound: bool,
-    ) {
         let at = Instant::now() + delay;
         let mut st = self.lock();
         if st.shutting_down {
             return;
         }
-        // The earlier deadline stands, and goes ahead of the budget if either is a bound.
-        if let Some(sooner) = st.waiting.get_mut(&key).filter(|w| w.at <= at) {
-            sooner.bound |= bound;
-            return;
-        }
-        let waiting = Waiting {
+        let (trigger, priority) = match st.waiting.remove(&key) {
+            Some(w) if w.at <= at => {
+                let w = Waiting {
+                    priority: w.priority.max(priority),
+                    ..w
+                };
+                st.waiting.insert(key, w);
+                return;
+            }
+            Some(w) => (w.trigger.then(trigger), w.priority.max(priority)),
+            None => (trigger, priority),
+        };
+        let w = Waiting {
             at,
             trigger,
             priority,
-            bound,
         };
-        st.waiting.insert(key.clone(), waiting);
+        st.waiting.insert(key.clone(), w);
         st.timers.push(Reverse((at, key)));
         // A waiting `get` may need to wake earlier than it planned.
         self.cond.notify_one();
@@ -365,35 +295,29 @@ impl<H: Hint> Queue<H> {
     /// Drops what was scheduled for `key` (a reconcile saw everything and asked for nothing
     /// more: a look it asked for earlier is moot).
     pub fn cancel(&self, key: &str) {
-        let mut st = self.lock();
-        st.waiting.remove(key);
-        st.bounded.remove(key);
+        self.lock().waiting.remove(key);
     }
 
     /// Queues `key`, whose reconcile failed, after its backoff, or after `at_least` if that is
-    /// longer (the server's `Retry-After`), but no later than `latest` says, in the band it
-    /// failed in; returns the delay chosen. The failure also spends the overall budget.
+    /// longer (the server's `Retry-After`), but no later than `at_most`, at the priority it
+    /// failed at; returns the delay chosen. The failure also spends the overall budget.
     pub fn add_rate_limited(
         &self,
         key: Key,
         at_least: Duration,
-        latest: Latest,
+        at_most: Option<Duration>,
         priority: Priority,
     ) -> Duration {
-        let (delay, bound) = {
+        let delay = {
             let mut st = self.lock();
             st.budget.spend(Instant::now());
             let n = st.failures.entry(key.clone()).or_insert(0);
             let wanted = backoff(*n).max(at_least);
             *n = n.saturating_add(1);
-            match latest {
-                Latest::Within(d) if d <= wanted => (d, false),
-                Latest::Bound(d) if d <= wanted => (d, true),
-                _ => (wanted, false),
-            }
+            at_most.map_or(wanted, |d| d.min(wanted))
         };
         metrics::queue_retry();
-        self.schedule(key, delay, Trigger::Retry, priority, bound);
+        self.add_after(key, delay, Trigger::Retry, priority);
         delay
     }
 
@@ -407,50 +331,27 @@ impl<H: Hint> Queue<H> {
     pub fn forget(&self, key: &str) {
         let mut st = self.lock();
         st.failures.remove(key);
-        st.bounded.remove(key);
         st.budget.refund(Instant::now());
     }
 
     /// Blocks until a key is ready and the overall budget lets it out, and hands it out, or
     /// until `idle` passes without one (a worker beyond the minimum then ends: see
     /// `runtime::pool`). The caller must call [`Queue::done`] with the key when finished.
-    pub fn get_within(&self, idle: Option<Duration>) -> Got<H> {
+    pub fn get_within(&self, idle: Option<Duration>) -> Work<H> {
         let idle_at = idle.map(|d| Instant::now() + d);
         let mut st = self.lock();
         loop {
             if st.shutting_down {
-                return Got::ShutDown;
+                return Work::ShutDown;
             }
             let mut next_deadline = Self::promote_due(&mut st);
             Self::drop_stale(&mut st);
-            if let Some(key) = Self::pop_due(&mut st) {
-                return Self::hand_out(&mut st, key);
-            }
             let urgent = !st.ready[Priority::Urgent as usize].is_empty();
-            let routine = Self::routine_may_go(&st);
-            if st.ready[Priority::Routine as usize].is_empty() {
-                st.routine_due = None;
-            }
-            if routine && st.routine_due.is_some_and(|at| Instant::now() >= at) {
-                // The floor: nothing holds routine work back for longer.
-                let key = st.ready[Priority::Routine as usize]
-                    .pop_front()
-                    .expect("not empty");
-                st.urgent_streak = 0;
-                return Self::hand_out(&mut st, key);
-            }
-            if let Some(at) = st.routine_due.filter(|_| routine) {
-                next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
-            }
+            let routine = !st.ready[Priority::Routine as usize].is_empty();
             if urgent || routine {
                 let now = Instant::now();
-                // The budget holds routine keys before urgent ones: whether it holds the best
-                // band queued says whether it holds all, and for how long at least.
                 let in_flight = st.processing.len();
-                let held = match urgent {
-                    true => st.budget.wait(now, Priority::Urgent, in_flight),
-                    false => st.budget.wait(now, Priority::Routine, in_flight),
-                };
+                let held = st.budget.wait(now, in_flight);
                 if held.is_some() != st.throttled {
                     st.throttled = held.is_some();
                     let ready = st.ready.iter().map(VecDeque::len).sum::<usize>();
@@ -467,10 +368,8 @@ impl<H: Hint> Queue<H> {
                     let at = now + wait;
                     next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
                 } else {
-                    // Urgent first, but one in SHARE routine while routine keys may go too.
-                    let may_routine =
-                        routine && st.budget.wait(now, Priority::Routine, in_flight).is_none();
-                    let band = match may_routine && (!urgent || st.urgent_streak + 1 >= SHARE) {
+                    // Urgent first, but one in SHARE routine while routine keys wait too.
+                    let band = match routine && (!urgent || st.urgent_streak + 1 >= SHARE) {
                         true => Priority::Routine,
                         false => Priority::Urgent,
                     };
@@ -484,7 +383,7 @@ impl<H: Hint> Queue<H> {
             }
             if let Some(at) = idle_at {
                 if Instant::now() >= at {
-                    return Got::Idle;
+                    return Work::Idle;
                 }
                 next_deadline = Some(next_deadline.map_or(at, |d| d.min(at)));
             }
@@ -507,41 +406,12 @@ impl<H: Hint> Queue<H> {
     pub fn has_waiting(&self) -> bool {
         let mut st = self.lock();
         Self::drop_stale(&mut st);
-        !st.throttled
-            && (!st.ready[Priority::Urgent as usize].is_empty() || Self::routine_may_go(&st))
-    }
-
-    /// Whether urgent keys wait for a worker: the Event writer holds its writes meanwhile
-    /// (`events::Hold`), so that a backlog's creates and counts have the API server to
-    /// themselves. Never once shut down.
-    pub fn urgent_waiting(&self) -> bool {
-        let mut st = self.lock();
-        Self::drop_stale(&mut st);
-        !st.shutting_down && !st.ready[Priority::Urgent as usize].is_empty()
-    }
-
-    /// Whether a routine key is ready and the bound on routine reconciles in flight lets it go.
-    fn routine_may_go(st: &State<H>) -> bool {
-        !st.ready[Priority::Routine as usize].is_empty() && st.routine_in_flight < ROUTINE_IN_FLIGHT
-    }
-
-    /// The first key whose bound has come, if any (its copy in a band is then stale).
-    fn pop_due(st: &mut State<H>) -> Option<Key> {
-        while let Some(key) = st.due.pop_front() {
-            if st.bounded.contains(&key)
-                && st.dirty.contains_key(&key)
-                && !st.processing.contains_key(&key)
-            {
-                return Some(key);
-            }
-        }
-        None
+        !st.throttled && st.ready.iter().any(|r| !r.is_empty())
     }
 
     /// Hands `key`, just taken from a ready deque, to a worker.
-    fn hand_out(st: &mut State<H>, key: Key) -> Got<H> {
+    fn hand_out(st: &mut State<H>, key: Key) -> Work<H> {
         Self::depth(st);
-        st.bounded.remove(&key);
         let (trigger, priority, waited) = match st.dirty.remove(&key) {
             Some(d) => {
                 let now = Stamp::of(Instant::now(), st.epoch);
@@ -550,21 +420,17 @@ impl<H: Hint> Queue<H> {
             }
             None => (Trigger::Scheduled, Priority::Routine, Duration::ZERO),
         };
-        if priority == Priority::Routine {
-            st.routine_in_flight += 1;
-            st.routine_due = Some(Instant::now() + ROUTINE_FLOOR);
-        }
-        st.processing.insert(key.clone(), priority);
-        Got::Key(key, trigger, priority, waited)
+        st.processing.insert(key.clone());
+        Work::Key(key, trigger, priority, waited)
     }
 
-    /// Pops the stale copies at the front of each band (keys moved up, or handed out).
+    /// Pops the stale copies at the front of each deque (keys moved up, or handed out).
     fn drop_stale(st: &mut State<H>) {
         let mut dropped = false;
         for band in 0..2 {
             while let Some(k) = st.ready[band].front() {
                 let live = st.dirty.get(k).is_some_and(|d| d.priority as usize == band)
-                    && !st.processing.contains_key(k);
+                    && !st.processing.contains(k);
                 if live {
                     break;
                 }
@@ -589,32 +455,21 @@ impl<H: Hint> Queue<H> {
             // A stale heap entry is skipped: the key was re-added with another deadline.
             if st.waiting.get(&key).is_some_and(|w| w.at == deadline) {
                 let w = st.waiting.remove(&key).expect("checked");
-                if w.bound {
-                    st.bounded.insert(key.clone());
-                    // Queued already (ahead of its bound, in a band): it goes ahead of them now.
-                    if st.dirty.contains_key(&key) && !st.processing.contains_key(&key) {
-                        st.due.push_back(key.clone());
-                    }
-                }
                 Self::insert(st, key, w.trigger, w.priority, false);
             }
         }
         None
     }
 
-    /// Marks `key` finished; if it was added meanwhile it becomes ready again, in its band.
+    /// Marks `key` finished; if it was added meanwhile it becomes ready again.
     pub fn done(&self, key: &str) {
         let mut st = self.lock();
-        let band = st.processing.remove(key);
-        if band == Some(Priority::Routine) {
-            st.routine_in_flight -= 1;
-        }
+        st.processing.remove(key);
         if st.shutting_down {
             return;
         }
-        if st.throttled || (band == Some(Priority::Routine) && Self::routine_may_go(&st)) {
-            // One reconcile fewer in flight: the budget, or the routine bound, may let the
-            // next key out now.
+        if st.throttled {
+            // One reconcile fewer in flight: the budget may let the next key out now.
             self.cond.notify_one();
         }
         if let Some((key, priority)) = st
@@ -622,7 +477,8 @@ impl<H: Hint> Queue<H> {
             .get_key_value(key)
             .map(|(k, d)| (k.clone(), d.priority))
         {
-            Self::push_ready(&mut st, key, priority);
+            st.ready[priority as usize].push_back(key);
+            Self::depth(&st);
             self.cond.notify_one();
         }
     }
@@ -653,14 +509,14 @@ mod tests {
         }
     }
 
-    type Q = Queue<String>;
+    pub(super) type Q = Queue<String>;
 
     impl<H: Hint> Queue<H> {
         /// [`Queue::get_within`] without an idle limit.
         pub(super) fn get(&self) -> Option<(String, Trigger<H>, Priority, Duration)> {
             match self.get_within(None) {
-                Got::Key(k, t, p, w) => Some((k.to_string(), t, p, w)),
-                Got::Idle | Got::ShutDown => None,
+                Work::Key(k, t, p, w) => Some((k.to_string(), t, p, w)),
+                Work::Idle | Work::ShutDown => None,
             }
         }
 
@@ -670,7 +526,7 @@ mod tests {
             st.dirty.len()
                 - st.dirty
                     .keys()
-                    .filter(|k| st.processing.contains_key(*k))
+                    .filter(|k| st.processing.contains(*k))
                     .count()
         }
 
@@ -721,13 +577,13 @@ mod tests {
         let q = Q::new();
         assert!(matches!(
             q.get_within(Some(Duration::from_millis(5))),
-            Got::Idle
+            Work::Idle
         ));
         q.add("ns/a".into(), t(), Priority::Routine);
         q.add("ns/b".into(), t(), Priority::Routine);
         assert!(q.has_waiting());
         assert!(
-            matches!(q.get_within(Some(Duration::from_secs(5))), Got::Key(k, ..) if &*k == "ns/a")
+            matches!(q.get_within(Some(Duration::from_secs(5))), Work::Key(k, ..) if &*k == "ns/a")
         );
         // ns/b still waits: a worker more would have work.
         assert!(q.has_waiting());
@@ -737,22 +593,8 @@ mod tests {
         q.shutdown();
         assert!(matches!(
             q.get_within(Some(Duration::from_secs(5))),
-            Got::ShutDown
+            Work::ShutDown
         ));
-    }
-
-    #[test]
-    fn urgent_keys_waiting_are_told_and_routine_ones_or_a_shut_down_queue_are_not() {
-        let q = Q::new();
-        q.add("ns/refresh".into(), t(), Priority::Routine);
-        assert!(!q.urgent_waiting(), "routine keys alone hold no Event back");
-        q.add("ns/create".into(), t(), Priority::Urgent);
-        assert!(q.urgent_waiting());
-        assert_eq!(q.get().unwrap().0, "ns/create");
-        assert!(!q.urgent_waiting(), "taken by a worker: no longer waiting");
-        q.add("ns/count".into(), t(), Priority::Urgent);
-        q.shutdown();
-        assert!(!q.urgent_waiting(), "nothing is held through a shutdown");
     }
 
     #[test]
@@ -950,33 +792,18 @@ mod tests {
         assert_eq!(backoff(u32::MAX), Duration::from_secs(1000));
         let q = Q::new();
         assert_eq!(
-            q.add_rate_limited(
-                "ns/a".into(),
-                Duration::ZERO,
-                Latest::Backoff,
-                Priority::Routine
-            ),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
             Duration::from_millis(5)
         );
         assert_eq!(
-            q.add_rate_limited(
-                "ns/a".into(),
-                Duration::ZERO,
-                Latest::Backoff,
-                Priority::Routine
-            ),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
             Duration::from_millis(10)
         );
         assert_eq!(q.num_requeues("ns/a"), 2);
         q.forget("ns/a");
         assert_eq!(q.num_requeues("ns/a"), 0);
         assert_eq!(
-            q.add_rate_limited(
-                "ns/a".into(),
-                Duration::ZERO,
-                Latest::Backoff,
-                Priority::Routine
-            ),
+            q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine),
             Duration::from_millis(5)
         );
         // The server's Retry-After wins over a shorter backoff.
@@ -984,7 +811,7 @@ mod tests {
             q.add_rate_limited(
                 "ns/a".into(),
                 Duration::from_secs(30),
-                Latest::Backoff,
+                None,
                 Priority::Routine
             ),
             Duration::from_secs(30)
@@ -992,18 +819,13 @@ mod tests {
         // A key with something to do by a deadline is retried by then, however long its
         // back-off has grown.
         for _ in 0..30 {
-            q.add_rate_limited(
-                "ns/b".into(),
-                Duration::ZERO,
-                Latest::Backoff,
-                Priority::Routine,
-            );
+            q.add_rate_limited("ns/b".into(), Duration::ZERO, None, Priority::Routine);
         }
         assert_eq!(
             q.add_rate_limited(
                 "ns/b".into(),
                 Duration::ZERO,
-                Latest::Within(Duration::from_secs(7)),
+                Some(Duration::from_secs(7)),
                 Priority::Routine
             ),
             Duration::from_secs(7)
@@ -1015,32 +837,21 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Budget::new(t0);
         for i in 0..100 {
-            assert_eq!(
-                b.wait(t0, Priority::Urgent, 0),
-                None,
-                "failure {i} is within the burst"
-            );
+            assert_eq!(b.wait(t0, 0), None, "failure {i} is within the burst");
             b.spend(t0);
         }
-        assert_eq!(
-            b.wait(t0, Priority::Urgent, 0),
-            Some(Duration::from_millis(100))
-        );
+        assert_eq!(b.wait(t0, 0), Some(Duration::from_millis(100)));
         let t1 = t0 + Duration::from_millis(100);
-        assert_eq!(
-            b.wait(t1, Priority::Urgent, 0),
-            None,
-            "one token a tenth of a second later"
-        );
+        assert_eq!(b.wait(t1, 0), None, "one token a tenth of a second later");
         b.spend(t1);
-        assert!(b.wait(t1, Priority::Urgent, 0).is_some());
+        assert!(b.wait(t1, 0).is_some());
         // A long quiet time refills only up to the burst.
         let t2 = t1 + Duration::from_secs(3600);
         for _ in 0..100 {
-            assert_eq!(b.wait(t2, Priority::Urgent, 0), None);
+            assert_eq!(b.wait(t2, 0), None);
             b.spend(t2);
         }
-        assert!(b.wait(t2, Priority::Urgent, 0).is_some());
+        assert!(b.wait(t2, 0).is_some());
     }
 
     #[test]
@@ -1050,16 +861,16 @@ mod tests {
         for _ in 0..100 {
             b.spend(t0);
         }
-        assert!(b.wait(t0, Priority::Urgent, 0).is_some());
+        assert!(b.wait(t0, 0).is_some());
         b.refund(t0);
-        assert_eq!(b.wait(t0, Priority::Urgent, 0), None);
+        assert_eq!(b.wait(t0, 0), None);
         // Successes never raise it past the burst.
         let mut full = Budget::new(t0);
         full.refund(t0);
         for _ in 0..100 {
             full.spend(t0);
         }
-        assert!(full.wait(t0, Priority::Urgent, 0).is_some());
+        assert!(full.wait(t0, 0).is_some());
     }
 
     #[test]
@@ -1067,16 +878,13 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Budget::new(t0);
         // A healthy budget lets any number of workers run.
-        assert_eq!(b.wait(t0, Priority::Urgent, 256), None);
-        // 40 failures: 60 tokens left, so 59 urgent reconciles may be in flight, not 60, and
-        // the routine band keeps its reserve on top of those.
+        assert_eq!(b.wait(t0, 256), None);
+        // 40 failures: 60 tokens left, so 59 reconciles may be in flight, not 60.
         for _ in 0..40 {
             b.spend(t0);
         }
-        assert_eq!(b.wait(t0, Priority::Urgent, 59), None);
-        assert!(b.wait(t0, Priority::Urgent, 60).is_some());
-        assert_eq!(b.wait(t0, Priority::Routine, 34), None);
-        assert!(b.wait(t0, Priority::Routine, 35).is_some());
+        assert_eq!(b.wait(t0, 59), None);
+        assert!(b.wait(t0, 60).is_some());
     }
 
     #[test]
@@ -1087,10 +895,7 @@ mod tests {
             b.spend(t0);
         }
         // Three tokens owed, and one to hand out: 0.4 s.
-        assert_eq!(
-            b.wait(t0, Priority::Urgent, 0),
-            Some(Duration::from_millis(400))
-        );
+        assert_eq!(b.wait(t0, 0), Some(Duration::from_millis(400)));
     }
 
     #[test]
@@ -1106,12 +911,7 @@ mod tests {
         while start.elapsed() < window {
             let (k, _, _, _) = q.get().expect("not shut down");
             handed_out += 1;
-            q.add_rate_limited(
-                k.clone().into(),
-                Duration::ZERO,
-                Latest::Backoff,
-                Priority::Routine,
-            );
+            q.add_rate_limited(k.clone().into(), Duration::ZERO, None, Priority::Routine);
             q.done(&k);
         }
         let secs = start.elapsed().as_secs_f64();
@@ -1123,39 +923,16 @@ mod tests {
             "{handed_out} handed out in {secs:.2} s, at most {most:.0}"
         );
         assert!(
-            handed_out as f64 >= BUDGET_BURST - URGENT_RESERVE,
-            "the routine share of the burst is not held back"
+            handed_out as f64 >= BUDGET_BURST,
+            "the burst is not let through"
         );
         // One success, and the next key goes at once.
         q.forget("ns/0");
-        assert_eq!(
-            q.lock().budget.wait(Instant::now(), Priority::Routine, 0),
-            None
-        );
+        assert_eq!(q.lock().budget.wait(Instant::now(), 0), None);
     }
 
-    #[test]
-    fn routine_failures_leave_the_urgent_reserve_of_the_budget() {
-        let t0 = Instant::now();
-        let mut b = Budget::new(t0);
-        let mut routine = 0;
-        while b.wait(t0, Priority::Routine, 0).is_none() {
-            b.spend(t0);
-            routine += 1;
-        }
-        assert_eq!(routine, 75);
-        for i in 0..25 {
-            assert_eq!(b.wait(t0, Priority::Urgent, 0), None, "urgent failure {i}");
-            b.spend(t0);
-        }
-        assert!(
-            b.wait(t0, Priority::Urgent, 0).is_some(),
-            "then urgent is held too"
-        );
-    }
-
-    /// Hands out the next key, or panics if none comes within 5 s (a held key would wait ten).
-    fn next_soon(q: &Arc<Q>) -> String {
+    /// Hands out the next key, or panics if none comes within 5 s.
+    pub(super) fn next_soon(q: &Arc<Q>) -> String {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let q2 = q.clone();
         thread::spawn(move || {
@@ -1167,97 +944,11 @@ mod tests {
     }
 
     /// Spends the whole budget and more with `n` failing reconciles of `priority`.
-    fn fail_many(q: &Q, n: usize, priority: Priority) {
+    pub(super) fn fail_many(q: &Q, n: usize, priority: Priority) {
         for i in 0..n {
             let key = format!("ns/failing-{i}");
-            q.add_rate_limited(
-                key.into(),
-                Duration::from_secs(3600),
-                Latest::Backoff,
-                priority,
-            );
+            q.add_rate_limited(key.into(), Duration::from_secs(3600), None, priority);
         }
-    }
-
-    #[test]
-    fn an_urgent_key_is_not_held_by_routine_failures() {
-        let q = Arc::new(Q::new());
-        for i in 0..200 {
-            q.add(format!("ns/routine-{i}").into(), t(), Priority::Routine);
-        }
-        // Routine reconciles fail (status writes refused, say), as many at a time as may be
-        // in flight, until routine keys are held.
-        let routine_held = || {
-            q.lock()
-                .budget
-                .wait(Instant::now(), Priority::Routine, 0)
-                .is_some()
-        };
-        loop {
-            let mut in_flight = Vec::new();
-            while in_flight.len() < ROUTINE_IN_FLIGHT && !routine_held() {
-                in_flight.push(next_soon(&q));
-            }
-            if in_flight.is_empty() {
-                break;
-            }
-            for k in in_flight {
-                q.add_rate_limited(
-                    k.clone().into(),
-                    Duration::from_secs(3600),
-                    Latest::Backoff,
-                    Priority::Routine,
-                );
-                q.done(&k);
-            }
-        }
-        assert_eq!(
-            q.lock().budget.wait(Instant::now(), Priority::Urgent, 0),
-            None,
-            "the urgent reserve is left"
-        );
-        q.add("ns/pod-gone".into(), t(), Priority::Urgent);
-        assert_eq!(next_soon(&q), "ns/pod-gone");
-        q.shutdown();
-    }
-
-    #[test]
-    fn a_key_due_at_its_bound_is_handed_out_whatever_the_budget() {
-        let q = Arc::new(Q::new());
-        // Urgent failures too: the budget holds every key for ten seconds.
-        fail_many(&q, 200, Priority::Urgent);
-        q.add("ns/other".into(), t(), Priority::Urgent);
-        // A pod our finalizer holds must be let go within its bound, which has come.
-        let delay = q.add_rate_limited(
-            "ns/holding".into(),
-            Duration::ZERO,
-            Latest::Bound(Duration::from_millis(10)),
-            Priority::Urgent,
-        );
-        assert_eq!(delay, Duration::from_millis(5), "its backoff comes first");
-        assert!(q.lock().bounded.is_empty(), "not at its bound yet");
-        let delay = q.add_rate_limited(
-            "ns/holding".into(),
-            Duration::ZERO,
-            Latest::Bound(Duration::from_millis(10)),
-            Priority::Urgent,
-        );
-        assert_eq!(delay, Duration::from_millis(10));
-        // A retry merely wanted soon (a count to write again) still waits on the budget.
-        q.add_rate_limited(
-            "ns/recount".into(),
-            Duration::ZERO,
-            Latest::Within(Duration::from_millis(1)),
-            Priority::Urgent,
-        );
-        assert!(!q.lock().bounded.contains("ns/recount"));
-        assert_eq!(next_soon(&q), "ns/holding");
-        assert!(q
-            .lock()
-            .budget
-            .wait(Instant::now(), Priority::Urgent, 0)
-            .is_some());
-        q.shutdown();
     }
 
     #[test]
@@ -1281,9 +972,9 @@ mod tests {
 
 #[cfg(test)]
 mod band_tests {
+    use super::tests::{fail_many, next_soon, Q};
     use super::*;
-
-    type Q = Queue<String>;
+    use std::sync::Arc;
 
     fn add(q: &Q, key: &str, p: Priority) {
         q.add(key.into(), Trigger::Scheduled, p);
@@ -1371,54 +1062,14 @@ mod band_tests {
     }
 
     #[test]
-    fn a_routine_key_waits_no_longer_than_the_floor_whatever_the_budget() {
-        let q = Q::new();
-        // Routine failures keep the budget below the urgent reserve: routine keys are held.
-        for i in 0..80 {
-            q.add_rate_limited(
-                format!("ns/failing-{i}").into(),
-                Duration::from_secs(3600),
-                Latest::Backoff,
-                Priority::Routine,
-            );
-        }
-        assert!(q
-            .lock()
-            .budget
-            .wait(Instant::now(), Priority::Routine, 0)
-            .is_some());
-        add(&q, "ns/refresh", Priority::Routine);
-        // Handed out all the same, once the floor has come.
-        match q.get_within(Some(ROUTINE_FLOOR * 3)) {
-            Got::Key(k, ..) => assert_eq!(&*k, "ns/refresh"),
-            other => panic!("not handed out: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_key_due_within_its_bound_goes_ahead_of_a_backlog() {
-        let q = Q::new();
-        for i in 0..100 {
-            add(&q, &format!("ns/create-{i}"), Priority::Urgent);
-        }
-        // Queued already, far behind: a pod our finalizer holds must be let go by its bound.
-        add(&q, "ns/held", Priority::Urgent);
-        q.add_within("ns/held".into(), Duration::from_millis(10));
-        // And one not queued yet.
-        q.add_within("ns/held-2".into(), Duration::from_millis(10));
-        std::thread::sleep(Duration::from_millis(30));
-        let first = take(&q, 2);
-        assert!(first.contains(&"ns/held".to_string()), "{first:?}");
-        assert!(first.contains(&"ns/held-2".to_string()), "{first:?}");
-        // Handed out once: the stale copy in the band is skipped.
-        let rest = take(&q, 100);
-        assert!(!rest.iter().any(|k| k.starts_with("ns/held")), "{rest:?}");
-    }
-
-    #[test]
     fn a_reconcile_that_asks_nothing_more_drops_what_was_scheduled() {
         let q = Q::new();
-        q.add_within("ns/a".into(), Duration::from_millis(10));
+        q.add_after(
+            "ns/a".into(),
+            Duration::from_millis(10),
+            Trigger::Scheduled,
+            Priority::Routine,
+        );
         q.add_after(
             "ns/b".into(),
             Duration::from_millis(10),
@@ -1430,7 +1081,7 @@ mod band_tests {
         std::thread::sleep(Duration::from_millis(30));
         assert!(matches!(
             q.get_within(Some(Duration::from_millis(20))),
-            Got::Idle
+            Work::Idle
         ));
     }
 
@@ -1439,7 +1090,7 @@ mod band_tests {
         let q = Q::new();
         add(&q, "ns/a", Priority::Urgent);
         let (k, _, p, _) = q.get().unwrap();
-        q.add_rate_limited(k.clone().into(), Duration::ZERO, Latest::Backoff, p);
+        q.add_rate_limited(k.clone().into(), Duration::ZERO, None, p);
         q.done(&k);
         add(&q, "ns/b", Priority::Routine);
         std::thread::sleep(Duration::from_millis(20));
@@ -1450,60 +1101,41 @@ mod band_tests {
         );
     }
 
-    /// Hands out keys, not finishing them, until none is ready within a moment.
-    fn hold_all(q: &Q) -> Vec<(String, Priority)> {
-        let mut held = Vec::new();
-        while let Got::Key(k, _, p, _) = q.get_within(Some(Duration::from_millis(20))) {
-            held.push((k.to_string(), p));
-        }
-        held
-    }
-
     #[test]
-    fn a_wave_of_routine_keys_leaves_workers_free_for_urgent_ones() {
-        let q = Q::new();
-        for i in 0..100 {
-            add(&q, &format!("ns/refresh-{i}"), Priority::Routine);
-        }
-        // Any number of workers takes at most the bound of routine keys at once...
-        let held = hold_all(&q);
-        assert_eq!(held.len(), ROUTINE_IN_FLIGHT);
-        assert!(
-            !q.has_waiting(),
-            "no worker is started for keys that may not go"
+    fn a_deadline_that_comes_while_the_budget_is_spent_waits_on_it_as_every_key_does() {
+        let q = Arc::new(Q::new());
+        // 150 failures at once: 50 tokens owed, five seconds to pay.
+        fail_many(&q, 150, Priority::Urgent);
+        // A pod made here is due to be released: its look is a deadline like any other.
+        q.add_after(
+            "ns/made".into(),
+            Duration::from_millis(10),
+            Trigger::Scheduled,
+            Priority::Urgent,
         );
-        // ...so a pod to replace finds a worker and the API server's attention at once.
-        add(&q, "ns/deleted", Priority::Urgent);
-        assert!(q.has_waiting());
-        assert_eq!(hold_all(&q), [("ns/deleted".to_string(), Priority::Urgent)]);
-        // A routine key done lets the next one go.
-        q.done(&held[0].0);
-        let next = hold_all(&q);
-        assert_eq!(next.len(), 1);
-        assert_eq!(next[0].1, Priority::Routine);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            matches!(q.get_within(Some(Duration::from_millis(300))), Work::Idle),
+            "a key came due and was handed out past a spent budget"
+        );
+        q.lock().budget.tokens = BUDGET_BURST;
+        assert_eq!(next_soon(&q), "ns/made");
     }
 
     #[test]
-    fn a_routine_key_done_wakes_a_worker_waiting_on_the_bound() {
-        let q = std::sync::Arc::new(Q::new());
-        for i in 0..=ROUTINE_IN_FLIGHT {
-            add(&q, &format!("ns/refresh-{i}"), Priority::Routine);
-        }
-        let held = hold_all(&q);
-        assert_eq!(held.len(), ROUTINE_IN_FLIGHT);
-        let waiter = {
-            let q = q.clone();
-            std::thread::spawn(move || match q.get_within(Some(Duration::from_secs(10))) {
-                Got::Key(k, ..) => Some(k),
-                _ => None,
-            })
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        q.done(&held[0].0);
-        let got = waiter.join().unwrap();
+    fn an_urgent_retry_scheduled_behind_a_routine_one_comes_back_urgent() {
+        let q = Q::new();
+        // A Ready write fails (routine), then the replacement's create fails (urgent) while
+        // the first retry, the sooner, is still pending.
+        let first = q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Routine);
+        let second = q.add_rate_limited("ns/a".into(), Duration::ZERO, None, Priority::Urgent);
+        assert!(first < second);
+        add(&q, "ns/refresh", Priority::Routine);
+        std::thread::sleep(second + Duration::from_millis(10));
+        let (k, t, p, _) = q.get().unwrap();
         assert_eq!(
-            got.as_deref(),
-            Some(format!("ns/refresh-{ROUTINE_IN_FLIGHT}").as_str())
+            (k.as_str(), t, p),
+            ("ns/a", Trigger::Retry, Priority::Urgent)
         );
     }
 }

@@ -1,4 +1,4 @@
-//! What a watcher knows of each key: the policy's projection of the object it last saw (its
+//! What a watcher knows of each key: its event handler's projection of the object it last saw (its
 //! memo), which reconcile reads instead of asking the API server, as sample-controller's
 //! `syncHandler` reads through its listers (every write that must not act on stale state
 //! carries a precondition: see `immortal::reconcile`).

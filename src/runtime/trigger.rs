@@ -6,14 +6,13 @@ use std::fmt;
 /// What a watch event tells reconcile beyond the key, as the queue keeps it.
 pub trait Hint: Clone {
     /// What this hint and a `later` one of the same key, both queued before one reconcile
-    /// serves them, tell that reconcile together: `None` (look at everything) unless one of
-    /// them says all that the other did. Never just the later one: the first may have been
-    /// the reason there is work to do (a spec change), which the later cannot show.
+    /// serves them, tell that reconcile together: `None` (look at everything) unless one says
+    /// all that reconcile needs of both (a pod event's: the later one, see `PodHint`).
     fn and(&self, later: &Self) -> Option<Self>;
 }
 
 /// Why a key was queued, logged with the reconcile it causes. `H` is what a watch event tells
-/// reconcile beyond the key (the policy's hint: see `lifecycle::PodHint`).
+/// reconcile beyond the key (the event handler's hint: see `lifecycle::PodHint`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger<H> {
     /// A watch event: resource short name, event type, the object's resourceVersion (0 where

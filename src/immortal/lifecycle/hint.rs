@@ -23,7 +23,7 @@ pub struct LeftPod {
     /// How it ended, if its last state shows that it did (not when only our label went).
     pub ending: Option<Ending>,
     /// It still carried our finalizer, so it only left our label selector: it must be looked at.
-    pub holds_count: bool,
+    pub held: bool,
 }
 
 /// A pod as one watch event showed it. It rides with its key in the queue until the
@@ -40,7 +40,7 @@ pub struct SeenPod {
     /// Our spec-hash annotation: the template it was made from, for an object with one.
     pub spec_hash: Option<Arc<str>>,
     /// It still carries our finalizer: its start may not be counted yet (see `counting`).
-    pub holds_count: bool,
+    pub held: bool,
     /// The event's resourceVersion (0 where the server's is not a number): whether it came
     /// before our own release of the pod, which it cannot show.
     pub rv: u64,

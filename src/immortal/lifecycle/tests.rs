@@ -5,7 +5,7 @@ use crate::immortal::ic_state::IcState;
 use crate::immortal::types::{self as ic, ImmortalContainer};
 use crate::kube::types::{self, Pod};
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Listed, Reaction, Watched};
+use crate::runtime::watcher::{EventHandler, Listed, Reaction};
 use crate::testutil::kubelet_events;
 use std::sync::Arc;
 
@@ -39,11 +39,11 @@ fn verdicts(name: &str, seed: Option<usize>) -> Vec<String> {
 }
 
 fn verdicts_of(events: &[(&'static str, Pod)], seed: Option<usize>) -> Vec<String> {
-    let mut memo = seed.map(|i| PodEvents.memo(&events[i].1));
+    let mut memo = seed.map(|i| PodEventHandler.memo(&events[i].1));
     events
         .iter()
         .map(
-            |(event, pod)| match PodEvents.on_event(event, pod, &mut memo) {
+            |(event, pod)| match PodEventHandler.on_event(event, pod, &mut memo) {
                 Reaction::Ignore => "-".to_string(),
                 Reaction::Queue(hint, priority) => {
                     let urgent = if priority == Priority::Urgent {
@@ -75,7 +75,7 @@ fn a_pod_starting_costs_one_reconcile_when_it_runs() {
 }
 
 #[test]
-fn a_pod_still_held_is_counted_at_once_let_go_with_its_next_event_and_at_once_when_deleted() {
+fn a_pod_still_held_is_counted_at_once_released_with_its_next_event_and_at_once_when_deleted() {
     let held = |name: &str| {
         let mut events = recorded(name);
         for (_, pod) in &mut events {
@@ -371,16 +371,16 @@ fn a_changed_view_queues_its_owner_once_and_a_repeat_does_not() {
     }];
     let mut memo = None;
     assert!(matches!(
-        PodEvents.on_event("MODIFIED", &p, &mut memo),
+        PodEventHandler.on_event("MODIFIED", &p, &mut memo),
         Reaction::Queue(Some(PodHint::Seen(_)), Priority::Routine)
     ));
     assert_eq!(
-        PodEvents.on_event("MODIFIED", &p, &mut memo),
+        PodEventHandler.on_event("MODIFIED", &p, &mut memo),
         Reaction::Ignore
     );
-    assert_eq!(PodEvents.key_of(&p).as_deref(), Some("/web"));
+    assert_eq!(PodEventHandler.key_of(&p).as_deref(), Some("/web"));
     // Not ours (no controller reference to an ImmortalContainer): no key at all.
-    assert_eq!(PodEvents.key_of(&ready), None);
+    assert_eq!(PodEventHandler.key_of(&ready), None);
 }
 
 #[test]
@@ -395,7 +395,7 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     // New: a pod to make.
     let mut memo = None;
     assert_eq!(
-        IcEvents.on_event("ADDED", &ic("10", 1, 0), &mut memo),
+        IcEventHandler.on_event("ADDED", &ic("10", 1, 0), &mut memo),
         Reaction::Queue(None, Priority::Urgent)
     );
     // Our status write: its answer is remembered (as reconcile does, see `ic_state::saw`),
@@ -403,7 +403,7 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     memo = Some(Arc::new(IcState::of(&ic("11", 1, 1))));
     for older in [ic("11", 1, 1), ic("10", 1, 0)] {
         assert_eq!(
-            IcEvents.on_event("MODIFIED", &older, &mut memo),
+            IcEventHandler.on_event("MODIFIED", &older, &mut memo),
             Reaction::Ignore
         );
     }
@@ -411,7 +411,7 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     // Our write's event before its answer: only status changed, nothing to do, but
     // remembered.
     assert_eq!(
-        IcEvents.on_event("MODIFIED", &ic("12", 1, 7), &mut memo),
+        IcEventHandler.on_event("MODIFIED", &ic("12", 1, 7), &mut memo),
         Reaction::Ignore
     );
     assert_eq!(
@@ -424,12 +424,12 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     );
     // A spec change: a pod to replace, urgent.
     assert_eq!(
-        IcEvents.on_event("MODIFIED", &ic("13", 2, 7), &mut memo),
+        IcEventHandler.on_event("MODIFIED", &ic("13", 2, 7), &mut memo),
         Reaction::Queue(None, Priority::Urgent)
     );
     // A deletion is looked at (its pod may hold our finalizer), and forgotten.
     assert_eq!(
-        IcEvents.on_event("DELETED", &ic("14", 2, 7), &mut memo),
+        IcEventHandler.on_event("DELETED", &ic("14", 2, 7), &mut memo),
         Reaction::Queue(None, Priority::Routine)
     );
     assert!(memo.is_none());
@@ -444,7 +444,7 @@ fn a_listed_object_that_needs_a_pod_is_urgent_and_one_that_has_its_pod_is_routin
             "spec": {"image": "nginx"},
             "status": status}))
         .unwrap();
-        IcEvents.relist_priority(&IcEvents.memo(&ic))
+        IcEventHandler.relist_priority(&IcEventHandler.memo(&ic))
     };
     let has_pod = serde_json::json!({"startTimes": 1, "currentPod": "web-immortalpod",
         "lastCountedPodUID": "p1", "observedGeneration": 1});
@@ -468,7 +468,7 @@ fn watched_ic(script: &crate::runtime::watcher::script::Script) -> ImmortalConta
     let w = Watcher::new(
         script,
         immortal_containers_kind(None),
-        IcEvents,
+        IcEventHandler,
         Arc::new(crate::runtime::queue::Queue::new()),
         quit,
         synced,
@@ -540,7 +540,7 @@ fn a_relist_keeps_a_later_copy_of_the_same_object() {
         version: Some(11),
         rewound: false,
     };
-    assert_eq!(IcEvents.relisted(old.clone(), listed, &served), old);
+    assert_eq!(IcEventHandler.relisted(old.clone(), listed, &served), old);
     // The watcher's own path: the same object listed again, unchanged.
     let s = Script::default();
     let mut lists = s.lists.lock().unwrap();
@@ -558,15 +558,15 @@ fn the_deleted_event_of_an_object_forgets_its_copy_and_not_a_later_objects() {
     };
     let mut memo = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
     assert_eq!(
-        IcEvents.on_event("DELETED", &ic("old-uid", "15"), &mut memo),
+        IcEventHandler.on_event("DELETED", &ic("old-uid", "15"), &mut memo),
         Reaction::Queue(None, Priority::Routine)
     );
     assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
-    IcEvents.on_event("DELETED", &ic("new-uid", "21"), &mut memo);
+    IcEventHandler.on_event("DELETED", &ic("new-uid", "21"), &mut memo);
     assert!(memo.is_none());
     // A copy older than the object deleted went before it was made: forgotten too.
     let mut memo = Some(Arc::new(IcState::of(&ic("older-uid", "5"))));
-    IcEvents.on_event("DELETED", &ic("old-uid", "15"), &mut memo);
+    IcEventHandler.on_event("DELETED", &ic("old-uid", "15"), &mut memo);
     assert!(memo.is_none());
 }
 
@@ -579,7 +579,7 @@ fn a_late_event_of_an_object_deleted_since_never_replaces_the_one_made_after_it(
     // brought the old object's last events.
     let mut memo = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
     assert_eq!(
-        IcEvents.on_event("MODIFIED", &ic("old-uid", "15"), &mut memo),
+        IcEventHandler.on_event("MODIFIED", &ic("old-uid", "15"), &mut memo),
         Reaction::Ignore
     );
     assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
@@ -589,11 +589,11 @@ fn a_late_event_of_an_object_deleted_since_never_replaces_the_one_made_after_it(
         version: Some(15),
         rewound: false,
     };
-    let kept = IcEvents.relisted(memo.clone().unwrap(), listed, &served);
+    let kept = IcEventHandler.relisted(memo.clone().unwrap(), listed, &served);
     assert_eq!(kept.uid(), "new-uid");
 }
 
-/// The pod policy over a recorded stream, run by a real watcher.
+/// The pod event handler over a recorded stream, run by a real watcher.
 #[test]
 fn recorded_stream_moves_the_version_through_bookmarks_and_rewatches_after_a_clean_end() {
     use crate::runtime::watcher::script::{page, run, Script};
@@ -606,7 +606,7 @@ fn recorded_stream_moves_the_version_through_bookmarks_and_rewatches_after_a_cle
         .unwrap()
         .push_back(Ok(page("967", &[], None)));
     s.watches.lock().unwrap().push_back(Ok((events, None)));
-    let (calls, queued) = run(&s, PodEvents);
+    let (calls, queued) = run(&s, PodEventHandler);
     assert_eq!(
         calls[..3],
         ["list continue=", "watch rv=967", "watch rv=970"].map(String::from)
@@ -677,7 +677,7 @@ fn a_spec_change_is_seen_though_the_copy_held_has_its_generation_already() {
     };
     let mut memo = Some(Arc::new(IcState::of(&ic("275", "nginx:1.28"))));
     assert_eq!(
-        IcEvents.on_event("MODIFIED", &ic("318", "nginx:1.29"), &mut memo),
+        IcEventHandler.on_event("MODIFIED", &ic("318", "nginx:1.29"), &mut memo),
         Reaction::Queue(None, Priority::Urgent)
     );
 }

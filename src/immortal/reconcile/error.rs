@@ -29,9 +29,9 @@ pub enum Error {
     /// with backoff rather than spun on.
     Unsettled { pod: String },
     /// Status could not be written (`source`) while our pod holds our finalizer for its count.
-    /// Retried `within` at the latest: a pod being deleted (`deleting`) is let go uncounted by
+    /// Retried `within` at the latest: a pod being deleted (`deleting`) is released uncounted by
     /// then rather than kept from going (see `counting::HOLD_AT_MOST`); any other is counted
-    /// and let go soon after status can be written again (`counting::RECOUNT_AT_MOST`).
+    /// and released soon after status can be written again (`counting::RECOUNT_AT_MOST`).
     Holding {
         pod: String,
         deleting: bool,
@@ -98,18 +98,6 @@ impl Failure for Error {
     fn retry_within(&self) -> Option<Duration> {
         match self {
             Error::Holding { within, .. } => Some(*within),
-            _ => None,
-        }
-    }
-    /// Only a pod being deleted has a bound to keep (it is let go uncounted then); one that
-    /// waits to be counted is retried soon, within the budget.
-    fn retry_by(&self) -> Option<Duration> {
-        match self {
-            Error::Holding {
-                deleting: true,
-                within,
-                ..
-            } => Some(*within),
             _ => None,
         }
     }

@@ -9,7 +9,7 @@
 //! Here: the decisions (`sync`, this file), the API they call (`api.rs`), the pod writes
 //! (`pod.rs`), the counting steps (`starts.rs`), what it does when the pod cannot be
 //! (`problems.rs`), the status, conditions and Events they report (`status.rs`), what
-//! reconciles remember between them (`journal.rs`), and their errors (`error.rs`). Not here:
+//! reconciles remember between them (`ctx.rs`), and their errors (`error.rs`). Not here:
 //! the desired pod (`desired`), what a watch event means (`lifecycle`), or the worker that
 //! calls [`reconcile`] (`runtime::controller`).
 
@@ -24,14 +24,16 @@ use crate::immortal::types::{
 use crate::kube::client;
 use crate::kube::events::Note;
 use crate::kube::types::{self, Condition, Pod, MAX_NAME_LEN};
-use crate::runtime::controller::{LogContext, Next};
+use crate::runtime::controller::{Action, LogContext};
+use crate::runtime::queue::Priority;
 use crate::util;
 use serde_json::{json, Map, Value};
 use std::time::{Duration, SystemTime};
 
 mod api;
+mod context;
 mod error;
-mod journal;
+mod expectations;
 mod pod;
 mod problems;
 mod starts;
@@ -40,8 +42,8 @@ mod status;
 use starts::release_orphan;
 
 pub use api::{Api, LiveApi};
+pub use context::Context;
 pub use error::Error;
-pub use journal::{Journal, OVERDUE_EVERY};
 use pod::{Created, Deleted, Relabeled};
 
 pub use status::status_patch;
@@ -99,7 +101,7 @@ enum Look<'h> {
 enum Step<'h> {
     /// Look at the name again, this way.
     Again(Look<'h>),
-    Done(Next),
+    Done(Action),
 }
 
 /// What the rounds of one reconcile carry from one to the next.
@@ -118,8 +120,8 @@ struct OurPod<'p> {
     /// Why it is not made from the object's spec any more, if it is not.
     change: Option<String>,
     view: PodView,
-    /// It still holds our finalizer.
-    holds: bool,
+    /// It still carries our finalizer: it is held.
+    held: bool,
     ending: Option<Ending>,
     waiting: Option<Waiting>,
     /// The pod as read, when it was: what a message about its node needs, which no hint
@@ -133,7 +135,7 @@ impl<'p> OurPod<'p> {
         OurPod {
             uid: pod.metadata.uid.clone(),
             change: spec_change(created_for(pod), recorded_hash(pod), ic),
-            holds: counting::holds(&pod.metadata.finalizers),
+            held: counting::is_held(&pod.metadata.finalizers),
             ending: Ending::of(pod),
             waiting: Waiting::of(pod, &view),
             view,
@@ -141,14 +143,14 @@ impl<'p> OurPod<'p> {
         }
     }
 
-    fn seen(p: &SeenPod, ic: &ImmortalContainer, journal: &Journal) -> OurPod<'static> {
+    fn seen(p: &SeenPod, ic: &ImmortalContainer, ctx: &Context) -> OurPod<'static> {
         OurPod {
             uid: p.uid.to_string(),
             change: spec_change(&p.created_for, p.spec_hash.as_deref(), ic),
             view: p.view.clone(),
             // An event from before our own release still shows our finalizer. Releasing again
             // on it would cost a write per pod for nothing.
-            holds: p.holds_count && !journal.released_after(&p.uid, p.rv),
+            held: p.held && !ctx.expectations.released_after(&p.uid, p.rv),
             ending: p.ending.as_deref().cloned(),
             waiting: p.waiting,
             read: None,
@@ -159,7 +161,7 @@ impl<'p> OurPod<'p> {
 /// One reconcile. Holds what it has decided about the object's status so far.
 struct Run<'a, A: Api> {
     api: &'a A,
-    journal: &'a Journal,
+    ctx: &'a Context,
     trace: &'a LogContext<'a>,
     ic: &'a ImmortalContainer,
     ns: &'a str,
@@ -182,7 +184,7 @@ struct Run<'a, A: Api> {
     /// A read showed `ic` older than the object: the reconcile ends, and the next one starts
     /// from the copy read (see `confirmed`).
     stale: bool,
-    /// Putting our labels back on the pod failed: returned once the pod is counted and let go,
+    /// Putting our labels back on the pod failed: returned once the pod is counted and released,
     /// so that a pod being deleted never waits on a relabel (see `counting::HOLD_AT_MOST`).
     relabel: Option<Error>,
     /// Our pod (uid) this reconcile saw removed: the pod it creates replaces it.
@@ -207,17 +209,17 @@ struct Held {
 /// Reconciles the object called `key`, with what its trigger says about the pod.
 pub fn reconcile<A: Api>(
     api: &A,
-    journal: &Journal,
+    ctx: &Context,
     trace: &LogContext,
     hint: Option<&PodHint>,
-) -> Result<Next, Error> {
+) -> Result<Action, Error> {
     let Some((ns, name)) = types::split_key(trace.key) else {
         log::warn!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "malformed key, dropped");
-        return Ok(Next::Done);
+        return Ok(Action::await_change());
     };
     let ic = match api.cached_immortal_container(ns, name) {
         Ok(ic) => ic,
-        Err(e) if e.is_not_found() => return object_gone(api, journal, trace, ns, name, hint),
+        Err(e) if e.is_not_found() => return object_gone(api, ctx, trace, ns, name, hint),
         Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
     };
     if let Some(PodHint::Left(g)) = hint {
@@ -225,22 +227,22 @@ pub fn reconcile<A: Api>(
         // pod is, the old one's event arriving after the new one was made: nothing is new, and
         // the replacement's own events tell its story. Acting on it would take the name for
         // free and, after a quick ending, report a back-off for a replacement that exists.
-        if !g.holds_count && journal.was_replaced(trace.key, &g.uid.to_string()) {
+        if !g.held && ctx.expectations.was_replaced(trace.key, &g.uid.to_string()) {
             log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
-            return Ok(Next::Done);
+            return Ok(Action::await_change());
         }
     }
     // Any other pod that left, not the one our copy counted last: the copy may predate a count
-    // (another leader's, before a failover), or the pod was never counted (let go uncounted).
+    // (another leader's, before a failover), or the pod was never counted (released uncounted).
     // The copy cannot tell: read the object, and then the pod if it is still not the one
     // counted (see `first_look`). Controllers are level-triggered: a hint may save a request,
     // never be the only ground for "nothing to do".
-    let doubt = matches!(hint, Some(PodHint::Left(g)) if !g.holds_count
+    let doubt = matches!(hint, Some(PodHint::Left(g)) if !g.held
         && ic.status.last_counted_pod_uid.as_deref().is_some_and(|l| g.uid != *l));
     let ic = if doubt {
         match api.get_immortal_container(ns, name) {
             Ok(ic) => ic,
-            Err(e) if e.is_not_found() => return object_gone(api, journal, trace, ns, name, hint),
+            Err(e) if e.is_not_found() => return object_gone(api, ctx, trace, ns, name, hint),
             Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
         }
     } else {
@@ -249,11 +251,11 @@ pub fn reconcile<A: Api>(
     if ic.metadata.deletion_timestamp.is_some() {
         // Foreground deletion waits for the pod (blockOwnerDeletion): let it go.
         release_orphan(api, trace, ns, name, Some(&ic.metadata.uid), hint)?;
-        return Ok(Next::Done);
+        return Ok(Action::await_change());
     }
     let mut run = Run {
         api,
-        journal,
+        ctx,
         trace,
         ic: &ic,
         ns,
@@ -270,7 +272,7 @@ pub fn reconcile<A: Api>(
         removed: None,
         made: false,
         counting_now: None,
-        now: journal.wall_now(),
+        now: ctx.wall_now(),
         refresh: None,
     };
     run.status.observed_generation = ic.metadata.generation;
@@ -281,7 +283,7 @@ pub fn reconcile<A: Api>(
         // Nothing written from a copy older than the object; the next reconcile reads the
         // store, which holds the object as read.
         synced?;
-        return Ok(Next::RequeueAfter(Duration::ZERO));
+        return Ok(Action::requeue(Duration::ZERO));
     }
     // Status says what this reconcile learned even when it then failed: a pod it created or
     // found is counted. A reconcile that failed before it learned anything worth keeping writes
@@ -300,28 +302,28 @@ pub fn reconcile<A: Api>(
     if run.gone {
         // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
         // collector could never remove it.
-        journal.restarts.forget(trace.key);
-        journal.not_held(trace.key);
+        ctx.restarts.forget(trace.key);
+        ctx.forget_held(trace.key);
         if let Some(held) = run.release.take() {
             run.release_ours(&held.uid, "its ImmortalContainer is gone")?;
         }
         // The object that took its name was read into the store, so its own event may be
         // ignored as nothing new: look at it now.
         return Ok(match run.replaced {
-            true => Next::RequeueAfter(Duration::ZERO),
-            false => Next::Done,
+            true => Action::requeue(Duration::ZERO),
+            false => Action::await_change(),
         });
     }
     if let Err(e) = written {
         if let Some(held) = run.release.take() {
             // A pod someone is deleting waits on our count, and the count cannot be written:
             // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
-            // One nobody waits on yet is tried again soon enough that it is let go soon after
+            // One nobody waits on yet is tried again soon enough that it is released soon after
             // status can be written again, whatever the key's back-off has grown to.
             let within = if held.deleting {
-                let now = journal.now();
-                journal.counting.note_held(&held.uid, now);
-                counting::HOLD_AT_MOST.saturating_sub(journal.counting.held_for(&held.uid, now))
+                let now = ctx.now();
+                ctx.counting.note_held(&held.uid, now);
+                counting::HOLD_AT_MOST.saturating_sub(ctx.counting.held_for(&held.uid, now))
             } else {
                 counting::RECOUNT_AT_MOST
             };
@@ -333,7 +335,7 @@ pub fn reconcile<A: Api>(
                     source: Box::new(e),
                 });
             }
-            run.let_go_uncounted(&held.uid, &e)?;
+            run.release_uncounted(&held.uid, &e)?;
         }
         synced?;
         return Err(e);
@@ -343,7 +345,9 @@ pub fn reconcile<A: Api>(
     // and just counted, once urgent work queued behind it has had its turn.
     if let Some(held) = run.release.take() {
         match run.release_may_wait(&held) {
-            true if next == Next::Done => next = Next::Routine,
+            true if next == Action::await_change() => {
+                next = Action::requeue(Duration::ZERO).at(Priority::Routine)
+            }
             _ => run.release(&held.uid)?,
         }
     }
@@ -352,8 +356,8 @@ pub fn reconcile<A: Api>(
     }
     // Nothing to do until what status says of the pod waiting on its node changes: look again
     // then, as routine work.
-    if let (Next::Done, Some(after)) = (next, run.refresh) {
-        next = Next::RefreshAfter(after);
+    if let (None, Some(after)) = (next.requeue_after(), run.refresh) {
+        next = Action::requeue(after).at(Priority::Routine);
     }
     Ok(next)
 }
@@ -362,22 +366,22 @@ pub fn reconcile<A: Api>(
 /// ownerReference, once nothing of ours holds it.
 fn object_gone<A: Api>(
     api: &A,
-    journal: &Journal,
+    ctx: &Context,
     trace: &LogContext,
     ns: &str,
     name: &str,
     hint: Option<&PodHint>,
-) -> Result<Next, Error> {
-    journal.restarts.forget(trace.key);
-    journal.not_held(trace.key);
+) -> Result<Action, Error> {
+    ctx.restarts.forget(trace.key);
+    ctx.forget_held(trace.key);
     release_orphan(api, trace, ns, name, None, hint)?;
-    Ok(Next::Done)
+    Ok(Action::await_change())
 }
 
 impl<A: Api> Run<'_, A> {
     /// The decisions of one reconcile, a round at a time: each round learns about the pod (as
     /// `first_look` says, then by reading it) and acts, or says how to look again.
-    fn sync(&mut self, hint: Option<&PodHint>) -> Result<Next, Error> {
+    fn sync(&mut self, hint: Option<&PodHint>) -> Result<Action, Error> {
         if let Some(next) = self.invalid_spec() {
             return Ok(next);
         }
@@ -392,7 +396,7 @@ impl<A: Api> Run<'_, A> {
                     Step::Again(self.delete_terminated(&uid, &mut rounds)?)
                 }
                 Look::AssumeAbsent => self.absent(true, &mut rounds)?,
-                Look::Seen(p) => self.ours(OurPod::seen(p, self.ic, self.journal), &mut rounds)?,
+                Look::Seen(p) => self.ours(OurPod::seen(p, self.ic, self.ctx), &mut rounds)?,
                 Look::Get => match self.api.get_pod(self.ns, &self.pod_name) {
                     Ok(pod) => self.read(&pod, &mut rounds)?,
                     Err(e) if e.is_not_found() => self.absent(false, &mut rounds)?,
@@ -443,31 +447,25 @@ impl<A: Api> Run<'_, A> {
         }
         let cause = rounds.cause.unwrap_or_else(|| self.absent_cause());
         if cause.is_restart() {
-            if let Some(wait) = self
-                .journal
-                .restarts
-                .wait(self.trace.key, self.journal.now())
-            {
+            if let Some(wait) = self.ctx.restarts.wait(self.trace.key, self.ctx.now()) {
                 let remaining = wait.remaining;
                 self.back_off(wait);
-                return Ok(Step::Done(Next::RequeueAfter(remaining)));
+                return Ok(Step::Done(Action::requeue(remaining)));
             }
         }
         match self.create(cause)? {
             Created::Yes => {
                 if let Some(old) = self.removed.take() {
-                    self.journal.replaced(self.trace.key, &old);
+                    self.ctx.expectations.replaced(self.trace.key, &old);
                 }
                 if cause.is_restart() {
-                    self.journal
-                        .restarts
-                        .replaced(self.trace.key, self.journal.now());
+                    self.ctx.restarts.replaced(self.trace.key, self.ctx.now());
                 } else {
-                    self.journal.restarts.created(self.trace.key);
+                    self.ctx.restarts.created(self.trace.key);
                 }
-                // Counted by its ADDED event's reconcile, and let go within
-                // `counting::LET_GO_WITHIN` whatever comes in between (see `Journal::overdue`).
-                Ok(Step::Done(Next::Done))
+                // Counted by its ADDED event's reconcile; this look lets it go if nothing
+                // else did by then.
+                Ok(Step::Done(Action::requeue(counting::RELEASE_WITHIN)))
             }
             Created::NameTaken if assumed => Ok(Step::Again(Look::Get)),
             // Taken although we just saw it free: whoever took it shows up on the next look.
@@ -503,14 +501,14 @@ impl<A: Api> Run<'_, A> {
         self.ours(OurPod::read(pod, self.ic), rounds)
     }
 
-    /// Our pod, read or seen in an event: count it, let it go once counted, and replace it if
+    /// Our pod, read or seen in an event: count it, release it once counted, and replace it if
     /// it ended or its spec changed; else report what it does.
     fn ours(&mut self, pod: OurPod, rounds: &mut Rounds) -> Result<Step<'static>, Error> {
         let OurPod {
             uid,
             change,
             view,
-            holds,
+            held,
             ending,
             waiting,
             read,
@@ -520,13 +518,18 @@ impl<A: Api> Run<'_, A> {
         if let Some(e) = ending {
             self.ended(&uid, &e);
         }
-        if holds {
+        if held {
             // Still held for its count: it goes once the status write that ends this
             // reconcile counts it (see `reconcile`).
             self.release = Some(Held {
                 uid: uid.clone(),
                 deleting: view.phase == Phase::Terminating,
             });
+        } else {
+            // Released by someone else (a person, a mutating policy): nothing to release by then.
+            self.ctx
+                .expectations
+                .released_elsewhere(self.trace.key, &uid);
         }
         if view.phase == Phase::Terminating {
             // Its DELETED event brings us back; creating now would only earn AlreadyExists.
@@ -535,7 +538,7 @@ impl<A: Api> Run<'_, A> {
                 None => self.report(&view),
             }
             self.waits(waiting, read);
-            return Ok(Step::Done(Next::Done));
+            return Ok(Step::Done(Action::await_change()));
         }
         if view.phase.is_terminal() {
             // A pod in a terminal phase holds no running container: the API server deletes it
@@ -551,7 +554,7 @@ impl<A: Api> Run<'_, A> {
         // forever.
         if let Some(why) = change {
             if !self.confirmed()? {
-                return Ok(Step::Done(Next::RequeueAfter(Duration::ZERO)));
+                return Ok(Step::Done(Action::requeue(Duration::ZERO)));
             }
             // Graceful: the container may be running. Its DELETED event brings us back to
             // create the replacement, unless the server removed it at once (a pod not yet
@@ -561,7 +564,7 @@ impl<A: Api> Run<'_, A> {
         }
         self.report(&view);
         self.waits(waiting, read);
-        Ok(Step::Done(Next::Done))
+        Ok(Step::Done(Action::await_change()))
     }
 
     /// Whether the copy this reconcile works from is the object as the API server holds it,
@@ -611,7 +614,7 @@ impl<A: Api> Run<'_, A> {
             }
             Deleted::Pending => {
                 pending(self);
-                Step::Done(Next::Done)
+                Step::Done(Action::await_change())
             }
             Deleted::OtherPod => Step::Again(Look::Get),
         })
@@ -649,14 +652,17 @@ impl<A: Api> Run<'_, A> {
                     }
                     return Look::DeleteTerminated(uid);
                 }
-                // Counted already, or the pod this process made and has not let go: it
+                // Counted already, or the pod this process made and has not released: it
                 // exists, and nothing after it was counted. Or still held by our finalizer
                 // while status says no pod was ever counted: uncounted, so it cannot have
                 // gone, and a copy older than the object is refused at the count's write.
-                let made = self.journal.made_here(self.trace.key);
+                let made = self
+                    .ctx
+                    .expectations
+                    .made_here(self.trace.key, self.ctx.now());
                 let first = self.status.last_counted_pod_uid.is_none()
                     && self.status.current_pod.is_none()
-                    && p.holds_count;
+                    && p.held;
                 // A pod overdue on its node is read: what status says of it then names its node
                 // and what it shows, which the hint does not carry.
                 let overdue = p.waiting.is_some_and(|w| w.overdue(self.now).is_some());
@@ -674,7 +680,11 @@ impl<A: Api> Run<'_, A> {
         // an older CRD may prune lastCountedPodUID.) Unless this process made one.
         if self.status.last_counted_pod_uid.is_none()
             && self.status.current_pod.is_none()
-            && self.journal.made_here(self.trace.key).is_none()
+            && self
+                .ctx
+                .expectations
+                .made_here(self.trace.key, self.ctx.now())
+                .is_none()
         {
             Look::AssumeAbsent
         } else {
@@ -687,7 +697,7 @@ impl<A: Api> Run<'_, A> {
     fn ended(&self, uid: &str, ending: &Ending) {
         let last = self.status.last_counted_pod_uid.as_deref();
         if last.is_none_or(|l| l == uid) {
-            self.journal.restarts.ended(self.trace.key, ending.clone());
+            self.ctx.restarts.ended(self.trace.key, ending.clone());
         }
     }
 

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 impl<A: Api> Run<'_, A> {
     pub(super) fn create(&mut self, cause: Cause) -> Result<Created, Error> {
-        let counted = self.journal.counting.active();
+        let counted = self.ctx.counting.active();
         let pod = desired_pod(self.ic, counted);
         match self.api.create_pod(self.ns, &pod) {
             Ok(client::CreatedPod {
@@ -19,7 +19,7 @@ impl<A: Api> Run<'_, A> {
                 // How the pod it replaces ended, if that was seen: whether a person deleted it,
                 // an eviction or a node's removal, said after the fact.
                 let ending = match cause.is_restart() {
-                    true => self.journal.restarts.ending(self.trace.key),
+                    true => self.ctx.restarts.ending(self.trace.key),
                     false => None,
                 };
                 log::info!(
@@ -42,13 +42,17 @@ impl<A: Api> Run<'_, A> {
                     );
                     self.note(true, "FieldsDropped", msg.clone());
                 }
-                self.journal.dropped(self.trace.key, uid, lost);
+                self.ctx.dropped(self.trace.key, uid, lost);
                 if counted {
                     // Pods first: its count and the status naming it are the work of the
                     // reconcile its ADDED event queues, so that this worker goes on to the next
                     // pod to make (docs/design.md, "Pods first"). It is born holding our
                     // finalizer, so the count cannot be lost meanwhile.
-                    self.journal.made(self.trace.key, &created.metadata.uid);
+                    self.ctx.expectations.made(
+                        self.trace.key,
+                        &created.metadata.uid,
+                        self.ctx.now(),
+                    );
                     self.made = true;
                 } else {
                     self.count(&created.metadata.uid);

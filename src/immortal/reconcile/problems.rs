@@ -6,7 +6,7 @@ use super::*;
 
 impl<A: Api> Run<'_, A> {
     /// What no retry can fix: a name too long for its pod's, an empty image.
-    pub(super) fn invalid_spec(&mut self) -> Option<Next> {
+    pub(super) fn invalid_spec(&mut self) -> Option<Action> {
         if self.pod_name.len() > MAX_NAME_LEN {
             let msg = format!(
                 "pod name {}… would be {} characters, over the Kubernetes limit of {MAX_NAME_LEN}; \
@@ -16,11 +16,11 @@ impl<A: Api> Run<'_, A> {
                 MAX_NAME_LEN - ic::POD_SUFFIX.len()
             );
             self.fail_permanently("PodNameTooLong", "InvalidSpec", msg);
-            return Some(Next::Done);
+            return Some(Action::await_change());
         }
         if self.ic.spec.image.trim().is_empty() {
             self.fail_permanently("InvalidSpec", "InvalidSpec", "spec.image is empty".into());
-            return Some(Next::Done);
+            return Some(Action::await_change());
         }
         None
     }
@@ -29,11 +29,8 @@ impl<A: Api> Run<'_, A> {
     /// server's words (a retry refused again writes nothing), and try again after the object's
     /// back-off, since a person may lift the policy at any time (docs/design.md, "Restarts and
     /// refusals").
-    pub(super) fn refused(&mut self, e: client::Error) -> Result<Next, Error> {
-        let (wait, _) = self
-            .journal
-            .restarts
-            .refused(self.trace.key, self.journal.now());
+    pub(super) fn refused(&mut self, e: client::Error) -> Result<Action, Error> {
+        let (wait, _) = self.ctx.restarts.refused(self.trace.key, self.ctx.now());
         // A bare pod cannot meet a namespace's Pod Security level: only a template can set
         // the securityContext that PodSecurity's message asks for. Said in fields, not by a
         // file of this repository, which someone who installed the one-file installer lacks.
@@ -76,18 +73,18 @@ impl<A: Api> Run<'_, A> {
             log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodCreateFailed"; "{msg}");
             self.note(true, "PodCreateFailed", msg);
         }
-        Ok(Next::RequeueAfter(wait))
+        Ok(Action::requeue(wait))
     }
 
     /// The pod name is held by a pod we do not control: report it and leave it alone. A pod of
     /// an earlier object of the same name goes with it; if it still carries our finalizer (that
     /// object was deleted in the moment between its pod's create and its count), let it go.
-    pub(super) fn conflict(&mut self, pod: &Pod) -> Result<Next, Error> {
+    pub(super) fn conflict(&mut self, pod: &Pod) -> Result<Action, Error> {
         // Not ours to count, and no other object can count a pod under our name once the object
         // that controls it is gone: then our finalizer goes.
-        if counting::holds(&pod.metadata.finalizers) {
+        if counting::is_held(&pod.metadata.finalizers) {
             if self.controller_exists(pod)? {
-                return Ok(Next::Done);
+                return Ok(Action::await_change());
             }
             self.release_ours(&pod.metadata.uid, "no ImmortalContainer counts it")?;
         }
@@ -101,7 +98,7 @@ impl<A: Api> Run<'_, A> {
             log::warn!(target: "reconcile", reconcile_id = self.trace.id, object = self.trace.key, reason = "PodNameConflict"; "{msg}");
             self.note(true, "PodNameConflict", msg);
         }
-        Ok(Next::RequeueAfter(CONFLICT_RETRY))
+        Ok(Action::requeue(CONFLICT_RETRY))
     }
 
     /// Whether the object of our name that controls `pod` exists, as a read shows: our copy

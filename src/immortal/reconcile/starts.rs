@@ -3,6 +3,7 @@
 //! is written down in `counting`; the create that starts a pod and the delete that ends one are
 //! in `pod.rs`.
 
+use super::expectations::Expectations;
 use super::*;
 use crate::kube::types::Uid;
 
@@ -14,7 +15,7 @@ impl<A: Api> Run<'_, A> {
         if self.status.last_counted_pod_uid.as_deref() == Some(uid) {
             return;
         }
-        if !self.journal.counting.active() {
+        if !self.ctx.counting.active() {
             if self.have.current_pod.is_some() && self.status.start_times == self.have.start_times {
                 self.note(
                     true,
@@ -47,8 +48,9 @@ impl<A: Api> Run<'_, A> {
         self.counting_now = Some(uid.to_string());
         // The status that counts a pod this process made says what its create answered.
         if self
-            .journal
-            .made_here(self.trace.key)
+            .ctx
+            .expectations
+            .made_here(self.trace.key, self.ctx.now())
             .is_some_and(|(made, _)| made == *uid)
         {
             self.report_dropped(uid);
@@ -69,20 +71,20 @@ impl<A: Api> Run<'_, A> {
     fn written_while_uncounted(&self) -> bool {
         self.have.last_counted_pod_uid.is_none()
             && self.have.current_pod.is_some()
-            && (self.journal.counting.resumed() || self.have.observed_generation.is_none())
+            && (self.ctx.counting.resumed() || self.have.observed_generation.is_none())
     }
 
     /// Lets our pod with `uid` go (see `counting`: only once the status the API server holds
     /// counts it).
     pub(super) fn release(&self, uid: &str) -> Result<(), Error> {
         let counted = self.have.last_counted_pod_uid.as_deref() == Some(uid);
-        if counted || !self.journal.counting.active() {
+        if counted || !self.ctx.counting.active() {
             let answered = self.release_ours(uid, "its start is counted")?;
             if let Some(rv) = answered {
-                self.journal.released(uid, &rv);
+                self.ctx.expectations.released(uid, &rv);
             }
-            self.journal.counting.let_go(uid);
-            self.journal.not_held(self.trace.key);
+            self.ctx.counting.note_released(uid);
+            self.ctx.forget_held(self.trace.key);
         }
         Ok(())
     }
@@ -95,23 +97,24 @@ impl<A: Api> Run<'_, A> {
     /// Whether the release of `held`, counted by this reconcile, may wait: a pod this process
     /// made, which nobody is deleting, goes as routine work, behind the creates and counts of
     /// a backlog, so that other objects' pods and statuses are not held up by releases; within
-    /// [`counting::LET_GO_WITHIN`] of its create all the same (see `Journal::overdue`).
+    /// [`counting::RELEASE_WITHIN`] of its create all the same (the look `create` asks for).
     pub(super) fn release_may_wait(&self, held: &Held) -> bool {
         if held.deleting || self.counting_now.as_deref() != Some(held.uid.as_str()) {
             return false;
         }
-        self.journal
-            .made_here(self.trace.key)
-            .is_some_and(|(uid, ago)| uid == held.uid && !Journal::is_overdue(ago))
+        self.ctx
+            .expectations
+            .made_here(self.trace.key, self.ctx.now())
+            .is_some_and(|(uid, ago)| uid == held.uid && !Expectations::is_overdue(ago))
     }
 
-    /// Lets our pod `uid` go although its start could not be counted (writing status failed
+    /// Releases our pod `uid` although its start could not be counted (writing status failed
     /// with `why` for as long as a pod being deleted may wait on us), and says so: a pod is
     /// never kept from going for a count.
-    pub(super) fn let_go_uncounted(&self, uid: &str, why: &Error) -> Result<(), Error> {
+    pub(super) fn release_uncounted(&self, uid: &str, why: &Error) -> Result<(), Error> {
         self.release_ours(uid, "it is being deleted and its start cannot be counted")?;
-        self.journal.counting.let_go(uid);
-        self.journal.not_held(self.trace.key);
+        self.ctx.counting.note_released(uid);
+        self.ctx.forget_held(self.trace.key);
         let msg = format!(
             "pod {} (uid {uid}) was deleted before its start could be counted: writing status failed for {} ({why}); \
              it was let go uncounted, so status.startTimes misses one start",
@@ -127,7 +130,7 @@ impl<A: Api> Run<'_, A> {
 /// Lets the pod of a deleted object (or of one being deleted, with `owner_uid`) go: takes our
 /// finalizer off it if it still carries it, so the garbage collector can remove it. Nothing is
 /// left to count for an object that is gone, and no other object can count a pod under its
-/// name: so a pod of that name holding our finalizer is let go whoever controls it now (the
+/// name: so a pod of that name holding our finalizer is released whoever controls it now (the
 /// object that went, or nobody, after `kubectl delete ic --cascade=orphan`), except, while the
 /// object is still being deleted, a pod another object of the name controls. Costs a request
 /// only when the trigger said the pod holds our finalizer, or said nothing (a relist, a
@@ -146,13 +149,13 @@ pub(super) fn release_orphan<A: Api>(
     let uid = match hint {
         Some(PodHint::Seen(p)) if p.named_for_owner => {
             let controller = p.owner_uid.as_ref().map(Uid::to_string).unwrap_or_default();
-            if !p.holds_count || other_owner(&controller) {
+            if !p.held || other_owner(&controller) {
                 return Ok(());
             }
             p.uid.to_string()
         }
         // Removed from storage, so it held no finalizer any more.
-        Some(PodHint::Left(g)) if !g.holds_count => return Ok(()),
+        Some(PodHint::Left(g)) if !g.held => return Ok(()),
         Some(PodHint::Seen(_)) => return Ok(()),
         // It left our label selector still holding our finalizer, or nothing was said: look.
         Some(PodHint::Left(_)) | None => match api.get_pod(ns, &pod_name) {
@@ -162,7 +165,7 @@ pub(super) fn release_orphan<A: Api>(
                     .controller()
                     .filter(|o| o.is_immortal_container())
                     .map_or("", |o| o.uid.as_str());
-                if !counting::holds(&p.metadata.finalizers) || other_owner(controller) {
+                if !counting::is_held(&p.metadata.finalizers) || other_owner(controller) {
                     return Ok(());
                 }
                 p.metadata.uid

@@ -70,7 +70,7 @@ impl<A: Api> Run<'_, A> {
     pub(super) fn report_dropped(&mut self, uid: &str) {
         let conditions = &mut self.status.conditions;
         let at = conditions.iter().position(|c| c.type_ == FIELDS_DROPPED);
-        match (self.journal.dropped_from(self.trace.key, uid), at) {
+        match (self.ctx.dropped_from(self.trace.key, uid), at) {
             (None, None) => {}
             (None, Some(i)) => {
                 conditions.remove(i);
@@ -108,7 +108,7 @@ impl<A: Api> Run<'_, A> {
 
     /// The cluster, as messages name it: `Kubernetes v1.28.7` once its version is known.
     pub(super) fn cluster(&self) -> String {
-        match self.journal.version.get() {
+        match self.ctx.version.get() {
             Some(v) => format!("Kubernetes {v}"),
             None => "the cluster's Kubernetes".to_string(),
         }
@@ -190,7 +190,7 @@ impl<A: Api> Run<'_, A> {
     /// (fixture kube-1.28-kubelet/21). The answer is the API server's copy: what it did not
     /// keep, the CRD prunes (see `counting`).
     pub(super) fn write_status(&mut self) -> Result<(), Error> {
-        let counting = &self.journal.counting;
+        let counting = &self.ctx.counting;
         let Some(patch) = status_patch(&self.rv, &self.have, &self.status, |f| counting.prunes(f))
         else {
             return Ok(());

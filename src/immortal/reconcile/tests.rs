@@ -3,14 +3,14 @@
 use super::starts::release_pod;
 use super::*;
 use crate::immortal::desired::desired_pod;
-use crate::immortal::lifecycle::PodEvents;
+use crate::immortal::lifecycle::PodEventHandler;
 use crate::immortal::types::{ImmortalPod, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::kube::types::{
     Container, ObjectMeta, PodCondition, PodSpec, PodStatus, Status, StatusCause, StatusDetails,
 };
 use crate::runtime::controller::Failure;
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Reaction, Watched};
+use crate::runtime::watcher::{EventHandler, Reaction};
 use std::cell::RefCell;
 use std::time::{Instant, SystemTime};
 
@@ -33,7 +33,7 @@ struct Fake {
     next_uid: RefCell<u32>,
     /// The resourceVersion of the fake's last pod write.
     pod_rv: RefCell<u64>,
-    journal: Journal,
+    ctx: Context,
     /// Status fields the "installed CRD" does not know, pruned from every write.
     prunes: RefCell<Vec<&'static str>>,
     /// The pod is removed just before the next pod PATCH reaches it (a graceful deletion
@@ -334,29 +334,29 @@ fn pass(d: Duration) {
     WALL.with(|w| w.set(w.get() + d));
 }
 
-/// A journal that reads the time of day from [`WALL`].
-fn journal(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Journal {
-    Journal::with_clock(clock).with_wall_clock(wall)
+/// A ctx that reads the time of day from [`WALL`].
+fn ctx(clock: impl Fn() -> Instant + Send + Sync + 'static) -> Context {
+    Context::with_clock(clock).with_wall_clock(wall)
 }
 
 fn fake(ic: ImmortalContainer) -> Fake {
     let f = Fake {
-        journal: journal(Instant::now),
+        ctx: ctx(Instant::now),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
     f
 }
 
-fn run(f: &Fake, key: &str) -> Result<Next, Error> {
+fn run(f: &Fake, key: &str) -> Result<Action, Error> {
     let key = key.into();
-    reconcile(f, &f.journal, &LogContext { id: "1", key: &key }, None)
+    reconcile(f, &f.ctx, &LogContext { id: "1", key: &key }, None)
 }
 
-fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
+fn run_with(f: &Fake, hint: &PodHint) -> Result<Action, Error> {
     reconcile(
         f,
-        &f.journal,
+        &f.ctx,
         &LogContext {
             id: "2",
             key: &"ns/web".into(),
@@ -368,7 +368,7 @@ fn run_with(f: &Fake, hint: &PodHint) -> Result<Next, Error> {
 /// The hint the pod watcher would queue for the pod's DELETED event, as it is now.
 fn gone(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap_or_default();
-    match PodEvents.on_event("DELETED", &pod, &mut None) {
+    match PodEventHandler.on_event("DELETED", &pod, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue a DELETED pod: {other:?}"),
     }
@@ -405,7 +405,7 @@ fn delete_after_running(f: &Fake, ran: u64) -> PodHint {
 /// The hint the pod watcher would queue for the pod as it is now.
 fn seen(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
-    match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+    match PodEventHandler.on_event("MODIFIED", &pod, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("the watcher would not queue this pod: {other:?}"),
     }
@@ -415,23 +415,29 @@ fn seen(f: &Fake) -> PodHint {
 /// created, still held for its count, comes back to be counted, urgent.
 fn added(f: &Fake) -> PodHint {
     let pod = f.pod.borrow().clone().unwrap();
-    match PodEvents.on_event("ADDED", &pod, &mut None) {
+    match PodEventHandler.on_event("ADDED", &pod, &mut None) {
         Reaction::Queue(Some(h), Priority::Urgent) => h,
         other => panic!("the watcher would not queue the new pod as urgent: {other:?}"),
     }
 }
 
+/// What a reconcile that made a pod answers: a look by the time it is to be released.
+const MADE: Action = Action::requeue(counting::RELEASE_WITHIN);
+
 /// The object's pod made and counted, as the create's reconcile and then the one its ADDED
 /// event queues do: pending, still held by our finalizer.
 fn made(f: &Fake) {
-    assert_eq!(run(f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(f, "ns/web").unwrap(), MADE);
     count_made(f);
 }
 
 /// The reconcile the ADDED event of the pod just made queues: it counts the pod, whose release
 /// is left to routine work, within the bound.
 fn count_made(f: &Fake) {
-    assert_eq!(run_with(f, &added(f)).unwrap(), Next::Routine);
+    assert_eq!(
+        run_with(f, &added(f)).unwrap(),
+        Action::requeue(Duration::ZERO).at(Priority::Routine)
+    );
 }
 
 /// When the fake kubelet starts every container: a minute before the fake API server's
@@ -553,7 +559,7 @@ fn running(image: &str) -> Fake {
 #[test]
 fn creates_the_pod_of_a_new_object_then_counts_it_and_reports_it_pending() {
     let f = fake(ic("web", "nginx"));
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), MADE);
     // A new object has no pod yet: create first, no GET of the pod; and nothing else, so
     // that the worker goes on to the next object's pod (pods first).
     assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
@@ -574,10 +580,10 @@ fn creates_the_pod_of_a_new_object_then_counts_it_and_reports_it_pending() {
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     // Still held: the reconcile of its next event (the scheduler's, the kubelet's) lets it go
     // as it says so.
-    assert!(counting::holds(&finalizers(&f)));
+    assert!(counting::is_held(&finalizers(&f)));
     start_pod(&f);
     f.clear();
-    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Action::await_change());
     assert_eq!(
         f.calls(),
         [
@@ -597,20 +603,23 @@ fn the_pod_running_turns_ready_true_from_its_event_without_reading_it() {
     start_pod(&f);
     f.clear();
     let hint = seen(&f);
-    assert_eq!(run_with(&f, &hint).unwrap(), Next::Routine);
+    assert_eq!(
+        run_with(&f, &hint).unwrap(),
+        Action::requeue(Duration::ZERO).at(Priority::Routine)
+    );
     // The kubelet's event replaced the ADDED one in the queue: its reconcile counts the pod
     // and says it runs, in one write; the release is routine work, queued again with the
     // same event, which it trusts.
     assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     f.clear();
-    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &hint).unwrap(), Action::await_change());
     assert_eq!(
         f.calls(),
         ["CACHED ic/web", "PATCH pod/web-immortalpod release"]
     );
     assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
     assert_eq!(message(&f), "pod web-immortalpod runs nginx");
-    // Running and let go: the next change of it costs the status write alone.
+    // Running and released: the next change of it costs the status write alone.
     set_pod_ready(&f, false);
     f.clear();
     run_with(&f, &seen(&f)).unwrap();
@@ -725,16 +734,16 @@ fn desired_pod_has_name_container_labels_and_controller_reference() {
 #[test]
 fn a_second_reconcile_with_nothing_to_do_writes_nothing() {
     let f = running("nginx");
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::await_change());
     assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
     assert_eq!(status(&f).start_times, Some(1));
 }
 
 #[test]
-fn a_deleted_object_is_done_and_its_pod_is_let_go() {
+fn a_deleted_object_is_done_and_its_pod_is_released() {
     let f = Fake::default();
     // Nothing said about its pod (a relist): one look, in case it still holds our finalizer.
-    assert_eq!(run(&f, "ns/gone").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/gone").unwrap(), Action::await_change());
     assert_eq!(f.calls(), ["CACHED ic/gone", "GET pod/gone-immortalpod"]);
 
     // The object was deleted between its pod's create and the status write counting it:
@@ -744,7 +753,7 @@ fn a_deleted_object_is_done_and_its_pod_is_let_go() {
     run(&f, "ns/web").unwrap();
     f.fail_next("patch_status", api_err(500, "InternalError"));
     assert!(run_with(&f, &added(&f)).is_err());
-    assert!(counting::holds(
+    assert!(counting::is_held(
         &f.pod.borrow().as_ref().unwrap().metadata.finalizers
     ));
     *f.ic.borrow_mut() = None;
@@ -848,7 +857,7 @@ fn a_pod_its_node_has_not_confirmed_deleted_says_so_once_a_step_and_looks_again_
     start_deleting(&f);
     assert_eq!(
         run_with(&f, &seen(&f)).unwrap(),
-        Next::RefreshAfter(Duration::from_secs(40))
+        Action::requeue(Duration::from_secs(40)).at(Priority::Routine)
     );
     assert_eq!(f.calls(), ["CACHED ic/web", "PATCH ic/web/status"]);
     assert_eq!(message(&f), "pod web-immortalpod is being deleted");
@@ -857,7 +866,7 @@ fn a_pod_its_node_has_not_confirmed_deleted_says_so_once_a_step_and_looks_again_
     f.clear();
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Next::RefreshAfter(Duration::from_secs(50))
+        Action::requeue(Duration::from_secs(50)).at(Priority::Routine)
     );
     assert_eq!(
         f.calls(),
@@ -885,7 +894,7 @@ fn a_pod_its_node_has_not_confirmed_deleted_says_so_once_a_step_and_looks_again_
     f.clear();
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Next::RefreshAfter(Duration::from_secs(330))
+        Action::requeue(Duration::from_secs(330)).at(Priority::Routine)
     );
     assert!(
         message(&f).contains("grace period ended over 1 min ago"),
@@ -896,14 +905,14 @@ fn a_pod_its_node_has_not_confirmed_deleted_says_so_once_a_step_and_looks_again_
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
     f.clear();
-    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &hint).unwrap(), MADE);
     assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
 }
 
 #[test]
 fn a_replacement_pending_past_a_minute_says_how_long_and_where_to_look() {
     let f = fake(ic("web", "nginx"));
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), MADE);
     // The scheduler binds it to a node whose kubelet never reports on it.
     {
         let mut slot = f.pod.borrow_mut();
@@ -915,14 +924,14 @@ fn a_replacement_pending_past_a_minute_says_how_long_and_where_to_look() {
     // Its release, routine: then nothing to do until it has been pending a minute.
     assert_eq!(
         run_with(&f, &added(&f)).unwrap(),
-        Next::RefreshAfter(Duration::from_secs(60))
+        Action::requeue(Duration::from_secs(60)).at(Priority::Routine)
     );
     assert_eq!(message(&f), "pod web-immortalpod is pending");
     pass(Duration::from_secs(90));
     f.clear();
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Next::RefreshAfter(Duration::from_secs(510))
+        Action::requeue(Duration::from_secs(510)).at(Priority::Routine)
     );
     assert_eq!(
         f.calls(),
@@ -947,7 +956,7 @@ fn a_replacement_pending_past_a_minute_says_how_long_and_where_to_look() {
     // It runs at last: ready, and no look asked for.
     start_pod(&f);
     f.clear();
-    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Action::await_change());
     assert_eq!(ready(&f), ("True".into(), "PodRunning".into()));
 }
 
@@ -1018,7 +1027,7 @@ fn a_stale_terminated_hint_falls_back_to_looking_and_counts_nothing_twice() {
     // And once no pod holds the name at all, the stale hint only leads to a create (the
     // restart back-off, which the replacement above started, set aside: not under test).
     *f.pod.borrow_mut() = None;
-    f.journal.restarts.forget("ns/web");
+    f.ctx.restarts.forget("ns/web");
     f.clear();
     run_with(&f, &stale).unwrap();
     assert_eq!(
@@ -1140,7 +1149,7 @@ fn fields_dropped(f: &Fake) -> Option<Condition> {
 #[test]
 fn fields_the_api_server_dropped_from_the_pod_are_reported_and_the_pod_is_kept() {
     let f = fake(ic("web", "nginx"));
-    f.journal.version.set("v1.28.7".into()).unwrap();
+    f.ctx.version.set("v1.28.7".into()).unwrap();
     f.ic.borrow_mut().as_mut().unwrap().spec.template = Some(
         serde_json::from_str(
             r#"{"spec":{"securityContext":{"appArmorProfile":{"type":"RuntimeDefault"}},
@@ -1350,7 +1359,7 @@ fn pods_that_keep_ending_back_off_and_say_so() {
     let hint = delete_after_running(&f, 0);
     f.clear();
     let next = run_with(&f, &hint).unwrap();
-    let Next::RequeueAfter(wait) = next else {
+    let Some(wait) = next.requeue_after() else {
         panic!("no back-off: {next:?}")
     };
     assert!(
@@ -1380,13 +1389,13 @@ fn pods_that_keep_ending_back_off_and_say_so() {
         "{note:?}"
     );
     // Its time come (as if the last replacement had been longer ago), the pod is made.
-    f.journal.restarts.forget("ns/web");
-    f.journal.restarts.replaced(
+    f.ctx.restarts.forget("ns/web");
+    f.ctx.restarts.replaced(
         "ns/web",
         Instant::now() - crate::immortal::restarts::BASE * 2,
     );
     f.clear();
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), MADE);
     assert_eq!(
         f.calls(),
         [
@@ -1418,7 +1427,7 @@ fn an_image_change_is_never_held_back() {
         ic.metadata.generation = Some(2);
     }
     f.clear();
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), MADE);
     assert_eq!(
         f.pod.borrow().as_ref().unwrap().container_image(),
         Some("nginx:2")
@@ -1444,10 +1453,7 @@ fn a_pod_that_is_not_ours_is_left_alone_and_reported() {
         },
         ..Default::default()
     });
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::RequeueAfter(CONFLICT_RETRY)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::requeue(CONFLICT_RETRY));
     // Create first (new object), AlreadyExists, look, leave it: no DELETE, no second POST.
     assert_eq!(
         f.calls(),
@@ -1495,7 +1501,7 @@ fn a_name_too_long_for_its_pod_is_a_condition_not_a_retry_loop() {
     let long = "a".repeat(253);
     let f = fake(ic(&long, "nginx"));
     let key = format!("ns/{long}");
-    assert_eq!(run(&f, &key).unwrap(), Next::Done);
+    assert_eq!(run(&f, &key).unwrap(), Action::await_change());
     assert_eq!(
         f.calls(),
         [
@@ -1603,7 +1609,7 @@ fn server_errors_are_transient_and_a_refusal_waits_for_the_objects_back_off() {
     f.fail_next("create_pod", api_err(403, "Forbidden"));
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Next::RequeueAfter(crate::immortal::restarts::BASE)
+        Action::requeue(crate::immortal::restarts::BASE)
     );
     assert_eq!(f.notes.borrow()[0].reason, "PodCreateFailed");
 }
@@ -1624,11 +1630,11 @@ fn a_create_refused_for_what_was_dropped_names_the_fields_the_server_did_not_kno
         .flat_map(client::warning_texts)
         .collect();
     let f = fake(ic("web", "nginx"));
-    f.journal.version.set("v1.28.7".into()).unwrap();
+    f.ctx.version.set("v1.28.7".into()).unwrap();
     f.fail_next("create_pod", client::Error::Api(Box::new(status)));
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Next::RequeueAfter(crate::immortal::restarts::BASE)
+        Action::requeue(crate::immortal::restarts::BASE)
     );
     assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
     assert_eq!(
@@ -1651,7 +1657,7 @@ fn a_create_refused_by_admission_is_reported_with_the_servers_message() {
     f.fail_next("create_pod", refusal);
     assert_eq!(
         run(&f, "ns/web").unwrap(),
-        Next::RequeueAfter(crate::immortal::restarts::BASE)
+        Action::requeue(crate::immortal::restarts::BASE)
     );
     // The user sees why, without reading logs.
     assert!(f.calls().contains(&"PATCH ic/web/status".to_string()));
@@ -1708,7 +1714,10 @@ fn a_start_counted_before_a_refused_create_is_still_written() {
         "create_pod",
         client::Error::Api(Box::new(client::parse_status(code, &body))),
     );
-    assert!(matches!(run_with(&f, &seen(&f)), Ok(Next::RequeueAfter(_))));
+    assert!(matches!(
+        run_with(&f, &seen(&f)).map(|a| a.requeue_after().is_some()),
+        Ok(true)
+    ));
     assert_eq!(status(&f).start_times, Some(1));
     assert_eq!(
         status(&f).last_counted_pod_uid.as_deref(),
@@ -1741,7 +1750,7 @@ fn a_pod_deleted_before_the_failed_status_write_is_retried_is_still_counted() {
         &PodHint::Left(Box::new(crate::immortal::lifecycle::LeftPod {
             uid: first.metadata.uid.as_str().into(),
             ending: None,
-            holds_count: false,
+            held: false,
         })),
     )
     .unwrap();
@@ -1758,7 +1767,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
     run_with(&f, &added(&f)).unwrap();
     // The first count went through (startTimes is in every CRD), L did not stick.
     assert_eq!(status(&f).start_times, Some(1));
-    assert!(!f.journal.counting.active());
+    assert!(!f.ctx.counting.active());
     let warned: Vec<Note> = f
         .notes
         .borrow()
@@ -1768,7 +1777,7 @@ fn a_crd_that_prunes_the_last_counted_uid_stops_the_counting_and_says_so_once() 
         .collect();
     assert_eq!(warned.len(), 1, "{:?}", f.notes.borrow());
     assert!(warned[0].warning && warned[0].message.contains("config/crd"));
-    // The pod is let go all the same, at its next event: nothing can count it any more.
+    // The pod is released all the same, at its next event: nothing can count it any more.
     run_with(&f, &seen(&f)).unwrap();
     assert!(f
         .calls()
@@ -1806,7 +1815,7 @@ fn a_create_an_admission_policy_refuses_is_retried_with_back_off_until_it_is_lif
     let f = fake(ic("web", "nginx"));
     f.fail_next("create_pod", refusal());
     let base = crate::immortal::restarts::BASE;
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::RequeueAfter(base));
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::requeue(base));
     assert_eq!(ready(&f), ("False".into(), "PodCreateFailed".into()));
     let msg = message(&f);
     assert!(
@@ -1819,7 +1828,7 @@ fn a_create_an_admission_policy_refuses_is_retried_with_back_off_until_it_is_lif
     // look: a pod of ours made before a crash must not hide behind it.)
     f.fail_next("create_pod", refusal());
     f.clear();
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::RequeueAfter(base * 2));
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::requeue(base * 2));
     assert_eq!(
         f.calls(),
         [
@@ -1837,7 +1846,7 @@ fn a_create_an_admission_policy_refuses_is_retried_with_back_off_until_it_is_lif
     };
     assert_eq!(warnings(&f), 1);
     // Lifted: the pod is made and, once counted, the condition says what it does.
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), MADE);
     count_made(&f);
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     assert_eq!(status(&f).start_times, Some(1));
@@ -1846,7 +1855,7 @@ fn a_create_an_admission_policy_refuses_is_retried_with_back_off_until_it_is_lif
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
     f.fail_next("create_pod", refusal());
-    assert_eq!(run_with(&f, &hint).unwrap(), Next::RequeueAfter(base));
+    assert_eq!(run_with(&f, &hint).unwrap(), Action::requeue(base));
 }
 
 #[test]
@@ -1914,19 +1923,13 @@ fn an_image_rewritten_by_an_admission_webhook_does_not_replace_the_pod() {
 fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() {
     let f = running("nginx");
     // A quick ending: replaced at once, and the back-off starts.
-    assert_eq!(
-        run_with(&f, &delete_after_running(&f, 1)).unwrap(),
-        Next::Done
-    );
+    assert_eq!(run_with(&f, &delete_after_running(&f, 1)).unwrap(), MADE);
     count_made(&f);
     // Its replacement runs for a minute and is evicted by a drain, while that back-off still
     // runs: replaced at once all the same, as the ReplicaSet controller would.
     start_pod(&f);
     f.clear();
-    assert_eq!(
-        run_with(&f, &delete_after_running(&f, 60)).unwrap(),
-        Next::Done
-    );
+    assert_eq!(run_with(&f, &delete_after_running(&f, 60)).unwrap(), MADE);
     assert_eq!(f.calls(), ["CACHED ic/web", "POST pod/web-immortalpod"]);
     count_made(&f);
     assert_eq!(status(&f).start_times, Some(3));
@@ -1936,16 +1939,13 @@ fn a_pod_that_ran_for_a_while_is_replaced_at_once_even_right_after_quick_ones() 
     );
     // And the streak before it is forgotten: the next quick ending is the first of a row.
     start_pod(&f);
-    assert_eq!(
-        run_with(&f, &delete_after_running(&f, 2)).unwrap(),
-        Next::Done
-    );
+    assert_eq!(run_with(&f, &delete_after_running(&f, 2)).unwrap(), MADE);
     count_made(&f);
     start_pod(&f);
-    assert!(matches!(
-        run_with(&f, &delete_after_running(&f, 2)).unwrap(),
-        Next::RequeueAfter(_)
-    ));
+    assert!(run_with(&f, &delete_after_running(&f, 2))
+        .unwrap()
+        .requeue_after()
+        .is_some());
 }
 
 #[test]
@@ -1955,20 +1955,20 @@ fn a_pod_that_ended_on_its_own_soon_after_it_started_backs_off_too() {
         end_pod_at(f, "2025-12-31T23:59:02Z");
     };
     end_quickly(&f);
-    assert_eq!(run_with(&f, &seen(&f)).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &seen(&f)).unwrap(), MADE);
     count_made(&f);
     start_pod(&f);
     // Its next event lets it go.
     run_with(&f, &seen(&f)).unwrap();
     end_quickly(&f);
     let next = run_with(&f, &seen(&f)).unwrap();
-    assert!(matches!(next, Next::RequeueAfter(_)), "{next:?}");
+    assert!(next.requeue_after().is_some(), "{next:?}");
     let msg = message(&f);
     assert!(msg.contains("ended 2 s after it started"), "{msg}");
 }
 
 #[test]
-fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replaced() {
+fn a_pod_deleted_before_its_added_event_was_served_is_released_at_once_and_replaced() {
     let f = fake(ic("web", "nginx"));
     run(&f, "ns/web").unwrap();
     // Someone deletes the new pod while its release still waits in the queue: the API server
@@ -1980,13 +1980,13 @@ fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replace
         m.deletion_grace_period_seconds = Some(0);
     }
     let pod = f.pod.borrow().clone().unwrap();
-    let hint = match PodEvents.on_event("MODIFIED", &pod, &mut None) {
+    let hint = match PodEventHandler.on_event("MODIFIED", &pod, &mut None) {
         Reaction::Queue(Some(h), Priority::Urgent) => h,
         other => panic!("a held pod being deleted must be urgent: {other:?}"),
     };
     f.clear();
     run_with(&f, &hint).unwrap();
-    // Counted already: let go without a read, and the API server removes it.
+    // Counted already: released without a read, and the API server removes it.
     assert_eq!(
         f.calls(),
         [
@@ -2001,7 +2001,7 @@ fn a_pod_deleted_before_its_added_event_was_served_is_let_go_at_once_and_replace
     let gone = PodHint::Left(Box::new(crate::immortal::lifecycle::LeftPod {
         uid: pod.metadata.uid.as_str().into(),
         ending: None,
-        holds_count: false,
+        held: false,
     }));
     run_with(&f, &gone).unwrap();
     count_made(&f);
@@ -2016,7 +2016,7 @@ fn the_object_deleted_while_its_pod_is_counted_lets_the_pod_go() {
     run(&f, "ns/web").unwrap();
     f.fail_next("patch_status", api_err(404, "NotFound"));
     f.clear();
-    assert_eq!(run_with(&f, &added(&f)).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &added(&f)).unwrap(), Action::await_change());
     assert_eq!(
         f.calls(),
         [
@@ -2046,15 +2046,15 @@ fn orphan(f: &Fake) -> Pod {
 }
 
 #[test]
-fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
+fn an_orphaned_pod_held_by_our_finalizer_is_released() {
     let f = Fake::default();
     let pod = orphan(&f);
     // Its view did not change when its reference went; it is queued all the same, under the
     // name it was made for.
-    assert_eq!(PodEvents.key_of(&pod).as_deref(), Some("ns/web"));
-    let mut memo = Some(PodEvents.memo(&pod));
+    assert_eq!(PodEventHandler.key_of(&pod).as_deref(), Some("ns/web"));
+    let mut memo = Some(PodEventHandler.memo(&pod));
     let Reaction::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
-        PodEvents.on_event("MODIFIED", &pod, &mut memo)
+        PodEventHandler.on_event("MODIFIED", &pod, &mut memo)
     else {
         panic!("an orphan holding our finalizer was not queued")
     };
@@ -2073,20 +2073,17 @@ fn an_orphaned_pod_holding_our_finalizer_is_let_go() {
         .is_empty());
     // Without our finalizer an orphan is none of ours: not even queued.
     let released = f.pod.borrow().clone().unwrap();
-    assert_eq!(PodEvents.key_of(&released), None);
+    assert_eq!(PodEventHandler.key_of(&released), None);
 }
 
 #[test]
-fn an_orphan_holding_our_finalizer_under_a_new_objects_name_is_let_go_and_left_alone() {
+fn an_orphan_held_by_our_finalizer_under_a_new_objects_name_is_released_and_left_alone() {
     let f = Fake::default();
     orphan(&f);
     let mut new = ic("web", "nginx");
     new.metadata.uid = "ic-uid-2".into();
     *f.ic.borrow_mut() = Some(new);
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::RequeueAfter(CONFLICT_RETRY)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::requeue(CONFLICT_RETRY));
     assert!(f
         .calls()
         .contains(&"PATCH pod/web-immortalpod release".to_string()));
@@ -2107,7 +2104,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: journal(move || *clock.lock().unwrap()),
+        ctx: ctx(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -2135,7 +2132,7 @@ fn a_pod_being_deleted_waits_on_a_count_that_cannot_be_written_a_minute_at_most(
     f.fail_next("patch_status", denied());
     let err = run(&f, "ns/web").unwrap_err();
     assert_eq!(err.retry_within(), Some(Duration::from_secs(15)), "{err}");
-    // ...then let go uncounted, which is said.
+    // ...then released uncounted, which is said.
     *now.lock().unwrap() += Duration::from_secs(15);
     f.fail_next("patch_status", denied());
     assert!(run(&f, "ns/web").is_err());
@@ -2176,8 +2173,8 @@ fn a_pod_nobody_deletes_keeps_our_finalizer_while_status_cannot_be_written() {
         f.pod.borrow().as_ref().unwrap().metadata.finalizers.len(),
         1
     );
-    // Once status can be written, it is counted, and let go with its next event (within
-    // `counting::LET_GO_WITHIN` of its create at the latest).
+    // Once status can be written, it is counted, and released with its next event (within
+    // `counting::RELEASE_WITHIN` of its create at the latest).
     run(&f, "ns/web").unwrap();
     assert_eq!(status(&f).start_times, Some(1));
     run_with(&f, &seen(&f)).unwrap();
@@ -2196,7 +2193,7 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     let f = fake(ic("web", "nginx"));
     *f.prunes.borrow_mut() = vec!["lastCountedPodUID", "observedGeneration", "podPhase"];
     made(&f);
-    assert!(!f.journal.counting.active());
+    assert!(!f.ctx.counting.active());
     // Replaced while counting is off: not counted.
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
@@ -2204,8 +2201,8 @@ fn counting_resumed_adopts_the_pod_status_names_and_counts_the_next_one() {
     assert_eq!(status(&f).start_times, Some(1));
     // The CRD is upgraded (make install): the schema read again keeps every field.
     f.prunes.borrow_mut().clear();
-    assert!(f.journal.counting.relearn(&[]));
-    // The resync's reconcile adopts the pod status names: it may have been counted, or not.
+    assert!(f.ctx.counting.relearn(&[]));
+    // The relist's reconcile adopts the pod status names: it may have been counted, or not.
     run(&f, "ns/web").unwrap();
     let st = status(&f);
     assert_eq!(st.start_times, Some(1), "not counted twice");
@@ -2246,12 +2243,12 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
     assert_ne!(replacement, failed.metadata.uid);
     // Then the failed pod's DELETED event arrives: nothing to do, no request, no back-off
     // reported for a replacement that exists.
-    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+    let hint = match PodEventHandler.on_event("DELETED", &failed, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
     f.clear();
-    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &hint).unwrap(), Action::await_change());
     assert_eq!(f.calls(), ["CACHED ic/web"]);
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
     assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
@@ -2263,7 +2260,7 @@ fn the_deleted_event_of_a_pod_replaced_already_changes_nothing() {
 fn held_unlabelled_and_deleted(f: &Fake) -> String {
     run(f, "ns/web").unwrap();
     // The operator restarts before counting it: it knows nothing of the pod it made.
-    f.journal.not_held("ns/web");
+    f.ctx.forget_held("ns/web");
     start_pod(f);
     let uid = f.pod.borrow().as_ref().unwrap().metadata.uid.clone();
     f.pod.borrow_mut().as_mut().unwrap().metadata.labels.clear();
@@ -2315,10 +2312,10 @@ fn a_refused_relabel_does_not_keep_a_pod_being_deleted_waiting_on_our_finalizer(
 }
 
 #[test]
-fn a_pod_let_go_unlabelled_that_leaves_before_its_relabel_is_replaced() {
+fn a_pod_released_unlabelled_that_leaves_before_its_relabel_is_replaced() {
     let f = fake(ic("web", "nginx"));
     let uid = held_unlabelled_and_deleted(&f);
-    // Counted and let go, the relabel refused: our watch, which lost the pod with its label,
+    // Counted and released, the relabel refused: our watch, which lost the pod with its label,
     // will never say it left.
     f.fail_next("patch_pod", api_err(422, "Invalid"));
     assert!(run(&f, "ns/web").is_err());
@@ -2326,7 +2323,7 @@ fn a_pod_let_go_unlabelled_that_leaves_before_its_relabel_is_replaced() {
     // The retry reads it still Terminating, and it is gone when the relabel reaches it.
     f.clear();
     *f.vanish_before_patch.borrow_mut() = true;
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), MADE);
     assert_eq!(
         f.calls(),
         [
@@ -2347,7 +2344,7 @@ fn a_refused_relabel_and_status_still_let_a_pod_being_deleted_go_within_a_minute
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: journal(move || *clock.lock().unwrap()),
+        ctx: ctx(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic("web", "nginx"));
@@ -2381,7 +2378,7 @@ fn a_relabel_that_meets_another_pod_of_the_name_is_not_an_error() {
         "patch_pod",
         uid_changed("Pod", "web-immortalpod", "pod-uid-1"),
     );
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::await_change());
 }
 
 #[test]
@@ -2425,7 +2422,7 @@ fn a_status_write_refused_for_a_recreated_object_lets_our_pod_go_and_ends() {
     f.clear();
     assert_eq!(
         run_with(&f, &added(&f)).unwrap(),
-        Next::RequeueAfter(Duration::ZERO)
+        Action::requeue(Duration::ZERO)
     );
     assert_eq!(
         f.calls(),
@@ -2461,7 +2458,7 @@ fn a_replaced_object_never_gets_the_old_ones_status() {
     set_pod_ready(&f, false);
     assert_eq!(
         run_with(&f, &seen(&f)).unwrap(),
-        Next::RequeueAfter(Duration::ZERO)
+        Action::requeue(Duration::ZERO)
     );
     assert_eq!(
         f.calls(),
@@ -2476,7 +2473,7 @@ fn a_replaced_object_never_gets_the_old_ones_status() {
     // gets a pod of its own.
     assert!(f.pod.borrow_mut().take().is_some());
     f.clear();
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), MADE);
     count_made(&f);
     assert_eq!(status(&f).start_times, Some(1));
     assert_eq!(status(&f).current_pod.as_deref(), Some("web-immortalpod"));
@@ -2505,7 +2502,7 @@ fn a_stale_copy_never_lets_go_the_uncounted_pod_of_the_object_made_after_it() {
     // The object that controls it exists, so it is the one to count it: looked at next.
     assert_eq!(
         run_elsewhere(&f, Some(&hint)).unwrap(),
-        Next::RequeueAfter(Duration::ZERO)
+        Action::requeue(Duration::ZERO)
     );
     assert_eq!(finalizers(&f), [ic::COUNT_FINALIZER], "let go uncounted");
     assert_eq!(
@@ -2514,7 +2511,7 @@ fn a_stale_copy_never_lets_go_the_uncounted_pod_of_the_object_made_after_it() {
         "nothing written from the copy"
     );
     assert_eq!(f.calls().last().map(String::as_str), Some("GET ic/web"));
-    // The object read is the one it belongs to: counted, then let go.
+    // The object read is the one it belongs to: counted, then released.
     f.clear();
     run_elsewhere(&f, Some(&seen(&f))).unwrap();
     assert_eq!(status(&f).start_times, Some(1));
@@ -2526,7 +2523,7 @@ fn a_stale_copy_never_lets_go_the_uncounted_pod_of_the_object_made_after_it() {
 }
 
 #[test]
-fn a_held_pod_of_an_object_gone_is_let_go_once_a_read_shows_it_gone() {
+fn a_held_pod_of_an_object_gone_is_released_once_a_read_shows_it_gone() {
     // The pod of an earlier object of the name, which went between its pod's create and its
     // count: the read shows another object (ours), so nothing will count it.
     let f = fake(ic("web", "nginx"));
@@ -2535,10 +2532,7 @@ fn a_held_pod_of_an_object_gone_is_let_go_once_a_read_shows_it_gone() {
     let mut pod = desired_pod(&old, true);
     pod.metadata.uid = "pod-uid-earlier".into();
     *f.pod.borrow_mut() = Some(pod);
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::RequeueAfter(CONFLICT_RETRY)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::requeue(CONFLICT_RETRY));
     assert_eq!(
         f.calls(),
         [
@@ -2552,7 +2546,7 @@ fn a_held_pod_of_an_object_gone_is_let_go_once_a_read_shows_it_gone() {
     );
     assert!(finalizers(&f).is_empty());
     assert_eq!(ready(&f), ("False".into(), "PodNameConflict".into()));
-    // No object of the name at all: let go as well.
+    // No object of the name at all: released as well.
     let f = Fake::default();
     let mut pod = desired_pod(&old, true);
     pod.metadata.uid = "pod-uid-earlier".into();
@@ -2573,17 +2567,14 @@ fn a_pod_is_deleted_for_a_spec_change_only_once_a_read_shows_the_change() {
     ahead.metadata.generation = Some(2);
     ahead.metadata.resource_version = "2279".into();
     *f.stored.borrow_mut() = Some(ahead);
-    assert_eq!(
-        run(&f, "ns/web").unwrap(),
-        Next::RequeueAfter(Duration::ZERO)
-    );
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::requeue(Duration::ZERO));
     assert_eq!(
         f.calls(),
         ["CACHED ic/web", "GET pod/web-immortalpod", "GET ic/web"]
     );
     // Looked at again, from the object read: its pod is the one it asks for.
     f.clear();
-    assert_eq!(run(&f, "ns/web").unwrap(), Next::Done);
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::await_change());
     assert!(
         !f.calls().iter().any(|c| c.starts_with("DELETE")),
         "{:?}",
@@ -2639,7 +2630,7 @@ fn fake_with_clock(ic: ImmortalContainer) -> (Fake, std::sync::Arc<std::sync::Mu
     let now = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
     let clock = now.clone();
     let f = Fake {
-        journal: journal(move || *clock.lock().unwrap()),
+        ctx: ctx(move || *clock.lock().unwrap()),
         ..Default::default()
     };
     *f.ic.borrow_mut() = Some(ic);
@@ -2652,10 +2643,10 @@ fn pod_uid(f: &Fake) -> String {
 
 /// Reconciles `key` as another process would: one that remembers nothing of this one's
 /// reconciles (a new leader after a failover).
-fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
+fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Action, Error> {
     reconcile(
         f,
-        &journal(Instant::now),
+        &ctx(Instant::now),
         &LogContext {
             id: "3",
             key: &"ns/web".into(),
@@ -2665,7 +2656,7 @@ fn run_elsewhere(f: &Fake, hint: Option<&PodHint>) -> Result<Next, Error> {
 }
 
 #[test]
-fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
+fn a_pod_released_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
     let (f, now) = fake_with_clock(ic("web", "nginx"));
     made(&f);
     start_pod(&f);
@@ -2686,7 +2677,7 @@ fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
     ));
     start_pod(&f);
     let second = pod_uid(&f);
-    // A drain deletes it: it waits on our count a minute at most, then is let go uncounted.
+    // A drain deletes it: it waits on our count a minute at most, then is released uncounted.
     f.delete_pod("ns", "web-immortalpod", &second, None)
         .unwrap();
     f.fail_next("patch_status", denied());
@@ -2713,7 +2704,7 @@ fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
     let hint = gone(&f);
     *f.pod.borrow_mut() = None;
     f.clear();
-    assert_eq!(run_with(&f, &hint).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &hint).unwrap(), MADE);
     assert_eq!(
         f.calls(),
         [
@@ -2724,7 +2715,7 @@ fn a_pod_let_go_uncounted_whose_removal_is_slow_is_replaced_once_it_is_gone() {
         ]
     );
     count_made(&f);
-    // Three pods started; the one let go is missing from the count, as its Event said.
+    // Three pods started; the one released is missing from the count, as its Event said.
     assert_eq!(status(&f).start_times, Some(2));
     assert_eq!(ready(&f), ("False".into(), "PodPending".into()));
 }
@@ -2747,7 +2738,7 @@ fn after_a_failover_a_copy_older_than_the_last_count_is_read_before_a_deleted_ev
     // pod's (its copy names the first pod as counted last).
     let hint = delete_after_running(&f, 60);
     f.clear();
-    assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
+    assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), MADE);
     assert_eq!(
         f.calls(),
         ["CACHED ic/web", "GET ic/web", "POST pod/web-immortalpod"]
@@ -2768,14 +2759,17 @@ fn the_deleted_event_of_a_pod_another_process_replaced_is_checked_and_changes_no
     count_made(&f);
     run_with(&f, &seen(&f)).unwrap();
     let replacement = pod_uid(&f);
-    let hint = match PodEvents.on_event("DELETED", &failed, &mut None) {
+    let hint = match PodEventHandler.on_event("DELETED", &failed, &mut None) {
         Reaction::Queue(Some(h), _) => h,
         other => panic!("{other:?}"),
     };
     // A process that did not make the replacement cannot know the event is old news: it
     // reads, finds the replacement counted, and does nothing more.
     f.clear();
-    assert_eq!(run_elsewhere(&f, Some(&hint)).unwrap(), Next::Done);
+    assert_eq!(
+        run_elsewhere(&f, Some(&hint)).unwrap(),
+        Action::await_change()
+    );
     assert_eq!(
         f.calls(),
         ["CACHED ic/web", "GET ic/web", "GET pod/web-immortalpod"]
@@ -2809,44 +2803,24 @@ fn a_count_refused_for_a_stale_copy_reads_the_object_so_the_retry_counts_once() 
     // The retry counts from what the API server holds, without waiting for the watch: the
     // pod is counted already, nothing to write.
     f.clear();
-    assert_eq!(run_elsewhere(&f, None).unwrap(), Next::Done);
+    assert_eq!(run_elsewhere(&f, None).unwrap(), Action::await_change());
     assert_eq!(f.calls(), ["CACHED ic/web", "GET pod/web-immortalpod"]);
     assert_eq!(status(&f).start_times, Some(2));
 }
 
 #[test]
-fn only_a_pod_being_deleted_has_a_bound_the_failure_budget_must_not_delay() {
-    use crate::runtime::controller::Failure;
-    let holding = |deleting| Error::Holding {
-        pod: "web-immortalpod".into(),
-        deleting,
-        within: Duration::from_secs(20),
-        source: Box::new(Error::Transient {
-            action: "write status",
-            source: api_err(500, "InternalError"),
-        }),
-    };
-    assert_eq!(holding(true).retry_by(), Some(Duration::from_secs(20)));
-    assert_eq!(holding(false).retry_by(), None);
-    assert_eq!(
-        holding(false).retry_within(),
-        Some(Duration::from_secs(20)),
-        "retried soon all the same"
-    );
-}
-
-#[test]
-fn a_pod_made_here_is_let_go_within_the_bound_whatever_waits_before_it() {
+fn a_pod_made_here_is_released_within_the_bound_whatever_waits_before_it() {
     let (f, now) = fake_with_clock(ic("web", "nginx"));
-    run(&f, "ns/web").unwrap();
-    assert!(f.journal.overdue().is_empty());
-    // A backlog's creates kept its count from coming; its bound comes: it is due, once.
-    *now.lock().unwrap() += counting::LET_GO_WITHIN - super::OVERDUE_EVERY;
-    assert_eq!(f.journal.overdue(), ["ns/web".into()]);
-    assert!(f.journal.overdue().is_empty(), "answered once a bound");
-    // Handed out ahead of the backlog, its reconcile counts it and lets it go at once.
+    // The create asks for a look by the bound: a queue deadline like any other.
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Action::requeue(counting::RELEASE_WITHIN)
+    );
+    // A backlog's creates kept its count from coming; its bound comes, and the look counts
+    // it and lets it go at once.
+    *now.lock().unwrap() += counting::RELEASE_WITHIN;
     f.clear();
-    assert_eq!(run_with(&f, &added(&f)).unwrap(), Next::Done);
+    assert_eq!(run_with(&f, &added(&f)).unwrap(), Action::await_change());
     assert_eq!(
         f.calls(),
         [
@@ -2855,7 +2829,37 @@ fn a_pod_made_here_is_let_go_within_the_bound_whatever_waits_before_it() {
             "PATCH pod/web-immortalpod release"
         ]
     );
-    assert!(f.journal.made_here("ns/web").is_none());
+    assert!(f
+        .ctx
+        .expectations
+        .made_here("ns/web", f.ctx.now())
+        .is_none());
+}
+
+#[test]
+fn a_pod_made_here_whose_finalizer_someone_else_took_off_gets_one_look_and_no_more() {
+    let (f, now) = fake_with_clock(ic("web", "nginx"));
+    assert_eq!(
+        run(&f, "ns/web").unwrap(),
+        Action::requeue(counting::RELEASE_WITHIN)
+    );
+    // A person unsticking it, or a mutating policy, takes our finalizer off before its count.
+    f.pod
+        .borrow_mut()
+        .as_mut()
+        .unwrap()
+        .metadata
+        .finalizers
+        .clear();
+    *now.lock().unwrap() += counting::RELEASE_WITHIN;
+    // The look the create asked for counts it and asks for no other: nothing is held.
+    assert_eq!(run(&f, "ns/web").unwrap(), Action::await_change());
+    assert!(f
+        .ctx
+        .expectations
+        .made_here("ns/web", f.ctx.now())
+        .is_none());
+    assert_eq!(status(&f).start_times, Some(1));
 }
 
 #[test]
@@ -2866,7 +2870,10 @@ fn a_held_pod_of_an_object_never_counted_is_counted_from_its_event_by_any_proces
     let f = fake(ic("web", "nginx"));
     run(&f, "ns/web").unwrap();
     f.clear();
-    assert_eq!(run_elsewhere(&f, Some(&added(&f))).unwrap(), Next::Done);
+    assert_eq!(
+        run_elsewhere(&f, Some(&added(&f))).unwrap(),
+        Action::await_change()
+    );
     assert_eq!(
         f.calls(),
         [

@@ -1,40 +1,32 @@
 //! The ureq agent every request goes through: ureq's TCP and CONNECT-proxy connectors, then TLS
 //! with our rustls config (the server-certificate verifier of `kube::tls`, a client certificate
-//! from the kubeconfig or an exec plugin), which ureq's own rustls connector cannot take; a
-//! TLS connection's buffers, held only while a request needs them; and names resolved on the
-//! calling thread.
+//! from the kubeconfig or an exec plugin), which ureq's own rustls connector cannot take; and
+//! names resolved on the calling thread.
 //!
 //! `ureq::unversioned` is outside ureq's semver promise: Cargo.toml pins ureq's minor version.
 
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::kube::config::host_and_port;
-use crate::util::lock;
 use rustls::pki_types::ServerName;
 use ureq::config::{Config, ConfigBuilder};
 use ureq::http::Uri;
 use ureq::typestate::AgentScope;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::time;
 use ureq::unversioned::transport::{
     Buffers, ConnectProxyConnector, ConnectionDetails, Connector, Either, NextTimeout,
     TcpConnector, Transport, TransportAdapter,
 };
 
-/// The output buffer, which must hold a request's head (with its bearer token, 1 to 4 KiB), and
-/// the buffers of a proxy's tunnel below TLS: 8 KiB, not ureq's 128 KiB, which would be 16 MiB
-/// or more at our 32 connections or so (docs/benchmark.md, "ureq 3").
+/// A connection's buffers below TLS (ureq's) and above it ([`TlsBuffers`]): 8 KiB, not ureq's
+/// 128 KiB, as a connection is kept for each worker and watcher. The output must hold a
+/// request's head, bearer token included.
 pub const BUFFER: usize = 8 * 1024;
-
-/// How much room the input buffer gets for each read; an answer's head may span several (ureq
-/// bounds it by its `max_response_header_size`).
-const READ: usize = 4 * 1024;
-
-/// How far past its deadline a read or write on our own socket may wait.
-const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 
 /// How long a connection (TCP, and CONNECT through a proxy) may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,23 +48,23 @@ pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentSco
         .output_buffer_size(BUFFER)
 }
 
-/// An agent on `config` that speaks TLS with `tls`. Plain http (the test server) goes over
-/// ureq's TCP connector, which [`Tls`] leaves to it.
+/// An agent on `config` that speaks TLS with `tls`, in ureq's own order of connectors. Plain
+/// http (the test server) is left to ureq's TCP transport.
 pub fn agent_with(tls: Arc<rustls::ClientConfig>, config: Config) -> ureq::Agent {
     let connector =
         ().chain(ConnectProxyConnector::default())
-            .chain(Tls(tls))
-            .chain(TcpConnector::default());
-    ureq::Agent::with_parts(config, connector, HereResolver)
+            .chain(TcpConnector::default())
+            .chain(Tls(tls));
+    ureq::Agent::with_parts(config, connector, SyncResolver)
 }
 
-/// Resolves a name on the calling thread. ureq's resolver, given a timeout, spawns a thread
-/// for every lookup so as to give up on a slow one; ours are an IP address or a name the
-/// system resolves in milliseconds, and the request's own timeout still bounds the rest.
+/// Resolves a name on the calling thread. ureq's resolver does so only without a timeout; with
+/// one (every request of ours but a watch) it spawns a thread per request, a pooled connection's
+/// too, which a backlog's CPU shows (docs/benchmark.md).
 #[derive(Debug)]
-struct HereResolver;
+struct SyncResolver;
 
-impl Resolver for HereResolver {
+impl Resolver for SyncResolver {
     fn resolve(
         &self,
         uri: &Uri,
@@ -92,11 +84,9 @@ impl Resolver for HereResolver {
     }
 }
 
-/// Wraps an https connection in TLS with our config: a proxy's tunnel, opened by ureq's
-/// CONNECT, or else a socket of ours that rustls reads and writes itself. (Over ureq's TCP
-/// transport a second pair of buffers would hold TLS records only to hand them on, 16 KiB a
-/// connection: docs/benchmark.md, "ureq 3".) The server name is the URL's host (an IP address
-/// sends no SNI); `tls-server-name` is checked by the verifier in its place.
+/// Wraps an https connection, a socket or a proxy's tunnel, in TLS with our config. The
+/// server name is the URL's host (an IP address sends no SNI); `tls-server-name` is checked by
+/// the verifier in its place.
 struct Tls(Arc<rustls::ClientConfig>);
 
 impl fmt::Debug for Tls {
@@ -113,236 +103,57 @@ impl<In: Transport> Connector<In> for Tls {
         details: &ConnectionDetails,
         chained: Option<In>,
     ) -> Result<Option<Self::Out>, ureq::Error> {
-        if !details.needs_tls() || chained.as_ref().is_some_and(|t| t.is_tls()) {
-            return Ok(chained.map(Either::A));
-        }
-        let sock: Box<dyn Lower> = match chained {
-            Some(tunnel) => {
-                let mut sock = TransportAdapter::new(tunnel.boxed(), details.current_time.clone());
-                sock.set_timeout(details.timeout);
-                Box::new(sock)
-            }
-            None => Box::new(Socket::connect(details)?),
+        let Some(lower) = chained else {
+            return Ok(None);
         };
-        Ok(Some(Either::B(handshake(&self.0, details, sock)?)))
-    }
-}
-
-/// The TLS handshake over `sock`, for the request's host, on a thread of its own that ends
-/// with it. Why: building a ClientHello and checking the server's certificate reach about 20
-/// KiB deeper into a stack than any request does, and a thread keeps every stack page it has
-/// touched for as long as it lives: the 40 workers a backlog grows would each hold them, 0.8
-/// MiB in all, for one handshake each (docs/benchmark.md, "Handshakes off the workers"). A
-/// thread costs tens of microseconds; a handshake, a round trip to the server.
-fn handshake(
-    tls: &Arc<rustls::ClientConfig>,
-    details: &ConnectionDetails,
-    sock: Box<dyn Lower>,
-) -> Result<TlsTransport, ureq::Error> {
-    let (host, _) = host_and_port(details.uri);
-    let name = ServerName::try_from(host.to_string())
-        .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
-    let (tls, host) = (tls.clone(), host.to_string());
-    let shaker = std::thread::Builder::new()
-        .name("tls-handshake".into())
-        .spawn(move || shake(tls, name, &host, sock))
-        .map_err(|e| {
-            ureq::Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("cannot start a thread for the TLS handshake: {e}"),
-            ))
-        })?;
-    // A panic aborts the process (Cargo.toml), so a join error cannot be seen; said all the same.
-    shaker.join().unwrap_or_else(|_| {
-        Err(ureq::Error::Io(std::io::Error::other(
-            "the TLS handshake's thread ended early",
-        )))
-    })
-}
-
-/// The handshake itself, with the server called `name` at `host`.
-fn shake(
-    tls: Arc<rustls::ClientConfig>,
-    name: ServerName<'static>,
-    host: &str,
-    sock: Box<dyn Lower>,
-) -> Result<TlsTransport, ureq::Error> {
-    // A rustls error goes on inside an io::Error, where the client finds it (`tls_failure`).
-    let conn = rustls::ClientConnection::new(tls, name)
-        .map_err(|e| ureq::Error::Io(std::io::Error::other(e)))?;
-    // Boxed: moved back up ureq's chain of connectors, the connection's state (over a
-    // kilobyte) took stack in each of their frames.
-    let mut stream = Box::new(rustls::StreamOwned::new(conn, sock));
-    while stream.conn.is_handshaking() {
-        stream.conn.complete_io(&mut stream.sock).map_err(|e| {
-            // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
-            // would read as the proxy's.
-            match ureq::Error::from(e) {
-                e if super::timed_out(&e) => ureq::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer to the TLS handshake from {host}"),
-                )),
-                e => e,
-            }
-        })?;
-    }
-    let buffers = Lean::default();
-    Ok(TlsTransport { buffers, stream })
-}
-
-/// What TLS runs over: a socket of ours, or ureq's transport (a proxy's tunnel).
-trait Lower: Read + Write + Send + Sync + 'static {
-    /// Every read and write from now on ends by `timeout`.
-    fn set_timeout(&mut self, timeout: NextTimeout) -> Result<(), ureq::Error>;
-    /// Whether a pooled connection can still be used.
-    fn is_open(&mut self) -> bool;
-}
-
-impl Lower for TransportAdapter {
-    fn set_timeout(&mut self, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        TransportAdapter::set_timeout(self, timeout);
-        Ok(())
-    }
-
-    fn is_open(&mut self) -> bool {
-        self.get_mut().is_open()
-    }
-}
-
-/// A TCP socket whose every read and write ends by a deadline, as ureq's `TransportAdapter`
-/// bounds a proxy's tunnel: rustls reads and writes many times for one handshake or record, so
-/// a timeout per syscall would let a server that trickles bytes hold a request far past its
-/// deadline.
-struct Socket {
-    tcp: TcpStream,
-    /// When the current read or write must end (`None`: never), and why.
-    deadline: Option<(Instant, ureq::Timeout)>,
-    /// What the socket's read and write timeouts are set to.
-    read: Option<Duration>,
-    write: Option<Duration>,
-}
-
-impl Socket {
-    /// A connection to the first of the request's addresses that takes one, its handshake to
-    /// end within what is left of the connect timeout.
-    fn connect(details: &ConnectionDetails) -> Result<Socket, ureq::Error> {
-        let started = Instant::now();
-        let connect = details.timeout.not_zero().map(|t| *t);
-        let mut last = None;
-        for addr in &details.addrs {
-            let tcp = match connect {
-                Some(t) => TcpStream::connect_timeout(addr, t),
-                None => TcpStream::connect(addr),
-            };
-            match tcp {
-                Ok(tcp) => {
-                    tcp.set_nodelay(true)?;
-                    let mut sock = Socket {
-                        tcp,
-                        deadline: None,
-                        read: None,
-                        write: None,
-                    };
-                    sock.set_timeout_from(details.timeout, started)?;
-                    return Ok(sock);
+        if !details.needs_tls() || lower.is_tls() {
+            return Ok(Some(Either::A(lower)));
+        }
+        let (host, _) = host_and_port(details.uri);
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|_| ureq::Error::Tls("the server's host is no DNS name or IP address"))?;
+        let conn = rustls::ClientConnection::new(self.0.clone(), name)
+            .map_err(|e| ureq::Error::Io(std::io::Error::other(e)))?;
+        // A deadline for the whole handshake, which takes rustls many reads.
+        let mut sock = TransportAdapter::new(lower.boxed(), details.current_time.clone());
+        sock.set_timeout(left(details));
+        let mut stream = rustls::StreamOwned::new(conn, sock);
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock).map_err(|e| {
+                // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
+                // would read as the proxy's.
+                match ureq::Error::from(e) {
+                    e if super::timed_out(&e) => ureq::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer to the TLS handshake from {host}"),
+                    )),
+                    e => e,
                 }
-                Err(e) => last = Some(e),
-            }
+            })?;
         }
-        Err(last.map_or(ureq::Error::HostNotFound, ureq::Error::Io))
-    }
-
-    /// Every read and write from now on ends within `timeout` of `started`.
-    fn set_timeout_from(
-        &mut self,
-        timeout: NextTimeout,
-        started: Instant,
-    ) -> Result<(), ureq::Error> {
-        // Reads and writes alike: rustls may write while it reads, and the other way round.
-        let timeout = timeout.for_read().for_write();
-        if timeout.after.is_zero() {
-            return Err(ureq::Error::Timeout(timeout.reason));
-        }
-        self.deadline = timeout.not_zero().map(|t| (started + *t, timeout.reason));
-        Ok(())
-    }
-
-    /// What is left before the deadline, for the socket timeout `set` (read's or write's),
-    /// which it updates; a deadline passed is a timeout.
-    fn bound(
-        tcp: &TcpStream,
-        deadline: Option<(Instant, ureq::Timeout)>,
-        set: &mut Option<Duration>,
-        apply: fn(&TcpStream, Option<Duration>) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        let left = match deadline {
-            None => None,
-            Some((at, reason)) => match at.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => Some(left),
-                _ => return Err(ureq::Error::Timeout(reason).into_io()),
-            },
-        };
-        // A timeout a little longer than what is left stands: one syscall per request, not
-        // one per read.
-        let stands = match (left, *set) {
-            (Some(left), Some(set)) => left <= set && set <= left + DEADLINE_SLACK,
-            (left, set) => left == set,
-        };
-        if !stands {
-            apply(tcp, left)?;
-            *set = left;
-        }
-        Ok(())
+        let buffers = TlsBuffers::default();
+        Ok(Some(Either::B(TlsTransport { buffers, stream })))
     }
 }
 
-impl Read for Socket {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        Socket::bound(
-            &self.tcp,
-            self.deadline,
-            &mut self.read,
-            TcpStream::set_read_timeout,
-        )?;
-        self.tcp.read(buf)
+/// The connect timeout less what connecting took so far, as ureq's own rustls connector counts
+/// it (its `set_timeout_at` is not public).
+fn left(details: &ConnectionDetails) -> NextTimeout {
+    let mut timeout = details.timeout;
+    if let (time::Duration::Exact(after), time::Instant::Exact(then), time::Instant::Exact(now)) =
+        (timeout.after, details.now, (details.current_time)())
+    {
+        let spent = now.saturating_duration_since(then);
+        timeout.after = time::Duration::Exact(after.saturating_sub(spent));
     }
+    timeout
 }
 
-impl Write for Socket {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        Socket::bound(
-            &self.tcp,
-            self.deadline,
-            &mut self.write,
-            TcpStream::set_write_timeout,
-        )?;
-        self.tcp.write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.tcp.flush()
-    }
-}
-
-impl Lower for Socket {
-    fn set_timeout(&mut self, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.set_timeout_from(timeout, Instant::now())
-    }
-
-    /// As ureq's TCP transport asks: nothing waiting to be read, and not closed.
-    fn is_open(&mut self) -> bool {
-        let mut byte = [0];
-        let open = self.tcp.set_nonblocking(true).is_ok()
-            && matches!(self.tcp.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
-        open && self.tcp.set_nonblocking(false).is_ok()
-    }
-}
-
-/// ureq's buffers of one connection: an input of [`READ`] (ureq's own grows to 10 KiB for any
-/// body sent), and an output held only from a request's writing to its sending. A connection
-/// waiting for its answer, or pooled, holds 4 KiB where ureq's held 18 (docs/benchmark.md,
-/// "ureq 3").
+/// The buffers of a TLS connection, [`BUFFER`] each as ureq's `LazyBuffers` would be, but with
+/// an input that grows while an answer's head is longer (admission webhooks' Warnings; ureq
+/// bounds a head at 64 KiB): `LazyBuffers` stays at its size and fails the request.
 #[derive(Default)]
-struct Lean {
+struct TlsBuffers {
     output: Vec<u8>,
     input: Vec<u8>,
     filled: usize,
@@ -351,10 +162,10 @@ struct Lean {
     progress: bool,
 }
 
-impl Buffers for Lean {
+impl Buffers for TlsBuffers {
     fn output(&mut self) -> &mut [u8] {
         if self.output.is_empty() {
-            self.output = lock(&SPARE).pop().unwrap_or_else(|| vec![0; BUFFER]);
+            self.output = vec![0; BUFFER];
         }
         &mut self.output
     }
@@ -369,8 +180,8 @@ impl Buffers for Lean {
             self.filled -= self.consumed;
             self.consumed = 0;
         }
-        if self.input.len() - self.filled < READ / 2 {
-            self.input.resize(self.filled + READ, 0);
+        if self.input.len() - self.filled < BUFFER / 2 {
+            self.input.resize(self.filled + BUFFER, 0);
         }
         &mut self.input[self.filled..]
     }
@@ -384,10 +195,9 @@ impl Buffers for Lean {
         self.consumed += amount;
         if self.consumed == self.filled {
             (self.consumed, self.filled) = (0, 0);
-            // Grown for a long head: back to one read's room.
-            if self.input.len() > READ {
-                self.input = vec![0; READ];
-            }
+            // Grown for a long head: back to one buffer.
+            self.input.truncate(BUFFER);
+            self.input.shrink_to(BUFFER);
         }
     }
 
@@ -404,15 +214,9 @@ impl Buffers for Lean {
     }
 }
 
-/// Output buffers between requests, shared by every connection: few are being written at any
-/// moment. Reused rather than handed back to the system allocator each time, which cost the
-/// backlog of 1,000 objects a quarter more CPU.
-static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-const SPARES: usize = 8;
-
 pub struct TlsTransport {
-    buffers: Lean,
-    stream: Box<rustls::StreamOwned<rustls::ClientConnection, Box<dyn Lower>>>,
+    buffers: TlsBuffers,
+    stream: rustls::StreamOwned<rustls::ClientConnection, TransportAdapter>,
 }
 
 impl fmt::Debug for TlsTransport {
@@ -427,22 +231,15 @@ impl Transport for TlsTransport {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.stream.get_mut().set_timeout(timeout)?;
-        let output = std::mem::take(&mut self.buffers.output);
-        let sent = self.stream.write_all(&output[..amount]);
-        // Only a whole buffer goes back: an empty one would be handed out as if it were.
-        let mut spare = lock(&SPARE);
-        if output.len() == BUFFER && spare.len() < SPARES {
-            spare.push(output);
-        }
-        drop(spare);
-        sent?;
+        self.stream.get_mut().set_timeout(timeout);
+        let output = &self.buffers.output()[..amount];
+        self.stream.write_all(output)?;
         self.stream.flush()?;
         Ok(())
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.stream.get_mut().set_timeout(timeout)?;
+        self.stream.get_mut().set_timeout(timeout);
         let input = self.buffers.input_append_buf();
         let amount = self.stream.read(input)?;
         self.buffers.input_appended(amount);
@@ -450,7 +247,7 @@ impl Transport for TlsTransport {
     }
 
     fn is_open(&mut self) -> bool {
-        self.stream.get_mut().is_open()
+        self.stream.get_mut().get_mut().is_open()
     }
 
     fn is_tls(&self) -> bool {

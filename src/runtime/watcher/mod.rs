@@ -4,9 +4,9 @@
 //! in-stream ERROR) relists, and so does a version the server has not reached (a 504 "Too large
 //! resource version", or, asked after a failure, a server version below the watch's: etcd
 //! restored from a snapshot); any other failure or a silent stream backs off and re-watches
-//! (docs/design.md, "A watch that goes silent is given up"). What an event means is the policy's ([`Watched`]);
-//! a watcher keeps only the last resourceVersion and the policy's memo of each key, in a
-//! [`Store`] others may read.
+//! (docs/design.md, "A watch that goes silent is given up"). What an event means is its event
+//! handler's ([`EventHandler`]); a watcher keeps only the last resourceVersion and the handler's
+//! memo of each key, in a [`Store`] others may read.
 
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
@@ -25,10 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod policy;
+mod event_handler;
 mod source;
 
-pub use policy::{Listed, Reaction, Watched};
+pub use event_handler::{EventHandler, Listed, Reaction};
 pub use source::{Kind, Source};
 
 /// Watch `timeoutSeconds` is drawn from this range: below the ~4 minute idle timeout of common
@@ -43,17 +43,17 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// When a watcher lists again although its watch is healthy, queueing every key: every
 /// `period` (each drawn from 90–110 % of it, so replicas do not line up), and whenever asked
-/// ([`Resync::ask`]). Clones share what was asked.
+/// ([`Relist::ask`]). Clones share what was asked.
 #[derive(Clone, Debug, Default)]
-pub struct Resync {
+pub struct Relist {
     period: Option<Duration>,
     asked: Arc<AtomicU64>,
 }
 
-impl Resync {
+impl Relist {
     /// Every `period` (`None`: only when asked).
-    pub fn every(period: Option<Duration>) -> Resync {
-        Resync {
+    pub fn every(period: Option<Duration>) -> Relist {
+        Relist {
             period,
             asked: Arc::default(),
         }
@@ -69,7 +69,7 @@ impl Resync {
         self.asked.load(Ordering::Relaxed)
     }
 
-    /// When the next periodic resync is due after a list at `now`.
+    /// When the next periodic relist is due after a list at `now`.
     fn next_after(&self, now: Instant) -> Option<Instant> {
         self.period
             .map(|p| now + p.mul_f64(0.9 + 0.2 * util::rand_f64()))
@@ -122,7 +122,7 @@ impl Backoff {
 #[derive(Debug, PartialEq)]
 enum StreamEnd {
     /// The server closed it cleanly (its `timeoutSeconds` elapsed), or we stopped reading it
-    /// for shutdown or a resync: re-watch from `rv`, or list again if a resync is due.
+    /// for shutdown or a relist: re-watch from `rv`, or list again if a relist is due.
     Clean,
     /// ERROR 410 in the stream: our version is too old; relist.
     Expired,
@@ -148,10 +148,10 @@ enum State {
 }
 
 /// One watcher thread's state.
-pub struct Watcher<S: Source, W: Watched> {
+pub struct Watcher<S: Source, W: EventHandler> {
     pub source: S,
     pub kind: Kind,
-    pub policy: W,
+    pub handler: W,
     pub queue: Arc<Queue<W::Hint>>,
     /// Disconnected (its sender dropped) when the process shuts down.
     pub quit: Receiver<()>,
@@ -164,15 +164,15 @@ pub struct Watcher<S: Source, W: Watched> {
     /// server's version is asked (see [`Watcher::behind`]).
     failed: bool,
     pub idle_timeout: Duration,
-    pub resync: Resync,
-    /// Every key seen since the last list, with the policy's memo of it. Watchers of several
+    pub relists: Relist,
+    /// Every key seen since the last list, with the handler's memo of it. Watchers of several
     /// namespaces may share one store: each lists only its own namespace's keys.
     known: Arc<Store<W::Memo>>,
     /// This watch's liveness, for `/readyz` and the metrics.
     live: &'static Watch,
-    /// What of `resync` the last list answered: the asks it saw, and when the next periodic
+    /// What of `relists` the last list answered: the asks it saw, and when the next periodic
     /// one is due.
-    resynced: (u64, Option<Instant>),
+    relisted: (u64, Option<Instant>),
     /// Whether a WARN said this watch was failing since it last worked: then its working
     /// again is said at INFO.
     warned: bool,
@@ -187,14 +187,14 @@ pub struct Watcher<S: Source, W: Watched> {
 /// Finds another store's copy of a key.
 pub type SharedKey = Box<dyn Fn(&str) -> Option<Key> + Send>;
 
-impl<S: Source, W: Watched> Watcher<S, W>
+impl<S: Source, W: EventHandler> Watcher<S, W>
 where
     W::Hint: Clone,
 {
     pub fn new(
         source: S,
         kind: Kind,
-        policy: W,
+        handler: W,
         queue: Arc<Queue<W::Hint>>,
         quit: Receiver<()>,
         synced: Sender<&'static Watch>,
@@ -205,16 +205,16 @@ where
             source,
             live,
             kind,
-            policy,
+            handler,
             queue,
             quit,
             synced: Some(synced),
             told_failure: false,
             failed: false,
             idle_timeout,
-            resync: Resync::default(),
+            relists: Relist::default(),
             known: Arc::new(Store::new()),
-            resynced: (0, None),
+            relisted: (0, None),
             warned: false,
             missing: false,
             skipped: 0,
@@ -243,16 +243,16 @@ where
         self
     }
 
-    /// The same watcher, listing again as `resync` says.
-    pub fn resyncing(mut self, resync: Resync) -> Self {
-        self.resync = resync;
+    /// The same watcher, listing again as `relists` says.
+    pub fn relisting(mut self, relists: Relist) -> Self {
+        self.relists = relists;
         self
     }
 
-    /// Whether a resync is due: asked for since the last list, or its period is over.
-    fn resync_due(&self) -> bool {
-        let (asks, next) = self.resynced;
-        self.resync.asked() != asks || next.is_some_and(|t| Instant::now() >= t)
+    /// Whether a relist is due: asked for since the last list, or its period is over.
+    fn relist_due(&self) -> bool {
+        let (asks, next) = self.relisted;
+        self.relists.asked() != asks || next.is_some_and(|t| Instant::now() >= t)
     }
 
     fn name(&self) -> &'static str {
@@ -379,8 +379,8 @@ where
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "an event's object could not be read, relisting");
                 return State::List { after };
             }
-            StreamEnd::Clean if self.resync_due() => {
-                log::info!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "resync: listing again, every object is reconciled");
+            StreamEnd::Clean if self.relist_due() => {
+                log::info!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "relist: listing again, every object is reconciled");
                 return State::List { after };
             }
             StreamEnd::Clean if heard || started.elapsed() >= MIN_HEALTHY_STREAM => {
@@ -451,13 +451,13 @@ where
         self.missing = false;
     }
 
-    /// Lists; queues every listed key (routine, unless the policy says otherwise) and every known
+    /// Lists; queues every listed key (routine, unless the handler says otherwise) and every known
     /// key that is gone (urgent: a pod deleted while the watch was down, say); returns the
     /// list's resourceVersion. `after`: the version the watch before it had reached.
     fn relist(&mut self, after: Option<&str>) -> Result<String, client::Error> {
         metrics::watch_relisted(self.live);
         // What was asked before this list is answered by it.
-        let asks = self.resync.asked();
+        let asks = self.relists.asked();
         let (listed, rv) = self.list_pages()?;
         let version = rv.parse::<u64>().ok();
         let seen = after.and_then(|a| a.parse::<u64>().ok());
@@ -487,10 +487,10 @@ where
             };
             for (key, new) in listed {
                 let (key, memo) = match before.remove_entry(key.as_str()) {
-                    Some((key, old)) => (key, self.policy.relisted(old, new, &listed_as)),
+                    Some((key, old)) => (key, self.handler.relisted(old, new, &listed_as)),
                     None => (self.key_for(key), new),
                 };
-                listed_keys.push((key.clone(), self.policy.relist_priority(&memo)));
+                listed_keys.push((key.clone(), self.handler.relist_priority(&memo)));
                 known.insert(key, memo);
             }
             before.into_keys().collect()
@@ -504,7 +504,7 @@ where
             self.queue.add(key, relist.clone(), Priority::Urgent);
         }
         log::debug!(target: "watcher", resource = resource, namespace = self.ns(), rv = rv.as_str(), listed = listed, vanished = count; "listed");
-        self.resynced = (asks, self.resync.next_after(Instant::now()));
+        self.relisted = (asks, self.relists.next_after(Instant::now()));
         self.live.heard();
         Ok(rv)
     }
@@ -524,8 +524,8 @@ where
                     Err(e) => return Err(e),
                 };
             for o in &page.items {
-                if let Some(key) = self.policy.key_of(o) {
-                    listed.insert(key, self.policy.memo(o));
+                if let Some(key) = self.handler.key_of(o) {
+                    listed.insert(key, self.handler.memo(o));
                 }
             }
             match page.metadata.continue_token.filter(|t| !t.is_empty()) {
@@ -562,7 +562,7 @@ where
             if let Err(end) = self.handle_line(&line, rv) {
                 return (end, heard);
             }
-            if shutdown::is_quitting(&self.quit) || self.resync_due() {
+            if shutdown::is_quitting(&self.quit) || self.relist_due() {
                 return (StreamEnd::Clean, heard);
             }
         }
@@ -614,11 +614,11 @@ where
         if !meta.resource_version.is_empty() {
             rv.clone_from(&meta.resource_version);
         }
-        let Some(key) = self.policy.key_of(&o) else {
+        let Some(key) = self.handler.key_of(&o) else {
             return Ok(());
         };
         let (verdict, key) = self.known.entry(self.key_for(key), |memo| {
-            self.policy.on_event(event, &o, memo)
+            self.handler.on_event(event, &o, memo)
         });
         let queued = matches!(verdict, Reaction::Queue(..));
         log::trace!(
@@ -661,7 +661,7 @@ where
             *rv = version.to_string();
         }
         let meta = serde_json::from_str::<Bookmark>(raw).map(|b| b.metadata);
-        let key = meta.ok().and_then(|m| self.policy.key_of_meta(&m));
+        let key = meta.ok().and_then(|m| self.handler.key_of_meta(&m));
         let object = key.as_deref().unwrap_or("unknown");
         let error = error.to_string();
         if self.skipped == 1 {

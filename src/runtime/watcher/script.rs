@@ -1,6 +1,6 @@
 //! A scripted API server for watcher tests: lists and watch streams answered from a script, and
 //! a pod watcher run over it until the script runs out. Policies' tests use it too, to run
-//! their [`Watched`] over recorded streams.
+//! their [`EventHandler`] over recorded streams.
 
 use super::*;
 use crate::kube::client::Resource;
@@ -118,10 +118,10 @@ pub fn pods() -> Kind {
     }
 }
 
-/// A policy that knows nothing: every event queues the pod's controller, with no hint.
+/// An event handler that knows nothing: every event queues the pod's controller, with no hint.
 pub struct ByOwner;
 
-impl Watched for ByOwner {
+impl EventHandler for ByOwner {
     type Object = crate::kube::types::Pod;
     type Hint = String;
     type Memo = u64;
@@ -140,24 +140,24 @@ impl Watched for ByOwner {
     }
 }
 
-/// Runs a pod watcher with `policy` over `script` until the script runs out; returns the calls
+/// Runs a pod watcher with `handler` over `script` until the script runs out; returns the calls
 /// it made and the keys it queued with their triggers, in order.
-pub fn run<W>(script: &Script, policy: W) -> (Vec<String>, Vec<(String, String)>)
+pub fn run<W>(script: &Script, handler: W) -> (Vec<String>, Vec<(String, String)>)
 where
-    W: Watched + Send,
+    W: EventHandler + Send,
     W::Hint: fmt::Display + Clone + Send,
 {
-    run_resyncing(script, policy, Resync::default())
+    run_relisting(script, handler, Relist::default())
 }
 
-/// [`run`], the watcher listing again as `resync` says.
-pub fn run_resyncing<W>(
+/// [`run`], the watcher listing again as `relists` says.
+pub fn run_relisting<W>(
     script: &Script,
-    policy: W,
-    resync: Resync,
+    handler: W,
+    relists: Relist,
 ) -> (Vec<String>, Vec<(String, String)>)
 where
-    W: Watched + Send,
+    W: EventHandler + Send,
     W::Hint: fmt::Display + Clone + Send,
 {
     let queue = Arc::new(Queue::new());
@@ -167,13 +167,13 @@ where
     let w = Watcher::new(
         script,
         pods(),
-        policy,
+        handler,
         queue.clone(),
         quit_rx,
         synced_tx,
         DEFAULT_IDLE_TIMEOUT,
     )
-    .resyncing(resync);
+    .relisting(relists);
     let handle = std::thread::scope(|s| s.spawn(move || w.run()).join());
     handle.unwrap();
     assert_eq!(

@@ -1,6 +1,6 @@
 //! Tests of the list/watch state machine, driven by scripted list pages and watch streams.
 
-use super::script::{gone, page, pods, run, run_resyncing, ByOwner, Script};
+use super::script::{gone, page, pods, run, run_relisting, ByOwner, Script};
 use super::*;
 use crate::testutil::fixture_events;
 
@@ -200,7 +200,7 @@ fn an_error_event_carrying_410_ends_the_stream_for_a_relist() {
 }
 
 #[test]
-fn a_resync_lists_again_and_queues_every_key_once_its_period_is_over() {
+fn a_periodic_relist_lists_again_and_queues_every_key_once_its_period_is_over() {
     let s = Script::default();
     s.lists
         .lock()
@@ -216,7 +216,7 @@ fn a_resync_lists_again_and_queues_every_key_once_its_period_is_over() {
         .unwrap()
         .push_back(Ok((format!("{bookmark}\n{bookmark}\n"), None)));
     // A period of zero: due as soon as the watch says anything.
-    let (calls, queued) = run_resyncing(&s, ByOwner, Resync::every(Some(Duration::ZERO)));
+    let (calls, queued) = run_relisting(&s, ByOwner, Relist::every(Some(Duration::ZERO)));
     assert_eq!(
         calls[..4],
         [
@@ -231,7 +231,7 @@ fn a_resync_lists_again_and_queues_every_key_once_its_period_is_over() {
 }
 
 #[test]
-fn without_a_period_nothing_resyncs_and_an_ask_is_answered_by_the_next_list() {
+fn without_a_period_nothing_relists_and_an_ask_is_answered_by_the_next_list() {
     let script = |s: &Script| {
         s.lists
             .lock()
@@ -257,9 +257,9 @@ fn without_a_period_nothing_resyncs_and_an_ask_is_answered_by_the_next_list() {
     // Asked before the first list: that list answers it, no second one.
     let s = Script::default();
     script(&s);
-    let resync = Resync::every(None);
-    resync.ask();
-    let (calls, _) = run_resyncing(&s, ByOwner, resync.clone());
+    let relists = Relist::every(None);
+    relists.ask();
+    let (calls, _) = run_relisting(&s, ByOwner, relists.clone());
     assert_eq!(
         calls[..3],
         ["list continue=", "watch rv=100", "watch rv=150"].map(String::from)
@@ -276,14 +276,14 @@ fn without_a_period_nothing_resyncs_and_an_ask_is_answered_by_the_next_list() {
         crossbeam_channel::unbounded().0,
         DEFAULT_IDLE_TIMEOUT,
     )
-    .resyncing(resync.clone());
+    .relisting(relists.clone());
     let mut w = w;
     w.relist(None).unwrap();
-    assert!(!w.resync_due());
-    resync.ask();
-    assert!(w.resync_due());
+    assert!(!w.relist_due());
+    relists.ask();
+    assert!(w.relist_due());
     w.relist(None).unwrap();
-    assert!(!w.resync_due());
+    assert!(!w.relist_due());
 }
 
 /// A watch event of pod `name` owned by `owner` at `rv`, with `status` as given.

@@ -1,4 +1,4 @@
-//! The ImmortalContainer watcher's policy: which object events are worth a reconcile.
+//! The ImmortalContainer watcher's event handler: which object events are worth a reconcile.
 
 use super::{PodHint, PodMemo};
 use crate::immortal::ic_state::{IcState, IcStore};
@@ -6,13 +6,13 @@ use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
 use crate::kube::types;
 use crate::runtime::queue::{Priority, Queue, Trigger};
 use crate::runtime::store::{Key, Store};
-use crate::runtime::watcher::{Listed, Reaction, Watched};
+use crate::runtime::watcher::{EventHandler, Listed, Reaction};
 use std::sync::Arc;
 
 /// Every object is its own key, and what reconcile needs of it is remembered (see `ic_state`).
-pub struct IcEvents;
+pub struct IcEventHandler;
 
-impl Watched for IcEvents {
+impl EventHandler for IcEventHandler {
     type Object = ImmortalContainer;
     type Hint = PodHint;
     type Memo = Arc<IcState>;
@@ -53,7 +53,7 @@ impl Watched for IcEvents {
     }
 
     /// A new object or a spec change needs a pod (urgent); a deletion needs a look (routine: a
-    /// pod held by our finalizer must be let go). A change of status alone is our own write
+    /// pod held by our finalizer must be released). A change of status alone is our own write
     /// coming back (maybe before its answer, so the version cannot tell): nothing to do. A
     /// spec change is told by the spec as well as the generation: etcd restored from a
     /// snapshot hands out generations the held copy may have had already.
@@ -99,7 +99,7 @@ impl Watched for IcEvents {
 /// Once both first lists of `namespace` (`None`: every namespace) are in: every object of it
 /// whose pod the pod list does not hold (deleted while the operator was away, never made, or a
 /// pod not ours on its name) is queued urgent, ahead of every refresh, as a pod that ended or
-/// still holds our finalizer already is (see `PodEvents::relist_priority`). Either list alone
+/// still holds our finalizer already is (see `PodEventHandler::relist_priority`). Either list alone
 /// cannot tell: a pod may only be missing from a list not read yet. Answers how many.
 pub fn queue_objects_without_a_pod(
     ics: &IcStore,

@@ -1,17 +1,17 @@
-//! The pod watcher's policy: which pod events are worth a reconcile, and what each tells it.
+//! The pod watcher's event handler: which pod events are worth a reconcile, and what each tells it.
 
 use super::{Ending, LeftPod, PodHint, PodView, SeenPod, Waiting};
-use crate::immortal::counting::holds;
+use crate::immortal::counting::is_held;
 use crate::immortal::desired::recorded_hash;
 use crate::immortal::types::{self as ic, ImmortalOwner, IMAGE_ANNOTATION};
 use crate::kube::client::Resource;
 use crate::kube::types::{self, Pod, Uid};
 use crate::runtime::queue::Priority;
-use crate::runtime::watcher::{Reaction, Watched};
+use crate::runtime::watcher::{EventHandler, Reaction};
 use crate::util;
 
 /// Our pods only (selected by label), each mapped to the ImmortalContainer that controls it.
-pub struct PodEvents;
+pub struct PodEventHandler;
 
 /// What the pod watcher remembers of a key's pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,12 +26,12 @@ impl PodMemo {
     fn of(o: &Pod, view: &PodView) -> PodMemo {
         PodMemo {
             digest: view.digest(),
-            urgent: view.phase.is_terminal() || holds(&o.metadata.finalizers),
+            urgent: view.phase.is_terminal() || is_held(&o.metadata.finalizers),
         }
     }
 }
 
-impl Watched for PodEvents {
+impl EventHandler for PodEventHandler {
     type Object = Pod;
     type Hint = PodHint;
     type Memo = PodMemo;
@@ -45,7 +45,7 @@ impl Watched for PodEvents {
             Some(owner) => Some(types::key(&meta.namespace, &owner.name)),
             // Orphaned (`kubectl delete ic --cascade=orphan`) yet carrying our finalizer, which
             // nobody else would take off: its name says which object it was made for.
-            None if holds(&meta.finalizers) => meta
+            None if is_held(&meta.finalizers) => meta
                 .name
                 .strip_suffix(ic::POD_SUFFIX)
                 .map(|name| types::key(&meta.namespace, name)),
@@ -58,7 +58,7 @@ impl Watched for PodEvents {
     }
 
     /// Listed, a pod that ended or that our finalizer still holds (made just before the
-    /// operator stopped) goes before every refresh: a replacement to make, a pod to let go.
+    /// operator stopped) goes before every refresh: a replacement to make, a pod to release.
     fn relist_priority(&self, memo: &PodMemo) -> Priority {
         match memo.urgent {
             true => Priority::Urgent,
@@ -73,7 +73,7 @@ impl Watched for PodEvents {
         memo: &mut Option<PodMemo>,
     ) -> Reaction<PodHint> {
         let m = &o.metadata;
-        let holds_count = holds(&m.finalizers);
+        let held = is_held(&m.finalizers);
         if event == "DELETED" {
             *memo = None;
             // Its owner needs a pod (or its finalizer released): urgent.
@@ -81,7 +81,7 @@ impl Watched for PodEvents {
                 Some(PodHint::Left(Box::new(LeftPod {
                     uid: Uid::new(&m.uid),
                     ending: Ending::of(o),
-                    holds_count,
+                    held,
                 }))),
                 Priority::Urgent,
             );
@@ -89,28 +89,28 @@ impl Watched for PodEvents {
         let view = PodView::of(o);
         let now = PodMemo::of(o, &view);
         // Orphaned while holding our finalizer: its view may not have changed, but it must be
-        // let go (see `key_of`).
+        // released (see `key_of`).
         let owner = m.controller().filter(|r| r.is_immortal_container());
-        let orphaned = holds_count && owner.is_none();
+        let orphaned = held && owner.is_none();
         // Compared on the view: our own release of a pod changes nothing a reconcile acts on.
         // A pod our finalizer still holds is worth a look at each event, the view changed or
         // not: its release waits for the reconcile of its next event (see `reconcile`).
         match memo.replace(now) {
-            Some(before) if before.digest == now.digest && !holds_count => return Reaction::Ignore,
-            // A new pod plainly pending and let go: reconcile made it and wrote this very view
+            Some(before) if before.digest == now.digest && !held => return Reaction::Ignore,
+            // A new pod plainly pending and released: reconcile made it and wrote this very view
             // (an older CRD: it holds no finalizer; one someone else made is found by the
             // relist after our restart, or its next change). One still held is counted by the
             // reconcile this event queues (see design.md, "Pods first").
-            None if event == "ADDED" && view == PodView::pending() && !holds_count => {
+            None if event == "ADDED" && view == PodView::pending() && !held => {
                 return Reaction::Ignore
             }
             _ => {}
         }
         // A pod that ended must be replaced, one just made must be counted (so its object's
         // status names it), and one held for nobody, or held while someone deletes it, must
-        // be let go: urgent. Any other change only changes what status says: routine.
-        let deleting_held = holds_count && m.deletion_timestamp.is_some();
-        let made = event == "ADDED" && holds_count;
+        // be released: urgent. Any other change only changes what status says: routine.
+        let deleting_held = held && m.deletion_timestamp.is_some();
+        let made = event == "ADDED" && held;
         let priority = if view.phase.is_terminal() || orphaned || deleting_held || made {
             Priority::Urgent
         } else {
@@ -132,7 +132,7 @@ impl Watched for PodEvents {
                     .map_or("", String::as_str),
             ),
             spec_hash: recorded_hash(o).map(util::intern),
-            holds_count,
+            held,
             rv: m.resource_version.parse().unwrap_or(0),
             ending: Ending::of(o).map(Box::new),
             waiting: Waiting::of(o, &view),

@@ -1,12 +1,13 @@
-//! The policy half of a watcher: what a watched resource's events mean.
+//! The event handler half of a watcher: what a watched resource's events mean, as keys to queue.
 
 use crate::kube::types::ObjectMeta;
 use crate::runtime::queue::{Hint, Priority};
 use serde::de::DeserializeOwned;
 
-/// What a watched resource's events mean.
-pub trait Watched {
-    /// What is decoded of each object: only the fields the policy decides on. Everything else
+/// What a watched resource's events mean: which key each queues, with what hint, in which
+/// band, as a client-go `ResourceEventHandler` does for an informer.
+pub trait EventHandler {
+    /// What is decoded of each object: only the fields the handler decides on. Everything else
     /// is skipped while decoding, so memory does not grow with the size of the objects seen.
     type Object: DeserializeOwned;
     /// What a trigger carries beyond the key.
@@ -25,7 +26,7 @@ pub trait Watched {
     /// What the watcher remembers of a listed object until its next event.
     fn memo(&self, o: &Self::Object) -> Self::Memo;
     /// What to keep when a list (`listed`) shows `new` for a key remembered as `old`: `new`,
-    /// unless the policy knows `old` to be more recent (someone else updated the store after
+    /// unless the handler knows `old` to be more recent (someone else updated the store after
     /// the list was served).
     fn relisted(&self, _old: Self::Memo, new: Self::Memo, _listed: &Listed) -> Self::Memo {
         new
@@ -46,7 +47,7 @@ pub trait Watched {
     ) -> Reaction<Self::Hint>;
 }
 
-/// What a list says of the server's history, for [`Watched::relisted`].
+/// What a list says of the server's history, for [`EventHandler::relisted`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Listed {
     /// The list's resourceVersion, where it is a number (kube-apiserver's are: etcd's
@@ -58,12 +59,12 @@ pub struct Listed {
     pub rewound: bool,
 }
 
-/// A policy's answer to one event.
+/// An event handler's answer to one event.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reaction<H> {
     /// Nothing reconcile would do differently.
     Ignore,
     /// Queue the key, with what the event tells reconcile, if anything, in the band the
-    /// policy says.
+    /// handler says.
     Queue(Option<H>, Priority),
 }
