@@ -142,10 +142,9 @@ impl Recorder {
             log::debug!(target: "events", object = object.as_str(), reason = note.reason; "event backlog full, dropped");
             return;
         }
-        if waiting <= BACKLOG / 2
-            && self.normal.len() <= BACKLOG / 2
-            && self.dropping.swap(false, Ordering::Relaxed)
-        {
+        // One episode for both inboxes: it ends once neither is more than half full.
+        let room = self.warnings.len().max(self.normal.len()) <= BACKLOG / 2;
+        if room && self.dropping.swap(false, Ordering::Relaxed) {
             log::info!(target: "events", dropped_total = self.dropped.load(Ordering::Relaxed);
                 "the Event queue has room again; Events are written again");
         }
