@@ -1,6 +1,5 @@
-//! What the reconcile workers share: what this process did and learned that the API server
-//! does not hold, kept between reconciles and lost on a restart (nothing the count depends
-//! on), and the clock.
+//! What the reconcile workers share: what this process learned that the API server does not
+//! hold (lost on a restart, which the count does not depend on), and the clock.
 
 use super::expectations::Expectations;
 use crate::immortal::counting::Counting;
@@ -15,9 +14,7 @@ use std::time::{Instant, SystemTime};
 /// Dropped-field messages remembered at most, one per pod made and not released.
 const DROPPED_AT_MOST: usize = 1 << 18;
 
-/// What the reconcile workers share: the restart back-off, what the installed CRD keeps of the
-/// status we write, the watch events this process expects ([`Expectations`]), and the clock
-/// (virtual in the exactly-once fault-injection tests).
+/// What the reconcile workers share, and the clock (virtual in the fault-injection tests).
 pub struct Context {
     pub restarts: Restarts,
     pub counting: Counting,

@@ -10,18 +10,16 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Replacements whose old pod's DELETED event is awaited, at most : about
-/// half a megabyte. Each is held only until that event comes, normally milliseconds.
+/// Replacements whose old pod's DELETED event is awaited, at most; each is held only until
+/// that event comes.
 const REPLACED_AT_MOST: usize = 4096;
 
-/// Pods this process released that are remembered at once, in each of two generations (see
-/// [`Expectations::released`]): about 160 kB at most. An entry is needed only while an event from
-/// before the release may still wait in the queue, normally milliseconds.
+/// Pods this process released that are remembered, in each of two generations: an entry is
+/// needed only while an event from before the release may still wait in the queue.
 const RELEASED_AT_MOST: usize = 2048;
 
-/// Pods this process created and has not released yet that are remembered, at most: about 50
-/// bytes each (the key is the queue's), as many as a backlog creates ahead of its counts.
-/// Forgetting them costs a read and an early release each, never a wrong count.
+/// Pods this process created and has not released yet that are remembered, at most: as many
+/// as a backlog creates ahead of its counts. Forgetting one costs a read, never a wrong count.
 const MADE_AT_MOST: usize = 1 << 18;
 
 /// The pods this process made, replaced and released whose watch events it expects.
@@ -33,8 +31,7 @@ pub struct Expectations {
     /// event older than that still shows our finalizer, and must not make us release again.
     released: Mutex<Released>,
     /// The pod (by key) this process created last and has not released: it exists and nothing
-    /// after it was counted, so a watch event showing it is counted without a read; and its
-    /// release may wait while other objects get their pods and statuses, within a bound.
+    /// after it was counted, so a watch event showing it is counted without a read.
     made: Mutex<HashMap<Key, Made>>,
     /// What [`Made`]'s times count from.
     epoch: Instant,
@@ -54,8 +51,7 @@ impl Expectations {
     pub(super) fn replaced(&self, key: &str, uid: &str) {
         let mut replaced = lock(&self.replaced);
         if replaced.len() >= REPLACED_AT_MOST {
-            // Events that never came (a relist took their place): forgetting one costs a
-            // read when it does come, never a wrong answer.
+            // Events that never came (a relist took their place): forgetting costs a read.
             replaced.clear();
         }
         replaced.insert(key.to_string(), uid.to_string());
@@ -119,17 +115,15 @@ impl Expectations {
         };
         let mut released = lock(&self.released);
         if released.now.len() >= RELEASED_AT_MOST {
-            // The older generation goes: releases long past any event still queued. Forgetting
-            // one costs a repeated release at worst, never a missed one.
+            // The older generation goes; forgetting one costs a repeated release at worst.
             released.before = std::mem::take(&mut released.now);
         }
         released.now.insert(Uid::new(uid), rv);
     }
 
-    /// Whether this process let the pod `uid` go after the watch event of version `rv` showed
-    /// it: that event's finalizer is one the release took off. ResourceVersions compared as
-    /// numbers, as `IcState::replaces` does; where either is not one (`rv` 0), nothing is known,
-    /// and the pod is released again (a repeat changes nothing).
+    /// Whether this process released the pod `uid` after the watch event of version `rv` showed
+    /// it. ResourceVersions compared as numbers, as `IcState::replaces` does; `rv` 0 (not a
+    /// number) knows nothing, and the pod is released again (a repeat changes nothing).
     pub(super) fn released_after(&self, uid: &Uid, rv: u64) -> bool {
         if rv == 0 {
             return false;

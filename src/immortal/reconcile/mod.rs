@@ -8,10 +8,8 @@
 //!
 //! Here: the decisions (`sync`, this file), the API they call (`api.rs`), the pod writes
 //! (`pod.rs`), the counting steps (`starts.rs`), what it does when the pod cannot be
-//! (`problems.rs`), the status, conditions and Events they report (`status.rs`), what
-//! reconciles remember between them (`ctx.rs`), and their errors (`error.rs`). Not here:
-//! the desired pod (`desired`), what a watch event means (`lifecycle`), or the worker that
-//! calls [`reconcile`] (`runtime::controller`).
+//! (`problems.rs`), the status, conditions and Events (`status.rs`), what reconciles share
+//! (`context.rs`, `expectations.rs`), and their errors (`error.rs`).
 
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::desired::{controlled_by, created_for, holder, recorded_hash, spec_change};
@@ -48,9 +46,8 @@ use pod::{Created, Deleted, Relabeled};
 
 pub use status::status_patch;
 
-/// How long to wait before looking again at a pod name held by a pod that is not ours. Such a
-/// pod is invisible to our pod watch (it lacks our label), so only a timer notices it leaving;
-/// this one is slow enough not to load the API server with a stuck object.
+/// When to look again at a pod name held by a pod not ours: our pod watch cannot see it (it
+/// lacks our label), so only a timer notices it leaving.
 pub const CONFLICT_RETRY: Duration = Duration::from_secs(30);
 
 /// Rounds of look-and-act one reconcile makes before it leaves the key to the queue's backoff.
@@ -173,19 +170,16 @@ struct Run<'a, A: Api> {
     status: ImmortalContainerStatus,
     /// The pod to release once the status that counts it is written.
     release: Option<Held>,
-    /// The object was deleted while we worked (the status write answered 404), or replaced
-    /// by another of the same name (it answered 409, or a pod not ours held the name, and a
-    /// read showed another uid).
+    /// The object was deleted or replaced by another of its name while we worked.
     gone: bool,
-    /// Of those, replaced: the new object was read, so its watch event may bring nothing new.
+    /// Replaced: the new object was read, so its watch event may bring nothing new.
     replaced: bool,
     /// `ic` was read from the API server in this reconcile, not taken from the store.
     fresh: bool,
-    /// A read showed `ic` older than the object: the reconcile ends, and the next one starts
-    /// from the copy read (see `confirmed`).
+    /// A read showed `ic` older than the object (see `confirmed`).
     stale: bool,
-    /// Putting our labels back on the pod failed: returned once the pod is counted and released,
-    /// so that a pod being deleted never waits on a relabel (see `counting::HOLD_AT_MOST`).
+    /// Putting our labels back failed: returned once the pod is counted and released, so that a
+    /// pod being deleted never waits on a relabel.
     relabel: Option<Error>,
     /// Our pod (uid) this reconcile saw removed: the pod it creates replaces it.
     removed: Option<String>,
@@ -193,9 +187,9 @@ struct Run<'a, A: Api> {
     made: bool,
     /// The pod it counts (`startTimes` + 1), if any.
     counting_now: Option<String>,
-    /// The time of day it works at, for how long our pod has waited on its node.
+    /// The time of day, for how long our pod has waited on its node.
     now: SystemTime,
-    /// When what status says of our pod changes with time alone (see `lifecycle::Waiting`).
+    /// When what status says of our pod changes with time alone.
     refresh: Option<Duration>,
 }
 
@@ -223,20 +217,16 @@ pub fn reconcile<A: Api>(
         Err(e) => return Err(Error::from_api("get immortalcontainer", e)),
     };
     if let Some(PodHint::Left(g)) = hint {
-        // The DELETED event of a pod this process removed and then replaced, as every terminal
-        // pod is, the old one's event arriving after the new one was made: nothing is new, and
-        // the replacement's own events tell its story. Acting on it would take the name for
-        // free and, after a quick ending, report a back-off for a replacement that exists.
+        // The late DELETED event of a pod this process replaced: nothing is new. Acting on it
+        // would report a back-off for a replacement that exists.
         if !g.held && ctx.expectations.was_replaced(trace.key, &g.uid.to_string()) {
             log::debug!(target: "reconcile", reconcile_id = trace.id, object = trace.key; "the pod that left was replaced already");
             return Ok(Action::await_change());
         }
     }
-    // Any other pod that left, not the one our copy counted last: the copy may predate a count
-    // (another leader's, before a failover), or the pod was never counted (released uncounted).
-    // The copy cannot tell: read the object, and then the pod if it is still not the one
-    // counted (see `first_look`). Controllers are level-triggered: a hint may save a request,
-    // never be the only ground for "nothing to do".
+    // Another pod left than the one our copy counted last: the copy may predate a count (a
+    // failover), or the pod was never counted. Read the object; a hint may save a request, never
+    // be the only ground for "nothing to do".
     let doubt = matches!(hint, Some(PodHint::Left(g)) if !g.held
         && ic.status.last_counted_pod_uid.as_deref().is_some_and(|l| g.uid != *l));
     let ic = if doubt {
@@ -280,35 +270,27 @@ pub fn reconcile<A: Api>(
     run.status.start_times.get_or_insert(0);
     let synced = run.sync(hint);
     if run.stale {
-        // Nothing written from a copy older than the object; the next reconcile reads the
-        // store, which holds the object as read.
+        // Nothing written from a stale copy; the next reconcile reads the store, now current.
         synced?;
         return Ok(Action::requeue(Duration::ZERO));
     }
-    // Status says what this reconcile learned even when it then failed: a pod it created or
-    // found is counted. A reconcile that failed before it learned anything worth keeping writes
-    // nothing: the server that failed it would most likely fail that write too, and a failing
-    // reconcile must cost one request, for the queue's failure budget to bound what a herd of
-    // them sends. When the write fails too, the first error is the one worth retrying on.
-    //
-    // A reconcile that made a pod leaves its count, and the status that names the pod, to the
-    // reconcile the pod's ADDED event brings (see `create`). One that learned its copy's object
-    // is gone has nothing to write it on.
+    // Status says what this reconcile learned even when it then failed. One that failed before
+    // learning anything worth keeping writes nothing: a failing reconcile costs one request, so
+    // the queue's failure budget bounds a herd. A pod made here is counted by the reconcile its
+    // ADDED event brings (see `create`).
     let written = if run.gone || ((synced.is_err() || run.made) && !run.counted()) {
         Ok(())
     } else {
         run.write_status()
     };
     if run.gone {
-        // Deleted while we worked: nothing will count its pod now. Let it go, or the garbage
-        // collector could never remove it.
+        // Nothing will count its pod now: let it go, for the garbage collector to remove.
         ctx.restarts.forget(trace.key);
         ctx.forget_held(trace.key);
         if let Some(held) = run.release.take() {
             run.release_ours(&held.uid, "its ImmortalContainer is gone")?;
         }
-        // The object that took its name was read into the store, so its own event may be
-        // ignored as nothing new: look at it now.
+        // The object that took its name may have its event ignored as nothing new: look now.
         return Ok(match run.replaced {
             true => Action::requeue(Duration::ZERO),
             false => Action::await_change(),
@@ -316,10 +298,8 @@ pub fn reconcile<A: Api>(
     }
     if let Err(e) = written {
         if let Some(held) = run.release.take() {
-            // A pod someone is deleting waits on our count, and the count cannot be written:
-            // hold it only so long (see `counting::HOLD_AT_MOST`), then let it go uncounted.
-            // One nobody waits on yet is tried again soon enough that it is released soon after
-            // status can be written again, whatever the key's back-off has grown to.
+            // The count cannot be written: a pod someone is deleting is held only so long, then
+            // let go uncounted; any other is tried again within a bound, whatever the back-off.
             let within = if held.deleting {
                 let now = ctx.now();
                 ctx.counting.note_held(&held.uid, now);
@@ -341,8 +321,8 @@ pub fn reconcile<A: Api>(
         return Err(e);
     }
     let mut next = synced?;
-    // A pod found held is counted in the status just written: it may go now, or, made here
-    // and just counted, once urgent work queued behind it has had its turn.
+    // A pod found held is counted in the status just written: it goes now, or, made here,
+    // after the urgent work queued behind it.
     if let Some(held) = run.release.take() {
         match run.release_may_wait(&held) {
             true if next == Action::await_change() => {
@@ -354,8 +334,7 @@ pub fn reconcile<A: Api>(
     if let Some(e) = run.relabel.take() {
         return Err(e);
     }
-    // Nothing to do until what status says of the pod waiting on its node changes: look again
-    // then, as routine work.
+    // Look again, as routine work, when what status says of a waiting pod changes.
     if let (None, Some(after)) = (next.requeue_after(), run.refresh) {
         next = Action::requeue(after).at(Priority::Routine);
     }
@@ -387,9 +366,8 @@ impl<A: Api> Run<'_, A> {
         }
         let mut look = self.first_look(hint);
         let mut rounds = Rounds::default();
-        // Normally two rounds at most (create, or look and act, then create). A world that keeps
-        // changing under us (a name taken, freed and retaken between our calls) gets the
-        // queue's backoff instead of a spin inside one reconcile.
+        // Normally two rounds at most. A name taken, freed and retaken between our calls gets
+        // the queue's backoff instead of a spin here.
         for _ in 0..MAX_ROUNDS {
             let step = match look {
                 Look::DeleteTerminated(uid) => {
@@ -421,9 +399,8 @@ impl<A: Api> Run<'_, A> {
     ) -> Result<Look<'static>, Error> {
         Ok(match self.delete(uid, "it terminated")? {
             Deleted::Removed { existed } => {
-                // It existed until now under our name, so no pod after it was started there:
-                // counting it is the decision a read of it would have led to. (Not on 404: by
-                // then a later pod may have come and gone.)
+                // It existed until now, so no later pod was started: count it as a read would
+                // have. (Not on 404: a later pod may have come and gone.)
                 if existed {
                     self.count(uid);
                 }
@@ -463,17 +440,14 @@ impl<A: Api> Run<'_, A> {
                 } else {
                     self.ctx.restarts.created(self.trace.key);
                 }
-                // Counted by its ADDED event's reconcile; this look lets it go if nothing
-                // else did by then.
+                // Counted by its ADDED event's reconcile; this look releases it if none did.
                 Ok(Step::Done(Action::requeue(counting::RELEASE_WITHIN)))
             }
             Created::NameTaken if assumed => Ok(Step::Again(Look::Get)),
-            // Taken although we just saw it free: whoever took it shows up on the next look.
-            // Let the queue's backoff pace that look.
+            // Taken although we just saw it free: the next look, paced by the backoff, shows who.
             Created::NameTaken => Err(self.appeared()),
-            // Refused while we only assumed the name free: a pod of ours may hold it (created
-            // just before a crash, its answer lost) and must not go unnoticed behind the
-            // refusal. Look first; a second refusal stands.
+            // Refused while the name was only assumed free: a pod of ours may hold it (its create
+            // answer lost). Look first; a second refusal stands.
             Created::Refused(e) if assumed && rounds.refused.is_none() => {
                 rounds.refused = Some(e);
                 Ok(Step::Again(Look::Get))
@@ -489,8 +463,7 @@ impl<A: Api> Run<'_, A> {
         }
         match self.restore_labels(pod) {
             Ok(Relabeled::Kept) => {}
-            // It was ours and started, so it counts; where it went, only a look can say (a
-            // Terminating pod's end would otherwise go unnoticed).
+            // It was ours and started, so it counts; where it went, only a look can say.
             Ok(Relabeled::Moved) => {
                 self.count(&pod.metadata.uid);
                 return Ok(Step::Again(Look::Get));
@@ -519,8 +492,7 @@ impl<A: Api> Run<'_, A> {
             self.ended(&uid, &e);
         }
         if held {
-            // Still held for its count: it goes once the status write that ends this
-            // reconcile counts it (see `reconcile`).
+            // Released once the status write that ends this reconcile counts it.
             self.release = Some(Held {
                 uid: uid.clone(),
                 deleting: view.phase == Phase::Terminating,
@@ -541,24 +513,21 @@ impl<A: Api> Run<'_, A> {
             return Ok(Step::Done(Action::await_change()));
         }
         if view.phase.is_terminal() {
-            // A pod in a terminal phase holds no running container: the API server deletes it
-            // at once whatever grace period we ask (its pod strategy), then we replace it.
+            // The API server deletes a terminal pod at once, whatever the grace period.
             let why = format!("it ended in phase {}", view.phase.as_str());
             // Held by someone's finalizer, it stays: its DELETED event brings us back.
             let pending = |run: &mut Self| run.report(&view);
             return self.replace(&uid, &why, Cause::Terminated, rounds, pending);
         }
         // Compared on what the pod records it was made from (our annotations), not on what it
-        // runs: an admission webhook may rewrite images (a registry mirror, a digest pin) or
-        // add a sidecar, and replacing such a pod would only bring back another rewritten one,
-        // forever.
+        // runs: a webhook that rewrites images or adds a sidecar would otherwise cost a
+        // replacement forever.
         if let Some(why) = change {
             if !self.confirmed()? {
                 return Ok(Step::Done(Action::requeue(Duration::ZERO)));
             }
-            // Graceful: the container may be running. Its DELETED event brings us back to
-            // create the replacement, unless the server removed it at once (a pod not yet
-            // scheduled), in which case the name is free now.
+            // Graceful: the container may be running. Its DELETED event brings us back, unless
+            // the server removed it at once.
             let pending = |run: &mut Self| run.replacing(&why);
             return self.replace(&uid, &why, Cause::SpecChanged, rounds, pending);
         }
@@ -567,11 +536,9 @@ impl<A: Api> Run<'_, A> {
         Ok(Step::Done(Action::await_change()))
     }
 
-    /// Whether the copy this reconcile works from is the object as the API server holds it,
-    /// read now if it was not. A pod is deleted for a spec change only on the server's word: a
-    /// copy may ask for a spec the object no longer has (etcd restored from a snapshot taken
-    /// before a change, a standby whose watch lags). A copy found older ends the reconcile
-    /// (`stale`), the one read going into the store for the next.
+    /// Whether the copy this reconcile works from is the object as the API server holds it, read
+    /// now if it was not: a pod is deleted for a spec change only on the server's word (a copy may
+    /// predate an etcd restore, or lag on a standby). A copy found older ends the reconcile.
     fn confirmed(&mut self) -> Result<bool, Error> {
         if self.fresh {
             return Ok(true);
@@ -636,9 +603,8 @@ impl<A: Api> Run<'_, A> {
                 if let Some(e) = &g.ending {
                     self.ended(&g.uid.to_string(), e);
                 }
-                // The pod counted last left, or none was counted: its name is probably free.
-                // Any other pod (never counted, or replaced before this process knew of it):
-                // look, since a pod may stand that a create would only find taken.
+                // The pod counted last left, or none was counted: the name is probably free.
+                // Any other: look, since a pod may stand that a create would find taken.
                 return match self.status.last_counted_pod_uid.as_deref() {
                     Some(counted) if g.uid != *counted => Look::Get,
                     _ => Look::AssumeAbsent,
@@ -652,10 +618,9 @@ impl<A: Api> Run<'_, A> {
                     }
                     return Look::DeleteTerminated(uid);
                 }
-                // Counted already, or the pod this process made and has not released: it
-                // exists, and nothing after it was counted. Or still held by our finalizer
-                // while status says no pod was ever counted: uncounted, so it cannot have
-                // gone, and a copy older than the object is refused at the count's write.
+                // Counted already, or made here and not released: it exists, and nothing after
+                // it was counted. Or held while no pod was ever counted: a stale copy is refused
+                // at the count's write.
                 let made = self
                     .ctx
                     .expectations
@@ -663,8 +628,8 @@ impl<A: Api> Run<'_, A> {
                 let first = self.status.last_counted_pod_uid.is_none()
                     && self.status.current_pod.is_none()
                     && p.held;
-                // A pod overdue on its node is read: what status says of it then names its node
-                // and what it shows, which the hint does not carry.
+                // A pod overdue on its node is read: status then names its node, which no hint
+                // carries.
                 let overdue = p.waiting.is_some_and(|w| w.overdue(self.now).is_some());
                 if (self.status.last_counted_pod_uid.as_deref() == Some(uid.as_str())
                     || made.is_some_and(|(m, _)| m == p.uid)
@@ -676,8 +641,8 @@ impl<A: Api> Run<'_, A> {
             }
             _ => {}
         }
-        // An object that never had a pod most likely has none: create first. (currentPod too:
-        // an older CRD may prune lastCountedPodUID.) Unless this process made one.
+        // An object that never had a pod (currentPod too: an older CRD may prune
+        // lastCountedPodUID) most likely has none: create first, unless this process made one.
         if self.status.last_counted_pod_uid.is_none()
             && self.status.current_pod.is_none()
             && self

@@ -16,8 +16,7 @@ impl<A: Api> Run<'_, A> {
                 pod: created,
                 spec: stored,
             }) => {
-                // How the pod it replaces ended, if that was seen: whether a person deleted it,
-                // an eviction or a node's removal, said after the fact.
+                // How the pod it replaces ended, if that was seen (a person, an eviction...).
                 let ending = match cause.is_restart() {
                     true => self.ctx.restarts.ending(self.trace.key),
                     false => None,
@@ -44,10 +43,8 @@ impl<A: Api> Run<'_, A> {
                 }
                 self.ctx.dropped(self.trace.key, uid, lost);
                 if counted {
-                    // Pods first: its count and the status naming it are the work of the
-                    // reconcile its ADDED event queues, so that this worker goes on to the next
-                    // pod to make (docs/design.md, "Pods first"). It is born holding our
-                    // finalizer, so the count cannot be lost meanwhile.
+                    // Pods first: its ADDED event's reconcile counts it, and this worker goes on
+                    // to the next pod to make. Our finalizer keeps the count from being lost.
                     self.ctx.expectations.made(
                         self.trace.key,
                         &created.metadata.uid,
@@ -91,8 +88,7 @@ impl<A: Api> Run<'_, A> {
             }
             Err(e) if e.is_already_exists() => Ok(Created::NameTaken),
             Err(e) if e.is_invalid() || e.is_forbidden() => {
-                // One line per try, so that each retry of a refused create says what it sent
-                // and what the server answered (the condition is written only when it changes).
+                // One line per try: the condition is written only when it changes.
                 log::info!(
                     target: "reconcile",
                     reconcile_id = self.trace.id, object = self.trace.key, action = "create_pod",
@@ -134,9 +130,8 @@ impl<A: Api> Run<'_, A> {
         }
     }
 
-    /// Puts back the labels of ours that someone removed from the pod: without the first, our
-    /// watch no longer sees the pod at all (a label-selected watch reports it DELETED, see the
-    /// `*-label-removed-*` fixtures), so its end would go unnoticed.
+    /// Puts back the labels of ours that someone removed: without them our label-selected watch
+    /// reports the pod DELETED (the `*-label-removed-*` fixtures) and misses its end.
     pub(super) fn restore_labels(&mut self, pod: &Pod) -> Result<Relabeled, Error> {
         let want = desired_labels(self.ic);
         let missing: Map<String, Value> = want
@@ -167,8 +162,7 @@ impl<A: Api> Run<'_, A> {
                 );
                 Ok(Relabeled::Kept)
             }
-            // Gone or replaced meanwhile (our uid refused: 422, see
-            // `client::Error::is_uid_changed`).
+            // Gone or replaced meanwhile.
             Err(e) if e.is_not_found() || e.is_conflict() || e.is_uid_changed() => {
                 Ok(Relabeled::Moved)
             }
@@ -193,8 +187,7 @@ impl<A: Api> Run<'_, A> {
 pub(super) enum Relabeled {
     /// It carries our labels (now, or it did already).
     Kept,
-    /// It left since we read it: gone, or another pod holds its name. No event of our watch,
-    /// which lost it with its label, says so.
+    /// It left since we read it: gone, or another pod holds its name.
     Moved,
 }
 

@@ -25,15 +25,12 @@ impl<A: Api> Run<'_, A> {
         None
     }
 
-    /// The API server refused our pod, and no pod holds its name: say why on the object in the
-    /// server's words (a retry refused again writes nothing), and try again after the object's
-    /// back-off, since a person may lift the policy at any time (docs/design.md, "Restarts and
-    /// refusals").
+    /// The API server refused our pod, and no pod holds its name: say why in the server's words,
+    /// and try again after the object's back-off, since a person may lift the policy any time.
     pub(super) fn refused(&mut self, e: client::Error) -> Result<Action, Error> {
         let (wait, _) = self.ctx.restarts.refused(self.trace.key, self.ctx.now());
-        // A bare pod cannot meet a namespace's Pod Security level: only a template can set
-        // the securityContext that PodSecurity's message asks for. Said in fields, not by a
-        // file of this repository, which someone who installed the one-file installer lacks.
+        // Only a template can set the securityContext a PodSecurity level asks for: said in
+        // fields, not by a file of this repository, which the one-file installer lacks.
         let refusal = e.to_string();
         let hint = match self.ic.spec.template {
             None if refusal.contains("violates PodSecurity \"restricted") => {
@@ -49,8 +46,7 @@ impl<A: Api> Run<'_, A> {
             }
             _ => "",
         };
-        // What it dropped first may be what it refused the pod for (a hook whose only
-        // handler it did not know, fixture kube-1.28-kubelet/51): said, as the cause.
+        // What it dropped first may be why it refused (fixture kube-1.28-kubelet/51).
         let unknown = e.unknown_fields();
         let dropped = match unknown.is_empty() {
             true => String::new(),
@@ -76,12 +72,10 @@ impl<A: Api> Run<'_, A> {
         Ok(Action::requeue(wait))
     }
 
-    /// The pod name is held by a pod we do not control: report it and leave it alone. A pod of
-    /// an earlier object of the same name goes with it; if it still carries our finalizer (that
-    /// object was deleted in the moment between its pod's create and its count), let it go.
+    /// The pod name is held by a pod we do not control: report it and leave it alone.
     pub(super) fn conflict(&mut self, pod: &Pod) -> Result<Action, Error> {
-        // Not ours to count, and no other object can count a pod under our name once the object
-        // that controls it is gone: then our finalizer goes.
+        // A pod of an earlier object of the name, deleted between the create and the count:
+        // nothing can count it now, so our finalizer goes.
         if counting::is_held(&pod.metadata.finalizers) {
             if self.controller_exists(pod)? {
                 return Ok(Action::await_change());
@@ -101,11 +95,9 @@ impl<A: Api> Run<'_, A> {
         Ok(Action::requeue(CONFLICT_RETRY))
     }
 
-    /// Whether the object of our name that controls `pod` exists, as a read shows: our copy
-    /// may be older than the object (a lagging watch after a failover), and the pod then
-    /// belongs to the one made after it, which counts it. So it is, and the reconcile ends,
-    /// to look at that object next (the read put it in the store). A pod with no such
-    /// controller, or whose controller the read does not show, no object will count.
+    /// Whether the object of our name that controls `pod` exists, as a read shows: our copy may
+    /// be older (a lagging watch), and that object then counts the pod; the reconcile ends to
+    /// look at it next.
     fn controller_exists(&mut self, pod: &Pod) -> Result<bool, Error> {
         let Some(controller) = pod
             .metadata

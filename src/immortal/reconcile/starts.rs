@@ -1,16 +1,13 @@
-//! The steps by which reconcile counts every pod started exactly once: count a pod not counted
-//! yet, and let a pod go once the API server holds its count. Why each step keeps the invariant
-//! is written down in `counting`; the create that starts a pod and the delete that ends one are
-//! in `pod.rs`.
+//! The counting steps of reconcile: count a pod not counted yet, and release it once the API
+//! server holds its count. Why each keeps the invariant: `counting`.
 
 use super::expectations::Expectations;
 use super::*;
 use crate::kube::types::Uid;
 
 impl<A: Api> Run<'_, A> {
-    /// Counts the pod with `uid` unless it is the one counted last (see `counting`). While
-    /// the CRD prunes `lastCountedPodUID` nothing is counted: without it a count cannot be told
-    /// from a repeat.
+    /// Counts the pod with `uid` unless it is the one counted last. While the CRD prunes
+    /// `lastCountedPodUID` nothing is counted: a count could not be told from a repeat.
     pub(super) fn count(&mut self, uid: &str) {
         if self.status.last_counted_pod_uid.as_deref() == Some(uid) {
             return;
@@ -29,8 +26,7 @@ impl<A: Api> Run<'_, A> {
             return;
         }
         if self.written_while_uncounted() {
-            // Counted before L was lost, or started since: adopted, never counted twice (see
-            // `counting`, Resuming).
+            // Counted before L was lost, or started since: adopted, never counted twice.
             self.status.last_counted_pod_uid = Some(uid.to_string());
             self.note(
                 false,
@@ -58,24 +54,21 @@ impl<A: Api> Run<'_, A> {
     }
 
     /// Whether this reconcile counted a pod that the API server's status does not count yet.
-    /// (The first explicit 0 counts nothing.)
     pub(super) fn counted(&self) -> bool {
         self.status.start_times.unwrap_or(0) != self.have.start_times.unwrap_or(0)
             || self.status.last_counted_pod_uid != self.have.last_counted_pod_uid
     }
 
     /// Whether the status the API server holds was written while the CRD pruned L: it names a
-    /// pod but no L, after counting resumed in this process, or with no observedGeneration
-    /// either (which every status write of ours carries where the CRD keeps it: such a CRD,
-    /// like every older one we know, lacked both).
+    /// pod but no L, after counting resumed here, or with no observedGeneration either (every
+    /// older CRD we know lacked both).
     fn written_while_uncounted(&self) -> bool {
         self.have.last_counted_pod_uid.is_none()
             && self.have.current_pod.is_some()
             && (self.ctx.counting.resumed() || self.have.observed_generation.is_none())
     }
 
-    /// Lets our pod with `uid` go (see `counting`: only once the status the API server holds
-    /// counts it).
+    /// Releases our pod `uid`, once the status the API server holds counts it.
     pub(super) fn release(&self, uid: &str) -> Result<(), Error> {
         let counted = self.have.last_counted_pod_uid.as_deref() == Some(uid);
         if counted || !self.ctx.counting.active() {
@@ -94,10 +87,9 @@ impl<A: Api> Run<'_, A> {
         release_pod(self.api, self.trace, self.ns, &self.pod_name, uid, why)
     }
 
-    /// Whether the release of `held`, counted by this reconcile, may wait: a pod this process
-    /// made, which nobody is deleting, goes as routine work, behind the creates and counts of
-    /// a backlog, so that other objects' pods and statuses are not held up by releases; within
-    /// [`counting::RELEASE_WITHIN`] of its create all the same (the look `create` asks for).
+    /// Whether the release of `held`, just counted, may wait as routine work behind a backlog's
+    /// creates and counts: a pod made here that nobody is deleting, within
+    /// [`counting::RELEASE_WITHIN`] of its create.
     pub(super) fn release_may_wait(&self, held: &Held) -> bool {
         if held.deleting || self.counting_now.as_deref() != Some(held.uid.as_str()) {
             return false;
@@ -108,9 +100,8 @@ impl<A: Api> Run<'_, A> {
             .is_some_and(|(uid, ago)| uid == held.uid && !Expectations::is_overdue(ago))
     }
 
-    /// Releases our pod `uid` although its start could not be counted (writing status failed
-    /// with `why` for as long as a pod being deleted may wait on us), and says so: a pod is
-    /// never kept from going for a count.
+    /// Releases our pod `uid`, being deleted, although status could not be written to count it
+    /// (`why`), and says so: a pod is never kept from going for a count.
     pub(super) fn release_uncounted(&self, uid: &str, why: &Error) -> Result<(), Error> {
         self.release_ours(uid, "it is being deleted and its start cannot be counted")?;
         self.ctx.counting.note_released(uid);
@@ -127,14 +118,10 @@ impl<A: Api> Run<'_, A> {
     }
 }
 
-/// Lets the pod of a deleted object (or of one being deleted, with `owner_uid`) go: takes our
-/// finalizer off it if it still carries it, so the garbage collector can remove it. Nothing is
-/// left to count for an object that is gone, and no other object can count a pod under its
-/// name: so a pod of that name holding our finalizer is released whoever controls it now (the
-/// object that went, or nobody, after `kubectl delete ic --cascade=orphan`), except, while the
-/// object is still being deleted, a pod another object of the name controls. Costs a request
-/// only when the trigger said the pod holds our finalizer, or said nothing (a relist, a
-/// retry, the start-up sweep).
+/// Releases the pod of a deleted object (or of one being deleted, `owner_uid`), for the garbage
+/// collector to remove: whoever controls it now (nobody, after `--cascade=orphan`), except a pod
+/// another object of the name controls while this one is being deleted. Reads the pod only when
+/// the trigger did not say it is free.
 pub(super) fn release_orphan<A: Api>(
     api: &A,
     trace: &LogContext,
@@ -186,10 +173,8 @@ pub(super) fn release_orphan<A: Api>(
 }
 
 /// Takes our finalizer off the pod with `uid`, and answers the resourceVersion from which it
-/// is off (`None`: the pod is gone). Gone meanwhile is as good, and so is replaced:
-/// the name refusing our uid (422 on `metadata.uid`) means the pod with that uid is gone, as
-/// Kubernetes' `ReleasePod` (controller_ref_manager.go) concludes. A 409 is not assumed to mean
-/// "replaced": the retry reads the pod and decides.
+/// is off (`None`: the pod is gone). The name refusing our uid (422) means that pod is gone, as
+/// `ReleasePod` (controller_ref_manager.go) concludes; a 409 is left to the retry's read.
 pub(super) fn release_pod<A: Api>(
     api: &A,
     trace: &LogContext,

@@ -12,9 +12,8 @@ impl<A: Api> Run<'_, A> {
         self.set_ready(view.ready, view.reason.as_str(), &message);
     }
 
-    /// Our pod waits on its node: once it has waited past a step, the Ready message just set
-    /// says how long and where to look (read from the pod `read`, which `first_look` makes sure
-    /// of); either way, the next step is looked at when it comes.
+    /// Our pod waits on its node: once past a step, the Ready message says how long and where to
+    /// look (from the pod `read`); the next step is looked at when it comes.
     pub(super) fn waits(&mut self, waiting: Option<Waiting>, read: Option<&Pod>) {
         let Some(w) = waiting else {
             return;
@@ -64,9 +63,8 @@ impl<A: Api> Run<'_, A> {
         }
     }
 
-    /// The `FieldsDropped` condition of the pod `uid` this process made: what the API server
-    /// did not keep of it, or no condition when it kept everything. Only the create's answer
-    /// tells, so a pod made by another process leaves the condition as it is.
+    /// The `FieldsDropped` condition of the pod `uid` this process made: what the API server did
+    /// not keep of it. Only the create's answer tells, so another process's pod leaves it as is.
     pub(super) fn report_dropped(&mut self, uid: &str) {
         let conditions = &mut self.status.conditions;
         let at = conditions.iter().position(|c| c.type_ == FIELDS_DROPPED);
@@ -183,12 +181,10 @@ impl<A: Api> Run<'_, A> {
         );
     }
 
-    /// Writes status if it differs from what the API server holds, as a JSON merge patch of the
-    /// changed fields carrying the resourceVersion the status was computed from: a copy older
-    /// than the object (another writer, a failover, an object deleted and made again under the
-    /// name) is refused with 409, never applied, since `/status` ignores a patch's uid
-    /// (fixture kube-1.28-kubelet/21). The answer is the API server's copy: what it did not
-    /// keep, the CRD prunes (see `counting`).
+    /// Writes status if it differs from what the API server holds, as a merge patch carrying the
+    /// resourceVersion it was computed from: a stale copy's write is refused with 409, since
+    /// `/status` ignores a patch's uid (fixture kube-1.28-kubelet/21). What the answer lacks, the
+    /// CRD prunes.
     pub(super) fn write_status(&mut self) -> Result<(), Error> {
         let counting = &self.ctx.counting;
         let Some(patch) = status_patch(&self.rv, &self.have, &self.status, |f| counting.prunes(f))
@@ -242,11 +238,9 @@ impl<A: Api> Run<'_, A> {
                 self.gone = true;
                 Ok(())
             }
-            // Our copy is older than the object: someone else wrote it (another leader, a
-            // person), or it is another object of the same name. Read it, so that the retry
-            // works from what the API server holds instead of waiting for the watch; for an
-            // object gone or replaced there is nothing left to report on. The read's own
-            // failure changes nothing: the retry is there.
+            // Our copy is older than the object, or it is another object of the name. Read it,
+            // so that the retry works from what the API server holds; the read's own failure is
+            // left to the retry.
             Err(e) if e.is_conflict() => {
                 let uid = &self.ic.metadata.uid;
                 match self
@@ -270,9 +264,8 @@ impl<A: Api> Run<'_, A> {
     }
 }
 
-/// The merge patch taking the status `have` (of the object at resourceVersion `rv`) to `want`,
-/// or `None` when nothing changed (a reconcile with nothing to do writes nothing). Fields
-/// `pruned` says the CRD does not keep are left out.
+/// The merge patch taking the status `have` (at resourceVersion `rv`) to `want`, or `None` when
+/// nothing changed. Fields `pruned` says the CRD does not keep are left out.
 pub fn status_patch(
     rv: &str,
     have: &ImmortalContainerStatus,
@@ -297,7 +290,6 @@ pub fn status_patch(
     if st.is_empty() {
         return None;
     }
-    // The one precondition `/status` honours on a merge patch (fixture 24): a stale copy's
-    // write, a count from it above all, is refused instead of landing on newer state.
+    // The one precondition `/status` honours on a merge patch (fixture 24).
     Some(json!({ "metadata": { "resourceVersion": rv }, "status": st }))
 }
