@@ -1,12 +1,10 @@
-//! What the operator knows of every ImmortalContainer: the part reconcile reads (identity,
-//! version, spec, status), kept by the watcher and by reconcile's own status writes' answers,
-//! so that a reconcile costs no GET of its object. A key the store does not know is read.
+//! What reconcile reads of every ImmortalContainer (identity, version, spec, status), kept by
+//! the watcher and by our own status writes' answers, so that a reconcile costs no GET; a key
+//! the store does not know is read.
 //!
 //! Safe because every write that must not act on stale state carries a precondition, and a
-//! watch event never steps the store back to an older copy than one it holds
-//! ([`IcState::replaces`]); what the API server answers (a read, a list, a status write) is
-//! taken as it is ([`saw`]). Most objects are held in 120 bytes ([`Compact`]), exactly
-//! (docs/design.md, "Design").
+//! watch event never steps the store back ([`IcState::replaces`]); what the API server answers
+//! is taken as it is ([`saw`]). Why most objects are held [`Compact`]: docs/design.md, "Design".
 
 use crate::immortal::lifecycle::{Message, PHASES, READY};
 use crate::immortal::types::{
@@ -29,7 +27,7 @@ pub enum IcState {
     Full(Box<ImmortalContainer>),
 }
 
-/// An object as the operator leaves it (its pod running, starting or not ready), in 120 bytes.
+/// An object as the operator leaves it (its pod running, starting or not ready).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compact {
     uid: [u8; 16],
@@ -47,8 +45,7 @@ pub struct Compact {
     ready: Option<CompactReady>,
 }
 
-/// An object's spec, one copy for every object that has the same (most objects come from a few
-/// manifests): behind a thin pointer, image and template cost an object 8 bytes.
+/// An object's spec, one copy for every object that has the same (most come from a few manifests).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct SharedSpec {
     image: Arc<str>,
@@ -73,13 +70,11 @@ struct CompactReady {
     status: bool,
     /// Index into [`REASONS`].
     reason: u8,
-    /// A text other than the two derived is shared with every object that shows the same words
-    /// (a kubelet's, the same for every pod not ready for one reason).
+    /// Another text than the two derived is shared by every object that shows the same words.
     message: Message,
     observed_generation: i64,
-    /// Seconds since the epoch, as the RFC 3339 the API server holds (`...Z`, no fraction):
-    /// 4 bytes, which keep an object in 120 (a 144-byte block with its `Arc`, not 160) until
-    /// 2106; a time they cannot hold keeps the object whole ([`IcState::Full`]).
+    /// Seconds since the epoch, as the RFC 3339 the API server holds (`...Z`, no fraction); a
+    /// time this cannot hold keeps the object whole ([`IcState::Full`]).
     last_transition: u32,
 }
 
@@ -158,11 +153,9 @@ impl IcState {
     }
 
     /// Whether this copy, a watch event's that came after `held`, should replace it: unless
-    /// `held` is this very version or a later one, of this object or of another of the name.
-    /// ResourceVersions are revisions of one etcd, shared by every object of a resource, so
-    /// they compare across uids: a late event of an object deleted since never replaces the one
-    /// made after it. Where either is opaque, the copy that came last wins. (An etcd restored
-    /// from a snapshot goes back in revisions; the list after it replaces the store's copies.)
+    /// `held` is this very version or a later one. kube-apiserver's resourceVersions are etcd
+    /// revisions, so they compare across uids (a late event of an object deleted since never
+    /// replaces the one made after it); where either is opaque, the copy that came last wins.
     pub fn replaces(&self, held: &IcState) -> bool {
         match (self.version(), held.version()) {
             (Some(v), Some(h)) => v > h,
@@ -288,11 +281,8 @@ pub fn gone(store: &IcStore, key: &str) {
 }
 
 /// Keeps a copy the API server answered (to a status write or a read) in place of the one held,
-/// whatever their versions: the answer is what the server holds now. Only watch events, which
-/// may come late, are compared ([`IcState::replaces`]); an answer overtaken by a watch event in
-/// flight is one version behind, and that event queued the key again, so the next status write
-/// costs a 409 and a read at worst. Once etcd is restored from a snapshot, every version is
-/// lower than those before, and only this lets the operator write again.
+/// whatever their versions: it is what the server holds now, even after an etcd restore took
+/// every version back. An answer a watch event overtook costs a 409 and a read at worst.
 pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {
     let state = Arc::new(IcState::of(answered));
     store.update(key, |held| *held = state);

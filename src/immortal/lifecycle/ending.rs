@@ -7,19 +7,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How a pod of ours ended, why, and how long its container had run by then. The deletion was
-/// asked for at `deletionTimestamp - deletionGracePeriodSeconds`, a difference the API server's
-/// `BeforeDelete` keeps.
+/// How a pod of ours ended, why, and how long its container had run by then.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Ending {
     pub how: How,
     /// How long the container had run by then; `None` when it never started (or no clock says).
     pub ran: Option<Duration>,
-    /// Who ended it, in Kubernetes' word, when the pod says: the reason of its DisruptionTarget
-    /// condition (`EvictionByEvictionAPI`, `DeletionByTaintManager`, `DeletionByPodGC`,
-    /// `TerminationByKubelet`, `PreemptionByScheduler`), or, for a pod that ended on its own,
-    /// the kubelet's (`DeadlineExceeded`, `Evicted`). A person's `kubectl delete` leaves none.
-    /// Shared: a drain ends many pods for one reason.
+    /// Who ended it, in Kubernetes' word: its DisruptionTarget condition's reason
+    /// (`EvictionByEvictionAPI`, `DeletionByTaintManager`, ...), or the kubelet's for a pod that
+    /// ended on its own (`Evicted`); a `kubectl delete` leaves none. Shared: a drain ends many.
     pub reason: Option<Arc<str>>,
 }
 
@@ -45,6 +41,7 @@ impl Ending {
                 .or_else(|| at(c.last_state.terminated.as_ref()?.started_at.as_ref()))
         });
         let finished = at(c.and_then(|c| c.state.terminated.as_ref()?.finished_at.as_ref()));
+        // Asked for at deletionTimestamp - deletionGracePeriodSeconds (the API's `BeforeDelete`).
         let m = &pod.metadata;
         let asked = at(m.deletion_timestamp.as_ref()).map(|t| {
             let grace =

@@ -26,8 +26,7 @@ pub struct LeftPod {
     pub held: bool,
 }
 
-/// A pod as one watch event showed it. It rides with its key in the queue until the
-/// reconcile, so it is kept small: no text that can be derived, uids in 16 bytes, texts shared.
+/// A pod as one watch event showed it, kept small: it rides with its key in the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenPod {
     /// It has its owner's pod's name: a pod of another name the object controls is not its pod.
@@ -45,16 +44,14 @@ pub struct SeenPod {
     /// before our own release of the pod, which it cannot show.
     pub rv: u64,
     pub view: PodView,
-    /// How it ended, once it is terminal or being deleted. Boxed: most events queued are of
-    /// pods that did not end.
+    /// How it ended, once it is terminal or being deleted (boxed: most pods queued did not end).
     pub ending: Option<Box<Ending>>,
     /// Since when it waits on its node, being deleted or pending.
     pub waiting: Option<Waiting>,
 }
 
 /// An object's pods follow one another under one name, and one watch brings their events in
-/// order, so a later pod event shows the latest state of that name: all reconcile needs of an
-/// earlier one (a pod gone, then its replacement's ADDED: the replacement).
+/// order, so the later event shows all reconcile needs (a pod gone, then its replacement).
 impl Hint for PodHint {
     fn and(&self, later: &PodHint) -> Option<PodHint> {
         Some(later.clone())

@@ -54,9 +54,8 @@ impl EventHandler for IcEventHandler {
 
     /// A new object or a spec change needs a pod (urgent); a deletion needs a look (routine: a
     /// pod held by our finalizer must be released). A change of status alone is our own write
-    /// coming back (maybe before its answer, so the version cannot tell): nothing to do. A
-    /// spec change is told by the spec as well as the generation: etcd restored from a
-    /// snapshot hands out generations the held copy may have had already.
+    /// coming back (maybe before its answer): nothing to do. The spec is compared as well as
+    /// the generation: etcd restored from a snapshot hands out generations held copies had.
     fn on_event(
         &self,
         event: &'static str,
@@ -70,8 +69,7 @@ impl EventHandler for IcEventHandler {
             memo.take_if(|held| {
                 held.uid() == o.metadata.uid || gone.zip(held.version()).is_some_and(|(g, h)| g > h)
             });
-            // Its pod goes with it, unless our finalizer holds it, which the reconcile of a key
-            // whose object is gone takes off. Nothing waits on it.
+            // Its pod goes with it, unless our finalizer holds it, which reconcile takes off.
             return Reaction::Queue(None, Priority::Routine);
         }
         let new = IcState::of(o);
@@ -96,11 +94,10 @@ impl EventHandler for IcEventHandler {
     }
 }
 
-/// Once both first lists of `namespace` (`None`: every namespace) are in: every object of it
-/// whose pod the pod list does not hold (deleted while the operator was away, never made, or a
-/// pod not ours on its name) is queued urgent, ahead of every refresh, as a pod that ended or
-/// still holds our finalizer already is (see `PodEventHandler::relist_priority`). Either list alone
-/// cannot tell: a pod may only be missing from a list not read yet. Answers how many.
+/// Once both first lists of `namespace` (`None`: every namespace) are in, queues urgent every
+/// object whose pod the pod list does not hold (deleted while the operator was away, never
+/// made): either list alone cannot tell, a pod may be missing only from a list not read yet.
+/// Answers how many.
 pub fn queue_objects_without_a_pod(
     ics: &IcStore,
     pods: &Store<PodMemo>,

@@ -62,8 +62,7 @@ const PULL_FAILURES: [&str; 6] = [
 /// for nothing a user acts on.
 const STARTING: [&str; 3] = ["", "ContainerCreating", "PodInitializing"];
 
-/// Why a pod is ready or not, as the Ready condition's reason says it: a byte in a view, which
-/// rides with every queued key (a `&str` took 16).
+/// Why a pod is ready or not, as the Ready condition's reason says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
     Running,
@@ -110,9 +109,8 @@ pub struct PodView {
 pub enum Message {
     Runs(Arc<str>),
     Pending,
-    /// Any other text, with the pod's name cut out where it is at (`NAMELESS`: it did not name
-    /// the pod) and shared: the pods made not ready for one reason (10,000 of them in the
-    /// bench's recovery under load) then share one copy, where each had its own.
+    /// Any other text, with the pod's name cut out at the offset (`NAMELESS`: it named none),
+    /// shared by every pod not ready for one reason.
     Text(Arc<str>, u32),
 }
 

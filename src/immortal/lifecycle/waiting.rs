@@ -1,10 +1,6 @@
-//! A pod of ours waiting on its node longer than it should: being deleted past its grace
-//! period, or pending with nothing to show for it. How long, said in coarse steps, and where
-//! to look.
-//!
-//! The message changes only at these steps, and reconcile asks to look again at the next one:
-//! status is written once per step, never once a second, since it is written whenever what a
-//! user sees changes (README, "What the status says").
+//! A pod of ours waiting on its node longer than it should (being deleted past its grace
+//! period, or pending with nothing to show for it): how long, in coarse steps, and where to
+//! look. Status is written whenever what a user sees changes, so once a step, not a second.
 
 use super::view::container;
 use super::{Message, Phase, PodView};
@@ -13,8 +9,7 @@ use crate::util;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Past the end of its grace period, when a pod being deleted is said to wait (seconds): the
-/// kubelet kills it then and confirms within a few seconds, so by the first step its node has
-/// not.
+/// kubelet kills it then and confirms within seconds, so by the first step its node has not.
 const STOPPING: [u32; 4] = [10, 60, 600, 3600];
 
 /// Since its creation, when a pod pending with nothing unusual to say is (seconds): a minute
@@ -26,8 +21,7 @@ const STARTING: [u32; 3] = [60, 600, 3600];
 const CREATING: Duration = Duration::from_secs(600);
 
 /// When our pod began to wait on its node, to the second of the API server's clock: the end of
-/// its grace period (`deletionTimestamp`) once it is being deleted, its creation while it is
-/// pending. 8 bytes: it rides with every queued pod event.
+/// its grace period (`deletionTimestamp`) once it is being deleted, else its creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Waiting {
     stopping: bool,
