@@ -1,6 +1,6 @@
 //! How a pod of ours ended, read from the pod's own clocks, for the restart back-off.
 
-use super::view::{condition, container};
+use super::view::{condition, container, grace_period};
 use crate::kube::types::Pod;
 use crate::util;
 use std::fmt;
@@ -42,12 +42,8 @@ impl Ending {
         });
         let finished = at(c.and_then(|c| c.state.terminated.as_ref()?.finished_at.as_ref()));
         // Asked for at deletionTimestamp - deletionGracePeriodSeconds (the API's `BeforeDelete`).
-        let m = &pod.metadata;
-        let asked = at(m.deletion_timestamp.as_ref()).map(|t| {
-            let grace =
-                Duration::from_secs(m.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
-            t.checked_sub(grace).unwrap_or(t)
-        });
+        let asked = at(pod.metadata.deletion_timestamp.as_ref())
+            .map(|t| t.checked_sub(grace_period(pod)).unwrap_or(t));
         let (how, end) = match (asked, terminal) {
             // Terminal before the deletion was asked for: it ended, then was cleared away.
             (Some(asked), true) if finished.is_some_and(|f| f < asked) => (How::Ended, finished),

@@ -6,6 +6,7 @@ use crate::util;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The condition type saying whether the pod runs, always there.
 pub const READY: &str = "Ready";
@@ -325,6 +326,12 @@ pub(super) fn container(st: &PodStatus) -> Option<&types::ContainerStatus> {
     st.container_statuses
         .iter()
         .find(|c| c.name == ic::CONTAINER_NAME)
+}
+
+/// The grace period of `pod`'s deletion.
+pub(super) fn grace_period(pod: &Pod) -> Duration {
+    let secs = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+    Duration::from_secs(secs.max(0) as u64)
 }
 
 /// How `c` last exited, as a crash-loop message ends: `; it last exited with code 1 (Error)`.

@@ -2,7 +2,7 @@
 //! period, or pending with nothing to show for it): how long, in coarse steps, and where to
 //! look. Status is written whenever what a user sees changes, so once a step, not a second.
 
-use super::view::container;
+use super::view::{container, grace_period};
 use super::{Message, Phase, PodView};
 use crate::kube::types::Pod;
 use crate::util;
@@ -110,12 +110,7 @@ impl Waiting {
                 ),
             };
         }
-        let grace = pod
-            .metadata
-            .deletion_grace_period_seconds
-            .unwrap_or(0)
-            .max(0);
-        let grace = util::human_duration(Duration::from_secs(grace as u64));
+        let grace = util::human_duration(grace_period(pod));
         // Its kubelet writes a terminal phase once its containers stopped (1.27 and later); a
         // pod with no node had none to stop. Either way only finalizers keep it.
         let stopped = node.is_empty() || matches!(pod.phase(), "Succeeded" | "Failed");
