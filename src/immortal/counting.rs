@@ -23,15 +23,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Longest a pod being deleted is held for its count while status cannot be written. A person
-/// who runs `kubectl delete pod` waits about this long before wondering; with the watch and
-/// the retry around it, the pod is gone well within two minutes.
+/// Longest a pod being deleted is held for its count while status cannot be written: about as
+/// long as a person who runs `kubectl delete pod` waits before wondering.
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 
 /// Longest a pod holding our finalizer waits between two tries at counting it while status
-/// cannot be written, whatever the key's back-off: so it is counted, and released, within this
-/// of status writes coming back (an edited ClusterRole fixed), not the up to 1000 s the
-/// back-off of a key that failed for long reaches. One status write per held pod per 30 s.
+/// cannot be written, whatever the key's back-off: so it is released soon after status writes
+/// come back (an edited ClusterRole fixed).
 pub const RECOUNT_AT_MOST: Duration = Duration::from_secs(30);
 
 /// Longest a pod this process made holds our finalizer when nothing goes wrong, whatever the
@@ -54,14 +52,12 @@ pub struct Counting {
     suspended: AtomicBool,
     /// Counting stopped and resumed in this process: statuses without L are adopted.
     resumed: AtomicBool,
-    /// Pods (uid) being deleted while they wait on a count that could not be written, and when
-    /// the operator first saw that.
+    /// Pods (uid) being deleted that wait on a count not written, since when.
     holding: Mutex<HashMap<String, Instant>>,
 }
 
 impl Counting {
-    /// The pod `uid`, being deleted, waits on a count that could not be written: since `now`,
-    /// unless it was noted before.
+    /// The pod `uid`, being deleted, waits on a count not written (since `now`, if not noted yet).
     pub fn note_held(&self, uid: &str, now: Instant) {
         let mut holding = lock(&self.holding);
         if holding.len() >= 1024 {
@@ -71,8 +67,7 @@ impl Counting {
         holding.entry(uid.to_string()).or_insert(now);
     }
 
-    /// How long the pod `uid` has waited on its count since it was first noted held (zero if
-    /// it never was).
+    /// How long the pod `uid` has waited on its count since it was noted held (zero: never).
     pub fn held_for(&self, uid: &str, now: Instant) -> Duration {
         let holding = lock(&self.holding);
         holding.get(uid).map_or(Duration::ZERO, |since| {

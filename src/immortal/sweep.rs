@@ -11,7 +11,7 @@ use crate::runtime::watcher::Backoff;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
-/// Pods per page: a page of metadata is about 1-3 KB a pod.
+/// Pods per page, as client-go's pager reads them.
 const PAGE: u32 = 500;
 /// Attempts per page before the sweep is given up (until the next start).
 const ATTEMPTS: u32 = 5;

@@ -65,21 +65,19 @@ struct TemplateData {
     value: Value,
     /// The value in canonical JSON: what "same template" means, and what the spec hash hashes.
     canonical: Arc<str>,
-    /// The spec hash (`desired::spec_hash`) with the first image it was asked for: every
-    /// reconcile of every object sharing the template asks, and nearly all have that image.
+    /// The spec hash (`desired::spec_hash`) with the first image it was asked for, which nearly
+    /// every object sharing the template has.
     hash: OnceLock<(String, String)>,
 }
 
 /// Templates by their canonical text and by every other text they were decoded from. Weak, so
-/// that a template goes with its last object; swept whenever the table has doubled (as
-/// `util::SharedSet` is), so it stays at most twice the entries in use.
+/// that a template goes with its last object; swept whenever the table has doubled.
 static SHARED: Mutex<(Table, usize)> = Mutex::new((BTreeMap::new(), 64));
 type Table = BTreeMap<Arc<str>, Weak<TemplateData>>;
 
 impl Template {
-    /// The shared copy of the template written as `raw`. Found by that text, it is parsed and
-    /// made canonical only the first time it is seen (that was 40 % of the operator's CPU with
-    /// a 1 KB template per object: every event carries its object's template).
+    /// The shared copy of the template written as `raw`, found by that text: parsed and made
+    /// canonical only the first time it is seen, since every event carries its object's template.
     fn from_raw(raw: &str) -> serde_json::Result<Template> {
         if let Some(held) = lock(&SHARED).0.get(raw).and_then(Weak::upgrade) {
             return Ok(Template(held));
@@ -118,8 +116,7 @@ impl Template {
         &self.0.value
     }
 
-    /// The spec hash of this template with `image`, made by `hash` (`desired::spec_hash`)
-    /// once for the first image asked for and kept.
+    /// The spec hash of this template with `image`, made by `hash`; kept for the first image.
     pub fn hash_with(&self, image: &str, hash: impl Fn() -> String) -> String {
         let (for_image, h) = self.0.hash.get_or_init(|| (image.to_string(), hash()));
         if for_image == image {
