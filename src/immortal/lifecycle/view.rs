@@ -194,12 +194,10 @@ impl PodView {
                     .filter(|c| c.status == "False" && c.reason == "Unschedulable");
                 // While acontainer waits for the init containers, theirs is the news.
                 let held = waiting(&st).filter(|w| !STARTING.contains(&w.reason.as_str()));
-                let init = || {
-                    st.init_container_statuses.iter().find_map(|c| {
-                        let w = c.state.waiting.as_ref()?;
-                        (!STARTING.contains(&w.reason.as_str())).then_some((c, w))
-                    })
-                };
+                let init = st.init_container_statuses.iter().find_map(|c| {
+                    let w = c.state.waiting.as_ref()?;
+                    (!STARTING.contains(&w.reason.as_str())).then_some((c, w))
+                });
                 match (unschedulable, held) {
                     (Some(c), _) => not_ready(
                         Reason::Unschedulable,
@@ -219,7 +217,7 @@ impl PodView {
                         };
                         not_ready(Reason::Pending, format!("pod {name} is pending: {msg}"))
                     }
-                    (None, None) => match init() {
+                    (None, None) => match init {
                         Some((c, w)) if w.reason == "CrashLoopBackOff" => not_ready(
                             Reason::CrashLooping,
                             format!(
@@ -263,19 +261,17 @@ impl PodView {
                     .iter()
                     .map(|c| ("sidecar", c))
                     .chain(st.container_statuses.iter().map(|c| ("container", c)))
-                    .find(|(_, c)| {
-                        c.state
-                            .waiting
-                            .as_ref()
-                            .is_some_and(|w| w.reason == "CrashLoopBackOff")
+                    .find_map(|(what, c)| {
+                        let w = c.state.waiting.as_ref()?;
+                        (w.reason == "CrashLoopBackOff").then_some((what, c, w))
                     });
-                if let Some((what, c)) = looping {
-                    let w = c.state.waiting.as_ref().map_or("", |w| w.message.as_str());
+                if let Some((what, c, w)) = looping {
                     return not_ready(
                         Reason::CrashLooping,
                         format!(
-                            "{what} {} of pod {name} keeps exiting: {w}{}",
+                            "{what} {} of pod {name} keeps exiting: {}{}",
                             c.name,
+                            w.message,
                             last_exit(c)
                         ),
                     );
