@@ -12,8 +12,7 @@
 //! than a pod held only when no object can count it any more, or when status writes are
 //! refused for [`HOLD_AT_MOST`] while the pod is being deleted (a `StartsNotCounted` Event).
 //!
-//! Why each step keeps it and is safe to repeat, what it costs, and what an older CRD that
-//! prunes L changes: docs/design.md, "Counting".
+//! Why each step keeps it, and what an older CRD that prunes L changes: docs/design.md, "Counting".
 
 use crate::immortal::types::COUNT_FINALIZER;
 use crate::util::lock;
@@ -33,8 +32,7 @@ pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 pub const RECOUNT_AT_MOST: Duration = Duration::from_secs(30);
 
 /// Longest a pod this process made holds our finalizer when nothing goes wrong, whatever the
-/// backlog: its count and release may wait behind other objects' pods, never longer. An
-/// operator stopped meanwhile leaves it held until it or its standby lists it again.
+/// backlog (an operator stopped meanwhile leaves it held until it or its standby relists).
 pub const RELEASE_WITHIN: Duration = Duration::from_secs(10);
 
 /// How often the CRD is read again while it prunes something we write.
@@ -95,9 +93,8 @@ impl Counting {
         !lock(&self.pruned).is_empty()
     }
 
-    /// What the installed CRD's schema lacks, read again (see [`Counting::missing_in_crd`]):
-    /// fields it keeps now are written again, newly missing ones are learned as at start, and
-    /// counting resumes once L is kept. Returns whether it resumed.
+    /// What the installed CRD's schema lacks, read again ([`Counting::missing_in_crd`]): fields
+    /// it keeps now are written again, and counting resumes once L is kept (returns whether).
     pub fn relearn(&self, missing: &[&'static str]) -> bool {
         lock(&self.pruned).retain(|&f| {
             let kept_now = !missing.contains(&f);
@@ -171,9 +168,8 @@ impl Counting {
             .collect()
     }
 
-    /// The fields a CRD's schema for our served version lacks, read from the CRD object
-    /// (`spec.versions[].schema.openAPIV3Schema.properties.status`). `None` when the schema
-    /// cannot tell (no such version, or status preserves unknown fields).
+    /// The fields the CRD's schema of `version` lacks; `None` when the schema cannot tell (no
+    /// such version, or status preserves unknown fields).
     pub fn missing_in_crd(crd: &Value, version: &str) -> Option<Vec<&'static str>> {
         let v = crd["spec"]["versions"]
             .as_array()?
@@ -200,8 +196,7 @@ pub fn is_held(finalizers: &[String]) -> bool {
 }
 
 /// The patch that releases a pod: our finalizer deleted from the list (others' untouched), and
-/// the pod's uid, so that it cannot land on another pod of the name (refused 422 on
-/// `metadata.uid`, see `client::Error::is_uid_changed`).
+/// the pod's uid, so that it is refused (422) on another pod of the name.
 pub fn release_patch(uid: &str) -> Value {
     json!({"metadata": {
         "uid": uid,
