@@ -126,13 +126,11 @@ impl Counting {
     /// Records that the API server prunes `fields` (the CRD is older than the operator); returns
     /// those not known before, each of which is said once (ERROR when it stops the counting).
     pub fn learn_pruned(&self, fields: &[&'static str], how: &str) -> Vec<&'static str> {
-        let mut pruned = lock(&self.pruned);
         let new: Vec<&'static str> = fields
             .iter()
             .copied()
-            .filter(|f| pruned.insert(f))
+            .filter(|f| lock(&self.pruned).insert(f))
             .collect();
-        drop(pruned);
         for f in &new {
             if *f == "lastCountedPodUID" {
                 self.suspended.store(true, Ordering::Relaxed);

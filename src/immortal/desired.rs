@@ -10,9 +10,8 @@ use crate::kube::types::{Container, ObjectMeta, OwnerReference, Pod, PodSpec};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// Pod spec fields a template may not set, because the operator's promise depends on them
-/// (docs/templates.md says why each): refused at admission by the CRD's rules, and dropped
-/// from a template stored before them.
+/// Pod spec fields a template may not set (docs/templates.md says why each): refused by the
+/// CRD's rules, and dropped from a template stored before them.
 pub const OPERATOR_FIELDS: [&str; 3] = ["restartPolicy", "nodeName", "ephemeralContainers"];
 
 /// The pod we want for `ic`, carrying [`COUNT_FINALIZER`] while starts are counted.
@@ -123,9 +122,8 @@ pub fn spec_hash(ic: &ImmortalContainer) -> Option<String> {
 }
 
 /// Why the pod made from `created_for` (its image annotation) and `hash` (its spec-hash
-/// annotation) is not the pod `ic` wants, or `None` when it is. Only what we recorded is
-/// compared: replacing a pod the API server defaulted or admission mutated would bring back
-/// another mutated one, forever.
+/// annotation) is not the pod `ic` wants, if it is not. Only what we recorded is compared: a
+/// pod the API server defaulted or admission mutated would come back mutated, forever.
 pub fn spec_change(
     created_for: &str,
     hash: Option<&str>,
@@ -177,8 +175,7 @@ fn missing(sent: &Value, stored: &Value, at: &str, out: &mut Vec<String>) {
         }
         (Value::Array(sent), Value::Array(kept)) => {
             for (i, v) in sent.iter().enumerate().filter(|(_, v)| !is_zero(v)) {
-                // A named item (a container, a volume, an env var) by its name: admission
-                // may have added others before it.
+                // A named item by its name: admission may have added others before it.
                 let k = match v["name"].as_str() {
                     Some(name) => kept.iter().find(|k| k["name"] == name),
                     None => kept.get(i),

@@ -123,8 +123,8 @@ impl IcState {
         }
     }
 
-    /// Whether its status names no pod yet, or its spec is one no status has observed: a
-    /// pod to make or replace, as a new object's or a spec change's event says.
+    /// Whether its status names no pod yet, or no status has observed its spec: a pod to make
+    /// or replace.
     pub fn needs_a_pod(&self) -> bool {
         match self {
             IcState::Full(f) => {
@@ -274,8 +274,8 @@ fn index(table: &[&str], s: &str) -> Option<u8> {
     table.iter().position(|t| *t == s).map(|i| i as u8)
 }
 
-/// The API server answered that no object has this name now (404): the stale copy goes, so
-/// the next reconcile reads (else a new leader whose watch lags makes pods for a gone object).
+/// The API server answered 404 for `key`: the stale copy goes, so the next reconcile reads (a
+/// new leader whose watch lags would make pods for a gone object).
 pub fn gone(store: &IcStore, key: &str) {
     store.write().remove(key);
 }

@@ -58,9 +58,8 @@ pub fn run<H: Hint>(
     }
 }
 
-/// Sweeps the pods of `namespace` (all when `None`), queueing the object of every pod that
-/// holds our finalizer unseen, a page of [`PAGE`] at a time (metadata only). Stops early on
-/// `quit`; a page that keeps failing ends the sweep with its error.
+/// Sweeps the pods of `namespace` (all when `None`) a page at a time, queueing the object of
+/// every pod that holds our finalizer unseen; a page that keeps failing ends it with its error.
 pub fn sweep<H: Hint>(
     client: &Client,
     namespace: Option<&str>,
@@ -79,8 +78,7 @@ pub fn sweep<H: Hint>(
             };
             match client.list_metadata(Resource::PODS, namespace, &params) {
                 Ok(p) => break p,
-                // The continue token expired (410): the pods listed so far stay swept; start
-                // over from the first page.
+                // The continue token expired (410): start over; the pods seen stay swept.
                 Err(e) if e.is_gone() && token.is_some() => token = None,
                 Err(e) if backoff.failures() + 1 < ATTEMPTS => {
                     log::debug!(target: "sweep", error = e.to_string().as_str(); "listing pod metadata failed, retrying");

@@ -83,8 +83,7 @@ impl Template {
             return Ok(Template(held));
         }
         let value: Value = serde_json::from_str(raw)?;
-        // serde_json's maps keep their keys sorted (no `preserve_order` in this workspace), so
-        // its compact text is canonical.
+        // serde_json's maps keep their keys sorted (no `preserve_order`): its text is canonical.
         let canonical: Arc<str> = value.to_string().into();
         let mut guard = lock(&SHARED);
         let (table, sweep_at) = &mut *guard;
@@ -104,8 +103,8 @@ impl Template {
                 data
             }
         };
-        // The API server writes a custom resource's maps with their keys sorted, so the text
-        // is most often the canonical one, a key already.
+        // The API server writes a custom resource's maps with their keys sorted: most often
+        // the text is the canonical one, a key already.
         if *canonical != *raw {
             table.insert(raw.into(), Arc::downgrade(&data));
         }
@@ -179,8 +178,8 @@ pub struct ImmortalContainerStatus {
     /// `None` until the operator first writes status, so it can write an explicit 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_times: Option<i64>,
-    /// UID of the last pod counted in `start_times`. A pod we control whose uid differs has not
-    /// been counted yet: that is how a count lost to a crash or a 409 is repaired.
+    /// UID of the last pod counted in `start_times`: a pod we control whose uid differs has not
+    /// been counted yet, which repairs a count lost to a crash or a 409.
     #[serde(rename = "lastCountedPodUID", skip_serializing_if = "Option::is_none")]
     pub last_counted_pod_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -23,14 +23,13 @@ pub struct Ending {
 pub enum How {
     /// Deleted through the API, or evicted.
     Deleted,
-    /// Ended on its own: phase Succeeded or Failed with nobody asking (our pods restart their
-    /// container, so that is the cluster: `activeDeadlineSeconds`, node pressure, a shutdown).
+    /// Ended on its own, phase Succeeded or Failed with nobody asking: the cluster's doing, as
+    /// our pods restart their container (`activeDeadlineSeconds`, node pressure, a shutdown).
     Ended,
 }
 
 impl Ending {
-    /// How `pod` ended, or `None` when it shows no ending (it still runs; a watch saw it only
-    /// leave our label selector).
+    /// How `pod` ended, or `None` when it still runs (it only left our label selector).
     pub fn of(pod: &Pod) -> Option<Ending> {
         let terminal = matches!(pod.phase(), "Succeeded" | "Failed");
         let c = pod.status.as_ref().and_then(container);

@@ -8,9 +8,8 @@ use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodHint {
-    /// The pod left our watch: deleted, or our label removed from it (a label-selected watch
-    /// says DELETED either way). Its name is probably free, so reconcile tries the create first
-    /// and looks only if the name is taken.
+    /// The pod left our label-selected watch (DELETED), deleted or unlabelled: its name is
+    /// probably free, so reconcile tries the create first and looks only if the name is taken.
     Left(Box<LeftPod>),
     /// The pod as the event showed it (`reconcile` says when it trusts it without a read).
     Seen(Box<SeenPod>),

@@ -29,9 +29,8 @@ impl EventHandler for IcEventHandler {
         Arc::new(IcState::of(o))
     }
 
-    /// What the list shows, unless what is held came after the list was served: our own status
-    /// write's answer, later than the list's version, which the list must not undo. Once etcd's
-    /// history went back (`rewound`), every copy held is from before, and the list wins.
+    /// What the list shows, unless what is held is later (our own status write's answer, not to
+    /// be undone) and etcd's history did not go back (`rewound`).
     fn relisted(&self, old: Arc<IcState>, new: Arc<IcState>, listed: &Listed) -> Arc<IcState> {
         let later = old
             .version()
@@ -43,8 +42,8 @@ impl EventHandler for IcEventHandler {
         }
     }
 
-    /// Listed, an object that needs a pod (new, or its spec changed while we were away) is
-    /// urgent too: an operator restarted goes to it before it refreshes every other object.
+    /// Listed, an object that needs a pod (new, or its spec changed while we were away) goes
+    /// before every refresh.
     fn relist_priority(&self, memo: &Arc<IcState>) -> Priority {
         match memo.needs_a_pod() {
             true => Priority::Urgent,
@@ -63,8 +62,7 @@ impl EventHandler for IcEventHandler {
         memo: &mut Option<Arc<IcState>>,
     ) -> Reaction<PodHint> {
         if event == "DELETED" {
-            // A later object of the name, read before this event came, stays; an earlier one
-            // (by version: `IcState::replaces`) went before this one was made.
+            // A later object of the name, read before this event came, stays (`IcState::replaces`).
             let gone = IcState::of(o).version();
             memo.take_if(|held| {
                 held.uid() == o.metadata.uid || gone.zip(held.version()).is_some_and(|(g, h)| g > h)

@@ -57,8 +57,8 @@ impl EventHandler for PodEventHandler {
         PodMemo::of(o, &PodView::of(o))
     }
 
-    /// Listed, a pod that ended or that our finalizer still holds (made just before the
-    /// operator stopped) goes before every refresh: a replacement to make, a pod to release.
+    /// Listed, a pod that ended or that our finalizer still holds goes before every refresh: a
+    /// replacement to make, a pod to release.
     fn relist_priority(&self, memo: &PodMemo) -> Priority {
         match memo.urgent {
             true => Priority::Urgent,
@@ -103,9 +103,8 @@ impl EventHandler for PodEventHandler {
             }
             _ => {}
         }
-        // A pod that ended must be replaced, one just made must be counted (so its object's
-        // status names it), and one held for nobody, or held while someone deletes it, must
-        // be released: urgent. Any other change only changes what status says: routine.
+        // Urgent: a pod that ended is replaced, one just made counted, one held for nobody or
+        // while someone deletes it released. Any other change only changes what status says.
         let deleting_held = held && m.deletion_timestamp.is_some();
         let made = event == "ADDED" && held;
         let priority = if view.phase.is_terminal() || orphaned || deleting_held || made {

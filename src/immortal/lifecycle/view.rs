@@ -10,8 +10,8 @@ use std::time::Duration;
 
 /// The condition type saying whether the pod runs, always there.
 pub const READY: &str = "Ready";
-/// The condition type saying what the API server did not keep of the template in the pod the
-/// operator made (fields newer than the cluster), there only while the pod lacks some.
+/// The condition type naming the template's fields the API server did not keep in our pod,
+/// there only while it lacks some.
 pub const FIELDS_DROPPED: &str = "FieldsDropped";
 
 /// A pod's phase as the object's status reports it (`status.podPhase`, the PHASE column): the
@@ -93,8 +93,8 @@ impl Reason {
     }
 }
 
-/// What the object's status says about its pod, built from the pod alone, the same way for a
-/// watch event and for a pod reconcile read, so that the watcher can tell when it changes.
+/// What the object's status says about its pod, from the pod alone, so that the watcher can
+/// tell when it changes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodView {
     pub phase: Phase,
@@ -254,8 +254,7 @@ impl PodView {
                         format!("container of pod {name} keeps exiting: {}{last}", w.message),
                     );
                 }
-                // Then a sidecar (a restarting init container of a running pod) or another
-                // container: the pod is not ready for it either.
+                // Then a sidecar (a restarting init container) or another container.
                 let looping = st
                     .init_container_statuses
                     .iter()

@@ -78,8 +78,7 @@ impl Waiting {
         Some(at.duration_since(now).unwrap_or_default())
     }
 
-    /// The Ready message of `pod`, whose status says `said`, once it has waited `over`: how
-    /// long, what its node has not done, and where to look.
+    /// The Ready message of `pod`, whose status says `said`, once it has waited `over`.
     pub fn says(&self, pod: &Pod, said: &str, over: Duration) -> String {
         let name = &pod.metadata.name;
         let node = pod.spec.node_name.as_str();
