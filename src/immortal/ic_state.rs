@@ -6,7 +6,7 @@
 //! watch event never steps the store back ([`IcState::replaces`]); what the API server answers
 //! is taken as it is ([`saw`]). Why most objects are held [`Compact`]: docs/design.md, "Design".
 
-use crate::immortal::lifecycle::{Message, PHASES, READY};
+use crate::immortal::lifecycle::{Message, Reason, PHASES, READY};
 use crate::immortal::types::{
     pod_name, ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, Template,
 };
@@ -68,8 +68,8 @@ impl SharedSpec {
 #[derive(Debug, Clone, PartialEq)]
 struct CompactReady {
     status: bool,
-    /// Index into [`REASONS`].
-    reason: u8,
+    /// One of [`REASONS`].
+    reason: Reason,
     /// Another text than the two derived is shared by every object that shows the same words.
     message: Message,
     observed_generation: i64,
@@ -82,7 +82,7 @@ struct CompactReady {
 const NONE: i64 = i64::MIN;
 
 /// The Ready reasons of a pod that runs or starts: the states an object stays in.
-const REASONS: [&str; 3] = ["PodRunning", "PodPending", "PodNotReady"];
+const REASONS: [Reason; 3] = [Reason::Running, Reason::Pending, Reason::NotReady];
 
 impl IcState {
     /// What reconcile needs of `ic`: compact when that gives back the same object.
@@ -182,7 +182,7 @@ impl Compact {
             [] => None,
             [c] if c.type_ == READY => Some(CompactReady {
                 status: c.status == "True",
-                reason: index(&REASONS, &c.reason)?,
+                reason: REASONS.into_iter().find(|r| r.as_str() == c.reason)?,
                 message: [Message::Runs(spec.image.clone()), Message::Pending]
                     .into_iter()
                     .find(|derived| derived.text(&pod) == c.message)
@@ -230,7 +230,7 @@ impl Compact {
                 last_transition_time: util::rfc3339(
                     UNIX_EPOCH + Duration::from_secs(u64::from(r.last_transition)),
                 ),
-                reason: REASONS[usize::from(r.reason)].to_string(),
+                reason: r.reason.as_str().to_string(),
                 message: r.message.text(&pod),
             })),
         };
