@@ -1,18 +1,12 @@
-//! Counting every pod started exactly once: the invariant, and what the installed CRD lets us
-//! keep of it.
+//! Counting every pod started exactly once, and what the installed CRD lets us keep of it.
 //!
-//! `status.startTimes` (S) is the number of pods the API server accepted for the object (POSTs
-//! answered 201, whether or not the answer reached us). `status.lastCountedPodUID` (L) names
-//! the pod counted last; S and L are always written together, in one status patch carrying the
-//! resourceVersion they were computed from. Every pod is created with the finalizer
-//! [`COUNT_FINALIZER`] (F): the API server does not remove a pod that still carries it.
-//!
-//! **Invariant.** Every pod the API server accepted for the object is counted in S, or still
-//! exists and carries F: F comes off only once S counts the pod. A start is given up rather
-//! than a pod held only when no object can count it any more, or when status writes are
-//! refused for [`HOLD_AT_MOST`] while the pod is being deleted (a `StartsNotCounted` Event).
-//!
-//! Why each step keeps it, and what an older CRD that prunes L changes: docs/design.md, "Counting".
+//! **Invariant.** Every pod the API server accepted for the object is counted in
+//! `status.startTimes` (S), or still exists and carries the finalizer [`COUNT_FINALIZER`] (F),
+//! which comes off only once S counts the pod. `status.lastCountedPodUID` (L) names the pod
+//! counted last; S and L are written together, in one patch carrying the resourceVersion they
+//! were computed from. A start is given up only when no object can count it any more, or when
+//! status writes are refused for [`HOLD_AT_MOST`] while the pod is being deleted (a
+//! `StartsNotCounted` Event). Why each step keeps it: docs/design.md, "Counting".
 
 use crate::immortal::types::COUNT_FINALIZER;
 use crate::util::lock;
@@ -118,7 +112,6 @@ impl Counting {
         resume
     }
 
-    /// Whether the API server prunes the status field `field`.
     pub fn prunes(&self, field: &str) -> bool {
         lock(&self.pruned).contains(field)
     }

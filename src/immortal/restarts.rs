@@ -78,9 +78,7 @@ pub struct Restarts {
 /// A replacement that has to wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wait {
-    /// How long until it may go ahead.
     pub remaining: Duration,
-    /// The back-off it waits out.
     pub backoff: Duration,
     /// Quick endings in a row, the one waited on included.
     pub streak: u32,

@@ -18,7 +18,6 @@ pub const KIND: &str = "ImmortalContainer";
 pub const PLURAL: &str = "immortalcontainers";
 /// The one container of every immortal pod.
 pub const CONTAINER_NAME: &str = "acontainer";
-/// Suffix appended to the object's name to name its pod.
 pub const POD_SUFFIX: &str = "-immortalpod";
 /// Label on every pod the operator creates: the pod watch selects on it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -191,7 +190,6 @@ pub struct ImmortalContainerStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// What an ownerReference says about us.
 pub trait ImmortalOwner {
     /// Whether this reference points at an ImmortalContainer (any version of our group).
     fn is_immortal_container(&self) -> bool;
@@ -203,7 +201,6 @@ impl ImmortalOwner for OwnerReference {
     }
 }
 
-/// What a pod says about our container.
 pub trait ImmortalPod {
     /// Image of our container, if the pod has it.
     fn container_image(&self) -> Option<&str>;
@@ -219,7 +216,6 @@ impl ImmortalPod for Pod {
     }
 }
 
-/// Name of the pod kept for the object called `name`.
 pub fn pod_name(name: &str) -> String {
     format!("{name}{POD_SUFFIX}")
 }
