@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 
 /// Longest a pod holding our finalizer waits between two tries at counting it while status
-/// cannot be written, whatever the key's back-off: so it is released soon after status writes
-/// come back (an edited ClusterRole fixed).
+/// cannot be written, whatever the key's back-off: it is released soon after writes come back.
 pub const RECOUNT_AT_MOST: Duration = Duration::from_secs(30);
 
 /// Longest a pod this process made holds our finalizer when nothing goes wrong, whatever the
@@ -77,7 +76,6 @@ impl Counting {
         !self.suspended.load(Ordering::Relaxed)
     }
 
-    /// Whether counting stopped and resumed since the operator started.
     pub fn resumed(&self) -> bool {
         self.resumed.load(Ordering::Relaxed)
     }
@@ -149,8 +147,7 @@ impl Counting {
         new
     }
 
-    /// The fields of `sent` (a status we wrote) that `answered` (the server's copy after the
-    /// write) does not have: pruned by the CRD's schema.
+    /// The fields of `sent` (a status we wrote) that the server's answer lacks: pruned.
     pub fn not_kept(sent: &Value, answered: &Value) -> Vec<&'static str> {
         NEWER_FIELDS
             .iter()

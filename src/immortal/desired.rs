@@ -149,11 +149,10 @@ pub fn recorded_hash(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The fields of `sent`'s spec the API server did not keep (`stored`: the spec it answered the
-/// create with), as paths such as `spec.containers[1].restartPolicyRules`: fields newer than
-/// the cluster, or behind a feature gate it has off (dropped in silence). Only presence is
-/// looked for, as the server adds defaults and admission rewrites values or adds containers;
-/// a zero value is not, as Go's `omitempty` leaves it out.
+/// The fields of `sent`'s spec the API server did not keep (`stored`: its answer to the create),
+/// as paths such as `spec.containers[1].restartPolicyRules`: newer than the cluster, or behind a
+/// feature gate it has off. Only presence is looked for (the server adds defaults, admission
+/// rewrites values); a zero value is not, as Go's `omitempty` leaves it out.
 pub fn dropped(sent: &Pod, stored: &Value) -> Vec<String> {
     let sent = serde_json::to_value(&sent.spec).unwrap_or_default();
     let mut out = Vec::new();

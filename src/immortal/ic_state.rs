@@ -1,10 +1,8 @@
-//! What reconcile reads of every ImmortalContainer (identity, version, spec, status), kept by
-//! the watcher and by our own status writes' answers, so that a reconcile costs no GET; a key
-//! the store does not know is read.
-//!
+//! What reconcile reads of every ImmortalContainer, kept by the watcher and by our own status
+//! writes' answers, so that a reconcile costs no GET; a key the store does not know is read.
 //! Safe because every write that must not act on stale state carries a precondition, and a
-//! watch event never steps the store back ([`IcState::replaces`]); what the API server answers
-//! is taken as it is ([`saw`]). Why most objects are held [`Compact`]: docs/design.md, "Design".
+//! watch event never steps the store back ([`IcState::replaces`]). Why most objects are held
+//! [`Compact`]: docs/design.md, "Design".
 
 use crate::immortal::lifecycle::{Message, Reason, PHASES, READY};
 use crate::immortal::types::{
@@ -152,10 +150,9 @@ impl IcState {
         matches!(self, IcState::Full(f) if f.metadata.deletion_timestamp.is_some())
     }
 
-    /// Whether this copy, a watch event's that came after `held`, should replace it: unless
-    /// `held` is this very version or a later one. kube-apiserver's resourceVersions are etcd
-    /// revisions, so they compare across uids (a late event of an object deleted since never
-    /// replaces the one made after it); where either is opaque, the copy that came last wins.
+    /// Whether this copy, a watch event's that came after `held`, is later and should replace
+    /// it. kube-apiserver's resourceVersions are etcd revisions, which compare across uids (an
+    /// object of the name made since); where either is opaque, the copy that came last wins.
     pub fn replaces(&self, held: &IcState) -> bool {
         match (self.version(), held.version()) {
             (Some(v), Some(h)) => v > h,
@@ -281,8 +278,7 @@ pub fn gone(store: &IcStore, key: &str) {
 }
 
 /// Keeps a copy the API server answered (to a status write or a read) in place of the one held,
-/// whatever their versions: it is what the server holds now, even after an etcd restore took
-/// every version back. An answer a watch event overtook costs a 409 and a read at worst.
+/// whatever their versions (an etcd restore takes them back): it is what the server holds now.
 pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {
     let state = Arc::new(IcState::of(answered));
     store.update(key, |held| *held = state);

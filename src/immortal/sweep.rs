@@ -25,8 +25,7 @@ pub struct Swept {
     pub found: usize,
 }
 
-/// The key of the object a pod holding our finalizer was made for, when our watch cannot see
-/// it (it lacks our label); `None` for every other pod.
+/// The key of the object a pod holding our finalizer but not our label was made for.
 fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
     if !counting::is_held(&meta.finalizers) || meta.labels.contains_key(MANAGED_BY_LABEL) {
         return None;

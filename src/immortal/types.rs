@@ -26,8 +26,7 @@ pub const MANAGED_BY_VALUE: &str = "immortal-operator";
 pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
 /// The image the pod was created for, so that the pod watch can tell a changed image.
 pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
-/// A hash of the spec (image and template) the pod was made from, as Deployments'
-/// `pod-template-hash`; only pods of objects with a template have it (see `desired`).
+/// A hash of the spec the pod was made from, as Deployments' `pod-template-hash` (templates only).
 pub const SPEC_HASH_ANNOTATION: &str = "immortalcontainer.flugel.it/spec-hash";
 /// Every pod keeps it until its start is counted, so none vanishes uncounted (see `counting`).
 pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
@@ -64,8 +63,7 @@ struct TemplateData {
     value: Value,
     /// The value in canonical JSON: what "same template" means, and what the spec hash hashes.
     canonical: Arc<str>,
-    /// The spec hash (`desired::spec_hash`) with the first image it was asked for, which nearly
-    /// every object sharing the template has.
+    /// The spec hash with the first image it was asked for, which nearly every sharer has.
     hash: OnceLock<(String, String)>,
 }
 
@@ -102,8 +100,7 @@ impl Template {
                 data
             }
         };
-        // The API server writes a custom resource's maps with their keys sorted: most often
-        // the text is the canonical one, a key already.
+        // The API server sorts a custom resource's map keys: the text is most often canonical.
         if *canonical != *raw {
             table.insert(raw.into(), Arc::downgrade(&data));
         }

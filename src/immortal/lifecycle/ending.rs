@@ -59,8 +59,7 @@ impl Ending {
             .filter(|c| c.status == "True")
             .map(|c| c.reason.as_str());
         let own = st.map(|st| st.reason.as_str());
-        // A pod that ended on its own says best why itself (a node-pressure eviction's
-        // DisruptionTarget only says the kubelet did it; its own reason says `Evicted`).
+        // A pod that ended on its own says best why (a node-pressure eviction's says `Evicted`).
         let reason = match how {
             How::Deleted => disruption.or(own),
             How::Ended => own.filter(|r| !r.is_empty()).or(disruption),

@@ -92,10 +92,9 @@ impl EventHandler for IcEventHandler {
     }
 }
 
-/// Once both first lists of `namespace` (`None`: every namespace) are in, queues urgent every
-/// object whose pod the pod list does not hold (deleted while the operator was away, never
-/// made): either list alone cannot tell, a pod may be missing only from a list not read yet.
-/// Answers how many.
+/// Once both first lists of `namespace` (`None`: all) are in, queues urgent every object whose
+/// pod the pod list lacks (either list alone cannot tell: a pod may be missing only from a list
+/// not read yet); answers how many.
 pub fn queue_objects_without_a_pod(
     ics: &IcStore,
     pods: &Store<PodMemo>,

@@ -97,7 +97,6 @@ impl EventHandler for PodEventHandler {
             Some(before) if before.digest == now.digest && !held => return Reaction::Ignore,
             // A new pod plainly pending and released (an older CRD): reconcile made it and wrote
             // this very view; one someone else made is found by a relist or its next change.
-            // One still held is counted by the reconcile it queues (design.md, "Pods first").
             None if event == "ADDED" && view == PodView::pending() && !held => {
                 return Reaction::Ignore
             }

@@ -14,9 +14,8 @@ pub const READY: &str = "Ready";
 /// there only while it lacks some.
 pub const FIELDS_DROPPED: &str = "FieldsDropped";
 
-/// A pod's phase as the object's status reports it (`status.podPhase`, the PHASE column): the
-/// pod's own, except `Terminating` once it has a `deletionTimestamp`, as `kubectl get pod` shows
-/// it, so that the terminal phase the kubelet writes while it finishes a deletion costs nothing.
+/// A pod's phase as `status.podPhase` (the PHASE column) reports it: `Terminating` once it is
+/// being deleted, as `kubectl get pod` shows, so the terminal phase that follows costs nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
     Pending,
