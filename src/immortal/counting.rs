@@ -150,8 +150,7 @@ impl Counting {
     /// The fields of `sent` (a status we wrote) that the server's answer lacks: pruned.
     pub fn not_kept(sent: &Value, answered: &Value) -> Vec<&'static str> {
         NEWER_FIELDS
-            .iter()
-            .copied()
+            .into_iter()
             .filter(|f| !sent[*f].is_null() && answered[*f].is_null())
             .collect()
     }
@@ -170,8 +169,7 @@ impl Counting {
         let props = status["properties"].as_object();
         Some(
             NEWER_FIELDS
-                .iter()
-                .copied()
+                .into_iter()
                 .filter(|f| props.is_none_or(|p| !p.contains_key(*f)))
                 .collect(),
         )

@@ -62,11 +62,7 @@ impl Waiting {
     /// The last step it has passed at `now`: how long it is said to have waited.
     pub fn overdue(&self, now: SystemTime) -> Option<Duration> {
         let waited = self.waited(now);
-        let step = self
-            .steps()
-            .iter()
-            .rev()
-            .find(|&&s| u64::from(s) <= waited)?;
+        let step = self.steps().iter().rfind(|&&s| u64::from(s) <= waited)?;
         Some(Duration::from_secs((*step).into()))
     }
 
