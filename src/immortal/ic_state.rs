@@ -121,8 +121,7 @@ impl IcState {
         }
     }
 
-    /// Whether its status names no pod yet, or no status has observed its spec: a pod to make
-    /// or replace.
+    /// Whether there is a pod to make or replace: status names none, or has not seen the spec.
     pub fn needs_a_pod(&self) -> bool {
         match self {
             IcState::Full(f) => {
@@ -170,8 +169,7 @@ impl IcState {
 }
 
 impl Compact {
-    /// The compact form of `ic`, when its fields fit one; what it does not test here (a
-    /// deletion, a status other than True, another pod's name) fails [`IcState::of`]'s check.
+    /// The compact form of `ic`, if it fits; what it does not test fails [`IcState::of`]'s check.
     fn of(ic: &ImmortalContainer) -> Option<Compact> {
         let (m, st) = (&ic.metadata, &ic.status);
         let (pod, spec) = (pod_name(&m.name), SharedSpec::of(&ic.spec));

@@ -101,8 +101,7 @@ impl Restarts {
         self.lock().get(key)?.ending.clone()
     }
 
-    /// The pod of `key` ended and a replacement is due at `now`: `None` when it may be created
-    /// now, else how long it must wait. A pod that ran for [`MIN_RUN`] clears the back-off.
+    /// The pod of `key` ended and a replacement is due at `now`: how long it must wait, if it must.
     pub fn wait(&self, key: &str, now: Instant) -> Option<Wait> {
         let mut entries = self.lock();
         let e = entries.get_mut(key)?;

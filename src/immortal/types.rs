@@ -1,5 +1,4 @@
-//! The ImmortalContainer resource: its API coordinates, its types, and the names and labels its
-//! pods carry. What the operator does with them lives next door ([`super::reconcile`]).
+//! The ImmortalContainer resource: its API coordinates, its types, its pods' names and labels.
 
 use crate::kube::client::Resource;
 use crate::kube::types::{Condition, ObjectMeta, OwnerReference, Pod};

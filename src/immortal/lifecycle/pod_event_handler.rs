@@ -57,8 +57,6 @@ impl EventHandler for PodEventHandler {
         PodMemo::of(o, &PodView::of(o))
     }
 
-    /// Listed, a pod that ended or that our finalizer still holds goes before every refresh: a
-    /// replacement to make, a pod to release.
     fn relist_priority(&self, memo: &PodMemo) -> Priority {
         match memo.urgent {
             true => Priority::Urgent,

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 /// The condition type saying whether the pod runs, always there.
 pub const READY: &str = "Ready";
-/// The condition type naming the template's fields the API server did not keep in our pod,
-/// there only while it lacks some.
+/// The condition type naming template fields the API server did not keep, while there are any.
 pub const FIELDS_DROPPED: &str = "FieldsDropped";
 
 /// A pod's phase as `status.podPhase` (the PHASE column) reports it: `Terminating` once it is
@@ -92,8 +91,7 @@ impl Reason {
     }
 }
 
-/// What the object's status says about its pod, from the pod alone, so that the watcher can
-/// tell when it changes.
+/// What the object's status says about its pod, from the pod alone, for the watcher to compare.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodView {
     pub phase: Phase,
