@@ -1,19 +1,12 @@
-//! Counting every pod started exactly once: the invariant, and what the installed CRD lets us
-//! keep of it.
+//! Counting every pod started exactly once, and what the installed CRD lets us keep of it.
 //!
-//! `status.startTimes` (S) is the number of pods the API server accepted for the object (POSTs
-//! answered 201, whether or not the answer reached us). `status.lastCountedPodUID` (L) names
-//! the pod counted last; S and L are always written together, in one status patch carrying the
-//! resourceVersion they were computed from. Every pod is created with the finalizer
-//! [`COUNT_FINALIZER`] (F): the API server does not remove a pod that still carries it.
-//!
-//! **Invariant.** Every pod the API server accepted for the object is counted in S, or still
-//! exists and carries F: F comes off only once S counts the pod. A start is given up rather
-//! than a pod held only when no object can count it any more, or when status writes are
-//! refused for [`HOLD_AT_MOST`] while the pod is being deleted (a `StartsNotCounted` Event).
-//!
-//! Why each step keeps it and is safe to repeat, what it costs, and what an older CRD that
-//! prunes L changes: docs/design.md, "Counting".
+//! **Invariant.** Every pod the API server accepted for the object is counted in
+//! `status.startTimes` (S), or still exists and carries the finalizer [`COUNT_FINALIZER`] (F),
+//! which comes off only once S counts the pod. `status.lastCountedPodUID` (L) names the pod
+//! counted last; S and L are written together, in one patch carrying the resourceVersion they
+//! were computed from. A start is given up only when no object can count it any more, or when
+//! status writes are refused for [`HOLD_AT_MOST`] while the pod is being deleted (a
+//! `StartsNotCounted` Event). Why each step keeps it: docs/design.md, "Counting".
 
 use crate::immortal::types::COUNT_FINALIZER;
 use crate::util::lock;
@@ -23,20 +16,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Longest a pod being deleted is held for its count while status cannot be written. A person
-/// who runs `kubectl delete pod` waits about this long before wondering; with the watch and
-/// the retry around it, the pod is gone well within two minutes.
+/// Longest a pod being deleted is held for its count while status cannot be written: about as
+/// long as a person who runs `kubectl delete pod` waits before wondering.
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(60);
 
 /// Longest a pod holding our finalizer waits between two tries at counting it while status
-/// cannot be written, whatever the key's back-off: so it is counted, and released, within this
-/// of status writes coming back (an edited ClusterRole fixed), not the up to 1000 s the
-/// back-off of a key that failed for long reaches. One status write per held pod per 30 s.
+/// cannot be written, whatever the key's back-off: it is released soon after writes come back.
 pub const RECOUNT_AT_MOST: Duration = Duration::from_secs(30);
 
 /// Longest a pod this process made holds our finalizer when nothing goes wrong, whatever the
-/// backlog: its count and release may wait behind other objects' pods, never longer. An
-/// operator stopped meanwhile leaves it held until it or its standby lists it again.
+/// backlog (an operator stopped meanwhile leaves it held until it or its standby relists).
 pub const RELEASE_WITHIN: Duration = Duration::from_secs(10);
 
 /// How often the CRD is read again while it prunes something we write.
@@ -54,14 +43,12 @@ pub struct Counting {
     suspended: AtomicBool,
     /// Counting stopped and resumed in this process: statuses without L are adopted.
     resumed: AtomicBool,
-    /// Pods (uid) being deleted while they wait on a count that could not be written, and when
-    /// the operator first saw that.
+    /// Pods (uid) being deleted that wait on a count not written, since when.
     holding: Mutex<HashMap<String, Instant>>,
 }
 
 impl Counting {
-    /// The pod `uid`, being deleted, waits on a count that could not be written: since `now`,
-    /// unless it was noted before.
+    /// The pod `uid`, being deleted, waits on a count not written (since `now`, if not noted yet).
     pub fn note_held(&self, uid: &str, now: Instant) {
         let mut holding = lock(&self.holding);
         if holding.len() >= 1024 {
@@ -71,8 +58,7 @@ impl Counting {
         holding.entry(uid.to_string()).or_insert(now);
     }
 
-    /// How long the pod `uid` has waited on its count since it was first noted held (zero if
-    /// it never was).
+    /// How long the pod `uid` has waited on its count since it was noted held (zero: never).
     pub fn held_for(&self, uid: &str, now: Instant) -> Duration {
         let holding = lock(&self.holding);
         holding.get(uid).map_or(Duration::ZERO, |since| {
@@ -90,7 +76,6 @@ impl Counting {
         !self.suspended.load(Ordering::Relaxed)
     }
 
-    /// Whether counting stopped and resumed since the operator started.
     pub fn resumed(&self) -> bool {
         self.resumed.load(Ordering::Relaxed)
     }
@@ -100,9 +85,8 @@ impl Counting {
         !lock(&self.pruned).is_empty()
     }
 
-    /// What the installed CRD's schema lacks, read again (see [`Counting::missing_in_crd`]):
-    /// fields it keeps now are written again, newly missing ones are learned as at start, and
-    /// counting resumes once L is kept. Returns whether it resumed.
+    /// What the installed CRD's schema lacks, read again ([`Counting::missing_in_crd`]): fields
+    /// it keeps now are written again, and counting resumes once L is kept (returns whether).
     pub fn relearn(&self, missing: &[&'static str]) -> bool {
         lock(&self.pruned).retain(|&f| {
             let kept_now = !missing.contains(&f);
@@ -126,7 +110,6 @@ impl Counting {
         resume
     }
 
-    /// Whether the API server prunes the status field `field`.
     pub fn prunes(&self, field: &str) -> bool {
         lock(&self.pruned).contains(field)
     }
@@ -134,13 +117,11 @@ impl Counting {
     /// Records that the API server prunes `fields` (the CRD is older than the operator); returns
     /// those not known before, each of which is said once (ERROR when it stops the counting).
     pub fn learn_pruned(&self, fields: &[&'static str], how: &str) -> Vec<&'static str> {
-        let mut pruned = lock(&self.pruned);
         let new: Vec<&'static str> = fields
             .iter()
             .copied()
-            .filter(|f| pruned.insert(f))
+            .filter(|f| lock(&self.pruned).insert(f))
             .collect();
-        drop(pruned);
         for f in &new {
             if *f == "lastCountedPodUID" {
                 self.suspended.store(true, Ordering::Relaxed);
@@ -166,19 +147,16 @@ impl Counting {
         new
     }
 
-    /// The fields of `sent` (a status we wrote) that `answered` (the server's copy after the
-    /// write) does not have: pruned by the CRD's schema.
+    /// The fields of `sent` (a status we wrote) that the server's answer lacks: pruned.
     pub fn not_kept(sent: &Value, answered: &Value) -> Vec<&'static str> {
         NEWER_FIELDS
-            .iter()
-            .copied()
+            .into_iter()
             .filter(|f| !sent[*f].is_null() && answered[*f].is_null())
             .collect()
     }
 
-    /// The fields a CRD's schema for our served version lacks, read from the CRD object
-    /// (`spec.versions[].schema.openAPIV3Schema.properties.status`). `None` when the schema
-    /// cannot tell (no such version, or status preserves unknown fields).
+    /// The fields the CRD's schema of `version` lacks; `None` when the schema cannot tell (no
+    /// such version, or status preserves unknown fields).
     pub fn missing_in_crd(crd: &Value, version: &str) -> Option<Vec<&'static str>> {
         let v = crd["spec"]["versions"]
             .as_array()?
@@ -191,8 +169,7 @@ impl Counting {
         let props = status["properties"].as_object();
         Some(
             NEWER_FIELDS
-                .iter()
-                .copied()
+                .into_iter()
                 .filter(|f| props.is_none_or(|p| !p.contains_key(*f)))
                 .collect(),
         )
@@ -205,8 +182,7 @@ pub fn is_held(finalizers: &[String]) -> bool {
 }
 
 /// The patch that releases a pod: our finalizer deleted from the list (others' untouched), and
-/// the pod's uid, so that it cannot land on another pod of the name (refused 422 on
-/// `metadata.uid`, see `client::Error::is_uid_changed`).
+/// the pod's uid, so that it is refused (422) on another pod of the name.
 pub fn release_patch(uid: &str) -> Value {
     json!({"metadata": {
         "uid": uid,

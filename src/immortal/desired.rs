@@ -10,9 +10,8 @@ use crate::kube::types::{Container, ObjectMeta, OwnerReference, Pod, PodSpec};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// Pod spec fields a template may not set, because the operator's promise depends on them
-/// (docs/templates.md says why each): refused at admission by the CRD's rules, and dropped
-/// from a template stored before them.
+/// Pod spec fields a template may not set (docs/templates.md says why each): refused by the
+/// CRD's rules, and dropped from a template stored before them.
 pub const OPERATOR_FIELDS: [&str; 3] = ["restartPolicy", "nodeName", "ephemeralContainers"];
 
 /// The pod we want for `ic`, carrying [`COUNT_FINALIZER`] while starts are counted.
@@ -123,9 +122,8 @@ pub fn spec_hash(ic: &ImmortalContainer) -> Option<String> {
 }
 
 /// Why the pod made from `created_for` (its image annotation) and `hash` (its spec-hash
-/// annotation) is not the pod `ic` wants, or `None` when it is. Only what we recorded is
-/// compared: replacing a pod the API server defaulted or admission mutated would bring back
-/// another mutated one, forever.
+/// annotation) is not the pod `ic` wants, if it is not. Only what we recorded is compared: a
+/// pod the API server defaulted or admission mutated would come back mutated, forever.
 pub fn spec_change(
     created_for: &str,
     hash: Option<&str>,
@@ -151,13 +149,10 @@ pub fn recorded_hash(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The fields of `sent`'s spec the API server did not keep, as paths such as
-/// `spec.securityContext.appArmorProfile` or `spec.containers[1].restartPolicyRules`
-/// (`stored`: the spec it answered the create with): a field newer than the cluster, dropped
-/// with a warning, or one behind a feature gate it has off, dropped in silence (a sidecar's
-/// `restartPolicy` on 1.28). Only the presence of what was sent is looked for: the server adds
-/// defaults and admission may rewrite values (an image, a quantity's form) or add containers.
-/// A zero value (false, 0, "", {}, []) is not looked for: Go's `omitempty` leaves it out.
+/// The fields of `sent`'s spec the API server did not keep (`stored`: its answer to the create),
+/// as paths such as `spec.containers[1].restartPolicyRules`: newer than the cluster, or behind a
+/// feature gate it has off. Only presence is looked for (the server adds defaults, admission
+/// rewrites values); a zero value is not, as Go's `omitempty` leaves it out.
 pub fn dropped(sent: &Pod, stored: &Value) -> Vec<String> {
     let sent = serde_json::to_value(&sent.spec).unwrap_or_default();
     let mut out = Vec::new();
@@ -179,8 +174,7 @@ fn missing(sent: &Value, stored: &Value, at: &str, out: &mut Vec<String>) {
         }
         (Value::Array(sent), Value::Array(kept)) => {
             for (i, v) in sent.iter().enumerate().filter(|(_, v)| !is_zero(v)) {
-                // A named item (a container, a volume, an env var) by its name: admission
-                // may have added others before it.
+                // A named item by its name: admission may have added others before it.
                 let k = match v["name"].as_str() {
                     Some(name) => kept.iter().find(|k| k["name"] == name),
                     None => kept.get(i),

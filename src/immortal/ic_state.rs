@@ -1,14 +1,10 @@
-//! What the operator knows of every ImmortalContainer: the part reconcile reads (identity,
-//! version, spec, status), kept by the watcher and by reconcile's own status writes' answers,
-//! so that a reconcile costs no GET of its object. A key the store does not know is read.
-//!
+//! What reconcile reads of every ImmortalContainer, kept by the watcher and by our own status
+//! writes' answers, so that a reconcile costs no GET; a key the store does not know is read.
 //! Safe because every write that must not act on stale state carries a precondition, and a
-//! watch event never steps the store back to an older copy than one it holds
-//! ([`IcState::replaces`]); what the API server answers (a read, a list, a status write) is
-//! taken as it is ([`saw`]). Most objects are held in 120 bytes ([`Compact`]), exactly
-//! (docs/design.md, "Design").
+//! watch event never steps the store back ([`IcState::replaces`]). Why most objects are held
+//! [`Compact`]: docs/design.md, "Design".
 
-use crate::immortal::lifecycle::{Message, PHASES, READY};
+use crate::immortal::lifecycle::{Message, Reason, PHASES, READY};
 use crate::immortal::types::{
     pod_name, ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, Template,
 };
@@ -29,7 +25,7 @@ pub enum IcState {
     Full(Box<ImmortalContainer>),
 }
 
-/// An object as the operator leaves it (its pod running, starting or not ready), in 120 bytes.
+/// An object as the operator leaves it (its pod running, starting or not ready).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compact {
     uid: [u8; 16],
@@ -47,8 +43,7 @@ pub struct Compact {
     ready: Option<CompactReady>,
 }
 
-/// An object's spec, one copy for every object that has the same (most objects come from a few
-/// manifests): behind a thin pointer, image and template cost an object 8 bytes.
+/// An object's spec, one copy for every object that has the same (most come from a few manifests).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct SharedSpec {
     image: Arc<str>,
@@ -71,15 +66,13 @@ impl SharedSpec {
 #[derive(Debug, Clone, PartialEq)]
 struct CompactReady {
     status: bool,
-    /// Index into [`REASONS`].
-    reason: u8,
-    /// A text other than the two derived is shared with every object that shows the same words
-    /// (a kubelet's, the same for every pod not ready for one reason).
+    /// One of [`REASONS`].
+    reason: Reason,
+    /// Another text than the two derived is shared by every object that shows the same words.
     message: Message,
     observed_generation: i64,
-    /// Seconds since the epoch, as the RFC 3339 the API server holds (`...Z`, no fraction):
-    /// 4 bytes, which keep an object in 120 (a 144-byte block with its `Arc`, not 160) until
-    /// 2106; a time they cannot hold keeps the object whole ([`IcState::Full`]).
+    /// Seconds since the epoch, as the RFC 3339 the API server holds (`...Z`, no fraction); a
+    /// time this cannot hold keeps the object whole ([`IcState::Full`]).
     last_transition: u32,
 }
 
@@ -87,7 +80,7 @@ struct CompactReady {
 const NONE: i64 = i64::MIN;
 
 /// The Ready reasons of a pod that runs or starts: the states an object stays in.
-const REASONS: [&str; 3] = ["PodRunning", "PodPending", "PodNotReady"];
+const REASONS: [Reason; 3] = [Reason::Running, Reason::Pending, Reason::NotReady];
 
 impl IcState {
     /// What reconcile needs of `ic`: compact when that gives back the same object.
@@ -128,8 +121,7 @@ impl IcState {
         }
     }
 
-    /// Whether its status names no pod yet, or its spec is one no status has observed: a
-    /// pod to make or replace, as a new object's or a spec change's event says.
+    /// Whether there is a pod to make or replace: status names none, or has not seen the spec.
     pub fn needs_a_pod(&self) -> bool {
         match self {
             IcState::Full(f) => {
@@ -157,12 +149,9 @@ impl IcState {
         matches!(self, IcState::Full(f) if f.metadata.deletion_timestamp.is_some())
     }
 
-    /// Whether this copy, a watch event's that came after `held`, should replace it: unless
-    /// `held` is this very version or a later one, of this object or of another of the name.
-    /// ResourceVersions are revisions of one etcd, shared by every object of a resource, so
-    /// they compare across uids: a late event of an object deleted since never replaces the one
-    /// made after it. Where either is opaque, the copy that came last wins. (An etcd restored
-    /// from a snapshot goes back in revisions; the list after it replaces the store's copies.)
+    /// Whether this copy, a watch event's that came after `held`, is later and should replace
+    /// it. kube-apiserver's resourceVersions are etcd revisions, which compare across uids (an
+    /// object of the name made since); where either is opaque, the copy that came last wins.
     pub fn replaces(&self, held: &IcState) -> bool {
         match (self.version(), held.version()) {
             (Some(v), Some(h)) => v > h,
@@ -180,8 +169,7 @@ impl IcState {
 }
 
 impl Compact {
-    /// The compact form of `ic`, when its fields fit one; what it does not test here (a
-    /// deletion, a status other than True, another pod's name) fails [`IcState::of`]'s check.
+    /// The compact form of `ic`, if it fits; what it does not test fails [`IcState::of`]'s check.
     fn of(ic: &ImmortalContainer) -> Option<Compact> {
         let (m, st) = (&ic.metadata, &ic.status);
         let (pod, spec) = (pod_name(&m.name), SharedSpec::of(&ic.spec));
@@ -189,7 +177,7 @@ impl Compact {
             [] => None,
             [c] if c.type_ == READY => Some(CompactReady {
                 status: c.status == "True",
-                reason: index(&REASONS, &c.reason)?,
+                reason: REASONS.into_iter().find(|r| r.as_str() == c.reason)?,
                 message: [Message::Runs(spec.image.clone()), Message::Pending]
                     .into_iter()
                     .find(|derived| derived.text(&pod) == c.message)
@@ -237,7 +225,7 @@ impl Compact {
                 last_transition_time: util::rfc3339(
                     UNIX_EPOCH + Duration::from_secs(u64::from(r.last_transition)),
                 ),
-                reason: REASONS[usize::from(r.reason)].to_string(),
+                reason: r.reason.as_str().to_string(),
                 message: r.message.text(&pod),
             })),
         };
@@ -281,18 +269,14 @@ fn index(table: &[&str], s: &str) -> Option<u8> {
     table.iter().position(|t| *t == s).map(|i| i as u8)
 }
 
-/// The API server answered that no object has this name now (404): the stale copy goes, so
-/// the next reconcile reads (else a new leader whose watch lags makes pods for a gone object).
+/// The API server answered 404 for `key`: the stale copy goes, so the next reconcile reads (a
+/// new leader whose watch lags would make pods for a gone object).
 pub fn gone(store: &IcStore, key: &str) {
     store.write().remove(key);
 }
 
 /// Keeps a copy the API server answered (to a status write or a read) in place of the one held,
-/// whatever their versions: the answer is what the server holds now. Only watch events, which
-/// may come late, are compared ([`IcState::replaces`]); an answer overtaken by a watch event in
-/// flight is one version behind, and that event queued the key again, so the next status write
-/// costs a 409 and a read at worst. Once etcd is restored from a snapshot, every version is
-/// lower than those before, and only this lets the operator write again.
+/// whatever their versions (an etcd restore takes them back): it is what the server holds now.
 pub fn saw(store: &IcStore, key: &str, answered: &ImmortalContainer) {
     let state = Arc::new(IcState::of(answered));
     store.update(key, |held| *held = state);

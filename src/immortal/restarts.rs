@@ -1,8 +1,6 @@
-//! Per-object back-off, for the two things that can turn into a loop of API requests: pods that
-//! end soon after they start, again and again, and creates the API server keeps refusing. A pod
-//! that ran for [`MIN_RUN`] is replaced at once and clears the back-off; quick endings and
-//! refusals wait [`BASE`] doubling to [`MAX`]. In memory only, as the DaemonSet controller's
-//! back-off: docs/design.md, "Restarts and refusals", says why each number.
+//! Per-object back-off for what can turn into a loop of API requests: pods that end soon after
+//! they start, and creates the API server keeps refusing. In memory only, as the DaemonSet
+//! controller's back-off; docs/design.md, "Restarts and refusals", says why each number.
 
 use crate::immortal::lifecycle::Ending;
 use std::collections::HashMap;
@@ -15,7 +13,7 @@ pub const MAX: Duration = Duration::from_secs(300);
 /// A pod whose container ran at least this long before it ended is replaced at once: above
 /// any loop, below any drain or eviction.
 pub const MIN_RUN: Duration = Duration::from_secs(10);
-/// Entries are swept when the book grows past this many (the expired ones go).
+/// The book is swept of expired entries when it grows past this many.
 const SWEEP_AT: usize = 1024;
 
 /// One doubling back-off.
@@ -80,9 +78,7 @@ pub struct Restarts {
 /// A replacement that has to wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wait {
-    /// How long until it may go ahead.
     pub remaining: Duration,
-    /// The back-off it waits out.
     pub backoff: Duration,
     /// Quick endings in a row, the one waited on included.
     pub streak: u32,
@@ -105,8 +101,7 @@ impl Restarts {
         self.lock().get(key)?.ending.clone()
     }
 
-    /// The pod of `key` ended and a replacement is due at `now`: `None` when it may be created
-    /// now, else how long it must wait. A pod that ran for [`MIN_RUN`] clears the back-off.
+    /// The pod of `key` ended and a replacement is due at `now`: how long it must wait, if it must.
     pub fn wait(&self, key: &str, now: Instant) -> Option<Wait> {
         let mut entries = self.lock();
         let e = entries.get_mut(key)?;

@@ -11,7 +11,7 @@ use crate::runtime::watcher::Backoff;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
-/// Pods per page: a page of metadata is about 1-3 KB a pod.
+/// Pods per page, as client-go's pager reads them.
 const PAGE: u32 = 500;
 /// Attempts per page before the sweep is given up (until the next start).
 const ATTEMPTS: u32 = 5;
@@ -25,8 +25,7 @@ pub struct Swept {
     pub found: usize,
 }
 
-/// The key of the object a pod holding our finalizer was made for, when our watch cannot see
-/// it (it lacks our label); `None` for every other pod.
+/// The key of the object a pod holding our finalizer but not our label was made for.
 fn unseen_holder(meta: &types::ObjectMeta) -> Option<String> {
     if !counting::is_held(&meta.finalizers) || meta.labels.contains_key(MANAGED_BY_LABEL) {
         return None;
@@ -58,9 +57,8 @@ pub fn run<H: Hint>(
     }
 }
 
-/// Sweeps the pods of `namespace` (all when `None`), queueing the object of every pod that
-/// holds our finalizer unseen, a page of [`PAGE`] at a time (metadata only). Stops early on
-/// `quit`; a page that keeps failing ends the sweep with its error.
+/// Sweeps the pods of `namespace` (all when `None`) a page at a time, queueing the object of
+/// every pod that holds our finalizer unseen; a page that keeps failing ends it with its error.
 pub fn sweep<H: Hint>(
     client: &Client,
     namespace: Option<&str>,
@@ -79,8 +77,7 @@ pub fn sweep<H: Hint>(
             };
             match client.list_metadata(Resource::PODS, namespace, &params) {
                 Ok(p) => break p,
-                // The continue token expired (410): the pods listed so far stay swept; start
-                // over from the first page.
+                // The continue token expired (410): start over; the pods seen stay swept.
                 Err(e) if e.is_gone() && token.is_some() => token = None,
                 Err(e) if backoff.failures() + 1 < ATTEMPTS => {
                     log::debug!(target: "sweep", error = e.to_string().as_str(); "listing pod metadata failed, retrying");

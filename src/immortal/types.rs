@@ -1,5 +1,4 @@
-//! The ImmortalContainer resource: its API coordinates, its types, and the names and labels its
-//! pods carry. What the operator does with them lives next door ([`super::reconcile`]).
+//! The ImmortalContainer resource: its API coordinates, its types, its pods' names and labels.
 
 use crate::kube::client::Resource;
 use crate::kube::types::{Condition, ObjectMeta, OwnerReference, Pod};
@@ -18,7 +17,6 @@ pub const KIND: &str = "ImmortalContainer";
 pub const PLURAL: &str = "immortalcontainers";
 /// The one container of every immortal pod.
 pub const CONTAINER_NAME: &str = "acontainer";
-/// Suffix appended to the object's name to name its pod.
 pub const POD_SUFFIX: &str = "-immortalpod";
 /// Label on every pod the operator creates: the pod watch selects on it.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -27,8 +25,7 @@ pub const MANAGED_BY_VALUE: &str = "immortal-operator";
 pub const OWNER_UID_LABEL: &str = "immortalcontainer.flugel.it/owner-uid";
 /// The image the pod was created for, so that the pod watch can tell a changed image.
 pub const IMAGE_ANNOTATION: &str = "immortalcontainer.flugel.it/image";
-/// A hash of the spec (image and template) the pod was made from, as Deployments'
-/// `pod-template-hash`; only pods of objects with a template have it (see `desired`).
+/// A hash of the spec the pod was made from, as Deployments' `pod-template-hash` (templates only).
 pub const SPEC_HASH_ANNOTATION: &str = "immortalcontainer.flugel.it/spec-hash";
 /// Every pod keeps it until its start is counted, so none vanishes uncounted (see `counting`).
 pub const COUNT_FINALIZER: &str = "immortalcontainer.flugel.it/count-start";
@@ -65,28 +62,24 @@ struct TemplateData {
     value: Value,
     /// The value in canonical JSON: what "same template" means, and what the spec hash hashes.
     canonical: Arc<str>,
-    /// The spec hash (`desired::spec_hash`) with the first image it was asked for: every
-    /// reconcile of every object sharing the template asks, and nearly all have that image.
+    /// The spec hash with the first image it was asked for, which nearly every sharer has.
     hash: OnceLock<(String, String)>,
 }
 
 /// Templates by their canonical text and by every other text they were decoded from. Weak, so
-/// that a template goes with its last object; swept whenever the table has doubled (as
-/// `util::SharedSet` is), so it stays at most twice the entries in use.
+/// that a template goes with its last object; swept whenever the table has doubled.
 static SHARED: Mutex<(Table, usize)> = Mutex::new((BTreeMap::new(), 64));
 type Table = BTreeMap<Arc<str>, Weak<TemplateData>>;
 
 impl Template {
-    /// The shared copy of the template written as `raw`. Found by that text, it is parsed and
-    /// made canonical only the first time it is seen (that was 40 % of the operator's CPU with
-    /// a 1 KB template per object: every event carries its object's template).
+    /// The shared copy of the template written as `raw`, found by that text: parsed and made
+    /// canonical only the first time it is seen, since every event carries its object's template.
     fn from_raw(raw: &str) -> serde_json::Result<Template> {
         if let Some(held) = lock(&SHARED).0.get(raw).and_then(Weak::upgrade) {
             return Ok(Template(held));
         }
         let value: Value = serde_json::from_str(raw)?;
-        // serde_json's maps keep their keys sorted (no `preserve_order` in this workspace), so
-        // its compact text is canonical.
+        // serde_json's maps keep their keys sorted (no `preserve_order`): its text is canonical.
         let canonical: Arc<str> = value.to_string().into();
         let mut guard = lock(&SHARED);
         let (table, sweep_at) = &mut *guard;
@@ -106,8 +99,7 @@ impl Template {
                 data
             }
         };
-        // The API server writes a custom resource's maps with their keys sorted, so the text
-        // is most often the canonical one, a key already.
+        // The API server sorts a custom resource's map keys: the text is most often canonical.
         if *canonical != *raw {
             table.insert(raw.into(), Arc::downgrade(&data));
         }
@@ -118,8 +110,7 @@ impl Template {
         &self.0.value
     }
 
-    /// The spec hash of this template with `image`, made by `hash` (`desired::spec_hash`)
-    /// once for the first image asked for and kept.
+    /// The spec hash of this template with `image`, made by `hash`; kept for the first image.
     pub fn hash_with(&self, image: &str, hash: impl Fn() -> String) -> String {
         let (for_image, h) = self.0.hash.get_or_init(|| (image.to_string(), hash()));
         if for_image == image {
@@ -182,8 +173,8 @@ pub struct ImmortalContainerStatus {
     /// `None` until the operator first writes status, so it can write an explicit 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_times: Option<i64>,
-    /// UID of the last pod counted in `start_times`. A pod we control whose uid differs has not
-    /// been counted yet: that is how a count lost to a crash or a 409 is repaired.
+    /// UID of the last pod counted in `start_times`: a pod we control whose uid differs has not
+    /// been counted yet, which repairs a count lost to a crash or a 409.
     #[serde(rename = "lastCountedPodUID", skip_serializing_if = "Option::is_none")]
     pub last_counted_pod_uid: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -195,7 +186,6 @@ pub struct ImmortalContainerStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// What an ownerReference says about us.
 pub trait ImmortalOwner {
     /// Whether this reference points at an ImmortalContainer (any version of our group).
     fn is_immortal_container(&self) -> bool;
@@ -207,7 +197,6 @@ impl ImmortalOwner for OwnerReference {
     }
 }
 
-/// What a pod says about our container.
 pub trait ImmortalPod {
     /// Image of our container, if the pod has it.
     fn container_image(&self) -> Option<&str>;
@@ -223,7 +212,6 @@ impl ImmortalPod for Pod {
     }
 }
 
-/// Name of the pod kept for the object called `name`.
 pub fn pod_name(name: &str) -> String {
     format!("{name}{POD_SUFFIX}")
 }

@@ -1,25 +1,21 @@
 //! How a pod of ours ended, read from the pod's own clocks, for the restart back-off.
 
-use super::view::{condition, container};
+use super::view::{condition, container, grace_period};
 use crate::kube::types::Pod;
 use crate::util;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How a pod of ours ended, why, and how long its container had run by then. The deletion was
-/// asked for at `deletionTimestamp - deletionGracePeriodSeconds`, a difference the API server's
-/// `BeforeDelete` keeps.
+/// How a pod of ours ended, why, and how long its container had run by then.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Ending {
     pub how: How,
     /// How long the container had run by then; `None` when it never started (or no clock says).
     pub ran: Option<Duration>,
-    /// Who ended it, in Kubernetes' word, when the pod says: the reason of its DisruptionTarget
-    /// condition (`EvictionByEvictionAPI`, `DeletionByTaintManager`, `DeletionByPodGC`,
-    /// `TerminationByKubelet`, `PreemptionByScheduler`), or, for a pod that ended on its own,
-    /// the kubelet's (`DeadlineExceeded`, `Evicted`). A person's `kubectl delete` leaves none.
-    /// Shared: a drain ends many pods for one reason.
+    /// Who ended it, in Kubernetes' word: its DisruptionTarget condition's reason
+    /// (`EvictionByEvictionAPI`, `DeletionByTaintManager`, ...), or the kubelet's for a pod that
+    /// ended on its own (`Evicted`); a `kubectl delete` leaves none. Shared: a drain ends many.
     pub reason: Option<Arc<str>>,
 }
 
@@ -27,14 +23,13 @@ pub struct Ending {
 pub enum How {
     /// Deleted through the API, or evicted.
     Deleted,
-    /// Ended on its own: phase Succeeded or Failed with nobody asking (our pods restart their
-    /// container, so that is the cluster: `activeDeadlineSeconds`, node pressure, a shutdown).
+    /// Ended on its own, phase Succeeded or Failed with nobody asking: the cluster's doing, as
+    /// our pods restart their container (`activeDeadlineSeconds`, node pressure, a shutdown).
     Ended,
 }
 
 impl Ending {
-    /// How `pod` ended, or `None` when it shows no ending (it still runs; a watch saw it only
-    /// leave our label selector).
+    /// How `pod` ended, or `None` when it still runs (it only left our label selector).
     pub fn of(pod: &Pod) -> Option<Ending> {
         let terminal = matches!(pod.phase(), "Succeeded" | "Failed");
         let c = pod.status.as_ref().and_then(container);
@@ -45,12 +40,9 @@ impl Ending {
                 .or_else(|| at(c.last_state.terminated.as_ref()?.started_at.as_ref()))
         });
         let finished = at(c.and_then(|c| c.state.terminated.as_ref()?.finished_at.as_ref()));
-        let m = &pod.metadata;
-        let asked = at(m.deletion_timestamp.as_ref()).map(|t| {
-            let grace =
-                Duration::from_secs(m.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64);
-            t.checked_sub(grace).unwrap_or(t)
-        });
+        // Asked for at deletionTimestamp - deletionGracePeriodSeconds (the API's `BeforeDelete`).
+        let asked = at(pod.metadata.deletion_timestamp.as_ref())
+            .map(|t| t.checked_sub(grace_period(pod)).unwrap_or(t));
         let (how, end) = match (asked, terminal) {
             // Terminal before the deletion was asked for: it ended, then was cleared away.
             (Some(asked), true) if finished.is_some_and(|f| f < asked) => (How::Ended, finished),
@@ -67,8 +59,7 @@ impl Ending {
             .filter(|c| c.status == "True")
             .map(|c| c.reason.as_str());
         let own = st.map(|st| st.reason.as_str());
-        // A pod that ended on its own says best why itself (a node-pressure eviction's
-        // DisruptionTarget only says the kubelet did it; its own reason says `Evicted`).
+        // A pod that ended on its own says best why (a node-pressure eviction's says `Evicted`).
         let reason = match how {
             How::Deleted => disruption.or(own),
             How::Ended => own.filter(|r| !r.is_empty()).or(disruption),

@@ -8,9 +8,8 @@ use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodHint {
-    /// The pod left our watch: deleted, or our label removed from it (a label-selected watch
-    /// says DELETED either way). Its name is probably free, so reconcile tries the create first
-    /// and looks only if the name is taken.
+    /// The pod left our label-selected watch (DELETED), deleted or unlabelled: its name is
+    /// probably free, so reconcile tries the create first and looks only if the name is taken.
     Left(Box<LeftPod>),
     /// The pod as the event showed it (`reconcile` says when it trusts it without a read).
     Seen(Box<SeenPod>),
@@ -26,8 +25,7 @@ pub struct LeftPod {
     pub held: bool,
 }
 
-/// A pod as one watch event showed it. It rides with its key in the queue until the
-/// reconcile, so it is kept small: no text that can be derived, uids in 16 bytes, texts shared.
+/// A pod as one watch event showed it, kept small: it rides with its key in the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenPod {
     /// It has its owner's pod's name: a pod of another name the object controls is not its pod.
@@ -45,16 +43,14 @@ pub struct SeenPod {
     /// before our own release of the pod, which it cannot show.
     pub rv: u64,
     pub view: PodView,
-    /// How it ended, once it is terminal or being deleted. Boxed: most events queued are of
-    /// pods that did not end.
+    /// How it ended, once it is terminal or being deleted (boxed: most pods queued did not end).
     pub ending: Option<Box<Ending>>,
     /// Since when it waits on its node, being deleted or pending.
     pub waiting: Option<Waiting>,
 }
 
 /// An object's pods follow one another under one name, and one watch brings their events in
-/// order, so a later pod event shows the latest state of that name: all reconcile needs of an
-/// earlier one (a pod gone, then its replacement's ADDED: the replacement).
+/// order, so the later event shows all reconcile needs (a pod gone, then its replacement).
 impl Hint for PodHint {
     fn and(&self, later: &PodHint) -> Option<PodHint> {
         Some(later.clone())

@@ -29,9 +29,8 @@ impl EventHandler for IcEventHandler {
         Arc::new(IcState::of(o))
     }
 
-    /// What the list shows, unless what is held came after the list was served: our own status
-    /// write's answer, later than the list's version, which the list must not undo. Once etcd's
-    /// history went back (`rewound`), every copy held is from before, and the list wins.
+    /// What the list shows, unless what is held is later (our own status write's answer, not to
+    /// be undone) and etcd's history did not go back (`rewound`).
     fn relisted(&self, old: Arc<IcState>, new: Arc<IcState>, listed: &Listed) -> Arc<IcState> {
         let later = old
             .version()
@@ -43,8 +42,8 @@ impl EventHandler for IcEventHandler {
         }
     }
 
-    /// Listed, an object that needs a pod (new, or its spec changed while we were away) is
-    /// urgent too: an operator restarted goes to it before it refreshes every other object.
+    /// Listed, an object that needs a pod (new, or its spec changed while we were away) goes
+    /// before every refresh.
     fn relist_priority(&self, memo: &Arc<IcState>) -> Priority {
         match memo.needs_a_pod() {
             true => Priority::Urgent,
@@ -54,9 +53,8 @@ impl EventHandler for IcEventHandler {
 
     /// A new object or a spec change needs a pod (urgent); a deletion needs a look (routine: a
     /// pod held by our finalizer must be released). A change of status alone is our own write
-    /// coming back (maybe before its answer, so the version cannot tell): nothing to do. A
-    /// spec change is told by the spec as well as the generation: etcd restored from a
-    /// snapshot hands out generations the held copy may have had already.
+    /// coming back (maybe before its answer): nothing to do. The spec is compared as well as
+    /// the generation: etcd restored from a snapshot hands out generations held copies had.
     fn on_event(
         &self,
         event: &'static str,
@@ -64,14 +62,12 @@ impl EventHandler for IcEventHandler {
         memo: &mut Option<Arc<IcState>>,
     ) -> Reaction<PodHint> {
         if event == "DELETED" {
-            // A later object of the name, read before this event came, stays; an earlier one
-            // (by version: `IcState::replaces`) went before this one was made.
+            // A later object of the name, read before this event came, stays (`IcState::replaces`).
             let gone = IcState::of(o).version();
             memo.take_if(|held| {
                 held.uid() == o.metadata.uid || gone.zip(held.version()).is_some_and(|(g, h)| g > h)
             });
-            // Its pod goes with it, unless our finalizer holds it, which the reconcile of a key
-            // whose object is gone takes off. Nothing waits on it.
+            // Its pod goes with it, unless our finalizer holds it, which reconcile takes off.
             return Reaction::Queue(None, Priority::Routine);
         }
         let new = IcState::of(o);
@@ -96,11 +92,9 @@ impl EventHandler for IcEventHandler {
     }
 }
 
-/// Once both first lists of `namespace` (`None`: every namespace) are in: every object of it
-/// whose pod the pod list does not hold (deleted while the operator was away, never made, or a
-/// pod not ours on its name) is queued urgent, ahead of every refresh, as a pod that ended or
-/// still holds our finalizer already is (see `PodEventHandler::relist_priority`). Either list alone
-/// cannot tell: a pod may only be missing from a list not read yet. Answers how many.
+/// Once both first lists of `namespace` (`None`: all) are in, queues urgent every object whose
+/// pod the pod list lacks (either list alone cannot tell: a pod may be missing only from a list
+/// not read yet); answers how many.
 pub fn queue_objects_without_a_pod(
     ics: &IcStore,
     pods: &Store<PodMemo>,

@@ -15,7 +15,7 @@ pub use ending::{Ending, How};
 pub use hint::{LeftPod, PodHint, SeenPod};
 pub use ic_event_handler::{immortal_containers_kind, queue_objects_without_a_pod, IcEventHandler};
 pub use pod_event_handler::{pods_kind, PodEventHandler, PodMemo};
-pub use view::{Message, Phase, PodView, FIELDS_DROPPED, PHASES, READY};
+pub use view::{Message, Phase, PodView, Reason, FIELDS_DROPPED, PHASES, READY};
 pub use waiting::Waiting;
 
 #[cfg(test)]

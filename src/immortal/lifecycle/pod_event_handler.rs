@@ -57,8 +57,6 @@ impl EventHandler for PodEventHandler {
         PodMemo::of(o, &PodView::of(o))
     }
 
-    /// Listed, a pod that ended or that our finalizer still holds (made just before the
-    /// operator stopped) goes before every refresh: a replacement to make, a pod to release.
     fn relist_priority(&self, memo: &PodMemo) -> Priority {
         match memo.urgent {
             true => Priority::Urgent,
@@ -88,27 +86,22 @@ impl EventHandler for PodEventHandler {
         }
         let view = PodView::of(o);
         let now = PodMemo::of(o, &view);
-        // Orphaned while holding our finalizer: its view may not have changed, but it must be
-        // released (see `key_of`).
+        // Orphaned while holding our finalizer: released, whether or not its view changed.
         let owner = m.controller().filter(|r| r.is_immortal_container());
         let orphaned = held && owner.is_none();
-        // Compared on the view: our own release of a pod changes nothing a reconcile acts on.
-        // A pod our finalizer still holds is worth a look at each event, the view changed or
-        // not: its release waits for the reconcile of its next event (see `reconcile`).
+        // Compared on the view: our own release of a pod changes nothing reconcile acts on. A
+        // pod our finalizer still holds is worth a look at every event: its release waits on one.
         match memo.replace(now) {
             Some(before) if before.digest == now.digest && !held => return Reaction::Ignore,
-            // A new pod plainly pending and released: reconcile made it and wrote this very view
-            // (an older CRD: it holds no finalizer; one someone else made is found by the
-            // relist after our restart, or its next change). One still held is counted by the
-            // reconcile this event queues (see design.md, "Pods first").
+            // A new pod plainly pending and released (an older CRD): reconcile made it and wrote
+            // this very view; one someone else made is found by a relist or its next change.
             None if event == "ADDED" && view == PodView::pending() && !held => {
                 return Reaction::Ignore
             }
             _ => {}
         }
-        // A pod that ended must be replaced, one just made must be counted (so its object's
-        // status names it), and one held for nobody, or held while someone deletes it, must
-        // be released: urgent. Any other change only changes what status says: routine.
+        // Urgent: a pod that ended is replaced, one just made counted, one held for nobody or
+        // while someone deletes it released. Any other change only changes what status says.
         let deleting_held = held && m.deletion_timestamp.is_some();
         let made = event == "ADDED" && held;
         let priority = if view.phase.is_terminal() || orphaned || deleting_held || made {
@@ -118,7 +111,7 @@ impl EventHandler for PodEventHandler {
         };
         let (owner_uid, owner_name) = match owner {
             Some(c) => (Some(Uid::new(&c.uid)), c.name.as_str()),
-            // Keyed by its own name (see `key_of`).
+            // Keyed by its own name (see `key_of_meta`).
             None if orphaned => (None, m.name.trim_end_matches(ic::POD_SUFFIX)),
             None => return Reaction::Queue(None, priority),
         };

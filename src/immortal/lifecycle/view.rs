@@ -6,16 +6,15 @@ use crate::util;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The condition type saying whether the pod runs, always there.
 pub const READY: &str = "Ready";
-/// The condition type saying what the API server did not keep of the template in the pod the
-/// operator made (fields newer than the cluster), there only while the pod lacks some.
+/// The condition type naming template fields the API server did not keep, while there are any.
 pub const FIELDS_DROPPED: &str = "FieldsDropped";
 
-/// A pod's phase as the object's status reports it (`status.podPhase`, the PHASE column): the
-/// pod's own, except `Terminating` once it has a `deletionTimestamp`, as `kubectl get pod` shows
-/// it, so that the terminal phase the kubelet writes while it finishes a deletion costs nothing.
+/// A pod's phase as `status.podPhase` (the PHASE column) reports it: `Terminating` once it is
+/// being deleted, as `kubectl get pod` shows, so the terminal phase that follows costs nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
     Pending,
@@ -62,8 +61,7 @@ const PULL_FAILURES: [&str; 6] = [
 /// for nothing a user acts on.
 const STARTING: [&str; 3] = ["", "ContainerCreating", "PodInitializing"];
 
-/// Why a pod is ready or not, as the Ready condition's reason says it: a byte in a view, which
-/// rides with every queued key (a `&str` took 16).
+/// Why a pod is ready or not, as the Ready condition's reason says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
     Running,
@@ -93,8 +91,7 @@ impl Reason {
     }
 }
 
-/// What the object's status says about its pod, built from the pod alone, the same way for a
-/// watch event and for a pod reconcile read, so that the watcher can tell when it changes.
+/// What the object's status says about its pod, from the pod alone, for the watcher to compare.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodView {
     pub phase: Phase,
@@ -110,9 +107,8 @@ pub struct PodView {
 pub enum Message {
     Runs(Arc<str>),
     Pending,
-    /// Any other text, with the pod's name cut out where it is at (`NAMELESS`: it did not name
-    /// the pod) and shared: the pods made not ready for one reason (10,000 of them in the
-    /// bench's recovery under load) then share one copy, where each had its own.
+    /// Any other text, with the pod's name cut out at the offset (`NAMELESS`: it named none),
+    /// shared by every pod not ready for one reason.
     Text(Arc<str>, u32),
 }
 
@@ -195,12 +191,10 @@ impl PodView {
                     .filter(|c| c.status == "False" && c.reason == "Unschedulable");
                 // While acontainer waits for the init containers, theirs is the news.
                 let held = waiting(&st).filter(|w| !STARTING.contains(&w.reason.as_str()));
-                let init = || {
-                    st.init_container_statuses.iter().find_map(|c| {
-                        let w = c.state.waiting.as_ref()?;
-                        (!STARTING.contains(&w.reason.as_str())).then_some((c, w))
-                    })
-                };
+                let init = st.init_container_statuses.iter().find_map(|c| {
+                    let w = c.state.waiting.as_ref()?;
+                    (!STARTING.contains(&w.reason.as_str())).then_some((c, w))
+                });
                 match (unschedulable, held) {
                     (Some(c), _) => not_ready(
                         Reason::Unschedulable,
@@ -220,7 +214,7 @@ impl PodView {
                         };
                         not_ready(Reason::Pending, format!("pod {name} is pending: {msg}"))
                     }
-                    (None, None) => match init() {
+                    (None, None) => match init {
                         Some((c, w)) if w.reason == "CrashLoopBackOff" => not_ready(
                             Reason::CrashLooping,
                             format!(
@@ -257,26 +251,23 @@ impl PodView {
                         format!("container of pod {name} keeps exiting: {}{last}", w.message),
                     );
                 }
-                // Then a sidecar (a restarting init container of a running pod) or another
-                // container: the pod is not ready for it either.
+                // Then a sidecar (a restarting init container) or another container.
                 let looping = st
                     .init_container_statuses
                     .iter()
                     .map(|c| ("sidecar", c))
                     .chain(st.container_statuses.iter().map(|c| ("container", c)))
-                    .find(|(_, c)| {
-                        c.state
-                            .waiting
-                            .as_ref()
-                            .is_some_and(|w| w.reason == "CrashLoopBackOff")
+                    .find_map(|(what, c)| {
+                        let w = c.state.waiting.as_ref()?;
+                        (w.reason == "CrashLoopBackOff").then_some((what, c, w))
                     });
-                if let Some((what, c)) = looping {
-                    let w = c.state.waiting.as_ref().map_or("", |w| w.message.as_str());
+                if let Some((what, c, w)) = looping {
                     return not_ready(
                         Reason::CrashLooping,
                         format!(
-                            "{what} {} of pod {name} keeps exiting: {w}{}",
+                            "{what} {} of pod {name} keeps exiting: {}{}",
                             c.name,
+                            w.message,
                             last_exit(c)
                         ),
                     );
@@ -327,6 +318,12 @@ pub(super) fn container(st: &PodStatus) -> Option<&types::ContainerStatus> {
     st.container_statuses
         .iter()
         .find(|c| c.name == ic::CONTAINER_NAME)
+}
+
+/// The grace period of `pod`'s deletion.
+pub(super) fn grace_period(pod: &Pod) -> Duration {
+    let secs = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+    Duration::from_secs(secs.max(0) as u64)
 }
 
 /// How `c` last exited, as a crash-loop message ends: `; it last exited with code 1 (Error)`.

@@ -1,20 +1,15 @@
-//! A pod of ours waiting on its node longer than it should: being deleted past its grace
-//! period, or pending with nothing to show for it. How long, said in coarse steps, and where
-//! to look.
-//!
-//! The message changes only at these steps, and reconcile asks to look again at the next one:
-//! status is written once per step, never once a second, since it is written whenever what a
-//! user sees changes (README, "What the status says").
+//! A pod of ours waiting on its node longer than it should (being deleted past its grace
+//! period, or pending with nothing to show for it): how long, in coarse steps, and where to
+//! look. Status is written whenever what a user sees changes, so once a step, not a second.
 
-use super::view::container;
+use super::view::{container, grace_period};
 use super::{Message, Phase, PodView};
 use crate::kube::types::Pod;
 use crate::util;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Past the end of its grace period, when a pod being deleted is said to wait (seconds): the
-/// kubelet kills it then and confirms within a few seconds, so by the first step its node has
-/// not.
+/// kubelet kills it then and confirms within seconds, so by the first step its node has not.
 const STOPPING: [u32; 4] = [10, 60, 600, 3600];
 
 /// Since its creation, when a pod pending with nothing unusual to say is (seconds): a minute
@@ -26,8 +21,7 @@ const STARTING: [u32; 3] = [60, 600, 3600];
 const CREATING: Duration = Duration::from_secs(600);
 
 /// When our pod began to wait on its node, to the second of the API server's clock: the end of
-/// its grace period (`deletionTimestamp`) once it is being deleted, its creation while it is
-/// pending. 8 bytes: it rides with every queued pod event.
+/// its grace period (`deletionTimestamp`) once it is being deleted, else its creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Waiting {
     stopping: bool,
@@ -68,11 +62,7 @@ impl Waiting {
     /// The last step it has passed at `now`: how long it is said to have waited.
     pub fn overdue(&self, now: SystemTime) -> Option<Duration> {
         let waited = self.waited(now);
-        let step = self
-            .steps()
-            .iter()
-            .rev()
-            .find(|&&s| u64::from(s) <= waited)?;
+        let step = self.steps().iter().rfind(|&&s| u64::from(s) <= waited)?;
         Some(Duration::from_secs((*step).into()))
     }
 
@@ -84,8 +74,7 @@ impl Waiting {
         Some(at.duration_since(now).unwrap_or_default())
     }
 
-    /// The Ready message of `pod`, whose status says `said`, once it has waited `over`: how
-    /// long, what its node has not done, and where to look.
+    /// The Ready message of `pod`, whose status says `said`, once it has waited `over`.
     pub fn says(&self, pod: &Pod, said: &str, over: Duration) -> String {
         let name = &pod.metadata.name;
         let node = pod.spec.node_name.as_str();
@@ -116,12 +105,7 @@ impl Waiting {
                 ),
             };
         }
-        let grace = pod
-            .metadata
-            .deletion_grace_period_seconds
-            .unwrap_or(0)
-            .max(0);
-        let grace = util::human_duration(Duration::from_secs(grace as u64));
+        let grace = util::human_duration(grace_period(pod));
         // Its kubelet writes a terminal phase once its containers stopped (1.27 and later); a
         // pod with no node had none to stop. Either way only finalizers keep it.
         let stopped = node.is_empty() || matches!(pod.phase(), "Succeeded" | "Failed");
