@@ -31,9 +31,8 @@ impl Action {
         }
     }
 
-    /// Look again after `after` (a pod to release by then, a back-off, a name another pod
-    /// holds), urgent unless [`Action::at`] says otherwise. Requeued at once, the key comes
-    /// back with what its trigger said.
+    /// Look again after `after`, urgent unless [`Action::at`] says otherwise. Requeued at once,
+    /// the key comes back with what its trigger said.
     pub const fn requeue(after: Duration) -> Action {
         Action {
             requeue: Some(after),
@@ -60,8 +59,7 @@ impl Action {
 pub trait Failure: fmt::Display {
     /// How long the server asked us to wait before retrying, if it did.
     fn retry_after(&self) -> Option<Duration>;
-    /// The latest the retry may come, whatever the key's back-off, if the reconcile has
-    /// something to do by then.
+    /// The latest the retry may come, whatever the key's back-off.
     fn retry_within(&self) -> Option<Duration> {
         None
     }
@@ -76,9 +74,8 @@ pub struct LogContext<'a> {
     pub key: &'a Key,
 }
 
-/// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic.
-/// (Release builds abort on panic, which ends the process at once; this covers builds that
-/// unwind, such as the tests'.)
+/// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic
+/// (release builds abort instead; the tests' unwind).
 pub struct Sentinel {
     pub health: Arc<Health>,
     pub dead: Sender<&'static str>,
@@ -148,7 +145,7 @@ where
         let id = format!("{run_id:04x}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
         let trigger_s = trigger.to_string();
         let started = Instant::now();
-        // What the watch event that queued the key said about the pod, if it did.
+        // What the watch event that queued the key said, if anything.
         let hint = match &trigger {
             Trigger::Watch { hint, .. } => hint.as_ref(),
             _ => None,
@@ -156,8 +153,7 @@ where
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(); "reconciling");
         let result = reconcile(&LogContext { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
-        // Numbers in JSON, as on every other line that carries them, in tenths of a millisecond:
-        // all a person reads. `queued_ms` (and the band) say whether a replacement was slow
+        // In tenths of a millisecond. `queued_ms` and the band say whether a replacement was slow
         // because the reconcile was, or because it queued behind other work.
         let elapsed_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
         let queued_ms = (waited.as_secs_f64() * 10_000.0).round() / 10.0;
@@ -181,21 +177,14 @@ where
                     }
                 };
                 metrics::record_reconcile(outcome, elapsed);
-                match action.requeue_after().filter(|d| !d.is_zero()) {
-                    None => log::info!(
-                        target: "reconcile",
-                        reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
-                        result = outcome, elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
-                        "reconciled"
-                    ),
-                    Some(after) => log::info!(
-                        target: "reconcile",
-                        reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
-                        result = outcome, requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms,
-                        queued_ms = queued_ms, priority = band;
-                        "reconciled"
-                    ),
-                }
+                let after = action.requeue_after().filter(|d| !d.is_zero());
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
+                    result = outcome, requeue_after_ms = after.map(|d| d.as_millis() as u64),
+                    elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
+                    "reconciled"
+                );
             }
             Err(e) => {
                 let at_least = e.retry_after().unwrap_or_default();
