@@ -19,7 +19,7 @@ use crate::runtime::metrics;
 use crate::runtime::pool::Pool;
 use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
-use crate::runtime::shutdown::{is_quitting, listen_for_signals};
+use crate::runtime::shutdown::{is_quitting, listen_for_signals, quits_within};
 use crate::runtime::store::Store;
 use crate::runtime::watcher::{Backoff, Relist, Watcher};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
@@ -36,18 +36,16 @@ const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
 /// Longest one start-up check may wait: it runs on the thread that answers signals.
 const PREFLIGHT_ATTEMPT: Duration = Duration::from_secs(5);
 
-/// How long start-up waits for one served namespace to be listed (each of its watches' first
-/// list complete) when none is: an operator that can serve nothing (its lists denied
-/// everywhere, say) exits then, so that the kubelet's restarts show it, as controller-runtime's
-/// cache-sync timeout does. One namespace served is enough to start; the others are served
-/// once their lists complete.
+/// How long start-up waits for one served namespace to be listed: an operator that can serve
+/// nothing exits then, so that the kubelet's restarts show it, as controller-runtime's
+/// cache-sync timeout does. The other namespaces are served once their lists complete.
 const SERVE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How often a served namespace that does not exist is looked up again.
 const MISSING_RECHECK: Duration = Duration::from_secs(30);
 
-/// How long a shutdown waits for the reconciles in flight, then for the Lease's release: 7 s,
-/// inside the Deployment's `terminationGracePeriodSeconds: 10`.
+/// How long a shutdown waits for the reconciles in flight, then for the Lease's release:
+/// together inside the Deployment's `terminationGracePeriodSeconds`.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -59,8 +57,7 @@ pub fn run(config: Config) -> ExitCode {
     for said in &config.deprecated {
         log::warn!(target: "controller", "{said}");
     }
-    // A stage answers `Err(code)` when the process is to exit now: a clear message at start-up,
-    // a dead thread, or a signal before reconciling began.
+    // A stage answers `Err(code)` when the process is to exit now.
     run_stages(config).unwrap_or_else(|code| code)
 }
 
@@ -74,15 +71,15 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     listen_for_signals(quit_tx)
         .map_err(|e| fail_at_start(&format!("cannot install signal handlers: {e}")))?;
 
-    // Start-up checks and the watchers' lists come minutes apart: their connections are not
-    // kept (see `Client::unpooled`), so an idle operator holds only its two watch streams.
+    // Start-up checks and lists come minutes apart: their connections are not kept, so that an
+    // idle operator holds only its watch streams.
     let once = client.unpooled();
     preflight(&once, &quit).map_err(|msg| fail_at_start(&msg))?;
     if is_quitting(&quit) {
         return Ok(ExitCode::SUCCESS);
     }
     // Known before the first count, an older CRD keeps that count from being a wrong one (see
-    // `counting`); when the CRD cannot be read (RBAC), the first status write tells instead.
+    // `counting`); when the CRD cannot be read, the first status write tells.
     let ctx = Arc::new(Context::default());
     if let Some(missing) = read_crd_schema(&once) {
         ctx.counting
@@ -144,7 +141,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     }
 
     // Workers finish the reconcile they are in (abandoned after DRAIN_TIMEOUT: a blocking
-    // request cannot be cancelled, the process exits under it), then the Lease goes.
+    // request cannot be cancelled), then the Lease goes.
     log::info!(target: "controller", "shutting down: finishing in-flight reconciles");
     let started = Instant::now();
     stages.queue.shutdown();
@@ -167,9 +164,8 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
 /// Loads the configuration and builds the client every thread shares.
 fn connect(config: &Config) -> Result<Client, ExitCode> {
     let cluster = config::load(&config.cluster).map_err(|e| fail_at_start(&e.to_string()))?;
-    // One connection per worker, one per watcher, one for events and one for the lease, kept
-    // when extra workers end (docs/design.md, "Start-up and shutdown"). Every request of every
-    // client made from this one is counted in the metrics.
+    // A connection per worker, and for the watchers, events and the lease (docs/design.md,
+    // "Start-up and shutdown"). Every request of every client made from it is counted.
     let client = Client::new(cluster, config.max_workers + 4)
         .map_err(|e| fail_at_start(&e.to_string()))?
         .reporting(metrics::record_request);
@@ -212,12 +208,10 @@ impl Stages {
         }
     }
 
-    /// Watchers of ImmortalContainers and our pods, one of each per served namespace (the API
-    /// has no watch of a set of namespaces), which fill the queue from their first list on,
-    /// also on a standby, so that a new leader starts warm. Returns once every watch's first
-    /// list was answered and one namespace's lists are in (see [`SERVE_PATIENCE`]): the
-    /// namespaces listed are served from then on, the others once their lists complete, each
-    /// named with its reason until then (in the log and `/readyz`).
+    /// Watchers of ImmortalContainers and our pods, one of each per served namespace, which
+    /// fill the queue from their first list on, also on a standby, so that a new leader starts
+    /// warm. Returns once every first list was answered and one namespace's lists are in (see
+    /// [`SERVE_PATIENCE`]); the others are served once theirs complete.
     fn start_watchers(self: &Arc<Self>, ic_relists: &Relist) -> Result<(), ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
         let idle = self.config.watch_idle_timeout;
@@ -243,12 +237,10 @@ impl Stages {
                 synced_tx.clone(),
                 idle,
             );
-            // Every ImmortalContainer watcher keeps its namespace's objects in the one store
-            // reconcile reads, and lists again when `ic_relists` is asked.
+            // Every ImmortalContainer watcher keeps its objects in the one store reconcile reads.
             let ics = ics.relisting(ic_relists.clone()).sharing(self.ics.clone());
             spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
-            // Every pod watcher keeps its namespace's pods in the one store the first lists are
-            // joined with (see `queue_objects_without_a_pod`), under the objects' own keys.
+            // Every pod watcher keeps its pods in one store, under the objects' own keys.
             let objects = self.ics.clone();
             let pods = pods
                 .relisting(Relist::every(self.config.relist_period))
@@ -328,21 +320,14 @@ impl Stages {
             .health
             .watches
             .iter()
-            .filter(|w| w.namespace == namespace && !w.has_listed())
-            .map(|w| {
-                let failure = w.failure();
-                format!(
-                    "{} list: {}",
-                    w.resource,
-                    failure.as_deref().unwrap_or("not answered yet")
-                )
-            })
+            .filter(|w| w.namespace == namespace)
+            .filter_map(|w| w.unlisted())
             .collect();
         (!reasons.is_empty()).then(|| reasons.join("; "))
     }
 
-    /// `namespace`'s lists are all in: every object of it whose pod its pod list lacks goes
-    /// first (see `queue_objects_without_a_pod`), and a namespace that does not exist is said.
+    /// `namespace`'s lists are all in: its objects without a pod go first, and a namespace that
+    /// does not exist is said.
     fn now_served(&self, namespace: Option<&str>) {
         let missing =
             lifecycle::queue_objects_without_a_pod(&self.ics, &self.pods, &self.queue, namespace);
@@ -402,12 +387,11 @@ impl Stages {
     }
 
     /// While the CRD prunes something the operator writes, reads it again every
-    /// [`counting::RECHECK`], so that an upgraded CRD is taken up without a restart (see
-    /// `counting`, Resuming): `relists` then has every object reconciled.
+    /// [`counting::RECHECK`], so that an upgraded CRD is taken up without a restart.
     fn recheck_crd(self: &Arc<Self>, relists: Relist) -> Result<(), ExitCode> {
         let me = self.clone();
         spawn("crd", move || {
-            while wait(&me.quit, counting::RECHECK) {
+            while !quits_within(&me.quit, counting::RECHECK) {
                 if me.ctx.counting.any_pruned()
                     && read_crd_schema(&me.once).is_some_and(|m| me.ctx.counting.relearn(&m))
                 {
@@ -439,9 +423,8 @@ impl Stages {
             settings.namespace = default.unwrap_or_else(|| "default".into());
         }
         let elector = Arc::new(Elector::new(self.client.clone(), settings));
-        // On a thread of its own, so that a signal is answered at once even while a request to
-        // a hung API server is pending. Renewal goes on during shutdown until the release, so
-        // reconciles finishing are not fenced.
+        // On a thread of its own, so that a signal is answered while a request hangs. Renewal
+        // goes on during shutdown until the release, so that reconciles finishing are not fenced.
         let (leading_tx, leading) = crossbeam_channel::bounded::<()>(1);
         let (e, quit) = (elector.clone(), self.quit.clone());
         spawn("lease", move || {
@@ -510,9 +493,7 @@ impl Stages {
     }
 }
 
-/// What every reconcile worker shares, and how one more is started: by a worker that takes a
-/// key while others wait (see `runtime::pool`). Only the workers hold it, so `_finished` is
-/// gone once the last worker has ended.
+/// What every reconcile worker shares, and how one more is started (see `runtime::pool`).
 struct Workers {
     stages: Arc<Stages>,
     api: LiveApi,
@@ -553,8 +534,7 @@ impl Workers {
 }
 
 /// Checks that the server answers and serves our resource, or says what is wrong; an
-/// unreachable server or a missing CRD are retried for [`PREFLIGHT_PATIENCE`], with one WARN
-/// line per distinct failure (docs/design.md, "Start-up and shutdown").
+/// unreachable server or a missing CRD are retried for [`PREFLIGHT_PATIENCE`].
 fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     let path = format!("/apis/{GROUP}/{VERSION}");
     let deadline = Instant::now() + PREFLIGHT_PATIENCE;
@@ -611,15 +591,13 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
             warned = Some(what);
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        if !wait(quit, backoff.next_delay().min(left)) {
+        if quits_within(quit, backoff.next_delay().min(left)) {
             return Ok(());
         }
     }
 }
 
-/// Whether served namespace `ns` does not exist (404), as far as the operator may read it: a
-/// namespaced Role may not let it (403), and there the lists say it, refused where no Role can
-/// be. Bounded like every start-up check.
+/// Whether served namespace `ns` does not exist (404); a 403 leaves it to the lists to say.
 fn does_not_exist(client: &Client, ns: &str) -> bool {
     let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
     match attempt.get_path::<serde_json::Value>(&format!("/api/v1/namespaces/{ns}")) {
@@ -632,8 +610,7 @@ fn does_not_exist(client: &Client, ns: &str) -> bool {
     }
 }
 
-/// The status fields the installed CRD's schema lacks, or `None` when it cannot be read or
-/// cannot tell. Bounded like every start-up check.
+/// The status fields the installed CRD's schema lacks, or `None` when it cannot tell.
 fn read_crd_schema(client: &Client) -> Option<Vec<&'static str>> {
     let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}");
     let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
@@ -646,8 +623,7 @@ fn read_crd_schema(client: &Client) -> Option<Vec<&'static str>> {
     }
 }
 
-/// The API server's Kubernetes version (`/version`'s `gitVersion`, open to every authenticated
-/// user), or `None` when it does not answer. Bounded like every start-up check.
+/// The API server's Kubernetes version (`/version`'s `gitVersion`), if it answers.
 fn read_version(client: &Client) -> Option<String> {
     let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
     match attempt.get_path::<serde_json::Value>("/version") {
@@ -657,11 +633,6 @@ fn read_version(client: &Client) -> Option<String> {
             None
         }
     }
-}
-
-/// Waits `d`; false when `quit` closed meanwhile.
-fn wait(quit: &Receiver<()>, d: Duration) -> bool {
-    matches!(quit.recv_timeout(d), Err(RecvTimeoutError::Timeout))
 }
 
 /// Starts the thread `name`; not being able to ends the process.

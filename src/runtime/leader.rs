@@ -11,15 +11,16 @@ use crate::kube::client::{self, Client, Resource};
 use crate::kube::fence::Fence;
 use crate::kube::types::ObjectMeta;
 use crate::runtime::metrics;
+use crate::runtime::shutdown::quits_within;
 use crate::util;
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::Receiver;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long before the Lease could pass the fence closes: room for a write already on the wire
-/// to arrive, and for clocks that run at different rates (NTP: 500 ppm, 7.5 ms over 15 s).
+/// to arrive, and for clocks that run at different rates.
 pub fn safety_margin(lease_duration: Duration) -> Duration {
     lease_duration / 10
 }
@@ -140,7 +141,7 @@ impl Elector {
             }
             // client-go waits retryPeriod with a jitter factor of 1.2.
             let wait = self.s.retry_period.mul_f64(1.0 + 1.2 * util::rand_f64());
-            if stopped(quit, wait) {
+            if quits_within(quit, wait) {
                 return false;
             }
         }
@@ -153,7 +154,7 @@ impl Elector {
     /// (someone else wrote the Lease) is retried at once the first time in a round.
     pub fn keep_renewing(&self, stop: &Receiver<()>) -> Result<(), Lost> {
         loop {
-            if stopped(stop, self.s.retry_period) {
+            if quits_within(stop, self.s.retry_period) {
                 return Ok(());
             }
             let round_end = Instant::now() + self.s.renew_deadline;
@@ -188,7 +189,7 @@ impl Elector {
                         "could not renew the lease within the renew deadline".to_string()
                     }));
                 }
-                if stopped(stop, self.s.retry_period.min(left)) {
+                if quits_within(stop, self.s.retry_period.min(left)) {
                     return Ok(());
                 }
             }
@@ -316,11 +317,6 @@ impl Elector {
         self.fence
             .open_until(sent + self.duration - safety_margin(self.duration));
     }
-}
-
-/// Waits up to `d`; true when `stop` fired or its sender is gone.
-fn stopped(stop: &Receiver<()>, d: Duration) -> bool {
-    !matches!(stop.recv_timeout(d), Err(RecvTimeoutError::Timeout))
 }
 
 /// `metav1.MicroTime`: RFC 3339 with microseconds, as Leases carry it.

@@ -77,6 +77,13 @@ impl Watch {
         util::lock(&self.failure).clone()
     }
 
+    /// `pod list: why` while no list of this watch has completed.
+    pub fn unlisted(&self) -> Option<String> {
+        let failure = (!self.has_listed()).then(|| self.failure())?;
+        let why = failure.as_deref().unwrap_or("not answered yet");
+        Some(format!("{} list: {why}", self.resource))
+    }
+
     /// A stream of this watch was opened.
     pub fn opened(&self) {
         self.down_since_ms.store(0, Relaxed);

@@ -1,8 +1,9 @@
 //! Shutdown: the signals that start it, and the `quit` channel every blocking loop checks
 //! (the ripgrep/crossbeam pattern: the first signal drops the one sender).
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::thread;
+use std::time::Duration;
 
 /// Whether `quit` is disconnected: the process is shutting down.
 pub fn is_quitting(quit: &Receiver<()>) -> bool {
@@ -10,6 +11,11 @@ pub fn is_quitting(quit: &Receiver<()>) -> bool {
         quit.try_recv(),
         Err(crossbeam_channel::TryRecvError::Disconnected)
     )
+}
+
+/// Waits up to `d`; true when `quit` fired or its sender is gone.
+pub fn quits_within(quit: &Receiver<()>, d: Duration) -> bool {
+    !matches!(quit.recv_timeout(d), Err(RecvTimeoutError::Timeout))
 }
 
 /// First SIGTERM/SIGINT: drop `quit_tx` (graceful). Second: exit at once.

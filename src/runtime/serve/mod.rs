@@ -1,13 +1,10 @@
 //! The operator's own small HTTP endpoints: `/metrics` (Prometheus text, over HTTPS for callers
-//! the API server vouches for, see [`auth`]) and the plain-HTTP `/healthz` and `/readyz` probes
-//! the Deployment points the kubelet at.
+//! the API server vouches for, see [`auth`]) and the plain-HTTP `/healthz` and `/readyz` probes.
 //!
 //! Any pod in the cluster can connect to both, so nothing a client sends may cost more than a
-//! fixed amount, and nothing sent to the metrics port may delay a probe: each listener serves at
-//! most [`MAX_CONNECTIONS`] connections ([`MAX_PER_PEER`] per client address) on threads of its
-//! own and closes the rest unread, reads at most [`MAX_HEAD`] bytes of request head, and ends
+//! fixed amount, and nothing sent to the metrics port may delay a probe: each listener caps its
+//! connections, in all and per client, on threads of its own, bounds the request head, and ends
 //! every exchange by a deadline fixed at accept (docs/operating.md, "Metrics and probes").
-//! One request per connection, blocking I/O: scrapes and probes are a few per minute.
 //!
 //! Hand-written because no crate weighed keeps those limits: `tiny_http` (no connection caps, no
 //! exchange deadline), `hyper`, `axum` and `actix-web` (an async runtime, which the design omits).
@@ -28,14 +25,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Largest request head read, in bytes; the kubelet's and Prometheus' take a few hundred.
+/// Largest request head read, in bytes: far more than the kubelet's or Prometheus'.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// Connections served at once per listener: 8 threads with an 8 KiB buffer each, under 1 MiB.
+/// Connections served at once per listener, each a thread with a head buffer.
 pub const MAX_CONNECTIONS: usize = 8;
-/// Connections served at once per client address: the kubelet sends at most two probes at a
-/// time (liveness, readiness), Prometheus one scrape per target.
+/// Connections served at once per client address: the kubelet's liveness and readiness probes.
 pub const MAX_PER_PEER: usize = 2;
-/// The kubelet gives up after the probe's `timeoutSeconds` (1 s, our Deployment's) anyway.
+/// Longer than the probe's `timeoutSeconds`, after which the kubelet gives up anyway.
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(2);
 /// Prometheus' default scrape timeout; the TokenReview and SubjectAccessReview count in it.
 pub const METRICS_DEADLINE: Duration = Duration::from_secs(10);
@@ -83,23 +79,14 @@ impl Health {
         let mut why: Vec<String> = self
             .watches
             .iter()
-            .filter(|w| !w.has_listed())
-            .map(|w| {
-                let failure = w.failure();
-                let reason = failure.as_deref().unwrap_or("not answered yet");
-                match w.namespace {
-                    Some(ns) => format!("namespace {ns} not served: {} list: {reason}", w.resource),
-                    None => format!("not served: {} list: {reason}", w.resource),
-                }
+            .filter_map(|w| match (w.namespace, w.unlisted()?) {
+                (Some(ns), reason) => Some(format!("namespace {ns} not served: {reason}")),
+                (None, reason) => Some(format!("not served: {reason}")),
             })
             .collect();
-        let missing = crate::util::lock(&self.missing);
-        why.extend(
-            missing
-                .iter()
-                .map(|ns| format!("namespace {ns} does not exist")),
-        );
-        drop(missing);
+        for ns in crate::util::lock(&self.missing).iter() {
+            why.push(format!("namespace {ns} does not exist"));
+        }
         if !why.is_empty() {
             return Err(why.join("; "));
         }

@@ -75,8 +75,8 @@ fn server_config(
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .map_err(|e| Error::Rejected(e.to_string()))?;
-    // No session resumption: a scrape every 15 s or more saves nothing by it, and rustls' default
-    // cache holds up to 256 sessions (about 30 KiB allocated up front, more as clients come).
+    // No session resumption: scrapes are too far apart to gain by it, and rustls' default cache
+    // takes memory up front.
     config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
     Ok(Arc::new(config))
@@ -99,8 +99,8 @@ fn mounted(dir: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'s
     Ok((chain, key))
 }
 
-/// A new ECDSA P-256 key and a certificate for it signed by itself, valid from `now` - 1 h for
-/// a year, subject `CN=immortal-operator`, SAN `localhost` and `127.0.0.1`.
+/// A new ECDSA P-256 key and a certificate for it signed by itself, valid from a little before
+/// `now`, subject `CN=immortal-operator`, SAN `localhost` and `127.0.0.1`.
 pub fn self_signed(
     now: SystemTime,
 ) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>), Error> {
