@@ -191,8 +191,7 @@ pub struct TraceArgs {
     pub log: Option<PathBuf>,
 }
 
-/// `NAMESPACE/NAME`: every log line names its object that way, so a bare name would match
-/// nothing, and saying why beats an empty answer.
+/// `NAMESPACE/NAME`, as every log line names its object: a bare name would match nothing.
 fn parse_object(s: &str) -> Result<String, String> {
     match s.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
@@ -205,8 +204,7 @@ fn parse_object(s: &str) -> Result<String, String> {
     }
 }
 
-/// A duration as Go's flags take it (`15s`, `1m30s`, `500ms`, `1.5h`), or plain seconds (`0`).
-/// jiff's friendly format is a superset (`1m 30s`, `2 minutes`); days and longer are refused.
+/// A duration as Go's flags take it (`15s`, `1m30s`, `500ms`), or plain seconds (`0`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let invalid = |why: &dyn std::fmt::Display| {
@@ -219,8 +217,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| invalid(&"negative"))
 }
 
-/// Reconcile threads by default: at rest, and at most while a backlog lasts (docs/benchmark.md,
-/// "Workers"). A reconcile mostly waits on the API server.
+/// Reconcile threads by default, at rest and at most (docs/benchmark.md, "Workers").
 pub const DEFAULT_WORKERS: usize = 16;
 pub const DEFAULT_MAX_WORKERS: usize = 40;
 

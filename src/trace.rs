@@ -9,11 +9,9 @@ use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::process::ExitCode;
 
-/// Exit code when no line of the log is about the object (2 is for bad flags, as for the
-/// operator).
+/// Exit code when no line of the log is about the object (2 is for bad flags).
 const EXIT_NOTHING_FOUND: u8 = 1;
-/// Exit code when the log file cannot be read, so that a script can tell a wrong path from a
-/// wrong command line.
+/// Exit code when the log file cannot be read: a wrong path, not a wrong command line.
 const EXIT_CANNOT_READ: u8 = 3;
 
 pub fn run(args: &TraceArgs) -> ExitCode {
@@ -101,7 +99,7 @@ impl Pending {
 fn timeline(input: impl BufRead, object: &str) -> Timeline {
     let mut t = Timeline::default();
     // (when it began, its text), put in time order at the end: a reconcile is known whole only
-    // at its outcome, where a line logged meanwhile (its Event) would otherwise come first.
+    // at its outcome, after the lines logged meanwhile.
     let mut entries: Vec<(String, String)> = Vec::new();
     // Reconciles begun and not ended, in the order they began.
     let mut open: Vec<Pending> = Vec::new();
@@ -209,8 +207,7 @@ fn parse_text(line: &str) -> Option<Fields> {
     if target.is_empty() || target.contains(' ') {
         return None;
     }
-    // The message is free text; the fields are the longest run of ` key=value` at its end. The
-    // first place from which the rest of the line reads as fields, and nothing else, is it.
+    // The message is free text; the fields are the longest run of ` key=value` at its end.
     let (msg, fields) = rest
         .match_indices(' ')
         .find_map(|(i, _)| Some((&rest[..i], parse_fields(&rest[i..])?)))

@@ -1,11 +1,10 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it,
-//! so that of several replicas exactly one writes, and a [`Fence`] that keeps a deposed leader
-//! from writing whatever the API server does (docs/design.md, "Leader election").
+//! and a [`Fence`] that keeps a deposed leader from writing (docs/design.md, "Leader election").
 //!
-//! Expiry is judged by the local clock from when we last saw the Lease change, never by
-//! comparing our clock with the holder's `renewTime` (clocks of different nodes disagree). A
-//! standby cannot have seen our last renewal before we sent it, so the Lease stays ours until at
-//! least `sent + lease duration` on our monotonic clock; the fence closes a safety margin before.
+//! Expiry is judged by the local clock from when we last saw the Lease change, never by the
+//! holder's `renewTime` (clocks of different nodes disagree). A standby cannot have seen our
+//! renewal before we sent it, so the Lease stays ours until `sent + lease duration` on our
+//! monotonic clock; the fence closes a safety margin before.
 
 use crate::kube::client::{self, Client, Resource};
 use crate::kube::fence::Fence;
@@ -148,10 +147,8 @@ impl Elector {
     }
 
     /// Renews every retry period until `stop` fires or disconnects (`Ok`), or leadership is
-    /// lost (with the fence closed): no renewal within the renew deadline or before the fence
-    /// closed, or another holder. As client-go's `renew`, a round retries every retry period and
-    /// ends, every request's timeout included, by the renew deadline from its start. A conflict
-    /// (someone else wrote the Lease) is retried at once the first time in a round.
+    /// lost (with the fence closed). As client-go's `renew`, a round retries every retry period
+    /// and ends, requests included, by the renew deadline; a first conflict is retried at once.
     pub fn keep_renewing(&self, stop: &Receiver<()>) -> Result<(), Lost> {
         loop {
             if quits_within(stop, self.s.retry_period) {
@@ -203,9 +200,9 @@ impl Elector {
         Lost(why)
     }
 
-    /// Closes the fence and gives the lease up so a standby takes over at its next retry
-    /// (client-go's ReleaseOnCancel: empty holder, duration 1 s), within `timeout`. Not while a
-    /// write of ours is in flight: the server may yet apply it, so the Lease expires instead.
+    /// Closes the fence and gives the lease up (client-go's ReleaseOnCancel) within `timeout`.
+    /// Not while a write of ours is in flight: the server may yet apply it, so the Lease
+    /// expires instead.
     pub fn release(&self, timeout: Duration) {
         self.releasing.store(true, SeqCst);
         self.fence.close();
@@ -287,8 +284,7 @@ impl Elector {
             let transitions = next.spec.lease_transitions.unwrap_or(0);
             next.spec.lease_transitions = Some(found.as_ref().map_or(0, |_| transitions + 1));
         }
-        // Taken just before the request leaves: the server cannot have seen it earlier, so no
-        // standby can count the lease's expiry from an earlier point.
+        // Taken before the request leaves: no standby can count the expiry from earlier.
         let sent = Instant::now();
         let written = match &found {
             Some(_) => client.replace::<_, Lease>(Resource::LEASES, ns, name, &next),
@@ -299,8 +295,8 @@ impl Elector {
                 self.remember(l, sent);
                 Ok(Attempt::Held)
             }
-            // Someone wrote it between our read and our write. If it was ours, a change of
-            // holder shows at the next read; only that (or the deadline) ends our leadership.
+            // Written between our read and our write: if it was ours, a new holder shows at
+            // the next read.
             Err(e) if e.is_conflict() && holder == *me => Ok(Attempt::Conflict),
             // We were taking it over, or creating it: whoever wrote it won this round.
             Err(e) if (e.is_conflict() && found.is_some()) || e.is_already_exists() => {
@@ -324,8 +320,8 @@ fn micro_time(t: SystemTime) -> String {
     format!("{:.6}", jiff::Timestamp::try_from(t).unwrap_or_default())
 }
 
-/// This replica's identity: the pod name (downward API) or the host name, plus a random
-/// suffix so a restarted process never mistakes the old holder for itself.
+/// This replica's identity: the pod name or the host name, with a random suffix so that a
+/// restarted process never mistakes the old holder for itself.
 pub fn identity() -> String {
     let base = std::env::var("POD_NAME")
         .ok()

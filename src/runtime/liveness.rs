@@ -1,7 +1,5 @@
-//! Whether each watch is live: the watchers record when their first list completes, why their
-//! lists fail until then, and when a stream opens, closes and hears from the server; `/readyz`,
-//! start-up and the metrics read it. A watch is one resource in one namespace, or in all of
-//! them: serving a set of namespaces takes a watch of each resource per namespace.
+//! Whether each watch (one resource in one namespace, or in all) is live: the watchers record
+//! their lists and streams; `/readyz`, start-up and the metrics read it.
 
 use crate::util;
 use std::collections::BTreeMap;
@@ -29,9 +27,8 @@ pub struct Watch {
 static WATCHES: Mutex<BTreeMap<(&'static str, Option<&'static str>), &'static Watch>> =
     Mutex::new(BTreeMap::new());
 
-/// The watch of `resource` in `namespace` (`None`: all), the same one every time it is asked
-/// for. One leaked allocation per watch (two per served namespace), so that updates afterwards
-/// take no lock.
+/// The watch of `resource` in `namespace` (`None`: all), the same one every time: leaked, so
+/// that updates take no lock.
 pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch {
     let mut w = util::lock(&WATCHES);
     if let Some(found) = w.get(&(resource, namespace)) {
@@ -97,8 +94,7 @@ impl Watch {
             .compare_exchange(0, unix_ms(), Relaxed, Relaxed);
     }
 
-    /// The server said something on this watch (an event or a bookmark) or a list completed:
-    /// the connection is alive.
+    /// The server said something on this watch, or a list completed.
     pub fn heard(&self) {
         self.last_heard_ms.store(unix_ms(), Relaxed);
     }

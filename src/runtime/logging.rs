@@ -1,7 +1,6 @@
 //! Log output: readable `key=value` text or one JSON object per line, from `log` records and
-//! their structured fields. The level contract is in docs/operating.md ("Logs"); fields are
-//! `object`, `kind`/`resource`, `rv`, `reconcile_id`, `trigger`, `action`, `result`,
-//! `requeue_after_ms`, `elapsed_ms`, `error`, and never a header (so never a token).
+//! their fields; the level contract is in docs/operating.md ("Logs"). Never a header is logged,
+//! so never a token.
 
 use crate::util;
 use log::kv::{Error as KvError, Key, Value, VisitSource, VisitValue};
@@ -70,8 +69,7 @@ fn short_target(t: &str) -> &str {
     t.rsplit("::").next().unwrap_or(t)
 }
 
-/// A field given as `None` (`reason = ending.reason()`) is left out of the line: a field
-/// that some lines of a kind have and others do not reads better absent than as `None`.
+/// A field given as `None` is left out: it reads better absent than as `None`.
 fn is_none(value: &Value) -> bool {
     struct Null(bool);
     impl VisitValue<'_> for Null {

@@ -1,8 +1,5 @@
 //! The metrics endpoint's TLS: the certificate mounted at `--metrics-cert-path`, or else a
 //! self-signed one made at start, as controller-runtime's metrics server does.
-//!
-//! Prometheus scrapes the self-signed one with `insecureSkipVerify`, as kubebuilder's default
-//! ServiceMonitor does; a verified setup mounts a certificate (cert-manager) instead.
 
 use rcgen::{CertificateParams, DnType, KeyPair, PKCS_ECDSA_P256_SHA256};
 use rustls::pki_types::pem::PemObject;
@@ -13,13 +10,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// File names inside `--metrics-cert-path`: those of a `kubernetes.io/tls` Secret, which is
-/// what cert-manager writes and kubebuilder mounts.
+/// File names inside `--metrics-cert-path`: those of a `kubernetes.io/tls` Secret.
 pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 
-/// The self-signed certificate is valid a year, as client-go's, from an hour in the past so a
-/// client whose clock is a little behind does not see it as not yet valid.
+/// The self-signed certificate's validity, as client-go's, from a little in the past so that a
+/// client whose clock is behind does not see it as not yet valid.
 const VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 const BACKDATE: Duration = Duration::from_secs(3600);
 
