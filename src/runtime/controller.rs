@@ -1,6 +1,6 @@
 //! The controller loop, generic over the resource: watcher and worker threads that report
-//! their own death, the worker's contract with the queue, and signals. What one reconcile does
-//! is the caller's (a closure); which events queue a key is its event handler's ([`EventHandler`]).
+//! their own death, and the worker's contract with the queue. What one reconcile does is the
+//! caller's (a closure); which events queue a key is its [`EventHandler`]'s.
 
 use crate::kube::client::Client;
 use crate::runtime::metrics;
@@ -45,7 +45,6 @@ impl Action {
         Action { priority, ..self }
     }
 
-    /// When to look again, if at all.
     pub fn requeue_after(&self) -> Option<Duration> {
         self.requeue
     }
@@ -91,7 +90,6 @@ impl Drop for Sentinel {
     }
 }
 
-/// Starts the thread of one resource's watcher.
 pub fn spawn_watcher<W>(
     w: Watcher<Client, W>,
     sentinel: Sentinel,
@@ -119,7 +117,7 @@ where
     G: Fn() -> bool,
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    // Waits forever once it found it must stay (the pool at its minimum), until its next key.
+    // Waits forever once it found it must stay (the pool at its minimum).
     let mut idle = Some(pool::IDLE_EXIT);
     loop {
         let (key, trigger, priority, waited) = match queue.get_within(idle) {

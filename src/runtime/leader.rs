@@ -28,7 +28,6 @@ pub fn safety_margin(lease_duration: Duration) -> Duration {
 #[derive(Debug)]
 pub struct Lost(pub String);
 
-/// Settings, from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub namespace: String,

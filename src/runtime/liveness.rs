@@ -18,7 +18,7 @@ pub struct Watch {
     last_heard_ms: AtomicU64,
     /// Since when no stream has been open; 0 while one is.
     down_since_ms: AtomicU64,
-    /// Its first list completed: its objects are known.
+    /// A list completed: its objects are known.
     listed: AtomicBool,
     /// Why its last list failed, until one completes.
     failure: Mutex<Option<String>>,
@@ -53,18 +53,15 @@ pub fn watches() -> Vec<&'static Watch> {
 }
 
 impl Watch {
-    /// A list of this watch completed.
     pub fn listed(&self) {
         self.listed.store(true, Relaxed);
         *util::lock(&self.failure) = None;
     }
 
-    /// Whether a list of this watch has completed.
     pub fn has_listed(&self) -> bool {
         self.listed.load(Relaxed)
     }
 
-    /// A list of this watch failed, `why`.
     pub fn list_failed(&self, why: String) {
         *util::lock(&self.failure) = Some(why);
     }
@@ -81,7 +78,6 @@ impl Watch {
         Some(format!("{} list: {why}", self.resource))
     }
 
-    /// A stream of this watch was opened.
     pub fn opened(&self) {
         self.down_since_ms.store(0, Relaxed);
         self.last_heard_ms.store(unix_ms(), Relaxed);
@@ -105,8 +101,7 @@ impl Watch {
         (last != 0).then(|| Duration::from_millis(unix_ms().saturating_sub(last)))
     }
 
-    /// How long this watch has not been live, `None` while it is. Live: a stream is open and
-    /// the server was heard within `idle`.
+    /// How long this watch has not been live (a stream open, the server heard within `idle`).
     pub fn down_for(&self, idle: Duration) -> Option<Duration> {
         let heard = self.last_heard_ms.load(Relaxed);
         let down = self.down_since_ms.load(Relaxed);

@@ -26,14 +26,12 @@ mod source;
 pub use event_handler::{EventHandler, Listed, Reaction};
 pub use source::{Kind, Source};
 
-/// Watch `timeoutSeconds`: below common load balancers' idle timeout, random so that
-/// operators do not re-watch in lockstep.
+/// Watch `timeoutSeconds`: under load balancers' idle timeouts, random against lockstep.
 const WATCH_TIMEOUT_SECS: (u64, u64) = (170, 230);
 /// A stream that ends this fast without a word counts as a failure, so that a server closing
 /// every watch at once cannot make us spin.
 const MIN_HEALTHY_STREAM: Duration = Duration::from_secs(1);
-/// How long a watch may say nothing before it is given up: the API server's BOOKMARK period
-/// (`defaultBookmarkFrequency`) and some to spare.
+/// How long a watch may say nothing: the API server's `defaultBookmarkFrequency` and some spare.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// When a healthy watcher lists again, queueing every key: every `period` (jittered, so that
@@ -69,8 +67,7 @@ impl Relist {
     }
 }
 
-/// One line of a watch stream, its object decoded once its type is known (an ERROR's is a
-/// `Status`).
+/// One line of a watch stream, its object decoded once its type is known.
 #[derive(Deserialize)]
 struct RawEvent<'a> {
     #[serde(rename = "type")]
@@ -372,8 +369,7 @@ where
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch ended at once, backing off");
             }
             StreamEnd::Stalled(error) => {
-                // Said every time: a connection that dies without a word is worth a person's
-                // look (a proxy, a load balancer).
+                // Said every time: a silent dead connection is worth a person's look.
                 self.warned = true;
                 log::warn!(
                     target: "watcher",
@@ -396,8 +392,7 @@ where
         State::Watch { rv }
     }
 
-    /// Logs a failed list or watch request, then waits out the backoff (or the server's
-    /// `Retry-After`, if longer) unless shutdown comes first.
+    /// Logs a failed list or watch request, then waits out the backoff or `Retry-After`.
     fn fail_and_wait(&mut self, what: &str, e: &client::Error, backoff: &mut Backoff) {
         let error = e.to_string();
         if e.is_not_found() && !self.missing {
@@ -441,8 +436,7 @@ where
         let (listed, rv) = self.list_pages()?;
         let version = rv.parse::<u64>().ok();
         let seen = after.and_then(|a| a.parse::<u64>().ok());
-        // A list reads etcd itself, so its version is never below one a watch answered,
-        // unless etcd's history went back.
+        // A list's version falls below a watch's only when etcd's history went back.
         let rewound = version.zip(seen).is_some_and(|(v, seen)| v < seen);
         if rewound {
             log::warn!(
