@@ -142,8 +142,7 @@ const LEADER_FLAGS: [&str; 5] = [
 
 impl Args {
     /// Parses `argv` like [`Parser::try_parse_from`], and notes in [`Args::given`] which flags
-    /// the command line set: a flag given with its default value cannot be told apart from one
-    /// left out by the values alone, and both checks of [`Args::check`] need to.
+    /// the command line set: the values cannot tell a default given from one left out.
     pub fn try_parse_given(
         argv: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
     ) -> Result<Args, clap::Error> {

@@ -1,6 +1,5 @@
-//! Wires the stages together: cluster config → client → watcher threads → (leader election) →
-//! reconcile workers, and takes them down in order on SIGTERM/SIGINT (docs/design.md, "Start-up
-//! and shutdown").
+//! Wires the stages together: client → watchers → (leader election) → workers, and takes them
+//! down in order on SIGTERM/SIGINT (docs/design.md, "Start-up and shutdown").
 
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
@@ -36,9 +35,8 @@ const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
 /// Longest one start-up check may wait: it runs on the thread that answers signals.
 const PREFLIGHT_ATTEMPT: Duration = Duration::from_secs(5);
 
-/// How long start-up waits for one served namespace to be listed: an operator that can serve
-/// nothing exits then, so that the kubelet's restarts show it, as controller-runtime's
-/// cache-sync timeout does. The other namespaces are served once their lists complete.
+/// How long start-up waits for one served namespace to be listed before it exits, so that the
+/// kubelet's restarts show it, as controller-runtime's cache-sync timeout does.
 const SERVE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How often a served namespace that does not exist is looked up again.
@@ -91,7 +89,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         let _ = ctx.version.set(version);
     }
 
-    // Two watches per served namespace (or two of every namespace): all must be live.
+    // Two watches per served namespace: all must be live.
     let watches = config
         .namespaces
         .each()
@@ -208,10 +206,9 @@ impl Stages {
         }
     }
 
-    /// Watchers of ImmortalContainers and our pods, one of each per served namespace, which
-    /// fill the queue from their first list on, also on a standby, so that a new leader starts
-    /// warm. Returns once every first list was answered and one namespace's lists are in (see
-    /// [`SERVE_PATIENCE`]); the others are served once theirs complete.
+    /// Watchers of ImmortalContainers and our pods per served namespace, which fill the queue
+    /// on a standby too, so that a new leader starts warm. Returns once every first list was
+    /// answered and one namespace's lists are in; the others are served once theirs are.
     fn start_watchers(self: &Arc<Self>, ic_relists: &Relist) -> Result<(), ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
         let idle = self.config.watch_idle_timeout;
@@ -345,8 +342,8 @@ impl Stages {
         }
     }
 
-    /// Serves each namespace whose lists complete after start, and looks up those that do not
-    /// exist every [`MISSING_RECHECK`] until they do; until shutdown.
+    /// Until shutdown, serves each namespace whose lists complete after start, and looks up
+    /// those that do not exist every [`MISSING_RECHECK`].
     fn serve_namespaces(
         &self,
         namespaces: Vec<Option<String>>,
@@ -445,8 +442,7 @@ impl Stages {
         Ok(Some(elector))
     }
 
-    /// The Event recorder's thread and the reconcile workers, all writing through the leader's
-    /// fence: none is sent once the Lease may have passed.
+    /// The Event recorder's thread and the reconcile workers, all writing through the fence.
     fn start_workers(
         self: &Arc<Self>,
         elector: Option<&Arc<Elector>>,

@@ -1,6 +1,5 @@
 //! `immortal-operator trace NAMESPACE/NAME`: one object's reconciliation history, read back from
-//! the operator's logs, text or JSON line by line (`runtime/logging.rs` writes both), as a
-//! timeline: what triggered each reconcile, the API writes it made, its outcome and next requeue.
+//! the operator's logs (text or JSON): what triggered each reconcile, its writes and outcome.
 
 use crate::cli::TraceArgs;
 use serde_json::Value;
@@ -193,9 +192,8 @@ fn parse_line(line: &str) -> Option<Fields> {
     (f.contains_key("ts") && f.contains_key("msg")).then_some(f)
 }
 
-/// A text line as `runtime/logging.rs` writes it:
-/// `TS LEVEL target: message key=value key="quoted value"`, values quoted (Rust string
-/// syntax) when they hold a space, a quote or `=`, or are empty.
+/// A text line as `runtime/logging.rs` writes it: `TS LEVEL target: message key=value
+/// key="quoted value"`, values quoted as Rust strings where they need it.
 fn parse_text(line: &str) -> Option<Fields> {
     let (ts, rest) = line.trim_end_matches(['\n', '\r']).split_once(' ')?;
     crate::util::parse_rfc3339(ts)?;

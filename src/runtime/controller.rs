@@ -106,9 +106,8 @@ where
         })
 }
 
-/// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
-/// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
-/// The `pool` grows (`grow`: whether a worker started) and shrinks as `runtime::pool` says.
+/// One reconcile thread: always `done`, `forget` on success, rate-limited requeue on error
+/// (sample-controller's worker contract). `grow` starts a worker more, if it can.
 pub fn work<H, E, R, G>(queue: &Queue<H>, run_id: u16, pool: &Pool, grow: G, reconcile: R)
 where
     H: Hint + fmt::Display,

@@ -199,9 +199,8 @@ impl Elector {
         Lost(why)
     }
 
-    /// Closes the fence and gives the lease up (client-go's ReleaseOnCancel) within `timeout`.
-    /// Not while a write of ours is in flight: the server may yet apply it, so the Lease
-    /// expires instead.
+    /// Closes the fence and gives the lease up (client-go's ReleaseOnCancel) within `timeout`,
+    /// unless a write of ours is in flight: the server may yet apply it.
     pub fn release(&self, timeout: Duration) {
         self.releasing.store(true, SeqCst);
         self.fence.close();

@@ -1,6 +1,5 @@
-//! How many reconcile workers run: a worker that takes a key while others wait starts one more,
-//! up to `max`; one beyond `min` idle for [`IDLE_EXIT`] ends (docs/design.md, "Workers grow with
-//! a backlog").
+//! How many reconcile workers run, between `min` and `max`: a worker that takes a key while
+//! others wait starts one more; one idle for [`IDLE_EXIT`] ends (docs/design.md).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

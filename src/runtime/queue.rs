@@ -70,8 +70,7 @@ impl Budget {
     }
 
     /// How long until a key may be handed out with `in_flight` reconciles running (`None`: now).
-    /// Once the budget is being spent, each reconcile in flight holds a token, since it may
-    /// fail too.
+    /// Once the budget is being spent, each of them holds a token: it may fail too.
     fn wait(&mut self, now: Instant, in_flight: usize) -> Option<Duration> {
         self.refill(now);
         let owed = match self.tokens < BUDGET_BURST {
@@ -146,7 +145,6 @@ struct State<H> {
     shutting_down: bool,
 }
 
-/// The queue. Share it with `Arc`.
 pub struct Queue<H> {
     state: Mutex<State<H>>,
     cond: Condvar,
@@ -201,8 +199,7 @@ impl<H: Hint> Queue<H> {
         }
     }
 
-    /// Marks `key` dirty (with a trigger older than the one queued, if `older`); returns
-    /// whether a waiter should be woken.
+    /// Marks `key` dirty (`older`: its trigger is older than the queued one); true: wake a waiter.
     fn insert(
         st: &mut State<H>,
         key: Key,

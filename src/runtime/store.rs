@@ -1,6 +1,5 @@
-//! What a watcher knows of each key: its event handler's projection of the object it last saw (its
-//! memo), which reconcile reads instead of asking the API server, as sample-controller's
-//! `syncHandler` reads through its listers.
+//! What a watcher knows of each key, its event handler's memo, which reconcile reads instead of
+//! asking the API server, as sample-controller's `syncHandler` reads through its listers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};

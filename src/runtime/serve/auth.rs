@@ -1,7 +1,6 @@
-//! Who may read `/metrics`: a TokenReview of the caller's bearer token, and a SubjectAccessReview
-//! for `get` on `/metrics` for the user it names, as controller-runtime's
-//! `WithAuthenticationAndAuthorization` filter does. Decisions are cached by a digest of the
-//! token, never the token, so that a scrape does not cost two API requests.
+//! Who may read `/metrics`: a TokenReview of the bearer token and a SubjectAccessReview for its
+//! user, as controller-runtime's `WithAuthenticationAndAuthorization` filter does. Decisions are
+//! cached by the token's digest, so that a scrape does not cost two API requests.
 
 use crate::kube::client::{self, Client, Resource};
 use crate::util;

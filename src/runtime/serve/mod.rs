@@ -36,8 +36,8 @@ pub const PROBE_DEADLINE: Duration = Duration::from_secs(2);
 /// Prometheus' default scrape timeout; the TokenReview and SubjectAccessReview count in it.
 pub const METRICS_DEADLINE: Duration = Duration::from_secs(10);
 
-/// After a 431 the client's pending bytes are read (this many, for this long at most) before
-/// closing, as Go's net/http does: closing with unread data sends a reset, losing the answer.
+/// After a 431 the client's pending bytes are read, within bounds, before closing, as Go's
+/// net/http does: closing with unread data sends a reset, losing the answer.
 const LINGER_BYTES: usize = 64 * 1024;
 const LINGER_TIME: Duration = Duration::from_millis(250);
 
@@ -71,9 +71,8 @@ impl Health {
         Ok(())
     }
 
-    /// Ready once every watch's first list completed and every served namespace exists, unless
-    /// a watch has not been live (open, and heard from within the idle limit) for longer than
-    /// the idle limit; otherwise says each namespace not served, and why. A standby is ready too.
+    /// Ready once every watch has listed and every served namespace exists, unless a watch has
+    /// not been live for longer than the idle limit; otherwise says why. A standby is ready too.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
         let mut why: Vec<String> = self
@@ -100,8 +99,8 @@ impl Health {
     }
 }
 
-/// Parses a bind address as controller-runtime takes it: `:8443` means every interface of
-/// every address family (`[::]:8443`, see [`bind`]), `0` disables the endpoint.
+/// Parses a bind address as controller-runtime takes it: `:8443` is every interface of every
+/// address family (see [`bind`]), `0` disables the endpoint.
 pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
     if s == "0" || s.is_empty() {
         return Ok(None);
@@ -138,8 +137,7 @@ pub enum Metrics {
     },
 }
 
-/// Starts what `settings` asks for. An error (a port taken, an unusable certificate) is for
-/// the user to see at start.
+/// Starts what `settings` asks for; an error (a port taken, a bad certificate) ends the start.
 pub fn start(
     settings: &Settings,
     health: Arc<Health>,
@@ -202,9 +200,8 @@ impl Limits {
     };
 }
 
-/// Binds `addr` as Go's `net.Listen` does: the IPv6 wildcard accepts both address families (an
-/// IPv6 cluster's kubelet needs it). Linux makes `[::]` dual-stack unless `bindv6only` is set, so
-/// `0.0.0.0` is bound too where still free (that host), and alone on a host without IPv6.
+/// Binds `addr` as Go's `net.Listen` does: the IPv6 wildcard accepts both address families.
+/// `0.0.0.0` is bound too where `[::]` is not dual-stack (`bindv6only`), and alone without IPv6.
 fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
     use io::ErrorKind::{AddrInUse, PermissionDenied};
     let any4 = |port| TcpListener::bind(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
@@ -223,8 +220,8 @@ fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
     Ok(std::iter::once(v6).chain(v4).collect())
 }
 
-/// Binds `addr` (see [`bind`]); an accept thread per socket hands each connection to `serve`
-/// on a thread of its own, within `limits` (shared by the sockets), and closes the rest at once.
+/// Binds `addr`; an accept thread per socket hands each connection to `serve` on a thread of
+/// its own, within `limits`, and closes the rest at once.
 fn listen(
     addr: SocketAddr,
     name: &'static str,
@@ -244,8 +241,7 @@ fn listen(
                     let conn = match conn {
                         Ok(c) => c,
                         Err(e) => {
-                            // Out of file descriptors, or a connection reset before it was
-                            // accepted: pause instead of spinning on an error that repeats.
+                            // Out of file descriptors, say: pause rather than spin.
                             log::debug!(target: "serve", endpoint = name, error = e.to_string().as_str(); "accept failed");
                             thread::sleep(Duration::from_millis(50));
                             continue;
@@ -257,8 +253,7 @@ fn listen(
                         continue; // dropping `conn` closes it
                     };
                     let serve = serve.clone();
-                    // If the thread cannot start, the closure is dropped: the slot is given
-                    // back and the connection closed.
+                    // If the thread cannot start, dropping the closure frees slot and connection.
                     let _ = thread::Builder::new()
                         .name(format!("{name}-conn"))
                         .spawn(move || {
@@ -309,8 +304,8 @@ impl Drop for Slot {
     }
 }
 
-/// A connection whose every read and write must end by `deadline`: each one waits at most for
-/// what is left, so a client trickling bytes cannot stretch the exchange past it.
+/// A connection whose every read and write ends by `deadline`, so that a client trickling bytes
+/// cannot stretch the exchange.
 struct Timed {
     tcp: TcpStream,
     deadline: Instant,
@@ -478,8 +473,8 @@ impl Response {
     }
 }
 
-/// Reads one request head from `conn` and writes the answer `handle` gives (or 400, 431), and
-/// returns its code; `None` for a client that went away or ran out of time (no answer).
+/// Reads one request head from `conn`, writes the answer `handle` gives (or 400, 431), and
+/// returns its code; `None` when nothing was answered.
 fn exchange(
     conn: &mut (impl Read + Write),
     handle: impl FnOnce(&Request) -> Response,
@@ -505,8 +500,8 @@ enum HeadError {
     Gone,
 }
 
-/// Reads until the blank line that ends a request head and returns the head's length (without
-/// the blank line); anything after it is ignored. Never reads more than [`MAX_HEAD`] bytes.
+/// Reads at most [`MAX_HEAD`] bytes, up to the blank line that ends a request head, and returns
+/// the head's length.
 fn read_head(conn: &mut impl Read, buf: &mut [u8; MAX_HEAD]) -> Result<usize, HeadError> {
     let mut len = 0;
     loop {
@@ -528,8 +523,8 @@ fn read_head(conn: &mut impl Read, buf: &mut [u8; MAX_HEAD]) -> Result<usize, He
     }
 }
 
-/// Where the head in `buf` ends: the first line break followed by an empty line (`\r\n\r\n`,
-/// or bare `\n\n`, which HTTP/1.1 parsers accept), searching from `from`.
+/// Where the head in `buf` ends, searching from `from`: `\r\n\r\n`, or a bare `\n\n` as
+/// HTTP/1.1 parsers accept.
 fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     (from..buf.len()).find(|&i| {
         buf[i] == b'\n' && (buf[i + 1..].starts_with(b"\n") || buf[i + 1..].starts_with(b"\r\n"))
@@ -558,8 +553,8 @@ fn parse_head(head: &[u8]) -> Option<Request<'_>> {
     })
 }
 
-/// Stops sending, then reads and drops what the client still sends (bounded in bytes and time)
-/// so that closing does not reset the connection before the client read the answer.
+/// Stops sending, then drops what the client still sends, so that closing does not reset the
+/// connection before the client read the answer.
 fn linger(tcp: &TcpStream, deadline: Instant) {
     let _ = tcp.shutdown(Shutdown::Write);
     let Ok(tcp) = tcp.try_clone() else { return };

@@ -32,9 +32,8 @@ pub trait EventHandler {
     fn relist_priority(&self, _memo: &Self::Memo) -> Priority {
         Priority::Routine
     }
-    /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile of its key, and with
-    /// what hint. `memo` holds what is remembered of the key (`None`: nothing yet) and is
-    /// updated in place; `None` after the event forgets the key.
+    /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile, and with what hint.
+    /// `memo`, what is remembered of the key, is updated in place; left `None`, it is forgotten.
     fn on_event(
         &self,
         event: &'static str,
