@@ -281,12 +281,14 @@ impl Stages {
                 recv(self.quit) -> _ => return Err(stopped()),
             }
         }
-        let mut served = HashSet::new();
-        for ns in &namespaces {
-            if self.listed(*ns) {
-                self.now_served(*ns);
-                served.insert(ns.map(str::to_string));
-            } else if let Some(why) = self.unserved_reason(*ns) {
+        let mut pending = Vec::new();
+        for ns in namespaces {
+            if self.listed(ns) {
+                self.now_served(ns);
+                continue;
+            }
+            pending.push(ns.map(str::to_string));
+            if let Some(why) = self.unserved_reason(ns) {
                 log::warn!(
                     target: "controller", namespace = ns.unwrap_or("(all)"), error = why.as_str();
                     "namespace {} is not served: {why}; the others are, and its lists are tried again with back-off",
@@ -295,11 +297,7 @@ impl Stages {
             }
         }
         let me = self.clone();
-        let namespaces: Vec<Option<String>> =
-            namespaces.iter().map(|ns| ns.map(str::to_string)).collect();
-        spawn("namespaces", move || {
-            me.serve_namespaces(namespaces, served, synced)
-        })
+        spawn("namespaces", move || me.serve_namespaces(pending, synced))
     }
 
     /// Whether every watch of `namespace` has listed.
@@ -331,23 +329,20 @@ impl Stages {
         if missing > 0 {
             log::info!(target: "controller", namespace = namespace.unwrap_or("(all)"), objects = missing as u64; "objects without a pod go first");
         }
-        if let Some(ns) = namespace {
-            if does_not_exist(&self.once, ns) {
-                log::warn!(
-                    target: "controller", namespace = ns;
-                    "served namespace {ns} does not exist: nothing is reconciled there until it is made, and then at once"
-                );
-                crate::util::lock(&self.health.missing).insert(ns.to_string());
-            }
+        if let Some(ns) = namespace.filter(|ns| does_not_exist(&self.once, ns)) {
+            log::warn!(
+                target: "controller", namespace = ns;
+                "served namespace {ns} does not exist: nothing is reconciled there until it is made, and then at once"
+            );
+            crate::util::lock(&self.health.missing).insert(ns.to_string());
         }
     }
 
-    /// Until shutdown, serves each namespace whose lists complete after start, and looks up
+    /// Until shutdown, serves each `pending` namespace once its lists complete, and looks up
     /// those that do not exist every [`MISSING_RECHECK`].
     fn serve_namespaces(
         &self,
-        namespaces: Vec<Option<String>>,
-        mut served: HashSet<Option<String>>,
+        mut pending: Vec<Option<String>>,
         synced: Receiver<&'static liveness::Watch>,
     ) {
         let mut synced = Some(synced);
@@ -360,13 +355,14 @@ impl Stages {
                         // Every watcher has listed: nothing more comes.
                         synced = None;
                     }
-                    for ns in &namespaces {
-                        if !served.contains(ns) && self.listed(ns.as_deref()) {
+                    pending.retain(|ns| {
+                        let listed = self.listed(ns.as_deref());
+                        if listed {
                             log::info!(target: "controller", namespace = ns.as_deref().unwrap_or("(all)"); "namespace served now: its lists are in");
                             self.now_served(ns.as_deref());
-                            served.insert(ns.clone());
                         }
-                    }
+                        !listed
+                    });
                 }
                 recv(crossbeam_channel::at(recheck)) -> _ => {
                     recheck = Instant::now() + MISSING_RECHECK;
