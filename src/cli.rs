@@ -156,11 +156,6 @@ impl Args {
         Ok(args)
     }
 
-    /// [`Args::try_parse_given`] on the process's arguments, exiting as clap does on a bad one.
-    pub fn parse_given() -> Args {
-        Args::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
-    }
-
     /// Refuses operator flags before `trace`: it reads a log, so they would do nothing (the
     /// leader-election flags without `--leader-elect` are [`Config::try_from`]'s to refuse).
     pub fn check(&self) -> Result<(), InvalidFlags> {
