@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// One watch and its moments, in Unix milliseconds.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Watch {
     /// The resource's short name (`pod`, `immortalcontainer`).
     pub resource: &'static str,
@@ -38,10 +38,7 @@ pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch 
     let new: &'static Watch = Box::leak(Box::new(Watch {
         resource,
         namespace,
-        last_heard_ms: AtomicU64::new(0),
-        down_since_ms: AtomicU64::new(0),
-        listed: AtomicBool::new(false),
-        failure: Mutex::new(None),
+        ..Default::default()
     }));
     w.insert((resource, namespace), new);
     new
