@@ -307,7 +307,6 @@ impl fmt::Display for InvalidFlags {
     }
 }
 
-/// `Err(InvalidFlags(why()))` unless `ok`.
 fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), InvalidFlags> {
     ok.then_some(()).ok_or_else(|| InvalidFlags(why()))
 }

@@ -99,8 +99,7 @@ fn metrics() -> &'static Metrics {
     })
 }
 
-/// One API request answered with `code` (0: no answer): the API client's
-/// [`RequestHook`](crate::kube::client::RequestHook).
+/// One API request answered with `code` (0: no answer): the API client's `RequestHook`.
 pub fn record_request(method: &'static str, code: u16) {
     let mut requests = metrics().requests.lock().unwrap_or_else(|p| p.into_inner());
     *requests.entry((method, code)).or_insert(0) += 1;
@@ -127,8 +126,7 @@ pub fn record_pod_created(cause: &'static str) {
         .inc();
 }
 
-/// Events dropped so far because the Event writer fell behind: the recorder's
-/// [`DropHook`](crate::kube::events::DropHook).
+/// Events dropped so far because the Event writer fell behind: the recorder's `DropHook`.
 pub fn events_dropped(total: u64) {
     metrics().events_dropped.store(total, Relaxed);
 }
@@ -169,8 +167,7 @@ fn watch_labels(watch: &Watch) -> WatchLabels {
     labels
 }
 
-/// The whole registry in Prometheus text exposition format 0.0.4; `host` is the API server's,
-/// for `rest_client_requests_total`.
+/// The whole registry in Prometheus text format; `host` is the API server's.
 pub fn render(host: &str) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(host.to_string())));

@@ -46,8 +46,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// The server configuration for the metrics endpoint: the pair in `cert_dir` when given,
-/// otherwise a fresh self-signed one.
+/// The metrics endpoint's server configuration: the pair in `cert_dir`, or a new self-signed one.
 pub fn config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>, Error> {
     let (chain, key) = match cert_dir {
         Some(dir) => mounted(dir)?,
@@ -59,7 +58,6 @@ pub fn config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>, Error> {
     server_config(chain, key)
 }
 
-/// A server configuration presenting `chain` with `key`.
 fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,

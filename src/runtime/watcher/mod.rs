@@ -28,8 +28,7 @@ pub use source::{Kind, Source};
 
 /// Watch `timeoutSeconds`: under load balancers' idle timeouts, random against lockstep.
 const WATCH_TIMEOUT_SECS: (u64, u64) = (170, 230);
-/// A stream that ends this fast without a word counts as a failure, so that a server closing
-/// every watch at once cannot make us spin.
+/// A stream that ends this fast without a word is a failure, so that we cannot spin.
 const MIN_HEALTHY_STREAM: Duration = Duration::from_secs(1);
 /// How long a watch may say nothing: the API server's `defaultBookmarkFrequency` and some spare.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
@@ -134,7 +133,6 @@ enum State {
     },
 }
 
-/// One watcher thread's state.
 pub struct Watcher<S: Source, W: EventHandler> {
     pub source: S,
     pub kind: Kind,
@@ -150,8 +148,7 @@ pub struct Watcher<S: Source, W: EventHandler> {
     failed: bool,
     pub idle_timeout: Duration,
     pub relists: Relist,
-    /// Every key seen since the last list, with its memo; shared by watchers of several
-    /// namespaces, each of which relists only its own keys.
+    /// Every key seen since the last list, with its memo; watchers of several namespaces share it.
     known: Arc<Store<W::Memo>>,
     /// This watch's liveness, for `/readyz` and the metrics.
     live: &'static Watch,
@@ -297,7 +294,6 @@ where
         Ok(below.is_some_and(|(now, rv)| now < rv))
     }
 
-    /// Watches from `rv` until the stream ends.
     fn watch(&mut self, mut rv: String, backoff: &mut Backoff) -> State {
         let (name, ns, started) = (self.name(), self.ns(), Instant::now());
         match self.behind(&rv) {
@@ -508,8 +504,7 @@ where
         }
     }
 
-    /// Reads a stream to its end, enqueuing keys; `rv` follows every event. Returns how it
-    /// ended and whether the server said anything.
+    /// Reads a stream to its end, `rv` following every event: how it ended, and if anything came.
     fn consume(
         &mut self,
         mut stream: Box<dyn BufRead + Send>,
@@ -605,7 +600,6 @@ where
         Ok(())
     }
 
-    /// What queues a key for an event of this watch at `rv`.
     fn trigger(&self, event: &'static str, rv: &str, hint: Option<W::Hint>) -> Trigger<W::Hint> {
         Trigger::Watch {
             resource: self.name(),
@@ -615,9 +609,8 @@ where
         }
     }
 
-    /// An object that does not decode is skipped rather than stopping the watch for good: the
-    /// version moves past it and its key is queued (urgent: what changed is unknown), or, with
-    /// no key to be had, everything is listed again. One WARN an episode.
+    /// An object that does not decode is skipped, not the watch stopped: its key is queued
+    /// (urgent), or with no key to be had, everything is listed again. One WARN an episode.
     fn skip_undecodable(
         &mut self,
         event: &'static str,
