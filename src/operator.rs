@@ -59,8 +59,7 @@ pub fn run(config: Config) -> ExitCode {
     run_stages(config).unwrap_or_else(|code| code)
 }
 
-/// The stages, in order: connect, checks, endpoints, watchers and their first lists, the
-/// Lease, the workers; then wait for a signal or a dead thread, and shut down.
+/// The stages in order, then a wait for a signal or a dead thread, and the shutdown.
 fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     let client = connect(&config)?;
 
@@ -162,8 +161,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
 /// Loads the configuration and builds the client every thread shares.
 fn connect(config: &Config) -> Result<Client, ExitCode> {
     let cluster = config::load(&config.cluster).map_err(|e| fail_at_start(&e.to_string()))?;
-    // A connection per worker, and for the watchers, events and the lease (docs/design.md,
-    // "Start-up and shutdown"). Every request of every client made from it is counted.
+    // A connection per worker, and for watchers, events and lease; every request is counted.
     let client = Client::new(cluster, config.max_workers + 4)
         .map_err(|e| fail_at_start(&e.to_string()))?
         .reporting(metrics::record_request);
@@ -234,7 +232,6 @@ impl Stages {
                 synced_tx.clone(),
                 idle,
             );
-            // Every ImmortalContainer watcher keeps its objects in the one store reconcile reads.
             let ics = ics.relisting(ic_relists.clone()).sharing(self.ics.clone());
             spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
             // Every pod watcher keeps its pods in one store, under the objects' own keys.
@@ -321,8 +318,7 @@ impl Stages {
         (!reasons.is_empty()).then(|| reasons.join("; "))
     }
 
-    /// `namespace`'s lists are all in: its objects without a pod go first, and a namespace that
-    /// does not exist is said.
+    /// `namespace`'s lists are in: its objects without a pod go first; a missing namespace is said.
     fn now_served(&self, namespace: Option<&str>) {
         let missing =
             lifecycle::queue_objects_without_a_pod(&self.ics, &self.pods, &self.queue, namespace);

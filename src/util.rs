@@ -9,8 +9,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// A random u64, for jitter and identities, not for secrets: std's `RandomState`, seeded from
-/// the OS and stepped on by every new one.
+/// A random u64, for jitter and identities, not secrets: std's OS-seeded `RandomState`.
 pub fn rand_u64() -> u64 {
     RandomState::new().build_hasher().finish()
 }
@@ -90,8 +89,7 @@ pub fn intern(s: &str) -> Arc<str> {
     SHARED.get(s, |s| Arc::from(s))
 }
 
-/// One shared copy of each value many others repeat. Unused copies are swept whenever the set
-/// has doubled since the last sweep.
+/// One shared copy of each value many others repeat; unused copies are swept as the set doubles.
 pub struct SharedSet<T: ?Sized>(Mutex<(BTreeSet<Arc<T>>, usize)>);
 
 impl<T: Ord + ?Sized> SharedSet<T> {
@@ -171,8 +169,7 @@ const TICK_MICROS: u128 = 100;
 impl Stamp {
     /// `t`, counted from `epoch`.
     pub fn of(t: Instant, epoch: Instant) -> Stamp {
-        // Counted from 1, so that 0 is free for `None`; the last tick before each wrap reads as
-        // the first, one tick off.
+        // Counted from 1, so that 0 is free for `None`; a wrap's last tick reads as the first.
         let ticks = (t.saturating_duration_since(epoch).as_micros() / TICK_MICROS) as u32;
         Stamp(NonZeroU32::new(ticks.wrapping_add(1)).unwrap_or(NonZeroU32::MIN))
     }

@@ -142,7 +142,6 @@ where
         let id = format!("{run_id:04x}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
         let trigger_s = trigger.to_string();
         let started = Instant::now();
-        // What the watch event that queued the key said, if anything.
         let hint = match &trigger {
             Trigger::Watch { hint, .. } => hint.as_ref(),
             _ => None,
@@ -160,7 +159,6 @@ where
                 queue.forget(&key);
                 let outcome = match action.requeue_after() {
                     None => {
-                        // It saw everything and holds nothing: a look asked for before is moot.
                         queue.cancel(&key);
                         "success"
                     }

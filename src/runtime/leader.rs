@@ -18,8 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-/// How long before the Lease could pass the fence closes: room for a write already on the wire
-/// to arrive, and for clocks that run at different rates.
+/// How long before the Lease could pass the fence closes: for writes on the wire, clock drift.
 pub fn safety_margin(lease_duration: Duration) -> Duration {
     lease_duration / 10
 }
@@ -293,8 +292,7 @@ impl Elector {
                 self.remember(l, sent);
                 Ok(Attempt::Held)
             }
-            // Written between our read and our write: if it was ours, a new holder shows at
-            // the next read.
+            // Written between our read and our write: a new holder, if any, shows next read.
             Err(e) if e.is_conflict() && holder == *me => Ok(Attempt::Conflict),
             // We were taking it over, or creating it: whoever wrote it won this round.
             Err(e) if (e.is_conflict() && found.is_some()) || e.is_already_exists() => {

@@ -27,8 +27,7 @@ pub struct Watch {
 static WATCHES: Mutex<BTreeMap<(&'static str, Option<&'static str>), &'static Watch>> =
     Mutex::new(BTreeMap::new());
 
-/// The watch of `resource` in `namespace` (`None`: all), the same one every time: leaked, so
-/// that updates take no lock.
+/// The one watch of `resource` in `namespace` (`None`: all), leaked so that updates take no lock.
 pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch {
     let mut w = util::lock(&WATCHES);
     if let Some(found) = w.get(&(resource, namespace)) {

@@ -4,8 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// A `namespace/name` key, stored once and shared by the store, the queue and what reconcile
-/// remembers of it.
+/// A `namespace/name` key, stored once, shared by the store, the queue and reconcile.
 pub type Key = Arc<str>;
 
 /// The keys a watcher knows, each with its memo.
@@ -44,8 +43,7 @@ impl<M: Clone> Store<M> {
         self.read().get_key_value(key).map(|(k, _)| k.clone())
     }
 
-    /// Lets `f` see and change what is known of `key` (left `None`: the key is forgotten), and
-    /// answers with the store's copy of the key.
+    /// Lets `f` change what is known of `key` (left `None`: forgotten); answers the store's copy.
     pub fn entry<R>(&self, key: Key, f: impl FnOnce(&mut Option<M>) -> R) -> (R, Key) {
         let mut map = self.write();
         let (key, mut memo) = match map.remove_entry(&*key) {

@@ -34,8 +34,7 @@ pub enum Verdict {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// The TokenReview failed: the API server is unreachable or slow, or refused the operator
-    /// (403: it lacks `create` on tokenreviews, a person must act).
+    /// The TokenReview failed: the API server is unreachable or slow, or refused us (RBAC).
     TokenReview(client::Error),
     /// The SubjectAccessReview for `user` failed, for the same reasons.
     AccessReview { user: String, error: client::Error },

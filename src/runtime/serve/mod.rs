@@ -99,8 +99,7 @@ impl Health {
     }
 }
 
-/// Parses a bind address as controller-runtime takes it: `:8443` is every interface of every
-/// address family (see [`bind`]), `0` disables the endpoint.
+/// Parses a bind address as controller-runtime does: `:8443` is every interface, `0` is off.
 pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
     if s == "0" || s.is_empty() {
         return Ok(None);
@@ -220,8 +219,7 @@ fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
     Ok(std::iter::once(v6).chain(v4).collect())
 }
 
-/// Binds `addr`; an accept thread per socket hands each connection to `serve` on a thread of
-/// its own, within `limits`, and closes the rest at once.
+/// Binds `addr`; a thread per socket hands each connection within `limits` to one of its own.
 fn listen(
     addr: SocketAddr,
     name: &'static str,
@@ -304,8 +302,7 @@ impl Drop for Slot {
     }
 }
 
-/// A connection whose every read and write ends by `deadline`, so that a client trickling bytes
-/// cannot stretch the exchange.
+/// A connection whose every read and write ends by `deadline`, however slowly a client sends.
 struct Timed {
     tcp: TcpStream,
     deadline: Instant,
@@ -473,8 +470,7 @@ impl Response {
     }
 }
 
-/// Reads one request head from `conn`, writes the answer `handle` gives (or 400, 431), and
-/// returns its code; `None` when nothing was answered.
+/// Reads one request head, writes the answer `handle` gives (or 400, 431) and returns its code.
 fn exchange(
     conn: &mut (impl Read + Write),
     handle: impl FnOnce(&Request) -> Response,
@@ -500,8 +496,7 @@ enum HeadError {
     Gone,
 }
 
-/// Reads at most [`MAX_HEAD`] bytes, up to the blank line that ends a request head, and returns
-/// the head's length.
+/// Reads up to the blank line that ends a request head, at most [`MAX_HEAD`] bytes; its length.
 fn read_head(conn: &mut impl Read, buf: &mut [u8; MAX_HEAD]) -> Result<usize, HeadError> {
     let mut len = 0;
     loop {
@@ -523,8 +518,7 @@ fn read_head(conn: &mut impl Read, buf: &mut [u8; MAX_HEAD]) -> Result<usize, He
     }
 }
 
-/// Where the head in `buf` ends, searching from `from`: `\r\n\r\n`, or a bare `\n\n` as
-/// HTTP/1.1 parsers accept.
+/// Where the head in `buf` ends (`\r\n\r\n`, or `\n\n` as HTTP/1.1 parsers accept), from `from`.
 fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     (from..buf.len()).find(|&i| {
         buf[i] == b'\n' && (buf[i + 1..].starts_with(b"\n") || buf[i + 1..].starts_with(b"\r\n"))

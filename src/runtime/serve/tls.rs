@@ -69,8 +69,7 @@ fn server_config(
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .map_err(|e| Error::Rejected(e.to_string()))?;
-    // No session resumption: scrapes are too far apart to gain by it, and rustls' default cache
-    // takes memory up front.
+    // No session resumption: scrapes are too rare to gain by it, and its cache costs memory.
     config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
     Ok(Arc::new(config))

@@ -47,8 +47,7 @@ pub trait EventHandler {
 pub struct Listed {
     /// The list's resourceVersion, where it is a number (etcd's revision).
     pub version: Option<u64>,
-    /// The list's version is below one the watch before it had reached: etcd's history went
-    /// back, and no version known from before means anything now.
+    /// The list's version is below one the watch before it reached: etcd's history went back.
     pub rewound: bool,
 }
 
