@@ -1,5 +1,4 @@
-//! Command line: raw flags as clap parses them ([`Args`]), checked into the configuration the
-//! rest of the program runs on ([`Config`]).
+//! Command line: raw flags as clap parses them ([`Args`]), checked into a [`Config`].
 
 use crate::kube::config::LoadOptions;
 use crate::runtime::{leader, logging, serve};
@@ -121,8 +120,7 @@ pub struct Args {
     #[arg(long, default_value = "10h", value_parser = parse_duration, value_name = "DURATION")]
     pub relist_period: Duration,
 
-    /// The deprecated name of --relist-period: client-go's resync replays the informer's cache
-    /// with no request, where this lists from the server again.
+    /// Deprecated for --relist-period: a client-go resync sends no request, where this lists.
     #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
     pub resync_period: Option<Duration>,
 
@@ -156,8 +154,7 @@ impl Args {
         Ok(args)
     }
 
-    /// Refuses operator flags before `trace`: it reads a log, so they would do nothing (the
-    /// leader-election flags without `--leader-elect` are [`Config::try_from`]'s to refuse).
+    /// Refuses operator flags before `trace`, which reads a log: they would do nothing.
     pub fn check(&self) -> Result<(), InvalidFlags> {
         match (&self.command, self.given.first()) {
             (Some(Command::Trace(_)), Some(flag)) => Err(InvalidFlags(format!(
@@ -240,8 +237,7 @@ impl Namespaces {
         }
     }
 
-    /// `--namespace` as given (each a comma-separated list): every entry a namespace name, none
-    /// empty, none twice.
+    /// `--namespace` as given: comma-separated namespace names, none empty, none twice.
     fn parse(given: &[String]) -> Result<Namespaces, InvalidFlags> {
         if given.is_empty() {
             return Ok(Namespaces::All);

@@ -84,17 +84,14 @@ struct Pending {
 impl Pending {
     /// (when it began, its text, ending with `outcome`).
     fn finish(self, outcome: &str) -> (String, String) {
-        let (id, trigger, steps) = (self.id, self.trigger, self.steps);
-        let text = format!(
-            "{}  reconcile {id}  triggered by: {trigger}\n{steps}    {outcome}\n",
-            self.started
-        );
-        (self.started, text)
+        let (id, started, trigger, steps) = (self.id, self.started, self.trigger, self.steps);
+        let text =
+            format!("{started}  reconcile {id}  triggered by: {trigger}\n{steps}    {outcome}\n");
+        (started, text)
     }
 }
 
-/// Builds the timeline of `object` from the operator's log lines, text or JSON. Lines in
-/// neither format (a panic, a shell's echo), or about other objects, are skipped.
+/// Builds the timeline of `object` from the operator's log lines; other lines are skipped.
 fn timeline(input: impl BufRead, object: &str) -> Timeline {
     let mut t = Timeline::default();
     // (when it began, its text), put in time order at the end: a reconcile is known whole only
@@ -152,8 +149,7 @@ fn timeline(input: impl BufRead, object: &str) -> Timeline {
             }
             msg => {
                 let action = action.as_deref().unwrap_or(msg);
-                // A request answered otherwise than asked (a create refused): what was sent,
-                // then what the server said.
+                // A request answered otherwise than asked: what was sent, then the answer.
                 let answer = match (f.remove("result"), f.remove("error")) {
                     (Some(result), Some(error)) => format!(" → {result}: {error}"),
                     (Some(result), None) => format!(" → {result}"),

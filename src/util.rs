@@ -1,5 +1,4 @@
-//! Small helpers several stages share: a random source for jitter, RFC 3339 timestamps (jiff's
-//! calendar), and a lock that survives a panicked holder.
+//! Small helpers several stages share: randomness for jitter, RFC 3339 times, a poison-proof lock.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;

@@ -316,8 +316,8 @@ fn micro_time(t: SystemTime) -> String {
     format!("{:.6}", jiff::Timestamp::try_from(t).unwrap_or_default())
 }
 
-/// This replica's identity: the pod name or the host name, with a random suffix so that a
-/// restarted process never mistakes the old holder for itself.
+/// This replica's identity: the pod or host name, and a random suffix against taking the old
+/// holder for itself after a restart.
 pub fn identity() -> String {
     let base = std::env::var("POD_NAME")
         .ok()

@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 /// A failing key's delay, doubling (client-go's `DefaultItemBasedRateLimiter`).
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
-/// The overall budget's refill a second and burst: client-go's
-/// `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
+/// The overall budget: client-go's `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
 const BUDGET_RATE: f64 = 10.0;
 const BUDGET_BURST: f64 = 100.0;
 
@@ -27,8 +26,7 @@ const BUDGET_BURST: f64 = 100.0;
 /// routine work waits for urgent work without starving.
 pub const SHARE: u32 = 64;
 
-/// How soon a queued key should be handed out. Queued again higher, a key moves up; lower, it
-/// keeps its place.
+/// How soon a queued key should be handed out; queued again higher, it moves up, never down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Priority {
     /// Status refreshes, relists, releases: what only changes what status says.
@@ -133,8 +131,7 @@ struct State<H> {
     urgent_streak: u32,
     /// Keys a worker holds now.
     processing: HashSet<Key>,
-    /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
-    /// stale entries.
+    /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) with stale entries.
     waiting: HashMap<Key, Waiting<H>>,
     timers: BinaryHeap<Reverse<(Instant, Key)>>,
     /// Consecutive failures per key, for the rate limiter.
@@ -190,8 +187,7 @@ impl<H: Hint> Queue<H> {
         }
     }
 
-    /// Queues `key`, being reconciled, again with the trigger that reconcile had, as older
-    /// than whatever was queued for it meanwhile.
+    /// Queues `key` again with the trigger its reconcile had, older than any queued meanwhile.
     pub fn add_again(&self, key: Key, trigger: Trigger<H>, priority: Priority) {
         let mut st = self.lock();
         if Self::insert(&mut st, key, trigger, priority, true) {
@@ -322,8 +318,8 @@ impl<H: Hint> Queue<H> {
         st.budget.refund(Instant::now());
     }
 
-    /// Blocks until a key is ready and the budget lets it out, or until `idle` passes without
-    /// one. The caller must call [`Queue::done`] with the key when finished.
+    /// Blocks until a key is ready and the budget lets it out (the caller must then call
+    /// [`Queue::done`]), or until `idle` passes without one.
     pub fn get_within(&self, idle: Option<Duration>) -> Work<H> {
         let idle_at = idle.map(|d| Instant::now() + d);
         let mut st = self.lock();

@@ -1,16 +1,13 @@
 //! Shutdown: the signals that start it, and the `quit` channel every blocking loop checks
 //! (the ripgrep/crossbeam pattern: the first signal drops the one sender).
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread;
 use std::time::Duration;
 
 /// Whether `quit` is disconnected: the process is shutting down.
 pub fn is_quitting(quit: &Receiver<()>) -> bool {
-    matches!(
-        quit.try_recv(),
-        Err(crossbeam_channel::TryRecvError::Disconnected)
-    )
+    matches!(quit.try_recv(), Err(TryRecvError::Disconnected))
 }
 
 /// Waits up to `d`; true when `quit` fired or its sender is gone.

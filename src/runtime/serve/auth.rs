@@ -88,8 +88,7 @@ impl MetricsAuth {
         }
     }
 
-    /// The verdict for a request carrying `authorization` (the header's value), asking the API
-    /// server by `deadline` unless a decision for the same token is cached.
+    /// The verdict for the `authorization` header: the API server's by `deadline`, or cached.
     pub fn check(&self, authorization: Option<&str>, deadline: Instant) -> Result<Verdict, Error> {
         let Some(token) = authorization.and_then(bearer_token) else {
             return Ok(Verdict::Unauthenticated);

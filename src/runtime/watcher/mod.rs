@@ -478,8 +478,8 @@ where
         Ok(rv)
     }
 
-    /// Every page of a list, each key with its memo, and the list's resourceVersion. An expired
-    /// continue token (410) restarts from the first page, three times at most.
+    /// Every page of a list, each key with its memo, and the list's resourceVersion; an expired
+    /// continue token (410) restarts it, three times at most.
     fn list_pages(&self) -> Result<(HashMap<String, W::Memo>, String), client::Error> {
         let (mut listed, mut token, mut restarts) = (HashMap::new(), None::<String>, 0);
         loop {
