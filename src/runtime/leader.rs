@@ -124,14 +124,12 @@ impl Elector {
                     log::info!(target: "leader", lease = self.lease_key().as_str(), identity = self.s.identity.as_str(); "became leader");
                     return true;
                 }
-                // Written between our read and our write: whoever holds it now shows next time.
-                Ok(Attempt::Conflict) => {}
-                Ok(Attempt::HeldBy(h)) => {
-                    if h != last_holder {
-                        log::info!(target: "leader", lease = self.lease_key().as_str(), holder = h.as_str(); "lease held by another replica; standing by");
-                        last_holder = h;
-                    }
+                Ok(Attempt::HeldBy(h)) if h != last_holder => {
+                    log::info!(target: "leader", lease = self.lease_key().as_str(), holder = h.as_str(); "lease held by another replica; standing by");
+                    last_holder = h;
                 }
+                // Said once per holder; after a conflict, whoever holds it shows next time.
+                Ok(Attempt::HeldBy(_) | Attempt::Conflict) => {}
                 Err(e) => {
                     log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "cannot acquire lease")
                 }
