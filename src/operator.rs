@@ -42,8 +42,7 @@ const SERVE_PATIENCE: Duration = Duration::from_secs(30);
 /// How often a served namespace that does not exist is looked up again.
 const MISSING_RECHECK: Duration = Duration::from_secs(30);
 
-/// How long a shutdown waits for the reconciles in flight, then for the Lease's release:
-/// together inside the Deployment's `terminationGracePeriodSeconds`.
+/// How long a shutdown waits for reconciles, then the Lease's release: within the grace period.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -137,8 +136,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         }
     }
 
-    // Workers finish the reconcile they are in (abandoned after DRAIN_TIMEOUT: a blocking
-    // request cannot be cancelled), then the Lease goes.
+    // Workers finish their reconcile (abandoned after DRAIN_TIMEOUT: requests cannot be cancelled).
     log::info!(target: "controller", "shutting down: finishing in-flight reconciles");
     let started = Instant::now();
     stages.queue.shutdown();
@@ -375,8 +373,7 @@ impl Stages {
         }
     }
 
-    /// While the CRD prunes something the operator writes, reads it again every
-    /// [`counting::RECHECK`], so that an upgraded CRD is taken up without a restart.
+    /// While the CRD prunes what we write, reads it every [`counting::RECHECK`] for an upgrade.
     fn recheck_crd(self: &Arc<Self>, relists: Relist) -> Result<(), ExitCode> {
         let me = self.clone();
         spawn("crd", move || {
@@ -521,8 +518,7 @@ impl Workers {
     }
 }
 
-/// Checks that the server answers and serves our resource, or says what is wrong; an
-/// unreachable server or a missing CRD are retried for [`PREFLIGHT_PATIENCE`].
+/// Checks that the server answers and serves our resource, retrying for [`PREFLIGHT_PATIENCE`].
 fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     let path = format!("/apis/{GROUP}/{VERSION}");
     let deadline = Instant::now() + PREFLIGHT_PATIENCE;

@@ -94,8 +94,7 @@ impl Pending {
 /// Builds the timeline of `object` from the operator's log lines; other lines are skipped.
 fn timeline(input: impl BufRead, object: &str) -> Timeline {
     let mut t = Timeline::default();
-    // (when it began, its text), put in time order at the end: a reconcile is known whole only
-    // at its outcome, after the lines logged meanwhile.
+    // (when it began, its text), sorted at the end: a reconcile is whole only at its outcome.
     let mut entries: Vec<(String, String)> = Vec::new();
     // Reconciles begun and not ended, in the order they began.
     let mut open: Vec<Pending> = Vec::new();

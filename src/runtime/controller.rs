@@ -31,8 +31,7 @@ impl Action {
         }
     }
 
-    /// Look again after `after`, urgent unless [`Action::at`] says otherwise. Requeued at once,
-    /// the key comes back with what its trigger said.
+    /// Look again after `after` (zero: at once, with its trigger), urgent unless [`Action::at`].
     pub const fn requeue(after: Duration) -> Action {
         Action {
             requeue: Some(after),
@@ -73,8 +72,8 @@ pub struct LogContext<'a> {
     pub key: &'a Key,
 }
 
-/// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic
-/// (release builds abort instead; the tests' unwind).
+/// Marks the operator unhealthy and tells `run` when its thread unwinds from a panic (in tests:
+/// release builds abort).
 pub struct Sentinel {
     pub health: Arc<Health>,
     pub dead: Sender<&'static str>,

@@ -15,8 +15,7 @@ pub enum Format {
     Json,
 }
 
-/// Installs the global logger. Level from `RUST_LOG` (env_logger syntax), default `info`; the
-/// HTTP and TLS libraries stay at `warn` unless `RUST_LOG` names them.
+/// Installs the global logger: `RUST_LOG` (default `info`), ureq and rustls at `warn` unless named.
 pub fn init(format: Format) {
     JSON.store(format == Format::Json, std::sync::atomic::Ordering::Relaxed);
     let mut b = env_logger::Builder::new();

@@ -22,8 +22,7 @@ const MAX_DELAY: Duration = Duration::from_secs(1000);
 const BUDGET_RATE: f64 = 10.0;
 const BUDGET_BURST: f64 = 100.0;
 
-/// While both priorities have keys ready, one key in this many handed out is routine, so that
-/// routine work waits for urgent work without starving.
+/// While both priorities have keys ready, one key in this many handed out is routine: no starving.
 pub const SHARE: u32 = 64;
 
 /// How soon a queued key should be handed out; queued again higher, it moves up, never down.

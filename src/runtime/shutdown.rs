@@ -36,8 +36,7 @@ pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Says why the process quits, then drops `quit_tx`: dropping it wakes every loop at once,
-/// and the main thread's shutdown lines would otherwise come before the reason for them.
+/// Says why the process quits before dropping `quit_tx` wakes every loop into its shutdown lines.
 fn quit_once_said(quit_tx: Sender<()>, say: impl FnOnce()) {
     say();
     drop(quit_tx);

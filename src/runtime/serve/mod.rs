@@ -199,8 +199,7 @@ impl Limits {
     };
 }
 
-/// Binds `addr` as Go's `net.Listen` does: the IPv6 wildcard accepts both address families.
-/// `0.0.0.0` is bound too where `[::]` is not dual-stack (`bindv6only`), and alone without IPv6.
+/// Binds `addr` as Go's `net.Listen` does: `[::]`, and `0.0.0.0` where free or without IPv6.
 fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
     use io::ErrorKind::{AddrInUse, PermissionDenied};
     let any4 = |port| TcpListener::bind(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
@@ -547,8 +546,7 @@ fn parse_head(head: &[u8]) -> Option<Request<'_>> {
     })
 }
 
-/// Stops sending, then drops what the client still sends, so that closing does not reset the
-/// connection before the client read the answer.
+/// Stops sending, then drops what the client still sends, lest closing reset the unread answer.
 fn linger(tcp: &TcpStream, deadline: Instant) {
     let _ = tcp.shutdown(Shutdown::Write);
     let Ok(tcp) = tcp.try_clone() else { return };

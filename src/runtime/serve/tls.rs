@@ -14,8 +14,7 @@ use std::time::{Duration, SystemTime};
 pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 
-/// The self-signed certificate's validity, as client-go's, from a little in the past so that a
-/// client whose clock is behind does not see it as not yet valid.
+/// The self-signed certificate's validity (client-go's), backdated for clients whose clock lags.
 const VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 const BACKDATE: Duration = Duration::from_secs(3600);
 
