@@ -1,5 +1,4 @@
-//! Command line: raw flags as clap parses them ([`Args`]), checked into the configuration the
-//! rest of the program runs on ([`Config`]).
+//! Command line: raw flags as clap parses them ([`Args`]), checked into a [`Config`].
 
 use crate::kube::config::LoadOptions;
 use crate::runtime::{leader, logging, serve};
@@ -121,8 +120,7 @@ pub struct Args {
     #[arg(long, default_value = "10h", value_parser = parse_duration, value_name = "DURATION")]
     pub relist_period: Duration,
 
-    /// The deprecated name of --relist-period: client-go's resync replays the informer's cache
-    /// with no request, where this lists from the server again.
+    /// Deprecated for --relist-period: a client-go resync sends no request, where this lists.
     #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
     pub resync_period: Option<Duration>,
 
@@ -142,8 +140,7 @@ const LEADER_FLAGS: [&str; 5] = [
 
 impl Args {
     /// Parses `argv` like [`Parser::try_parse_from`], and notes in [`Args::given`] which flags
-    /// the command line set: a flag given with its default value cannot be told apart from one
-    /// left out by the values alone, and both checks of [`Args::check`] need to.
+    /// the command line set: the values cannot tell a default given from one left out.
     pub fn try_parse_given(
         argv: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
     ) -> Result<Args, clap::Error> {
@@ -157,13 +154,7 @@ impl Args {
         Ok(args)
     }
 
-    /// [`Args::try_parse_given`] on the process's arguments, exiting as clap does on a bad one.
-    pub fn parse_given() -> Args {
-        Args::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit())
-    }
-
-    /// Refuses operator flags before `trace`: it reads a log, so they would do nothing (the
-    /// leader-election flags without `--leader-elect` are [`Config::try_from`]'s to refuse).
+    /// Refuses operator flags before `trace`, which reads a log: they would do nothing.
     pub fn check(&self) -> Result<(), InvalidFlags> {
         match (&self.command, self.given.first()) {
             (Some(Command::Trace(_)), Some(flag)) => Err(InvalidFlags(format!(
@@ -191,8 +182,7 @@ pub struct TraceArgs {
     pub log: Option<PathBuf>,
 }
 
-/// `NAMESPACE/NAME`: every log line names its object that way, so a bare name would match
-/// nothing, and saying why beats an empty answer.
+/// `NAMESPACE/NAME`, as every log line names its object: a bare name would match nothing.
 fn parse_object(s: &str) -> Result<String, String> {
     match s.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
@@ -205,8 +195,7 @@ fn parse_object(s: &str) -> Result<String, String> {
     }
 }
 
-/// A duration as Go's flags take it (`15s`, `1m30s`, `500ms`, `1.5h`), or plain seconds (`0`).
-/// jiff's friendly format is a superset (`1m 30s`, `2 minutes`); days and longer are refused.
+/// A duration as Go's flags take it (`15s`, `1m30s`, `500ms`), or plain seconds (`0`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let invalid = |why: &dyn std::fmt::Display| {
@@ -219,8 +208,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| invalid(&"negative"))
 }
 
-/// Reconcile threads by default: at rest, and at most while a backlog lasts (docs/benchmark.md,
-/// "Workers"). A reconcile mostly waits on the API server.
+/// Reconcile threads by default, at rest and at most (docs/benchmark.md, "Workers").
 pub const DEFAULT_WORKERS: usize = 16;
 pub const DEFAULT_MAX_WORKERS: usize = 40;
 
@@ -249,8 +237,7 @@ impl Namespaces {
         }
     }
 
-    /// `--namespace` as given (each a comma-separated list): every entry a namespace name, none
-    /// empty, none twice.
+    /// `--namespace` as given: comma-separated namespace names, none empty, none twice.
     fn parse(given: &[String]) -> Result<Namespaces, InvalidFlags> {
         if given.is_empty() {
             return Ok(Namespaces::All);
@@ -316,7 +303,6 @@ impl fmt::Display for InvalidFlags {
     }
 }
 
-/// `Err(InvalidFlags(why()))` unless `ok`.
 fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), InvalidFlags> {
     ok.then_some(()).ok_or_else(|| InvalidFlags(why()))
 }

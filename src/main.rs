@@ -7,7 +7,7 @@ use immortal_operator::{cli, operator, trace};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args = cli::Args::parse_given();
+    let args = cli::Args::try_parse_given(std::env::args_os()).unwrap_or_else(|e| e.exit());
     if let Err(e) = args.check() {
         return bad_flags(&e);
     }

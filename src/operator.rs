@@ -1,6 +1,5 @@
-//! Wires the stages together: cluster config → client → watcher threads → (leader election) →
-//! reconcile workers, and takes them down in order on SIGTERM/SIGINT (docs/design.md, "Start-up
-//! and shutdown").
+//! Wires the stages together: client → watchers → (leader election) → workers, and takes them
+//! down in order on SIGTERM/SIGINT (docs/design.md, "Start-up and shutdown").
 
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
@@ -19,7 +18,7 @@ use crate::runtime::metrics;
 use crate::runtime::pool::Pool;
 use crate::runtime::queue::Queue;
 use crate::runtime::serve::{self, Health};
-use crate::runtime::shutdown::{is_quitting, listen_for_signals};
+use crate::runtime::shutdown::{is_quitting, listen_for_signals, quits_within};
 use crate::runtime::store::Store;
 use crate::runtime::watcher::{Backoff, Relist, Watcher};
 use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
@@ -36,18 +35,14 @@ const PREFLIGHT_PATIENCE: Duration = Duration::from_secs(30);
 /// Longest one start-up check may wait: it runs on the thread that answers signals.
 const PREFLIGHT_ATTEMPT: Duration = Duration::from_secs(5);
 
-/// How long start-up waits for one served namespace to be listed (each of its watches' first
-/// list complete) when none is: an operator that can serve nothing (its lists denied
-/// everywhere, say) exits then, so that the kubelet's restarts show it, as controller-runtime's
-/// cache-sync timeout does. One namespace served is enough to start; the others are served
-/// once their lists complete.
+/// How long start-up waits for one served namespace to be listed before it exits, so that the
+/// kubelet's restarts show it, as controller-runtime's cache-sync timeout does.
 const SERVE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How often a served namespace that does not exist is looked up again.
 const MISSING_RECHECK: Duration = Duration::from_secs(30);
 
-/// How long a shutdown waits for the reconciles in flight, then for the Lease's release: 7 s,
-/// inside the Deployment's `terminationGracePeriodSeconds: 10`.
+/// How long a shutdown waits for reconciles, then the Lease's release: within the grace period.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -59,13 +54,11 @@ pub fn run(config: Config) -> ExitCode {
     for said in &config.deprecated {
         log::warn!(target: "controller", "{said}");
     }
-    // A stage answers `Err(code)` when the process is to exit now: a clear message at start-up,
-    // a dead thread, or a signal before reconciling began.
+    // A stage answers `Err(code)` when the process is to exit now.
     run_stages(config).unwrap_or_else(|code| code)
 }
 
-/// The stages, in order: connect, checks, endpoints, watchers and their first lists, the
-/// Lease, the workers; then wait for a signal or a dead thread, and shut down.
+/// The stages in order, then a wait for a signal or a dead thread, and the shutdown.
 fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     let client = connect(&config)?;
 
@@ -74,15 +67,15 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     listen_for_signals(quit_tx)
         .map_err(|e| fail_at_start(&format!("cannot install signal handlers: {e}")))?;
 
-    // Start-up checks and the watchers' lists come minutes apart: their connections are not
-    // kept (see `Client::unpooled`), so an idle operator holds only its two watch streams.
+    // Start-up checks and lists come minutes apart: their connections are not kept, so that an
+    // idle operator holds only its watch streams.
     let once = client.unpooled();
     preflight(&once, &quit).map_err(|msg| fail_at_start(&msg))?;
     if is_quitting(&quit) {
         return Ok(ExitCode::SUCCESS);
     }
     // Known before the first count, an older CRD keeps that count from being a wrong one (see
-    // `counting`); when the CRD cannot be read (RBAC), the first status write tells instead.
+    // `counting`); when the CRD cannot be read, the first status write tells.
     let ctx = Arc::new(Context::default());
     if let Some(missing) = read_crd_schema(&once) {
         ctx.counting
@@ -94,7 +87,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         let _ = ctx.version.set(version);
     }
 
-    // Two watches per served namespace (or two of every namespace): all must be live.
+    // Two watches per served namespace: all must be live.
     let watches = config
         .namespaces
         .each()
@@ -143,8 +136,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
         }
     }
 
-    // Workers finish the reconcile they are in (abandoned after DRAIN_TIMEOUT: a blocking
-    // request cannot be cancelled, the process exits under it), then the Lease goes.
+    // Workers finish their reconcile (abandoned after DRAIN_TIMEOUT: requests cannot be cancelled).
     log::info!(target: "controller", "shutting down: finishing in-flight reconciles");
     let started = Instant::now();
     stages.queue.shutdown();
@@ -167,9 +159,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
 /// Loads the configuration and builds the client every thread shares.
 fn connect(config: &Config) -> Result<Client, ExitCode> {
     let cluster = config::load(&config.cluster).map_err(|e| fail_at_start(&e.to_string()))?;
-    // One connection per worker, one per watcher, one for events and one for the lease, kept
-    // when extra workers end (docs/design.md, "Start-up and shutdown"). Every request of every
-    // client made from this one is counted in the metrics.
+    // A connection per worker, and for watchers, events and lease; every request is counted.
     let client = Client::new(cluster, config.max_workers + 4)
         .map_err(|e| fail_at_start(&e.to_string()))?
         .reporting(metrics::record_request);
@@ -212,12 +202,9 @@ impl Stages {
         }
     }
 
-    /// Watchers of ImmortalContainers and our pods, one of each per served namespace (the API
-    /// has no watch of a set of namespaces), which fill the queue from their first list on,
-    /// also on a standby, so that a new leader starts warm. Returns once every watch's first
-    /// list was answered and one namespace's lists are in (see [`SERVE_PATIENCE`]): the
-    /// namespaces listed are served from then on, the others once their lists complete, each
-    /// named with its reason until then (in the log and `/readyz`).
+    /// Watchers of ImmortalContainers and our pods per served namespace, which fill the queue
+    /// on a standby too, so that a new leader starts warm. Returns once every first list was
+    /// answered and one namespace's lists are in; the others are served once theirs are.
     fn start_watchers(self: &Arc<Self>, ic_relists: &Relist) -> Result<(), ExitCode> {
         let (synced_tx, synced) = crossbeam_channel::unbounded();
         let idle = self.config.watch_idle_timeout;
@@ -243,12 +230,9 @@ impl Stages {
                 synced_tx.clone(),
                 idle,
             );
-            // Every ImmortalContainer watcher keeps its namespace's objects in the one store
-            // reconcile reads, and lists again when `ic_relists` is asked.
             let ics = ics.relisting(ic_relists.clone()).sharing(self.ics.clone());
             spawn_watcher(ics, self.sentinel("watcher")).map_err(failed)?;
-            // Every pod watcher keeps its namespace's pods in the one store the first lists are
-            // joined with (see `queue_objects_without_a_pod`), under the objects' own keys.
+            // Every pod watcher keeps its pods in one store, under the objects' own keys.
             let objects = self.ics.clone();
             let pods = pods
                 .relisting(Relist::every(self.config.relist_period))
@@ -292,12 +276,14 @@ impl Stages {
                 recv(self.quit) -> _ => return Err(stopped()),
             }
         }
-        let mut served = HashSet::new();
-        for ns in &namespaces {
-            if self.listed(*ns) {
-                self.now_served(*ns);
-                served.insert(ns.map(str::to_string));
-            } else if let Some(why) = self.unserved_reason(*ns) {
+        let mut pending = Vec::new();
+        for ns in namespaces {
+            if self.listed(ns) {
+                self.now_served(ns);
+                continue;
+            }
+            pending.push(ns.map(str::to_string));
+            if let Some(why) = self.unserved_reason(ns) {
                 log::warn!(
                     target: "controller", namespace = ns.unwrap_or("(all)"), error = why.as_str();
                     "namespace {} is not served: {why}; the others are, and its lists are tried again with back-off",
@@ -306,11 +292,7 @@ impl Stages {
             }
         }
         let me = self.clone();
-        let namespaces: Vec<Option<String>> =
-            namespaces.iter().map(|ns| ns.map(str::to_string)).collect();
-        spawn("namespaces", move || {
-            me.serve_namespaces(namespaces, served, synced)
-        })
+        spawn("namespaces", move || me.serve_namespaces(pending, synced))
     }
 
     /// Whether every watch of `namespace` has listed.
@@ -328,44 +310,33 @@ impl Stages {
             .health
             .watches
             .iter()
-            .filter(|w| w.namespace == namespace && !w.has_listed())
-            .map(|w| {
-                let failure = w.failure();
-                format!(
-                    "{} list: {}",
-                    w.resource,
-                    failure.as_deref().unwrap_or("not answered yet")
-                )
-            })
+            .filter(|w| w.namespace == namespace)
+            .filter_map(|w| w.unlisted())
             .collect();
         (!reasons.is_empty()).then(|| reasons.join("; "))
     }
 
-    /// `namespace`'s lists are all in: every object of it whose pod its pod list lacks goes
-    /// first (see `queue_objects_without_a_pod`), and a namespace that does not exist is said.
+    /// `namespace`'s lists are in: its objects without a pod go first; a missing namespace is said.
     fn now_served(&self, namespace: Option<&str>) {
         let missing =
             lifecycle::queue_objects_without_a_pod(&self.ics, &self.pods, &self.queue, namespace);
         if missing > 0 {
             log::info!(target: "controller", namespace = namespace.unwrap_or("(all)"), objects = missing as u64; "objects without a pod go first");
         }
-        if let Some(ns) = namespace {
-            if does_not_exist(&self.once, ns) {
-                log::warn!(
-                    target: "controller", namespace = ns;
-                    "served namespace {ns} does not exist: nothing is reconciled there until it is made, and then at once"
-                );
-                crate::util::lock(&self.health.missing).insert(ns.to_string());
-            }
+        if let Some(ns) = namespace.filter(|ns| does_not_exist(&self.once, ns)) {
+            log::warn!(
+                target: "controller", namespace = ns;
+                "served namespace {ns} does not exist: nothing is reconciled there until it is made, and then at once"
+            );
+            crate::util::lock(&self.health.missing).insert(ns.to_string());
         }
     }
 
-    /// Serves each namespace whose lists complete after start, and looks up those that do not
-    /// exist every [`MISSING_RECHECK`] until they do; until shutdown.
+    /// Until shutdown, serves each `pending` namespace once its lists complete, and looks up
+    /// those that do not exist every [`MISSING_RECHECK`].
     fn serve_namespaces(
         &self,
-        namespaces: Vec<Option<String>>,
-        mut served: HashSet<Option<String>>,
+        mut pending: Vec<Option<String>>,
         synced: Receiver<&'static liveness::Watch>,
     ) {
         let mut synced = Some(synced);
@@ -378,13 +349,14 @@ impl Stages {
                         // Every watcher has listed: nothing more comes.
                         synced = None;
                     }
-                    for ns in &namespaces {
-                        if !served.contains(ns) && self.listed(ns.as_deref()) {
+                    pending.retain(|ns| {
+                        let listed = self.listed(ns.as_deref());
+                        if listed {
                             log::info!(target: "controller", namespace = ns.as_deref().unwrap_or("(all)"); "namespace served now: its lists are in");
                             self.now_served(ns.as_deref());
-                            served.insert(ns.clone());
                         }
-                    }
+                        !listed
+                    });
                 }
                 recv(crossbeam_channel::at(recheck)) -> _ => {
                     recheck = Instant::now() + MISSING_RECHECK;
@@ -401,13 +373,11 @@ impl Stages {
         }
     }
 
-    /// While the CRD prunes something the operator writes, reads it again every
-    /// [`counting::RECHECK`], so that an upgraded CRD is taken up without a restart (see
-    /// `counting`, Resuming): `relists` then has every object reconciled.
+    /// While the CRD prunes what we write, reads it every [`counting::RECHECK`] for an upgrade.
     fn recheck_crd(self: &Arc<Self>, relists: Relist) -> Result<(), ExitCode> {
         let me = self.clone();
         spawn("crd", move || {
-            while wait(&me.quit, counting::RECHECK) {
+            while !quits_within(&me.quit, counting::RECHECK) {
                 if me.ctx.counting.any_pruned()
                     && read_crd_schema(&me.once).is_some_and(|m| me.ctx.counting.relearn(&m))
                 {
@@ -439,9 +409,8 @@ impl Stages {
             settings.namespace = default.unwrap_or_else(|| "default".into());
         }
         let elector = Arc::new(Elector::new(self.client.clone(), settings));
-        // On a thread of its own, so that a signal is answered at once even while a request to
-        // a hung API server is pending. Renewal goes on during shutdown until the release, so
-        // reconciles finishing are not fenced.
+        // On a thread of its own, so that a signal is answered while a request hangs. Renewal
+        // goes on during shutdown until the release, so that reconciles finishing are not fenced.
         let (leading_tx, leading) = crossbeam_channel::bounded::<()>(1);
         let (e, quit) = (elector.clone(), self.quit.clone());
         spawn("lease", move || {
@@ -462,8 +431,7 @@ impl Stages {
         Ok(Some(elector))
     }
 
-    /// The Event recorder's thread and the reconcile workers, all writing through the leader's
-    /// fence: none is sent once the Lease may have passed.
+    /// The Event recorder's thread and the reconcile workers, all writing through the fence.
     fn start_workers(
         self: &Arc<Self>,
         elector: Option<&Arc<Elector>>,
@@ -510,9 +478,7 @@ impl Stages {
     }
 }
 
-/// What every reconcile worker shares, and how one more is started: by a worker that takes a
-/// key while others wait (see `runtime::pool`). Only the workers hold it, so `_finished` is
-/// gone once the last worker has ended.
+/// What every reconcile worker shares, and how one more is started (see `runtime::pool`).
 struct Workers {
     stages: Arc<Stages>,
     api: LiveApi,
@@ -552,9 +518,7 @@ impl Workers {
     }
 }
 
-/// Checks that the server answers and serves our resource, or says what is wrong; an
-/// unreachable server or a missing CRD are retried for [`PREFLIGHT_PATIENCE`], with one WARN
-/// line per distinct failure (docs/design.md, "Start-up and shutdown").
+/// Checks that the server answers and serves our resource, retrying for [`PREFLIGHT_PATIENCE`].
 fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
     let path = format!("/apis/{GROUP}/{VERSION}");
     let deadline = Instant::now() + PREFLIGHT_PATIENCE;
@@ -611,15 +575,13 @@ fn preflight(client: &Client, quit: &Receiver<()>) -> Result<(), String> {
             warned = Some(what);
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        if !wait(quit, backoff.next_delay().min(left)) {
+        if quits_within(quit, backoff.next_delay().min(left)) {
             return Ok(());
         }
     }
 }
 
-/// Whether served namespace `ns` does not exist (404), as far as the operator may read it: a
-/// namespaced Role may not let it (403), and there the lists say it, refused where no Role can
-/// be. Bounded like every start-up check.
+/// Whether served namespace `ns` does not exist (404); a 403 leaves it to the lists to say.
 fn does_not_exist(client: &Client, ns: &str) -> bool {
     let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
     match attempt.get_path::<serde_json::Value>(&format!("/api/v1/namespaces/{ns}")) {
@@ -632,8 +594,7 @@ fn does_not_exist(client: &Client, ns: &str) -> bool {
     }
 }
 
-/// The status fields the installed CRD's schema lacks, or `None` when it cannot be read or
-/// cannot tell. Bounded like every start-up check.
+/// The status fields the installed CRD's schema lacks, or `None` when it cannot tell.
 fn read_crd_schema(client: &Client) -> Option<Vec<&'static str>> {
     let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}");
     let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
@@ -646,8 +607,7 @@ fn read_crd_schema(client: &Client) -> Option<Vec<&'static str>> {
     }
 }
 
-/// The API server's Kubernetes version (`/version`'s `gitVersion`, open to every authenticated
-/// user), or `None` when it does not answer. Bounded like every start-up check.
+/// The API server's Kubernetes version (`/version`'s `gitVersion`), if it answers.
 fn read_version(client: &Client) -> Option<String> {
     let attempt = client.until(Instant::now() + PREFLIGHT_ATTEMPT);
     match attempt.get_path::<serde_json::Value>("/version") {
@@ -657,11 +617,6 @@ fn read_version(client: &Client) -> Option<String> {
             None
         }
     }
-}
-
-/// Waits `d`; false when `quit` closed meanwhile.
-fn wait(quit: &Receiver<()>, d: Duration) -> bool {
-    matches!(quit.recv_timeout(d), Err(RecvTimeoutError::Timeout))
 }
 
 /// Starts the thread `name`; not being able to ends the process.

@@ -1,6 +1,5 @@
 //! `immortal-operator trace NAMESPACE/NAME`: one object's reconciliation history, read back from
-//! the operator's logs, text or JSON line by line (`runtime/logging.rs` writes both), as a
-//! timeline: what triggered each reconcile, the API writes it made, its outcome and next requeue.
+//! the operator's logs (text or JSON): what triggered each reconcile, its writes and outcome.
 
 use crate::cli::TraceArgs;
 use serde_json::Value;
@@ -9,11 +8,9 @@ use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::process::ExitCode;
 
-/// Exit code when no line of the log is about the object (2 is for bad flags, as for the
-/// operator).
+/// Exit code when no line of the log is about the object (2 is for bad flags).
 const EXIT_NOTHING_FOUND: u8 = 1;
-/// Exit code when the log file cannot be read, so that a script can tell a wrong path from a
-/// wrong command line.
+/// Exit code when the log file cannot be read: a wrong path, not a wrong command line.
 const EXIT_CANNOT_READ: u8 = 3;
 
 pub fn run(args: &TraceArgs) -> ExitCode {
@@ -87,21 +84,17 @@ struct Pending {
 impl Pending {
     /// (when it began, its text, ending with `outcome`).
     fn finish(self, outcome: &str) -> (String, String) {
-        let (id, trigger, steps) = (self.id, self.trigger, self.steps);
-        let text = format!(
-            "{}  reconcile {id}  triggered by: {trigger}\n{steps}    {outcome}\n",
-            self.started
-        );
-        (self.started, text)
+        let (id, started, trigger, steps) = (self.id, self.started, self.trigger, self.steps);
+        let text =
+            format!("{started}  reconcile {id}  triggered by: {trigger}\n{steps}    {outcome}\n");
+        (started, text)
     }
 }
 
-/// Builds the timeline of `object` from the operator's log lines, text or JSON. Lines in
-/// neither format (a panic, a shell's echo), or about other objects, are skipped.
+/// Builds the timeline of `object` from the operator's log lines; other lines are skipped.
 fn timeline(input: impl BufRead, object: &str) -> Timeline {
     let mut t = Timeline::default();
-    // (when it began, its text), put in time order at the end: a reconcile is known whole only
-    // at its outcome, where a line logged meanwhile (its Event) would otherwise come first.
+    // (when it began, its text), sorted at the end: a reconcile is whole only at its outcome.
     let mut entries: Vec<(String, String)> = Vec::new();
     // Reconciles begun and not ended, in the order they began.
     let mut open: Vec<Pending> = Vec::new();
@@ -155,8 +148,7 @@ fn timeline(input: impl BufRead, object: &str) -> Timeline {
             }
             msg => {
                 let action = action.as_deref().unwrap_or(msg);
-                // A request answered otherwise than asked (a create refused): what was sent,
-                // then what the server said.
+                // A request answered otherwise than asked: what was sent, then the answer.
                 let answer = match (f.remove("result"), f.remove("error")) {
                     (Some(result), Some(error)) => format!(" → {result}: {error}"),
                     (Some(result), None) => format!(" → {result}"),
@@ -195,9 +187,8 @@ fn parse_line(line: &str) -> Option<Fields> {
     (f.contains_key("ts") && f.contains_key("msg")).then_some(f)
 }
 
-/// A text line as `runtime/logging.rs` writes it:
-/// `TS LEVEL target: message key=value key="quoted value"`, values quoted (Rust string
-/// syntax) when they hold a space, a quote or `=`, or are empty.
+/// A text line as `runtime/logging.rs` writes it: `TS LEVEL target: message key=value
+/// key="quoted value"`, values quoted as Rust strings where they need it.
 fn parse_text(line: &str) -> Option<Fields> {
     let (ts, rest) = line.trim_end_matches(['\n', '\r']).split_once(' ')?;
     crate::util::parse_rfc3339(ts)?;
@@ -209,8 +200,7 @@ fn parse_text(line: &str) -> Option<Fields> {
     if target.is_empty() || target.contains(' ') {
         return None;
     }
-    // The message is free text; the fields are the longest run of ` key=value` at its end. The
-    // first place from which the rest of the line reads as fields, and nothing else, is it.
+    // The message is free text; the fields are the longest run of ` key=value` at its end.
     let (msg, fields) = rest
         .match_indices(' ')
         .find_map(|(i, _)| Some((&rest[..i], parse_fields(&rest[i..])?)))

@@ -1,5 +1,4 @@
-//! Small helpers several stages share: a random source for jitter, RFC 3339 timestamps (jiff's
-//! calendar), and a lock that survives a panicked holder.
+//! Small helpers several stages share: randomness for jitter, RFC 3339 times, a poison-proof lock.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -9,8 +8,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// A random u64, for jitter and identities, not for secrets: SipHash under the per-thread random
-/// keys std seeds from the OS, which every new `RandomState` steps on by one.
+/// A random u64, for jitter and identities, not secrets: std's OS-seeded `RandomState`.
 pub fn rand_u64() -> u64 {
     RandomState::new().build_hasher().finish()
 }
@@ -25,8 +23,7 @@ pub fn rand_range(lo: u64, hi: u64) -> u64 {
     lo + rand_u64() % (hi - lo + 1)
 }
 
-/// `t` as RFC 3339 UTC with seconds precision (`2026-11-22T12:58:43Z`), the form Kubernetes
-/// uses in `metav1.Time` fields.
+/// `t` as RFC 3339 UTC to the second, as Kubernetes writes `metav1.Time`.
 pub fn rfc3339(t: SystemTime) -> String {
     // jiff prints no fraction for a whole second.
     timestamp(t, false).to_string()
@@ -62,9 +59,8 @@ pub fn rfc3339_after(d: std::time::Duration) -> String {
     rfc3339(SystemTime::now() + std::time::Duration::from_secs(secs))
 }
 
-/// `d` as a person says it, cut to what a reader needs, as kubectl's AGE is: two units while
-/// the larger is under 10 ("4 min 30 s", "2 h 5 min"), one after ("25 min", "14 h", "12 days").
-/// Cut, never rounded up, so that "over 25 min" stays true.
+/// `d` as a person says it, as kubectl's AGE is: two units while the larger is under 10
+/// ("4 min 30 s"), one after ("25 min"). Cut, never rounded up, so that "over 25 min" stays true.
 pub fn human_duration(d: Duration) -> String {
     const UNITS: [(u64, &str); 4] = [(86_400, "day"), (3_600, "h"), (60, "min"), (1, "s")];
     let say = |n: u64, unit: &str| match (n, unit) {
@@ -86,15 +82,13 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
-/// One shared copy of `s`, for strings many values repeat (the image most objects of a cluster
-/// run).
+/// One shared copy of `s`, for strings many values repeat (an image).
 pub fn intern(s: &str) -> Arc<str> {
     static SHARED: SharedSet<str> = SharedSet::new();
     SHARED.get(s, |s| Arc::from(s))
 }
 
-/// One shared copy of each value many others repeat. Copies no value uses any more are dropped
-/// whenever the set has doubled since it was last swept, so it holds at most twice those in use.
+/// One shared copy of each value many others repeat; unused copies are swept as the set doubles.
 pub struct SharedSet<T: ?Sized>(Mutex<(BTreeSet<Arc<T>>, usize)>);
 
 impl<T: Ord + ?Sized> SharedSet<T> {
@@ -123,8 +117,7 @@ impl<T: Ord + ?Sized> SharedSet<T> {
     }
 }
 
-/// Parses an RFC 3339 timestamp (`2024-01-02T03:04:05Z`, optional fraction, `Z` or `±hh:mm`),
-/// as Kubernetes writes `metav1.Time`. None if it is not one. A leap second (:60) reads as :59.
+/// Parses an RFC 3339 timestamp, as Kubernetes writes `metav1.Time`; a leap second reads as :59.
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     if !rfc3339_shaped(text.as_bytes()) {
         return None;
@@ -133,8 +126,7 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     SystemTime::try_from(t).ok()
 }
 
-/// Whether `b` has the shape of RFC 3339's `date-time` (section 5.6): jiff parses the wider ISO
-/// 8601 (offsets without a colon or minutes, no seconds, time zone annotations), which no
+/// Whether `b` has the shape of RFC 3339's `date-time`: jiff parses the wider ISO 8601, which no
 /// Kubernetes timestamp uses; the values and the calendar are jiff's to check.
 fn rfc3339_shaped(b: &[u8]) -> bool {
     let digits = |r: &[u8]| !r.is_empty() && r.iter().all(u8::is_ascii_digit);
@@ -161,15 +153,13 @@ fn rfc3339_shaped(b: &[u8]) -> bool {
     fixed && fraction && offset
 }
 
-/// Locks a mutex, recovering from poisoning: the data guarded with it (caches) stays valid if a
-/// holder panicked, and the operator must not crash on it.
+/// Locks a mutex, recovering from poisoning: what it guards stays valid if a holder panicked.
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A moment in 4 bytes where an `Instant` takes 16 (and in 4 as an `Option` too), for what is
-/// kept per object (a queued key, a pod made and not released): 100 µs ticks since an `epoch` its
-/// owner keeps, wrapping every five days, since only ages of seconds or minutes are read of it.
+/// A moment in 4 bytes where an `Instant` takes 16, for what is kept per object: ticks since an
+/// `epoch` its owner keeps, wrapping every few days, since only ages of minutes are read of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp(NonZeroU32);
 
@@ -178,9 +168,7 @@ const TICK_MICROS: u128 = 100;
 impl Stamp {
     /// `t`, counted from `epoch`.
     pub fn of(t: Instant, epoch: Instant) -> Stamp {
-        // Truncated on purpose: only differences of stamps are read. Counted from 1, so that
-        // 0 is free for `None`; the last tick before each wrap (once every five days) reads as
-        // the first, 100 µs off.
+        // Counted from 1, so that 0 is free for `None`; a wrap's last tick reads as the first.
         let ticks = (t.saturating_duration_since(epoch).as_micros() / TICK_MICROS) as u32;
         Stamp(NonZeroU32::new(ticks.wrapping_add(1)).unwrap_or(NonZeroU32::MIN))
     }

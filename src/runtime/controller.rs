@@ -1,6 +1,6 @@
 //! The controller loop, generic over the resource: watcher and worker threads that report
-//! their own death, the worker's contract with the queue, and signals. What one reconcile does
-//! is the caller's (a closure); which events queue a key is its event handler's ([`EventHandler`]).
+//! their own death, and the worker's contract with the queue. What one reconcile does is the
+//! caller's (a closure); which events queue a key is its [`EventHandler`]'s.
 
 use crate::kube::client::Client;
 use crate::runtime::metrics;
@@ -31,9 +31,7 @@ impl Action {
         }
     }
 
-    /// Look again after `after` (a pod to release by then, a back-off, a name another pod
-    /// holds), urgent unless [`Action::at`] says otherwise. Requeued at once, the key comes
-    /// back with what its trigger said.
+    /// Look again after `after` (zero: at once, with its trigger), urgent unless [`Action::at`].
     pub const fn requeue(after: Duration) -> Action {
         Action {
             requeue: Some(after),
@@ -46,7 +44,6 @@ impl Action {
         Action { priority, ..self }
     }
 
-    /// When to look again, if at all.
     pub fn requeue_after(&self) -> Option<Duration> {
         self.requeue
     }
@@ -60,8 +57,7 @@ impl Action {
 pub trait Failure: fmt::Display {
     /// How long the server asked us to wait before retrying, if it did.
     fn retry_after(&self) -> Option<Duration>;
-    /// The latest the retry may come, whatever the key's back-off, if the reconcile has
-    /// something to do by then.
+    /// The latest the retry may come, whatever the key's back-off.
     fn retry_within(&self) -> Option<Duration> {
         None
     }
@@ -76,9 +72,8 @@ pub struct LogContext<'a> {
     pub key: &'a Key,
 }
 
-/// Marks the operator unhealthy and tells `run` when the thread holding it unwinds from a panic.
-/// (Release builds abort on panic, which ends the process at once; this covers builds that
-/// unwind, such as the tests'.)
+/// Marks the operator unhealthy and tells `run` when its thread unwinds from a panic (in tests:
+/// release builds abort).
 pub struct Sentinel {
     pub health: Arc<Health>,
     pub dead: Sender<&'static str>,
@@ -94,7 +89,6 @@ impl Drop for Sentinel {
     }
 }
 
-/// Starts the thread of one resource's watcher.
 pub fn spawn_watcher<W>(
     w: Watcher<Client, W>,
     sentinel: Sentinel,
@@ -111,9 +105,8 @@ where
         })
 }
 
-/// One reconcile thread: take a key, reconcile, tell the queue how it went. Always `done`,
-/// `forget` on success, rate-limited requeue on error (sample-controller's worker contract).
-/// The `pool` grows (`grow`: whether a worker started) and shrinks as `runtime::pool` says.
+/// One reconcile thread: always `done`, `forget` on success, rate-limited requeue on error
+/// (sample-controller's worker contract). `grow` starts a worker more, if it can.
 pub fn work<H, E, R, G>(queue: &Queue<H>, run_id: u16, pool: &Pool, grow: G, reconcile: R)
 where
     H: Hint + fmt::Display,
@@ -122,7 +115,7 @@ where
     G: Fn() -> bool,
 {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-    // Waits forever once it found it must stay (the pool at its minimum), until its next key.
+    // Waits forever once it found it must stay (the pool at its minimum).
     let mut idle = Some(pool::IDLE_EXIT);
     loop {
         let (key, trigger, priority, waited) = match queue.get_within(idle) {
@@ -148,7 +141,6 @@ where
         let id = format!("{run_id:04x}-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
         let trigger_s = trigger.to_string();
         let started = Instant::now();
-        // What the watch event that queued the key said about the pod, if it did.
         let hint = match &trigger {
             Trigger::Watch { hint, .. } => hint.as_ref(),
             _ => None,
@@ -156,8 +148,7 @@ where
         log::debug!(target: "reconcile", reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(); "reconciling");
         let result = reconcile(&LogContext { id: &id, key: &key }, hint);
         let elapsed = started.elapsed();
-        // Numbers in JSON, as on every other line that carries them, in tenths of a millisecond:
-        // all a person reads. `queued_ms` (and the band) say whether a replacement was slow
+        // In tenths of a millisecond. `queued_ms` and the band say whether a replacement was slow
         // because the reconcile was, or because it queued behind other work.
         let elapsed_ms = (elapsed.as_secs_f64() * 10_000.0).round() / 10.0;
         let queued_ms = (waited.as_secs_f64() * 10_000.0).round() / 10.0;
@@ -167,7 +158,6 @@ where
                 queue.forget(&key);
                 let outcome = match action.requeue_after() {
                     None => {
-                        // It saw everything and holds nothing: a look asked for before is moot.
                         queue.cancel(&key);
                         "success"
                     }
@@ -181,21 +171,14 @@ where
                     }
                 };
                 metrics::record_reconcile(outcome, elapsed);
-                match action.requeue_after().filter(|d| !d.is_zero()) {
-                    None => log::info!(
-                        target: "reconcile",
-                        reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
-                        result = outcome, elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
-                        "reconciled"
-                    ),
-                    Some(after) => log::info!(
-                        target: "reconcile",
-                        reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
-                        result = outcome, requeue_after_ms = after.as_millis() as u64, elapsed_ms = elapsed_ms,
-                        queued_ms = queued_ms, priority = band;
-                        "reconciled"
-                    ),
-                }
+                let after = action.requeue_after().filter(|d| !d.is_zero());
+                log::info!(
+                    target: "reconcile",
+                    reconcile_id = id.as_str(), object = &*key, trigger = trigger_s.as_str(),
+                    result = outcome, requeue_after_ms = after.map(|d| d.as_millis() as u64),
+                    elapsed_ms = elapsed_ms, queued_ms = queued_ms, priority = band;
+                    "reconciled"
+                );
             }
             Err(e) => {
                 let at_least = e.retry_after().unwrap_or_default();

@@ -1,25 +1,24 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it,
-//! so that of several replicas exactly one writes, and a [`Fence`] that keeps a deposed leader
-//! from writing whatever the API server does (docs/design.md, "Leader election").
+//! and a [`Fence`] that keeps a deposed leader from writing (docs/design.md, "Leader election").
 //!
-//! Expiry is judged by the local clock from when we last saw the Lease change, never by
-//! comparing our clock with the holder's `renewTime` (clocks of different nodes disagree). A
-//! standby cannot have seen our last renewal before we sent it, so the Lease stays ours until at
-//! least `sent + lease duration` on our monotonic clock; the fence closes a safety margin before.
+//! Expiry is judged by the local clock from when we last saw the Lease change, never by the
+//! holder's `renewTime` (clocks of different nodes disagree). A standby cannot have seen our
+//! renewal before we sent it, so the Lease stays ours until `sent + lease duration` on our
+//! monotonic clock; the fence closes a safety margin before.
 
 use crate::kube::client::{self, Client, Resource};
 use crate::kube::fence::Fence;
 use crate::kube::types::ObjectMeta;
 use crate::runtime::metrics;
+use crate::runtime::shutdown::quits_within;
 use crate::util;
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::Receiver;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-/// How long before the Lease could pass the fence closes: room for a write already on the wire
-/// to arrive, and for clocks that run at different rates (NTP: 500 ppm, 7.5 ms over 15 s).
+/// How long before the Lease could pass the fence closes: for writes on the wire, clock drift.
 pub fn safety_margin(lease_duration: Duration) -> Duration {
     lease_duration / 10
 }
@@ -28,7 +27,6 @@ pub fn safety_margin(lease_duration: Duration) -> Duration {
 #[derive(Debug)]
 pub struct Lost(pub String);
 
-/// Settings, from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub namespace: String,
@@ -126,34 +124,30 @@ impl Elector {
                     log::info!(target: "leader", lease = self.lease_key().as_str(), identity = self.s.identity.as_str(); "became leader");
                     return true;
                 }
-                // Written between our read and our write: whoever holds it now shows next time.
-                Ok(Attempt::Conflict) => {}
-                Ok(Attempt::HeldBy(h)) => {
-                    if h != last_holder {
-                        log::info!(target: "leader", lease = self.lease_key().as_str(), holder = h.as_str(); "lease held by another replica; standing by");
-                        last_holder = h;
-                    }
+                Ok(Attempt::HeldBy(h)) if h != last_holder => {
+                    log::info!(target: "leader", lease = self.lease_key().as_str(), holder = h.as_str(); "lease held by another replica; standing by");
+                    last_holder = h;
                 }
+                // Said once per holder; after a conflict, whoever holds it shows next time.
+                Ok(Attempt::HeldBy(_) | Attempt::Conflict) => {}
                 Err(e) => {
                     log::warn!(target: "leader", lease = self.lease_key().as_str(), error = e.to_string().as_str(); "cannot acquire lease")
                 }
             }
             // client-go waits retryPeriod with a jitter factor of 1.2.
             let wait = self.s.retry_period.mul_f64(1.0 + 1.2 * util::rand_f64());
-            if stopped(quit, wait) {
+            if quits_within(quit, wait) {
                 return false;
             }
         }
     }
 
     /// Renews every retry period until `stop` fires or disconnects (`Ok`), or leadership is
-    /// lost (with the fence closed): no renewal within the renew deadline or before the fence
-    /// closed, or another holder. As client-go's `renew`, a round retries every retry period and
-    /// ends, every request's timeout included, by the renew deadline from its start. A conflict
-    /// (someone else wrote the Lease) is retried at once the first time in a round.
+    /// lost (with the fence closed). As client-go's `renew`, a round retries every retry period
+    /// and ends, requests included, by the renew deadline; a first conflict is retried at once.
     pub fn keep_renewing(&self, stop: &Receiver<()>) -> Result<(), Lost> {
         loop {
-            if stopped(stop, self.s.retry_period) {
+            if quits_within(stop, self.s.retry_period) {
                 return Ok(());
             }
             let round_end = Instant::now() + self.s.renew_deadline;
@@ -188,7 +182,7 @@ impl Elector {
                         "could not renew the lease within the renew deadline".to_string()
                     }));
                 }
-                if stopped(stop, self.s.retry_period.min(left)) {
+                if quits_within(stop, self.s.retry_period.min(left)) {
                     return Ok(());
                 }
             }
@@ -202,9 +196,8 @@ impl Elector {
         Lost(why)
     }
 
-    /// Closes the fence and gives the lease up so a standby takes over at its next retry
-    /// (client-go's ReleaseOnCancel: empty holder, duration 1 s), within `timeout`. Not while a
-    /// write of ours is in flight: the server may yet apply it, so the Lease expires instead.
+    /// Closes the fence and gives the lease up (client-go's ReleaseOnCancel) within `timeout`,
+    /// unless a write of ours is in flight: the server may yet apply it.
     pub fn release(&self, timeout: Duration) {
         self.releasing.store(true, SeqCst);
         self.fence.close();
@@ -286,8 +279,7 @@ impl Elector {
             let transitions = next.spec.lease_transitions.unwrap_or(0);
             next.spec.lease_transitions = Some(found.as_ref().map_or(0, |_| transitions + 1));
         }
-        // Taken just before the request leaves: the server cannot have seen it earlier, so no
-        // standby can count the lease's expiry from an earlier point.
+        // Taken before the request leaves: no standby can count the expiry from earlier.
         let sent = Instant::now();
         let written = match &found {
             Some(_) => client.replace::<_, Lease>(Resource::LEASES, ns, name, &next),
@@ -298,8 +290,7 @@ impl Elector {
                 self.remember(l, sent);
                 Ok(Attempt::Held)
             }
-            // Someone wrote it between our read and our write. If it was ours, a change of
-            // holder shows at the next read; only that (or the deadline) ends our leadership.
+            // Written between our read and our write: a new holder, if any, shows next read.
             Err(e) if e.is_conflict() && holder == *me => Ok(Attempt::Conflict),
             // We were taking it over, or creating it: whoever wrote it won this round.
             Err(e) if (e.is_conflict() && found.is_some()) || e.is_already_exists() => {
@@ -318,18 +309,13 @@ impl Elector {
     }
 }
 
-/// Waits up to `d`; true when `stop` fired or its sender is gone.
-fn stopped(stop: &Receiver<()>, d: Duration) -> bool {
-    !matches!(stop.recv_timeout(d), Err(RecvTimeoutError::Timeout))
-}
-
 /// `metav1.MicroTime`: RFC 3339 with microseconds, as Leases carry it.
 fn micro_time(t: SystemTime) -> String {
     format!("{:.6}", jiff::Timestamp::try_from(t).unwrap_or_default())
 }
 
-/// This replica's identity: the pod name (downward API) or the host name, plus a random
-/// suffix so a restarted process never mistakes the old holder for itself.
+/// This replica's identity: the pod or host name, and a random suffix against taking the old
+/// holder for itself after a restart.
 pub fn identity() -> String {
     let base = std::env::var("POD_NAME")
         .ok()

@@ -1,7 +1,5 @@
-//! Whether each watch is live: the watchers record when their first list completes, why their
-//! lists fail until then, and when a stream opens, closes and hears from the server; `/readyz`,
-//! start-up and the metrics read it. A watch is one resource in one namespace, or in all of
-//! them: serving a set of namespaces takes a watch of each resource per namespace.
+//! Whether each watch (one resource in one namespace, or in all) is live: the watchers record
+//! their lists and streams; `/readyz`, start-up and the metrics read it.
 
 use crate::util;
 use std::collections::BTreeMap;
@@ -10,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// One watch and its moments, in Unix milliseconds.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Watch {
     /// The resource's short name (`pod`, `immortalcontainer`).
     pub resource: &'static str,
@@ -20,7 +18,7 @@ pub struct Watch {
     last_heard_ms: AtomicU64,
     /// Since when no stream has been open; 0 while one is.
     down_since_ms: AtomicU64,
-    /// Its first list completed: its objects are known.
+    /// A list completed: its objects are known.
     listed: AtomicBool,
     /// Why its last list failed, until one completes.
     failure: Mutex<Option<String>>,
@@ -29,9 +27,7 @@ pub struct Watch {
 static WATCHES: Mutex<BTreeMap<(&'static str, Option<&'static str>), &'static Watch>> =
     Mutex::new(BTreeMap::new());
 
-/// The watch of `resource` in `namespace` (`None`: all), the same one every time it is asked
-/// for. One leaked allocation per watch (two per served namespace), so that updates afterwards
-/// take no lock.
+/// The one watch of `resource` in `namespace` (`None`: all), leaked so that updates take no lock.
 pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch {
     let mut w = util::lock(&WATCHES);
     if let Some(found) = w.get(&(resource, namespace)) {
@@ -41,10 +37,7 @@ pub fn watch(resource: &'static str, namespace: Option<&str>) -> &'static Watch 
     let new: &'static Watch = Box::leak(Box::new(Watch {
         resource,
         namespace,
-        last_heard_ms: AtomicU64::new(0),
-        down_since_ms: AtomicU64::new(0),
-        listed: AtomicBool::new(false),
-        failure: Mutex::new(None),
+        ..Default::default()
     }));
     w.insert((resource, namespace), new);
     new
@@ -56,18 +49,15 @@ pub fn watches() -> Vec<&'static Watch> {
 }
 
 impl Watch {
-    /// A list of this watch completed.
     pub fn listed(&self) {
         self.listed.store(true, Relaxed);
         *util::lock(&self.failure) = None;
     }
 
-    /// Whether a list of this watch has completed.
     pub fn has_listed(&self) -> bool {
         self.listed.load(Relaxed)
     }
 
-    /// A list of this watch failed, `why`.
     pub fn list_failed(&self, why: String) {
         *util::lock(&self.failure) = Some(why);
     }
@@ -77,7 +67,13 @@ impl Watch {
         util::lock(&self.failure).clone()
     }
 
-    /// A stream of this watch was opened.
+    /// `pod list: why` while no list of this watch has completed.
+    pub fn unlisted(&self) -> Option<String> {
+        let failure = (!self.has_listed()).then(|| self.failure())?;
+        let why = failure.as_deref().unwrap_or("not answered yet");
+        Some(format!("{} list: {why}", self.resource))
+    }
+
     pub fn opened(&self) {
         self.down_since_ms.store(0, Relaxed);
         self.last_heard_ms.store(unix_ms(), Relaxed);
@@ -90,8 +86,7 @@ impl Watch {
             .compare_exchange(0, unix_ms(), Relaxed, Relaxed);
     }
 
-    /// The server said something on this watch (an event or a bookmark) or a list completed:
-    /// the connection is alive.
+    /// The server said something on this watch, or a list completed.
     pub fn heard(&self) {
         self.last_heard_ms.store(unix_ms(), Relaxed);
     }
@@ -102,8 +97,7 @@ impl Watch {
         (last != 0).then(|| Duration::from_millis(unix_ms().saturating_sub(last)))
     }
 
-    /// How long this watch has not been live, `None` while it is. Live: a stream is open and
-    /// the server was heard within `idle`.
+    /// How long this watch has not been live (a stream open, the server heard within `idle`).
     pub fn down_for(&self, idle: Duration) -> Option<Duration> {
         let heard = self.last_heard_ms.load(Relaxed);
         let down = self.down_since_ms.load(Relaxed);

@@ -1,7 +1,6 @@
 //! Log output: readable `key=value` text or one JSON object per line, from `log` records and
-//! their structured fields. The level contract is in docs/operating.md ("Logs"); fields are
-//! `object`, `kind`/`resource`, `rv`, `reconcile_id`, `trigger`, `action`, `result`,
-//! `requeue_after_ms`, `elapsed_ms`, `error`, and never a header (so never a token).
+//! their fields; the level contract is in docs/operating.md ("Logs"). Never a header is logged,
+//! so never a token.
 
 use crate::util;
 use log::kv::{Error as KvError, Key, Value, VisitSource, VisitValue};
@@ -16,8 +15,7 @@ pub enum Format {
     Json,
 }
 
-/// Installs the global logger. Level from `RUST_LOG` (env_logger syntax), default `info`; the
-/// HTTP and TLS libraries stay at `warn` unless `RUST_LOG` names them.
+/// Installs the global logger: `RUST_LOG` (default `info`), ureq and rustls at `warn` unless named.
 pub fn init(format: Format) {
     JSON.store(format == Format::Json, std::sync::atomic::Ordering::Relaxed);
     let mut b = env_logger::Builder::new();
@@ -49,7 +47,7 @@ pub fn render(format: Format, now: SystemTime, record: &log::Record) -> String {
     match format {
         Format::Text => {
             let _ = write!(out, "{ts} {:<5} {target}: {msg}", record.level());
-            let _ = record.key_values().visit(&mut TextFields(&mut out));
+            let _ = record.key_values().visit(&mut Fields(&mut out, format));
         }
         Format::Json => {
             let (level, target, msg) = (record.level(), json_str(target), json_str(&msg));
@@ -57,7 +55,7 @@ pub fn render(format: Format, now: SystemTime, record: &log::Record) -> String {
                 out,
                 r#"{{"ts":"{ts}","level":"{level}","target":{target},"msg":{msg}"#
             );
-            let _ = record.key_values().visit(&mut JsonFields(&mut out));
+            let _ = record.key_values().visit(&mut Fields(&mut out, format));
             out.push('}');
         }
     }
@@ -70,8 +68,7 @@ fn short_target(t: &str) -> &str {
     t.rsplit("::").next().unwrap_or(t)
 }
 
-/// A field given as `None` (`reason = ending.reason()`) is left out of the line: a field
-/// that some lines of a kind have and others do not reads better absent than as `None`.
+/// A field given as `None` is left out: it reads better absent than as `None`.
 fn is_none(value: &Value) -> bool {
     struct Null(bool);
     impl VisitValue<'_> for Null {
@@ -88,41 +85,35 @@ fn is_none(value: &Value) -> bool {
     null.0
 }
 
-struct TextFields<'a>(&'a mut String);
+/// Writes a record's fields after its message, in `.1`'s format.
+struct Fields<'a>(&'a mut String, Format);
 
-impl<'kvs> VisitSource<'kvs> for TextFields<'_> {
+impl<'kvs> VisitSource<'kvs> for Fields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), KvError> {
         if is_none(&value) {
             return Ok(());
         }
-        let v = value.to_string();
-        // Quote values a reader (or `cut`) would otherwise split.
-        if v.is_empty() || v.contains([' ', '"', '=']) {
-            let _ = write!(self.0, " {key}={v:?}");
-        } else {
-            let _ = write!(self.0, " {key}={v}");
-        }
-        Ok(())
-    }
-}
-
-struct JsonFields<'a>(&'a mut String);
-
-impl<'kvs> VisitSource<'kvs> for JsonFields<'_> {
-    fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), KvError> {
-        if is_none(&value) {
+        let out = &mut *self.0;
+        if self.1 == Format::Text {
+            let v = value.to_string();
+            // Quote values a reader (or `cut`) would otherwise split.
+            if v.is_empty() || v.contains([' ', '"', '=']) {
+                let _ = write!(out, " {key}={v:?}");
+            } else {
+                let _ = write!(out, " {key}={v}");
+            }
             return Ok(());
         }
-        let _ = write!(self.0, ",{}:", json_str(key.as_str()));
+        let _ = write!(out, ",{}:", json_str(key.as_str()));
         if let Some(n) = value.to_i128() {
-            let _ = write!(self.0, "{n}");
+            let _ = write!(out, "{n}");
         } else if let Some(n) = value.to_f64().filter(|n| n.is_finite()) {
             // Rust prints a finite f64 without an exponent: always a JSON number.
-            let _ = write!(self.0, "{n}");
+            let _ = write!(out, "{n}");
         } else if let Some(b) = value.to_bool() {
-            let _ = write!(self.0, "{b}");
+            let _ = write!(out, "{b}");
         } else {
-            self.0.push_str(&json_str(&value.to_string()));
+            out.push_str(&json_str(&value.to_string()));
         }
         Ok(())
     }

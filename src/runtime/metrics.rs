@@ -1,6 +1,5 @@
-//! Process-wide counters, named as controller-runtime names them so existing dashboards work
-//! unchanged, exported in Prometheus text format 0.0.4 by `prometheus-client`. Recording is a few
-//! atomic operations (or one short lock for labelled counters); nothing is formatted until then.
+//! Process-wide counters, named as controller-runtime names them so that existing dashboards
+//! work unchanged, exported in Prometheus text format by `prometheus-client`.
 
 use crate::runtime::liveness::{self, Watch};
 use prometheus_client::encoding::{prometheus_text, DescriptorEncoder, EncodeMetric};
@@ -31,8 +30,7 @@ const QUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 
 /// The reconcile results controller-runtime counts, exported from zero.
 const RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
 
-/// Why a watch stream ended and was opened again (the `reason` of
-/// `immortal_watch_restarts_total`, [`REASONS`] in this order).
+/// Why a watch stream ended (`immortal_watch_restarts_total`'s `reason`, [`REASONS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Restart {
     /// The server ended it cleanly (its `timeoutSeconds`).
@@ -101,8 +99,7 @@ fn metrics() -> &'static Metrics {
     })
 }
 
-/// One API request answered with `code` (0: no answer): the API client's
-/// [`RequestHook`](crate::kube::client::RequestHook).
+/// One API request answered with `code` (0: no answer): the API client's `RequestHook`.
 pub fn record_request(method: &'static str, code: u16) {
     let mut requests = metrics().requests.lock().unwrap_or_else(|p| p.into_inner());
     *requests.entry((method, code)).or_insert(0) += 1;
@@ -129,8 +126,7 @@ pub fn record_pod_created(cause: &'static str) {
         .inc();
 }
 
-/// Events dropped so far because the Event writer fell behind: the recorder's
-/// [`DropHook`](crate::kube::events::DropHook).
+/// Events dropped so far because the Event writer fell behind: the recorder's `DropHook`.
 pub fn events_dropped(total: u64) {
     metrics().events_dropped.store(total, Relaxed);
 }
@@ -171,8 +167,7 @@ fn watch_labels(watch: &Watch) -> WatchLabels {
     labels
 }
 
-/// The whole registry in Prometheus text exposition format 0.0.4; `host` is the API server's,
-/// for `rest_client_requests_total`.
+/// The whole registry in Prometheus text format; `host` is the API server's.
 pub fn render(host: &str) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(host.to_string())));
@@ -182,9 +177,8 @@ pub fn render(host: &str) -> String {
     out
 }
 
-/// One scrape: every family in a fixed order, its HELP and TYPE even before it has a sample
-/// (prometheus-client's registry leaves out empty families), and the figures only known now,
-/// for the API server at `.0`.
+/// One scrape, for the API server at `.0`: every family, its HELP and TYPE even before it has a
+/// sample (prometheus-client's registry leaves out empty families).
 #[derive(Debug)]
 struct Scrape(String);
 
@@ -324,8 +318,7 @@ impl prometheus_client::collector::Collector for Scrape {
     }
 }
 
-/// A metric family: HELP, TYPE (a counter's name gets its `_total` here) and its samples, each
-/// with the constant `labels` if any.
+/// A metric family: HELP, TYPE and its samples, each with the constant `labels` if any.
 fn write_family(
     e: &mut DescriptorEncoder,
     name: &str,

@@ -1,12 +1,11 @@
-//! How many reconcile workers run: a few at rest, more while keys wait, never over a bound.
-//! A worker that takes a key while others still wait starts one more, up to `max`; one beyond
-//! `min` idle for [`IDLE_EXIT`] ends. Why: docs/design.md ("Workers grow with a backlog").
+//! How many reconcile workers run, between `min` and `max`: a worker that takes a key while
+//! others wait starts one more; one idle for [`IDLE_EXIT`] ends (docs/design.md).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// How long a worker beyond the minimum waits for a key before it ends: far longer than the
-/// gaps within a backlog (a round trip), short enough that a burst's threads go soon after it.
+/// gaps within a backlog, short enough that a burst's threads go soon after it.
 pub const IDLE_EXIT: Duration = Duration::from_secs(10);
 
 /// The number of workers running, between `min` and `max`. Shared by the workers.

@@ -1,11 +1,10 @@
 //! Deduplicating work queue of `namespace/name` keys, with client-go's workqueue semantics: a
-//! key is queued at most once and held by one worker at a time (one added meanwhile comes back
-//! after [`Queue::done`]), a delayed add keeps the earliest deadline, and failures back off per
-//! key and spend one overall [`Budget`] that holds every key.
+//! key is queued at most once and held by one worker at a time, a delayed add keeps the earliest
+//! deadline, and failures back off per key and spend one overall [`Budget`].
 //!
 //! What runs next is decided here and only here: urgent keys before routine ones, which still
-//! get one turn in [`SHARE`] ([`Priority`]); every "later" is a deadline of this queue. Why:
-//! docs/design.md, "What runs next". Only keys and [`Trigger`]s are stored.
+//! get one turn in [`SHARE`]; every "later" is a deadline of this queue (docs/design.md, "What
+//! runs next").
 
 use crate::runtime::metrics;
 pub use crate::runtime::store::Key;
@@ -19,17 +18,14 @@ use std::time::{Duration, Instant};
 /// A failing key's delay, doubling (client-go's `DefaultItemBasedRateLimiter`).
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
-/// The overall budget refills this many failures a second, up to a burst: client-go's
-/// `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
+/// The overall budget: client-go's `BucketRateLimiter{rate.NewLimiter(10, 100)}`.
 const BUDGET_RATE: f64 = 10.0;
 const BUDGET_BURST: f64 = 100.0;
 
-/// While both priorities have keys ready, one key in this many handed out is routine: a
-/// backlog's bookkeeping waits for its pods, and is never starved.
+/// While both priorities have keys ready, one key in this many handed out is routine: no starving.
 pub const SHARE: u32 = 64;
 
-/// How soon a queued key should be handed out. A key queued again at a higher priority moves
-/// up; at a lower one it keeps its place.
+/// How soon a queued key should be handed out; queued again higher, it moves up, never down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Priority {
     /// Status refreshes, relists, releases: what only changes what status says.
@@ -70,10 +66,8 @@ impl Budget {
         self.at = self.at.max(now);
     }
 
-    /// `None` when a key may be handed out now, with `in_flight` reconciles running; otherwise
-    /// how long until one may. Once the budget is being spent, each reconcile in flight may
-    /// fail too and holds a token meanwhile, so that a pool grown for a backlog cannot overdraw
-    /// it all at once.
+    /// How long until a key may be handed out with `in_flight` reconciles running (`None`: now).
+    /// Once the budget is being spent, each of them holds a token: it may fail too.
     fn wait(&mut self, now: Instant, in_flight: usize) -> Option<Duration> {
         self.refill(now);
         let owed = match self.tokens < BUDGET_BURST {
@@ -108,13 +102,11 @@ pub enum Work<H> {
 
 /// A key queued and not yet handed out.
 struct Dirty<H> {
-    /// What queued it: the latest trigger, with what all of them tell together
-    /// ([`Trigger::then`]).
+    /// What queued it: the latest trigger, with what all of them tell ([`Trigger::then`]).
     trigger: Trigger<H>,
     /// When it was first added (for the queue-duration metric).
     added: Stamp,
-    /// When it got its priority: later than `added` for a key moved up, which is what a
-    /// reconcile's `queued_ms` reports.
+    /// When it got its priority (later than `added` for a key moved up): `queued_ms`.
     in_band: Stamp,
     /// The highest priority it was queued with.
     priority: Priority,
@@ -128,9 +120,8 @@ struct Waiting<H> {
 }
 
 struct State<H> {
-    /// Keys ready to hand out, in order, one deque per priority (indexed by `Priority as
-    /// usize`). A key moved up leaves a stale copy behind, skipped when it comes up (its
-    /// `Dirty` says another priority, or it is not dirty any more).
+    /// Keys ready to hand out, one deque per priority (`Priority as usize`). A key moved up
+    /// leaves a stale copy behind, skipped when it comes up.
     ready: [VecDeque<Key>; 2],
     dirty: HashMap<Key, Dirty<H>>,
     /// What the [`Stamp`]s count from.
@@ -139,8 +130,7 @@ struct State<H> {
     urgent_streak: u32,
     /// Keys a worker holds now.
     processing: HashSet<Key>,
-    /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) that may hold
-    /// stale entries (a later add with an earlier deadline leaves the old one in the heap).
+    /// Delayed keys: earliest deadline per key, and a heap of (deadline, key) with stale entries.
     waiting: HashMap<Key, Waiting<H>>,
     timers: BinaryHeap<Reverse<(Instant, Key)>>,
     /// Consecutive failures per key, for the rate limiter.
@@ -151,7 +141,6 @@ struct State<H> {
     shutting_down: bool,
 }
 
-/// The queue. Share it with `Arc`.
 pub struct Queue<H> {
     state: Mutex<State<H>>,
     cond: Condvar,
@@ -185,8 +174,7 @@ impl<H: Hint> Queue<H> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<H>> {
-        // A worker that panicked while holding the lock leaves consistent state behind (every
-        // mutation below is completed before any call that could panic), so keep going.
+        // Every mutation below completes before any call that could panic.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -198,8 +186,7 @@ impl<H: Hint> Queue<H> {
         }
     }
 
-    /// Queues `key`, being reconciled, again with the trigger that reconcile had: whatever
-    /// was queued for it meanwhile came later, and stays the later ([`Trigger::then`]).
+    /// Queues `key` again with the trigger its reconcile had, older than any queued meanwhile.
     pub fn add_again(&self, key: Key, trigger: Trigger<H>, priority: Priority) {
         let mut st = self.lock();
         if Self::insert(&mut st, key, trigger, priority, true) {
@@ -207,8 +194,7 @@ impl<H: Hint> Queue<H> {
         }
     }
 
-    /// Marks `key` dirty (with a trigger older than the one queued, if `older`); returns
-    /// whether a waiter should be woken.
+    /// Marks `key` dirty (`older`: its trigger is older than the queued one); true: wake a waiter.
     fn insert(
         st: &mut State<H>,
         key: Key,
@@ -229,7 +215,7 @@ impl<H: Hint> Queue<H> {
             if priority <= d.priority {
                 return false;
             }
-            // Moved up: a copy among the urgent keys; the routine copy is skipped when it comes.
+            // Moved up: the copy left behind is skipped when it comes.
             d.priority = priority;
             d.in_band = Stamp::of(Instant::now(), st.epoch);
         } else {
@@ -292,15 +278,13 @@ impl<H: Hint> Queue<H> {
         self.cond.notify_one();
     }
 
-    /// Drops what was scheduled for `key` (a reconcile saw everything and asked for nothing
-    /// more: a look it asked for earlier is moot).
+    /// Drops what was scheduled for `key`.
     pub fn cancel(&self, key: &str) {
         self.lock().waiting.remove(key);
     }
 
-    /// Queues `key`, whose reconcile failed, after its backoff, or after `at_least` if that is
-    /// longer (the server's `Retry-After`), but no later than `at_most`, at the priority it
-    /// failed at; returns the delay chosen. The failure also spends the overall budget.
+    /// Queues `key`, whose reconcile failed, after its backoff or `at_least` (`Retry-After`)
+    /// if longer, but no later than `at_most`; returns the delay. Spends the overall budget.
     pub fn add_rate_limited(
         &self,
         key: Key,
@@ -326,17 +310,15 @@ impl<H: Hint> Queue<H> {
         self.lock().failures.get(key).copied().unwrap_or(0)
     }
 
-    /// Resets the backoff of `key` after a successful reconcile, and gives the overall budget
-    /// back the token a failure took.
+    /// Resets the backoff of `key` after a success, and refunds the overall budget a token.
     pub fn forget(&self, key: &str) {
         let mut st = self.lock();
         st.failures.remove(key);
         st.budget.refund(Instant::now());
     }
 
-    /// Blocks until a key is ready and the overall budget lets it out, and hands it out, or
-    /// until `idle` passes without one (a worker beyond the minimum then ends: see
-    /// `runtime::pool`). The caller must call [`Queue::done`] with the key when finished.
+    /// Blocks until a key is ready and the budget lets it out (the caller must then call
+    /// [`Queue::done`]), or until `idle` passes without one.
     pub fn get_within(&self, idle: Option<Duration>) -> Work<H> {
         let idle_at = idle.map(|d| Instant::now() + d);
         let mut st = self.lock();
@@ -401,8 +383,7 @@ impl<H: Hint> Queue<H> {
         }
     }
 
-    /// Whether keys wait for a worker now: ready, and not held back by the failure budget (a
-    /// worker more would only wait on the budget too).
+    /// Whether keys wait for a worker now: ready, and not held back by the failure budget.
     pub fn has_waiting(&self) -> bool {
         let mut st = self.lock();
         Self::drop_stale(&mut st);
@@ -490,7 +471,7 @@ impl<H: Hint> Queue<H> {
     }
 }
 
-/// Delay after `failures` consecutive failures: 5 ms · 2^failures, at most 1000 s.
+/// Delay after `failures` consecutive failures.
 fn backoff(failures: u32) -> Duration {
     MAX_DELAY.min(BASE_DELAY * (1 << failures.min(31)))
 }

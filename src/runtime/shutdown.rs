@@ -1,15 +1,18 @@
 //! Shutdown: the signals that start it, and the `quit` channel every blocking loop checks
 //! (the ripgrep/crossbeam pattern: the first signal drops the one sender).
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread;
+use std::time::Duration;
 
 /// Whether `quit` is disconnected: the process is shutting down.
 pub fn is_quitting(quit: &Receiver<()>) -> bool {
-    matches!(
-        quit.try_recv(),
-        Err(crossbeam_channel::TryRecvError::Disconnected)
-    )
+    matches!(quit.try_recv(), Err(TryRecvError::Disconnected))
+}
+
+/// Waits up to `d`; true when `quit` fired or its sender is gone.
+pub fn quits_within(quit: &Receiver<()>, d: Duration) -> bool {
+    !matches!(quit.recv_timeout(d), Err(RecvTimeoutError::Timeout))
 }
 
 /// First SIGTERM/SIGINT: drop `quit_tx` (graceful). Second: exit at once.
@@ -33,8 +36,7 @@ pub fn listen_for_signals(quit_tx: Sender<()>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Says why the process quits, then drops `quit_tx`: dropping it wakes every loop at once,
-/// and the main thread's shutdown lines would otherwise come before the reason for them.
+/// Says why the process quits before dropping `quit_tx` wakes every loop into its shutdown lines.
 fn quit_once_said(quit_tx: Sender<()>, say: impl FnOnce()) {
     say();
     drop(quit_tx);

@@ -1,14 +1,10 @@
-//! What a watcher knows of each key: its event handler's projection of the object it last saw (its
-//! memo), which reconcile reads instead of asking the API server, as sample-controller's
-//! `syncHandler` reads through its listers (every write that must not act on stale state
-//! carries a precondition: see `immortal::reconcile`).
+//! What a watcher knows of each key, its event handler's memo, which reconcile reads instead of
+//! asking the API server, as sample-controller's `syncHandler` reads through its listers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// A `namespace/name` key, stored once and shared by the store that knows it, the queue that
-/// holds it and what reconcile remembers of it: with 10,000 objects queued at once, a copy per
-/// place was megabytes.
+/// A `namespace/name` key, stored once, shared by the store, the queue and reconcile.
 pub type Key = Arc<str>;
 
 /// The keys a watcher knows, each with its memo.
@@ -47,9 +43,7 @@ impl<M: Clone> Store<M> {
         self.read().get_key_value(key).map(|(k, _)| k.clone())
     }
 
-    /// Lets `f` see and change what is known of `key` (`None`: nothing; left `None`: the key
-    /// is forgotten), as a watcher does for each event of it. Answers with the store's copy of
-    /// the key, to be queued: the one it holds, else `key`.
+    /// Lets `f` change what is known of `key` (left `None`: forgotten); answers the store's copy.
     pub fn entry<R>(&self, key: Key, f: impl FnOnce(&mut Option<M>) -> R) -> (R, Key) {
         let mut map = self.write();
         let (key, mut memo) = match map.remove_entry(&*key) {

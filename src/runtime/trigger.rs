@@ -5,14 +5,12 @@ use std::fmt;
 
 /// What a watch event tells reconcile beyond the key, as the queue keeps it.
 pub trait Hint: Clone {
-    /// What this hint and a `later` one of the same key, both queued before one reconcile
-    /// serves them, tell that reconcile together: `None` (look at everything) unless one says
-    /// all that reconcile needs of both (a pod event's: the later one, see `PodHint`).
+    /// What this hint and a `later` one of the same key tell one reconcile together: `None`
+    /// (look at everything) unless one says all it needs of both.
     fn and(&self, later: &Self) -> Option<Self>;
 }
 
-/// Why a key was queued, logged with the reconcile it causes. `H` is what a watch event tells
-/// reconcile beyond the key (the event handler's hint: see `lifecycle::PodHint`).
+/// Why a key was queued, logged with the reconcile it causes; `H` is a watch event's hint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger<H> {
     /// A watch event: resource short name, event type, the object's resourceVersion (0 where
@@ -54,11 +52,9 @@ impl<H: fmt::Display> fmt::Display for Trigger<H> {
 }
 
 impl<H: Hint> Trigger<H> {
-    /// This trigger followed by `later`, both waiting for one reconcile: two watch events'
-    /// hints tell what they tell together ([`Hint::and`]); a trigger without a hint (an
-    /// object's own event, a list, a retry) asks for a look at everything, and stays, so that
-    /// the reconcile's log says why it looked. A scheduled look (a timer of our own) adds
-    /// nothing to a watch event already queued, which stays with its hint.
+    /// This trigger followed by `later`, both waiting for one reconcile: two hints combine
+    /// ([`Hint::and`]); a trigger without one asks for a look at everything and stays, so that
+    /// the log says why it looked; a scheduled look adds nothing to a hinted watch event.
     pub(super) fn then(self, later: Trigger<H>) -> Trigger<H> {
         match (self, later) {
             (earlier @ Trigger::Watch { hint: Some(_), .. }, Trigger::Scheduled) => earlier,

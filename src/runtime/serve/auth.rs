@@ -1,8 +1,6 @@
-//! Who may read `/metrics`: the caller's bearer token is checked with a TokenReview, and the user
-//! it names with a SubjectAccessReview for `get` on the non-resource URL `/metrics`, as
-//! controller-runtime's `WithAuthenticationAndAuthorization` filter (kubebuilder's default) does
-//! (docs/operating.md, "Who may read the metrics"). Decisions are cached by a SHA-256 digest of
-//! the token, never the token: without the cache every scrape costs two API requests.
+//! Who may read `/metrics`: a TokenReview of the bearer token and a SubjectAccessReview for its
+//! user, as controller-runtime's `WithAuthenticationAndAuthorization` filter does. Decisions are
+//! cached by the token's digest, so that a scrape does not cost two API requests.
 
 use crate::kube::client::{self, Client, Resource};
 use crate::util;
@@ -15,12 +13,10 @@ use std::time::{Duration, Instant};
 pub const PATH: &str = "/metrics";
 const VERB: &str = "get";
 
-/// How long a decision is reused, controller-runtime's TTLs: a revoked token or a removed binding
-/// stops working within a minute, and a binding just created takes effect within 30 s.
+/// How long a decision is reused: controller-runtime's TTLs.
 const ALLOW_TTL: Duration = Duration::from_secs(60);
 const DENY_TTL: Duration = Duration::from_secs(30);
-/// Tokens remembered at most: a few scrapers each; more only when someone sends made-up
-/// tokens, which the cache cannot help with anyway.
+/// Tokens remembered at most: enough for the scrapers; made-up tokens the cache cannot help.
 const CACHE_ENTRIES: usize = 64;
 
 /// The answer to one request.
@@ -34,13 +30,11 @@ pub enum Verdict {
     Forbidden { user: String },
 }
 
-/// A review that got no answer: the request is answered 500, nothing is cached, the next one
-/// asks again.
+/// A review that got no answer: the request is answered 500 and nothing is cached.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// The TokenReview failed: the API server is unreachable or slow, or refused the operator
-    /// (403: it lacks `create` on tokenreviews, a person must act).
+    /// The TokenReview failed: the API server is unreachable or slow, or refused us (RBAC).
     TokenReview(client::Error),
     /// The SubjectAccessReview for `user` failed, for the same reasons.
     AccessReview { user: String, error: client::Error },
@@ -94,9 +88,7 @@ impl MetricsAuth {
         }
     }
 
-    /// The verdict for a request carrying `authorization` (the header's value), asking the API
-    /// server unless a recent decision for the same token is cached. The reviews end by
-    /// `deadline`.
+    /// The verdict for the `authorization` header: the API server's by `deadline`, or cached.
     pub fn check(&self, authorization: Option<&str>, deadline: Instant) -> Result<Verdict, Error> {
         let Some(token) = authorization.and_then(bearer_token) else {
             return Ok(Verdict::Unauthenticated);
@@ -114,8 +106,8 @@ impl MetricsAuth {
         Ok(verdict)
     }
 
-    /// Asks the API server: who is this token, and may that user `get` /metrics. The answers
-    /// are read as JSON values, not derived types: the same reading, in less of the binary.
+    /// Asks the API server who this token is, and whether that user may `get` /metrics. The
+    /// answers are read as JSON values: the same reading as derived types, in less binary.
     fn review(&self, token: &str, deadline: Instant) -> Result<Verdict, Error> {
         let token_review = json!({
             "apiVersion": "authentication.k8s.io/v1",
@@ -162,8 +154,7 @@ impl MetricsAuth {
         })
     }
 
-    /// The client with what is left until `deadline` as its timeout (and no sleeping on a
-    /// 429: the caller is waiting).
+    /// The client with what is left until `deadline` as its timeout, and no sleep on a 429.
     fn within(&self, deadline: Instant) -> Result<Client, Error> {
         if deadline <= Instant::now() {
             return Err(Error::Deadline);
@@ -198,8 +189,7 @@ impl MetricsAuth {
     }
 }
 
-/// The token of `Bearer TOKEN` (scheme case-insensitive, as the API server's own bearer
-/// authenticator reads it); `None` for any other header.
+/// The token of `Bearer TOKEN` (scheme case-insensitive, as the API server reads it).
 fn bearer_token(header: &str) -> Option<&str> {
     let (scheme, token) = header.trim().split_once(' ')?;
     let token = token.trim();

@@ -1,13 +1,10 @@
 //! The operator's own small HTTP endpoints: `/metrics` (Prometheus text, over HTTPS for callers
-//! the API server vouches for, see [`auth`]) and the plain-HTTP `/healthz` and `/readyz` probes
-//! the Deployment points the kubelet at.
+//! the API server vouches for, see [`auth`]) and the plain-HTTP `/healthz` and `/readyz` probes.
 //!
 //! Any pod in the cluster can connect to both, so nothing a client sends may cost more than a
-//! fixed amount, and nothing sent to the metrics port may delay a probe: each listener serves at
-//! most [`MAX_CONNECTIONS`] connections ([`MAX_PER_PEER`] per client address) on threads of its
-//! own and closes the rest unread, reads at most [`MAX_HEAD`] bytes of request head, and ends
+//! fixed amount, and nothing sent to the metrics port may delay a probe: each listener caps its
+//! connections, in all and per client, on threads of its own, bounds the request head, and ends
 //! every exchange by a deadline fixed at accept (docs/operating.md, "Metrics and probes").
-//! One request per connection, blocking I/O: scrapes and probes are a few per minute.
 //!
 //! Hand-written because no crate weighed keeps those limits: `tiny_http` (no connection caps, no
 //! exchange deadline), `hyper`, `axum` and `actix-web` (an async runtime, which the design omits).
@@ -28,20 +25,19 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Largest request head read, in bytes; the kubelet's and Prometheus' take a few hundred.
+/// Largest request head read, in bytes: far more than the kubelet's or Prometheus'.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// Connections served at once per listener: 8 threads with an 8 KiB buffer each, under 1 MiB.
+/// Connections served at once per listener, each a thread with a head buffer.
 pub const MAX_CONNECTIONS: usize = 8;
-/// Connections served at once per client address: the kubelet sends at most two probes at a
-/// time (liveness, readiness), Prometheus one scrape per target.
+/// Connections served at once per client address: the kubelet's liveness and readiness probes.
 pub const MAX_PER_PEER: usize = 2;
-/// The kubelet gives up after the probe's `timeoutSeconds` (1 s, our Deployment's) anyway.
+/// Longer than the probe's `timeoutSeconds`, after which the kubelet gives up anyway.
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(2);
 /// Prometheus' default scrape timeout; the TokenReview and SubjectAccessReview count in it.
 pub const METRICS_DEADLINE: Duration = Duration::from_secs(10);
 
-/// After a 431 the client's pending bytes are read (this many, for this long at most) before
-/// closing, as Go's net/http does: closing with unread data sends a reset, losing the answer.
+/// After a 431 the client's pending bytes are read, within bounds, before closing, as Go's
+/// net/http does: closing with unread data sends a reset, losing the answer.
 const LINGER_BYTES: usize = 64 * 1024;
 const LINGER_TIME: Duration = Duration::from_millis(250);
 
@@ -75,31 +71,21 @@ impl Health {
         Ok(())
     }
 
-    /// Ready once every watch's first list completed and every served namespace exists, unless
-    /// a watch has not been live (open, and heard from within the idle limit) for longer than
-    /// the idle limit; otherwise says each namespace not served, and why. A standby is ready too.
+    /// Ready once every watch has listed and every served namespace exists, unless a watch has
+    /// not been live for longer than the idle limit; otherwise says why. A standby is ready too.
     pub fn ready(&self) -> Result<(), String> {
         self.live()?;
         let mut why: Vec<String> = self
             .watches
             .iter()
-            .filter(|w| !w.has_listed())
-            .map(|w| {
-                let failure = w.failure();
-                let reason = failure.as_deref().unwrap_or("not answered yet");
-                match w.namespace {
-                    Some(ns) => format!("namespace {ns} not served: {} list: {reason}", w.resource),
-                    None => format!("not served: {} list: {reason}", w.resource),
-                }
+            .filter_map(|w| match (w.namespace, w.unlisted()?) {
+                (Some(ns), reason) => Some(format!("namespace {ns} not served: {reason}")),
+                (None, reason) => Some(format!("not served: {reason}")),
             })
             .collect();
-        let missing = crate::util::lock(&self.missing);
-        why.extend(
-            missing
-                .iter()
-                .map(|ns| format!("namespace {ns} does not exist")),
-        );
-        drop(missing);
+        for ns in crate::util::lock(&self.missing).iter() {
+            why.push(format!("namespace {ns} does not exist"));
+        }
         if !why.is_empty() {
             return Err(why.join("; "));
         }
@@ -113,8 +99,7 @@ impl Health {
     }
 }
 
-/// Parses a bind address as controller-runtime takes it: `:8443` means every interface of
-/// every address family (`[::]:8443`, see [`bind`]), `0` disables the endpoint.
+/// Parses a bind address as controller-runtime does: `:8443` is every interface, `0` is off.
 pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
     if s == "0" || s.is_empty() {
         return Ok(None);
@@ -151,8 +136,7 @@ pub enum Metrics {
     },
 }
 
-/// Starts what `settings` asks for. An error (a port taken, an unusable certificate) is for
-/// the user to see at start.
+/// Starts what `settings` asks for; an error (a port taken, a bad certificate) ends the start.
 pub fn start(
     settings: &Settings,
     health: Arc<Health>,
@@ -215,9 +199,7 @@ impl Limits {
     };
 }
 
-/// Binds `addr` as Go's `net.Listen` does: the IPv6 wildcard accepts both address families (an
-/// IPv6 cluster's kubelet needs it). Linux makes `[::]` dual-stack unless `bindv6only` is set, so
-/// `0.0.0.0` is bound too where still free (that host), and alone on a host without IPv6.
+/// Binds `addr` as Go's `net.Listen` does: `[::]`, and `0.0.0.0` where free or without IPv6.
 fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
     use io::ErrorKind::{AddrInUse, PermissionDenied};
     let any4 = |port| TcpListener::bind(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port));
@@ -236,8 +218,7 @@ fn bind(addr: SocketAddr) -> io::Result<Vec<TcpListener>> {
     Ok(std::iter::once(v6).chain(v4).collect())
 }
 
-/// Binds `addr` (see [`bind`]); an accept thread per socket hands each connection to `serve`
-/// on a thread of its own, within `limits` (shared by the sockets), and closes the rest at once.
+/// Binds `addr`; a thread per socket hands each connection within `limits` to one of its own.
 fn listen(
     addr: SocketAddr,
     name: &'static str,
@@ -257,8 +238,7 @@ fn listen(
                     let conn = match conn {
                         Ok(c) => c,
                         Err(e) => {
-                            // Out of file descriptors, or a connection reset before it was
-                            // accepted: pause instead of spinning on an error that repeats.
+                            // Out of file descriptors, say: pause rather than spin.
                             log::debug!(target: "serve", endpoint = name, error = e.to_string().as_str(); "accept failed");
                             thread::sleep(Duration::from_millis(50));
                             continue;
@@ -270,8 +250,7 @@ fn listen(
                         continue; // dropping `conn` closes it
                     };
                     let serve = serve.clone();
-                    // If the thread cannot start, the closure is dropped: the slot is given
-                    // back and the connection closed.
+                    // If the thread cannot start, dropping the closure frees slot and connection.
                     let _ = thread::Builder::new()
                         .name(format!("{name}-conn"))
                         .spawn(move || {
@@ -322,8 +301,7 @@ impl Drop for Slot {
     }
 }
 
-/// A connection whose every read and write must end by `deadline`: each one waits at most for
-/// what is left, so a client trickling bytes cannot stretch the exchange past it.
+/// A connection whose every read and write ends by `deadline`, however slowly a client sends.
 struct Timed {
     tcp: TcpStream,
     deadline: Instant,
@@ -491,8 +469,7 @@ impl Response {
     }
 }
 
-/// Reads one request head from `conn` and writes the answer `handle` gives (or 400, 431), and
-/// returns its code; `None` for a client that went away or ran out of time (no answer).
+/// Reads one request head, writes the answer `handle` gives (or 400, 431) and returns its code.
 fn exchange(
     conn: &mut (impl Read + Write),
     handle: impl FnOnce(&Request) -> Response,
@@ -518,8 +495,7 @@ enum HeadError {
     Gone,
 }
 
-/// Reads until the blank line that ends a request head and returns the head's length (without
-/// the blank line); anything after it is ignored. Never reads more than [`MAX_HEAD`] bytes.
+/// Reads up to the blank line that ends a request head, at most [`MAX_HEAD`] bytes; its length.
 fn read_head(conn: &mut impl Read, buf: &mut [u8; MAX_HEAD]) -> Result<usize, HeadError> {
     let mut len = 0;
     loop {
@@ -541,8 +517,7 @@ fn read_head(conn: &mut impl Read, buf: &mut [u8; MAX_HEAD]) -> Result<usize, He
     }
 }
 
-/// Where the head in `buf` ends: the first line break followed by an empty line (`\r\n\r\n`,
-/// or bare `\n\n`, which HTTP/1.1 parsers accept), searching from `from`.
+/// Where the head in `buf` ends (`\r\n\r\n`, or `\n\n` as HTTP/1.1 parsers accept), from `from`.
 fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     (from..buf.len()).find(|&i| {
         buf[i] == b'\n' && (buf[i + 1..].starts_with(b"\n") || buf[i + 1..].starts_with(b"\r\n"))
@@ -571,8 +546,7 @@ fn parse_head(head: &[u8]) -> Option<Request<'_>> {
     })
 }
 
-/// Stops sending, then reads and drops what the client still sends (bounded in bytes and time)
-/// so that closing does not reset the connection before the client read the answer.
+/// Stops sending, then drops what the client still sends, lest closing reset the unread answer.
 fn linger(tcp: &TcpStream, deadline: Instant) {
     let _ = tcp.shutdown(Shutdown::Write);
     let Ok(tcp) = tcp.try_clone() else { return };

@@ -1,8 +1,5 @@
 //! The metrics endpoint's TLS: the certificate mounted at `--metrics-cert-path`, or else a
 //! self-signed one made at start, as controller-runtime's metrics server does.
-//!
-//! Prometheus scrapes the self-signed one with `insecureSkipVerify`, as kubebuilder's default
-//! ServiceMonitor does; a verified setup mounts a certificate (cert-manager) instead.
 
 use rcgen::{CertificateParams, DnType, KeyPair, PKCS_ECDSA_P256_SHA256};
 use rustls::pki_types::pem::PemObject;
@@ -13,13 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// File names inside `--metrics-cert-path`: those of a `kubernetes.io/tls` Secret, which is
-/// what cert-manager writes and kubebuilder mounts.
+/// File names inside `--metrics-cert-path`: those of a `kubernetes.io/tls` Secret.
 pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 
-/// The self-signed certificate is valid a year, as client-go's, from an hour in the past so a
-/// client whose clock is a little behind does not see it as not yet valid.
+/// The self-signed certificate's validity (client-go's), backdated for clients whose clock lags.
 const VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 const BACKDATE: Duration = Duration::from_secs(3600);
 
@@ -50,8 +45,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// The server configuration for the metrics endpoint: the pair in `cert_dir` when given,
-/// otherwise a fresh self-signed one.
+/// The metrics endpoint's server configuration: the pair in `cert_dir`, or a new self-signed one.
 pub fn config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>, Error> {
     let (chain, key) = match cert_dir {
         Some(dir) => mounted(dir)?,
@@ -63,7 +57,6 @@ pub fn config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>, Error> {
     server_config(chain, key)
 }
 
-/// A server configuration presenting `chain` with `key`.
 fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
@@ -75,8 +68,7 @@ fn server_config(
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .map_err(|e| Error::Rejected(e.to_string()))?;
-    // No session resumption: a scrape every 15 s or more saves nothing by it, and rustls' default
-    // cache holds up to 256 sessions (about 30 KiB allocated up front, more as clients come).
+    // No session resumption: scrapes are too rare to gain by it, and its cache costs memory.
     config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
     Ok(Arc::new(config))
@@ -99,8 +91,8 @@ fn mounted(dir: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'s
     Ok((chain, key))
 }
 
-/// A new ECDSA P-256 key and a certificate for it signed by itself, valid from `now` - 1 h for
-/// a year, subject `CN=immortal-operator`, SAN `localhost` and `127.0.0.1`.
+/// A new ECDSA P-256 key and a certificate for it signed by itself, valid from a little before
+/// `now`, subject `CN=immortal-operator`, SAN `localhost` and `127.0.0.1`.
 pub fn self_signed(
     now: SystemTime,
 ) -> Result<(CertificateDer<'static>, PrivateKeyDer<'static>), Error> {

@@ -7,8 +7,7 @@ use serde::de::DeserializeOwned;
 /// What a watched resource's events mean: which key each queues, with what hint, in which
 /// band, as a client-go `ResourceEventHandler` does for an informer.
 pub trait EventHandler {
-    /// What is decoded of each object: only the fields the handler decides on. Everything else
-    /// is skipped while decoding, so memory does not grow with the size of the objects seen.
+    /// What is decoded of each object: only the fields the handler decides on.
     type Object: DeserializeOwned;
     /// What a trigger carries beyond the key.
     type Hint: Hint;
@@ -16,8 +15,7 @@ pub trait EventHandler {
     type Memo: Clone + Send + Sync;
     fn meta(o: &Self::Object) -> &ObjectMeta;
     /// The queue key an object with this metadata stands for, or `None` when it is none of
-    /// ours. From the metadata alone, so that an object whose other fields do not decode
-    /// still has its key queued.
+    /// ours: from the metadata alone, so that an object that does not decode is still queued.
     fn key_of_meta(&self, meta: &ObjectMeta) -> Option<String>;
     /// The queue key the object stands for, or `None` when it is none of ours.
     fn key_of(&self, o: &Self::Object) -> Option<String> {
@@ -25,20 +23,17 @@ pub trait EventHandler {
     }
     /// What the watcher remembers of a listed object until its next event.
     fn memo(&self, o: &Self::Object) -> Self::Memo;
-    /// What to keep when a list (`listed`) shows `new` for a key remembered as `old`: `new`,
-    /// unless the handler knows `old` to be more recent (someone else updated the store after
-    /// the list was served).
+    /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
+    /// handler knows `old` to be more recent.
     fn relisted(&self, _old: Self::Memo, new: Self::Memo, _listed: &Listed) -> Self::Memo {
         new
     }
-    /// The band a listed key is queued in: routine, unless what is known of it says a
-    /// reconcile has something missing to make.
+    /// The band a listed key is queued in.
     fn relist_priority(&self, _memo: &Self::Memo) -> Priority {
         Priority::Routine
     }
-    /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile of its key, and with
-    /// what hint. `memo` holds what is remembered of the key (`None`: nothing yet) and is
-    /// updated in place; `None` after the event forgets the key.
+    /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile, and with what hint.
+    /// `memo`, what is remembered of the key, is updated in place; left `None`, it is forgotten.
     fn on_event(
         &self,
         event: &'static str,
@@ -50,12 +45,9 @@ pub trait EventHandler {
 /// What a list says of the server's history, for [`EventHandler::relisted`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Listed {
-    /// The list's resourceVersion, where it is a number (kube-apiserver's are: etcd's
-    /// revision).
+    /// The list's resourceVersion, where it is a number (etcd's revision).
     pub version: Option<u64>,
-    /// The list's version is below one the watch before it had reached: etcd's history went
-    /// back (restored from a snapshot without `--bump-revision`), and no version known from
-    /// before means anything now.
+    /// The list's version is below one the watch before it reached: etcd's history went back.
     pub rewound: bool,
 }
 
@@ -64,7 +56,6 @@ pub struct Listed {
 pub enum Reaction<H> {
     /// Nothing reconcile would do differently.
     Ignore,
-    /// Queue the key, with what the event tells reconcile, if anything, in the band the
-    /// handler says.
+    /// Queue the key, with what the event tells reconcile, in this band.
     Queue(Option<H>, Priority),
 }

@@ -1,12 +1,7 @@
-//! Watcher threads, turning a resource's events into queue keys. The state machine is
-//! kube-runtime's (`watcher.rs`): list in pages, then watch from the list's resourceVersion,
-//! which every event moves on (BOOKMARK too); a clean end of stream re-watches, a 410 (HTTP or
-//! in-stream ERROR) relists, and so does a version the server has not reached (a 504 "Too large
-//! resource version", or, asked after a failure, a server version below the watch's: etcd
-//! restored from a snapshot); any other failure or a silent stream backs off and re-watches
-//! (docs/design.md, "A watch that goes silent is given up"). What an event means is its event
-//! handler's ([`EventHandler`]); a watcher keeps only the last resourceVersion and the handler's
-//! memo of each key, in a [`Store`] others may read.
+//! Watcher threads, turning a resource's events into queue keys, with kube-runtime's state
+//! machine: list, then watch from the list's resourceVersion; a clean end re-watches, a 410 or
+//! a version the server has not reached relists, any other failure or a silent stream backs off
+//! and re-watches (docs/design.md). What an event means is its [`EventHandler`]'s.
 
 use crate::kube::client::{self, ListPage};
 use crate::kube::types::{ObjectMeta, Status};
@@ -31,19 +26,15 @@ mod source;
 pub use event_handler::{EventHandler, Listed, Reaction};
 pub use source::{Kind, Source};
 
-/// Watch `timeoutSeconds` is drawn from this range: below the ~4 minute idle timeout of common
-/// load balancers, and random so that many operators do not re-watch in lockstep.
+/// Watch `timeoutSeconds`: under load balancers' idle timeouts, random against lockstep.
 const WATCH_TIMEOUT_SECS: (u64, u64) = (170, 230);
-/// A stream that ends cleanly this fast without saying anything is treated as a failure, so a
-/// server that closes every watch at once cannot make us spin.
+/// A stream that ends this fast without a word is a failure, so that we cannot spin.
 const MIN_HEALTHY_STREAM: Duration = Duration::from_secs(1);
-/// How long a watch may say nothing before it is given up as dead: the API server's
-/// once-a-minute BOOKMARK (`defaultBookmarkFrequency`) and a quarter of it to spare.
+/// How long a watch may say nothing: the API server's `defaultBookmarkFrequency` and some spare.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
-/// When a watcher lists again although its watch is healthy, queueing every key: every
-/// `period` (each drawn from 90–110 % of it, so replicas do not line up), and whenever asked
-/// ([`Relist::ask`]). Clones share what was asked.
+/// When a healthy watcher lists again, queueing every key: every `period` (jittered, so that
+/// replicas do not line up) and whenever [`Relist::ask`]ed. Clones share the asks.
 #[derive(Clone, Debug, Default)]
 pub struct Relist {
     period: Option<Duration>,
@@ -59,8 +50,7 @@ impl Relist {
         }
     }
 
-    /// Asks the watcher to list again as soon as it can: after the next line its watch
-    /// delivers (a bookmark comes about once a minute), or when that watch ends.
+    /// Asks the watcher to list again after the next line its watch delivers, or when it ends.
     pub fn ask(&self) {
         self.asked.fetch_add(1, Ordering::Relaxed);
     }
@@ -76,8 +66,7 @@ impl Relist {
     }
 }
 
-/// One line of a watch stream, with the object left undecoded until its type is known: an
-/// ERROR carries a `Status`, the others an object of the watched kind.
+/// One line of a watch stream, its object decoded once its type is known.
 #[derive(Deserialize)]
 struct RawEvent<'a> {
     #[serde(rename = "type")]
@@ -93,8 +82,7 @@ struct Bookmark {
     metadata: ObjectMeta,
 }
 
-/// Exponential backoff with jitter, as kube-runtime's default: 0.8 s doubling to 30 s, each
-/// delay scaled by a random 0.8–1.2.
+/// Exponential backoff with jitter, kube-runtime's default.
 #[derive(Debug, Default)]
 pub struct Backoff {
     failures: u32,
@@ -121,15 +109,13 @@ impl Backoff {
 /// How a watch stream ended.
 #[derive(Debug, PartialEq)]
 enum StreamEnd {
-    /// The server closed it cleanly (its `timeoutSeconds` elapsed), or we stopped reading it
-    /// for shutdown or a relist: re-watch from `rv`, or list again if a relist is due.
+    /// The server closed it (its `timeoutSeconds`), or we stopped for shutdown or a relist.
     Clean,
     /// ERROR 410 in the stream: our version is too old; relist.
     Expired,
-    /// ERROR 504 "Too large resource version" in the stream: the server has not reached our
-    /// version (etcd restored from a snapshot); relist.
+    /// ERROR 504 "Too large resource version": the server has not reached our version; relist.
     TooNew,
-    /// Nothing heard for the idle limit: the connection is given up; back off, re-watch.
+    /// Nothing heard for the idle limit: back off, re-watch.
     Stalled(String),
     /// An ERROR event of another kind, a read error or undecodable data: back off, re-watch.
     Failed(String),
@@ -147,7 +133,6 @@ enum State {
     },
 }
 
-/// One watcher thread's state.
 pub struct Watcher<S: Source, W: EventHandler> {
     pub source: S,
     pub kind: Kind,
@@ -155,26 +140,21 @@ pub struct Watcher<S: Source, W: EventHandler> {
     pub queue: Arc<Queue<W::Hint>>,
     /// Disconnected (its sender dropped) when the process shuts down.
     pub quit: Receiver<()>,
-    /// Told of this watch's first list: once when it fails (it is tried again), and once when
-    /// one completes.
+    /// Told of this watch's first list: once when it fails, and once when one completes.
     pub synced: Option<Sender<&'static Watch>>,
     /// Whether `synced` was told of a failed first list.
     told_failure: bool,
-    /// The stream or the server failed since the last watch opened: before the next, the
-    /// server's version is asked (see [`Watcher::behind`]).
+    /// The stream or the server failed since the last watch opened (see [`Watcher::behind`]).
     failed: bool,
     pub idle_timeout: Duration,
     pub relists: Relist,
-    /// Every key seen since the last list, with the handler's memo of it. Watchers of several
-    /// namespaces may share one store: each lists only its own namespace's keys.
+    /// Every key seen since the last list, with its memo; watchers of several namespaces share it.
     known: Arc<Store<W::Memo>>,
     /// This watch's liveness, for `/readyz` and the metrics.
     live: &'static Watch,
-    /// What of `relists` the last list answered: the asks it saw, and when the next periodic
-    /// one is due.
+    /// The asks of `relists` the last list answered, and when the next periodic one is due.
     relisted: (u64, Option<Instant>),
-    /// Whether a WARN said this watch was failing since it last worked: then its working
-    /// again is said at INFO.
+    /// Whether a WARN said this watch was failing: its working again is then said at INFO.
     warned: bool,
     /// Whether a WARN said the failures are 404s: one WARN for them, not one per retry.
     missing: bool,
@@ -222,8 +202,7 @@ where
         }
     }
 
-    /// The same watcher, storing a key new to its store as the copy `shared` finds where there
-    /// is one: the pod watcher shares the object store's keys, one copy where there were two.
+    /// The same watcher, storing a key new to its store as the copy `shared` finds, if any.
     pub fn keys_from(mut self, shared: SharedKey) -> Self {
         self.shared_key = Some(shared);
         self
@@ -301,9 +280,8 @@ where
         }
     }
 
-    /// Whether the server, back after a failure, is at a version below `rv`: etcd restored from
-    /// a snapshot, where a watch from `rv` would hear nothing until etcd passes it (fixture
-    /// kube-1.28-kubelet/55), and never what happened before that. `Err`: it could not say.
+    /// Whether the server, back after a failure, is at a version below `rv` (etcd restored from
+    /// a snapshot): a watch from `rv` would hear nothing. `Err`: it could not say.
     fn behind(&mut self, rv: &str) -> Result<bool, client::Error> {
         if !std::mem::take(&mut self.failed) {
             return Ok(false);
@@ -316,7 +294,6 @@ where
         Ok(below.is_some_and(|(now, rv)| now < rv))
     }
 
-    /// Watches from `rv` until the stream ends.
     fn watch(&mut self, mut rv: String, backoff: &mut Backoff) -> State {
         let (name, ns, started) = (self.name(), self.ns(), Instant::now());
         match self.behind(&rv) {
@@ -367,16 +344,13 @@ where
         self.failed = matches!(end, StreamEnd::Stalled(_) | StreamEnd::Failed(_));
         let after = Some(rv.clone());
         match end {
-            StreamEnd::Expired => {
-                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "resourceVersion expired, relisting");
-                return State::List { after };
-            }
-            StreamEnd::TooNew => {
-                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "the server has not reached the watch's version, relisting");
-                return State::List { after };
-            }
-            StreamEnd::Unreadable => {
-                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "an event's object could not be read, relisting");
+            StreamEnd::Expired | StreamEnd::TooNew | StreamEnd::Unreadable => {
+                let why = match end {
+                    StreamEnd::Expired => "resourceVersion expired",
+                    StreamEnd::TooNew => "the server has not reached the watch's version",
+                    _ => "an event's object could not be read",
+                };
+                log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "{why}, relisting");
                 return State::List { after };
             }
             StreamEnd::Clean if self.relist_due() => {
@@ -391,8 +365,7 @@ where
                 log::debug!(target: "watcher", resource = name, namespace = ns, rv = rv.as_str(); "watch ended at once, backing off");
             }
             StreamEnd::Stalled(error) => {
-                // Said every time: a connection that dies without a word is worth a person's
-                // look (a proxy, a load balancer).
+                // Said every time: a silent dead connection is worth a person's look.
                 self.warned = true;
                 log::warn!(
                     target: "watcher",
@@ -415,8 +388,7 @@ where
         State::Watch { rv }
     }
 
-    /// Logs a failed list or watch request, then waits out the backoff (or the server's
-    /// `Retry-After`, if longer) unless shutdown comes first.
+    /// Logs a failed list or watch request, then waits out the backoff or `Retry-After`.
     fn fail_and_wait(&mut self, what: &str, e: &client::Error, backoff: &mut Backoff) {
         let error = e.to_string();
         if e.is_not_found() && !self.missing {
@@ -451,9 +423,8 @@ where
         self.missing = false;
     }
 
-    /// Lists; queues every listed key (routine, unless the handler says otherwise) and every known
-    /// key that is gone (urgent: a pod deleted while the watch was down, say); returns the
-    /// list's resourceVersion. `after`: the version the watch before it had reached.
+    /// Lists, queues every listed key and (urgent) every known key that is gone, and returns
+    /// the list's resourceVersion. `after`: the version the watch before it had reached.
     fn relist(&mut self, after: Option<&str>) -> Result<String, client::Error> {
         metrics::watch_relisted(self.live);
         // What was asked before this list is answered by it.
@@ -461,8 +432,7 @@ where
         let (listed, rv) = self.list_pages()?;
         let version = rv.parse::<u64>().ok();
         let seen = after.and_then(|a| a.parse::<u64>().ok());
-        // A list reads etcd itself, so its version is never below one a watch answered,
-        // unless etcd's history went back.
+        // A list's version falls below a watch's only when etcd's history went back.
         let rewound = version.zip(seen).is_some_and(|(v, seen)| v < seen);
         if rewound {
             log::warn!(
@@ -474,8 +444,7 @@ where
         }
         let listed_as = Listed { version, rewound };
         let mut listed_keys: Vec<(Key, Priority)> = Vec::with_capacity(listed.len());
-        // What the list shows replaces what was known, and what is left of that vanished; then
-        // the keys are queued, the store's lock released.
+        // The list replaces what was known; what is left of that vanished.
         let vanished: Vec<Key> = {
             let mut known = self.known.write();
             let mut before: HashMap<Key, W::Memo> = match &self.kind.namespace {
@@ -509,8 +478,8 @@ where
         Ok(rv)
     }
 
-    /// Every page of a list, each key with its memo, and the list's resourceVersion. An expired
-    /// continue token (410) restarts from the first page, three times at most.
+    /// Every page of a list, each key with its memo, and the list's resourceVersion; an expired
+    /// continue token (410) restarts it, three times at most.
     fn list_pages(&self) -> Result<(HashMap<String, W::Memo>, String), client::Error> {
         let (mut listed, mut token, mut restarts) = (HashMap::new(), None::<String>, 0);
         loop {
@@ -535,8 +504,7 @@ where
         }
     }
 
-    /// Reads a stream to its end, enqueuing keys; `rv` follows every event. Returns how the
-    /// stream ended and whether the server said anything at all.
+    /// Reads a stream to its end, `rv` following every event: how it ended, and if anything came.
     fn consume(
         &mut self,
         mut stream: Box<dyn BufRead + Send>,
@@ -632,7 +600,6 @@ where
         Ok(())
     }
 
-    /// What queues a key for an event of this watch at `rv`.
     fn trigger(&self, event: &'static str, rv: &str, hint: Option<W::Hint>) -> Trigger<W::Hint> {
         Trigger::Watch {
             resource: self.name(),
@@ -642,10 +609,8 @@ where
         }
     }
 
-    /// An object that does not decode (a field of a type our model does not expect) is skipped
-    /// rather than stopping the watch at it for good: the version moves past it when its
-    /// metadata can be read, and its key is queued (urgent: what changed is unknown), or, with
-    /// no key to be had, everything is listed again. One WARN an episode.
+    /// An object that does not decode is skipped, not the watch stopped: its key is queued
+    /// (urgent), or with no key to be had, everything is listed again. One WARN an episode.
     fn skip_undecodable(
         &mut self,
         event: &'static str,
@@ -654,7 +619,7 @@ where
         rv: &mut String,
     ) -> Result<(), StreamEnd> {
         self.skipped += 1;
-        // Read as loosely as can be: a version may be had where the metadata does not decode.
+        // Loosely: a version may be had where the metadata does not decode.
         let object: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
         let version = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
         if !version.is_empty() {

@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use std::io::BufRead;
 use std::time::Duration;
 
-/// Page size of a relist: bounds the memory a relist of 10,000 objects takes.
+/// Page size of a relist: bounds the memory a large one takes.
 const LIST_PAGE: u32 = 500;
 
 /// Where one watched resource lives.
@@ -15,8 +15,7 @@ pub struct Kind {
     /// Watch one namespace, or all when `None`.
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
-    /// What a 404 means for this resource and what to do about it, said once when the list
-    /// or watch starts answering 404 (a CRD deleted under the operator).
+    /// What a 404 means for this resource and what to do about it (a CRD deleted under us).
     pub if_missing: Option<&'static str>,
 }
 
@@ -29,8 +28,7 @@ pub trait Source {
     ) -> Result<ListPage<T>, client::Error>;
     /// The server's resourceVersion now, as the list of one object of `kind` answers it.
     fn version(&self, kind: &Kind) -> Result<String, client::Error>;
-    /// A connection to the server was found dead (a watch heard nothing for its idle limit):
-    /// drop whatever other connections share its path (see `Client::forget_connections`).
+    /// A watch heard nothing for its idle limit: drop the connections that share its path.
     fn connections_dead(&self) {}
     /// A stream that hears nothing for `idle` must fail its read with `TimedOut`.
     fn watch(
