@@ -273,11 +273,10 @@ fn find<'a, T>(
 }
 
 fn available<T>(entries: &BTreeMap<String, T>) -> String {
-    let names: Vec<&str> = entries.keys().map(String::as_str).collect();
-    if names.is_empty() {
-        return "none".to_string();
+    match entries.is_empty() {
+        true => "none".to_string(),
+        false => entries.keys().cloned().collect::<Vec<_>>().join(", "),
     }
-    names.join(", ")
 }
 
 /// The `spec.cluster` object of client.authentication.k8s.io ExecCredential, for plugins with
@@ -412,8 +411,8 @@ fn set(field: &Option<String>) -> Option<&str> {
     field.as_deref().filter(|s| !s.is_empty())
 }
 
-/// PEM from `FIELD-data` (base64, wins like in client-go) or from the file `FIELD` names.
-/// Returns the bytes and where they came from, for error messages.
+/// PEM from `FIELD-data` (base64, wins as in client-go) or from the file `FIELD` names, and
+/// where it came from.
 fn pem_from_data_or_file(
     origin: &str,
     file: &Path,
@@ -494,14 +493,11 @@ fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
 }
 
 /// `https://host:port[/prefix]` without a trailing slash, read as client-go's
-/// `rest.DefaultServerURL` reads it: a value with no `scheme://` or no host is taken as a bare
-/// `host[:port]` for https, and then may have no path (`htps//127.0.0.1:6443` is refused, not
-/// read as host `htps`). A scheme other than http or https, which client-go's transport refuses
-/// at every request, is refused here, at start, and so is a user name or password in it.
+/// `rest.DefaultServerURL` reads it: without `scheme://` a bare `host[:port]` for https, with no
+/// path. What client-go's transport would refuse at every request is refused here, at start.
 fn normalize_server(server: &str) -> Result<String, String> {
     let server = server.trim();
-    // A scheme as Go's url.Parse reads one (a letter, then letters, digits, `+`, `-`, `.`),
-    // followed by a host.
+    // A scheme as Go's url.Parse reads one, followed by a host.
     let scheme_end = server.find("://").filter(|&i| {
         let (s, rest) = (&server.as_bytes()[..i], &server[i + 3..]);
         s.first().is_some_and(u8::is_ascii_alphabetic)
@@ -523,8 +519,8 @@ fn normalize_server(server: &str) -> Result<String, String> {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
     if let Some((_, host)) = authority.rsplit_once('@') {
-        // Go's net/http would send them as Basic auth, which kube-apiserver no longer takes
-        // (1.19); kept, they would be printed wherever the server is named. Said without them.
+        // Go would send them as Basic auth, which kube-apiserver does not take; kept, they
+        // would be printed wherever the server is named.
         return Err(format!(
             "server {scheme}://xxxxx@{host}{path} carries a user name or password, which the operator \
              neither sends nor prints: give the credentials in users[].user"
@@ -543,9 +539,8 @@ fn normalize_server(server: &str) -> Result<String, String> {
     // an IPv6 address's.
     let port = authority.rsplit_once(':').map_or("", |(_, p)| p);
     let bad_port = !port.is_empty() && !port.ends_with(']') && port.parse::<u16>().is_err();
-    // Parsed now, by the parser every request's URL goes through (ureq's http::Uri), so that a
-    // typo is a configuration error at start rather than a request error retried as
-    // unreachable.
+    // Parsed now, as every request's URL is, so that a typo fails at start rather than as a
+    // request error retried as unreachable.
     let why = match url.parse::<ureq::http::Uri>() {
         Err(e) => e.to_string(),
         Ok(_) if bad_port => "invalid port".to_string(),

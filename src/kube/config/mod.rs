@@ -23,8 +23,7 @@ use kubeconfig::*;
 pub(crate) use proxy::host_and_port;
 pub use proxy::{Proxy, ProxyEnv};
 
-/// Where the service account is mounted in every pod (token, ca.crt, namespace); the path
-/// client-go's `rest.InClusterConfig` reads.
+/// Where every pod has its service account (token, ca.crt, namespace), as client-go reads it.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// What the command line says about configuration.
@@ -45,7 +44,6 @@ pub struct Env {
     pub home: Option<PathBuf>,
     /// `KUBERNETES_SERVICE_HOST`, set by the kubelet in every pod.
     pub service_host: Option<String>,
-    /// `KUBERNETES_SERVICE_PORT`.
     pub service_port: Option<String>,
     /// Service account mount: `token`, `ca.crt`, `namespace`.
     pub sa_dir: PathBuf,
@@ -78,9 +76,8 @@ pub enum ConfigError {
     /// No source applies: no --kubeconfig, no existing KUBECONFIG file, no ~/.kube/config, and
     /// not in a pod. Not retried.
     NoConfiguration(String),
-    /// A file named by the configuration could not be read: a kubeconfig, CA, client
-    /// certificate or key, or the service account's CA. `what` says which and where it was
-    /// named. Not retried. (A token file is the credentials': [`ConfigError::Credentials`].)
+    /// A kubeconfig, CA, client certificate or key could not be read; `what` says which and
+    /// where it was named (a token file's is [`ConfigError::Credentials`]). Not retried.
     Read {
         what: String,
         path: PathBuf,
@@ -88,16 +85,14 @@ pub enum ConfigError {
     },
     /// A kubeconfig file is not YAML or not shaped like a kubeconfig. Not retried.
     Parse { path: PathBuf, error: String },
-    /// The configuration is readable but wrong or unsupported (unknown context, missing
-    /// cluster or user, no server, bad base64, auth-provider, ...). `origin` locates it. Not
-    /// retried.
+    /// The configuration is readable but wrong or unsupported (unknown context, no server, bad
+    /// base64, auth-provider, ...); `origin` locates it. Not retried.
     Invalid { origin: String, problem: String },
     /// Certificates or keys are unusable. Not retried (from an exec plugin: rebuilt the next
     /// time the plugin runs).
     Tls { origin: String, error: TlsError },
-    /// The user's credentials cannot be set up (a token file, an exec plugin setting) or, from
-    /// [`ClusterConfig::tls_config`], an exec plugin failed to hand out its certificate: see
-    /// [`auth::Error`] for which are retried.
+    /// The user's credentials cannot be set up, or an exec plugin failed to hand out its
+    /// certificate: see [`auth::Error`] for which are retried.
     Credentials(auth::Error),
 }
 
@@ -172,8 +167,8 @@ impl fmt::Debug for ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// The TLS config to build agents with. Changes (new Arc) only when an exec plugin hands out a
-    /// new client certificate; callers compare with Arc::ptr_eq and rebuild their agent.
+    /// The TLS config to build agents with: a new `Arc` only when an exec plugin hands out a new
+    /// client certificate, so callers compare with `Arc::ptr_eq` and rebuild their agent.
     pub fn tls_config(&self) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
         // Asks the plugin first (it may re-run it), then takes our own lock: always this order.
         let exec_pair = self.credentials.client_certificate()?;
@@ -192,11 +187,8 @@ impl ClusterConfig {
         Ok(built.config.clone())
     }
 
-    /// The one line to exit with when a TLS handshake with the server failed for a reason that
-    /// only a change of configuration can fix, naming the setting to change; `None` for other
-    /// TLS failures. A certificate that fails verification means the wrong
-    /// certificate-authority (or server name) for this server; a handshake the server refused
-    /// with an alert means it does not take our client certificate.
+    /// The line to exit with when a TLS handshake failed for a reason only a change of
+    /// configuration can fix, naming the setting to change; `None` for other TLS failures.
     pub fn tls_misconfigured(&self, e: &rustls::Error) -> Option<String> {
         use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
         let (server, source) = (&self.server, &self.source);

@@ -1,9 +1,6 @@
 //! Which HTTP proxy, if any, carries the connections to the API server, as client-go decides:
 //! the cluster's `proxy-url`, else Go's `http.ProxyFromEnvironment`. Only `http://` proxies
-//! (HTTP CONNECT): ureq takes SOCKS only with a feature of its own, and a proxy over TLS only
-//! with its own TLS connector, not ours. ureq is given the proxy only when this module says
-//! so: its NO_PROXY reading is not Go's. Unlike Go, ureq tunnels a plain `http://` server's
-//! requests with CONNECT too, rather than forwarding them to the proxy.
+//! (HTTP CONNECT), and ureq never reads the environment itself: its NO_PROXY is not Go's.
 
 use super::{invalid, ConfigError};
 use std::fmt;
@@ -62,8 +59,7 @@ impl ProxyEnv {
 /// credentials, and only [`Proxy::shown`] (without them) may reach a log line.
 #[derive(Clone)]
 pub struct Proxy {
-    /// For ureq, which sends the `Proxy-Authorization` of its (decoded) credentials; also for a
-    /// client other than ours (the e2e harness's). Its `Debug` shows the password.
+    /// For ureq (and the e2e harness's client); its `Debug` shows the password.
     pub ureq: ureq::Proxy,
     /// `http://host:port`; for logs and messages.
     pub shown: String,
@@ -147,9 +143,7 @@ fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
     })
 }
 
-/// The user and password of `user[:password]`, percent-decoded as Go's `url.Parse` does; Go's
-/// transport then sends `Basic base64(user:password)`, the colon there even without a password,
-/// as ureq does.
+/// The user and password of `user[:password]`, percent-decoded as Go's `url.Parse` does.
 fn credentials(userinfo: &str) -> Result<(String, String), String> {
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
     let decode = |part: &str| -> Result<String, String> {
@@ -182,11 +176,9 @@ fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*` is every host;
-/// an IP address or CIDR matches addresses; `example.com` matches it and its subdomains,
-/// `.example.com` (or `*.example.com`) only its subdomains; `:PORT` after any of them limits
-/// it to that port. Only a leading `*.` is a wildcard: `*foo.com` is a name as written, as
-/// in Go (which matches it, literally, against `*foo.com` and `x.*foo.com`).
+/// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*`, IP addresses,
+/// CIDRs, `example.com` (and its subdomains), `.example.com` or `*.example.com` (only its
+/// subdomains), each optionally with `:PORT`.
 fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
     let ip = host.parse::<IpAddr>().ok();
     no_proxy
