@@ -20,9 +20,8 @@ mod exec;
 pub(crate) use exec::ExecConfig;
 use exec::*;
 
-/// How long a token read from a file is used before the file is read again. Bound
-/// service-account tokens are rotated by the kubelet at 80% of their lifetime (an hour or more),
-/// and client-go re-reads token files every minute (`NewCachedFileTokenSource`).
+/// How long a token read from a file is used before the file is read again, as client-go's
+/// `NewCachedFileTokenSource` (the kubelet rotates service-account tokens well before expiry).
 const TOKEN_FILE_MAX_AGE: Duration = Duration::from_secs(60);
 
 /// An exec credential is refreshed this long before its expirationTimestamp, so a request
@@ -33,7 +32,7 @@ const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 /// but a hung plugin here would stall every request of the operator.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Exec credential API versions we speak. v1alpha1 was removed in Kubernetes 1.24.
+/// Exec credential API versions we speak.
 const EXEC_API_VERSIONS: [&str; 2] = [
     "client.authentication.k8s.io/v1",
     "client.authentication.k8s.io/v1beta1",
@@ -117,8 +116,8 @@ impl Credentials {
         Credentials(Source::Token(token))
     }
 
-    /// A token read from `path` now (so a missing file fails at startup) and again whenever the
-    /// copy is older than a minute. `what` names the file in errors.
+    /// A token read from `path` now (so a missing file fails at startup) and again once the copy
+    /// is [`TOKEN_FILE_MAX_AGE`] old. `what` names the file in errors.
     pub(crate) fn token_file(path: PathBuf, what: String) -> Result<Credentials, Error> {
         let token = read_token(&path, &what)?;
         let reread_at = Instant::now() + TOKEN_FILE_MAX_AGE;
@@ -151,8 +150,7 @@ impl Credentials {
         Err(Error::Unsupported { origin, problem })
     }
 
-    /// The Authorization header value to send ("Bearer ..."), or None for cert-only/anonymous.
-    /// Re-reads a rotating token file / re-runs an expired exec plugin as needed.
+    /// The Authorization header to send ("Bearer ..."), or None for cert-only/anonymous.
     pub fn authorization(&self) -> Result<Option<String>, Error> {
         let token = match &self.0 {
             Source::Anonymous => None,
@@ -202,9 +200,8 @@ struct CachedToken {
 }
 
 impl TokenFile {
-    /// The token, re-read lazily once the cached copy is due. If the re-read fails (the kubelet
-    /// swaps the file by symlink, a read can race it) the previous token is kept, as client-go's
-    /// caching token source does, and the file is tried again a minute later.
+    /// The token, re-read once the cached copy is due. A failed re-read (it can race the
+    /// kubelet's symlink swap) keeps the previous token, as client-go's caching token source.
     fn current(&self) -> String {
         let mut cached = lock(&self.cached);
         if Instant::now() >= cached.reread_at {
