@@ -1,7 +1,5 @@
 //! The write fence: a client given one (`Client::fenced`) sends a write only while it is open,
-//! with a timeout that ends when it closes. Leader election moves it on with every renewal
-//! (`leader` says why that is safe) and closes it when leadership ends, and it counts the
-//! writes in flight, so that whoever ends leadership can tell whether one may still land.
+//! and counts writes in flight so that whoever ends leadership knows whether one may still land.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
