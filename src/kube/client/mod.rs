@@ -292,12 +292,7 @@ impl Client {
                 }
                 Again::No => {
                     let mut status = parse_status(code, &body);
-                    status.warnings = resp
-                        .headers()
-                        .get_all("Warning")
-                        .iter()
-                        .flat_map(|v| warning_texts(&String::from_utf8_lossy(v.as_bytes())))
-                        .collect();
+                    status.warnings = warnings(&resp);
                     // Keep the server's wish for whoever retries later (the queue, a
                     // watcher): they must not come back sooner than it asked.
                     if let Some(w) = wait {
@@ -310,23 +305,21 @@ impl Client {
         }
     }
 
-    /// Logs the `Warning`s of an answer to `req` (a deprecated API, a field the server does
-    /// not know and dropped, an admission policy's warning): each text once at WARN, as
-    /// client-go's warning handler can deduplicate them, then at DEBUG.
+    /// Logs the `Warning`s of an answer to `req` (a deprecated API, an unknown field dropped,
+    /// an admission policy's): each text once at WARN, as client-go's warning handler can
+    /// deduplicate them, then at DEBUG.
     fn note_warnings(&self, req: &Req, resp: &Response) {
-        for value in resp.headers().get_all("Warning") {
-            for text in warning_texts(&String::from_utf8_lossy(value.as_bytes())) {
-                if self.first_warning(&text) {
-                    log::warn!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
-                } else {
-                    log::debug!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
-                }
+        for text in warnings(resp) {
+            if self.first_warning(&text) {
+                log::warn!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
+            } else {
+                log::debug!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
             }
         }
     }
 
-    /// Whether `text` is a `Warning` this client and those made from it have not logged at
-    /// WARN yet, and there is room to remember it ([`WARNED_AT_MOST`]).
+    /// Whether this client and those made from it have not logged `text` at WARN yet, and
+    /// there is room to remember it.
     fn first_warning(&self, text: &str) -> bool {
         let mut warned = self.inner.warned.lock().unwrap_or_else(|p| p.into_inner());
         warned.len() < WARNED_AT_MOST && warned.insert(text.to_string())
@@ -338,16 +331,10 @@ impl Client {
         let url = format!("{}{}", self.inner.config.server, req.path);
         let at = format!("{} {url}", req.method);
         let secs = waited.as_secs_f64().round();
-        let Some(proxy) = &self.inner.config.proxy else {
-            return match timed_out(e) {
-                true => Error::Transport(format!("{at}: no answer in {secs} s")),
-                false => Error::Transport(format!("{at}: {e}")),
-            };
-        };
-        let shown = &proxy.shown;
-        let message = match e {
+        let proxy = self.inner.config.proxy.as_ref().map(|p| &p.shown);
+        let message = match (proxy, e) {
             // ureq says "proxy server responded 407/407", or "proxy server did not respond".
-            ureq::Error::ConnectProxyFailed(m) => {
+            (Some(shown), ureq::Error::ConnectProxyFailed(m)) => {
                 let code = m
                     .split_once("responded ")
                     .and_then(|(_, s)| s.split('/').next());
@@ -367,17 +354,19 @@ impl Client {
             }
             // With a proxy, the only connection we open is to the proxy; a TLS handshake with
             // the server that goes unanswered is said by our connector, as an io::Error.
-            ureq::Error::Timeout(ureq::Timeout::Connect) => {
+            (Some(shown), ureq::Error::Timeout(ureq::Timeout::Connect)) => {
                 format!(
                     "the proxy {shown} did not accept our connection or answer CONNECT in {secs} s"
                 )
             }
-            ureq::Error::HostNotFound => format!("cannot resolve the proxy {shown}"),
-            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            (Some(shown), ureq::Error::HostNotFound) => format!("cannot resolve the proxy {shown}"),
+            (Some(shown), ureq::Error::Io(io))
+                if io.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
                 format!("cannot connect to the proxy {shown}: {io}")
             }
-            e if timed_out(e) => return Error::Transport(format!("{at}: no answer in {secs} s")),
-            e => return Error::Transport(format!("{at}: {e}")),
+            _ if timed_out(e) => return Error::Transport(format!("{at}: no answer in {secs} s")),
+            _ => return Error::Transport(format!("{at}: {e}")),
         };
         Error::Proxy { status: 0, message }
     }
@@ -409,10 +398,8 @@ impl Client {
 
     fn json<T: DeserializeOwned>(&self, req: &Req) -> Result<T, Error> {
         let resp = self.send(req)?;
-        // Read the body whole, then parse the slice: serde_json's reader-based parser goes
-        // byte by byte through io::Read and costs several times more CPU than parsing a slice.
-        // Through a reader: ureq's read_to_vec stops at 10 MB, and a list page of thousands of
-        // objects is more.
+        // Read whole, then parsed as a slice, which is much cheaper than serde_json's reader;
+        // through a reader, as ureq's read_to_vec has a limit a long list page can pass.
         let len = resp.body().content_length().unwrap_or(4096) as usize;
         let mut body = Vec::with_capacity(len.min(1 << 20));
         resp.into_body()
@@ -439,6 +426,14 @@ fn is_write(method: &str) -> bool {
 
 /// An answer, whatever its status.
 type Response = ureq::http::Response<ureq::Body>;
+
+/// The texts of an answer's `Warning` headers.
+fn warnings(resp: &Response) -> Vec<String> {
+    let values = resp.headers().get_all("Warning").iter();
+    values
+        .flat_map(|v| warning_texts(&String::from_utf8_lossy(v.as_bytes())))
+        .collect()
+}
 
 /// Sends `request` on `agent`: a watch (`req.idle`) with a limit on every read and write and
 /// none overall (its reader keeps its deadline), any other request within `left`.
