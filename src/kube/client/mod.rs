@@ -38,12 +38,11 @@ const METADATA_LIST: &str =
 const THROTTLE_ATTEMPTS: u32 = 4;
 /// Longest we honour a `Retry-After` before giving the error back to the caller's own backoff.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
-/// Distinct `Warning` texts logged at WARN, at most; later ones are logged at DEBUG, so that
-/// warnings naming each object (a field dropped from every pod) cannot grow the set for ever.
+/// Distinct `Warning` texts logged at WARN, at most: warnings naming each object cannot grow
+/// the set for ever.
 const WARNED_AT_MOST: usize = 256;
 
-/// Told of every request a client sent (each attempt of a retried one): its method and the
-/// HTTP status it was answered with (0: no answer at all).
+/// Told of every request sent (each attempt of a retried one): its method and status (0: none).
 pub type RequestHook = fn(method: &'static str, code: u16);
 
 /// The HTTP client every thread shares. Cheap to clone: all state is behind `Arc`s.
@@ -76,8 +75,7 @@ struct Inner {
     warned: Mutex<HashSet<String>>,
 }
 
-/// An agent that keeps up to `pool` idle connections for reuse, through the cluster's proxy
-/// if it has one (a CONNECT tunnel, pooled like any connection).
+/// An agent that keeps up to `pool` idle connections, through the cluster's proxy if any.
 fn build_agent(config: &ClusterConfig, tls: Arc<rustls::ClientConfig>, pool: usize) -> ureq::Agent {
     let proxy = config.proxy.as_ref().map(|p| p.ureq.clone());
     transport::agent_with(tls, transport::config(proxy, pool).build())
@@ -116,8 +114,8 @@ impl<'a> Req<'a> {
 }
 
 impl Client {
-    /// Builds a client over `config`. `connections` is how many requests may run at once (one
-    /// per reconcile worker plus the watchers); that many idle connections are kept for reuse.
+    /// A client over `config`, keeping an idle connection for each of `connections` requests
+    /// that may run at once (the workers and watchers).
     pub fn new(config: ClusterConfig, connections: usize) -> Result<Client, ConfigError> {
         let tls = config.tls_config()?;
         let max_idle_per_host = connections.max(2);
@@ -163,7 +161,7 @@ impl Client {
     }
 
     /// The same client, but every request on a connection of its own, closed when it ends: for
-    /// requests minutes apart, whose pooled connection would sit idle, its TLS buffers resident.
+    /// requests minutes apart, whose pooled connection would only sit idle.
     pub fn unpooled(&self) -> Client {
         Client {
             pooled: false,
@@ -207,9 +205,8 @@ impl Client {
         build_agent(&self.inner.config, tls, self.inner.max_idle_per_host)
     }
 
-    /// Unpooled, an agent of the request's own; else the pooled one (a watch's too: its
-    /// timeouts are the request's), rebuilt when an exec plugin handed out a new client
-    /// certificate.
+    /// Unpooled, an agent of the request's own; else the pooled one, rebuilt when an exec
+    /// plugin handed out a new client certificate.
     fn agent(&self) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
         if !self.pooled {
@@ -268,7 +265,7 @@ impl Client {
             };
             let retry = resp.headers().get("Retry-After");
             let wait = retry_after(retry.and_then(|v| v.to_str().ok()));
-            // An error's body is a Status; 1 MiB is far more than any.
+            // An error's body is a Status, never large.
             let body = resp
                 .body_mut()
                 .with_config()
@@ -293,8 +290,7 @@ impl Client {
                 Again::No => {
                     let mut status = parse_status(code, &body);
                     status.warnings = warnings(&resp);
-                    // Keep the server's wish for whoever retries later (the queue, a
-                    // watcher): they must not come back sooner than it asked.
+                    // Whoever retries later must not come back sooner than the server asked.
                     if let Some(w) = wait {
                         let details = status.details.get_or_insert_with(Default::default);
                         details.retry_after_seconds.get_or_insert(w.as_secs());
@@ -318,15 +314,13 @@ impl Client {
         }
     }
 
-    /// Whether this client and those made from it have not logged `text` at WARN yet, and
-    /// there is room to remember it.
+    /// Whether `text` is new to this client and those made from it, with room to remember it.
     fn first_warning(&self, text: &str) -> bool {
         let mut warned = self.inner.warned.lock().unwrap_or_else(|p| p.into_inner());
         warned.len() < WARNED_AT_MOST && warned.insert(text.to_string())
     }
 
-    /// Why `req` got no answer, after `waited`: the proxy's doing when it was (it could not be
-    /// reached, or refused the CONNECT), else what ureq says, a silence said as such.
+    /// Why `req` got no answer after `waited`: the proxy's doing when it was, else ureq's words.
     fn no_answer(&self, req: &Req, e: &ureq::Error, waited: Duration) -> Error {
         let url = format!("{}{}", self.inner.config.server, req.path);
         let at = format!("{} {url}", req.method);
@@ -384,8 +378,7 @@ impl Client {
         if let Some(auth) = auth.map_err(transport_error)? {
             r = r.header("Authorization", &auth);
         }
-        // Measured after the credentials, which may have taken a while (an exec plugin): the
-        // whole request, answer body included, must be over by the deadline.
+        // Measured after the credentials, which an exec plugin may have taken a while for.
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(transport_error(req.no_time_left()));
@@ -435,8 +428,8 @@ fn warnings(resp: &Response) -> Vec<String> {
         .collect()
 }
 
-/// Sends `request` on `agent`: a watch (`req.idle`) with a limit on every read and write and
-/// none overall (its reader keeps its deadline), any other request within `left`.
+/// Sends `request` on `agent`: a watch with a limit on every read and write (its reader keeps
+/// the deadline), any other request within `left`.
 #[allow(clippy::result_large_err)]
 fn run(
     agent: &ureq::Agent,
@@ -466,8 +459,8 @@ fn is_timeout(e: &std::io::Error) -> bool {
         .is_some_and(timed_out)
 }
 
-/// Whether a request failed because the server said nothing for its whole timeout (as opposed
-/// to refusing or resetting the connection, which a new connection would meet as well).
+/// Whether a request failed because the server said nothing for its whole timeout, which a new
+/// connection may not meet, unlike a refused or reset one.
 pub(super) fn timed_out(e: &ureq::Error) -> bool {
     match e {
         ureq::Error::Timeout(_) => true,

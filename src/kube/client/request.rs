@@ -123,8 +123,7 @@ const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Body of a DELETE: a uid precondition so we never delete a pod that replaced the one we
-/// looked at (the `*-uid-precondition-mismatch` fixture shows the 409 it earns otherwise).
+/// A DELETE's body: a uid precondition, never to delete a pod that replaced the one we saw.
 pub fn delete_body(uid: &str, grace_period_seconds: Option<u32>) -> String {
     let mut body = serde_json::json!({
         "apiVersion": "v1",
@@ -189,13 +188,12 @@ pub(super) fn retry_after(header: Option<&str>) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// The texts of a `Warning` header's values (RFC 7234: `299 - "text"`, several possibly joined
-/// by commas), as the API server sends a deprecation, an unknown field it dropped or an
-/// admission policy's warning: `unknown field "spec.x"`. A value that is not one is skipped.
+/// The texts of a `Warning` header (RFC 7234: `299 - "text"`, several possibly joined by
+/// commas), such as `unknown field "spec.x"`; a value that is not one is skipped.
 pub fn warning_texts(header: &str) -> Vec<String> {
     let mut texts = Vec::new();
     let mut rest = header;
-    // `CODE AGENT "TEXT" ["DATE"]`, values joined by commas.
+    // `CODE AGENT "TEXT" ["DATE"]`.
     while let Some(open) = rest.find('"') {
         let head = rest[..open].trim_start_matches([',', ' ']);
         let coded = head
@@ -263,8 +261,8 @@ pub(super) enum Again {
     /// Once, after a 401, with fresh credentials: an exec credential or a rotated
     /// service-account token may have expired early (client-go does the same).
     Refreshed,
-    /// After this wait: a 429 or 503 whose wait (growing from 400 ms, at least the server's
-    /// `Retry-After`) is at most [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER).
+    /// After this wait, a growing backoff or the server's longer `Retry-After`: a 429 or 503
+    /// whose wait is at most [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER).
     After(Duration),
     /// No: the error goes back to the caller, whose own back-off takes over.
     No,
