@@ -1,4 +1,4 @@
-//! Builds the rustls client configuration the API client's agents use, from kubeconfig-style PEM inputs.
+//! The rustls client configuration of the API client, from kubeconfig-style PEM inputs.
 
 use std::fmt;
 use std::path::Path;
@@ -45,15 +45,10 @@ impl fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
-/// Builds a client configuration from kubeconfig-style inputs:
-///
-/// - `ca_pem`: the certificate-authority bundle; `None` trusts the system's, as client-go does
-///   (`$SSL_CERT_FILE`, else the first of [`SYSTEM_BUNDLES`]).
-/// - `insecure`: `insecure-skip-tls-verify`; the server certificate is not checked at all (its
-///   handshake signature still is), and `ca_pem` and `server_name` are ignored.
-/// - `server_name`: `tls-server-name`, verified instead of the URL host (SNI stays the URL
-///   host, unlike client-go: see "The API client" in docs/design.md).
-/// - `client_auth`: client certificate chain and private key (PKCS#1, SEC1 or PKCS#8), as PEM.
+/// A client configuration from a kubeconfig's `certificate-authority` (`None`: the system's, as
+/// client-go), `insecure-skip-tls-verify` (which overrides it and the name), `tls-server-name`
+/// (verified in place of the URL host, which stays the SNI: see "The API client" in
+/// docs/design.md) and client certificate chain and key.
 pub fn client_config(
     ca_pem: Option<&[u8]>,
     insecure: bool,
@@ -90,7 +85,7 @@ pub fn client_config(
             let chain = certificates(&cert_pem).map_err(TlsError::ClientCertificate)?;
             let key = PrivateKeyDer::from_pem_slice(&key_pem)
                 .map_err(|e| TlsError::ClientKey(pem_problem(&e, "private key")))?;
-            // rustls checks that the key's public half is the certificate's (CertifiedKey::keys_match).
+            // rustls checks that the key is the certificate's.
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| match e {
@@ -126,7 +121,7 @@ fn root_store(pem: &[u8]) -> Result<RootCertStore, TlsError> {
 }
 
 /// Where Go's crypto/x509 looks for the system CA bundle on Linux, in its order: the machine's
-/// trust (a corporate CA included), as kubectl has, rather than a compiled-in one.
+/// trust, as kubectl has, rather than a compiled-in one.
 pub const SYSTEM_BUNDLES: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, distroless
     "/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL 6
@@ -164,8 +159,7 @@ fn first_bundle(candidates: &[&Path]) -> Result<RootCertStore, TlsError> {
     )))
 }
 
-/// A short description of a PEM problem. Written here rather than using the error's Display,
-/// which may quote lines of the input (possibly key material).
+/// A PEM problem in our words: the error's Display may quote the input, key material too.
 fn pem_problem(error: &rustls::pki_types::pem::Error, wanted: &str) -> String {
     use rustls::pki_types::pem::Error;
     match error {

@@ -1,8 +1,6 @@
 //! The core Kubernetes objects (metadata, pods, events, statuses) reduced to the fields the
-//! operator uses. Unknown fields are ignored on decode, so a pod the API server returns with all
-//! its defaults (tolerations, volumes, managedFields...) costs only what we keep; desired and
-//! actual state are compared on the fields we set, never on whole objects. Types we only read
-//! (a pod's status, `Status`) are not `Serialize`, types we only write (`Event`) not `Deserialize`.
+//! operator uses: unknown fields are ignored on decode, and desired and actual state are
+//! compared on the fields we set, never on whole objects.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -197,9 +195,8 @@ impl Pod {
     }
 }
 
-/// An object's uid, in 16 bytes when it is a UUID as the API server makes them (`8-4-4-4-12`
-/// lowercase hex), else as written: what the operator keeps of a uid for every pod and object
-/// it knows, where 36-byte strings would be most of the memory.
+/// An object's uid, in 16 bytes when it is a UUID as the API server writes them, else as
+/// written: the operator keeps one for every pod and object it knows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Uid {
     Uuid([u8; 16]),
@@ -322,16 +319,15 @@ pub struct Status {
     pub reason: String,
     pub code: u16,
     pub details: Option<StatusDetails>,
-    /// The texts of the answer's `Warning` headers, beside the body: a pod refused for what
-    /// is left once the fields the server does not know were dropped says so only there.
+    /// The texts of the answer's `Warning` headers: only they name the unknown fields dropped
+    /// from a refused pod.
     #[serde(skip)]
     pub warnings: Vec<String>,
 }
 
 impl Status {
-    /// A read or watch from a resourceVersion the server has not reached: 504 Timeout with the
-    /// cause `ResourceVersionTooLarge`, or "Too large resource version" in the words of servers
-    /// before 1.18.6, as client-go's reflector reads it (`isTooLargeResourceVersionError`).
+    /// A read or watch from a resourceVersion the server has not reached: 504 with the cause
+    /// `ResourceVersionTooLarge` or its older message, as client-go's reflector reads it.
     pub fn is_resource_version_too_large(&self) -> bool {
         let mut causes = self.details.iter().flat_map(|d| &d.causes);
         self.code == 504
