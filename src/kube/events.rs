@@ -57,8 +57,7 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// The next Event to write, a Warning first if one waits; `None` once every recorder is
-    /// gone and nothing is left.
+    /// The next Event to write, a Warning first; `None` once every recorder is gone.
     fn next(&self) -> Option<Pending> {
         if let Ok(p) = self.warnings.try_recv() {
             return Some(p);
@@ -271,8 +270,7 @@ fn dedup_key(p: &Pending) -> u64 {
     h.finish()
 }
 
-/// `<object>.<16 hex digits>`, as client-go names events, with the object part shortened so
-/// the whole stays a valid name even for a 253-character object name.
+/// `<object>.<16 hex digits>`, as client-go names events, the object part shortened to fit.
 pub fn event_name(object: &str) -> String {
     let suffix = format!("{:016x}", util::rand_u64());
     let room = MAX_NAME_LEN - suffix.len() - 1;
@@ -283,8 +281,7 @@ pub fn event_name(object: &str) -> String {
     format!("{base}.{suffix}")
 }
 
-/// Drains `inbox` until every recorder is gone, writing Events through `client` as
-/// `component` (`source.component` and `reportingComponent`) from `instance`.
+/// Drains `inbox` until every recorder is gone, writing Events as `component` from `instance`.
 pub fn run(client: Client, inbox: Inbox, component: &'static str, instance: String) {
     let mut writer = Writer {
         client,

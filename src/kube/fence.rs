@@ -35,8 +35,7 @@ impl Fence {
         }
     }
 
-    /// Opens the fence until `t`, or keeps it open that long; never once it has ended, and
-    /// never shorter than it already is.
+    /// Opens the fence until `t`; never once it has ended, never shorter than it already is.
     pub fn open_until(&self, t: Instant) {
         let n = (t.saturating_duration_since(self.base).as_nanos() as u64).clamp(1, ENDED - 1);
         let _ = self

@@ -11,8 +11,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-/// Why a TLS configuration could not be built. Never retried: the inputs are configuration.
-/// Messages never contain certificate or key bytes, so they can be shown as they are.
+/// Why a TLS configuration could not be built; never retried. Messages hold no key material.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TlsError {
@@ -108,8 +107,7 @@ fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-/// A root store from a CA bundle. Like Go's `AppendCertsFromPEM`, certificates that do not parse
-/// are skipped as long as at least one does.
+/// A root store from a CA bundle, skipping certificates that do not parse, as Go does.
 fn root_store(pem: &[u8]) -> Result<RootCertStore, TlsError> {
     let certs = certificates(pem).map_err(TlsError::Ca)?;
     let mut roots = RootCertStore::empty();
@@ -139,8 +137,7 @@ fn system_roots() -> Result<RootCertStore, TlsError> {
     }
 }
 
-/// Roots from the first of `candidates` that exists; a file that exists but cannot be read or
-/// holds no certificate is an error, not a reason to try the next (Go stops there too).
+/// Roots from the first of `candidates` that exists, as Go reads them: a bad one is an error.
 fn first_bundle(candidates: &[&Path]) -> Result<RootCertStore, TlsError> {
     for path in candidates {
         let roots = match std::fs::read(path) {
@@ -171,8 +168,8 @@ fn pem_problem(error: &rustls::pki_types::pem::Error, wanted: &str) -> String {
     }
 }
 
-/// Verifies the server certificate with webpki, against `name` (tls-server-name) when set, or
-/// not at all (insecure); the handshake signature always, so the peer holds the key it shows.
+/// Verifies the server certificate with webpki, against `name` when set, or not at all
+/// (insecure); the handshake signature always, so the peer holds the key it shows.
 #[derive(Debug)]
 struct Verifier {
     /// `None`: insecure-skip-tls-verify.

@@ -95,8 +95,7 @@ pub struct Pod {
 pub struct PodSpec {
     #[serde(default)]
     pub containers: Vec<Container>,
-    /// Other fields of a pod we create (from a pod template), sent as given beside the typed
-    /// ones. Never filled on decode: a pod read back keeps only what we compare.
+    /// Other fields of a pod we create, sent as given; never filled on decode.
     #[serde(flatten, skip_deserializing)]
     pub rest: serde_json::Map<String, serde_json::Value>,
     /// The node the scheduler bound it to (`spec.nodeName`): read, never sent.
@@ -114,8 +113,7 @@ pub struct Container {
     pub rest: serde_json::Map<String, serde_json::Value>,
 }
 
-/// A pod's `status`, reduced to what tells a user whether the pod runs and, if not, why: the
-/// phase, the kubelet's conditions and the state of each container.
+/// A pod's `status`, reduced to what tells a user whether the pod runs and, if not, why.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct PodStatus {
@@ -129,8 +127,7 @@ pub struct PodStatus {
     pub init_container_statuses: Vec<ContainerStatus>,
 }
 
-/// One of a pod's conditions (`PodScheduled`, `Initialized`, `ContainersReady`, `Ready`,
-/// `DisruptionTarget`).
+/// One of a pod's conditions (`PodScheduled`, `Ready`, ...).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct PodCondition {
     #[serde(rename = "type")]
@@ -186,9 +183,8 @@ impl Pod {
             .unwrap_or("")
     }
 
-    /// Whether this pod, as a DELETE answered it, is gone: deleted with a grace period of 0
-    /// (unscheduled, terminal, or forced; see `CheckGracefulDelete` in the API server's pod
-    /// strategy) and held by no finalizer. A pod still being deleted gracefully is not.
+    /// Whether this pod, as a DELETE answered it, is gone: a grace period of 0 (the API server's
+    /// `CheckGracefulDelete`) and no finalizer.
     pub fn is_removed(&self) -> bool {
         self.metadata.deletion_grace_period_seconds == Some(0)
             && self.metadata.finalizers.is_empty()
@@ -263,8 +259,7 @@ pub fn format_uuid(u: &[u8; 16]) -> String {
     s
 }
 
-/// Any object reduced to its `metadata`: an item of a metadata-only list
-/// (`PartialObjectMetadata`), or of an ordinary one read for its metadata alone.
+/// Any object reduced to its `metadata` (`PartialObjectMetadata`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct PartialObjectMetadata {
     #[serde(default)]

@@ -1,7 +1,5 @@
 //! Credentials for API requests: a static token, a token file re-read as the kubelet rotates
 //! it, or an exec credential plugin (`exec.rs`), each refreshed on demand after a 401.
-//!
-//! Not here: where the settings come from (`config`) or the requests themselves (`client`).
 
 use std::ffi::OsString;
 use std::fmt;
@@ -43,19 +41,17 @@ const EXEC_API_VERSIONS: [&str; 2] = [
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A token file cannot be read, or is empty. At load: not retried. A failed re-read of a
-    /// rotating token file keeps the previous token instead (see `TokenFile::current`).
+    /// A token file cannot be read, or is empty. At load: not retried (a failed re-read keeps
+    /// the previous token).
     Read {
         what: String,
         path: PathBuf,
         error: io::Error,
     },
-    /// An exec plugin setting the operator cannot honour (an apiVersion it does not speak,
-    /// `interactiveMode: Always`). Found at load; not retried.
+    /// An exec plugin setting the operator cannot honour. Found at load; not retried.
     Unsupported { origin: String, problem: String },
-    /// An exec credential plugin was not found, failed, timed out or printed a bad
-    /// ExecCredential. Returned on use (`authorization()`, `client_certificate()`); the plugin
-    /// runs again on the next call, so callers retry with backoff.
+    /// An exec plugin was not found, failed, timed out or printed a bad ExecCredential. Returned
+    /// on use; the plugin runs again on the next call, so callers retry with backoff.
     Exec { origin: String, problem: String },
 }
 
@@ -170,8 +166,7 @@ impl Credentials {
         }
     }
 
-    /// The client certificate and key (PEM) an exec plugin handed out, running it if needed;
-    /// None for every other kind of credential.
+    /// The client certificate and key an exec plugin handed out, running it if needed.
     pub(crate) fn client_certificate(&self) -> Result<Option<PemPair>, Error> {
         match &self.0 {
             Source::Exec(plugin) => Ok(plugin.credential()?.client.clone()),
@@ -230,8 +225,7 @@ fn read_token(path: &Path, what: &str) -> Result<String, Error> {
     Ok(token.to_string())
 }
 
-/// Removes the offending value serde quotes in "invalid type/value" messages (for example
-/// `invalid type: integer `123`, expected a string`): that value may be a token.
+/// Removes the value serde quotes in "invalid type/value" messages: it may be a token.
 pub(crate) fn redact_values(message: &str) -> String {
     const MARKERS: [&str; 5] = [
         "string \"",

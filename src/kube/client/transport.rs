@@ -127,8 +127,7 @@ impl<In: Transport> Connector<In> for Tls {
     }
 }
 
-/// The connect timeout less what connecting took so far, as ureq's own rustls connector counts
-/// it (its `set_timeout_at` is not public).
+/// The connect timeout less what connecting took so far, as ureq's own rustls connector counts.
 fn left(details: &ConnectionDetails) -> NextTimeout {
     let mut timeout = details.timeout;
     if let (time::Duration::Exact(after), time::Instant::Exact(then), time::Instant::Exact(now)) =
@@ -191,8 +190,7 @@ impl Buffers for TlsBuffers {
         }
     }
 
-    /// Our bodies have a length, which ureq writes straight to the output: `tmp` is used only
-    /// for a chunked one.
+    /// `tmp` is used only for a chunked body, which ours never are.
     fn tmp_and_output(&mut self) -> (&mut [u8], &mut [u8]) {
         self.output();
         self.input_append_buf();

@@ -358,9 +358,7 @@ fn user_credentials(
         }
     };
 
-    // A token file wins over a token (client-go: "the last successfully read value takes
-    // precedence over BearerToken"), and a static token over an exec plugin (client-go's exec
-    // round-tripper leaves an Authorization header that is already set alone).
+    // As in client-go, a token file wins over a token, and a token over an exec plugin.
     let credentials = if let Some(token_file) = set(&user.token_file) {
         Credentials::token_file(resolve(file, token_file), format!("{origin}, tokenFile"))?
     } else if let Some(token) = set(&user.token) {
@@ -384,8 +382,7 @@ fn exec_config(
     if command.is_empty() {
         return Err(invalid(origin, "no command set"));
     }
-    // client-go: a command containing a path separator is relative to the kubeconfig's
-    // directory; a bare name is looked up in PATH.
+    // As in client-go, a path is relative to the kubeconfig's directory, a bare name in PATH.
     let command = if command.contains('/') {
         resolve(file, command).into_os_string()
     } else {
@@ -535,8 +532,7 @@ fn normalize_server(server: &str) -> Result<String, String> {
             "server {server:?} is not a valid URL: want https://HOST[:PORT][/PATH] or HOST[:PORT]"
         ));
     }
-    // http::Uri takes any digits as a port (and then has none); a colon inside brackets is
-    // an IPv6 address's.
+    // http::Uri takes any digits as a port; a colon inside brackets is an IPv6 address's.
     let port = authority.rsplit_once(':').map_or("", |(_, p)| p);
     let bad_port = !port.is_empty() && !port.ends_with(']') && port.parse::<u16>().is_err();
     // Parsed now, as every request's URL is, so that a typo fails at start rather than as a

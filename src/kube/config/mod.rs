@@ -73,8 +73,7 @@ impl Env {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// No source applies: no --kubeconfig, no existing KUBECONFIG file, no ~/.kube/config, and
-    /// not in a pod. Not retried.
+    /// No kubeconfig found and not in a pod. Not retried.
     NoConfiguration(String),
     /// A kubeconfig, CA, client certificate or key could not be read; `what` says which and
     /// where it was named (a token file's is [`ConfigError::Credentials`]). Not retried.
@@ -88,8 +87,7 @@ pub enum ConfigError {
     /// The configuration is readable but wrong or unsupported (unknown context, no server, bad
     /// base64, auth-provider, ...); `origin` locates it. Not retried.
     Invalid { origin: String, problem: String },
-    /// Certificates or keys are unusable. Not retried (from an exec plugin: rebuilt the next
-    /// time the plugin runs).
+    /// Certificates or keys are unusable. Not retried, but an exec plugin's next ones are tried.
     Tls { origin: String, error: TlsError },
     /// The user's credentials cannot be set up, or an exec plugin failed to hand out its
     /// certificate: see [`auth::Error`] for which are retried.
@@ -231,10 +229,9 @@ pub fn load(opts: &LoadOptions) -> Result<ClusterConfig, ConfigError> {
     load_with_env(opts, &Env::from_process())
 }
 
-/// Loads the configuration. First match wins: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config`,
-/// in-cluster. Like client-go's loading rules, `KUBECONFIG` replaces `~/.kube/config` rather than
-/// adding to it, and when the kubeconfig files it names do not exist the in-cluster
-/// configuration is tried. A cluster without a `proxy-url` takes the environment's proxy.
+/// Loads the configuration as client-go's loading rules do: `--kubeconfig`, else `KUBECONFIG`
+/// (in place of `~/.kube/config`), else in-cluster when no file named exists. A cluster without
+/// a `proxy-url` takes the environment's proxy.
 pub fn load_with_env(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, ConfigError> {
     let mut config = load_source(opts, env)?;
     if config.proxy.is_none() {
@@ -330,8 +327,7 @@ struct BuiltTls {
 }
 
 impl TlsSettings {
-    /// A client config; a certificate from an exec plugin replaces the kubeconfig's one, as in
-    /// client-go.
+    /// A client config; an exec plugin's certificate replaces the kubeconfig's, as in client-go.
     fn build(&self, exec: Option<&ClientPair>) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
         let pair = exec.or(self.client.as_ref());
         let result = tls::client_config(
