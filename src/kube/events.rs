@@ -107,7 +107,6 @@ impl Recorder {
         (recorder, inbox)
     }
 
-    /// Calls `hook` (a metrics counter) on every Event dropped for a full queue.
     pub fn reporting_drops(mut self, hook: DropHook) -> Recorder {
         self.on_drop = hook;
         self
@@ -156,7 +155,6 @@ struct Written {
     at: Instant,
 }
 
-/// Per-object token bucket.
 struct Bucket {
     tokens: f64,
     at: Instant,
@@ -170,7 +168,6 @@ pub struct Book {
     last_prune: Option<Instant>,
 }
 
-/// What to do with one event.
 #[derive(Debug, PartialEq)]
 pub enum Decision {
     /// Write a new Event; [`Book::created`] once it exists.
@@ -294,7 +291,6 @@ pub fn run(client: Client, inbox: Inbox, component: &'static str, instance: Stri
     }
 }
 
-/// Writes Events as `component` from `instance`, remembering those written in `book`.
 struct Writer {
     client: Client,
     component: &'static str,

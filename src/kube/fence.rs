@@ -18,7 +18,6 @@ const NEVER_OPENED: u64 = 0;
 const ENDED: u64 = u64::MAX;
 
 impl Fence {
-    /// A fence that is closed until [`Fence::open_until`].
     pub fn closed() -> Fence {
         Fence {
             base: Instant::now(),

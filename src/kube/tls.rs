@@ -44,10 +44,9 @@ impl fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
-/// A client configuration from a kubeconfig's `certificate-authority` (`None`: the system's, as
-/// client-go), `insecure-skip-tls-verify` (which overrides it and the name), `tls-server-name`
-/// (verified in place of the URL host, which stays the SNI: see "The API client" in
-/// docs/design.md) and client certificate chain and key.
+/// A client configuration from a kubeconfig's settings: `ca_pem` `None` trusts the system's, as
+/// client-go; `server_name` is verified in place of the URL host, which stays the SNI (see "The
+/// API client" in docs/design.md).
 pub fn client_config(
     ca_pem: Option<&[u8]>,
     insecure: bool,
@@ -118,8 +117,7 @@ fn root_store(pem: &[u8]) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// Where Go's crypto/x509 looks for the system CA bundle on Linux, in its order: the machine's
-/// trust, as kubectl has, rather than a compiled-in one.
+/// Where Go's crypto/x509 looks for the system CA bundle on Linux, in its order.
 pub const SYSTEM_BUNDLES: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, distroless
     "/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL 6

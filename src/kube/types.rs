@@ -163,7 +163,7 @@ pub struct Running {
     pub started_at: Option<String>,
 }
 
-/// A container's `waiting` or `terminated` state (the times are set on `terminated` only).
+/// A container's `waiting` or `terminated` state.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct StateDetail {

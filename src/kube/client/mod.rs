@@ -1,6 +1,5 @@
-//! Typed client for the handful of Kubernetes REST calls the operator makes: credentials,
-//! retries of 429/503 after `Retry-After` and of a 401 once with fresh credentials, every
-//! non-2xx answer an [`Error::Api`] with the server's `Status`. No header is ever logged.
+//! Typed client for the Kubernetes REST calls the operator makes: retries of 429/503 and of a
+//! 401 once with fresh credentials, every non-2xx an [`Error::Api`]. No header is ever logged.
 
 use crate::kube::config::{ClusterConfig, ConfigError};
 use crate::kube::fence::Fence;
@@ -71,7 +70,6 @@ struct Inner {
     config: ClusterConfig,
     agent: RwLock<(Arc<rustls::ClientConfig>, ureq::Agent)>,
     max_idle_per_host: usize,
-    /// The texts of the `Warning`s logged so far (see [`Client::note_warnings`]).
     warned: Mutex<HashSet<String>>,
 }
 
@@ -114,8 +112,7 @@ impl<'a> Req<'a> {
 }
 
 impl Client {
-    /// A client over `config`, keeping an idle connection for each of `connections` requests
-    /// that may run at once (the workers and watchers).
+    /// A client over `config`, keeping an idle connection for each of `connections` at once.
     pub fn new(config: ClusterConfig, connections: usize) -> Result<Client, ConfigError> {
         let tls = config.tls_config()?;
         let max_idle_per_host = connections.max(2);
@@ -151,8 +148,7 @@ impl Client {
         }
     }
 
-    /// The same client, but a write (any method but GET) is sent only while `fence` is open,
-    /// with a timeout that ends when the fence closes. Reads are not fenced.
+    /// The same client, but a write is sent only while `fence` is open, and ends when it closes.
     pub fn fenced(&self, fence: Arc<Fence>) -> Client {
         Client {
             fence: Some(fence),
@@ -169,7 +165,6 @@ impl Client {
         }
     }
 
-    /// `deadline`, or [`Client::until`] if sooner.
     fn cut(&self, deadline: Instant) -> Instant {
         self.until.map_or(deadline, |until| deadline.min(until))
     }
@@ -196,7 +191,6 @@ impl Client {
         log::debug!(target: "client", server = self.inner.config.server.as_str(); "dropped every pooled connection");
     }
 
-    /// The cluster this client talks to (for logs).
     pub fn config(&self) -> &ClusterConfig {
         &self.inner.config
     }
@@ -301,9 +295,8 @@ impl Client {
         }
     }
 
-    /// Logs the `Warning`s of an answer to `req` (a deprecated API, an unknown field dropped,
-    /// an admission policy's): each text once at WARN, as client-go's warning handler can
-    /// deduplicate them, then at DEBUG.
+    /// Logs the `Warning`s of an answer to `req`: each text once at WARN, as client-go's warning
+    /// handler can deduplicate them, then at DEBUG.
     fn note_warnings(&self, req: &Req, resp: &Response) {
         for text in warnings(resp) {
             if self.first_warning(&text) {
@@ -412,15 +405,12 @@ impl Client {
     }
 }
 
-/// Whether a request of this method may change something, and so is fenced.
 fn is_write(method: &str) -> bool {
     method != "GET"
 }
 
-/// An answer, whatever its status.
 type Response = ureq::http::Response<ureq::Body>;
 
-/// The texts of an answer's `Warning` headers.
 fn warnings(resp: &Response) -> Vec<String> {
     let values = resp.headers().get_all("Warning").iter();
     values
@@ -487,7 +477,6 @@ fn tls_failure(e: &ureq::Error) -> Option<rustls::Error> {
     None
 }
 
-/// A transport error of ours.
 fn transport_error(msg: impl fmt::Display) -> ureq::Error {
     ureq::Error::Io(std::io::Error::other(msg.to_string()))
 }

@@ -258,8 +258,7 @@ pub struct ListMeta {
 /// Whether a request answered with an error is sent again, and how.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Again {
-    /// Once, after a 401, with fresh credentials: an exec credential or a rotated
-    /// service-account token may have expired early (client-go does the same).
+    /// Once, after a 401, with fresh credentials, which may have expired early (as client-go).
     Refreshed,
     /// After this wait, a growing backoff or the server's longer `Retry-After`: a 429 or 503
     /// whose wait is at most [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER).

@@ -6,8 +6,7 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::DecodeError;
 
-/// A kubeconfig file as written by kubectl. Unknown fields (preferences, extensions we do not
-/// use, apiVersion, kind) are ignored; lists may be null, as kubectl writes them.
+/// A kubeconfig file as written by kubectl; lists may be null, as kubectl writes them.
 #[derive(Deserialize, Default)]
 pub(super) struct RawConfig {
     clusters: Option<Vec<Named<RawCluster>>>,
@@ -115,9 +114,8 @@ impl Merged {
     }
 }
 
-/// Reads and merges kubeconfig files the way kubectl merges KUBECONFIG: for every cluster, user
-/// and context name, and for current-context, the first file that sets it wins. Missing files
-/// are an error only if `must_exist`; unreadable or malformed ones always are.
+/// Reads and merges kubeconfig files as kubectl merges KUBECONFIG: for every name, and for
+/// current-context, the first file that sets it wins. Missing files are an error if `must_exist`.
 pub(super) fn merge_files(paths: &[PathBuf], must_exist: bool) -> Result<Merged, ConfigError> {
     let mut merged = Merged::default();
     for path in paths {
@@ -166,7 +164,7 @@ pub(super) fn parse_kubeconfig(text: &str) -> Result<RawConfig, String> {
 }
 
 /// serde's message with our types' names (`expected struct RawConfig`) replaced by what the
-/// file should hold there: a plain-text file given as kubeconfig must say so, not name code.
+/// file should hold there.
 fn readable(message: &str) -> String {
     const SHAPES: [(&str, &str); 9] = [
         ("struct RawConfig", "a kubeconfig (a YAML mapping with clusters, users and contexts); is this file a kubeconfig?"),
@@ -255,8 +253,7 @@ pub(super) fn from_kubeconfig(
     Ok(config)
 }
 
-/// The entry `name` and where it is defined (`kubeconfig PATH, KIND "NAME"`), or an error at
-/// `origin` that lists the names there are.
+/// The entry `name` and where it is defined, or an error at `origin` listing the names there are.
 fn find<'a, T>(
     entries: &'a BTreeMap<String, Defined<T>>,
     kind: &str,
@@ -279,8 +276,7 @@ fn available<T>(entries: &BTreeMap<String, T>) -> String {
     }
 }
 
-/// The `spec.cluster` object of client.authentication.k8s.io ExecCredential, for plugins with
-/// `provideClusterInfo: true`.
+/// The ExecCredential's `spec.cluster`, for plugins with `provideClusterInfo: true`.
 fn exec_cluster_info(server: &str, cluster: &RawCluster, ca: Option<&[u8]>) -> serde_json::Value {
     let mut info = serde_json::json!({ "server": server });
     if let Some(name) = set(&cluster.tls_server_name) {
@@ -431,8 +427,8 @@ fn pem_from_data_or_file(
     Ok(None)
 }
 
-/// Standard alphabet, padding checked by [`base64_decode`]; stray low bits in the last
-/// character are accepted, as Go's `encoding/base64` (client-go's decoder) accepts them.
+/// Standard alphabet, padding checked by [`base64_decode`], stray low bits in the last character
+/// accepted as Go's `encoding/base64` accepts them.
 const LENIENT: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::STANDARD,
     GeneralPurposeConfig::new()
@@ -440,8 +436,8 @@ const LENIENT: GeneralPurpose = GeneralPurpose::new(
         .with_decode_allow_trailing_bits(true),
 );
 
-/// Decodes a `*-data` field: standard base64, padding optional, whitespace ignored (a field
-/// folded over lines). Errors name the offset in `input`, never the content.
+/// Decodes a `*-data` field: padding optional, whitespace ignored. Errors name the offset in
+/// `input`, never the content.
 pub(super) fn base64_decode(input: &str) -> Result<Vec<u8>, String> {
     let is_data = |(_, b): &(usize, u8)| !matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     // Every byte that is not whitespace, with its offset in `input`.
@@ -474,8 +470,7 @@ pub(super) fn read_file(path: &Path, what: &str) -> Result<Vec<u8>, ConfigError>
     })
 }
 
-/// A path from a kubeconfig: relative ones are relative to the directory of the file that
-/// contains them (client-go's `ResolvePaths`).
+/// A path from a kubeconfig, relative to the file's directory (client-go's `ResolvePaths`).
 fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
     let path = Path::new(path);
     if path.is_absolute() {
@@ -535,8 +530,7 @@ fn normalize_server(server: &str) -> Result<String, String> {
     // http::Uri takes any digits as a port; a colon inside brackets is an IPv6 address's.
     let port = authority.rsplit_once(':').map_or("", |(_, p)| p);
     let bad_port = !port.is_empty() && !port.ends_with(']') && port.parse::<u16>().is_err();
-    // Parsed now, as every request's URL is, so that a typo fails at start rather than as a
-    // request error retried as unreachable.
+    // Parsed now, as every request's URL is, so that a typo fails at start.
     let why = match url.parse::<ureq::http::Uri>() {
         Err(e) => e.to_string(),
         Ok(_) if bad_port => "invalid port".to_string(),

@@ -91,7 +91,9 @@ pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, Co
     let uri = server.parse().unwrap_or_default();
     let (host, port) = host_and_port(&uri);
     let host = host.to_ascii_lowercase();
-    if is_loopback(&host) || no_proxy_matches(env.no_proxy.as_deref(), &host, port) {
+    // Go's `useProxy`: never for `localhost` or a loopback address.
+    let loopback = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback || no_proxy_matches(env.no_proxy.as_deref(), &host, port) {
         return Ok(None);
     }
     let proxy = parse(value, true).map_err(|p| invalid(format!("environment variable {var}"), p));
@@ -169,11 +171,6 @@ pub(crate) fn host_and_port(uri: &ureq::http::Uri) -> (&str, u16) {
     let http = uri.scheme_str() == Some("http");
     let port = uri.port_u16().unwrap_or(if http { 80 } else { 443 });
     (host.trim_start_matches('[').trim_end_matches(']'), port)
-}
-
-/// Go's `useProxy`: never for `localhost` or a loopback address.
-fn is_loopback(host: &str) -> bool {
-    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*`, IP addresses,
