@@ -18,12 +18,10 @@ mod exec;
 pub(crate) use exec::ExecConfig;
 use exec::*;
 
-/// How long a token read from a file is used before the file is read again, as client-go's
-/// `NewCachedFileTokenSource` (the kubelet rotates service-account tokens well before expiry).
+/// How long a token file's token is kept before a re-read (client-go's `NewCachedFileTokenSource`).
 const TOKEN_FILE_MAX_AGE: Duration = Duration::from_secs(60);
 
-/// An exec credential is refreshed this long before its expirationTimestamp, so a request
-/// sent just before expiry does not arrive just after it.
+/// An exec credential is refreshed this long before it expires, lest a request arrive after.
 const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 
 /// An exec plugin that has not finished after this long is killed. client-go waits forever,
@@ -36,13 +34,11 @@ const EXEC_API_VERSIONS: [&str; 2] = [
     "client.authentication.k8s.io/v1beta1",
 ];
 
-/// Why a credential could not be set up or produced. Every message names where it is
-/// configured (`kubeconfig PATH, user "NAME", exec`) or the file at fault, never a token or key.
+/// Why a credential could not be set up or produced; messages never hold a token or key.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A token file cannot be read, or is empty. At load: not retried (a failed re-read keeps
-    /// the previous token).
+    /// A token file cannot be read, or is empty. Found at load; not retried.
     Read {
         what: String,
         path: PathBuf,
@@ -112,8 +108,7 @@ impl Credentials {
         Credentials(Source::Token(token))
     }
 
-    /// A token read from `path` now (so a missing file fails at startup) and again once the copy
-    /// is [`TOKEN_FILE_MAX_AGE`] old. `what` names the file in errors.
+    /// A token read from `path` now, so that a missing file fails at startup, and again later.
     pub(crate) fn token_file(path: PathBuf, what: String) -> Result<Credentials, Error> {
         let token = read_token(&path, &what)?;
         let reread_at = Instant::now() + TOKEN_FILE_MAX_AGE;
@@ -166,20 +161,13 @@ impl Credentials {
         }
     }
 
-    /// The client certificate and key an exec plugin handed out, running it if needed.
-    pub(crate) fn client_certificate(&self) -> Result<Option<PemPair>, Error> {
-        match &self.0 {
-            Source::Exec(plugin) => Ok(plugin.credential()?.client.clone()),
-            _ => Ok(None),
-        }
-    }
-
-    /// Where the exec plugin is configured, for error messages.
-    pub(crate) fn exec_origin(&self) -> Option<&str> {
-        match &self.0 {
-            Source::Exec(plugin) => Some(&plugin.config.origin),
-            _ => None,
-        }
+    /// The client certificate and key an exec plugin handed out, and where it is configured.
+    pub(crate) fn client_certificate(&self) -> Result<Option<(PemPair, &str)>, Error> {
+        let Source::Exec(plugin) = &self.0 else {
+            return Ok(None);
+        };
+        let pair = plugin.credential()?.client.clone();
+        Ok(pair.map(|pair| (pair, plugin.config.origin.as_str())))
     }
 }
 

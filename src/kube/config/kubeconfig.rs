@@ -1,5 +1,4 @@
-//! kubeconfig files as kubectl writes and merges them: clusters, users and contexts, with
-//! client-go's loading rules (first file wins, paths relative to their file).
+//! kubeconfig files as kubectl writes and merges them, with client-go's loading rules.
 
 use super::*;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
@@ -163,8 +162,7 @@ pub(super) fn parse_kubeconfig(text: &str) -> Result<RawConfig, String> {
     serde_yaml::from_str(text).map_err(|e| readable(&redact_values(&e.to_string())))
 }
 
-/// serde's message with our types' names (`expected struct RawConfig`) replaced by what the
-/// file should hold there.
+/// serde's message with our types' names replaced by what the file should hold there.
 fn readable(message: &str) -> String {
     const SHAPES: [(&str, &str); 9] = [
         ("struct RawConfig", "a kubeconfig (a YAML mapping with clusters, users and contexts); is this file a kubeconfig?"),
@@ -404,8 +402,7 @@ fn set(field: &Option<String>) -> Option<&str> {
     field.as_deref().filter(|s| !s.is_empty())
 }
 
-/// PEM from `FIELD-data` (base64, wins as in client-go) or from the file `FIELD` names, and
-/// where it came from.
+/// PEM from `FIELD-data`, which wins as in client-go, or the file `FIELD`, and its origin.
 fn pem_from_data_or_file(
     origin: &str,
     file: &Path,
@@ -427,8 +424,7 @@ fn pem_from_data_or_file(
     Ok(None)
 }
 
-/// Standard alphabet, padding checked by [`base64_decode`], stray low bits in the last character
-/// accepted as Go's `encoding/base64` accepts them.
+/// Standard base64 taking stray low bits in the last character, as Go's `encoding/base64`.
 const LENIENT: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::STANDARD,
     GeneralPurposeConfig::new()
@@ -436,8 +432,7 @@ const LENIENT: GeneralPurpose = GeneralPurpose::new(
         .with_decode_allow_trailing_bits(true),
 );
 
-/// Decodes a `*-data` field: padding optional, whitespace ignored. Errors name the offset in
-/// `input`, never the content.
+/// Decodes a `*-data` field, whitespace ignored; errors name an offset, never the content.
 pub(super) fn base64_decode(input: &str) -> Result<Vec<u8>, String> {
     let is_data = |(_, b): &(usize, u8)| !matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     // Every byte that is not whitespace, with its offset in `input`.

@@ -1,5 +1,5 @@
 //! Finds the cluster to talk to, in client-go's order: `--kubeconfig`, `KUBECONFIG`,
-//! `~/.kube/config` (`kubeconfig.rs`), the in-cluster service account (`in_cluster.rs`).
+//! `~/.kube/config` (`kubeconfig.rs`), the pod's own service account.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,11 +14,9 @@ use crate::kube::auth::{self, redact_values, Credentials, ExecConfig, PemPair};
 use crate::kube::tls::{self, TlsError};
 use crate::util::lock;
 
-mod in_cluster;
 mod kubeconfig;
 mod proxy;
 
-use in_cluster::*;
 use kubeconfig::*;
 pub(crate) use proxy::host_and_port;
 pub use proxy::{Proxy, ProxyEnv};
@@ -68,8 +66,7 @@ impl Env {
     }
 }
 
-/// Why no usable configuration could be loaded. Every message is one line naming the file,
-/// context, cluster, user or field at fault, and never contains token or key material.
+/// Why no usable configuration could be loaded; messages name what is at fault, never a key.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -89,8 +86,7 @@ pub enum ConfigError {
     Invalid { origin: String, problem: String },
     /// Certificates or keys are unusable. Not retried, but an exec plugin's next ones are tried.
     Tls { origin: String, error: TlsError },
-    /// The user's credentials cannot be set up, or an exec plugin failed to hand out its
-    /// certificate: see [`auth::Error`] for which are retried.
+    /// The user's credentials failed: see [`auth::Error`] for which are retried.
     Credentials(auth::Error),
 }
 
@@ -169,18 +165,18 @@ impl ClusterConfig {
     /// client certificate, so callers compare with `Arc::ptr_eq` and rebuild their agent.
     pub fn tls_config(&self) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
         // Asks the plugin first (it may re-run it), then takes our own lock: always this order.
-        let exec_pair = self.credentials.client_certificate()?;
+        let exec = self.credentials.client_certificate()?;
         let mut built = lock(&self.built);
-        if built.exec_pair != exec_pair {
-            let origin = self.credentials.exec_origin().unwrap_or(&self.source);
-            let pair = exec_pair.as_ref().map(|(cert, key)| ClientPair {
+        let exec_pair = exec.as_ref().map(|(pair, _)| pair);
+        if built.exec_pair.as_ref() != exec_pair {
+            let pair = exec.as_ref().map(|((cert, key), origin)| ClientPair {
                 cert: cert.clone(),
                 cert_origin: format!("{origin}, clientCertificateData"),
                 key: key.clone(),
                 key_origin: format!("{origin}, clientKeyData"),
             });
             built.config = self.tls.build(pair.as_ref())?;
-            built.exec_pair = exec_pair;
+            built.exec_pair = exec_pair.cloned();
         }
         Ok(built.config.clone())
     }
@@ -279,6 +275,33 @@ fn load_source(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, ConfigErr
             "no --kubeconfig given, {missing}, not in a cluster (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT unset)"
         ))),
     }
+}
+
+/// The pod's own service account, as client-go's `rest.InClusterConfig` builds it.
+fn in_cluster(host: &str, port: &str, sa_dir: &Path) -> Result<ClusterConfig, ConfigError> {
+    // An IPv6 service host (dual-stack clusters) needs brackets in a URL.
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let server = format!("https://{host}:{port}");
+    let what = "in-cluster service account token".to_string();
+    let credentials = Credentials::token_file(sa_dir.join("token"), what)?;
+    let ca_path = sa_dir.join("ca.crt");
+    let ca = read_file(&ca_path, "in-cluster service account CA")?;
+    // The namespace file is optional: without it objects must name their namespace.
+    let namespace = std::fs::read_to_string(sa_dir.join("namespace"))
+        .ok()
+        .map(|ns| ns.trim().to_string())
+        .filter(|ns| !ns.is_empty());
+    let ca_origin = format!("in-cluster service account CA {}", ca_path.display());
+    let settings = TlsSettings {
+        ca: Some((ca, ca_origin)),
+        ..TlsSettings::default()
+    };
+    let source = "in-cluster".to_string();
+    finish(server, namespace, source, credentials, settings)
 }
 
 fn finish(

@@ -6,8 +6,7 @@ use super::{invalid, ConfigError};
 use std::fmt;
 use std::net::IpAddr;
 
-/// The proxy variables of the environment, empty ones counted as unset. Its `Debug` leaves out
-/// the credentials a proxy URL may hold.
+/// The proxy variables of the environment; its `Debug` leaves out a proxy URL's credentials.
 #[derive(Clone, Default)]
 pub struct ProxyEnv {
     pub https_proxy: Option<String>,
@@ -55,8 +54,7 @@ impl ProxyEnv {
     }
 }
 
-/// A proxy to reach the API server through. Deliberately not Debug-derived: its URL may hold
-/// credentials, and only [`Proxy::shown`] (without them) may reach a log line.
+/// A proxy to reach the API server through; only [`Proxy::shown`] may reach a log line.
 #[derive(Clone)]
 pub struct Proxy {
     /// For ureq (and the e2e harness's client); its `Debug` shows the password.
@@ -76,9 +74,7 @@ pub(super) fn from_kubeconfig(url: &str, origin: &str) -> Result<Proxy, ConfigEr
     parse(url, false).map_err(|problem| invalid(format!("{origin}, proxy-url"), problem))
 }
 
-/// The environment's proxy for `server` (`https://host:port[/prefix]`), if it takes one:
-/// `HTTPS_PROXY` for an `https://` server, `HTTP_PROXY` for `http://`, except for `localhost`,
-/// a loopback address, or a host that `NO_PROXY` names.
+/// The environment's proxy for `server`, as Go's `http.ProxyFromEnvironment` chooses it.
 pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, ConfigError> {
     let (var, value) = if server.starts_with("https://") {
         ("HTTPS_PROXY", &env.https_proxy)
@@ -100,8 +96,8 @@ pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, Co
     proxy.map(Some)
 }
 
-/// An `http://[user:password@]host[:port]` proxy URL; from the environment a bare
-/// `host:port` means http, as in Go. A message never repeats the URL: it may hold a password.
+/// An `http://[user:password@]host[:port]` proxy URL (bare from the environment, as in Go).
+/// A message never repeats the URL: it may hold a password.
 fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
     let url = url.trim();
     let rest = match url.split_once("://") {
