@@ -80,8 +80,7 @@ pub struct Recorder {
     kind: Kind,
     /// Events dropped for a full queue, since start.
     dropped: Arc<AtomicU64>,
-    /// Set by the first drop of an episode, cleared once the queue is half empty again: one
-    /// line each way however many are dropped in between.
+    /// Whether Events are being dropped: one line when it starts and one when it ends.
     dropping: Arc<AtomicBool>,
     on_drop: DropHook,
 }
@@ -319,8 +318,7 @@ impl Writer {
                     .client
                     .merge_patch::<_, IgnoredAny>(events, &p.namespace, &name, &patch)
                 {
-                    // Deleted, or past the API server's Event TTL: written anew with its
-                    // count, as client-go does.
+                    // Deleted, or past its TTL: written anew with its count, as client-go does.
                     Err(e) if e.is_not_found() => {
                         self.book.gone(p);
                         ("create_event", self.create(p, name, count, first, &now))
@@ -345,8 +343,7 @@ impl Writer {
         }
     }
 
-    /// POSTs the Event `name` of `p`, `count` times seen since `first`, last at `last`; only
-    /// once it exists do its repeats bump it.
+    /// POSTs the Event `name` of `p`; only once it exists do its repeats bump it.
     fn create(
         &mut self,
         p: &Pending,

@@ -183,7 +183,7 @@ impl Pod {
             .unwrap_or("")
     }
 
-    /// Whether this pod, as a DELETE answered it, is gone: a grace period of 0 (the API server's
+    /// Whether this pod, as a DELETE answered it, is gone: no grace period (the API server's
     /// `CheckGracefulDelete`) and no finalizer.
     pub fn is_removed(&self) -> bool {
         self.metadata.deletion_grace_period_seconds == Some(0)
@@ -314,8 +314,7 @@ pub struct Status {
     pub reason: String,
     pub code: u16,
     pub details: Option<StatusDetails>,
-    /// The texts of the answer's `Warning` headers: only they name the unknown fields dropped
-    /// from a refused pod.
+    /// The answer's `Warning` texts: only they name unknown fields dropped from a refused pod.
     #[serde(skip)]
     pub warnings: Vec<String>,
 }

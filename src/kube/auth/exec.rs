@@ -1,5 +1,4 @@
-//! Exec credential plugins (client.authentication.k8s.io v1 and v1beta1), as kubectl runs
-//! them: the command, its environment and cluster info, its answer cached until it expires.
+//! Exec credential plugins as kubectl runs them, each answer cached until it expires.
 
 use super::*;
 
@@ -49,8 +48,7 @@ pub(super) struct ExecStatus {
 }
 
 impl ExecPlugin {
-    /// The cached credential, or a new one if it is about to expire (one without expiry is kept
-    /// until `invalidate()`, as in client-go). Concurrent callers wait for one run.
+    /// The cached credential, or a new one if it is about to expire; concurrent callers wait.
     pub(super) fn credential(&self) -> Result<Arc<ExecCredential>, Error> {
         let mut cached = lock(&self.cached);
         let soon = SystemTime::now() + EXEC_EXPIRY_MARGIN;

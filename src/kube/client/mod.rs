@@ -28,8 +28,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WATCH_GRACE: Duration = Duration::from_secs(30);
 const JSON: &str = "application/json";
 const USER_AGENT: &str = concat!("immortal-operator/", env!("CARGO_PKG_VERSION"));
-/// What a metadata-only list accepts: kube-apiserver's `PartialObjectMetadataList` (only each
-/// object's `metadata`), or else whole objects, which read the same to a decoder of `metadata`.
+/// What a metadata-only list accepts: `PartialObjectMetadataList`, else whole objects.
 const METADATA_LIST: &str =
     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
 
@@ -37,8 +36,7 @@ const METADATA_LIST: &str =
 const THROTTLE_ATTEMPTS: u32 = 4;
 /// Longest we honour a `Retry-After` before giving the error back to the caller's own backoff.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
-/// Distinct `Warning` texts logged at WARN, at most: warnings naming each object cannot grow
-/// the set for ever.
+/// Distinct `Warning` texts logged at WARN, at most, however many objects they name.
 const WARNED_AT_MOST: usize = 256;
 
 /// Told of every request sent (each attempt of a retried one): its method and status (0: none).
@@ -199,8 +197,7 @@ impl Client {
         build_agent(&self.inner.config, tls, self.inner.max_idle_per_host)
     }
 
-    /// Unpooled, an agent of the request's own; else the pooled one, rebuilt when an exec
-    /// plugin handed out a new client certificate.
+    /// The pooled agent, rebuilt for an exec plugin's new client certificate; else one's own.
     fn agent(&self) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
         if !self.pooled {
@@ -295,8 +292,7 @@ impl Client {
         }
     }
 
-    /// Logs the `Warning`s of an answer to `req`: each text once at WARN, as client-go's warning
-    /// handler can deduplicate them, then at DEBUG.
+    /// Logs each `Warning` text once at WARN, as client-go's handler can, then at DEBUG.
     fn note_warnings(&self, req: &Req, resp: &Response) {
         for text in warnings(resp) {
             if self.first_warning(&text) {
@@ -418,8 +414,7 @@ fn warnings(resp: &Response) -> Vec<String> {
         .collect()
 }
 
-/// Sends `request` on `agent`: a watch with a limit on every read and write (its reader keeps
-/// the deadline), any other request within `left`.
+/// Sends `request`: a watch with a limit on every read and write, any other within `left`.
 #[allow(clippy::result_large_err)]
 fn run(
     agent: &ureq::Agent,
@@ -437,8 +432,7 @@ fn run(
     agent.run(config.build())
 }
 
-/// Whether an I/O error is a timeout: the socket's (which Unix reports as `WouldBlock`), or
-/// one of ureq's, which it hands on inside an `io::Error`.
+/// Whether an I/O error is a timeout: the socket's (`WouldBlock` on Unix), or ureq's inside it.
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -449,8 +443,7 @@ fn is_timeout(e: &std::io::Error) -> bool {
         .is_some_and(timed_out)
 }
 
-/// Whether a request failed because the server said nothing for its whole timeout, which a new
-/// connection may not meet, unlike a refused or reset one.
+/// Whether the server said nothing for a request's whole timeout (not refused or reset).
 pub(super) fn timed_out(e: &ureq::Error) -> bool {
     match e {
         ureq::Error::Timeout(_) => true,

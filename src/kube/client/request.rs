@@ -1,5 +1,4 @@
-//! Request building, pure functions over strings unit-tested on URLs alone: where a resource
-//! lives, query strings, delete options, and reading a `Status` or `Retry-After` back.
+//! Request building and answer reading, pure functions over strings.
 
 use super::*;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -233,8 +232,7 @@ fn quoted(s: &str) -> Option<(String, &str)> {
 pub struct ListPage<T> {
     #[serde(default)]
     pub metadata: ListMeta,
-    /// `null` reads as empty: kube-apiserver answers an empty metadata-only list with
-    /// `"items": null`.
+    /// kube-apiserver answers an empty metadata-only list with `"items": null`.
     #[serde(default = "Vec::new", deserialize_with = "null_as_empty")]
     pub items: Vec<T>,
 }
@@ -260,8 +258,7 @@ pub struct ListMeta {
 pub(super) enum Again {
     /// Once, after a 401, with fresh credentials, which may have expired early (as client-go).
     Refreshed,
-    /// After this wait, a growing backoff or the server's longer `Retry-After`: a 429 or 503
-    /// whose wait is at most [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER).
+    /// After a growing backoff or the server's longer `Retry-After`, for a 429 or 503.
     After(Duration),
     /// No: the error goes back to the caller, whose own back-off takes over.
     No,

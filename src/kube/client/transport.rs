@@ -20,8 +20,7 @@ use ureq::unversioned::transport::{
     TcpConnector, Transport, TransportAdapter,
 };
 
-/// A connection's buffers below TLS (ureq's) and above it ([`TlsBuffers`]), smaller than ureq's
-/// as a connection is kept for each worker and watcher; the output must hold a request's head.
+/// A connection's buffers: smaller than ureq's, as one is kept for each worker and watcher.
 pub const BUFFER: usize = 8 * 1024;
 
 /// How long a connection (TCP, and CONNECT through a proxy) may take to open.
@@ -51,8 +50,7 @@ pub fn agent_with(tls: Arc<rustls::ClientConfig>, config: Config) -> ureq::Agent
     ureq::Agent::with_parts(config, connector, SyncResolver)
 }
 
-/// Resolves a name on the calling thread: ureq's resolver spawns a thread per request that has
-/// a timeout, a pooled connection's too.
+/// Resolves a name on the calling thread, where ureq's spawns one per request with a timeout.
 #[derive(Debug)]
 struct SyncResolver;
 
@@ -111,8 +109,7 @@ impl<In: Transport> Connector<In> for Tls {
         let mut stream = rustls::StreamOwned::new(conn, sock);
         while stream.conn.is_handshaking() {
             stream.conn.complete_io(&mut stream.sock).map_err(|e| {
-                // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
-                // would read as the proxy's.
+                // The server's silence, not a Timeout::Connect, which would read as a proxy's.
                 match ureq::Error::from(e) {
                     e if super::timed_out(&e) => ureq::Error::Io(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,

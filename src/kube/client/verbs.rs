@@ -148,8 +148,7 @@ impl Client {
         })
     }
 
-    /// Opens a WATCH: one JSON event per line. A read fails with `TimedOut` once nothing came for
-    /// the idle timeout, and once the watch outlived its `timeoutSeconds` plus [`WATCH_GRACE`].
+    /// Opens a WATCH: one JSON event per line, each read bounded as [`WatchBody`] says.
     pub fn watch(
         &self,
         res: Resource,
