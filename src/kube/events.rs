@@ -78,7 +78,6 @@ pub struct Recorder {
     warnings: Sender<Pending>,
     normal: Sender<Pending>,
     kind: Kind,
-    /// Events dropped for a full queue, since start.
     dropped: Arc<AtomicU64>,
     /// Whether Events are being dropped: one line when it starts and one when it ends.
     dropping: Arc<AtomicBool>,

@@ -59,7 +59,6 @@ impl Fence {
     }
 }
 
-/// A write in flight (see [`Fence::write_started`]).
 pub struct InFlight<'a>(&'a Fence);
 
 impl Drop for InFlight<'_> {

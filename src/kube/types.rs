@@ -175,7 +175,6 @@ pub struct StateDetail {
 }
 
 impl Pod {
-    /// `status.phase`, or "" when the server has not set one.
     pub fn phase(&self) -> &str {
         self.status
             .as_ref()
@@ -250,7 +249,6 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-/// A UUID's 16 bytes as Kubernetes writes them.
 pub fn format_uuid(u: &[u8; 16]) -> String {
     let mut s = format!("{:032x}", u128::from_be_bytes(*u));
     for at in [20, 16, 12, 8] {
@@ -353,7 +351,6 @@ pub fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-/// Splits a `namespace/name` key; `None` when it has no slash.
 pub fn split_key(key: &str) -> Option<(&str, &str)> {
     key.split_once('/')
 }

@@ -102,10 +102,8 @@ impl<'a> Req<'a> {
     }
 
     fn no_time_left(&self) -> String {
-        format!(
-            "{} {}: no time left before the deadline; not sent",
-            self.method, self.path
-        )
+        let (method, path) = (self.method, self.path);
+        format!("{method} {path}: no time left before the deadline; not sent")
     }
 }
 
@@ -380,6 +378,7 @@ impl Client {
 
     fn json<T: DeserializeOwned>(&self, req: &Req) -> Result<T, Error> {
         let resp = self.send(req)?;
+        let (method, path) = (req.method, req.path);
         // Read whole, then parsed as a slice, which is much cheaper than serde_json's reader;
         // through a reader, as ureq's read_to_vec has a limit a long list page can pass.
         let len = resp.body().content_length().unwrap_or(4096) as usize;
@@ -391,13 +390,9 @@ impl Client {
                 if is_timeout(&e) {
                     self.forget_connections();
                 }
-                Error::Transport(format!(
-                    "{} {}: reading the answer: {e}",
-                    req.method, req.path
-                ))
+                Error::Transport(format!("{method} {path}: reading the answer: {e}"))
             })?;
-        serde_json::from_slice(&body)
-            .map_err(|e| Error::Decode(format!("{} {}: {e}", req.method, req.path)))
+        serde_json::from_slice(&body).map_err(|e| Error::Decode(format!("{method} {path}: {e}")))
     }
 }
 

@@ -54,7 +54,6 @@ pub fn collection_path(res: Resource, ns: Option<&str>) -> String {
     }
 }
 
-/// `/api/v1/namespaces/NS/pods/NAME`.
 pub fn object_path(res: Resource, ns: &str, name: &str) -> String {
     format!("{}/{}", collection_path(res, Some(ns)), name)
 }

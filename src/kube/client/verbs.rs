@@ -3,7 +3,6 @@
 use super::*;
 
 impl Client {
-    /// A request with `body` sent as JSON under `content_type`, its answer decoded as `T`.
     fn send_json<B: Serialize, T: DeserializeOwned>(
         &self,
         method: &'static str,

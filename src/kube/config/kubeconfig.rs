@@ -96,7 +96,6 @@ pub(super) struct Defined<T> {
     value: T,
 }
 
-/// The merge of one or more kubeconfig files.
 #[derive(Default)]
 pub(super) struct Merged {
     pub(super) files: Vec<PathBuf>,
@@ -296,14 +295,12 @@ fn exec_cluster_info(server: &str, cluster: &RawCluster, ca: Option<&[u8]>) -> s
     info
 }
 
-type UserCredentials = (Credentials, Option<ClientPair>);
-
 fn user_credentials(
     origin: &str,
     file: &Path,
     user: &RawUser,
     cluster_info: &serde_json::Value,
-) -> Result<UserCredentials, ConfigError> {
+) -> Result<(Credentials, Option<ClientPair>), ConfigError> {
     if let Some(provider) = &user.auth_provider {
         let name = provider.name.as_deref().unwrap_or("");
         return Err(invalid(

@@ -375,7 +375,7 @@ impl TlsSettings {
     }
 }
 
-/// Standard base64 with padding (certificate data handed to exec plugins, proxy credentials).
+/// Standard base64 with padding.
 pub(crate) fn base64_encode(input: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(input)
 }
