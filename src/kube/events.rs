@@ -1,7 +1,6 @@
-//! Kubernetes Events about any object, written by a thread of their own as client-go's
-//! recorder writes them: a repeat bumps the Event's `count`, a per-object token bucket (the
-//! spam filter) keeps a hot error from flooding the API server, and a failed write is logged
-//! and dropped. Warnings are written first, so that Normal Events never crowd one out.
+//! Kubernetes Events about any object, written by a thread of their own as client-go's recorder
+//! writes them: repeats bump `count`, a per-object token bucket keeps a hot error from flooding
+//! the API server, a failed write is dropped. Warnings go first, never crowded out.
 
 use crate::kube::client::{Client, Error, Resource};
 use crate::kube::types::{Event, EventSource, ObjectMeta, ObjectReference, MAX_NAME_LEN};

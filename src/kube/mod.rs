@@ -1,6 +1,5 @@
-//! Kubernetes access, knowing nothing of ImmortalContainers (kube-rs's `kube-client`): finding
-//! the cluster, credentials, TLS, the typed client and its write fence, the core types, Events.
-//! What to do with any of it (queues, watch loops, leader election) is `runtime`'s.
+//! Kubernetes access, knowing nothing of ImmortalContainers (kube-rs's `kube-client`): the
+//! cluster's configuration, credentials, TLS, the typed client, core types, Events.
 
 pub mod auth;
 pub mod client;

@@ -44,9 +44,8 @@ impl fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
-/// A client configuration from a kubeconfig's settings: `ca_pem` `None` trusts the system's, as
-/// client-go; `server_name` is verified in place of the URL host, which stays the SNI (see "The
-/// API client" in docs/design.md).
+/// A client configuration: `ca_pem` `None` trusts the system's, as client-go; `server_name` is
+/// verified in place of the URL host, which stays the SNI (docs/design.md, "The API client").
 pub fn client_config(
     ca_pem: Option<&[u8]>,
     insecure: bool,

@@ -1,6 +1,5 @@
-//! The core Kubernetes objects (metadata, pods, events, statuses) reduced to the fields the
-//! operator uses: unknown fields are ignored on decode, and desired and actual state are
-//! compared on the fields we set, never on whole objects.
+//! The core Kubernetes objects reduced to the fields the operator uses; desired and actual
+//! state are compared on the fields we set, never on whole objects.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -190,8 +189,7 @@ impl Pod {
     }
 }
 
-/// An object's uid, in 16 bytes when it is a UUID as the API server writes them, else as
-/// written: the operator keeps one for every pod and object it knows.
+/// An object's uid, in 16 bytes when it is a UUID: the operator keeps one per object it knows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Uid {
     Uuid([u8; 16]),

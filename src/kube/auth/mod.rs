@@ -24,8 +24,7 @@ const TOKEN_FILE_MAX_AGE: Duration = Duration::from_secs(60);
 /// An exec credential is refreshed this long before it expires, lest a request arrive after.
 const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 
-/// An exec plugin that has not finished after this long is killed. client-go waits forever,
-/// but a hung plugin here would stall every request of the operator.
+/// An exec plugin still running after this is killed: client-go waits, but it would stall us.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Exec credential API versions we speak.
@@ -46,8 +45,7 @@ pub enum Error {
     },
     /// An exec plugin setting the operator cannot honour. Found at load; not retried.
     Unsupported { origin: String, problem: String },
-    /// An exec plugin was not found, failed, timed out or printed a bad ExecCredential. Returned
-    /// on use; the plugin runs again on the next call, so callers retry with backoff.
+    /// An exec plugin failed or printed a bad ExecCredential; retried, as it runs again next call.
     Exec { origin: String, problem: String },
 }
 
@@ -183,8 +181,7 @@ struct CachedToken {
 }
 
 impl TokenFile {
-    /// The token, re-read once the cached copy is due. A failed re-read (it can race the
-    /// kubelet's symlink swap) keeps the previous token, as client-go's caching token source.
+    /// The token, re-read once due; a read racing the kubelet's swap keeps the old, as client-go.
     fn current(&self) -> String {
         let mut cached = lock(&self.cached);
         if Instant::now() >= cached.reread_at {

@@ -152,8 +152,7 @@ impl Client {
         }
     }
 
-    /// The same client, but every request on a connection of its own, closed when it ends: for
-    /// requests minutes apart, whose pooled connection would only sit idle.
+    /// The same client, but each request on a connection of its own: for requests minutes apart.
     pub fn unpooled(&self) -> Client {
         Client {
             pooled: false,

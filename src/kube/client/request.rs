@@ -3,8 +3,7 @@
 use super::*;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-/// Where a kind of object lives in the API, as kube-rs's `ApiResource` says: the core kinds the
-/// operator touches are constants here; a custom resource defines its own.
+/// Where a kind of object lives in the API, as kube-rs's `ApiResource` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
     api_path: &'static str,
@@ -135,8 +134,7 @@ pub fn delete_body(uid: &str, grace_period_seconds: Option<u32>) -> String {
     body.to_string()
 }
 
-/// Parses an error body into a `Status`; when the body is not one (a proxy's HTML, an empty
-/// 503), synthesises one from the HTTP code so callers still get code and reason.
+/// Parses an error body into a `Status`, or makes one from the code when it is not one.
 pub fn parse_status(code: u16, body: &str) -> Status {
     match serde_json::from_str::<Status>(body) {
         Ok(mut s) if !s.reason.is_empty() || s.code != 0 => {

@@ -1,6 +1,5 @@
-//! The ureq agent every request goes through: ureq's TCP and CONNECT-proxy connectors, then TLS
-//! with our rustls config, which ureq's own rustls connector cannot take. `ureq::unversioned`
-//! is outside ureq's semver promise: Cargo.toml pins ureq's minor version.
+//! The ureq agent every request goes through, with TLS of our rustls config, which ureq's own
+//! connector cannot take. `ureq::unversioned` is outside semver: Cargo.toml pins ureq's minor.
 
 use std::fmt;
 use std::io::{Read, Write};
@@ -26,9 +25,8 @@ pub const BUFFER: usize = 8 * 1024;
 /// How long a connection (TCP, and CONNECT through a proxy) may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The configuration of an agent through `proxy` (never one ureq finds in the environment),
-/// keeping up to `pool` idle connections. Every status is an answer, no redirect is followed
-/// (one would strip our Authorization), and but for connecting each request sets its timeouts.
+/// An agent's configuration: `proxy` only, `pool` idle connections, every status an answer, no
+/// redirect (one would strip our Authorization), no timeout but connecting's.
 pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentScope> {
     Config::builder()
         .http_status_as_error(false)

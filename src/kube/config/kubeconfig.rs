@@ -503,8 +503,7 @@ fn normalize_server(server: &str) -> Result<String, String> {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
     if let Some((_, host)) = authority.rsplit_once('@') {
-        // Go would send them as Basic auth, which kube-apiserver does not take; kept, they
-        // would be printed wherever the server is named.
+        // Go would send them as Basic auth, which kube-apiserver refuses; kept, we'd log them.
         return Err(format!(
             "server {scheme}://xxxxx@{host}{path} carries a user name or password, which the operator \
              neither sends nor prints: give the credentials in users[].user"

@@ -226,8 +226,7 @@ pub fn load(opts: &LoadOptions) -> Result<ClusterConfig, ConfigError> {
 }
 
 /// Loads the configuration as client-go's loading rules do: `--kubeconfig`, else `KUBECONFIG`
-/// (in place of `~/.kube/config`), else in-cluster when no file named exists. A cluster without
-/// a `proxy-url` takes the environment's proxy.
+/// (in place of `~/.kube/config`), else in-cluster; without `proxy-url`, the environment's proxy.
 pub fn load_with_env(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, ConfigError> {
     let mut config = load_source(opts, env)?;
     if config.proxy.is_none() {

@@ -1,6 +1,5 @@
-//! Which HTTP proxy, if any, carries the connections to the API server, as client-go decides:
-//! the cluster's `proxy-url`, else Go's `http.ProxyFromEnvironment`. Only `http://` proxies
-//! (HTTP CONNECT), and ureq never reads the environment itself: its NO_PROXY is not Go's.
+//! Which `http://` proxy, if any, carries the connections to the API server, as client-go decides;
+//! ureq never reads the environment itself, as its NO_PROXY is not Go's.
 
 use super::{invalid, ConfigError};
 use std::fmt;
@@ -169,9 +168,8 @@ pub(crate) fn host_and_port(uri: &ureq::http::Uri) -> (&str, u16) {
     (host.trim_start_matches('[').trim_end_matches(']'), port)
 }
 
-/// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*`, IP addresses,
-/// CIDRs, `example.com` (and its subdomains), `.example.com` or `*.example.com` (only its
-/// subdomains), each optionally with `:PORT`.
+/// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*`, addresses, CIDRs,
+/// `example.com` (and subdomains), `.example.com` or `*.example.com`, each maybe with `:PORT`.
 fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
     let ip = host.parse::<IpAddr>().ok();
     no_proxy
