@@ -27,7 +27,6 @@ const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 /// An exec plugin still running after this is killed: client-go waits, but it would stall us.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Exec credential API versions we speak.
 const EXEC_API_VERSIONS: [&str; 2] = [
     "client.authentication.k8s.io/v1",
     "client.authentication.k8s.io/v1beta1",

@@ -10,11 +10,9 @@ pub enum Error {
     Api(Box<Status>),
     /// No HTTP answer: DNS, connect, TLS handshake, timeout, connection reset. Transient.
     Transport(String),
-    /// The HTTP proxy could not be reached (`status` 0) or answered our CONNECT with `status`.
-    /// A 401, 403 or 407 needs a person; the others are retried like a transport error.
+    /// The proxy was not reached (`status` 0) or refused CONNECT; retried but for 401/403/407.
     Proxy { status: u16, message: String },
-    /// The TLS handshake failed. Start-up exits on those [`ClusterConfig::tls_misconfigured`]
-    /// names; the others are retried like a transport error.
+    /// The TLS handshake failed; retried unless [`ClusterConfig::tls_misconfigured`] names it.
     Tls(rustls::Error),
     /// A 2xx answer whose body did not decode: a bug or a version skew, retried with backoff.
     Decode(String),

@@ -164,8 +164,7 @@ impl Client {
         self.until.map_or(deadline, |until| deadline.min(until))
     }
 
-    /// When `req` must end: its own timeout, cut to [`Client::until`] and, for a write, to the
-    /// fence. `Err` when the fence refuses the write or no time is left.
+    /// When `req` must end: its timeout, cut to [`Client::until`] and, for a write, the fence.
     fn deadline(&self, req: &Req) -> Result<Instant, Error> {
         let now = Instant::now();
         let mut deadline = self.cut(now + req.timeout);
@@ -200,12 +199,11 @@ impl Client {
         if !self.pooled {
             return Ok(build_agent(&self.inner.config, tls, 0));
         }
-        {
-            let cur = self.inner.agent.read().unwrap_or_else(|p| p.into_inner());
-            if Arc::ptr_eq(&cur.0, &tls) {
-                return Ok(cur.1.clone());
-            }
+        let cur = self.inner.agent.read().unwrap_or_else(|p| p.into_inner());
+        if Arc::ptr_eq(&cur.0, &tls) {
+            return Ok(cur.1.clone());
         }
+        drop(cur);
         let agent = self.pooled_agent(tls.clone());
         *self.inner.agent.write().unwrap_or_else(|p| p.into_inner()) = (tls, agent.clone());
         Ok(agent)

@@ -69,8 +69,7 @@ pub struct WatchParams<'a> {
     pub label_selector: Option<&'a str>,
     pub resource_version: &'a str,
     pub timeout_seconds: u32,
-    /// Not sent: how long the connection may stay silent (not even a bookmark) before the
-    /// watch is given up as dead. Zero: only `timeoutSeconds` + [`WATCH_GRACE`] ends it.
+    /// Not sent: how long the watch may be silent before it is given up (zero: no such limit).
     pub idle_timeout: Duration,
 }
 

@@ -72,8 +72,7 @@ impl Env {
 pub enum ConfigError {
     /// No kubeconfig found and not in a pod. Not retried.
     NoConfiguration(String),
-    /// A kubeconfig, CA, client certificate or key could not be read; `what` says which and
-    /// where it was named (a token file's is [`ConfigError::Credentials`]). Not retried.
+    /// A kubeconfig, CA, certificate or key could not be read; `what` says which. Not retried.
     Read {
         what: String,
         path: PathBuf,
@@ -81,8 +80,7 @@ pub enum ConfigError {
     },
     /// A kubeconfig file is not YAML or not shaped like a kubeconfig. Not retried.
     Parse { path: PathBuf, error: String },
-    /// The configuration is readable but wrong or unsupported (unknown context, no server, bad
-    /// base64, auth-provider, ...); `origin` locates it. Not retried.
+    /// The configuration is readable but wrong or unsupported; `origin` locates it. Not retried.
     Invalid { origin: String, problem: String },
     /// Certificates or keys are unusable. Not retried, but an exec plugin's next ones are tried.
     Tls { origin: String, error: TlsError },
@@ -181,8 +179,7 @@ impl ClusterConfig {
         Ok(built.config.clone())
     }
 
-    /// The line to exit with when a TLS handshake failed for a reason only a change of
-    /// configuration can fix, naming the setting to change; `None` for other TLS failures.
+    /// The line to exit with, naming the setting to change, when only that can fix a handshake.
     pub fn tls_misconfigured(&self, e: &rustls::Error) -> Option<String> {
         use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
         let (server, source) = (&self.server, &self.source);
