@@ -144,7 +144,7 @@ impl Client {
         }
     }
 
-    /// The same client, but a write is sent only while `fence` is open, and ends when it closes.
+    /// The same client, but a write (not a GET) runs only while `fence` is open.
     pub fn fenced(&self, fence: Arc<Fence>) -> Client {
         Client {
             fence: Some(fence),
@@ -168,7 +168,7 @@ impl Client {
     fn deadline(&self, req: &Req) -> Result<Instant, Error> {
         let now = Instant::now();
         let mut deadline = self.cut(now + req.timeout);
-        if let (Some(fence), true) = (&self.fence, is_write(req.method)) {
+        if let (Some(fence), true) = (&self.fence, req.method != "GET") {
             deadline = deadline.min(fence.deadline().ok_or(Error::Fenced)?);
         }
         if deadline <= now {
@@ -218,7 +218,7 @@ impl Client {
             // Counted in flight before the fence is read: a release that closes the fence and
             // then finds no write in flight cannot have missed one about to be sent.
             let in_flight = match &self.fence {
-                Some(f) if is_write(req.method) => Some(f.write_started()),
+                Some(f) if req.method != "GET" => Some(f.write_started()),
                 _ => None,
             };
             let deadline = self.deadline(req)?;
@@ -391,10 +391,6 @@ impl Client {
             })?;
         serde_json::from_slice(&body).map_err(|e| Error::Decode(format!("{method} {path}: {e}")))
     }
-}
-
-fn is_write(method: &str) -> bool {
-    method != "GET"
 }
 
 type Response = ureq::http::Response<ureq::Body>;

@@ -26,13 +26,10 @@ impl fmt::Debug for ProxyEnv {
 
 /// `url` with any `user:password@` cut out of its authority, for `Debug`.
 fn without_credentials(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (format!("{scheme}://"), rest),
-        None => (String::new(), url),
-    };
-    let end = rest.find('/').unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}{host}{}", &rest[end..]),
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}{}", &url[..start], &url[start + at + 1..]),
         None => url.to_string(),
     }
 }
