@@ -1,12 +1,6 @@
-//! Kubernetes Events about any object, written off the caller's path by a thread of their own.
-//!
-//! As client-go's recorder: a repeat of the same note about the same object within
-//! [`DEDUP_WINDOW`] bumps the `count` of the Event already written, a per-object token bucket
-//! (client-go's spam filter) keeps a hot error from flooding the API server, and a failed write
-//! is logged and dropped, never retried in a loop. Each Event written is an API write, so an
-//! INFO line; a 403 is a WARN, as RBAC is for a person to fix. Warnings have an inbox of their
-//! own, written first: a backlog's Normal Events never crowd one out. One request at a time,
-//! the writer takes little of a busy API server.
+//! Kubernetes Events about any object, written by a thread of their own as client-go's recorder
+//! writes them: repeats bump `count`, a per-object token bucket keeps a hot error from flooding
+//! the API server, a failed write is dropped. Warnings go first, never crowded out.
 
 use crate::kube::client::{Client, Error, Resource};
 use crate::kube::types::{Event, EventSource, ObjectMeta, ObjectReference, MAX_NAME_LEN};
@@ -21,16 +15,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A repeated Event within this window updates the first one.
+/// A repeat within this window bumps the Event already written.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(600);
 /// Each object's token bucket: this many Events at once, then one more every `REFILL_EVERY`.
 const BURST: f64 = 25.0;
 const REFILL_EVERY: Duration = Duration::from_secs(300);
-/// Objects the dedupe and rate-limit books remember at most, as client-go's EventCorrelator
-/// (its LRU caches hold 4096), so that memory does not grow with the object count.
+/// Objects the dedupe and rate-limit books remember at most, as client-go's EventCorrelator.
 pub const MAX_REMEMBERED: usize = 4096;
-/// Events of each type waiting to be written; beyond this they are dropped (the reconcile
-/// never waits).
+/// Events of each type waiting to be written; beyond this they are dropped.
 pub const BACKLOG: usize = 1024;
 /// An Event to record: Normal or Warning, a CamelCase reason, a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,8 +56,7 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// The next Event to write, a Warning first if one waits; `None` once every recorder is
-    /// gone and nothing is left.
+    /// The next Event to write, a Warning first; `None` once every recorder is gone.
     fn next(&self) -> Option<Pending> {
         if let Ok(p) = self.warnings.try_recv() {
             return Some(p);
@@ -86,10 +77,8 @@ pub struct Recorder {
     warnings: Sender<Pending>,
     normal: Sender<Pending>,
     kind: Kind,
-    /// Events dropped for a full queue, since start.
     dropped: Arc<AtomicU64>,
-    /// Set by the first drop of an episode (its WARN said so), cleared once the queue is half
-    /// empty again: one line each way however many are dropped in between.
+    /// Whether Events are being dropped: one line when it starts and one when it ends.
     dropping: Arc<AtomicBool>,
     on_drop: DropHook,
 }
@@ -97,8 +86,7 @@ pub struct Recorder {
 impl Recorder {
     /// A recorder of Events about objects of `kind`, and the inbox [`run`] drains.
     pub fn channel(kind: Kind) -> (Recorder, Inbox) {
-        // Unbounded with a length check, as bounded(BACKLOG) allocates all its slots up front;
-        // two workers racing past the check overshoot by one each.
+        // Unbounded with a length check, as bounded(BACKLOG) allocates all its slots up front.
         let (warnings, warnings_rx) = crossbeam_channel::unbounded();
         let (normal, normal_rx) = crossbeam_channel::unbounded();
         let inbox = Inbox {
@@ -116,16 +104,13 @@ impl Recorder {
         (recorder, inbox)
     }
 
-    /// Calls `hook` (a metrics counter) on every Event dropped for a full queue.
     pub fn reporting_drops(mut self, hook: DropHook) -> Recorder {
         self.on_drop = hook;
         self
     }
 
-    /// Queues `note` about the object `meta` describes; never waits. [`BACKLOG`] Events of its
-    /// type behind, it is dropped, as client-go's broadcaster drops on a full channel: the
-    /// first drop of an episode is a WARN, each is counted, and the end of the episode says
-    /// how many.
+    /// Queues `note` about the object `meta` describes; never waits. Behind a full backlog it
+    /// is dropped and counted, as client-go's broadcaster drops on a full channel.
     pub fn record(&self, meta: &ObjectMeta, note: Note) {
         let tx = match note.warning {
             true => &self.warnings,
@@ -148,7 +133,7 @@ impl Recorder {
             log::info!(target: "events", dropped_total = self.dropped.load(Ordering::Relaxed);
                 "the Event queue has room again; Events are written again");
         }
-        // A send fails only once the recorder thread is gone (shutdown): nothing to do then.
+        // A send fails only once the writer is gone (shutdown).
         let _ = tx.send(Pending {
             kind: self.kind,
             namespace: meta.namespace.clone(),
@@ -167,7 +152,6 @@ struct Written {
     at: Instant,
 }
 
-/// Per-object token bucket.
 struct Bucket {
     tokens: f64,
     at: Instant,
@@ -181,7 +165,6 @@ pub struct Book {
     last_prune: Option<Instant>,
 }
 
-/// What to do with one event.
 #[derive(Debug, PartialEq)]
 pub enum Decision {
     /// Write a new Event; [`Book::created`] once it exists.
@@ -230,8 +213,7 @@ impl Book {
         }
     }
 
-    /// The Event of `p` exists now as `name`, with `count` and `first`: its repeats bump it
-    /// (only then, so that a create that failed is not bumped, a 404, for the whole window).
+    /// The Event of `p` exists now as `name`, with `count` and `first`: its repeats bump it.
     pub fn created(&mut self, p: &Pending, name: String, count: i64, first: String, now: Instant) {
         self.written.insert(
             dedup_key(p),
@@ -265,8 +247,7 @@ impl Book {
     }
 }
 
-/// When `map` is full, forgets its older half (by last use), as client-go's LRU eviction
-/// forgets: amortised O(1), one O(n) pass per n/2 insertions.
+/// When `map` is full, forgets its older half (by last use), as client-go's LRU would.
 fn trim<K, V>(map: &mut HashMap<K, V>, at: impl Fn(&V) -> Instant) {
     if map.len() < MAX_REMEMBERED {
         return;
@@ -283,8 +264,7 @@ fn dedup_key(p: &Pending) -> u64 {
     h.finish()
 }
 
-/// `<object>.<16 hex digits>`, as client-go names events, with the object part shortened so
-/// the whole stays a valid name even for a 253-character object name.
+/// `<object>.<16 hex digits>`, as client-go names events, the object part shortened to fit.
 pub fn event_name(object: &str) -> String {
     let suffix = format!("{:016x}", util::rand_u64());
     let room = MAX_NAME_LEN - suffix.len() - 1;
@@ -295,8 +275,7 @@ pub fn event_name(object: &str) -> String {
     format!("{base}.{suffix}")
 }
 
-/// Drains `inbox` until every recorder is gone, writing Events through `client` as
-/// `component` (`source.component` and `reportingComponent`) from `instance`.
+/// Drains `inbox` until every recorder is gone, writing Events as `component` from `instance`.
 pub fn run(client: Client, inbox: Inbox, component: &'static str, instance: String) {
     let mut writer = Writer {
         client,
@@ -309,7 +288,6 @@ pub fn run(client: Client, inbox: Inbox, component: &'static str, instance: Stri
     }
 }
 
-/// Writes Events as `component` from `instance`, remembering those written in `book`.
 struct Writer {
     client: Client,
     component: &'static str,
@@ -338,8 +316,7 @@ impl Writer {
                     .client
                     .merge_patch::<_, IgnoredAny>(events, &p.namespace, &name, &patch)
                 {
-                    // Deleted, or expired after the API server's Event TTL (an hour by
-                    // default): written anew with its count, as client-go does.
+                    // Deleted, or past its TTL: written anew with its count, as client-go does.
                     Err(e) if e.is_not_found() => {
                         self.book.gone(p);
                         ("create_event", self.create(p, name, count, first, &now))
@@ -364,8 +341,7 @@ impl Writer {
         }
     }
 
-    /// POSTs the Event `name` of `p`, `count` times seen since `first`, last at `last`; once
-    /// it exists (and only then: a failed create is not bumped), its repeats bump it.
+    /// POSTs the Event `name` of `p`; only once it exists do its repeats bump it.
     fn create(
         &mut self,
         p: &Pending,

@@ -1,7 +1,5 @@
 //! The write fence: a client given one (`Client::fenced`) sends a write only while it is open,
-//! with a timeout that ends when it closes. Leader election moves it on with every renewal
-//! (`leader` says why that is safe) and closes it when leadership ends, and it counts the
-//! writes in flight, so that whoever ends leadership can tell whether one may still land.
+//! and counts writes in flight so that whoever ends leadership knows whether one may still land.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -20,7 +18,6 @@ const NEVER_OPENED: u64 = 0;
 const ENDED: u64 = u64::MAX;
 
 impl Fence {
-    /// A fence that is closed until [`Fence::open_until`].
     pub fn closed() -> Fence {
         Fence {
             base: Instant::now(),
@@ -37,8 +34,7 @@ impl Fence {
         }
     }
 
-    /// Opens the fence until `t`, or keeps it open that long; never once it has ended, and
-    /// never shorter than it already is.
+    /// Opens the fence until `t`; never once it has ended, never shorter than it already is.
     pub fn open_until(&self, t: Instant) {
         let n = (t.saturating_duration_since(self.base).as_nanos() as u64).clamp(1, ENDED - 1);
         let _ = self
@@ -63,7 +59,6 @@ impl Fence {
     }
 }
 
-/// A write in flight (see [`Fence::write_started`]).
 pub struct InFlight<'a>(&'a Fence);
 
 impl Drop for InFlight<'_> {

@@ -1,4 +1,4 @@
-//! Builds the rustls client configuration the API client's agents use, from kubeconfig-style PEM inputs.
+//! The rustls client configuration of the API client, from kubeconfig-style PEM inputs.
 
 use std::fmt;
 use std::path::Path;
@@ -11,8 +11,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-/// Why a TLS configuration could not be built. Never retried: the inputs are configuration.
-/// Messages never contain certificate or key bytes, so they can be shown as they are.
+/// Why a TLS configuration could not be built; never retried. Messages hold no key material.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TlsError {
@@ -45,15 +44,8 @@ impl fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
-/// Builds a client configuration from kubeconfig-style inputs:
-///
-/// - `ca_pem`: the certificate-authority bundle; `None` trusts the system's, as client-go does
-///   (`$SSL_CERT_FILE`, else the first of [`SYSTEM_BUNDLES`]).
-/// - `insecure`: `insecure-skip-tls-verify`; the server certificate is not checked at all (its
-///   handshake signature still is), and `ca_pem` and `server_name` are ignored.
-/// - `server_name`: `tls-server-name`, verified instead of the URL host (SNI stays the URL
-///   host, unlike client-go: see "The API client" in docs/design.md).
-/// - `client_auth`: client certificate chain and private key (PKCS#1, SEC1 or PKCS#8), as PEM.
+/// A client configuration: `ca_pem` `None` trusts the system's, as client-go; `server_name` is
+/// verified in place of the URL host, which stays the SNI (docs/design.md, "The API client").
 pub fn client_config(
     ca_pem: Option<&[u8]>,
     insecure: bool,
@@ -90,7 +82,7 @@ pub fn client_config(
             let chain = certificates(&cert_pem).map_err(TlsError::ClientCertificate)?;
             let key = PrivateKeyDer::from_pem_slice(&key_pem)
                 .map_err(|e| TlsError::ClientKey(pem_problem(&e, "private key")))?;
-            // rustls checks that the key's public half is the certificate's (CertifiedKey::keys_match).
+            // rustls checks that the key is the certificate's.
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| match e {
@@ -113,8 +105,7 @@ fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
-/// A root store from a CA bundle. Like Go's `AppendCertsFromPEM`, certificates that do not parse
-/// are skipped as long as at least one does.
+/// A root store from a CA bundle, skipping certificates that do not parse, as Go does.
 fn root_store(pem: &[u8]) -> Result<RootCertStore, TlsError> {
     let certs = certificates(pem).map_err(TlsError::Ca)?;
     let mut roots = RootCertStore::empty();
@@ -125,8 +116,7 @@ fn root_store(pem: &[u8]) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// Where Go's crypto/x509 looks for the system CA bundle on Linux, in its order: the machine's
-/// trust (a corporate CA included), as kubectl has, rather than a compiled-in one.
+/// Where Go's crypto/x509 looks for the system CA bundle on Linux, in its order.
 pub const SYSTEM_BUNDLES: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, distroless
     "/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL 6
@@ -144,8 +134,7 @@ fn system_roots() -> Result<RootCertStore, TlsError> {
     }
 }
 
-/// Roots from the first of `candidates` that exists; a file that exists but cannot be read or
-/// holds no certificate is an error, not a reason to try the next (Go stops there too).
+/// Roots from the first of `candidates` that exists, as Go reads them: a bad one is an error.
 fn first_bundle(candidates: &[&Path]) -> Result<RootCertStore, TlsError> {
     for path in candidates {
         let roots = match std::fs::read(path) {
@@ -164,8 +153,7 @@ fn first_bundle(candidates: &[&Path]) -> Result<RootCertStore, TlsError> {
     )))
 }
 
-/// A short description of a PEM problem. Written here rather than using the error's Display,
-/// which may quote lines of the input (possibly key material).
+/// A PEM problem in our words: the error's Display may quote the input, key material too.
 fn pem_problem(error: &rustls::pki_types::pem::Error, wanted: &str) -> String {
     use rustls::pki_types::pem::Error;
     match error {
@@ -177,8 +165,8 @@ fn pem_problem(error: &rustls::pki_types::pem::Error, wanted: &str) -> String {
     }
 }
 
-/// Verifies the server certificate with webpki, against `name` (tls-server-name) when set, or
-/// not at all (insecure); the handshake signature always, so the peer holds the key it shows.
+/// Verifies the server certificate with webpki, against `name` when set, or not at all
+/// (insecure); the handshake signature always, so the peer holds the key it shows.
 #[derive(Debug)]
 struct Verifier {
     /// `None`: insecure-skip-tls-verify.

@@ -1,8 +1,5 @@
-//! The core Kubernetes objects (metadata, pods, events, statuses) reduced to the fields the
-//! operator uses. Unknown fields are ignored on decode, so a pod the API server returns with all
-//! its defaults (tolerations, volumes, managedFields...) costs only what we keep; desired and
-//! actual state are compared on the fields we set, never on whole objects. Types we only read
-//! (a pod's status, `Status`) are not `Serialize`, types we only write (`Event`) not `Deserialize`.
+//! The core Kubernetes objects reduced to the fields the operator uses; desired and actual
+//! state are compared on the fields we set, never on whole objects.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -97,8 +94,7 @@ pub struct Pod {
 pub struct PodSpec {
     #[serde(default)]
     pub containers: Vec<Container>,
-    /// Other fields of a pod we create (from a pod template), sent as given beside the typed
-    /// ones. Never filled on decode: a pod read back keeps only what we compare.
+    /// Other fields of a pod we create, sent as given; never filled on decode.
     #[serde(flatten, skip_deserializing)]
     pub rest: serde_json::Map<String, serde_json::Value>,
     /// The node the scheduler bound it to (`spec.nodeName`): read, never sent.
@@ -116,8 +112,7 @@ pub struct Container {
     pub rest: serde_json::Map<String, serde_json::Value>,
 }
 
-/// A pod's `status`, reduced to what tells a user whether the pod runs and, if not, why: the
-/// phase, the kubelet's conditions and the state of each container.
+/// A pod's `status`, reduced to what tells a user whether the pod runs and, if not, why.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct PodStatus {
@@ -131,8 +126,7 @@ pub struct PodStatus {
     pub init_container_statuses: Vec<ContainerStatus>,
 }
 
-/// One of a pod's conditions (`PodScheduled`, `Initialized`, `ContainersReady`, `Ready`,
-/// `DisruptionTarget`).
+/// One of a pod's conditions (`PodScheduled`, `Ready`, ...).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct PodCondition {
     #[serde(rename = "type")]
@@ -168,7 +162,7 @@ pub struct Running {
     pub started_at: Option<String>,
 }
 
-/// A container's `waiting` or `terminated` state (the times are set on `terminated` only).
+/// A container's `waiting` or `terminated` state.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct StateDetail {
@@ -180,7 +174,6 @@ pub struct StateDetail {
 }
 
 impl Pod {
-    /// `status.phase`, or "" when the server has not set one.
     pub fn phase(&self) -> &str {
         self.status
             .as_ref()
@@ -188,18 +181,15 @@ impl Pod {
             .unwrap_or("")
     }
 
-    /// Whether this pod, as a DELETE answered it, is gone: deleted with a grace period of 0
-    /// (unscheduled, terminal, or forced; see `CheckGracefulDelete` in the API server's pod
-    /// strategy) and held by no finalizer. A pod still being deleted gracefully is not.
+    /// Whether this pod, as a DELETE answered it, is gone: no grace period (the API server's
+    /// `CheckGracefulDelete`) and no finalizer.
     pub fn is_removed(&self) -> bool {
         self.metadata.deletion_grace_period_seconds == Some(0)
             && self.metadata.finalizers.is_empty()
     }
 }
 
-/// An object's uid, in 16 bytes when it is a UUID as the API server makes them (`8-4-4-4-12`
-/// lowercase hex), else as written: what the operator keeps of a uid for every pod and object
-/// it knows, where 36-byte strings would be most of the memory.
+/// An object's uid, in 16 bytes when it is a UUID: the operator keeps one per object it knows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Uid {
     Uuid([u8; 16]),
@@ -257,7 +247,6 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-/// A UUID's 16 bytes as Kubernetes writes them.
 pub fn format_uuid(u: &[u8; 16]) -> String {
     let mut s = format!("{:032x}", u128::from_be_bytes(*u));
     for at in [20, 16, 12, 8] {
@@ -266,8 +255,7 @@ pub fn format_uuid(u: &[u8; 16]) -> String {
     s
 }
 
-/// Any object reduced to its `metadata`: an item of a metadata-only list
-/// (`PartialObjectMetadata`), or of an ordinary one read for its metadata alone.
+/// Any object reduced to its `metadata` (`PartialObjectMetadata`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct PartialObjectMetadata {
     #[serde(default)]
@@ -322,16 +310,14 @@ pub struct Status {
     pub reason: String,
     pub code: u16,
     pub details: Option<StatusDetails>,
-    /// The texts of the answer's `Warning` headers, beside the body: a pod refused for what
-    /// is left once the fields the server does not know were dropped says so only there.
+    /// The answer's `Warning` texts: only they name unknown fields dropped from a refused pod.
     #[serde(skip)]
     pub warnings: Vec<String>,
 }
 
 impl Status {
-    /// A read or watch from a resourceVersion the server has not reached: 504 Timeout with the
-    /// cause `ResourceVersionTooLarge`, or "Too large resource version" in the words of servers
-    /// before 1.18.6, as client-go's reflector reads it (`isTooLargeResourceVersionError`).
+    /// A read or watch from a resourceVersion the server has not reached: 504 with the cause
+    /// `ResourceVersionTooLarge` or its older message, as client-go's reflector reads it.
     pub fn is_resource_version_too_large(&self) -> bool {
         let mut causes = self.details.iter().flat_map(|d| &d.causes);
         self.code == 504
@@ -363,7 +349,6 @@ pub fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-/// Splits a `namespace/name` key; `None` when it has no slash.
 pub fn split_key(key: &str) -> Option<(&str, &str)> {
     key.split_once('/')
 }

@@ -1,5 +1,4 @@
-//! Exec credential plugins (client.authentication.k8s.io v1 and v1beta1), as kubectl runs
-//! them: the command, its environment and cluster info, its answer cached until it expires.
+//! Exec credential plugins as kubectl runs them, each answer cached until it expires.
 
 use super::*;
 
@@ -49,9 +48,7 @@ pub(super) struct ExecStatus {
 }
 
 impl ExecPlugin {
-    /// The cached credential, or a new one if there is none or it is about to expire. A
-    /// credential without expirationTimestamp is kept until `invalidate()`, as in client-go.
-    /// The lock is held while the plugin runs, so concurrent callers wait for one run.
+    /// The cached credential, or a new one if it is about to expire; concurrent callers wait.
     pub(super) fn credential(&self) -> Result<Arc<ExecCredential>, Error> {
         let mut cached = lock(&self.cached);
         let soon = SystemTime::now() + EXEC_EXPIRY_MARGIN;
@@ -90,8 +87,7 @@ impl ExecPlugin {
             "kind": "ExecCredential",
             "spec": spec,
         });
-        // stderr is passed through (client-go does the same) so the plugin's own diagnostics
-        // reach the operator's log stream.
+        // stderr is passed through, as client-go does, for the plugin's own diagnostics.
         let spawned = Command::new(&config.command)
             .args(&config.args)
             .envs(config.env.iter().map(|(k, v)| (k, v)))
@@ -113,8 +109,7 @@ impl ExecPlugin {
             Err(e) => return Err(self.error(format!("cannot run exec plugin {command:?}: {e}"))),
         };
 
-        // Read stdout on a helper thread so a plugin that never exits (or leaves a child holding
-        // the pipe) cannot block us past the timeout.
+        // Read on a thread of its own, so a plugin that never closes it cannot block us.
         let (tx, rx) = mpsc::channel();
         if let Some(mut stdout) = child.stdout.take() {
             std::thread::spawn(move || {
@@ -153,8 +148,7 @@ impl ExecPlugin {
         self.parse(&stdout)
     }
 
-    /// Checks the output the way client-go does: same apiVersion as requested, a status, and a
-    /// token or a complete certificate/key pair.
+    /// Checks the output as client-go does: the apiVersion asked for, a token or a key pair.
     fn parse(&self, stdout: &[u8]) -> Result<ExecCredential, Error> {
         let output: ExecOutput = serde_json::from_slice(stdout).map_err(|e| {
             let why = redact_values(&e.to_string());

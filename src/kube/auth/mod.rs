@@ -1,7 +1,5 @@
 //! Credentials for API requests: a static token, a token file re-read as the kubelet rotates
 //! it, or an exec credential plugin (`exec.rs`), each refreshed on demand after a 401.
-//!
-//! Not here: where the settings come from (`config`) or the requests themselves (`client`).
 
 use std::ffi::OsString;
 use std::fmt;
@@ -20,43 +18,33 @@ mod exec;
 pub(crate) use exec::ExecConfig;
 use exec::*;
 
-/// How long a token read from a file is used before the file is read again. Bound
-/// service-account tokens are rotated by the kubelet at 80% of their lifetime (an hour or more),
-/// and client-go re-reads token files every minute (`NewCachedFileTokenSource`).
+/// How long a token file's token is kept before a re-read (client-go's `NewCachedFileTokenSource`).
 const TOKEN_FILE_MAX_AGE: Duration = Duration::from_secs(60);
 
-/// An exec credential is refreshed this long before its expirationTimestamp, so a request
-/// sent just before expiry does not arrive just after it.
+/// An exec credential is refreshed this long before it expires, lest a request arrive after.
 const EXEC_EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 
-/// An exec plugin that has not finished after this long is killed. client-go waits forever,
-/// but a hung plugin here would stall every request of the operator.
+/// An exec plugin still running after this is killed: client-go waits, but it would stall us.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Exec credential API versions we speak. v1alpha1 was removed in Kubernetes 1.24.
 const EXEC_API_VERSIONS: [&str; 2] = [
     "client.authentication.k8s.io/v1",
     "client.authentication.k8s.io/v1beta1",
 ];
 
-/// Why a credential could not be set up or produced. Every message names where it is
-/// configured (`kubeconfig PATH, user "NAME", exec`) or the file at fault, never a token or key.
+/// Why a credential could not be set up or produced; messages never hold a token or key.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A token file cannot be read, or is empty. At load: not retried. A failed re-read of a
-    /// rotating token file keeps the previous token instead (see `TokenFile::current`).
+    /// A token file cannot be read, or is empty. Found at load; not retried.
     Read {
         what: String,
         path: PathBuf,
         error: io::Error,
     },
-    /// An exec plugin setting the operator cannot honour (an apiVersion it does not speak,
-    /// `interactiveMode: Always`). Found at load; not retried.
+    /// An exec plugin setting the operator cannot honour. Found at load; not retried.
     Unsupported { origin: String, problem: String },
-    /// An exec credential plugin was not found, failed, timed out or printed a bad
-    /// ExecCredential. Returned on use (`authorization()`, `client_certificate()`); the plugin
-    /// runs again on the next call, so callers retry with backoff.
+    /// An exec plugin failed or printed a bad ExecCredential; retried, as it runs again next call.
     Exec { origin: String, problem: String },
 }
 
@@ -117,8 +105,7 @@ impl Credentials {
         Credentials(Source::Token(token))
     }
 
-    /// A token read from `path` now (so a missing file fails at startup) and again whenever the
-    /// copy is older than a minute. `what` names the file in errors.
+    /// A token read from `path` now, so that a missing file fails at startup, and again later.
     pub(crate) fn token_file(path: PathBuf, what: String) -> Result<Credentials, Error> {
         let token = read_token(&path, &what)?;
         let reread_at = Instant::now() + TOKEN_FILE_MAX_AGE;
@@ -151,8 +138,7 @@ impl Credentials {
         Err(Error::Unsupported { origin, problem })
     }
 
-    /// The Authorization header value to send ("Bearer ..."), or None for cert-only/anonymous.
-    /// Re-reads a rotating token file / re-runs an expired exec plugin as needed.
+    /// The Authorization header to send ("Bearer ..."), or None for cert-only/anonymous.
     pub fn authorization(&self) -> Result<Option<String>, Error> {
         let token = match &self.0 {
             Source::Anonymous => None,
@@ -172,21 +158,13 @@ impl Credentials {
         }
     }
 
-    /// The client certificate and key (PEM) an exec plugin handed out, running it if needed;
-    /// None for every other kind of credential.
-    pub(crate) fn client_certificate(&self) -> Result<Option<PemPair>, Error> {
-        match &self.0 {
-            Source::Exec(plugin) => Ok(plugin.credential()?.client.clone()),
-            _ => Ok(None),
-        }
-    }
-
-    /// Where the exec plugin is configured, for error messages.
-    pub(crate) fn exec_origin(&self) -> Option<&str> {
-        match &self.0 {
-            Source::Exec(plugin) => Some(&plugin.config.origin),
-            _ => None,
-        }
+    /// The client certificate and key an exec plugin handed out, and where it is configured.
+    pub(crate) fn client_certificate(&self) -> Result<Option<(PemPair, &str)>, Error> {
+        let Source::Exec(plugin) = &self.0 else {
+            return Ok(None);
+        };
+        let pair = plugin.credential()?.client.clone();
+        Ok(pair.map(|pair| (pair, plugin.config.origin.as_str())))
     }
 }
 
@@ -202,9 +180,7 @@ struct CachedToken {
 }
 
 impl TokenFile {
-    /// The token, re-read lazily once the cached copy is due. If the re-read fails (the kubelet
-    /// swaps the file by symlink, a read can race it) the previous token is kept, as client-go's
-    /// caching token source does, and the file is tried again a minute later.
+    /// The token, re-read once due; a read racing the kubelet's swap keeps the old, as client-go.
     fn current(&self) -> String {
         let mut cached = lock(&self.cached);
         if Instant::now() >= cached.reread_at {
@@ -233,8 +209,7 @@ fn read_token(path: &Path, what: &str) -> Result<String, Error> {
     Ok(token.to_string())
 }
 
-/// Removes the offending value serde quotes in "invalid type/value" messages (for example
-/// `invalid type: integer `123`, expected a string`): that value may be a token.
+/// Removes the value serde quotes in "invalid type/value" messages: it may be a token.
 pub(crate) fn redact_values(message: &str) -> String {
     const MARKERS: [&str; 5] = [
         "string \"",

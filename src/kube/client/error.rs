@@ -1,34 +1,25 @@
-//! What a request can fail with: the server's `Status` for every non-2xx answer, or why no
-//! answer came.
+//! What a request can fail with: the server's `Status`, or why no answer came.
 
 use super::*;
 
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// The API server answered 4xx/5xx. Carries the parsed `Status` (synthesised from the HTTP
-    /// code when the body was not one). Callers decide from the code: 404/409/410/422 are
-    /// answers, 429/5xx are transient, 401/403 need a person.
+    /// The API server answered 4xx/5xx, with its `Status` (or one made from the code). 404, 409,
+    /// 410 and 422 are answers, 429 and 5xx transient, 401 and 403 need a person.
     Api(Box<Status>),
-    /// No HTTP answer: DNS, connect, TLS handshake, timeout ("no answer in N s"), connection
-    /// reset. Transient.
+    /// No HTTP answer: DNS, connect, TLS handshake, timeout, connection reset. Transient.
     Transport(String),
-    /// The HTTP proxy between us and the API server failed us: it could not be reached
-    /// (`status` 0), or it answered our CONNECT with `status`. A 401/403/407 needs a person (a
-    /// proxy's credentials or policy); the others are retried like a transport error.
+    /// The proxy was not reached (`status` 0) or refused CONNECT; retried but for 401/403/407.
     Proxy { status: u16, message: String },
-    /// The TLS handshake failed: a server certificate that did not verify, or ours refused.
-    /// [`ClusterConfig::tls_misconfigured`] says whether only a change of configuration can fix
-    /// it (start-up exits on those); otherwise retried like a transport error.
+    /// The TLS handshake failed; retried unless [`ClusterConfig::tls_misconfigured`] names it.
     Tls(rustls::Error),
-    /// A 2xx answer whose body did not decode as the expected type. A bug or a version skew;
-    /// retried with backoff like a transient error, but logged as such.
+    /// A 2xx answer whose body did not decode: a bug or a version skew, retried with backoff.
     Decode(String),
     /// Credentials could not be produced (exec plugin failed, token file unreadable).
     Credentials(ConfigError),
     /// A write refused before it was sent: this replica does not hold the leader Lease, or may
-    /// no longer (see [`Fence`]). Transient: the reconcile is retried with backoff, and a
-    /// replica that lost the Lease exits.
+    /// no longer (see [`Fence`]). Retried with backoff; a replica that lost the Lease exits.
     Fenced,
 }
 
@@ -51,8 +42,7 @@ impl Error {
         self.status()
             .is_some_and(|s| s.code == 409 && s.reason == "AlreadyExists")
     }
-    /// 409 Conflict: a stale resourceVersion, or a DELETE's uid precondition that did not match
-    /// (a PATCH's uid answers 422, see [`Error::is_uid_changed`]).
+    /// 409 Conflict: a stale resourceVersion, or a DELETE's uid precondition that did not match.
     pub fn is_conflict(&self) -> bool {
         self.code() == 409 && !self.is_already_exists()
     }
@@ -70,8 +60,7 @@ impl Error {
     pub fn is_invalid(&self) -> bool {
         self.code() == 422
     }
-    /// The fields the API server said it did not know (`unknown field "spec.x"` warnings)
-    /// and dropped before it judged the object, in an error's answer.
+    /// The fields the API server warned it did not know and dropped, in an error's answer.
     pub fn unknown_fields(&self) -> Vec<&str> {
         self.status().map_or(Vec::new(), |s| {
             s.warnings
@@ -80,8 +69,7 @@ impl Error {
                 .collect()
         })
     }
-    /// 422 Invalid with a cause on `metadata.uid`: a PATCH carrying the object's uid met another
-    /// object of the name (fixture kube-1.28-kubelet/18), which `ReleasePod` takes as replaced.
+    /// 422 with a cause on `metadata.uid`: a PATCH carrying a uid met another object of the name.
     pub fn is_uid_changed(&self) -> bool {
         self.is_invalid()
             && self
@@ -89,14 +77,12 @@ impl Error {
                 .and_then(|s| s.details.as_ref())
                 .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
     }
-    /// A watch or read from a resourceVersion the server has not reached (see
-    /// [`Status::is_resource_version_too_large`]): list again.
+    /// See [`Status::is_resource_version_too_large`]: list again.
     pub fn is_resource_version_too_large(&self) -> bool {
         self.status()
             .is_some_and(Status::is_resource_version_too_large)
     }
-    /// How long the server asked us to wait before trying again (`Retry-After`, or
-    /// `details.retryAfterSeconds` of its Status), if it did.
+    /// How long the server asked us to wait (`Retry-After` or `details.retryAfterSeconds`).
     pub fn retry_after(&self) -> Option<Duration> {
         let seconds = self.status()?.details.as_ref()?.retry_after_seconds;
         seconds.map(Duration::from_secs)

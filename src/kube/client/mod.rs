@@ -1,6 +1,5 @@
-//! Typed client for the handful of Kubernetes REST calls the operator makes: credentials,
-//! retries of 429/503 after `Retry-After` and of a 401 once with fresh credentials, every
-//! non-2xx answer an [`Error::Api`] with the server's `Status`. No header is ever logged.
+//! Typed client for the Kubernetes REST calls the operator makes: retries of 429/503 and of a
+//! 401 once with fresh credentials, every non-2xx an [`Error::Api`]. No header is ever logged.
 
 use crate::kube::config::{ClusterConfig, ConfigError};
 use crate::kube::fence::Fence;
@@ -29,8 +28,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WATCH_GRACE: Duration = Duration::from_secs(30);
 const JSON: &str = "application/json";
 const USER_AGENT: &str = concat!("immortal-operator/", env!("CARGO_PKG_VERSION"));
-/// What a metadata-only list accepts: kube-apiserver's `PartialObjectMetadataList` (only each
-/// object's `metadata`), or else whole objects, which read the same to a decoder of `metadata`.
+/// What a metadata-only list accepts: `PartialObjectMetadataList`, else whole objects.
 const METADATA_LIST: &str =
     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
 
@@ -38,12 +36,10 @@ const METADATA_LIST: &str =
 const THROTTLE_ATTEMPTS: u32 = 4;
 /// Longest we honour a `Retry-After` before giving the error back to the caller's own backoff.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
-/// Distinct `Warning` texts logged at WARN, at most; later ones are logged at DEBUG, so that
-/// warnings naming each object (a field dropped from every pod) cannot grow the set for ever.
+/// Distinct `Warning` texts logged at WARN, at most, however many objects they name.
 const WARNED_AT_MOST: usize = 256;
 
-/// Told of every request a client sent (each attempt of a retried one): its method and the
-/// HTTP status it was answered with (0: no answer at all).
+/// Told of every request sent (each attempt of a retried one): its method and status (0: none).
 pub type RequestHook = fn(method: &'static str, code: u16);
 
 /// The HTTP client every thread shares. Cheap to clone: all state is behind `Arc`s.
@@ -72,12 +68,10 @@ struct Inner {
     config: ClusterConfig,
     agent: RwLock<(Arc<rustls::ClientConfig>, ureq::Agent)>,
     max_idle_per_host: usize,
-    /// The texts of the `Warning`s logged so far (see [`Client::note_warnings`]).
     warned: Mutex<HashSet<String>>,
 }
 
-/// An agent that keeps up to `pool` idle connections for reuse, through the cluster's proxy
-/// if it has one (a CONNECT tunnel, pooled like any connection).
+/// An agent that keeps up to `pool` idle connections, through the cluster's proxy if any.
 fn build_agent(config: &ClusterConfig, tls: Arc<rustls::ClientConfig>, pool: usize) -> ureq::Agent {
     let proxy = config.proxy.as_ref().map(|p| p.ureq.clone());
     transport::agent_with(tls, transport::config(proxy, pool).build())
@@ -108,16 +102,13 @@ impl<'a> Req<'a> {
     }
 
     fn no_time_left(&self) -> String {
-        format!(
-            "{} {}: no time left before the deadline; not sent",
-            self.method, self.path
-        )
+        let (method, path) = (self.method, self.path);
+        format!("{method} {path}: no time left before the deadline; not sent")
     }
 }
 
 impl Client {
-    /// Builds a client over `config`. `connections` is how many requests may run at once (one
-    /// per reconcile worker plus the watchers); that many idle connections are kept for reuse.
+    /// A client over `config`, keeping an idle connection for each of `connections` at once.
     pub fn new(config: ClusterConfig, connections: usize) -> Result<Client, ConfigError> {
         let tls = config.tls_config()?;
         let max_idle_per_host = connections.max(2);
@@ -153,8 +144,7 @@ impl Client {
         }
     }
 
-    /// The same client, but a write (any method but GET) is sent only while `fence` is open,
-    /// with a timeout that ends when the fence closes. Reads are not fenced.
+    /// The same client, but a write (not a GET) runs only while `fence` is open.
     pub fn fenced(&self, fence: Arc<Fence>) -> Client {
         Client {
             fence: Some(fence),
@@ -162,8 +152,7 @@ impl Client {
         }
     }
 
-    /// The same client, but every request on a connection of its own, closed when it ends: for
-    /// requests minutes apart, whose pooled connection would sit idle, its TLS buffers resident.
+    /// The same client, but each request on a connection of its own: for requests minutes apart.
     pub fn unpooled(&self) -> Client {
         Client {
             pooled: false,
@@ -171,17 +160,15 @@ impl Client {
         }
     }
 
-    /// `deadline`, or [`Client::until`] if sooner.
     fn cut(&self, deadline: Instant) -> Instant {
         self.until.map_or(deadline, |until| deadline.min(until))
     }
 
-    /// When `req` must end: its own timeout, cut to [`Client::until`] and, for a write, to the
-    /// fence. `Err` when the fence refuses the write or no time is left.
+    /// When `req` must end: its timeout, cut to [`Client::until`] and, for a write, the fence.
     fn deadline(&self, req: &Req) -> Result<Instant, Error> {
         let now = Instant::now();
         let mut deadline = self.cut(now + req.timeout);
-        if let (Some(fence), true) = (&self.fence, is_write(req.method)) {
+        if let (Some(fence), true) = (&self.fence, req.method != "GET") {
             deadline = deadline.min(fence.deadline().ok_or(Error::Fenced)?);
         }
         if deadline <= now {
@@ -198,7 +185,6 @@ impl Client {
         log::debug!(target: "client", server = self.inner.config.server.as_str(); "dropped every pooled connection");
     }
 
-    /// The cluster this client talks to (for logs).
     pub fn config(&self) -> &ClusterConfig {
         &self.inner.config
     }
@@ -207,20 +193,17 @@ impl Client {
         build_agent(&self.inner.config, tls, self.inner.max_idle_per_host)
     }
 
-    /// Unpooled, an agent of the request's own; else the pooled one (a watch's too: its
-    /// timeouts are the request's), rebuilt when an exec plugin handed out a new client
-    /// certificate.
+    /// The pooled agent, rebuilt for an exec plugin's new client certificate; else one's own.
     fn agent(&self) -> Result<ureq::Agent, Error> {
         let tls = self.inner.config.tls_config().map_err(Error::Credentials)?;
         if !self.pooled {
             return Ok(build_agent(&self.inner.config, tls, 0));
         }
-        {
-            let cur = self.inner.agent.read().unwrap_or_else(|p| p.into_inner());
-            if Arc::ptr_eq(&cur.0, &tls) {
-                return Ok(cur.1.clone());
-            }
+        let cur = self.inner.agent.read().unwrap_or_else(|p| p.into_inner());
+        if Arc::ptr_eq(&cur.0, &tls) {
+            return Ok(cur.1.clone());
         }
+        drop(cur);
         let agent = self.pooled_agent(tls.clone());
         *self.inner.agent.write().unwrap_or_else(|p| p.into_inner()) = (tls, agent.clone());
         Ok(agent)
@@ -235,7 +218,7 @@ impl Client {
             // Counted in flight before the fence is read: a release that closes the fence and
             // then finds no write in flight cannot have missed one about to be sent.
             let in_flight = match &self.fence {
-                Some(f) if is_write(req.method) => Some(f.write_started()),
+                Some(f) if req.method != "GET" => Some(f.write_started()),
                 _ => None,
             };
             let deadline = self.deadline(req)?;
@@ -268,7 +251,7 @@ impl Client {
             };
             let retry = resp.headers().get("Retry-After");
             let wait = retry_after(retry.and_then(|v| v.to_str().ok()));
-            // An error's body is a Status; 1 MiB is far more than any.
+            // An error's body is a Status, never large.
             let body = resp
                 .body_mut()
                 .with_config()
@@ -292,14 +275,8 @@ impl Client {
                 }
                 Again::No => {
                     let mut status = parse_status(code, &body);
-                    status.warnings = resp
-                        .headers()
-                        .get_all("Warning")
-                        .iter()
-                        .flat_map(|v| warning_texts(&String::from_utf8_lossy(v.as_bytes())))
-                        .collect();
-                    // Keep the server's wish for whoever retries later (the queue, a
-                    // watcher): they must not come back sooner than it asked.
+                    status.warnings = warnings(&resp);
+                    // Whoever retries later must not come back sooner than the server asked.
                     if let Some(w) = wait {
                         let details = status.details.get_or_insert_with(Default::default);
                         details.retry_after_seconds.get_or_insert(w.as_secs());
@@ -310,44 +287,32 @@ impl Client {
         }
     }
 
-    /// Logs the `Warning`s of an answer to `req` (a deprecated API, a field the server does
-    /// not know and dropped, an admission policy's warning): each text once at WARN, as
-    /// client-go's warning handler can deduplicate them, then at DEBUG.
+    /// Logs each `Warning` text once at WARN, as client-go's handler can, then at DEBUG.
     fn note_warnings(&self, req: &Req, resp: &Response) {
-        for value in resp.headers().get_all("Warning") {
-            for text in warning_texts(&String::from_utf8_lossy(value.as_bytes())) {
-                if self.first_warning(&text) {
-                    log::warn!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
-                } else {
-                    log::debug!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
-                }
+        for text in warnings(resp) {
+            if self.first_warning(&text) {
+                log::warn!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
+            } else {
+                log::debug!(target: "client", method = req.method, path = req.path; "the API server warns: {text}");
             }
         }
     }
 
-    /// Whether `text` is a `Warning` this client and those made from it have not logged at
-    /// WARN yet, and there is room to remember it ([`WARNED_AT_MOST`]).
+    /// Whether `text` is new to this client and those made from it, with room to remember it.
     fn first_warning(&self, text: &str) -> bool {
         let mut warned = self.inner.warned.lock().unwrap_or_else(|p| p.into_inner());
         warned.len() < WARNED_AT_MOST && warned.insert(text.to_string())
     }
 
-    /// Why `req` got no answer, after `waited`: the proxy's doing when it was (it could not be
-    /// reached, or refused the CONNECT), else what ureq says, a silence said as such.
+    /// Why `req` got no answer after `waited`: the proxy's doing when it was, else ureq's words.
     fn no_answer(&self, req: &Req, e: &ureq::Error, waited: Duration) -> Error {
         let url = format!("{}{}", self.inner.config.server, req.path);
         let at = format!("{} {url}", req.method);
         let secs = waited.as_secs_f64().round();
-        let Some(proxy) = &self.inner.config.proxy else {
-            return match timed_out(e) {
-                true => Error::Transport(format!("{at}: no answer in {secs} s")),
-                false => Error::Transport(format!("{at}: {e}")),
-            };
-        };
-        let shown = &proxy.shown;
-        let message = match e {
+        let proxy = self.inner.config.proxy.as_ref().map(|p| &p.shown);
+        let message = match (proxy, e) {
             // ureq says "proxy server responded 407/407", or "proxy server did not respond".
-            ureq::Error::ConnectProxyFailed(m) => {
+            (Some(shown), ureq::Error::ConnectProxyFailed(m)) => {
                 let code = m
                     .split_once("responded ")
                     .and_then(|(_, s)| s.split('/').next());
@@ -367,17 +332,19 @@ impl Client {
             }
             // With a proxy, the only connection we open is to the proxy; a TLS handshake with
             // the server that goes unanswered is said by our connector, as an io::Error.
-            ureq::Error::Timeout(ureq::Timeout::Connect) => {
+            (Some(shown), ureq::Error::Timeout(ureq::Timeout::Connect)) => {
                 format!(
                     "the proxy {shown} did not accept our connection or answer CONNECT in {secs} s"
                 )
             }
-            ureq::Error::HostNotFound => format!("cannot resolve the proxy {shown}"),
-            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            (Some(shown), ureq::Error::HostNotFound) => format!("cannot resolve the proxy {shown}"),
+            (Some(shown), ureq::Error::Io(io))
+                if io.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
                 format!("cannot connect to the proxy {shown}: {io}")
             }
-            e if timed_out(e) => return Error::Transport(format!("{at}: no answer in {secs} s")),
-            e => return Error::Transport(format!("{at}: {e}")),
+            _ if timed_out(e) => return Error::Transport(format!("{at}: no answer in {secs} s")),
+            _ => return Error::Transport(format!("{at}: {e}")),
         };
         Error::Proxy { status: 0, message }
     }
@@ -395,8 +362,7 @@ impl Client {
         if let Some(auth) = auth.map_err(transport_error)? {
             r = r.header("Authorization", &auth);
         }
-        // Measured after the credentials, which may have taken a while (an exec plugin): the
-        // whole request, answer body included, must be over by the deadline.
+        // Measured after the credentials, which an exec plugin may have taken a while for.
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(transport_error(req.no_time_left()));
@@ -409,10 +375,9 @@ impl Client {
 
     fn json<T: DeserializeOwned>(&self, req: &Req) -> Result<T, Error> {
         let resp = self.send(req)?;
-        // Read the body whole, then parse the slice: serde_json's reader-based parser goes
-        // byte by byte through io::Read and costs several times more CPU than parsing a slice.
-        // Through a reader: ureq's read_to_vec stops at 10 MB, and a list page of thousands of
-        // objects is more.
+        let (method, path) = (req.method, req.path);
+        // Read whole, then parsed as a slice, which is much cheaper than serde_json's reader;
+        // through a reader, as ureq's read_to_vec has a limit a long list page can pass.
         let len = resp.body().content_length().unwrap_or(4096) as usize;
         let mut body = Vec::with_capacity(len.min(1 << 20));
         resp.into_body()
@@ -422,26 +387,22 @@ impl Client {
                 if is_timeout(&e) {
                     self.forget_connections();
                 }
-                Error::Transport(format!(
-                    "{} {}: reading the answer: {e}",
-                    req.method, req.path
-                ))
+                Error::Transport(format!("{method} {path}: reading the answer: {e}"))
             })?;
-        serde_json::from_slice(&body)
-            .map_err(|e| Error::Decode(format!("{} {}: {e}", req.method, req.path)))
+        serde_json::from_slice(&body).map_err(|e| Error::Decode(format!("{method} {path}: {e}")))
     }
 }
 
-/// Whether a request of this method may change something, and so is fenced.
-fn is_write(method: &str) -> bool {
-    method != "GET"
-}
-
-/// An answer, whatever its status.
 type Response = ureq::http::Response<ureq::Body>;
 
-/// Sends `request` on `agent`: a watch (`req.idle`) with a limit on every read and write and
-/// none overall (its reader keeps its deadline), any other request within `left`.
+fn warnings(resp: &Response) -> Vec<String> {
+    let values = resp.headers().get_all("Warning").iter();
+    values
+        .flat_map(|v| warning_texts(&String::from_utf8_lossy(v.as_bytes())))
+        .collect()
+}
+
+/// Sends `request`: a watch with a limit on every read and write, any other within `left`.
 #[allow(clippy::result_large_err)]
 fn run(
     agent: &ureq::Agent,
@@ -459,8 +420,7 @@ fn run(
     agent.run(config.build())
 }
 
-/// Whether an I/O error is a timeout: the socket's (which Unix reports as `WouldBlock`), or
-/// one of ureq's, which it hands on inside an `io::Error`.
+/// Whether an I/O error is a timeout: the socket's (`WouldBlock` on Unix), or ureq's inside it.
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -471,8 +431,7 @@ fn is_timeout(e: &std::io::Error) -> bool {
         .is_some_and(timed_out)
 }
 
-/// Whether a request failed because the server said nothing for its whole timeout (as opposed
-/// to refusing or resetting the connection, which a new connection would meet as well).
+/// Whether the server said nothing for a request's whole timeout (not refused or reset).
 pub(super) fn timed_out(e: &ureq::Error) -> bool {
     match e {
         ureq::Error::Timeout(_) => true,
@@ -499,7 +458,6 @@ fn tls_failure(e: &ureq::Error) -> Option<rustls::Error> {
     None
 }
 
-/// A transport error of ours.
 fn transport_error(msg: impl fmt::Display) -> ureq::Error {
     ureq::Error::Io(std::io::Error::other(msg.to_string()))
 }

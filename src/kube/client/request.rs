@@ -1,11 +1,9 @@
-//! Request building, pure functions over strings unit-tested on URLs alone: where a resource
-//! lives, query strings, delete options, and reading a `Status` or `Retry-After` back.
+//! Request building and answer reading, pure functions over strings.
 
 use super::*;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-/// Where a kind of object lives in the API, as kube-rs's `ApiResource` says: the core kinds the
-/// operator touches are constants here; a custom resource defines its own.
+/// Where a kind of object lives in the API, as kube-rs's `ApiResource` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
     api_path: &'static str,
@@ -55,7 +53,6 @@ pub fn collection_path(res: Resource, ns: Option<&str>) -> String {
     }
 }
 
-/// `/api/v1/namespaces/NS/pods/NAME`.
 pub fn object_path(res: Resource, ns: &str, name: &str) -> String {
     format!("{}/{}", collection_path(res, Some(ns)), name)
 }
@@ -72,8 +69,7 @@ pub struct WatchParams<'a> {
     pub label_selector: Option<&'a str>,
     pub resource_version: &'a str,
     pub timeout_seconds: u32,
-    /// Not sent: how long the connection may stay silent (not even a bookmark) before the
-    /// watch is given up as dead. Zero: only `timeoutSeconds` + [`WATCH_GRACE`] ends it.
+    /// Not sent: how long the watch may be silent before it is given up (zero: no such limit).
     pub idle_timeout: Duration,
 }
 
@@ -123,8 +119,7 @@ const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Body of a DELETE: a uid precondition so we never delete a pod that replaced the one we
-/// looked at (the `*-uid-precondition-mismatch` fixture shows the 409 it earns otherwise).
+/// A DELETE's body: a uid precondition, never to delete a pod that replaced the one we saw.
 pub fn delete_body(uid: &str, grace_period_seconds: Option<u32>) -> String {
     let mut body = serde_json::json!({
         "apiVersion": "v1",
@@ -138,8 +133,7 @@ pub fn delete_body(uid: &str, grace_period_seconds: Option<u32>) -> String {
     body.to_string()
 }
 
-/// Parses an error body into a `Status`; when the body is not one (a proxy's HTML, an empty
-/// 503), synthesises one from the HTTP code so callers still get code and reason.
+/// Parses an error body into a `Status`, or makes one from the code when it is not one.
 pub fn parse_status(code: u16, body: &str) -> Status {
     match serde_json::from_str::<Status>(body) {
         Ok(mut s) if !s.reason.is_empty() || s.code != 0 => {
@@ -189,13 +183,12 @@ pub(super) fn retry_after(header: Option<&str>) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// The texts of a `Warning` header's values (RFC 7234: `299 - "text"`, several possibly joined
-/// by commas), as the API server sends a deprecation, an unknown field it dropped or an
-/// admission policy's warning: `unknown field "spec.x"`. A value that is not one is skipped.
+/// The texts of a `Warning` header (RFC 7234: `299 - "text"`, several possibly joined by
+/// commas), such as `unknown field "spec.x"`; a value that is not one is skipped.
 pub fn warning_texts(header: &str) -> Vec<String> {
     let mut texts = Vec::new();
     let mut rest = header;
-    // `CODE AGENT "TEXT" ["DATE"]`, values joined by commas.
+    // `CODE AGENT "TEXT" ["DATE"]`.
     while let Some(open) = rest.find('"') {
         let head = rest[..open].trim_start_matches([',', ' ']);
         let coded = head
@@ -235,8 +228,7 @@ fn quoted(s: &str) -> Option<(String, &str)> {
 pub struct ListPage<T> {
     #[serde(default)]
     pub metadata: ListMeta,
-    /// `null` reads as empty: kube-apiserver answers an empty metadata-only list with
-    /// `"items": null`.
+    /// kube-apiserver answers an empty metadata-only list with `"items": null`.
     #[serde(default = "Vec::new", deserialize_with = "null_as_empty")]
     pub items: Vec<T>,
 }
@@ -260,11 +252,9 @@ pub struct ListMeta {
 /// Whether a request answered with an error is sent again, and how.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Again {
-    /// Once, after a 401, with fresh credentials: an exec credential or a rotated
-    /// service-account token may have expired early (client-go does the same).
+    /// Once, after a 401, with fresh credentials, which may have expired early (as client-go).
     Refreshed,
-    /// After this wait: a 429 or 503 whose wait (growing from 400 ms, at least the server's
-    /// `Retry-After`) is at most [`MAX_RETRY_AFTER`](super::MAX_RETRY_AFTER).
+    /// After a growing backoff or the server's longer `Retry-After`, for a 429 or 503.
     After(Duration),
     /// No: the error goes back to the caller, whose own back-off takes over.
     No,

@@ -1,9 +1,5 @@
-//! The ureq agent every request goes through: ureq's TCP and CONNECT-proxy connectors, then TLS
-//! with our rustls config (the server-certificate verifier of `kube::tls`, a client certificate
-//! from the kubeconfig or an exec plugin), which ureq's own rustls connector cannot take; and
-//! names resolved on the calling thread.
-//!
-//! `ureq::unversioned` is outside ureq's semver promise: Cargo.toml pins ureq's minor version.
+//! The ureq agent every request goes through, with TLS of our rustls config, which ureq's own
+//! connector cannot take. `ureq::unversioned` is outside semver: Cargo.toml pins ureq's minor.
 
 use std::fmt;
 use std::io::{Read, Write};
@@ -23,19 +19,14 @@ use ureq::unversioned::transport::{
     TcpConnector, Transport, TransportAdapter,
 };
 
-/// A connection's buffers below TLS (ureq's) and above it ([`TlsBuffers`]): 8 KiB, not ureq's
-/// 128 KiB, as a connection is kept for each worker and watcher. The output must hold a
-/// request's head, bearer token included.
+/// A connection's buffers: smaller than ureq's, as one is kept for each worker and watcher.
 pub const BUFFER: usize = 8 * 1024;
 
 /// How long a connection (TCP, and CONNECT through a proxy) may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The configuration of an agent that goes through `proxy` when given (and never through one
-/// ureq would find in the environment: the caller decided), keeping up to `pool` idle
-/// connections. Every status is an answer (`http_status_as_error(false)`), no redirect is
-/// followed (one would strip our Authorization), and no timeout is set but the connect one:
-/// each request sets its own (a caller may add one of its own).
+/// An agent's configuration: `proxy` only, `pool` idle connections, every status an answer, no
+/// redirect (one would strip our Authorization), no timeout but connecting's.
 pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentScope> {
     Config::builder()
         .http_status_as_error(false)
@@ -48,8 +39,7 @@ pub fn config(proxy: Option<ureq::Proxy>, pool: usize) -> ConfigBuilder<AgentSco
         .output_buffer_size(BUFFER)
 }
 
-/// An agent on `config` that speaks TLS with `tls`, in ureq's own order of connectors. Plain
-/// http (the test server) is left to ureq's TCP transport.
+/// An agent on `config` that speaks TLS with `tls`, in ureq's own order of connectors.
 pub fn agent_with(tls: Arc<rustls::ClientConfig>, config: Config) -> ureq::Agent {
     let connector =
         ().chain(ConnectProxyConnector::default())
@@ -58,9 +48,7 @@ pub fn agent_with(tls: Arc<rustls::ClientConfig>, config: Config) -> ureq::Agent
     ureq::Agent::with_parts(config, connector, SyncResolver)
 }
 
-/// Resolves a name on the calling thread. ureq's resolver does so only without a timeout; with
-/// one (every request of ours but a watch) it spawns a thread per request, a pooled connection's
-/// too, which a backlog's CPU shows (docs/benchmark.md).
+/// Resolves a name on the calling thread, where ureq's spawns one per request with a timeout.
 #[derive(Debug)]
 struct SyncResolver;
 
@@ -84,9 +72,8 @@ impl Resolver for SyncResolver {
     }
 }
 
-/// Wraps an https connection, a socket or a proxy's tunnel, in TLS with our config. The
-/// server name is the URL's host (an IP address sends no SNI); `tls-server-name` is checked by
-/// the verifier in its place.
+/// Wraps an https connection, a socket or a proxy's tunnel, in TLS with our config. The SNI is
+/// the URL's host; `tls-server-name` is checked by the verifier in its place.
 struct Tls(Arc<rustls::ClientConfig>);
 
 impl fmt::Debug for Tls {
@@ -120,8 +107,7 @@ impl<In: Transport> Connector<In> for Tls {
         let mut stream = rustls::StreamOwned::new(conn, sock);
         while stream.conn.is_handshaking() {
             stream.conn.complete_io(&mut stream.sock).map_err(|e| {
-                // Said as the server's silence: through a proxy, ureq's own Timeout::Connect
-                // would read as the proxy's.
+                // The server's silence, not a Timeout::Connect, which would read as a proxy's.
                 match ureq::Error::from(e) {
                     e if super::timed_out(&e) => ureq::Error::Io(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
@@ -136,8 +122,7 @@ impl<In: Transport> Connector<In> for Tls {
     }
 }
 
-/// The connect timeout less what connecting took so far, as ureq's own rustls connector counts
-/// it (its `set_timeout_at` is not public).
+/// The connect timeout less what connecting took so far, as ureq's own rustls connector counts.
 fn left(details: &ConnectionDetails) -> NextTimeout {
     let mut timeout = details.timeout;
     if let (time::Duration::Exact(after), time::Instant::Exact(then), time::Instant::Exact(now)) =
@@ -149,9 +134,8 @@ fn left(details: &ConnectionDetails) -> NextTimeout {
     timeout
 }
 
-/// The buffers of a TLS connection, [`BUFFER`] each as ureq's `LazyBuffers` would be, but with
-/// an input that grows while an answer's head is longer (admission webhooks' Warnings; ureq
-/// bounds a head at 64 KiB): `LazyBuffers` stays at its size and fails the request.
+/// The buffers of a TLS connection, as ureq's `LazyBuffers` but with an input that grows while an
+/// answer's head is longer (admission webhooks' Warnings), where `LazyBuffers` fails the request.
 #[derive(Default)]
 struct TlsBuffers {
     output: Vec<u8>,
@@ -201,8 +185,7 @@ impl Buffers for TlsBuffers {
         }
     }
 
-    /// Our bodies have a length, which ureq writes straight to the output: `tmp` is used only
-    /// for a chunked one.
+    /// `tmp` is used only for a chunked body, which ours never are.
     fn tmp_and_output(&mut self) -> (&mut [u8], &mut [u8]) {
         self.output();
         self.input_append_buf();

@@ -1,10 +1,8 @@
-//! The verbs: GET, POST, PUT, PATCH and DELETE of objects, LIST pages and WATCH streams, each
-//! one call of the sender in `mod.rs`.
+//! The verbs: GET, POST, PUT, PATCH and DELETE of objects, LIST pages and WATCH streams.
 
 use super::*;
 
 impl Client {
-    /// A request with `body` sent as JSON under `content_type`, its answer decoded as `T`.
     fn send_json<B: Serialize, T: DeserializeOwned>(
         &self,
         method: &'static str,
@@ -29,9 +27,8 @@ impl Client {
         self.create(Resource::PODS, ns, pod)
     }
 
-    /// POST of a pod, answered with the pod and the spec the API server stored, whole (a
-    /// decoded [`Pod`] keeps only what we compare: see `PodSpec::rest`), which tells what of
-    /// the spec sent it did not keep.
+    /// POST of a pod, answered with the pod and the whole spec the API server stored, which
+    /// tells what of the spec sent it did not keep (a decoded [`Pod`] keeps only what we compare).
     pub fn create_pod_stored(&self, ns: &str, pod: &Pod) -> Result<CreatedPod, Error> {
         let answer: serde_json::Value = self.create(Resource::PODS, ns, pod)?;
         let spec = answer["spec"].clone();
@@ -58,16 +55,14 @@ impl Client {
     }
 
     /// Strategic merge patch of a pod (its `$deleteFromPrimitiveList` removes one finalizer
-    /// without touching others'). A `metadata.uid` in the patch keeps it off another pod of the
-    /// name (see [`Error::is_uid_changed`]).
+    /// without touching others'); a `metadata.uid` in it keeps it off another pod of the name.
     pub fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<Pod, Error> {
         let path = object_path(Resource::PODS, ns, name);
         let strategic = "application/strategic-merge-patch+json";
         self.send_json("PATCH", &path, strategic, patch)
     }
 
-    /// JSON merge patch of an object's `/status`: custom resources do not take strategic
-    /// merge patch (415, the `*-strategic-merge-patch-unsupported` fixture).
+    /// JSON merge patch of an object's `/status`: custom resources refuse strategic merge patch.
     pub fn patch_status<T: DeserializeOwned>(
         &self,
         res: Resource,
@@ -138,8 +133,7 @@ impl Client {
         self.get_path(&(collection_path(res, ns) + &list_query(params)))
     }
 
-    /// One page of a LIST of the objects' metadata only: a fraction of the bytes of whole
-    /// objects, for a caller that reads nothing else (see [`METADATA_LIST`]).
+    /// One page of a LIST of the objects' metadata only (see [`METADATA_LIST`]).
     pub fn list_metadata(
         &self,
         res: Resource,
@@ -153,9 +147,7 @@ impl Client {
         })
     }
 
-    /// Opens a WATCH and returns the event stream, one JSON event per line. A read fails once
-    /// nothing arrived for [`WatchParams::idle_timeout`] (with `TimedOut`; the answer's head
-    /// included), or once the watch outlived its `timeoutSeconds` plus [`WATCH_GRACE`].
+    /// Opens a WATCH: one JSON event per line, each read bounded as [`WatchBody`] says.
     pub fn watch(
         &self,
         res: Resource,
@@ -174,8 +166,7 @@ impl Client {
             ..Req::new("GET", &path, None)
         })?;
         let deadline = self.cut(Instant::now() + timeout);
-        // One TLS record's worth: the reader below hands over at most a record's plaintext per
-        // read, so a larger buffer only adds resident memory to every watch.
+        // A TLS record's worth: the reader below never hands over more at once.
         Ok(Box::new(BufReader::with_capacity(
             16 * 1024,
             WatchBody {
@@ -194,8 +185,7 @@ pub struct CreatedPod {
     pub spec: serde_json::Value,
 }
 
-/// A watch's body: each read waits at most `idle` (the request's per-read timeout), reported as
-/// `TimedOut`, and none starts after `deadline`.
+/// A watch's body: a read that waited `idle` is `TimedOut`, and none starts after `deadline`.
 pub(super) struct WatchBody {
     pub(super) inner: Box<dyn Read + Send + Sync>,
     pub(super) deadline: Instant,

@@ -1,13 +1,11 @@
-//! kubeconfig files as kubectl writes and merges them: clusters, users and contexts, with
-//! client-go's loading rules (first file wins, paths relative to their file).
+//! kubeconfig files as kubectl writes and merges them, with client-go's loading rules.
 
 use super::*;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::DecodeError;
 
-/// A kubeconfig file as written by kubectl. Unknown fields (preferences, extensions we do not
-/// use, apiVersion, kind) are ignored; lists may be null, as kubectl writes them.
+/// A kubeconfig file as written by kubectl; lists may be null, as kubectl writes them.
 #[derive(Deserialize, Default)]
 pub(super) struct RawConfig {
     clusters: Option<Vec<Named<RawCluster>>>,
@@ -98,7 +96,6 @@ pub(super) struct Defined<T> {
     value: T,
 }
 
-/// The merge of one or more kubeconfig files.
 #[derive(Default)]
 pub(super) struct Merged {
     pub(super) files: Vec<PathBuf>,
@@ -115,9 +112,8 @@ impl Merged {
     }
 }
 
-/// Reads and merges kubeconfig files the way kubectl merges KUBECONFIG: for every cluster, user
-/// and context name, and for current-context, the first file that sets it wins. Missing files
-/// are an error only if `must_exist`; unreadable or malformed ones always are.
+/// Reads and merges kubeconfig files as kubectl merges KUBECONFIG: for every name, and for
+/// current-context, the first file that sets it wins. Missing files are an error if `must_exist`.
 pub(super) fn merge_files(paths: &[PathBuf], must_exist: bool) -> Result<Merged, ConfigError> {
     let mut merged = Merged::default();
     for path in paths {
@@ -165,8 +161,7 @@ pub(super) fn parse_kubeconfig(text: &str) -> Result<RawConfig, String> {
     serde_yaml::from_str(text).map_err(|e| readable(&redact_values(&e.to_string())))
 }
 
-/// serde's message with our types' names (`expected struct RawConfig`) replaced by what the
-/// file should hold there: a plain-text file given as kubeconfig must say so, not name code.
+/// serde's message with our types' names replaced by what the file should hold there.
 fn readable(message: &str) -> String {
     const SHAPES: [(&str, &str); 9] = [
         ("struct RawConfig", "a kubeconfig (a YAML mapping with clusters, users and contexts); is this file a kubeconfig?"),
@@ -255,8 +250,7 @@ pub(super) fn from_kubeconfig(
     Ok(config)
 }
 
-/// The entry `name` and where it is defined (`kubeconfig PATH, KIND "NAME"`), or an error at
-/// `origin` that lists the names there are.
+/// The entry `name` and where it is defined, or an error at `origin` listing the names there are.
 fn find<'a, T>(
     entries: &'a BTreeMap<String, Defined<T>>,
     kind: &str,
@@ -273,15 +267,13 @@ fn find<'a, T>(
 }
 
 fn available<T>(entries: &BTreeMap<String, T>) -> String {
-    let names: Vec<&str> = entries.keys().map(String::as_str).collect();
-    if names.is_empty() {
-        return "none".to_string();
+    match entries.is_empty() {
+        true => "none".to_string(),
+        false => entries.keys().cloned().collect::<Vec<_>>().join(", "),
     }
-    names.join(", ")
 }
 
-/// The `spec.cluster` object of client.authentication.k8s.io ExecCredential, for plugins with
-/// `provideClusterInfo: true`.
+/// The ExecCredential's `spec.cluster`, for plugins with `provideClusterInfo: true`.
 fn exec_cluster_info(server: &str, cluster: &RawCluster, ca: Option<&[u8]>) -> serde_json::Value {
     let mut info = serde_json::json!({ "server": server });
     if let Some(name) = set(&cluster.tls_server_name) {
@@ -303,14 +295,12 @@ fn exec_cluster_info(server: &str, cluster: &RawCluster, ca: Option<&[u8]>) -> s
     info
 }
 
-type UserCredentials = (Credentials, Option<ClientPair>);
-
 fn user_credentials(
     origin: &str,
     file: &Path,
     user: &RawUser,
     cluster_info: &serde_json::Value,
-) -> Result<UserCredentials, ConfigError> {
+) -> Result<(Credentials, Option<ClientPair>), ConfigError> {
     if let Some(provider) = &user.auth_provider {
         let name = provider.name.as_deref().unwrap_or("");
         return Err(invalid(
@@ -359,9 +349,7 @@ fn user_credentials(
         }
     };
 
-    // A token file wins over a token (client-go: "the last successfully read value takes
-    // precedence over BearerToken"), and a static token over an exec plugin (client-go's exec
-    // round-tripper leaves an Authorization header that is already set alone).
+    // As in client-go, a token file wins over a token, and a token over an exec plugin.
     let credentials = if let Some(token_file) = set(&user.token_file) {
         Credentials::token_file(resolve(file, token_file), format!("{origin}, tokenFile"))?
     } else if let Some(token) = set(&user.token) {
@@ -385,8 +373,7 @@ fn exec_config(
     if command.is_empty() {
         return Err(invalid(origin, "no command set"));
     }
-    // client-go: a command containing a path separator is relative to the kubeconfig's
-    // directory; a bare name is looked up in PATH.
+    // As in client-go, a path is relative to the kubeconfig's directory, a bare name in PATH.
     let command = if command.contains('/') {
         resolve(file, command).into_os_string()
     } else {
@@ -412,8 +399,7 @@ fn set(field: &Option<String>) -> Option<&str> {
     field.as_deref().filter(|s| !s.is_empty())
 }
 
-/// PEM from `FIELD-data` (base64, wins like in client-go) or from the file `FIELD` names.
-/// Returns the bytes and where they came from, for error messages.
+/// PEM from `FIELD-data`, which wins as in client-go, or the file `FIELD`, and its origin.
 fn pem_from_data_or_file(
     origin: &str,
     file: &Path,
@@ -435,8 +421,7 @@ fn pem_from_data_or_file(
     Ok(None)
 }
 
-/// Standard alphabet, padding checked by [`base64_decode`]; stray low bits in the last
-/// character are accepted, as Go's `encoding/base64` (client-go's decoder) accepts them.
+/// Standard base64 taking stray low bits in the last character, as Go's `encoding/base64`.
 const LENIENT: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::STANDARD,
     GeneralPurposeConfig::new()
@@ -444,8 +429,7 @@ const LENIENT: GeneralPurpose = GeneralPurpose::new(
         .with_decode_allow_trailing_bits(true),
 );
 
-/// Decodes a `*-data` field: standard base64, padding optional, whitespace ignored (a field
-/// folded over lines). Errors name the offset in `input`, never the content.
+/// Decodes a `*-data` field, whitespace ignored; errors name an offset, never the content.
 pub(super) fn base64_decode(input: &str) -> Result<Vec<u8>, String> {
     let is_data = |(_, b): &(usize, u8)| !matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     // Every byte that is not whitespace, with its offset in `input`.
@@ -478,8 +462,7 @@ pub(super) fn read_file(path: &Path, what: &str) -> Result<Vec<u8>, ConfigError>
     })
 }
 
-/// A path from a kubeconfig: relative ones are relative to the directory of the file that
-/// contains them (client-go's `ResolvePaths`).
+/// A path from a kubeconfig, relative to the file's directory (client-go's `ResolvePaths`).
 fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
     let path = Path::new(path);
     if path.is_absolute() {
@@ -494,14 +477,11 @@ fn resolve(kubeconfig: &Path, path: &str) -> PathBuf {
 }
 
 /// `https://host:port[/prefix]` without a trailing slash, read as client-go's
-/// `rest.DefaultServerURL` reads it: a value with no `scheme://` or no host is taken as a bare
-/// `host[:port]` for https, and then may have no path (`htps//127.0.0.1:6443` is refused, not
-/// read as host `htps`). A scheme other than http or https, which client-go's transport refuses
-/// at every request, is refused here, at start, and so is a user name or password in it.
+/// `rest.DefaultServerURL` reads it: without `scheme://` a bare `host[:port]` for https, with no
+/// path. What client-go's transport would refuse at every request is refused here, at start.
 fn normalize_server(server: &str) -> Result<String, String> {
     let server = server.trim();
-    // A scheme as Go's url.Parse reads one (a letter, then letters, digits, `+`, `-`, `.`),
-    // followed by a host.
+    // A scheme as Go's url.Parse reads one, followed by a host.
     let scheme_end = server.find("://").filter(|&i| {
         let (s, rest) = (&server.as_bytes()[..i], &server[i + 3..]);
         s.first().is_some_and(u8::is_ascii_alphabetic)
@@ -523,8 +503,7 @@ fn normalize_server(server: &str) -> Result<String, String> {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
     if let Some((_, host)) = authority.rsplit_once('@') {
-        // Go's net/http would send them as Basic auth, which kube-apiserver no longer takes
-        // (1.19); kept, they would be printed wherever the server is named. Said without them.
+        // Go would send them as Basic auth, which kube-apiserver refuses; kept, we'd log them.
         return Err(format!(
             "server {scheme}://xxxxx@{host}{path} carries a user name or password, which the operator \
              neither sends nor prints: give the credentials in users[].user"
@@ -539,13 +518,10 @@ fn normalize_server(server: &str) -> Result<String, String> {
             "server {server:?} is not a valid URL: want https://HOST[:PORT][/PATH] or HOST[:PORT]"
         ));
     }
-    // http::Uri takes any digits as a port (and then has none); a colon inside brackets is
-    // an IPv6 address's.
+    // http::Uri takes any digits as a port; a colon inside brackets is an IPv6 address's.
     let port = authority.rsplit_once(':').map_or("", |(_, p)| p);
     let bad_port = !port.is_empty() && !port.ends_with(']') && port.parse::<u16>().is_err();
-    // Parsed now, by the parser every request's URL goes through (ureq's http::Uri), so that a
-    // typo is a configuration error at start rather than a request error retried as
-    // unreachable.
+    // Parsed now, as every request's URL is, so that a typo fails at start.
     let why = match url.parse::<ureq::http::Uri>() {
         Err(e) => e.to_string(),
         Ok(_) if bad_port => "invalid port".to_string(),

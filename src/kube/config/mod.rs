@@ -1,5 +1,5 @@
 //! Finds the cluster to talk to, in client-go's order: `--kubeconfig`, `KUBECONFIG`,
-//! `~/.kube/config` (`kubeconfig.rs`), the in-cluster service account (`in_cluster.rs`).
+//! `~/.kube/config` (`kubeconfig.rs`), the pod's own service account.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,17 +14,14 @@ use crate::kube::auth::{self, redact_values, Credentials, ExecConfig, PemPair};
 use crate::kube::tls::{self, TlsError};
 use crate::util::lock;
 
-mod in_cluster;
 mod kubeconfig;
 mod proxy;
 
-use in_cluster::*;
 use kubeconfig::*;
 pub(crate) use proxy::host_and_port;
 pub use proxy::{Proxy, ProxyEnv};
 
-/// Where the service account is mounted in every pod (token, ca.crt, namespace); the path
-/// client-go's `rest.InClusterConfig` reads.
+/// Where every pod has its service account (token, ca.crt, namespace), as client-go reads it.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// What the command line says about configuration.
@@ -45,7 +42,6 @@ pub struct Env {
     pub home: Option<PathBuf>,
     /// `KUBERNETES_SERVICE_HOST`, set by the kubelet in every pod.
     pub service_host: Option<String>,
-    /// `KUBERNETES_SERVICE_PORT`.
     pub service_port: Option<String>,
     /// Service account mount: `token`, `ca.crt`, `namespace`.
     pub sa_dir: PathBuf,
@@ -70,17 +66,13 @@ impl Env {
     }
 }
 
-/// Why no usable configuration could be loaded. Every message is one line naming the file,
-/// context, cluster, user or field at fault, and never contains token or key material.
+/// Why no usable configuration could be loaded; messages name what is at fault, never a key.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// No source applies: no --kubeconfig, no existing KUBECONFIG file, no ~/.kube/config, and
-    /// not in a pod. Not retried.
+    /// No kubeconfig found and not in a pod. Not retried.
     NoConfiguration(String),
-    /// A file named by the configuration could not be read: a kubeconfig, CA, client
-    /// certificate or key, or the service account's CA. `what` says which and where it was
-    /// named. Not retried. (A token file is the credentials': [`ConfigError::Credentials`].)
+    /// A kubeconfig, CA, certificate or key could not be read; `what` says which. Not retried.
     Read {
         what: String,
         path: PathBuf,
@@ -88,16 +80,11 @@ pub enum ConfigError {
     },
     /// A kubeconfig file is not YAML or not shaped like a kubeconfig. Not retried.
     Parse { path: PathBuf, error: String },
-    /// The configuration is readable but wrong or unsupported (unknown context, missing
-    /// cluster or user, no server, bad base64, auth-provider, ...). `origin` locates it. Not
-    /// retried.
+    /// The configuration is readable but wrong or unsupported; `origin` locates it. Not retried.
     Invalid { origin: String, problem: String },
-    /// Certificates or keys are unusable. Not retried (from an exec plugin: rebuilt the next
-    /// time the plugin runs).
+    /// Certificates or keys are unusable. Not retried, but an exec plugin's next ones are tried.
     Tls { origin: String, error: TlsError },
-    /// The user's credentials cannot be set up (a token file, an exec plugin setting) or, from
-    /// [`ClusterConfig::tls_config`], an exec plugin failed to hand out its certificate: see
-    /// [`auth::Error`] for which are retried.
+    /// The user's credentials failed: see [`auth::Error`] for which are retried.
     Credentials(auth::Error),
 }
 
@@ -172,31 +159,27 @@ impl fmt::Debug for ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// The TLS config to build agents with. Changes (new Arc) only when an exec plugin hands out a
-    /// new client certificate; callers compare with Arc::ptr_eq and rebuild their agent.
+    /// The TLS config to build agents with: a new `Arc` only when an exec plugin hands out a new
+    /// client certificate, so callers compare with `Arc::ptr_eq` and rebuild their agent.
     pub fn tls_config(&self) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
         // Asks the plugin first (it may re-run it), then takes our own lock: always this order.
-        let exec_pair = self.credentials.client_certificate()?;
+        let exec = self.credentials.client_certificate()?;
         let mut built = lock(&self.built);
-        if built.exec_pair != exec_pair {
-            let origin = self.credentials.exec_origin().unwrap_or(&self.source);
-            let pair = exec_pair.as_ref().map(|(cert, key)| ClientPair {
+        let exec_pair = exec.as_ref().map(|(pair, _)| pair);
+        if built.exec_pair.as_ref() != exec_pair {
+            let pair = exec.as_ref().map(|((cert, key), origin)| ClientPair {
                 cert: cert.clone(),
                 cert_origin: format!("{origin}, clientCertificateData"),
                 key: key.clone(),
                 key_origin: format!("{origin}, clientKeyData"),
             });
             built.config = self.tls.build(pair.as_ref())?;
-            built.exec_pair = exec_pair;
+            built.exec_pair = exec_pair.cloned();
         }
         Ok(built.config.clone())
     }
 
-    /// The one line to exit with when a TLS handshake with the server failed for a reason that
-    /// only a change of configuration can fix, naming the setting to change; `None` for other
-    /// TLS failures. A certificate that fails verification means the wrong
-    /// certificate-authority (or server name) for this server; a handshake the server refused
-    /// with an alert means it does not take our client certificate.
+    /// The line to exit with, naming the setting to change, when only that can fix a handshake.
     pub fn tls_misconfigured(&self, e: &rustls::Error) -> Option<String> {
         use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
         let (server, source) = (&self.server, &self.source);
@@ -239,10 +222,8 @@ pub fn load(opts: &LoadOptions) -> Result<ClusterConfig, ConfigError> {
     load_with_env(opts, &Env::from_process())
 }
 
-/// Loads the configuration. First match wins: `--kubeconfig`, `KUBECONFIG`, `~/.kube/config`,
-/// in-cluster. Like client-go's loading rules, `KUBECONFIG` replaces `~/.kube/config` rather than
-/// adding to it, and when the kubeconfig files it names do not exist the in-cluster
-/// configuration is tried. A cluster without a `proxy-url` takes the environment's proxy.
+/// Loads the configuration as client-go's loading rules do: `--kubeconfig`, else `KUBECONFIG`
+/// (in place of `~/.kube/config`), else in-cluster; without `proxy-url`, the environment's proxy.
 pub fn load_with_env(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, ConfigError> {
     let mut config = load_source(opts, env)?;
     if config.proxy.is_none() {
@@ -292,6 +273,33 @@ fn load_source(opts: &LoadOptions, env: &Env) -> Result<ClusterConfig, ConfigErr
     }
 }
 
+/// The pod's own service account, as client-go's `rest.InClusterConfig` builds it.
+fn in_cluster(host: &str, port: &str, sa_dir: &Path) -> Result<ClusterConfig, ConfigError> {
+    // An IPv6 service host (dual-stack clusters) needs brackets in a URL.
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let server = format!("https://{host}:{port}");
+    let what = "in-cluster service account token".to_string();
+    let credentials = Credentials::token_file(sa_dir.join("token"), what)?;
+    let ca_path = sa_dir.join("ca.crt");
+    let ca = read_file(&ca_path, "in-cluster service account CA")?;
+    // The namespace file is optional: without it objects must name their namespace.
+    let namespace = std::fs::read_to_string(sa_dir.join("namespace"))
+        .ok()
+        .map(|ns| ns.trim().to_string())
+        .filter(|ns| !ns.is_empty());
+    let ca_origin = format!("in-cluster service account CA {}", ca_path.display());
+    let settings = TlsSettings {
+        ca: Some((ca, ca_origin)),
+        ..TlsSettings::default()
+    };
+    let source = "in-cluster".to_string();
+    finish(server, namespace, source, credentials, settings)
+}
+
 fn finish(
     server: String,
     default_namespace: Option<String>,
@@ -338,8 +346,7 @@ struct BuiltTls {
 }
 
 impl TlsSettings {
-    /// A client config; a certificate from an exec plugin replaces the kubeconfig's one, as in
-    /// client-go.
+    /// A client config; an exec plugin's certificate replaces the kubeconfig's, as in client-go.
     fn build(&self, exec: Option<&ClientPair>) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
         let pair = exec.or(self.client.as_ref());
         let result = tls::client_config(
@@ -364,7 +371,7 @@ impl TlsSettings {
     }
 }
 
-/// Standard base64 with padding (certificate data handed to exec plugins, proxy credentials).
+/// Standard base64 with padding.
 pub(crate) fn base64_encode(input: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(input)
 }

@@ -1,16 +1,11 @@
-//! Which HTTP proxy, if any, carries the connections to the API server, as client-go decides:
-//! the cluster's `proxy-url`, else Go's `http.ProxyFromEnvironment`. Only `http://` proxies
-//! (HTTP CONNECT): ureq takes SOCKS only with a feature of its own, and a proxy over TLS only
-//! with its own TLS connector, not ours. ureq is given the proxy only when this module says
-//! so: its NO_PROXY reading is not Go's. Unlike Go, ureq tunnels a plain `http://` server's
-//! requests with CONNECT too, rather than forwarding them to the proxy.
+//! Which `http://` proxy, if any, carries the connections to the API server, as client-go decides;
+//! ureq never reads the environment itself, as its NO_PROXY is not Go's.
 
 use super::{invalid, ConfigError};
 use std::fmt;
 use std::net::IpAddr;
 
-/// The proxy variables of the environment, empty ones counted as unset. Its `Debug` leaves out
-/// the credentials a proxy URL may hold.
+/// The proxy variables of the environment; its `Debug` leaves out a proxy URL's credentials.
 #[derive(Clone, Default)]
 pub struct ProxyEnv {
     pub https_proxy: Option<String>,
@@ -31,13 +26,10 @@ impl fmt::Debug for ProxyEnv {
 
 /// `url` with any `user:password@` cut out of its authority, for `Debug`.
 fn without_credentials(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (format!("{scheme}://"), rest),
-        None => (String::new(), url),
-    };
-    let end = rest.find('/').unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}{host}{}", &rest[end..]),
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}{}", &url[..start], &url[start + at + 1..]),
         None => url.to_string(),
     }
 }
@@ -58,12 +50,10 @@ impl ProxyEnv {
     }
 }
 
-/// A proxy to reach the API server through. Deliberately not Debug-derived: its URL may hold
-/// credentials, and only [`Proxy::shown`] (without them) may reach a log line.
+/// A proxy to reach the API server through; only [`Proxy::shown`] may reach a log line.
 #[derive(Clone)]
 pub struct Proxy {
-    /// For ureq, which sends the `Proxy-Authorization` of its (decoded) credentials; also for a
-    /// client other than ours (the e2e harness's). Its `Debug` shows the password.
+    /// For ureq (and the e2e harness's client); its `Debug` shows the password.
     pub ureq: ureq::Proxy,
     /// `http://host:port`; for logs and messages.
     pub shown: String,
@@ -80,9 +70,7 @@ pub(super) fn from_kubeconfig(url: &str, origin: &str) -> Result<Proxy, ConfigEr
     parse(url, false).map_err(|problem| invalid(format!("{origin}, proxy-url"), problem))
 }
 
-/// The environment's proxy for `server` (`https://host:port[/prefix]`), if it takes one:
-/// `HTTPS_PROXY` for an `https://` server, `HTTP_PROXY` for `http://`, except for `localhost`,
-/// a loopback address, or a host that `NO_PROXY` names.
+/// The environment's proxy for `server`, as Go's `http.ProxyFromEnvironment` chooses it.
 pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, ConfigError> {
     let (var, value) = if server.starts_with("https://") {
         ("HTTPS_PROXY", &env.https_proxy)
@@ -95,15 +83,17 @@ pub(super) fn from_env(server: &str, env: &ProxyEnv) -> Result<Option<Proxy>, Co
     let uri = server.parse().unwrap_or_default();
     let (host, port) = host_and_port(&uri);
     let host = host.to_ascii_lowercase();
-    if is_loopback(&host) || no_proxy_matches(env.no_proxy.as_deref(), &host, port) {
+    // Go's `useProxy`: never for `localhost` or a loopback address.
+    let loopback = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback || no_proxy_matches(env.no_proxy.as_deref(), &host, port) {
         return Ok(None);
     }
     let proxy = parse(value, true).map_err(|p| invalid(format!("environment variable {var}"), p));
     proxy.map(Some)
 }
 
-/// An `http://[user:password@]host[:port]` proxy URL; from the environment a bare
-/// `host:port` means http, as in Go. A message never repeats the URL: it may hold a password.
+/// An `http://[user:password@]host[:port]` proxy URL (bare from the environment, as in Go).
+/// A message never repeats the URL: it may hold a password.
 fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
     let url = url.trim();
     let rest = match url.split_once("://") {
@@ -147,9 +137,7 @@ fn parse(url: &str, bare_is_http: bool) -> Result<Proxy, String> {
     })
 }
 
-/// The user and password of `user[:password]`, percent-decoded as Go's `url.Parse` does; Go's
-/// transport then sends `Basic base64(user:password)`, the colon there even without a password,
-/// as ureq does.
+/// The user and password of `user[:password]`, percent-decoded as Go's `url.Parse` does.
 fn credentials(userinfo: &str) -> Result<(String, String), String> {
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
     let decode = |part: &str| -> Result<String, String> {
@@ -177,16 +165,8 @@ pub(crate) fn host_and_port(uri: &ureq::http::Uri) -> (&str, u16) {
     (host.trim_start_matches('[').trim_end_matches(']'), port)
 }
 
-/// Go's `useProxy`: never for `localhost` or a loopback address.
-fn is_loopback(host: &str) -> bool {
-    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*` is every host;
-/// an IP address or CIDR matches addresses; `example.com` matches it and its subdomains,
-/// `.example.com` (or `*.example.com`) only its subdomains; `:PORT` after any of them limits
-/// it to that port. Only a leading `*.` is a wildcard: `*foo.com` is a name as written, as
-/// in Go (which matches it, literally, against `*foo.com` and `x.*foo.com`).
+/// Whether `NO_PROXY` exempts `host:port`, as Go's `httpproxy` reads it: `*`, addresses, CIDRs,
+/// `example.com` (and subdomains), `.example.com` or `*.example.com`, each maybe with `:PORT`.
 fn no_proxy_matches(no_proxy: Option<&str>, host: &str, port: u16) -> bool {
     let ip = host.parse::<IpAddr>().ok();
     no_proxy
