@@ -4,7 +4,7 @@
 use crate::cli::Config;
 use crate::immortal::counting::{self, Counting};
 use crate::immortal::ic_state::IcStore;
-use crate::immortal::lifecycle::{self, IcEventHandler, PodEventHandler, PodHint, PodMemo};
+use crate::immortal::lifecycle::{self, CachedPod, IcEventHandler, PodEventHandler, PodHint};
 use crate::immortal::reconcile::{self, Context, LiveApi};
 use crate::immortal::sweep;
 use crate::immortal::types::{API_VERSION, GROUP, IMMORTAL_CONTAINERS, KIND, PLURAL, VERSION};
@@ -69,20 +69,20 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
 
     // Start-up checks and lists come minutes apart: their connections are not kept, so that an
     // idle operator holds only its watch streams.
-    let once = client.unpooled();
-    preflight(&once, &quit).map_err(|msg| fail_at_start(&msg))?;
+    let unpooled = client.unpooled();
+    preflight(&unpooled, &quit).map_err(|msg| fail_at_start(&msg))?;
     if is_quitting(&quit) {
         return Ok(ExitCode::SUCCESS);
     }
     // Known before the first count, an older CRD keeps that count from being a wrong one (see
     // `counting`); when the CRD cannot be read, the first status write tells.
     let ctx = Arc::new(Context::default());
-    if let Some(missing) = read_crd_schema(&once) {
+    if let Some(missing) = read_crd_schema(&unpooled) {
         ctx.counting
             .learn_pruned(&missing, "the installed CRD's schema lacks it");
     }
     // Named when the API server does not keep a field of a pod (docs/templates.md).
-    if let Some(version) = read_version(&once) {
+    if let Some(version) = read_version(&unpooled) {
         log::info!(target: "controller", server = client.config().server.as_str(); "the API server runs Kubernetes {version}");
         let _ = ctx.version.set(version);
     }
@@ -106,7 +106,7 @@ fn run_stages(config: Config) -> Result<ExitCode, ExitCode> {
     let stages = Arc::new(Stages {
         config,
         client,
-        once,
+        unpooled,
         quit,
         queue: Arc::new(Queue::new()),
         health,
@@ -180,7 +180,7 @@ struct Stages {
     config: Config,
     client: Client,
     /// The unpooled client of start-up checks and lists.
-    once: Client,
+    unpooled: Client,
     quit: Receiver<()>,
     queue: Arc<Queue<PodHint>>,
     health: Arc<Health>,
@@ -190,7 +190,7 @@ struct Stages {
     ctx: Arc<Context>,
     ics: Arc<IcStore>,
     /// What the pod watcher knows of each key's pod.
-    pods: Arc<Store<PodMemo>>,
+    pods: Arc<Store<CachedPod>>,
 }
 
 impl Stages {
@@ -213,7 +213,7 @@ impl Stages {
         for namespace in &namespaces {
             let namespace = namespace.map(str::to_string);
             let ics = Watcher::new(
-                self.once.clone(),
+                self.unpooled.clone(),
                 lifecycle::immortal_containers_kind(namespace.clone()),
                 IcEventHandler,
                 self.queue.clone(),
@@ -222,7 +222,7 @@ impl Stages {
                 idle,
             );
             let pods = Watcher::new(
-                self.once.clone(),
+                self.unpooled.clone(),
                 lifecycle::pods_kind(namespace),
                 PodEventHandler,
                 self.queue.clone(),
@@ -323,7 +323,7 @@ impl Stages {
         if missing > 0 {
             log::info!(target: "controller", namespace = namespace.unwrap_or("(all)"), objects = missing as u64; "objects without a pod go first");
         }
-        if let Some(ns) = namespace.filter(|ns| does_not_exist(&self.once, ns)) {
+        if let Some(ns) = namespace.filter(|ns| does_not_exist(&self.unpooled, ns)) {
             log::warn!(
                 target: "controller", namespace = ns;
                 "served namespace {ns} does not exist: nothing is reconciled there until it is made, and then at once"
@@ -362,7 +362,7 @@ impl Stages {
                     recheck = Instant::now() + MISSING_RECHECK;
                     let missing: Vec<String> = crate::util::lock(&self.health.missing).iter().cloned().collect();
                     for ns in missing {
-                        if !does_not_exist(&self.once, &ns) {
+                        if !does_not_exist(&self.unpooled, &ns) {
                             log::info!(target: "controller", namespace = ns.as_str(); "served namespace {ns} exists now");
                             crate::util::lock(&self.health.missing).remove(&ns);
                         }
@@ -379,7 +379,7 @@ impl Stages {
         spawn("crd", move || {
             while !quits_within(&me.quit, counting::RECHECK) {
                 if me.ctx.counting.any_pruned()
-                    && read_crd_schema(&me.once).is_some_and(|m| me.ctx.counting.relearn(&m))
+                    && read_crd_schema(&me.unpooled).is_some_and(|m| me.ctx.counting.relearn(&m))
                 {
                     relists.ask();
                 }
@@ -392,7 +392,7 @@ impl Stages {
         let me = self.clone();
         spawn("sweep", move || {
             for namespace in me.config.namespaces.each() {
-                sweep::run(&me.once, namespace, &me.queue, &me.quit);
+                sweep::run(&me.unpooled, namespace, &me.queue, &me.quit);
             }
         })
     }

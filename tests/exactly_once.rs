@@ -25,7 +25,7 @@
 
 use immortal_operator::immortal::desired;
 use immortal_operator::immortal::ic_state::{self, IcState, IcStore};
-use immortal_operator::immortal::lifecycle::{IcEventHandler, PodEventHandler, PodHint, PodMemo};
+use immortal_operator::immortal::lifecycle::{CachedPod, IcEventHandler, PodEventHandler, PodHint};
 use immortal_operator::immortal::reconcile::{self, Api, Context};
 use immortal_operator::immortal::types::{
     ImmortalContainer, ImmortalContainerSpec, ImmortalContainerStatus, ImmortalPod, COUNT_FINALIZER,
@@ -770,8 +770,8 @@ impl Api for ModelApi {
 }
 
 // ------------------------------------------------------------------------------------------
-// The controller around reconcile: watch memos, a one-key queue with the real queue's "latest
-// trigger wins", retries with client-go's per-key backoff, requeues, a virtual clock.
+// The controller around reconcile: cached copies of the watches, a one-key queue with the real
+// queue's "latest trigger wins", retries with client-go's per-key backoff, requeues, a virtual clock.
 
 struct Controller {
     clock: Arc<Mutex<Instant>>,
@@ -783,7 +783,7 @@ struct Controller {
     /// When a delayed requeue is due.
     timer: Option<Instant>,
     failures: u32,
-    pod_memo: Option<PodMemo>,
+    cached_pod: Option<CachedPod>,
     /// The watch of objects delivers nothing until everything else has settled (a standby's
     /// stale watch after a failover).
     ic_lagging: bool,
@@ -799,7 +799,7 @@ impl Controller {
             queued: None,
             timer: None,
             failures: 0,
-            pod_memo: None,
+            cached_pod: None,
             ic_lagging: false,
         }
     }
@@ -848,9 +848,9 @@ impl Controller {
             if PodEventHandler.key_of(&pod).as_deref() != Some(KEY) {
                 continue;
             }
-            let mut memo = self.pod_memo;
-            let verdict = PodEventHandler.on_event(event, &pod, &mut memo);
-            self.pod_memo = memo;
+            let mut cached = self.cached_pod;
+            let verdict = PodEventHandler.on_event(event, &pod, &mut cached);
+            self.cached_pod = cached;
             if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
@@ -859,9 +859,9 @@ impl Controller {
             return;
         }
         for (event, ic) in std::mem::take(&mut w.ic_events) {
-            let (verdict, _) = self
-                .ics
-                .entry(KEY.into(), |memo| IcEventHandler.on_event(event, &ic, memo));
+            let (verdict, _) = self.ics.entry(KEY.into(), |cached| {
+                IcEventHandler.on_event(event, &ic, cached)
+            });
             if let Reaction::Queue(h, _) = verdict {
                 self.queue(h);
             }
@@ -876,8 +876,9 @@ impl Controller {
         w.ic_events.clear();
         // The first list fills the new store.
         if let Some(ic) = &w.ic {
-            self.ics
-                .entry(KEY.into(), |memo| *memo = Some(Arc::new(IcState::of(ic))));
+            self.ics.entry(KEY.into(), |cached| {
+                *cached = Some(Arc::new(IcState::of(ic)))
+            });
         }
         self.list_pods(w);
     }
@@ -892,8 +893,9 @@ impl Controller {
         w.ic_events.clear();
         let copy = if bare { &w.created } else { &w.standby };
         if let Some(ic) = copy {
-            self.ics
-                .entry(KEY.into(), |memo| *memo = Some(Arc::new(IcState::of(ic))));
+            self.ics.entry(KEY.into(), |cached| {
+                *cached = Some(Arc::new(IcState::of(ic)))
+            });
         }
         match (&w.ic, copy) {
             (Some(ic), _) => w.ic_events.push(("MODIFIED", ic.clone())),
@@ -910,21 +912,21 @@ impl Controller {
         w.ic_events.clear();
         match &w.ic {
             Some(ic) => {
-                let listed = IcEventHandler.memo(ic);
+                let listed = IcEventHandler.cached(ic);
                 // Served now: the model's version is the list's.
                 let served = Listed {
                     version: Some(w.rv),
                     rewound: false,
                 };
-                self.ics.entry(KEY.into(), |memo| {
-                    *memo = Some(match memo.take() {
+                self.ics.entry(KEY.into(), |cached| {
+                    *cached = Some(match cached.take() {
                         Some(old) => IcEventHandler.relisted(old, listed, &served),
                         None => listed,
                     })
                 });
             }
             None => {
-                self.ics.entry(KEY.into(), |memo| *memo = None);
+                self.ics.entry(KEY.into(), |cached| *cached = None);
             }
         }
         self.list_pods(w);
@@ -934,11 +936,11 @@ impl Controller {
     /// The pod watch lists: it remembers the pod it finds, and every key is queued.
     fn list_pods(&mut self, w: &mut World) {
         w.pod_events.clear();
-        self.pod_memo = None;
+        self.cached_pod = None;
         let pod = w.pods.get(POD).map(|mp| mp.pod.clone());
         if let Some(p) = &pod {
             if PodEventHandler.key_of(p).as_deref() == Some(KEY) {
-                self.pod_memo = Some(PodEventHandler.memo(p));
+                self.cached_pod = Some(PodEventHandler.cached(p));
             }
         }
         if w.ic.is_some() || pod.is_some() {
@@ -1212,11 +1214,12 @@ impl Scenario {
                 message: format!("pod {POD} runs {IMAGE}"),
             }],
         };
-        ctl.pod_memo = Some(PodEventHandler.memo(&pod));
+        ctl.cached_pod = Some(PodEventHandler.cached(&pod));
         w.standby = Some(ic.clone());
         // The watcher knows the converged object.
-        ctl.ics
-            .entry(KEY.into(), |memo| *memo = Some(Arc::new(IcState::of(ic))));
+        ctl.ics.entry(KEY.into(), |cached| {
+            *cached = Some(Arc::new(IcState::of(ic)))
+        });
         w.pods.insert(
             POD.into(),
             ModelPod {

@@ -1,5 +1,5 @@
-//! What a watcher knows of each key, its event handler's memo, which reconcile reads instead of
-//! asking the API server, as sample-controller's `syncHandler` reads through its listers.
+//! What a watcher knows of each key, its event handler's cached copy, which reconcile reads
+//! instead of asking the API server, as sample-controller's `syncHandler` reads through its listers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// A `namespace/name` key, stored once, shared by the store, the queue and reconcile.
 pub type Key = Arc<str>;
 
-/// The keys a watcher knows, each with its memo.
+/// The keys a watcher knows, each with its cached copy.
 pub struct Store<M> {
     map: RwLock<HashMap<Key, M>>,
 }
@@ -25,12 +25,12 @@ impl<M: Clone> Store<M> {
         Store::default()
     }
 
-    /// The memo of `key`, if the watcher knows it.
+    /// The cached copy of `key`, if the watcher knows it.
     pub fn get(&self, key: &str) -> Option<M> {
         self.read().get(key).cloned()
     }
 
-    /// Applies `f` to the memo of `key` if the watcher knows it. Only the watcher makes
+    /// Applies `f` to the cached copy of `key` if the watcher knows it. Only the watcher makes
     /// entries, so that an answer arriving after the object's deletion cannot bring it back.
     pub fn update(&self, key: &str, f: impl FnOnce(&mut M)) {
         if let Some(m) = self.write().get_mut(key) {
@@ -46,12 +46,12 @@ impl<M: Clone> Store<M> {
     /// Lets `f` change what is known of `key` (left `None`: forgotten); answers the store's copy.
     pub fn entry<R>(&self, key: Key, f: impl FnOnce(&mut Option<M>) -> R) -> (R, Key) {
         let mut map = self.write();
-        let (key, mut memo) = match map.remove_entry(&*key) {
+        let (key, mut cached) = match map.remove_entry(&*key) {
             Some((k, m)) => (k, Some(m)),
             None => (key, None),
         };
-        let r = f(&mut memo);
-        if let Some(m) = memo {
+        let r = f(&mut cached);
+        if let Some(m) = cached {
             map.insert(key.clone(), m);
         }
         (r, key)

@@ -1,6 +1,6 @@
 //! The ImmortalContainer watcher's event handler: which object events are worth a reconcile.
 
-use super::{PodHint, PodMemo};
+use super::{CachedPod, PodHint};
 use crate::immortal::ic_state::{IcState, IcStore};
 use crate::immortal::types::{ImmortalContainer, IMMORTAL_CONTAINERS};
 use crate::kube::types;
@@ -15,7 +15,7 @@ pub struct IcEventHandler;
 impl EventHandler for IcEventHandler {
     type Object = ImmortalContainer;
     type Hint = PodHint;
-    type Memo = Arc<IcState>;
+    type Cached = Arc<IcState>;
 
     fn meta(o: &ImmortalContainer) -> &types::ObjectMeta {
         &o.metadata
@@ -25,7 +25,7 @@ impl EventHandler for IcEventHandler {
         Some(types::key(&meta.namespace, &meta.name))
     }
 
-    fn memo(&self, o: &ImmortalContainer) -> Arc<IcState> {
+    fn cached(&self, o: &ImmortalContainer) -> Arc<IcState> {
         Arc::new(IcState::of(o))
     }
 
@@ -44,8 +44,8 @@ impl EventHandler for IcEventHandler {
 
     /// Listed, an object that needs a pod (new, or its spec changed while we were away) goes
     /// before every refresh.
-    fn relist_priority(&self, memo: &Arc<IcState>) -> Priority {
-        match memo.needs_a_pod() {
+    fn relist_priority(&self, cached: &Arc<IcState>) -> Priority {
+        match cached.needs_a_pod() {
             true => Priority::Urgent,
             false => Priority::Routine,
         }
@@ -59,19 +59,19 @@ impl EventHandler for IcEventHandler {
         &self,
         event: &'static str,
         o: &ImmortalContainer,
-        memo: &mut Option<Arc<IcState>>,
+        cached: &mut Option<Arc<IcState>>,
     ) -> Reaction<PodHint> {
         if event == "DELETED" {
             // A later object of the name, read before this event came, stays (`IcState::replaces`).
             let gone = IcState::of(o).version();
-            memo.take_if(|held| {
+            cached.take_if(|held| {
                 held.uid() == o.metadata.uid || gone.zip(held.version()).is_some_and(|(g, h)| g > h)
             });
             // Its pod goes with it, unless our finalizer holds it, which reconcile takes off.
             return Reaction::Queue(None, Priority::Routine);
         }
         let new = IcState::of(o);
-        let verdict = match memo.as_deref() {
+        let verdict = match cached.as_deref() {
             None => Reaction::Queue(None, Priority::Urgent),
             // A copy we have, or an older one than we have.
             Some(old) if !new.replaces(old) => return Reaction::Ignore,
@@ -87,7 +87,7 @@ impl EventHandler for IcEventHandler {
             }
             Some(_) => Reaction::Ignore,
         };
-        *memo = Some(Arc::new(new));
+        *cached = Some(Arc::new(new));
         verdict
     }
 }
@@ -97,7 +97,7 @@ impl EventHandler for IcEventHandler {
 /// not read yet); answers how many.
 pub fn queue_objects_without_a_pod(
     ics: &IcStore,
-    pods: &Store<PodMemo>,
+    pods: &Store<CachedPod>,
     queue: &Queue<PodHint>,
     namespace: Option<&str>,
 ) -> usize {

@@ -14,7 +14,7 @@ mod waiting;
 pub use ending::{Ending, How};
 pub use hint::{LeftPod, PodHint, SeenPod};
 pub use ic_event_handler::{immortal_containers_kind, queue_objects_without_a_pod, IcEventHandler};
-pub use pod_event_handler::{pods_kind, PodEventHandler, PodMemo};
+pub use pod_event_handler::{pods_kind, CachedPod, PodEventHandler};
 pub use view::{Message, Phase, PodView, Reason, FIELDS_DROPPED, PHASES, READY};
 pub use waiting::Waiting;
 

@@ -15,16 +15,16 @@ pub struct PodEventHandler;
 
 /// What the pod watcher remembers of a key's pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PodMemo {
+pub struct CachedPod {
     /// A digest of the pod's view: enough to tell a change from a repeat.
     digest: u64,
     /// It ended, or still holds our finalizer: listed, it goes before every refresh.
     urgent: bool,
 }
 
-impl PodMemo {
-    fn of(o: &Pod, view: &PodView) -> PodMemo {
-        PodMemo {
+impl CachedPod {
+    fn of(o: &Pod, view: &PodView) -> CachedPod {
+        CachedPod {
             digest: view.digest(),
             urgent: view.phase.is_terminal() || is_held(&o.metadata.finalizers),
         }
@@ -34,7 +34,7 @@ impl PodMemo {
 impl EventHandler for PodEventHandler {
     type Object = Pod;
     type Hint = PodHint;
-    type Memo = PodMemo;
+    type Cached = CachedPod;
 
     fn meta(o: &Pod) -> &types::ObjectMeta {
         &o.metadata
@@ -53,12 +53,12 @@ impl EventHandler for PodEventHandler {
         }
     }
 
-    fn memo(&self, o: &Pod) -> PodMemo {
-        PodMemo::of(o, &PodView::of(o))
+    fn cached(&self, o: &Pod) -> CachedPod {
+        CachedPod::of(o, &PodView::of(o))
     }
 
-    fn relist_priority(&self, memo: &PodMemo) -> Priority {
-        match memo.urgent {
+    fn relist_priority(&self, cached: &CachedPod) -> Priority {
+        match cached.urgent {
             true => Priority::Urgent,
             false => Priority::Routine,
         }
@@ -68,12 +68,12 @@ impl EventHandler for PodEventHandler {
         &self,
         event: &'static str,
         o: &Pod,
-        memo: &mut Option<PodMemo>,
+        cached: &mut Option<CachedPod>,
     ) -> Reaction<PodHint> {
         let m = &o.metadata;
         let held = is_held(&m.finalizers);
         if event == "DELETED" {
-            *memo = None;
+            *cached = None;
             // Its owner needs a pod (or its finalizer released): urgent.
             return Reaction::Queue(
                 Some(PodHint::Left(Box::new(LeftPod {
@@ -85,13 +85,13 @@ impl EventHandler for PodEventHandler {
             );
         }
         let view = PodView::of(o);
-        let now = PodMemo::of(o, &view);
+        let now = CachedPod::of(o, &view);
         // Orphaned while holding our finalizer: released, whether or not its view changed.
         let owner = m.controller().filter(|r| r.is_immortal_container());
         let orphaned = held && owner.is_none();
         // Compared on the view: our own release of a pod changes nothing reconcile acts on. A
         // pod our finalizer still holds is worth a look at every event: its release waits on one.
-        match memo.replace(now) {
+        match cached.replace(now) {
             Some(before) if before.digest == now.digest && !held => return Reaction::Ignore,
             // A new pod plainly pending and released (an older CRD): reconcile made it and wrote
             // this very view; one someone else made is found by a relist or its next change.

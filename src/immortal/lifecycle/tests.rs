@@ -32,18 +32,18 @@ fn recorded(name: &str) -> Vec<(&'static str, Pod)> {
 
 /// What the pod watcher does with each recorded event: "-" for nothing, else the hint it
 /// queues ("gone!", or the phase and reason the event showed), with "!" when it is queued
-/// urgent. `seed`: the memo before the stream, as the event before it (the stream starts
+/// urgent. `seed`: the cached copy before the stream, as the event before it (the stream starts
 /// mid-life) would have left it.
 fn verdicts(name: &str, seed: Option<usize>) -> Vec<String> {
     verdicts_of(&recorded(name), seed)
 }
 
 fn verdicts_of(events: &[(&'static str, Pod)], seed: Option<usize>) -> Vec<String> {
-    let mut memo = seed.map(|i| PodEventHandler.memo(&events[i].1));
+    let mut cached = seed.map(|i| PodEventHandler.cached(&events[i].1));
     events
         .iter()
         .map(
-            |(event, pod)| match PodEventHandler.on_event(event, pod, &mut memo) {
+            |(event, pod)| match PodEventHandler.on_event(event, pod, &mut cached) {
                 Reaction::Ignore => "-".to_string(),
                 Reaction::Queue(hint, priority) => {
                     let urgent = if priority == Priority::Urgent {
@@ -369,13 +369,13 @@ fn a_changed_view_queues_its_owner_once_and_a_repeat_does_not() {
         controller: Some(true),
         block_owner_deletion: None,
     }];
-    let mut memo = None;
+    let mut cached = None;
     assert!(matches!(
-        PodEventHandler.on_event("MODIFIED", &p, &mut memo),
+        PodEventHandler.on_event("MODIFIED", &p, &mut cached),
         Reaction::Queue(Some(PodHint::Seen(_)), Priority::Routine)
     ));
     assert_eq!(
-        PodEventHandler.on_event("MODIFIED", &p, &mut memo),
+        PodEventHandler.on_event("MODIFIED", &p, &mut cached),
         Reaction::Ignore
     );
     assert_eq!(PodEventHandler.key_of(&p).as_deref(), Some("/web"));
@@ -393,29 +393,30 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
         .unwrap()
     };
     // New: a pod to make.
-    let mut memo = None;
+    let mut cached = None;
     assert_eq!(
-        IcEventHandler.on_event("ADDED", &ic("10", 1, 0), &mut memo),
+        IcEventHandler.on_event("ADDED", &ic("10", 1, 0), &mut cached),
         Reaction::Queue(None, Priority::Urgent)
     );
     // Our status write: its answer is remembered (as reconcile does, see `ic_state::saw`),
     // so its event, and any older copy, is nothing new.
-    memo = Some(Arc::new(IcState::of(&ic("11", 1, 1))));
+    cached = Some(Arc::new(IcState::of(&ic("11", 1, 1))));
     for older in [ic("11", 1, 1), ic("10", 1, 0)] {
         assert_eq!(
-            IcEventHandler.on_event("MODIFIED", &older, &mut memo),
+            IcEventHandler.on_event("MODIFIED", &older, &mut cached),
             Reaction::Ignore
         );
     }
-    assert_eq!(memo.as_ref().unwrap().resource_version(), "11");
+    assert_eq!(cached.as_ref().unwrap().resource_version(), "11");
     // Our write's event before its answer: only status changed, nothing to do, but
     // remembered.
     assert_eq!(
-        IcEventHandler.on_event("MODIFIED", &ic("12", 1, 7), &mut memo),
+        IcEventHandler.on_event("MODIFIED", &ic("12", 1, 7), &mut cached),
         Reaction::Ignore
     );
     assert_eq!(
-        memo.as_ref()
+        cached
+            .as_ref()
             .unwrap()
             .to_object("ns", "web")
             .status
@@ -424,15 +425,15 @@ fn an_object_is_queued_when_it_needs_a_pod_or_a_look_and_not_for_our_own_writes(
     );
     // A spec change: a pod to replace, urgent.
     assert_eq!(
-        IcEventHandler.on_event("MODIFIED", &ic("13", 2, 7), &mut memo),
+        IcEventHandler.on_event("MODIFIED", &ic("13", 2, 7), &mut cached),
         Reaction::Queue(None, Priority::Urgent)
     );
     // A deletion is looked at (its pod may hold our finalizer), and forgotten.
     assert_eq!(
-        IcEventHandler.on_event("DELETED", &ic("14", 2, 7), &mut memo),
+        IcEventHandler.on_event("DELETED", &ic("14", 2, 7), &mut cached),
         Reaction::Queue(None, Priority::Routine)
     );
-    assert!(memo.is_none());
+    assert!(cached.is_none());
 }
 
 #[test]
@@ -444,7 +445,7 @@ fn a_listed_object_that_needs_a_pod_is_urgent_and_one_that_has_its_pod_is_routin
             "spec": {"image": "nginx"},
             "status": status}))
         .unwrap();
-        IcEventHandler.relist_priority(&IcEventHandler.memo(&ic))
+        IcEventHandler.relist_priority(&IcEventHandler.cached(&ic))
     };
     let has_pod = serde_json::json!({"startTimes": 1, "currentPod": "web-immortalpod",
         "lastCountedPodUID": "p1", "observedGeneration": 1});
@@ -556,18 +557,18 @@ fn the_deleted_event_of_an_object_forgets_its_copy_and_not_a_later_objects() {
     let ic = |uid: &str, rv: &str| -> ImmortalContainer {
         serde_json::from_value(ic_json(uid, rv, "nginx", 0)).unwrap()
     };
-    let mut memo = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
+    let mut cached = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
     assert_eq!(
-        IcEventHandler.on_event("DELETED", &ic("old-uid", "15"), &mut memo),
+        IcEventHandler.on_event("DELETED", &ic("old-uid", "15"), &mut cached),
         Reaction::Queue(None, Priority::Routine)
     );
-    assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
-    IcEventHandler.on_event("DELETED", &ic("new-uid", "21"), &mut memo);
-    assert!(memo.is_none());
+    assert_eq!(cached.as_ref().unwrap().uid(), "new-uid");
+    IcEventHandler.on_event("DELETED", &ic("new-uid", "21"), &mut cached);
+    assert!(cached.is_none());
     // A copy older than the object deleted went before it was made: forgotten too.
-    let mut memo = Some(Arc::new(IcState::of(&ic("older-uid", "5"))));
-    IcEventHandler.on_event("DELETED", &ic("old-uid", "15"), &mut memo);
-    assert!(memo.is_none());
+    let mut cached = Some(Arc::new(IcState::of(&ic("older-uid", "5"))));
+    IcEventHandler.on_event("DELETED", &ic("old-uid", "15"), &mut cached);
+    assert!(cached.is_none());
 }
 
 #[test]
@@ -577,19 +578,19 @@ fn a_late_event_of_an_object_deleted_since_never_replaces_the_one_made_after_it(
     };
     // The new object was read (a status write refused, then a read) before the watch
     // brought the old object's last events.
-    let mut memo = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
+    let mut cached = Some(Arc::new(IcState::of(&ic("new-uid", "20"))));
     assert_eq!(
-        IcEventHandler.on_event("MODIFIED", &ic("old-uid", "15"), &mut memo),
+        IcEventHandler.on_event("MODIFIED", &ic("old-uid", "15"), &mut cached),
         Reaction::Ignore
     );
-    assert_eq!(memo.as_ref().unwrap().uid(), "new-uid");
+    assert_eq!(cached.as_ref().unwrap().uid(), "new-uid");
     // Listed, the same: a list served before the read cannot undo it.
     let listed = Arc::new(IcState::of(&ic("old-uid", "15")));
     let served = Listed {
         version: Some(15),
         rewound: false,
     };
-    let kept = IcEventHandler.relisted(memo.clone().unwrap(), listed, &served);
+    let kept = IcEventHandler.relisted(cached.clone().unwrap(), listed, &served);
     assert_eq!(kept.uid(), "new-uid");
 }
 
@@ -675,9 +676,9 @@ fn a_spec_change_is_seen_though_the_copy_held_has_its_generation_already() {
         o.metadata.generation = Some(2);
         o
     };
-    let mut memo = Some(Arc::new(IcState::of(&ic("275", "nginx:1.28"))));
+    let mut cached = Some(Arc::new(IcState::of(&ic("275", "nginx:1.28"))));
     assert_eq!(
-        IcEventHandler.on_event("MODIFIED", &ic("318", "nginx:1.29"), &mut memo),
+        IcEventHandler.on_event("MODIFIED", &ic("318", "nginx:1.29"), &mut cached),
         Reaction::Queue(None, Priority::Urgent)
     );
 }

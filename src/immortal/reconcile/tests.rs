@@ -2052,9 +2052,9 @@ fn an_orphaned_pod_held_by_our_finalizer_is_released() {
     // Its view did not change when its reference went; it is queued all the same, under the
     // name it was made for.
     assert_eq!(PodEventHandler.key_of(&pod).as_deref(), Some("ns/web"));
-    let mut memo = Some(PodEventHandler.memo(&pod));
+    let mut cached = Some(PodEventHandler.cached(&pod));
     let Reaction::Queue(Some(hint), crate::runtime::queue::Priority::Urgent) =
-        PodEventHandler.on_event("MODIFIED", &pod, &mut memo)
+        PodEventHandler.on_event("MODIFIED", &pod, &mut cached)
     else {
         panic!("an orphan holding our finalizer was not queued")
     };

@@ -12,7 +12,7 @@ pub trait EventHandler {
     /// What a trigger carries beyond the key.
     type Hint: Hint;
     /// What the watcher remembers of each key (in its [`Store`](crate::runtime::store::Store)).
-    type Memo: Clone + Send + Sync;
+    type Cached: Clone + Send + Sync;
     fn meta(o: &Self::Object) -> &ObjectMeta;
     /// The queue key an object with this metadata stands for, or `None` when it is none of
     /// ours: from the metadata alone, so that an object that does not decode is still queued.
@@ -22,23 +22,23 @@ pub trait EventHandler {
         self.key_of_meta(Self::meta(o))
     }
     /// What the watcher remembers of a listed object until its next event.
-    fn memo(&self, o: &Self::Object) -> Self::Memo;
+    fn cached(&self, o: &Self::Object) -> Self::Cached;
     /// What to keep when a list shows `new` for a key remembered as `old`: `new`, unless the
     /// handler knows `old` to be more recent.
-    fn relisted(&self, _old: Self::Memo, new: Self::Memo, _listed: &Listed) -> Self::Memo {
+    fn relisted(&self, _old: Self::Cached, new: Self::Cached, _listed: &Listed) -> Self::Cached {
         new
     }
     /// The band a listed key is queued in.
-    fn relist_priority(&self, _memo: &Self::Memo) -> Priority {
+    fn relist_priority(&self, _cached: &Self::Cached) -> Priority {
         Priority::Routine
     }
     /// Whether this ADDED, MODIFIED or DELETED event is worth a reconcile, and with what hint.
-    /// `memo`, what is remembered of the key, is updated in place; left `None`, it is forgotten.
+    /// `cached`, what is remembered of the key, is updated in place; left `None`, it is forgotten.
     fn on_event(
         &self,
         event: &'static str,
         o: &Self::Object,
-        memo: &mut Option<Self::Memo>,
+        cached: &mut Option<Self::Cached>,
     ) -> Reaction<Self::Hint>;
 }
 

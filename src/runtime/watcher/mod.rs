@@ -148,8 +148,9 @@ pub struct Watcher<S: Source, W: EventHandler> {
     failed: bool,
     pub idle_timeout: Duration,
     pub relists: Relist,
-    /// Every key seen since the last list, with its memo; watchers of several namespaces share it.
-    known: Arc<Store<W::Memo>>,
+    /// Every key seen since the last list, with its cached copy; watchers of several namespaces
+    /// share it.
+    known: Arc<Store<W::Cached>>,
     /// This watch's liveness, for `/readyz` and the metrics.
     live: &'static Watch,
     /// The asks of `relists` the last list answered, and when the next periodic one is due.
@@ -217,7 +218,7 @@ where
     }
 
     /// The same watcher, keeping what it knows in `store`, which others may read.
-    pub fn sharing(mut self, store: Arc<Store<W::Memo>>) -> Self {
+    pub fn sharing(mut self, store: Arc<Store<W::Cached>>) -> Self {
         self.known = store;
         self
     }
@@ -447,7 +448,7 @@ where
         // The list replaces what was known; what is left of that vanished.
         let vanished: Vec<Key> = {
             let mut known = self.known.write();
-            let mut before: HashMap<Key, W::Memo> = match &self.kind.namespace {
+            let mut before: HashMap<Key, W::Cached> = match &self.kind.namespace {
                 None => std::mem::replace(&mut *known, HashMap::with_capacity(listed.len())),
                 // The other namespaces' keys are their watchers' to keep.
                 Some(ns) => known
@@ -455,12 +456,12 @@ where
                     .collect(),
             };
             for (key, new) in listed {
-                let (key, memo) = match before.remove_entry(key.as_str()) {
+                let (key, cached) = match before.remove_entry(key.as_str()) {
                     Some((key, old)) => (key, self.handler.relisted(old, new, &listed_as)),
                     None => (self.key_for(key), new),
                 };
-                listed_keys.push((key.clone(), self.handler.relist_priority(&memo)));
-                known.insert(key, memo);
+                listed_keys.push((key.clone(), self.handler.relist_priority(&cached)));
+                known.insert(key, cached);
             }
             before.into_keys().collect()
         };
@@ -478,9 +479,9 @@ where
         Ok(rv)
     }
 
-    /// Every page of a list, each key with its memo, and the list's resourceVersion; an expired
-    /// continue token (410) restarts it, three times at most.
-    fn list_pages(&self) -> Result<(HashMap<String, W::Memo>, String), client::Error> {
+    /// Every page of a list, each key with its cached copy, and the list's resourceVersion; an
+    /// expired continue token (410) restarts it, three times at most.
+    fn list_pages(&self) -> Result<(HashMap<String, W::Cached>, String), client::Error> {
         let (mut listed, mut token, mut restarts) = (HashMap::new(), None::<String>, 0);
         loop {
             let page: ListPage<W::Object> =
@@ -494,7 +495,7 @@ where
                 };
             for o in &page.items {
                 if let Some(key) = self.handler.key_of(o) {
-                    listed.insert(key, self.handler.memo(o));
+                    listed.insert(key, self.handler.cached(o));
                 }
             }
             match page.metadata.continue_token.filter(|t| !t.is_empty()) {
@@ -585,8 +586,8 @@ where
         let Some(key) = self.handler.key_of(&o) else {
             return Ok(());
         };
-        let (verdict, key) = self.known.entry(self.key_for(key), |memo| {
-            self.handler.on_event(event, &o, memo)
+        let (verdict, key) = self.known.entry(self.key_for(key), |cached| {
+            self.handler.on_event(event, &o, cached)
         });
         let queued = matches!(verdict, Reaction::Queue(..));
         log::trace!(

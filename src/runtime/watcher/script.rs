@@ -124,7 +124,7 @@ pub struct ByOwner;
 impl EventHandler for ByOwner {
     type Object = crate::kube::types::Pod;
     type Hint = String;
-    type Memo = u64;
+    type Cached = u64;
     fn meta(o: &Self::Object) -> &ObjectMeta {
         &o.metadata
     }
@@ -132,7 +132,7 @@ impl EventHandler for ByOwner {
         let owner = meta.controller()?;
         Some(crate::kube::types::key(&meta.namespace, &owner.name))
     }
-    fn memo(&self, _: &Self::Object) -> u64 {
+    fn cached(&self, _: &Self::Object) -> u64 {
         0
     }
     fn on_event(&self, _: &'static str, _: &Self::Object, _: &mut Option<u64>) -> Reaction<String> {
